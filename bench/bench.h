@@ -1,0 +1,8 @@
+/* Benchmarks behind `segd bench`; each prints a markdown report on stdout. */
+#ifndef SEGD_BENCH_H
+#define SEGD_BENCH_H
+
+/* argv[0] = "store"; returns a CLI exit code. */
+int segd_bench_store(int argc, char **argv);
+
+#endif

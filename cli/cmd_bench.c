@@ -1,0 +1,14 @@
+/* `segd bench WHAT`: dispatches to the benchmarks in bench/. */
+#include <string.h>
+
+#include "bench/bench.h"
+#include "cli.h"
+
+int segd_cmd_bench(int argc, char **argv)
+{
+    if (argc >= 2 && !strcmp(argv[1], "store"))
+        return segd_bench_store(argc - 1, argv + 1);
+    fprintf(argc >= 2 && !strcmp(argv[1], "--help") ? stdout : stderr,
+            "usage: segd bench store [--users N] [--dir DIR] [--baseline-users N]\n");
+    return argc >= 2 && !strcmp(argv[1], "--help") ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
+}

@@ -1,0 +1,153 @@
+/* `segd get`: what a bidder reads for each user. Opens the store read-only,
+ * so it works beside a running writer (it sees the state as of opening). */
+#include <getopt.h>
+#include <inttypes.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "store/query.h"
+
+typedef struct get_args {
+    int json;
+    int64_t now_s;
+    segd_query_t q;
+    int has_range;
+    int64_t range_lo, range_hi;
+} get_args_t;
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: segd get --db DIR [--json] [--now S] [--expiring-after S]\n"
+               "                [--updated-since MS] [--count-range A:B] USER...\n");
+}
+
+static json_t *entries_json(const segd_entry_t *e, size_t n)
+{
+    json_t *arr = json_array();
+    for (size_t i = 0; i < n; i++)
+        json_array_append_new(
+            arr, json_pack("{s:I,s:I,s:I,s:i,s:i}", "id", (json_int_t)e[i].segment_id,
+                           "expires_at", (json_int_t)e[i].expiry_s, "ts_ms",
+                           (json_int_t)e[i].ts_ms, "flags", e[i].flags, "partner_id",
+                           e[i].partner_id));
+    return arr;
+}
+
+static void print_json(const char *user, const segd_entry_t *e, size_t n,
+                       const get_args_t *a, uint64_t count)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "user_id", json_string(user));
+    json_object_set_new(o, "segments", entries_json(e, n));
+    if (a->has_range)
+        json_object_set_new(o, "count_range",
+                            json_pack("{s:I,s:I,s:I}", "from", (json_int_t)a->range_lo, "to",
+                                      (json_int_t)a->range_hi, "count", (json_int_t)count));
+    json_dumpf(o, stdout, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    fputc('\n', stdout);
+    json_decref(o);
+}
+
+static void print_text(const char *user, const segd_entry_t *e, size_t n,
+                       const get_args_t *a, uint64_t count)
+{
+    printf("%s: %zu live segments\n", user, n);
+    if (a->has_range)
+        printf("  live in [%" PRId64 ", %" PRId64 "]: %" PRIu64 "\n", a->range_lo,
+               a->range_hi, count);
+    for (size_t i = 0; i < n; i++)
+        printf("  %-10" PRId64 " expires_at=%" PRId64 " ts_ms=%" PRId64
+               " flags=%d partner_id=%d\n",
+               e[i].segment_id, e[i].expiry_s, e[i].ts_ms, e[i].flags, e[i].partner_id);
+}
+
+static int get_user(segd_store_t *s, const char *user, const get_args_t *a,
+                    segd_profile_t *p)
+{
+    char err[512];
+    if (segd_store_get(s, user, strlen(user), p, err, sizeof(err)) != SEGD_OK) {
+        fprintf(stderr, "segd get: %s\n", err);
+        return -1;
+    }
+    segd_prune_t rule;
+    segd_policy_rule(segd_store_policy(s), &rule, 1);
+    segd_entry_t *sel = malloc((p->n ? p->n : 1) * sizeof(*sel));
+    if (!sel)
+        return -1;
+    size_t n = segd_query_select(p, &rule, &a->q, sel);
+    uint64_t count =
+        a->has_range ? segd_query_count_range(p, &rule, a->range_lo, a->range_hi) : 0;
+    (a->json ? print_json : print_text)(user, sel, n, a, count);
+    free(sel);
+    return 0;
+}
+
+static int parse_range(const char *s, get_args_t *a)
+{
+    const char *colon = strchr(s, ':');
+    char lo[32];
+    if (!colon || (size_t)(colon - s) >= sizeof(lo))
+        return -1;
+    memcpy(lo, s, (size_t)(colon - s));
+    lo[colon - s] = 0;
+    if (segd_cli_int("get", "--count-range", lo, 0, INT64_MAX, &a->range_lo) ||
+        segd_cli_int("get", "--count-range", colon + 1, 0, INT64_MAX, &a->range_hi))
+        return -1;
+    a->has_range = 1;
+    return 0;
+}
+
+int segd_cmd_get(int argc, char **argv)
+{
+    static const struct option opts[] = {{"db", required_argument, 0, 'd'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {"now", required_argument, 0, 'n'},
+                                         {"expiring-after", required_argument, 0, 'e'},
+                                         {"updated-since", required_argument, 0, 'u'},
+                                         {"count-range", required_argument, 0, 'r'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    get_args_t a = {0};
+    const char *db = NULL;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        int bad = 0;
+        switch (c) {
+        case 'd': db = optarg; break;
+        case 'j': a.json = 1; break;
+        case 'n': bad = segd_cli_int("get", "--now", optarg, 1, INT64_MAX / 1000, &a.now_s); break;
+        case 'e':
+            bad = segd_cli_int("get", "--expiring-after", optarg, 0, INT64_MAX,
+                               &a.q.expiring_after_s);
+            break;
+        case 'u':
+            bad = segd_cli_int("get", "--updated-since", optarg, 0, INT64_MAX,
+                               &a.q.updated_since_ms);
+            break;
+        case 'r': bad = parse_range(optarg, &a); break;
+        case 'h': usage(stdout); return SEGD_EXIT_OK;
+        default: bad = 1; usage(stderr);
+        }
+        if (bad)
+            return SEGD_EXIT_USAGE;
+    }
+    if (!db || optind >= argc) {
+        usage(stderr);
+        return SEGD_EXIT_USAGE;
+    }
+    segd_store_t *s = segd_cli_open_store("get", db, a.now_s, 1);
+    if (!s)
+        return SEGD_EXIT_FAIL;
+    segd_profile_t p;
+    segd_profile_init(&p);
+    int rc = SEGD_EXIT_OK;
+    for (int i = optind; i < argc && rc == SEGD_EXIT_OK; i++)
+        if (get_user(s, argv[i], &a, &p))
+            rc = SEGD_EXIT_FAIL;
+    segd_profile_free(&p);
+    segd_store_close(s);
+    return rc;
+}

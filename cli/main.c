@@ -1,0 +1,47 @@
+/* segd: one binary, one subcommand per job. This file only dispatches. */
+#include <stdio.h>
+#include <string.h>
+
+#include "cli/cli.h"
+
+static const segd_cmd_t commands[] = {
+    {"demo", segd_cmd_demo, "self-contained demo: generate, ingest, read back"},
+    {"backfill", segd_cmd_backfill, "apply SegmentEvents from JSON-lines or Avro files"},
+    {"get", segd_cmd_get, "print a user's live segments as a bidder reads them"},
+    {"compact", segd_cmd_compact, "full manual compaction (drops dead entries)"},
+    {"stats", segd_cmd_stats, "users, live segments, bytes on disk"},
+    {"generate", segd_cmd_generate, "write a seed-workload file (JSON lines)"},
+    {"segments", segd_cmd_segments, "store-wide segment operations (retire)"},
+    {"bench", segd_cmd_bench, "benchmarks (bench store)"},
+};
+
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: segd COMMAND [options]   (segd COMMAND --help for its flags)\n\n");
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].summary);
+}
+
+int main(int argc, char **argv)
+{
+    if (argc < 2) {
+        usage(stderr);
+        return SEGD_EXIT_USAGE;
+    }
+    if (!strcmp(argv[1], "help") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        if (argc > 2)
+            for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+                if (!strcmp(argv[2], commands[i].name)) {
+                    char *help_argv[] = {argv[2], "--help", NULL};
+                    return commands[i].run(2, help_argv);
+                }
+        usage(stdout);
+        return SEGD_EXIT_OK;
+    }
+    for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+        if (!strcmp(argv[1], commands[i].name))
+            return commands[i].run(argc - 1, argv + 1);
+    fprintf(stderr, "segd: unknown command '%s'\n", argv[1]);
+    usage(stderr);
+    return SEGD_EXIT_USAGE;
+}

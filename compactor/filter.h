@@ -1,0 +1,22 @@
+/* The profiles column family's compaction filter factory: each compaction
+ * gets a filter that rewrites records without droppable entries (DESIGN §3)
+ * and deletes records left empty. It sees stored values only, never merge
+ * operands (those are pruned by the merge operator itself). */
+#ifndef SEGD_FILTER_H
+#define SEGD_FILTER_H
+
+#include <rocksdb/c.h>
+
+#include "store/policy.h"
+
+/* policy is borrowed and must outlive the factory, which is owned by the
+ * rocksdb_options_t it is set on. */
+rocksdb_compactionfilterfactory_t *segd_filter_factory_new(segd_policy_t *policy);
+
+/* Decision for one stored value, as the filter makes it: 1 = delete the key;
+ * 0 = keep, with *changed set when out holds a rewritten value. */
+int segd_filter_value(segd_policy_t *policy, const segd_prune_t *rule,
+                      const char *value, size_t len, segd_profile_t *scratch,
+                      segd_buf_t *out, int *changed);
+
+#endif

@@ -1,0 +1,752 @@
+/* Profile record codec and the DESIGN §3 join. Layout (version 1):
+ *   u8 version, varint erased_before_ms, varint n,
+ *   [n > 0: varint ndict, varint g, u8 (rice_k << 1 | has_attrs),
+ *           ndict dictionary tuples (ts, expiry, flags, partner) sorted,
+ *           bitstream: n Rice-coded id gaps, n dictionary indexes],
+ *   u32 XXH32 of all preceding bytes.
+ * Entries of one user share few (ts, expiry) pairs (one per event), so the
+ * dictionary plus Rice-coded ids stays near the entropy floor (DESIGN §8). */
+#define _GNU_SOURCE /* qsort_r */
+#include "record.h"
+
+#include <assert.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#define RICE_ESCAPE_Q 24 /* quotients >= this are written raw (64 bits) */
+#define MAX_RICE_K 56
+
+/* ---------- profiles and buffers ---------- */
+
+void segd_profile_init(segd_profile_t *p) { memset(p, 0, sizeof(*p)); }
+
+void segd_profile_free(segd_profile_t *p)
+{
+    free(p->entries);
+    segd_profile_init(p);
+}
+
+void segd_profile_clear(segd_profile_t *p)
+{
+    p->n = 0;
+    p->erased_before_ms = 0;
+}
+
+segd_err_t segd_profile_reserve(segd_profile_t *p, size_t n)
+{
+    if (n <= p->cap)
+        return SEGD_OK;
+    size_t cap = p->cap ? p->cap : 16;
+    while (cap < n)
+        cap *= 2;
+    segd_entry_t *e = realloc(p->entries, cap * sizeof(*e));
+    if (!e)
+        return SEGD_ERR_NOMEM;
+    p->entries = e;
+    p->cap = cap;
+    return SEGD_OK;
+}
+
+segd_err_t segd_profile_push(segd_profile_t *p, const segd_entry_t *e)
+{
+    segd_err_t err = segd_profile_reserve(p, p->n + 1);
+    if (err)
+        return err;
+    p->entries[p->n++] = *e;
+    return SEGD_OK;
+}
+
+static int cmp_entry_id(const void *a, const void *b)
+{
+    const segd_entry_t *x = a, *y = b;
+    return (x->segment_id > y->segment_id) - (x->segment_id < y->segment_id);
+}
+
+void segd_profile_normalize(segd_profile_t *p)
+{
+    if (p->n < 2)
+        return;
+    qsort(p->entries, p->n, sizeof(*p->entries), cmp_entry_id);
+    size_t w = 0;
+    for (size_t r = 1; r < p->n; r++) {
+        if (p->entries[r].segment_id == p->entries[w].segment_id)
+            p->entries[w] = *segd_entry_join(&p->entries[w], &p->entries[r]);
+        else
+            p->entries[++w] = p->entries[r];
+    }
+    p->n = w + 1;
+}
+
+void segd_buf_free(segd_buf_t *b)
+{
+    free(b->data);
+    memset(b, 0, sizeof(*b));
+}
+
+segd_err_t segd_buf_reserve(segd_buf_t *b, size_t extra)
+{
+    if (b->len + extra <= b->cap)
+        return SEGD_OK;
+    size_t cap = b->cap ? b->cap : 64;
+    while (cap < b->len + extra)
+        cap *= 2;
+    uint8_t *d = realloc(b->data, cap);
+    if (!d)
+        return SEGD_ERR_NOMEM;
+    b->data = d;
+    b->cap = cap;
+    return SEGD_OK;
+}
+
+/* ---------- join and liveness ---------- */
+
+static int tuple_cmp(const segd_entry_t *a, const segd_entry_t *b)
+{
+    if (a->ts_ms != b->ts_ms)
+        return a->ts_ms < b->ts_ms ? -1 : 1;
+    if (a->expiry_s != b->expiry_s)
+        return a->expiry_s < b->expiry_s ? -1 : 1;
+    if (a->flags != b->flags)
+        return a->flags < b->flags ? -1 : 1;
+    if (a->partner_id != b->partner_id)
+        return a->partner_id < b->partner_id ? -1 : 1;
+    return 0;
+}
+
+const segd_entry_t *segd_entry_join(const segd_entry_t *a, const segd_entry_t *b)
+{
+    return tuple_cmp(a, b) >= 0 ? a : b;
+}
+
+static int64_t retired_before(const segd_prune_t *rule, int64_t seg)
+{
+    return rule && rule->retired_before ? rule->retired_before(rule->retired_ctx, seg)
+                                        : 0;
+}
+
+static int covered(const segd_entry_t *e, int64_t erased, const segd_prune_t *rule)
+{
+    return e->ts_ms <= erased || e->ts_ms <= retired_before(rule, e->segment_id);
+}
+
+int segd_entry_live(const segd_entry_t *e, int64_t erased_before_ms,
+                    const segd_prune_t *rule)
+{
+    int64_t now_s = rule->now_ms / 1000;
+    return e->expiry_s > now_s && !covered(e, erased_before_ms, rule);
+}
+
+/* Whether a join result may be physically dropped. Entries under an erase
+ * marker or a retirement go at once (the marker outlives them); other dead
+ * entries only past the horizon, and only when the join saw the key's whole
+ * history (rule->complete), since they must still beat an older base. */
+static int droppable(const segd_entry_t *e, int64_t erased, const segd_prune_t *rule)
+{
+    if (covered(e, erased, rule))
+        return 1;
+    if (!rule->complete)
+        return 0;
+    return e->expiry_s <= rule->now_ms / 1000 &&
+           e->ts_ms < rule->now_ms - rule->horizon_ms;
+}
+
+static int64_t pruned_marker(int64_t erased, const segd_prune_t *rule)
+{
+    if (rule && rule->complete && erased < rule->now_ms - rule->horizon_ms)
+        return 0;
+    return erased;
+}
+
+void segd_profile_prune(segd_profile_t *p, const segd_prune_t *rule)
+{
+    size_t w = 0;
+    for (size_t r = 0; r < p->n; r++)
+        if (!droppable(&p->entries[r], p->erased_before_ms, rule))
+            p->entries[w++] = p->entries[r];
+    p->n = w;
+    p->erased_before_ms = pruned_marker(p->erased_before_ms, rule);
+}
+
+/* Min-heap of run cursors keyed by the current segment id. */
+typedef struct run_cursor {
+    const segd_entry_t *cur, *end;
+} run_cursor_t;
+
+static void heap_sift_down(run_cursor_t *h, size_t n, size_t i)
+{
+    for (;;) {
+        size_t l = 2 * i + 1, m = i;
+        if (l < n && h[l].cur->segment_id < h[m].cur->segment_id)
+            m = l;
+        if (l + 1 < n && h[l + 1].cur->segment_id < h[m].cur->segment_id)
+            m = l + 1;
+        if (m == i)
+            return;
+        run_cursor_t t = h[i];
+        h[i] = h[m];
+        h[m] = t;
+        i = m;
+    }
+}
+
+/* Pops the smallest entry; the heap shrinks when a run is exhausted. */
+static const segd_entry_t *heap_pop(run_cursor_t *h, size_t *n)
+{
+    const segd_entry_t *e = h[0].cur++;
+    if (h[0].cur == h[0].end)
+        h[0] = h[--*n];
+    heap_sift_down(h, *n, 0);
+    return e;
+}
+
+segd_err_t segd_profile_join(segd_profile_t *out, const segd_profile_t *const *in,
+                             size_t k, const segd_prune_t *prune)
+{
+    size_t total = 0, nh = 0;
+    int64_t erased = 0;
+    for (size_t i = 0; i < k; i++) {
+        total += in[i]->n;
+        if (in[i]->erased_before_ms > erased)
+            erased = in[i]->erased_before_ms;
+    }
+    segd_profile_clear(out);
+    segd_err_t err = segd_profile_reserve(out, total);
+    if (err)
+        return err;
+    run_cursor_t stack_heap[16];
+    run_cursor_t *h = k <= 16 ? stack_heap : malloc(k * sizeof(*h));
+    if (!h)
+        return SEGD_ERR_NOMEM;
+    for (size_t i = 0; i < k; i++)
+        if (in[i]->n)
+            h[nh++] = (run_cursor_t){in[i]->entries, in[i]->entries + in[i]->n};
+    for (size_t i = nh; i-- > 0;)
+        heap_sift_down(h, nh, i);
+    while (nh) {
+        segd_entry_t e = *heap_pop(h, &nh);
+        while (nh && h[0].cur->segment_id == e.segment_id)
+            e = *segd_entry_join(&e, heap_pop(h, &nh));
+        if (!prune || !droppable(&e, erased, prune))
+            out->entries[out->n++] = e;
+    }
+    out->erased_before_ms = pruned_marker(erased, prune);
+    if (h != stack_heap)
+        free(h);
+    return SEGD_OK;
+}
+
+int64_t segd_expiry_for(int64_t ts_ms, int32_t ttl_s, int64_t g)
+{
+    int64_t t = ts_ms / 1000 + ttl_s;
+    return (t + g - 1) / g * g;
+}
+
+/* ---------- varints and bits ---------- */
+
+static void put_varint(segd_buf_t *b, uint64_t v)
+{
+    while (v >= 0x80) {
+        b->data[b->len++] = (uint8_t)(v | 0x80);
+        v >>= 7;
+    }
+    b->data[b->len++] = (uint8_t)v;
+}
+
+static int get_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
+{
+    uint64_t r = 0;
+    for (int shift = 0; shift < 64 && *p < end; shift += 7) {
+        uint8_t c = *(*p)++;
+        r |= (uint64_t)(c & 0x7f) << shift;
+        if (!(c & 0x80)) {
+            *v = r;
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static uint64_t zigzag(int64_t v) { return ((uint64_t)v << 1) ^ (uint64_t)(v >> 63); }
+static int64_t unzigzag(uint64_t v) { return (int64_t)(v >> 1) ^ -(int64_t)(v & 1); }
+
+static int64_t floor_div(int64_t a, int64_t b)
+{
+    int64_t q = a / b;
+    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
+
+typedef struct bit_writer {
+    segd_buf_t *b;
+    uint64_t acc;
+    unsigned n;
+} bit_writer_t;
+
+/* Writes the low nbits (<= 32) of v; the buffer has room reserved. */
+static void bw_put(bit_writer_t *w, uint64_t v, unsigned nbits)
+{
+    if (nbits < 64)
+        v &= ((uint64_t)1 << nbits) - 1;
+    w->acc |= v << w->n;
+    w->n += nbits;
+    while (w->n >= 8) {
+        w->b->data[w->b->len++] = (uint8_t)w->acc;
+        w->acc >>= 8;
+        w->n -= 8;
+    }
+}
+
+static void bw_put_wide(bit_writer_t *w, uint64_t v, unsigned nbits)
+{
+    while (nbits > 32) {
+        bw_put(w, v & 0xffffffffu, 32);
+        v >>= 32;
+        nbits -= 32;
+    }
+    bw_put(w, v, nbits);
+}
+
+static void bw_flush(bit_writer_t *w)
+{
+    if (w->n)
+        w->b->data[w->b->len++] = (uint8_t)w->acc;
+    w->acc = 0;
+    w->n = 0;
+}
+
+typedef struct bit_reader {
+    const uint8_t *p, *end;
+    uint64_t acc;
+    unsigned n;
+} bit_reader_t;
+
+static void br_refill(bit_reader_t *r)
+{
+    while (r->n <= 56 && r->p < r->end) {
+        r->acc |= (uint64_t)*r->p++ << r->n;
+        r->n += 8;
+    }
+}
+
+/* Reads nbits (<= 32); returns -1 past the end. */
+static int br_get(bit_reader_t *r, unsigned nbits, uint64_t *v)
+{
+    if (r->n < nbits)
+        br_refill(r);
+    if (r->n < nbits)
+        return -1;
+    *v = nbits ? r->acc & (((uint64_t)1 << nbits) - 1) : 0;
+    r->acc = nbits < 64 ? r->acc >> nbits : 0;
+    r->n -= nbits;
+    return 0;
+}
+
+static int br_get_wide(bit_reader_t *r, unsigned nbits, uint64_t *v)
+{
+    uint64_t lo, hi;
+    if (nbits <= 32)
+        return br_get(r, nbits, v);
+    if (br_get(r, 32, &lo) || br_get(r, nbits - 32, &hi))
+        return -1;
+    *v = lo | hi << 32;
+    return 0;
+}
+
+/* Counts leading one bits (the unary quotient), up to max. */
+static int br_unary(bit_reader_t *r, unsigned max, unsigned *q)
+{
+    unsigned count = 0;
+    for (;;) {
+        if (r->n == 0)
+            br_refill(r);
+        if (r->n == 0)
+            return -1;
+        unsigned ones = (unsigned)__builtin_ctzll(~r->acc);
+        if (ones > r->n)
+            ones = r->n;
+        if (count + ones >= max) {
+            unsigned take = max - count;
+            r->acc >>= take;
+            r->n -= take;
+            *q = max;
+            return 0;
+        }
+        count += ones;
+        if (ones < r->n) { /* found the terminating zero */
+            r->acc >>= ones + 1;
+            r->n -= ones + 1;
+            *q = count;
+            return 0;
+        }
+        r->acc = 0;
+        r->n = 0;
+    }
+}
+
+/* ---------- encode ---------- */
+
+static uint64_t id_gap(const segd_entry_t *e, size_t i)
+{
+    return i == 0 ? (uint64_t)e[0].segment_id
+                  : (uint64_t)(e[i].segment_id - e[i - 1].segment_id - 1);
+}
+
+static uint64_t rice_cost(const segd_entry_t *e, size_t n, unsigned k)
+{
+    uint64_t bits = 0;
+    for (size_t i = 0; i < n; i++) {
+        uint64_t q = id_gap(e, i) >> k;
+        bits += q < RICE_ESCAPE_Q ? q + 1 + k : RICE_ESCAPE_Q + 64;
+    }
+    return bits;
+}
+
+static unsigned choose_rice_k(const segd_entry_t *e, size_t n)
+{
+    double mean = (double)e[n - 1].segment_id / (double)n;
+    unsigned k0 = 0;
+    while (k0 < MAX_RICE_K && (double)((uint64_t)1 << (k0 + 1)) <= mean * 0.69)
+        k0++;
+    unsigned best = k0;
+    uint64_t best_cost = rice_cost(e, n, k0);
+    for (unsigned k = k0 ? k0 - 1 : 0; k <= k0 + 1 && k <= MAX_RICE_K; k++) {
+        uint64_t c = rice_cost(e, n, k);
+        if (c < best_cost) {
+            best_cost = c;
+            best = k;
+        }
+    }
+    return best;
+}
+
+static uint64_t gcd_u64(uint64_t a, uint64_t b)
+{
+    while (b) {
+        uint64_t t = a % b;
+        a = b;
+        b = t;
+    }
+    return a;
+}
+
+static int64_t expiry_unit(const segd_profile_t *p)
+{
+    uint64_t g = 0;
+    for (size_t i = 0; i < p->n && g != 1; i++) {
+        int64_t x = p->entries[i].expiry_s;
+        g = gcd_u64(g, x < 0 ? (uint64_t)0 - (uint64_t)x : (uint64_t)x);
+    }
+    return g == 0 || g > INT64_MAX ? 1 : (int64_t)g;
+}
+
+/* Dictionary of distinct tuples: an open-addressing hash from tuple to a
+ * provisional slot, then sorted; rank[] maps slot -> sorted position. */
+typedef struct dict {
+    segd_entry_t *tuples; /* distinct tuples, later sorted */
+    uint32_t *slot_of;    /* per entry: provisional slot */
+    uint32_t *rank;       /* provisional slot -> sorted index */
+    uint32_t n;
+} dict_t;
+
+static uint64_t tuple_hash(const segd_entry_t *e)
+{
+    uint64_t h = (uint64_t)e->ts_ms * 0x9E3779B97F4A7C15ull;
+    h ^= (uint64_t)e->expiry_s * 0xC2B2AE3D27D4EB4Full;
+    h ^= ((uint64_t)(uint32_t)e->flags << 32 | (uint32_t)e->partner_id) *
+         0x165667B19E3779F9ull;
+    return h ^ (h >> 29);
+}
+
+static int cmp_tuple_idx(const void *a, const void *b, void *ctx)
+{
+    const segd_entry_t *t = ctx;
+    return tuple_cmp(&t[*(const uint32_t *)a], &t[*(const uint32_t *)b]);
+}
+
+static segd_err_t dict_build(dict_t *d, const segd_profile_t *p)
+{
+    size_t cap = 16;
+    while (cap < 2 * p->n)
+        cap *= 2;
+    segd_err_t err = SEGD_ERR_NOMEM;
+    uint32_t *table = malloc(cap * sizeof(*table));
+    uint32_t *order = NULL;
+    d->tuples = malloc(p->n * sizeof(*d->tuples));
+    d->slot_of = malloc(p->n * sizeof(*d->slot_of));
+    d->rank = malloc(p->n * sizeof(*d->rank));
+    d->n = 0;
+    if (!table || !d->tuples || !d->slot_of || !d->rank)
+        goto out_free_table;
+    memset(table, 0xff, cap * sizeof(*table));
+    for (size_t i = 0; i < p->n; i++) {
+        const segd_entry_t *e = &p->entries[i];
+        size_t h = tuple_hash(e) & (cap - 1);
+        while (table[h] != UINT32_MAX && tuple_cmp(&d->tuples[table[h]], e) != 0)
+            h = (h + 1) & (cap - 1);
+        if (table[h] == UINT32_MAX) {
+            table[h] = d->n;
+            d->tuples[d->n++] = *e;
+        }
+        d->slot_of[i] = table[h];
+    }
+    order = malloc(d->n * sizeof(*order));
+    if (!order)
+        goto out_free_table;
+    for (uint32_t i = 0; i < d->n; i++)
+        order[i] = i;
+    qsort_r(order, d->n, sizeof(*order), cmp_tuple_idx, d->tuples);
+    for (uint32_t i = 0; i < d->n; i++)
+        d->rank[order[i]] = i;
+    segd_entry_t *sorted = malloc(d->n * sizeof(*sorted));
+    if (!sorted)
+        goto out_free_order;
+    for (uint32_t i = 0; i < d->n; i++)
+        sorted[i] = d->tuples[order[i]];
+    free(d->tuples);
+    d->tuples = sorted;
+    err = SEGD_OK;
+out_free_order:
+    free(order);
+out_free_table:
+    free(table);
+    return err;
+}
+
+static void dict_free(dict_t *d)
+{
+    free(d->tuples);
+    free(d->slot_of);
+    free(d->rank);
+}
+
+static unsigned bits_for(uint32_t n)
+{
+    unsigned b = 0;
+    while (((uint64_t)1 << b) < n)
+        b++;
+    return b;
+}
+
+static void put_dict(segd_buf_t *out, const dict_t *d, int64_t g, int attrs)
+{
+    for (uint32_t i = 0; i < d->n; i++) {
+        const segd_entry_t *t = &d->tuples[i];
+        if (i == 0)
+            put_varint(out, zigzag(t->ts_ms));
+        else
+            put_varint(out, (uint64_t)t->ts_ms - (uint64_t)d->tuples[i - 1].ts_ms);
+        int64_t ts_unit = floor_div(floor_div(t->ts_ms, 1000), g);
+        put_varint(out, zigzag((int64_t)((uint64_t)(t->expiry_s / g) - (uint64_t)ts_unit)));
+        if (attrs) {
+            put_varint(out, (uint32_t)t->flags);
+            put_varint(out, (uint32_t)t->partner_id);
+        }
+    }
+}
+
+static void put_entries(segd_buf_t *out, const segd_profile_t *p, const dict_t *d,
+                        unsigned k)
+{
+    bit_writer_t w = {out, 0, 0};
+    for (size_t i = 0; i < p->n; i++) {
+        uint64_t gap = id_gap(p->entries, i), q = gap >> k;
+        if (q < RICE_ESCAPE_Q) {
+            bw_put(&w, ((uint64_t)1 << q) - 1, (unsigned)q + 1);
+            bw_put_wide(&w, gap, k);
+        } else {
+            bw_put(&w, ((uint64_t)1 << RICE_ESCAPE_Q) - 1, RICE_ESCAPE_Q);
+            bw_put_wide(&w, gap, 64);
+        }
+    }
+    unsigned ib = bits_for(d->n);
+    for (size_t i = 0; i < p->n && ib; i++)
+        bw_put(&w, d->rank[d->slot_of[i]], ib);
+    bw_flush(&w);
+}
+
+static int has_attrs(const segd_profile_t *p)
+{
+    for (size_t i = 0; i < p->n; i++)
+        if (p->entries[i].flags || p->entries[i].partner_id)
+            return 1;
+    return 0;
+}
+
+static void put_checksum(segd_buf_t *out)
+{
+    uint32_t h = XXH32(out->data, out->len, 0);
+    for (int i = 0; i < 4; i++)
+        out->data[out->len++] = (uint8_t)(h >> (8 * i));
+}
+
+segd_err_t segd_record_encode(const segd_profile_t *p, segd_buf_t *out)
+{
+    out->len = 0;
+    if (p->n == 0 && p->erased_before_ms == 0)
+        return SEGD_OK;
+    /* worst case: header + 4 varints per tuple + 88 bits per entry */
+    segd_err_t err = segd_buf_reserve(out, 48 + p->n * (4 * 10 + 12));
+    if (err)
+        return err;
+    out->data[out->len++] = SEGD_RECORD_VERSION;
+    put_varint(out, (uint64_t)p->erased_before_ms);
+    put_varint(out, p->n);
+    if (p->n > 0) {
+        dict_t d = {0};
+        if ((err = dict_build(&d, p)) != SEGD_OK) {
+            dict_free(&d);
+            return err;
+        }
+        int64_t g = expiry_unit(p);
+        int attrs = has_attrs(p);
+        unsigned k = choose_rice_k(p->entries, p->n);
+        put_varint(out, d.n);
+        put_varint(out, (uint64_t)g);
+        out->data[out->len++] = (uint8_t)(k << 1 | (unsigned)attrs);
+        put_dict(out, &d, g, attrs);
+        put_entries(out, p, &d, k);
+        dict_free(&d);
+    }
+    put_checksum(out);
+    return SEGD_OK;
+}
+
+/* ---------- decode ---------- */
+
+typedef struct rec_header {
+    uint64_t erased, n, ndict, g;
+    unsigned k;
+    int attrs;
+} rec_header_t;
+
+static int get_header(const uint8_t **p, const uint8_t *end, rec_header_t *h)
+{
+    memset(h, 0, sizeof(*h));
+    if (*p >= end || *(*p)++ != SEGD_RECORD_VERSION)
+        return -1;
+    if (get_varint(p, end, &h->erased) || h->erased > INT64_MAX ||
+        get_varint(p, end, &h->n))
+        return -1;
+    if (h->n == 0)
+        return 0;
+    /* every entry costs at least one bit, every tuple two bytes */
+    size_t avail = (size_t)(end - *p);
+    if (h->n > (uint64_t)avail * 8 || get_varint(p, end, &h->ndict) ||
+        h->ndict == 0 || h->ndict > h->n || h->ndict > avail ||
+        get_varint(p, end, &h->g) || h->g == 0 || h->g > INT64_MAX || *p >= end)
+        return -1;
+    uint8_t kb = *(*p)++;
+    h->attrs = kb & 1;
+    h->k = kb >> 1;
+    return h->k > MAX_RICE_K ? -1 : 0;
+}
+
+static int get_dict(const uint8_t **p, const uint8_t *end, const rec_header_t *h,
+                    segd_entry_t *t)
+{
+    int64_t g = (int64_t)h->g;
+    for (uint64_t i = 0; i < h->ndict; i++) {
+        uint64_t ts, ex, fl = 0, pa = 0;
+        if (get_varint(p, end, &ts) || get_varint(p, end, &ex))
+            return -1;
+        if (h->attrs && (get_varint(p, end, &fl) || get_varint(p, end, &pa) ||
+                         fl > UINT32_MAX || pa > UINT32_MAX))
+            return -1;
+        t[i].ts_ms = i == 0 ? unzigzag(ts) : (int64_t)((uint64_t)t[i - 1].ts_ms + ts);
+        if (i > 0 && t[i].ts_ms < t[i - 1].ts_ms)
+            return -1;
+        int64_t ts_unit = floor_div(floor_div(t[i].ts_ms, 1000), g);
+        uint64_t units = (uint64_t)unzigzag(ex) + (uint64_t)ts_unit;
+        t[i].expiry_s = (int64_t)(units * (uint64_t)g);
+        t[i].flags = (int32_t)(uint32_t)fl;
+        t[i].partner_id = (int32_t)(uint32_t)pa;
+    }
+    return 0;
+}
+
+static int get_ids(bit_reader_t *r, const rec_header_t *h, segd_entry_t *e)
+{
+    uint64_t prev = 0;
+    for (uint64_t i = 0; i < h->n; i++) {
+        unsigned q;
+        uint64_t gap, low;
+        if (br_unary(r, RICE_ESCAPE_Q, &q))
+            return -1;
+        if (q < RICE_ESCAPE_Q) {
+            if (br_get_wide(r, h->k, &low))
+                return -1;
+            gap = ((uint64_t)q << h->k) | low;
+        } else if (br_get_wide(r, 64, &gap)) {
+            return -1;
+        }
+        uint64_t base = i == 0 ? 0 : prev + 1;
+        if (gap > (uint64_t)INT64_MAX - base)
+            return -1;
+        prev = base + gap;
+        e[i].segment_id = (int64_t)prev;
+    }
+    return 0;
+}
+
+static int get_indexes(bit_reader_t *r, const rec_header_t *h,
+                       const segd_entry_t *dict, segd_entry_t *e)
+{
+    unsigned ib = bits_for((uint32_t)h->ndict);
+    for (uint64_t i = 0; i < h->n; i++) {
+        uint64_t idx = 0;
+        if (ib && br_get(r, ib, &idx))
+            return -1;
+        if (idx >= h->ndict)
+            return -1;
+        const segd_entry_t *t = &dict[idx];
+        e[i].ts_ms = t->ts_ms;
+        e[i].expiry_s = t->expiry_s;
+        e[i].flags = t->flags;
+        e[i].partner_id = t->partner_id;
+    }
+    /* the padding of the last byte must be zero and nothing may follow */
+    return (r->n < 8 && r->acc == 0 && r->p == r->end) ? 0 : -1;
+}
+
+static int checksum_ok(const uint8_t *data, size_t len)
+{
+    if (len < 5)
+        return 0;
+    const uint8_t *c = data + len - 4;
+    uint32_t want = (uint32_t)c[0] | (uint32_t)c[1] << 8 | (uint32_t)c[2] << 16 |
+                    (uint32_t)c[3] << 24;
+    return XXH32(data, len - 4, 0) == want;
+}
+
+segd_err_t segd_record_decode(const uint8_t *data, size_t len, segd_profile_t *p)
+{
+    segd_profile_clear(p);
+    if (len == 0)
+        return SEGD_OK;
+    if (!checksum_ok(data, len))
+        return SEGD_ERR_CORRUPT;
+    const uint8_t *cur = data, *end = data + len - 4;
+    rec_header_t h;
+    if (get_header(&cur, end, &h))
+        return SEGD_ERR_CORRUPT;
+    p->erased_before_ms = (int64_t)h.erased;
+    if (h.n == 0) /* the encoder writes an empty profile as zero bytes */
+        return cur == end && h.erased ? SEGD_OK : SEGD_ERR_CORRUPT;
+    segd_entry_t *dict = malloc(h.ndict * sizeof(*dict));
+    if (!dict)
+        return SEGD_ERR_NOMEM;
+    segd_err_t err = segd_profile_reserve(p, h.n);
+    if (err)
+        goto out_free_dict;
+    err = SEGD_ERR_CORRUPT;
+    if (get_dict(&cur, end, &h, dict))
+        goto out_free_dict;
+    bit_reader_t r = {cur, end, 0, 0};
+    if (get_ids(&r, &h, p->entries) || get_indexes(&r, &h, dict, p->entries))
+        goto out_free_dict;
+    p->n = h.n;
+    err = SEGD_OK;
+out_free_dict:
+    free(dict);
+    return err;
+}

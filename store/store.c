@@ -1,0 +1,467 @@
+/* RocksDB store: opening the column families with the merge operator and
+ * compaction filter, batches, offsets, reads, scans, compaction and stats.
+ * Everything RocksDB-specific stays in this file and merge.c/filter.c. */
+#include "store.h"
+
+#include <inttypes.h>
+#include <rocksdb/c.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compactor/filter.h"
+#include "merge.h"
+
+enum { CF_DEFAULT, CF_PROFILES, CF_META, CF_OUTBOX, CF_COUNT };
+static const char *const cf_names[CF_COUNT] = {"default", "profiles", "meta", "outbox"};
+
+struct segd_store {
+    rocksdb_t *db;
+    rocksdb_options_t *db_opts;
+    rocksdb_options_t *cf_opts[CF_COUNT];
+    rocksdb_column_family_handle_t *cf[CF_COUNT];
+    rocksdb_block_based_table_options_t *table_opts;
+    rocksdb_cache_t *cache;
+    rocksdb_writeoptions_t *wopts;
+    rocksdb_readoptions_t *ropts;
+    segd_policy_t *policy;
+    int64_t granularity_s;
+    int read_only;
+};
+
+struct segd_batch {
+    segd_store_t *store;
+    rocksdb_writebatch_t *wb;
+};
+
+void segd_store_opts_default(segd_store_opts_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->block_cache_mb = 256;
+    o->horizon_ms = 24LL * 3600 * 1000;
+    o->granularity_s = 3600;
+    o->periodic_compaction_s = 86400;
+}
+
+static void put_be64(char *b, uint64_t v)
+{
+    for (int i = 7; i >= 0; i--, v >>= 8)
+        b[i] = (char)(v & 0xff);
+}
+
+static uint64_t get_be64(const char *b)
+{
+    uint64_t v = 0;
+    for (int i = 0; i < 8; i++)
+        v = v << 8 | (uint8_t)b[i];
+    return v;
+}
+
+static segd_err_t rocks_err(char *rerr, segd_err_t code, char *errstr, size_t n,
+                            const char *what)
+{
+    segd_errf(code, errstr, n, "%s: %s", what, rerr);
+    rocksdb_free(rerr);
+    return code;
+}
+
+/* ---------- open / close ---------- */
+
+static void configure_profiles(segd_store_t *s, rocksdb_options_t *o)
+{
+    rocksdb_options_set_merge_operator(o, segd_merge_operator_new(s->policy));
+    rocksdb_options_set_compaction_filter_factory(o, segd_filter_factory_new(s->policy));
+    rocksdb_options_set_block_based_table_factory(o, s->table_opts);
+    rocksdb_options_set_compression(o, rocksdb_zstd_compression);
+    rocksdb_options_set_bottommost_compression(o, rocksdb_zstd_compression);
+    rocksdb_options_set_write_buffer_size(o, 64 << 20);
+    rocksdb_options_set_max_write_buffer_number(o, 4);
+    rocksdb_options_set_level_compaction_dynamic_level_bytes(o, 1);
+    rocksdb_options_set_max_bytes_for_level_base(o, 256 << 20);
+    rocksdb_options_set_target_file_size_base(o, 64 << 20);
+}
+
+static segd_err_t make_options(segd_store_t *s, const segd_store_opts_t *o)
+{
+    s->cache = rocksdb_cache_create_lru(o->block_cache_mb << 20);
+    s->table_opts = rocksdb_block_based_options_create();
+    rocksdb_block_based_options_set_block_cache(s->table_opts, s->cache);
+    rocksdb_block_based_options_set_block_size(s->table_opts, 16 << 10);
+    rocksdb_block_based_options_set_filter_policy(s->table_opts,
+                                                  rocksdb_filterpolicy_create_bloom(10));
+    rocksdb_block_based_options_set_cache_index_and_filter_blocks(s->table_opts, 1);
+    rocksdb_block_based_options_set_pin_l0_filter_and_index_blocks_in_cache(s->table_opts, 1);
+    s->db_opts = rocksdb_options_create();
+    rocksdb_options_set_create_if_missing(s->db_opts, 1);
+    rocksdb_options_set_create_missing_column_families(s->db_opts, 1);
+    rocksdb_options_set_max_open_files(s->db_opts, -1);
+    rocksdb_options_increase_parallelism(s->db_opts, 2);
+    rocksdb_options_set_max_background_jobs(s->db_opts, 2);
+    rocksdb_options_set_info_log_level(s->db_opts, 2 /* WARN */);
+    if (o->compaction_rate_mb > 0)
+        rocksdb_options_set_ratelimiter(
+            s->db_opts, rocksdb_ratelimiter_create(o->compaction_rate_mb << 20, 100000, 10));
+    for (int i = 0; i < CF_COUNT; i++) {
+        s->cf_opts[i] = rocksdb_options_create_copy(s->db_opts);
+        if (i == CF_PROFILES)
+            configure_profiles(s, s->cf_opts[i]);
+    }
+    s->wopts = rocksdb_writeoptions_create();
+    s->ropts = rocksdb_readoptions_create();
+    return SEGD_OK;
+}
+
+static segd_err_t meta_get(segd_store_t *s, const char *key, size_t klen, char **val,
+                           size_t *vlen, char *errstr, size_t n)
+{
+    char *rerr = NULL;
+    *val = rocksdb_get_cf(s->db, s->ropts, s->cf[CF_META], key, klen, vlen, &rerr);
+    if (rerr)
+        return rocks_err(rerr, SEGD_ERR_IO, errstr, n, "read meta");
+    return *val ? SEGD_OK : SEGD_ERR_NOTFOUND;
+}
+
+/* Format version and granularity are fixed under existing data. */
+static segd_err_t check_settings(segd_store_t *s, const segd_store_opts_t *o, char *errstr,
+                                 size_t n)
+{
+    char *v = NULL, buf[32], *rerr = NULL;
+    size_t vlen;
+    segd_err_t err = meta_get(s, "granularity_s", 13, &v, &vlen, errstr, n);
+    if (err == SEGD_OK) {
+        snprintf(buf, sizeof(buf), "%.*s", (int)(vlen < 31 ? vlen : 31), v);
+        rocksdb_free(v);
+        s->granularity_s = strtoll(buf, NULL, 10);
+        if (!o->read_only && s->granularity_s != o->granularity_s)
+            return segd_errf(SEGD_ERR_CONFIG, errstr, n,
+                             "store.granularity_s is %" PRId64 " in %s but %" PRId64
+                             " was configured; it cannot change under existing data",
+                             s->granularity_s, o->path, o->granularity_s);
+        return SEGD_OK;
+    }
+    if (err != SEGD_ERR_NOTFOUND)
+        return err;
+    s->granularity_s = o->granularity_s;
+    if (o->read_only)
+        return SEGD_OK;
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    int len = snprintf(buf, sizeof(buf), "%" PRId64, o->granularity_s);
+    rocksdb_writebatch_put_cf(wb, s->cf[CF_META], "granularity_s", 13, buf, (size_t)len);
+    len = snprintf(buf, sizeof(buf), "%d", SEGD_STORE_FORMAT);
+    rocksdb_writebatch_put_cf(wb, s->cf[CF_META], "format", 6, buf, (size_t)len);
+    rocksdb_write(s->db, s->wopts, wb, &rerr);
+    rocksdb_writebatch_destroy(wb);
+    return rerr ? rocks_err(rerr, SEGD_ERR_IO, errstr, n, "write meta") : SEGD_OK;
+}
+
+static segd_err_t check_format(segd_store_t *s, char *errstr, size_t n)
+{
+    char *v = NULL;
+    size_t vlen;
+    segd_err_t err = meta_get(s, "format", 6, &v, &vlen, errstr, n);
+    if (err == SEGD_ERR_NOTFOUND)
+        return SEGD_OK;
+    if (err)
+        return err;
+    int ok = vlen == 1 && v[0] == '0' + SEGD_STORE_FORMAT;
+    rocksdb_free(v);
+    return ok ? SEGD_OK
+              : segd_errf(SEGD_ERR_CONFIG, errstr, n, "unsupported store format");
+}
+
+#define RETIRED_PREFIX "retired/"
+
+static segd_err_t load_retirements(segd_store_t *s)
+{
+    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(s->db, s->ropts, s->cf[CF_META]);
+    segd_err_t err = SEGD_OK;
+    size_t plen = strlen(RETIRED_PREFIX);
+    for (rocksdb_iter_seek(it, RETIRED_PREFIX, plen); rocksdb_iter_valid(it);
+         rocksdb_iter_next(it)) {
+        size_t klen, vlen;
+        const char *k = rocksdb_iter_key(it, &klen), *v = rocksdb_iter_value(it, &vlen);
+        if (klen != plen + 8 || memcmp(k, RETIRED_PREFIX, plen) != 0)
+            break;
+        if (vlen == 8 && (err = segd_policy_retire(s->policy, (int64_t)get_be64(k + plen),
+                                                   (int64_t)get_be64(v))))
+            break;
+    }
+    rocksdb_iter_destroy(it);
+    return err;
+}
+
+static segd_err_t open_db(segd_store_t *s, const segd_store_opts_t *o, char *errstr,
+                          size_t n)
+{
+    char *rerr = NULL;
+    const rocksdb_options_t *cfo[CF_COUNT];
+    for (int i = 0; i < CF_COUNT; i++)
+        cfo[i] = s->cf_opts[i];
+    if (o->read_only)
+        s->db = rocksdb_open_for_read_only_column_families(
+            s->db_opts, o->path, CF_COUNT, cf_names, cfo, s->cf, 0, &rerr);
+    else
+        s->db = rocksdb_open_column_families(s->db_opts, o->path, CF_COUNT, cf_names, cfo,
+                                             s->cf, &rerr);
+    if (rerr)
+        return rocks_err(rerr, SEGD_ERR_IO, errstr, n, o->path);
+    if (!o->read_only && o->periodic_compaction_s > 0) {
+        char val[32];
+        snprintf(val, sizeof(val), "%" PRId64, o->periodic_compaction_s);
+        const char *keys[] = {"periodic_compaction_seconds"}, *vals[] = {val};
+        rocksdb_set_options_cf(s->db, s->cf[CF_PROFILES], 1, keys, vals, &rerr);
+        if (rerr)
+            return rocks_err(rerr, SEGD_ERR_STORE, errstr, n, "periodic compaction");
+    }
+    return SEGD_OK;
+}
+
+segd_err_t segd_store_open(segd_store_t **out, const segd_store_opts_t *o, char *errstr,
+                           size_t n)
+{
+    *out = NULL;
+    if (!o->path || o->granularity_s <= 0 || o->horizon_ms < 0)
+        return segd_errf(SEGD_ERR_CONFIG, errstr, n, "store: bad path or settings");
+    segd_store_t *s = calloc(1, sizeof(*s));
+    if (!s)
+        return SEGD_ERR_NOMEM;
+    s->read_only = o->read_only;
+    segd_err_t err = segd_policy_new(&s->policy, o->horizon_ms);
+    if (err)
+        goto out_close;
+    segd_policy_set_now(s->policy, o->now_ms);
+    if ((err = make_options(s, o)) || (err = open_db(s, o, errstr, n)) ||
+        (err = check_format(s, errstr, n)) || (err = check_settings(s, o, errstr, n)) ||
+        (err = load_retirements(s)))
+        goto out_close;
+    *out = s;
+    return SEGD_OK;
+out_close:
+    segd_store_close(s);
+    return err;
+}
+
+void segd_store_close(segd_store_t *s)
+{
+    if (!s)
+        return;
+    for (int i = 0; i < CF_COUNT; i++)
+        if (s->cf[i])
+            rocksdb_column_family_handle_destroy(s->cf[i]);
+    if (s->db)
+        rocksdb_close(s->db);
+    for (int i = 0; i < CF_COUNT; i++)
+        if (s->cf_opts[i])
+            rocksdb_options_destroy(s->cf_opts[i]);
+    if (s->db_opts)
+        rocksdb_options_destroy(s->db_opts);
+    if (s->table_opts)
+        rocksdb_block_based_options_destroy(s->table_opts);
+    if (s->cache)
+        rocksdb_cache_destroy(s->cache);
+    if (s->wopts)
+        rocksdb_writeoptions_destroy(s->wopts);
+    if (s->ropts)
+        rocksdb_readoptions_destroy(s->ropts);
+    segd_policy_destroy(s->policy);
+    free(s);
+}
+
+segd_policy_t *segd_store_policy(segd_store_t *s) { return s->policy; }
+int64_t segd_store_granularity(const segd_store_t *s) { return s->granularity_s; }
+
+/* ---------- batches ---------- */
+
+segd_err_t segd_batch_new(segd_store_t *s, segd_batch_t **out)
+{
+    segd_batch_t *b = calloc(1, sizeof(*b));
+    if (!b)
+        return SEGD_ERR_NOMEM;
+    b->store = s;
+    b->wb = rocksdb_writebatch_create();
+    *out = b;
+    return SEGD_OK;
+}
+
+void segd_batch_destroy(segd_batch_t *b)
+{
+    if (!b)
+        return;
+    rocksdb_writebatch_destroy(b->wb);
+    free(b);
+}
+
+void segd_batch_clear(segd_batch_t *b) { rocksdb_writebatch_clear(b->wb); }
+size_t segd_batch_count(const segd_batch_t *b) { return (size_t)rocksdb_writebatch_count(b->wb); }
+
+void segd_batch_merge(segd_batch_t *b, const char *user, size_t user_len,
+                      const uint8_t *operand, size_t operand_len)
+{
+    rocksdb_writebatch_merge_cf(b->wb, b->store->cf[CF_PROFILES], user, user_len,
+                                (const char *)operand, operand_len);
+}
+
+static size_t offset_key(char *buf, size_t cap, const char *topic, int32_t partition)
+{
+    int n = snprintf(buf, cap, "offset/%s/%" PRId32, topic, partition);
+    return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
+}
+
+void segd_batch_set_offset(segd_batch_t *b, const char *topic, int32_t partition,
+                           int64_t next_offset)
+{
+    char key[512], val[8];
+    size_t klen = offset_key(key, sizeof(key), topic, partition);
+    put_be64(val, (uint64_t)next_offset);
+    rocksdb_writebatch_put_cf(b->wb, b->store->cf[CF_META], key, klen, val, 8);
+}
+
+void segd_batch_outbox_put(segd_batch_t *b, const void *key, size_t klen,
+                           const void *value, size_t vlen)
+{
+    rocksdb_writebatch_put_cf(b->wb, b->store->cf[CF_OUTBOX], key, klen, value, vlen);
+}
+
+void segd_batch_outbox_delete(segd_batch_t *b, const void *key, size_t klen)
+{
+    rocksdb_writebatch_delete_cf(b->wb, b->store->cf[CF_OUTBOX], key, klen);
+}
+
+segd_err_t segd_store_write(segd_store_t *s, segd_batch_t *b, char *errstr, size_t n)
+{
+    char *rerr = NULL;
+    rocksdb_write(s->db, s->wopts, b->wb, &rerr);
+    return rerr ? rocks_err(rerr, SEGD_ERR_IO, errstr, n, "write batch") : SEGD_OK;
+}
+
+segd_err_t segd_store_offset_get(segd_store_t *s, const char *topic, int32_t partition,
+                                 int64_t *next_offset, char *errstr, size_t n)
+{
+    char key[512], *v = NULL;
+    size_t vlen;
+    size_t klen = offset_key(key, sizeof(key), topic, partition);
+    segd_err_t err = meta_get(s, key, klen, &v, &vlen, errstr, n);
+    if (err)
+        return err;
+    if (vlen == 8)
+        *next_offset = (int64_t)get_be64(v);
+    else
+        err = segd_errf(SEGD_ERR_CORRUPT, errstr, n, "bad stored offset for %s", key);
+    rocksdb_free(v);
+    return err;
+}
+
+/* ---------- reads ---------- */
+
+segd_err_t segd_store_get(segd_store_t *s, const char *user, size_t user_len,
+                          segd_profile_t *out, char *errstr, size_t n)
+{
+    char *rerr = NULL;
+    size_t vlen = 0;
+    char *v = rocksdb_get_cf(s->db, s->ropts, s->cf[CF_PROFILES], user, user_len, &vlen,
+                             &rerr);
+    if (rerr)
+        return rocks_err(rerr, SEGD_ERR_IO, errstr, n, "get");
+    segd_err_t err = segd_record_decode((const uint8_t *)v, v ? vlen : 0, out);
+    rocksdb_free(v);
+    if (err)
+        return segd_errf(err, errstr, n, "record of user %.*s: %s", (int)user_len, user,
+                         segd_err_str(err));
+    segd_prune_t rule;
+    segd_policy_rule(s->policy, &rule, 1);
+    segd_profile_prune(out, &rule);
+    return SEGD_OK;
+}
+
+segd_err_t segd_store_scan(segd_store_t *s, segd_scan_cb cb, void *ctx, char *errstr,
+                           size_t n)
+{
+    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(s->db, s->ropts, s->cf[CF_PROFILES]);
+    segd_profile_t p;
+    segd_profile_init(&p);
+    segd_prune_t rule;
+    segd_policy_rule(s->policy, &rule, 1);
+    segd_err_t err = SEGD_OK;
+    for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+        size_t klen, vlen;
+        const char *k = rocksdb_iter_key(it, &klen), *v = rocksdb_iter_value(it, &vlen);
+        if (segd_record_decode((const uint8_t *)v, vlen, &p) != SEGD_OK) {
+            segd_policy_count_corrupt(s->policy);
+            continue;
+        }
+        segd_profile_prune(&p, &rule);
+        if ((p.n || p.erased_before_ms) && cb(ctx, k, klen, &p))
+            break;
+    }
+    char *rerr = NULL;
+    rocksdb_iter_get_error(it, &rerr);
+    if (rerr)
+        err = rocks_err(rerr, SEGD_ERR_IO, errstr, n, "scan");
+    rocksdb_iter_destroy(it);
+    segd_profile_free(&p);
+    return err;
+}
+
+/* Two passes: the first merges operand chains into (possibly empty) values,
+ * which the filter of that same compaction never sees; the second lets the
+ * filter delete what the first left empty. */
+segd_err_t segd_store_compact(segd_store_t *s, char *errstr, size_t n)
+{
+    rocksdb_compactoptions_t *co = rocksdb_compactoptions_create();
+    rocksdb_compactoptions_set_bottommost_level_compaction(co, 2 /* force */);
+    rocksdb_compactoptions_set_exclusive_manual_compaction(co, 1);
+    for (int pass = 0; pass < 2; pass++)
+        rocksdb_compact_range_cf_opt(s->db, s->cf[CF_PROFILES], co, NULL, 0, NULL, 0);
+    rocksdb_compactoptions_destroy(co);
+    (void)errstr, (void)n;
+    return SEGD_OK;
+}
+
+typedef struct stats_ctx {
+    segd_store_stats_t *st;
+    segd_prune_t rule;
+} stats_ctx_t;
+
+static int stats_cb(void *ctx, const char *user, size_t user_len, const segd_profile_t *p)
+{
+    (void)user, (void)user_len;
+    stats_ctx_t *c = ctx;
+    uint64_t live = 0;
+    for (size_t i = 0; i < p->n; i++)
+        live += (uint64_t)segd_entry_live(&p->entries[i], p->erased_before_ms, &c->rule);
+    c->st->records++;
+    c->st->users += live > 0;
+    c->st->live_segments += live;
+    c->st->stored_entries += p->n;
+    return 0;
+}
+
+segd_err_t segd_store_stats(segd_store_t *s, segd_store_stats_t *st, char *errstr, size_t n)
+{
+    memset(st, 0, sizeof(*st));
+    stats_ctx_t c = {.st = st};
+    segd_policy_rule(s->policy, &c.rule, 1);
+    uint64_t before = segd_policy_corrupt_count(s->policy);
+    segd_err_t err = segd_store_scan(s, stats_cb, &c, errstr, n);
+    st->corrupt = segd_policy_corrupt_count(s->policy) - before;
+    rocksdb_property_int_cf(s->db, s->cf[CF_PROFILES], "rocksdb.total-sst-files-size",
+                            &st->sst_bytes);
+    return err;
+}
+
+segd_err_t segd_store_retire(segd_store_t *s, int64_t segment_id, int64_t before_ms,
+                             char *errstr, size_t n)
+{
+    char key[sizeof(RETIRED_PREFIX) - 1 + 8], val[8], *rerr = NULL;
+    size_t plen = strlen(RETIRED_PREFIX);
+    int64_t cur = segd_policy_retired_before(s->policy, segment_id);
+    if (before_ms < cur)
+        before_ms = cur;
+    memcpy(key, RETIRED_PREFIX, plen);
+    put_be64(key + plen, (uint64_t)segment_id);
+    put_be64(val, (uint64_t)before_ms);
+    rocksdb_put_cf(s->db, s->wopts, s->cf[CF_META], key, sizeof(key), val, 8, &rerr);
+    if (rerr)
+        return rocks_err(rerr, SEGD_ERR_IO, errstr, n, "retire");
+    return segd_policy_retire(s->policy, segment_id, before_ms);
+}

@@ -1,0 +1,95 @@
+/* The RocksDB store (DESIGN §4): column families `profiles` (user id ->
+ * profile record, merge-only on ingest), `meta` (input offsets, retirement
+ * markers, format and settings) and `outbox` (unacknowledged change deltas).
+ * A segd_batch_t is the unit of exactly-once: merges, offsets and outbox
+ * entries go into one WriteBatch written with the WAL on. */
+#ifndef SEGD_STORE_H
+#define SEGD_STORE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "err.h"
+#include "policy.h"
+#include "record.h"
+
+#define SEGD_STORE_FORMAT 1
+
+typedef struct segd_store segd_store_t;
+typedef struct segd_batch segd_batch_t;
+
+typedef struct segd_store_opts {
+    const char *path;
+    int read_only;                 /* no lock: readers beside a running writer */
+    size_t block_cache_mb;         /* default 256 */
+    int64_t horizon_ms;            /* default 24 h */
+    int64_t granularity_s;         /* default 3600; fixed once data exists */
+    int64_t periodic_compaction_s; /* default 86400: cold records get visited */
+    int64_t compaction_rate_mb;    /* background I/O cap in MiB/s; 0 = none */
+    int64_t now_ms;                /* 0 = wall clock; tests and --now set it */
+} segd_store_opts_t;
+
+typedef struct segd_store_stats {
+    uint64_t users;          /* keys with at least one live segment */
+    uint64_t records;        /* non-empty records, live or not */
+    uint64_t live_segments;
+    uint64_t stored_entries; /* live + dead kept within the horizon */
+    uint64_t sst_bytes;      /* on-disk bytes of the profiles family */
+    uint64_t corrupt;        /* records skipped because they do not decode */
+} segd_store_stats_t;
+
+void segd_store_opts_default(segd_store_opts_t *o);
+
+segd_err_t segd_store_open(segd_store_t **out, const segd_store_opts_t *o, char *errstr,
+                           size_t errstr_size);
+void segd_store_close(segd_store_t *s);
+
+/* Borrowed; valid until segd_store_close. */
+segd_policy_t *segd_store_policy(segd_store_t *s);
+int64_t segd_store_granularity(const segd_store_t *s);
+
+segd_err_t segd_batch_new(segd_store_t *s, segd_batch_t **out);
+void segd_batch_destroy(segd_batch_t *b);
+void segd_batch_clear(segd_batch_t *b);
+size_t segd_batch_count(const segd_batch_t *b);
+/* The operand bytes are copied into the batch. */
+void segd_batch_merge(segd_batch_t *b, const char *user, size_t user_len,
+                      const uint8_t *operand, size_t operand_len);
+void segd_batch_set_offset(segd_batch_t *b, const char *topic, int32_t partition,
+                           int64_t next_offset);
+void segd_batch_outbox_put(segd_batch_t *b, const void *key, size_t klen,
+                           const void *value, size_t vlen);
+void segd_batch_outbox_delete(segd_batch_t *b, const void *key, size_t klen);
+
+/* Writes the batch atomically with the WAL on; the batch is left intact. */
+segd_err_t segd_store_write(segd_store_t *s, segd_batch_t *b, char *errstr,
+                            size_t errstr_size);
+
+/* SEGD_ERR_NOTFOUND when the partition has no stored offset. */
+segd_err_t segd_store_offset_get(segd_store_t *s, const char *topic, int32_t partition,
+                                 int64_t *next_offset, char *errstr, size_t errstr_size);
+
+/* Reads one user's record, pruned at the policy's now (dead entries stay:
+ * callers filter with segd_entry_live or the query module). An absent user
+ * yields an empty profile and SEGD_OK. */
+segd_err_t segd_store_get(segd_store_t *s, const char *user, size_t user_len,
+                          segd_profile_t *out, char *errstr, size_t errstr_size);
+
+/* Calls cb for every non-empty record in key order; cb returns non-zero to
+ * stop. The profile is borrowed for the call. */
+typedef int (*segd_scan_cb)(void *ctx, const char *user, size_t user_len,
+                            const segd_profile_t *p);
+segd_err_t segd_store_scan(segd_store_t *s, segd_scan_cb cb, void *ctx, char *errstr,
+                           size_t errstr_size);
+
+/* Full manual compaction of the profiles family at the policy's now. */
+segd_err_t segd_store_compact(segd_store_t *s, char *errstr, size_t errstr_size);
+
+segd_err_t segd_store_stats(segd_store_t *s, segd_store_stats_t *st, char *errstr,
+                            size_t errstr_size);
+
+/* Retires segment_id store-wide for entries with ts_ms <= before_ms. */
+segd_err_t segd_store_retire(segd_store_t *s, int64_t segment_id, int64_t before_ms,
+                             char *errstr, size_t errstr_size);
+
+#endif
