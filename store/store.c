@@ -402,6 +402,16 @@ segd_err_t segd_store_scan(segd_store_t *s, segd_scan_cb cb, void *ctx, char *er
     return err;
 }
 
+segd_err_t segd_store_flush(segd_store_t *s, char *errstr, size_t n)
+{
+    char *rerr = NULL;
+    rocksdb_flushoptions_t *fo = rocksdb_flushoptions_create();
+    rocksdb_flushoptions_set_wait(fo, 1);
+    rocksdb_flush_cf(s->db, fo, s->cf[CF_PROFILES], &rerr);
+    rocksdb_flushoptions_destroy(fo);
+    return rerr ? rocks_err(rerr, SEGD_ERR_IO, errstr, n, "flush") : SEGD_OK;
+}
+
 /* Two passes: the first merges operand chains into (possibly empty) values,
  * which the filter of that same compaction never sees; the second lets the
  * filter delete what the first left empty. */

@@ -82,6 +82,9 @@ typedef int (*segd_scan_cb)(void *ctx, const char *user, size_t user_len,
 segd_err_t segd_store_scan(segd_store_t *s, segd_scan_cb cb, void *ctx, char *errstr,
                            size_t errstr_size);
 
+/* Flushes the memtables to SST files (operand chains become partial merges). */
+segd_err_t segd_store_flush(segd_store_t *s, char *errstr, size_t errstr_size);
+
 /* Full manual compaction of the profiles family at the policy's now. */
 segd_err_t segd_store_compact(segd_store_t *s, char *errstr, size_t errstr_size);
 

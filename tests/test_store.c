@@ -1,0 +1,180 @@
+/* Tests for store/store.c: offsets in the same batch as data, reopening,
+ * read-only readers beside a writer, fixed settings, retirement markers. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "consumer/apply.h"
+#include "store/store.h"
+
+#define NOW_MS 1800000000000LL
+
+typedef struct fixture {
+    char dir[64];
+} fixture_t;
+
+static int setup(void **state)
+{
+    fixture_t *f = calloc(1, sizeof(*f));
+    snprintf(f->dir, sizeof(f->dir), "/tmp/segd-test-store-XXXXXX");
+    if (!mkdtemp(f->dir))
+        return -1;
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture_t *f = *state;
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", f->dir);
+    int rc = system(cmd);
+    free(f);
+    return rc;
+}
+
+static segd_store_t *open_store(const char *dir, int read_only, int64_t granularity)
+{
+    segd_store_opts_t o;
+    segd_store_opts_default(&o);
+    o.path = dir;
+    o.read_only = read_only;
+    o.now_ms = NOW_MS;
+    o.block_cache_mb = 8;
+    if (granularity)
+        o.granularity_s = granularity;
+    segd_store_t *s = NULL;
+    char err[512];
+    if (segd_store_open(&s, &o, err, sizeof(err)) != SEGD_OK)
+        return NULL;
+    return s;
+}
+
+static void add_upsert(segd_applier_t *ap, const char *user, int64_t seg)
+{
+    segd_event_t ev;
+    segd_event_init(&ev);
+    segd_event_set_user(&ev, user, strlen(user));
+    ev.ts_ms = NOW_MS - 1000;
+    ev.op = SEGD_OP_UPSERT;
+    segd_seg_update_t u = {seg, 86400, 0, 0};
+    segd_event_add_segment(&ev, &u);
+    assert_int_equal(segd_applier_add(ap, &ev), SEGD_OK);
+    segd_event_free(&ev);
+}
+
+static void test_offsets_travel_with_data(void **state)
+{
+    fixture_t *f = *state;
+    char err[512];
+    segd_store_t *s = open_store(f->dir, 0, 0);
+    assert_non_null(s);
+    int64_t off = -1;
+    assert_int_equal(segd_store_offset_get(s, "events", 3, &off, err, sizeof(err)),
+                     SEGD_ERR_NOTFOUND);
+    segd_applier_t ap;
+    assert_int_equal(segd_applier_init(&ap, s), SEGD_OK);
+    add_upsert(&ap, "alice", 42);
+    segd_batch_set_offset(ap.batch, "events", 3, 1234);
+    segd_batch_outbox_put(ap.batch, "k", 1, "v", 1);
+    assert_int_equal(segd_batch_count(ap.batch), 3);
+    assert_int_equal(segd_applier_flush(&ap, err, sizeof(err)), SEGD_OK);
+    /* a batch built but never written leaves neither data nor offset */
+    add_upsert(&ap, "bob", 7);
+    segd_batch_set_offset(ap.batch, "events", 3, 9999);
+    segd_applier_free(&ap);
+    segd_store_close(s);
+
+    s = open_store(f->dir, 0, 0);
+    assert_non_null(s);
+    assert_int_equal(segd_store_offset_get(s, "events", 3, &off, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(off, 1234);
+    segd_profile_t p;
+    segd_profile_init(&p);
+    assert_int_equal(segd_store_get(s, "alice", 5, &p, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(p.n, 1);
+    assert_int_equal(p.entries[0].segment_id, 42);
+    assert_int_equal(segd_store_get(s, "bob", 3, &p, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(p.n, 0);
+    segd_profile_free(&p);
+    segd_store_close(s);
+}
+
+static void test_reader_beside_writer(void **state)
+{
+    fixture_t *f = *state;
+    char err[512];
+    segd_store_t *w = open_store(f->dir, 0, 0);
+    assert_non_null(w);
+    segd_applier_t ap;
+    assert_int_equal(segd_applier_init(&ap, w), SEGD_OK);
+    add_upsert(&ap, "carol", 5);
+    assert_int_equal(segd_applier_flush(&ap, err, sizeof(err)), SEGD_OK);
+    segd_applier_free(&ap);
+    /* a second writer is refused (RocksDB's lock), a reader is not */
+    assert_null(open_store(f->dir, 0, 0));
+    segd_store_t *r = open_store(f->dir, 1, 0);
+    assert_non_null(r);
+    segd_profile_t p;
+    segd_profile_init(&p);
+    assert_int_equal(segd_store_get(r, "carol", 5, &p, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(p.n, 1);
+    segd_profile_free(&p);
+    segd_store_close(r);
+    segd_store_close(w);
+}
+
+static void test_granularity_is_fixed(void **state)
+{
+    fixture_t *f = *state;
+    segd_store_t *s = open_store(f->dir, 0, 3600);
+    assert_non_null(s);
+    segd_store_close(s);
+    assert_null(open_store(f->dir, 0, 60));
+    s = open_store(f->dir, 0, 3600);
+    assert_non_null(s);
+    assert_int_equal(segd_store_granularity(s), 3600);
+    segd_store_close(s);
+}
+
+static void test_retirement_persists(void **state)
+{
+    fixture_t *f = *state;
+    char err[512];
+    segd_store_t *s = open_store(f->dir, 0, 0);
+    assert_non_null(s);
+    segd_applier_t ap;
+    assert_int_equal(segd_applier_init(&ap, s), SEGD_OK);
+    add_upsert(&ap, "dave", 11);
+    add_upsert(&ap, "dave", 12);
+    assert_int_equal(segd_applier_flush(&ap, err, sizeof(err)), SEGD_OK);
+    segd_applier_free(&ap);
+    assert_int_equal(segd_store_retire(s, 11, NOW_MS, err, sizeof(err)), SEGD_OK);
+    segd_store_close(s);
+    s = open_store(f->dir, 0, 0);
+    assert_non_null(s);
+    segd_profile_t p;
+    segd_profile_init(&p);
+    assert_int_equal(segd_store_get(s, "dave", 4, &p, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(p.n, 1);
+    assert_int_equal(p.entries[0].segment_id, 12);
+    segd_profile_free(&p);
+    segd_store_close(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_offsets_travel_with_data, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reader_beside_writer, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_granularity_is_fixed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_retirement_persists, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
