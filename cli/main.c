@@ -5,7 +5,10 @@
 #include "cli/cli.h"
 
 static const segd_cmd_t commands[] = {
-    {"demo", segd_cmd_demo, "self-contained demo: generate, ingest, read back"},
+    {"demo", segd_cmd_demo, "self-contained demo: broker, producer, pipeline, reads"},
+    {"run", segd_cmd_run, "the daemon: Kafka -> store, exactly-once offsets, DLQ"},
+    {"dev-broker", segd_cmd_dev_broker, "serve an in-process Kafka cluster on loopback"},
+    {"produce", segd_cmd_produce, "synthetic DMP: produce the seed workload to Kafka"},
     {"backfill", segd_cmd_backfill, "apply SegmentEvents from JSON-lines or Avro files"},
     {"get", segd_cmd_get, "print a user's live segments as a bidder reads them"},
     {"compact", segd_cmd_compact, "full manual compaction (drops dead entries)"},

@@ -1,0 +1,285 @@
+/* Configuration parsing and validation; see config.h. The key table is the
+ * documented surface: each entry names its key, type and bounds. */
+#include "config.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef enum { K_STR, K_INT, K_TOPICS, K_FRAMING, K_RESET } key_type_t;
+
+typedef struct key_def {
+    const char *key;
+    key_type_t type;
+    size_t offset;
+    int64_t lo, hi;
+} key_def_t;
+
+#define OFF(f) offsetof(segd_config_t, f)
+static const key_def_t keys[] = {
+    {"brokers", K_STR, OFF(brokers), 0, 0},
+    {"topics", K_TOPICS, 0, 0, 0},
+    {"group", K_STR, OFF(group), 0, 0},
+    {"db", K_STR, OFF(db), 0, 0},
+    {"dlq.topic", K_STR, OFF(dlq_topic), 0, 0},
+    {"input.format", K_FRAMING, 0, 0, 0},
+    {"input.schema.registry.url", K_STR, OFF(registry_url), 0, 0},
+    {"input.schema.registry.auth", K_STR, OFF(registry_auth), 0, 0},
+    {"input.schema.registry.ca", K_STR, OFF(registry_ca), 0, 0},
+    {"input.offset.reset", K_RESET, 0, 0, 0},
+    {"batch.max.messages", K_INT, OFF(batch_max_messages), 1, 1000000},
+    {"batch.max.ms", K_INT, OFF(batch_max_ms), 1, 60000},
+    {"retry.max.ms", K_INT, OFF(retry_max_ms), 10, 600000},
+    {"limits.max.segments", K_INT, OFF(limits.max_segments), 1, 1 << 20},
+    {"limits.max.user.id", K_INT, OFF(limits.max_user_id), 1, SEGD_MAX_USER_ID},
+    {"limits.max.message.bytes", K_INT, OFF(limits.max_message), 64, 64 << 20},
+    {"store.granularity.s", K_INT, OFF(granularity_s), 1, 86400},
+    {"store.horizon.s", K_INT, OFF(horizon_s), 0, 90 * 86400},
+    {"store.block.cache.mb", K_INT, OFF(block_cache_mb), 8, 1 << 20},
+    {"compaction.rate.mb", K_INT, OFF(compaction_rate_mb), 0, 1 << 20},
+    {"compaction.periodic.s", K_INT, OFF(periodic_compaction_s), 0, 365 * 86400},
+};
+
+void segd_config_init(segd_config_t *c)
+{
+    memset(c, 0, sizeof(*c));
+    c->framing = SEGD_FRAMING_AUTO;
+    c->offset_reset = strdup("earliest");
+    c->batch_max_messages = 5000;
+    c->batch_max_ms = 50;
+    c->retry_max_ms = 5000;
+    segd_limits_default(&c->limits);
+    c->granularity_s = 3600;
+    c->horizon_s = 86400;
+    c->block_cache_mb = 256;
+    c->periodic_compaction_s = 86400;
+}
+
+void segd_config_free(segd_config_t *c)
+{
+    free(c->brokers);
+    free(c->group);
+    free(c->db);
+    free(c->dlq_topic);
+    free(c->registry_url);
+    free(c->registry_auth);
+    free(c->registry_ca);
+    free(c->offset_reset);
+    for (size_t i = 0; i < c->n_topics; i++)
+        free(c->topics[i]);
+    for (size_t i = 0; i < c->n_kafka; i++) {
+        free(c->kafka[i].key);
+        free(c->kafka[i].value);
+    }
+    memset(c, 0, sizeof(*c));
+}
+
+static segd_err_t set_topics(segd_config_t *c, const char *v, char *errstr, size_t n)
+{
+    for (size_t i = 0; i < c->n_topics; i++)
+        free(c->topics[i]);
+    c->n_topics = 0;
+    const char *p = v;
+    while (*p) {
+        size_t len = strcspn(p, ",");
+        if (len == 0 || len > 249 || c->n_topics == SEGD_MAX_TOPICS)
+            return segd_errf(SEGD_ERR_CONFIG, errstr, n, "topics: bad topic list '%s'", v);
+        c->topics[c->n_topics++] = strndup(p, len);
+        p += len + (p[len] == ',');
+    }
+    return c->n_topics ? SEGD_OK
+                       : segd_errf(SEGD_ERR_CONFIG, errstr, n, "topics: empty topic list");
+}
+
+static segd_err_t set_int(const key_def_t *k, void *field, const char *v, char *errstr,
+                          size_t n)
+{
+    char *end;
+    errno = 0;
+    long long x = strtoll(v, &end, 10);
+    if (!*v || *end || errno || x < k->lo || x > k->hi)
+        return segd_errf(SEGD_ERR_CONFIG, errstr, n,
+                         "%s: '%s' is not an integer in [%lld, %lld]", k->key, v,
+                         (long long)k->lo, (long long)k->hi);
+    if (k->offset == OFF(limits.max_segments) || k->offset == OFF(limits.max_user_id) ||
+        k->offset == OFF(limits.max_message))
+        *(size_t *)field = (size_t)x;
+    else
+        *(int64_t *)field = x;
+    return SEGD_OK;
+}
+
+static segd_err_t set_framing(segd_config_t *c, const char *v, char *errstr, size_t n)
+{
+    static const struct { const char *name; segd_framing_t f; } names[] = {
+        {"confluent", SEGD_FRAMING_CONFLUENT}, {"single-object", SEGD_FRAMING_SINGLE_OBJECT},
+        {"raw", SEGD_FRAMING_RAW}, {"auto", SEGD_FRAMING_AUTO}};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (!strcmp(v, names[i].name)) {
+            c->framing = names[i].f;
+            return SEGD_OK;
+        }
+    return segd_errf(SEGD_ERR_CONFIG, errstr, n,
+                     "input.format: '%s' is not confluent, single-object, raw or auto", v);
+}
+
+segd_err_t segd_config_set_kafka(segd_config_t *c, const char *key, const char *value,
+                                 char *errstr, size_t n)
+{
+    for (size_t i = 0; i < c->n_kafka; i++)
+        if (!strcmp(c->kafka[i].key, key)) {
+            free(c->kafka[i].value);
+            c->kafka[i].value = strdup(value);
+            return SEGD_OK;
+        }
+    if (c->n_kafka == SEGD_MAX_KAFKA_PROPS)
+        return segd_errf(SEGD_ERR_CONFIG, errstr, n, "too many kafka.* settings");
+    c->kafka[c->n_kafka].key = strdup(key);
+    c->kafka[c->n_kafka++].value = strdup(value);
+    return SEGD_OK;
+}
+
+segd_err_t segd_config_set(segd_config_t *c, const char *key, const char *value,
+                           char *errstr, size_t n)
+{
+    if (!strncmp(key, "kafka.", 6) && key[6])
+        return segd_config_set_kafka(c, key + 6, value, errstr, n);
+    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+        const key_def_t *k = &keys[i];
+        if (strcmp(k->key, key) != 0)
+            continue;
+        switch (k->type) {
+        case K_STR: {
+            char **f = (char **)((char *)c + k->offset);
+            free(*f);
+            *f = strdup(value);
+            return SEGD_OK;
+        }
+        case K_INT: return set_int(k, (char *)c + k->offset, value, errstr, n);
+        case K_TOPICS: return set_topics(c, value, errstr, n);
+        case K_FRAMING: return set_framing(c, value, errstr, n);
+        case K_RESET:
+            if (strcmp(value, "earliest") && strcmp(value, "latest"))
+                return segd_errf(SEGD_ERR_CONFIG, errstr, n,
+                                 "input.offset.reset: '%s' is not earliest or latest", value);
+            free(c->offset_reset);
+            c->offset_reset = strdup(value);
+            return SEGD_OK;
+        }
+    }
+    return segd_errf(SEGD_ERR_CONFIG, errstr, n, "unknown configuration key '%s'", key);
+}
+
+segd_err_t segd_config_set_x(segd_config_t *c, const char *kv, char *errstr, size_t n)
+{
+    const char *eq = strchr(kv, '=');
+    if (!eq || eq == kv)
+        return segd_errf(SEGD_ERR_CONFIG, errstr, n, "-X %s: want key=value", kv);
+    char key[256];
+    snprintf(key, sizeof(key), "%.*s", (int)(eq - kv), kv);
+    return segd_config_set_kafka(c, key, eq + 1, errstr, n);
+}
+
+static char *trim(char *s)
+{
+    while (isspace((unsigned char)*s))
+        s++;
+    char *e = s + strlen(s);
+    while (e > s && isspace((unsigned char)e[-1]))
+        *--e = 0;
+    return s;
+}
+
+segd_err_t segd_config_load_file(segd_config_t *c, const char *path, char *errstr,
+                                 size_t n)
+{
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return segd_errf(SEGD_ERR_CONFIG, errstr, n, "cannot read config file %s", path);
+    char line[4096], msg[512];
+    int lineno = 0;
+    segd_err_t err = SEGD_OK;
+    while (!err && fgets(line, sizeof(line), f)) {
+        lineno++;
+        char *s = trim(line);
+        if (!*s || *s == '#')
+            continue;
+        char *eq = strchr(s, '=');
+        if (!eq) {
+            err = segd_errf(SEGD_ERR_CONFIG, errstr, n, "%s:%d: expected key = value", path,
+                            lineno);
+            break;
+        }
+        *eq = 0;
+        if ((err = segd_config_set(c, trim(s), trim(eq + 1), msg, sizeof(msg))))
+            segd_errf(err, errstr, n, "%s:%d: %s", path, lineno, msg);
+    }
+    fclose(f);
+    return err;
+}
+
+/* SEGD_<KEY>: the key upper-cased with '.' and '-' as '_'. */
+static void env_name(const char *key, char *out, size_t cap)
+{
+    size_t i = snprintf(out, cap, "SEGD_");
+    for (; *key && i + 1 < cap; key++)
+        out[i++] = (*key == '.' || *key == '-') ? '_' : (char)toupper((unsigned char)*key);
+    out[i] = 0;
+}
+
+segd_err_t segd_config_load_env(segd_config_t *c, char *const *envp, char *errstr,
+                                size_t n)
+{
+    char name[128], msg[512];
+    for (char *const *e = envp; e && *e; e++) {
+        const char *eq = strchr(*e, '=');
+        if (!eq || strncmp(*e, "SEGD_", 5) != 0)
+            continue;
+        size_t nlen = (size_t)(eq - *e);
+        segd_err_t err = SEGD_ERR_CONFIG;
+        if (nlen > 11 && !strncmp(*e, "SEGD_KAFKA_", 11)) {
+            char key[128];
+            size_t k = 0;
+            for (const char *p = *e + 11; p < eq && k + 1 < sizeof(key); p++)
+                key[k++] = *p == '_' ? '.' : (char)tolower((unsigned char)*p);
+            key[k] = 0;
+            err = segd_config_set_kafka(c, key, eq + 1, msg, sizeof(msg));
+        } else {
+            for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+                env_name(keys[i].key, name, sizeof(name));
+                if (strlen(name) == nlen && !strncmp(name, *e, nlen)) {
+                    err = segd_config_set(c, keys[i].key, eq + 1, msg, sizeof(msg));
+                    break;
+                }
+                snprintf(msg, sizeof(msg), "unknown variable %.*s", (int)nlen, *e);
+            }
+        }
+        if (err)
+            return segd_errf(err, errstr, n, "environment: %s", msg);
+    }
+    return SEGD_OK;
+}
+
+segd_err_t segd_config_finish(segd_config_t *c, char *errstr, size_t n)
+{
+    const char *missing = !c->brokers ? "brokers (--brokers)"
+                          : !c->n_topics ? "topics (--topic)"
+                          : !c->group ? "group (--group)"
+                          : !c->db ? "db (--db)"
+                                   : NULL;
+    if (missing)
+        return segd_errf(SEGD_ERR_CONFIG, errstr, n, "missing required setting %s", missing);
+    if (c->framing == SEGD_FRAMING_CONFLUENT && !c->registry_url)
+        return segd_errf(SEGD_ERR_CONFIG, errstr, n,
+                         "input.format = confluent needs input.schema.registry.url");
+    if (!c->dlq_topic) {
+        size_t len = strlen(c->topics[0]) + 5;
+        c->dlq_topic = malloc(len);
+        if (!c->dlq_topic)
+            return SEGD_ERR_NOMEM;
+        snprintf(c->dlq_topic, len, "%s.dlq", c->topics[0]);
+    }
+    return SEGD_OK;
+}

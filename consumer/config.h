@@ -1,0 +1,69 @@
+/* segd run's configuration: `key = value` files (# comments), SEGD_* environment
+ * overrides and command-line flags, in that order of precedence (lowest
+ * first). kafka.* keys pass straight to librdkafka, as kcat's -X does.
+ * Unknown keys and bad values fail at start with a message naming the key. */
+#ifndef SEGD_CONFIG_H
+#define SEGD_CONFIG_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "avro_codec.h"
+#include "event.h"
+
+#define SEGD_MAX_TOPICS 16
+#define SEGD_MAX_KAFKA_PROPS 64
+
+typedef struct segd_kv {
+    char *key;   /* without the "kafka." prefix */
+    char *value;
+} segd_kv_t;
+
+typedef struct segd_config {
+    char *brokers;
+    char *topics[SEGD_MAX_TOPICS];
+    size_t n_topics;
+    char *group;
+    char *db;
+    char *dlq_topic;          /* default "<first input topic>.dlq" */
+    char *registry_url;       /* input.schema.registry.url */
+    char *registry_auth;      /* user:password */
+    char *registry_ca;        /* CA file for https */
+    segd_framing_t framing;   /* input.format */
+    char *offset_reset;       /* earliest | latest */
+    int64_t batch_max_messages;
+    int64_t batch_max_ms;
+    int64_t retry_max_ms;     /* cap of the backoff on store/broker/registry faults */
+    segd_limits_t limits;
+    int64_t granularity_s;
+    int64_t horizon_s;
+    int64_t block_cache_mb;
+    int64_t compaction_rate_mb;
+    int64_t periodic_compaction_s;
+    segd_kv_t kafka[SEGD_MAX_KAFKA_PROPS];
+    size_t n_kafka;
+} segd_config_t;
+
+void segd_config_init(segd_config_t *c);
+void segd_config_free(segd_config_t *c);
+
+/* Sets one key (as in the file; "kafka.X" or bare librdkafka names via -X go
+ * through segd_config_set_kafka). SEGD_ERR_CONFIG names the key on error. */
+segd_err_t segd_config_set(segd_config_t *c, const char *key, const char *value,
+                           char *errstr, size_t errstr_size);
+segd_err_t segd_config_set_kafka(segd_config_t *c, const char *key, const char *value,
+                                 char *errstr, size_t errstr_size);
+/* Parses a -X argument "key=value" (librdkafka property). */
+segd_err_t segd_config_set_x(segd_config_t *c, const char *kv, char *errstr,
+                             size_t errstr_size);
+
+segd_err_t segd_config_load_file(segd_config_t *c, const char *path, char *errstr,
+                                 size_t errstr_size);
+/* Applies SEGD_<KEY> variables (dots and dashes as underscores, upper case);
+ * SEGD_KAFKA_<NAME> sets kafka.<name> with underscores as dots. */
+segd_err_t segd_config_load_env(segd_config_t *c, char *const *envp, char *errstr,
+                                size_t errstr_size);
+/* Final checks (required keys, derived defaults). */
+segd_err_t segd_config_finish(segd_config_t *c, char *errstr, size_t errstr_size);
+
+#endif

@@ -1,0 +1,548 @@
+/* Kafka -> store ingest; see pipeline.h. One thread: librdkafka's rebalance
+ * callback runs inside consumer_poll on this thread, so it may write the
+ * pending batch before partitions leave. */
+#define _GNU_SOURCE
+#include "pipeline.h"
+
+#include <inttypes.h>
+#include <librdkafka/rdkafka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "apply.h"
+#include "registry.h"
+
+#define MAX_POSITIONS 1024
+
+typedef struct position {
+    char topic[256];
+    int32_t partition;
+    int64_t next;
+} position_t;
+
+/* A dead letter waiting to be delivered before its offset is written. */
+typedef struct dead_letter {
+    char *key, *value;
+    size_t klen, vlen;
+    char reason[256];
+    char source[300];
+    int delivered; /* set by the delivery report */
+} dead_letter_t;
+
+struct segd_pipeline {
+    const segd_config_t *cfg;
+    segd_store_t *store;
+    volatile sig_atomic_t *stop;
+    rd_kafka_t *consumer;
+    rd_kafka_t *producer; /* dead letters */
+    segd_registry_t *registry;
+    segd_avro_codec_t *codec;
+    segd_applier_t ap;
+    segd_event_t ev;
+    position_t pos[MAX_POSITIONS];
+    size_t npos;
+    dead_letter_t *dlq;
+    size_t ndlq, capdlq;
+    segd_pipeline_stats_t st;
+    char last_fault[512];
+};
+
+static const char *const reason_names[SEGD_DLQ_REASONS] = {
+    "decode", "unknown_schema", "oversize", "limit", "invalid", "key_mismatch"};
+
+const char *segd_dlq_reason_name(int reason)
+{
+    return reason >= 0 && reason < SEGD_DLQ_REASONS ? reason_names[reason] : "?";
+}
+
+static void sleep_ms(int64_t ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+/* Exponential backoff for fault waits; logs the fault once per change. */
+static int64_t backoff(segd_pipeline_t *p, int64_t wait_ms, const char *fault)
+{
+    if (strcmp(p->last_fault, fault) != 0) {
+        fprintf(stderr, "segd: waiting: %s (retrying with backoff, nothing committed)\n",
+                fault);
+        snprintf(p->last_fault, sizeof(p->last_fault), "%s", fault);
+    }
+    p->st.retries++;
+    sleep_ms(wait_ms);
+    wait_ms *= 2;
+    return wait_ms > p->cfg->retry_max_ms ? p->cfg->retry_max_ms : wait_ms;
+}
+
+static void fault_cleared(segd_pipeline_t *p)
+{
+    if (p->last_fault[0]) {
+        fprintf(stderr, "segd: resumed after: %s\n", p->last_fault);
+        p->last_fault[0] = 0;
+    }
+}
+
+/* ---------- batch state ---------- */
+
+static void note_position(segd_pipeline_t *p, const char *topic, int32_t partition,
+                          int64_t next)
+{
+    for (size_t i = 0; i < p->npos; i++)
+        if (p->pos[i].partition == partition && !strcmp(p->pos[i].topic, topic)) {
+            if (next > p->pos[i].next)
+                p->pos[i].next = next;
+            return;
+        }
+    if (p->npos == MAX_POSITIONS)
+        return; /* unreachable with sane partition counts; the offset is re-read */
+    position_t *q = &p->pos[p->npos++];
+    snprintf(q->topic, sizeof(q->topic), "%s", topic);
+    q->partition = partition;
+    q->next = next;
+}
+
+static segd_err_t add_dead_letter(segd_pipeline_t *p, const rd_kafka_message_t *m,
+                                  int reason, const char *why)
+{
+    if (p->ndlq == p->capdlq) {
+        size_t cap = p->capdlq ? p->capdlq * 2 : 16;
+        dead_letter_t *d = realloc(p->dlq, cap * sizeof(*d));
+        if (!d)
+            return SEGD_ERR_NOMEM;
+        p->dlq = d;
+        p->capdlq = cap;
+    }
+    dead_letter_t *d = &p->dlq[p->ndlq];
+    memset(d, 0, sizeof(*d));
+    d->key = m->key_len ? malloc(m->key_len) : NULL;
+    d->value = m->len ? malloc(m->len) : NULL;
+    if ((m->key_len && !d->key) || (m->len && !d->value)) {
+        free(d->key);
+        free(d->value);
+        return SEGD_ERR_NOMEM;
+    }
+    if (m->key_len)
+        memcpy(d->key, m->key, m->key_len);
+    if (m->len)
+        memcpy(d->value, m->payload, m->len);
+    d->klen = m->key_len;
+    d->vlen = m->len;
+    snprintf(d->reason, sizeof(d->reason), "%s", why);
+    snprintf(d->source, sizeof(d->source), "%s/%" PRId32 "/%" PRId64,
+             rd_kafka_topic_name(m->rkt), m->partition, m->offset);
+    p->ndlq++;
+    p->st.dlq[reason]++;
+    return SEGD_OK;
+}
+
+static void clear_dead_letters(segd_pipeline_t *p)
+{
+    for (size_t i = 0; i < p->ndlq; i++) {
+        free(p->dlq[i].key);
+        free(p->dlq[i].value);
+    }
+    p->ndlq = 0;
+}
+
+static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+    (void)rk, (void)opaque;
+    if (!m->err && m->_private)
+        ((dead_letter_t *)m->_private)->delivered = 1;
+}
+
+/* Produces every undelivered dead letter and waits for the broker's acks. */
+static segd_err_t deliver_dead_letters(segd_pipeline_t *p, char *errstr, size_t n)
+{
+    int64_t wait = 100;
+    for (;;) {
+        size_t pending = 0;
+        for (size_t i = 0; i < p->ndlq; i++) {
+            dead_letter_t *d = &p->dlq[i];
+            if (d->delivered)
+                continue;
+            pending++;
+            rd_kafka_producev(p->producer, RD_KAFKA_V_TOPIC(p->cfg->dlq_topic),
+                              RD_KAFKA_V_KEY(d->key, d->klen),
+                              RD_KAFKA_V_VALUE(d->value, d->vlen),
+                              RD_KAFKA_V_HEADER("segd.error", d->reason, -1),
+                              RD_KAFKA_V_HEADER("segd.source", d->source, -1),
+                              RD_KAFKA_V_OPAQUE(d), RD_KAFKA_V_END);
+        }
+        if (!pending)
+            return SEGD_OK;
+        rd_kafka_flush(p->producer, 10000);
+        int all = 1;
+        for (size_t i = 0; i < p->ndlq; i++)
+            all &= p->dlq[i].delivered;
+        if (all)
+            return SEGD_OK;
+        if (*p->stop)
+            return segd_errf(SEGD_ERR_KAFKA, errstr, n, "dead-letter topic %s unreachable",
+                             p->cfg->dlq_topic);
+        wait = backoff(p, wait, "dead-letter produce failed");
+    }
+}
+
+/* Dead letters first, then data + offsets in one WriteBatch, then the Kafka
+ * commit. A failure leaves the batch intact for the next attempt. */
+static segd_err_t flush_batch(segd_pipeline_t *p, char *errstr, size_t n)
+{
+    if (!p->npos)
+        return SEGD_OK;
+    segd_err_t err = deliver_dead_letters(p, errstr, n);
+    if (err)
+        return err;
+    for (size_t i = 0; i < p->npos; i++)
+        segd_batch_set_offset(p->ap.batch, p->pos[i].topic, p->pos[i].partition,
+                              p->pos[i].next);
+    int64_t wait = 100;
+    while ((err = segd_applier_flush(&p->ap, errstr, n)) != SEGD_OK) {
+        if (*p->stop)
+            return err;
+        wait = backoff(p, wait, errstr);
+    }
+    rd_kafka_topic_partition_list_t *offs = rd_kafka_topic_partition_list_new((int)p->npos);
+    for (size_t i = 0; i < p->npos; i++)
+        rd_kafka_topic_partition_list_add(offs, p->pos[i].topic, p->pos[i].partition)
+            ->offset = p->pos[i].next;
+    rd_kafka_commit(p->consumer, offs, 1);
+    rd_kafka_topic_partition_list_destroy(offs);
+    p->npos = 0;
+    clear_dead_letters(p);
+    p->st.batches++;
+    fault_cleared(p);
+    return SEGD_OK;
+}
+
+/* ---------- messages ---------- */
+
+static int classify_decode_error(segd_err_t err, const char *why)
+{
+    if (err == SEGD_ERR_LIMIT)
+        return SEGD_DLQ_LIMIT;
+    return strstr(why, "schema") ? SEGD_DLQ_UNKNOWN_SCHEMA : SEGD_DLQ_DECODE;
+}
+
+/* Decodes, retrying while the registry is unreachable (not bad input).
+ * Returns 1 when the message was decoded, 0 when it was dead-lettered with
+ * *reason set, -1 when a stop interrupted the wait. */
+static int decode_message(segd_pipeline_t *p, const rd_kafka_message_t *m, int *reason,
+                          char *why, size_t n)
+{
+    int64_t wait = 100;
+    for (;;) {
+        segd_err_t err = segd_avro_decode(p->codec, p->cfg->framing, m->payload, m->len,
+                                          &p->ev, why, n);
+        if (err == SEGD_OK)
+            return 1;
+        if (err != SEGD_ERR_HTTP) {
+            *reason = classify_decode_error(err, why);
+            return 0;
+        }
+        if (*p->stop)
+            return -1;
+        wait = backoff(p, wait, why);
+    }
+}
+
+static int check_event(segd_pipeline_t *p, const rd_kafka_message_t *m, int *reason,
+                       char *why, size_t n)
+{
+    segd_err_t err = segd_event_validate(&p->ev, &p->cfg->limits, why, n);
+    if (err) {
+        *reason = err == SEGD_ERR_LIMIT ? SEGD_DLQ_LIMIT : SEGD_DLQ_INVALID;
+        return 0;
+    }
+    if (m->key && (m->key_len != p->ev.user_id_len ||
+                   memcmp(m->key, p->ev.user_id, m->key_len) != 0)) {
+        snprintf(why, n, "key does not match user_id");
+        *reason = SEGD_DLQ_KEY_MISMATCH;
+        return 0;
+    }
+    return 1;
+}
+
+/* Returns -1 when a stop interrupted a fault wait and -2 when memory ran out;
+ * in both cases the message stays unapplied and its offset unwritten. */
+static int handle_message(segd_pipeline_t *p, const rd_kafka_message_t *m)
+{
+    char why[256];
+    int reason = 0, ok;
+    p->st.messages++;
+    if (m->len > p->cfg->limits.max_message) {
+        snprintf(why, sizeof(why), "message of %zu bytes exceeds %zu", m->len,
+                 p->cfg->limits.max_message);
+        reason = SEGD_DLQ_OVERSIZE;
+        ok = 0;
+    } else {
+        ok = decode_message(p, m, &reason, why, sizeof(why));
+        if (ok < 0)
+            return -1;
+        if (ok)
+            ok = check_event(p, m, &reason, why, sizeof(why));
+    }
+    if (ok) {
+        if (segd_applier_add(&p->ap, &p->ev) != SEGD_OK)
+            return -2;
+        p->st.events++;
+        p->st.segments += p->ev.n_segments;
+    } else if (add_dead_letter(p, m, reason, why) != SEGD_OK) {
+        return -2;
+    }
+    note_position(p, rd_kafka_topic_name(m->rkt), m->partition, m->offset + 1);
+    return 0;
+}
+
+static int64_t mono_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
+{
+    int64_t deadline = mono_ms() + p->cfg->batch_max_ms;
+    int64_t taken = 0;
+    int rc = 0;
+    while (taken < p->cfg->batch_max_messages && !*p->stop) {
+        int64_t left = deadline - mono_ms();
+        if (left <= 0)
+            break;
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(p->consumer, (int)left);
+        if (!m)
+            continue;
+        if (m->err) {
+            if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+                fprintf(stderr, "segd: consumer: %s\n", rd_kafka_message_errstr(m));
+            rd_kafka_message_destroy(m);
+            continue;
+        }
+        rc = handle_message(p, m);
+        rd_kafka_message_destroy(m);
+        if (rc < 0)
+            break;
+        taken++;
+    }
+    segd_err_t err = flush_batch(p, errstr, n);
+    /* out of memory: stop before the unapplied message, which is redelivered */
+    if (!err && rc == -2)
+        err = segd_errf(SEGD_ERR_NOMEM, errstr, n, "out of memory");
+    return err;
+}
+
+/* ---------- assignment ---------- */
+
+/* Starting offsets come from the store, in the assign call itself. */
+static void set_start_offsets(segd_pipeline_t *p, rd_kafka_topic_partition_list_t *parts)
+{
+    int64_t reset = strcmp(p->cfg->offset_reset, "latest") ? RD_KAFKA_OFFSET_BEGINNING
+                                                          : RD_KAFKA_OFFSET_END;
+    char err[256];
+    for (int i = 0; i < parts->cnt; i++) {
+        rd_kafka_topic_partition_t *tp = &parts->elems[i];
+        int64_t next;
+        tp->offset = segd_store_offset_get(p->store, tp->topic, tp->partition, &next, err,
+                                           sizeof(err)) == SEGD_OK
+                         ? next
+                         : reset;
+    }
+}
+
+static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                         rd_kafka_topic_partition_list_t *parts, void *opaque)
+{
+    segd_pipeline_t *p = opaque;
+    int coop = !strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE");
+    rd_kafka_error_t *e = NULL;
+    char msg[256];
+    if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+        set_start_offsets(p, parts);
+        if (coop)
+            e = rd_kafka_incremental_assign(rk, parts);
+        else
+            rd_kafka_assign(rk, parts);
+    } else {
+        /* write what was read from these partitions while they are ours */
+        if (flush_batch(p, msg, sizeof(msg)) != SEGD_OK)
+            fprintf(stderr, "segd: batch not written before revoke: %s\n", msg);
+        if (coop)
+            e = rd_kafka_incremental_unassign(rk, parts);
+        else
+            rd_kafka_assign(rk, NULL);
+    }
+    if (e) {
+        fprintf(stderr, "segd: rebalance: %s\n", rd_kafka_error_string(e));
+        rd_kafka_error_destroy(e);
+    }
+}
+
+/* ---------- construction ---------- */
+
+static segd_err_t conf_set(rd_kafka_conf_t *conf, const char *k, const char *v,
+                           char *errstr, size_t n)
+{
+    char err[512];
+    if (rd_kafka_conf_set(conf, k, v, err, sizeof(err)) != RD_KAFKA_CONF_OK)
+        return segd_errf(SEGD_ERR_CONFIG, errstr, n, "kafka.%s: %s", k, err);
+    return SEGD_OK;
+}
+
+static segd_err_t base_conf(const segd_config_t *cfg, rd_kafka_conf_t *conf,
+                            const char *const *defaults, char *errstr, size_t n)
+{
+    segd_err_t err = conf_set(conf, "bootstrap.servers", cfg->brokers, errstr, n);
+    for (size_t i = 0; !err && defaults[i]; i += 2)
+        err = conf_set(conf, defaults[i], defaults[i + 1], errstr, n);
+    for (size_t i = 0; !err && i < cfg->n_kafka; i++)
+        err = conf_set(conf, cfg->kafka[i].key, cfg->kafka[i].value, errstr, n);
+    return err;
+}
+
+static segd_err_t make_consumer(segd_pipeline_t *p, char *errstr, size_t n)
+{
+    const segd_config_t *cfg = p->cfg;
+    static const char *const defaults[] = {
+        "enable.auto.commit", "false", "enable.auto.offset.store", "false",
+        "partition.assignment.strategy", "cooperative-sticky", "enable.partition.eof",
+        "false", NULL};
+    char errbuf[512];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    segd_err_t err = base_conf(cfg, conf, defaults, errstr, n);
+    if (!err)
+        err = conf_set(conf, "group.id", cfg->group, errstr, n);
+    if (!err)
+        err = conf_set(conf, "auto.offset.reset", cfg->offset_reset, errstr, n);
+    if (err) {
+        rd_kafka_conf_destroy(conf);
+        return err;
+    }
+    rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
+    rd_kafka_conf_set_opaque(conf, p);
+    p->consumer = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errbuf, sizeof(errbuf));
+    if (!p->consumer) {
+        rd_kafka_conf_destroy(conf);
+        return segd_errf(SEGD_ERR_KAFKA, errstr, n, "consumer: %s", errbuf);
+    }
+    rd_kafka_poll_set_consumer(p->consumer);
+    rd_kafka_topic_partition_list_t *topics =
+        rd_kafka_topic_partition_list_new((int)cfg->n_topics);
+    for (size_t i = 0; i < cfg->n_topics; i++)
+        rd_kafka_topic_partition_list_add(topics, cfg->topics[i], RD_KAFKA_PARTITION_UA);
+    rd_kafka_resp_err_t kerr = rd_kafka_subscribe(p->consumer, topics);
+    rd_kafka_topic_partition_list_destroy(topics);
+    return kerr ? segd_errf(SEGD_ERR_KAFKA, errstr, n, "subscribe: %s", rd_kafka_err2str(kerr))
+                : SEGD_OK;
+}
+
+static segd_err_t make_producer(segd_pipeline_t *p, char *errstr, size_t n)
+{
+    static const char *const defaults[] = {"enable.idempotence", "true", "linger.ms", "5",
+                                           "compression.codec", "lz4", NULL};
+    char errbuf[512];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    /* consumer-only kafka.* settings would make the producer warn: use only ours */
+    segd_err_t err = conf_set(conf, "bootstrap.servers", p->cfg->brokers, errstr, n);
+    for (size_t i = 0; !err && defaults[i]; i += 2)
+        err = conf_set(conf, defaults[i], defaults[i + 1], errstr, n);
+    if (err) {
+        rd_kafka_conf_destroy(conf);
+        return err;
+    }
+    rd_kafka_conf_set_dr_msg_cb(conf, dr_cb);
+    p->producer = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errbuf, sizeof(errbuf));
+    if (!p->producer) {
+        rd_kafka_conf_destroy(conf);
+        return segd_errf(SEGD_ERR_KAFKA, errstr, n, "producer: %s", errbuf);
+    }
+    return SEGD_OK;
+}
+
+static segd_err_t make_codec(segd_pipeline_t *p, char *errstr, size_t n)
+{
+    const segd_config_t *cfg = p->cfg;
+    if (cfg->registry_url) {
+        segd_registry_opts_t ro;
+        segd_registry_opts_default(&ro);
+        ro.userpass = cfg->registry_auth;
+        ro.ca_file = cfg->registry_ca;
+        segd_err_t err = segd_registry_new(&p->registry, cfg->registry_url, &ro, errstr, n);
+        if (err)
+            return err;
+    }
+    return segd_avro_codec_new(&p->codec, NULL, p->registry, errstr, n);
+}
+
+segd_err_t segd_pipeline_new(segd_pipeline_t **out, const segd_config_t *cfg,
+                             segd_store_t *store, volatile sig_atomic_t *stop, char *errstr,
+                             size_t n)
+{
+    segd_pipeline_t *p = calloc(1, sizeof(*p));
+    if (!p)
+        return SEGD_ERR_NOMEM;
+    p->cfg = cfg;
+    p->store = store;
+    p->stop = stop;
+    segd_event_init(&p->ev);
+    segd_err_t err = segd_applier_init(&p->ap, store);
+    if (!err)
+        err = make_codec(p, errstr, n);
+    if (!err)
+        err = make_producer(p, errstr, n);
+    if (!err)
+        err = make_consumer(p, errstr, n);
+    if (err) {
+        segd_pipeline_destroy(p);
+        return err;
+    }
+    *out = p;
+    return SEGD_OK;
+}
+
+segd_err_t segd_pipeline_run(segd_pipeline_t *p, char *errstr, size_t n)
+{
+    segd_err_t err = SEGD_OK;
+    while (!*p->stop && !err)
+        err = segd_pipeline_step(p, errstr, n);
+    return err;
+}
+
+void segd_pipeline_get_stats(const segd_pipeline_t *p, segd_pipeline_stats_t *st)
+{
+    *st = p->st;
+}
+
+void segd_pipeline_close(segd_pipeline_t *p)
+{
+    char err[256];
+    if (p->consumer) {
+        rd_kafka_consumer_close(p->consumer); /* revokes: the batch is written */
+        if (flush_batch(p, err, sizeof(err)) != SEGD_OK)
+            fprintf(stderr, "segd: last batch not written: %s\n", err);
+        rd_kafka_destroy(p->consumer);
+        p->consumer = NULL;
+    }
+    if (p->producer) {
+        rd_kafka_flush(p->producer, 5000);
+        rd_kafka_destroy(p->producer);
+        p->producer = NULL;
+    }
+}
+
+void segd_pipeline_destroy(segd_pipeline_t *p)
+{
+    if (!p)
+        return;
+    segd_pipeline_close(p);
+    clear_dead_letters(p);
+    free(p->dlq);
+    segd_avro_codec_destroy(p->codec);
+    segd_registry_destroy(p->registry);
+    segd_applier_free(&p->ap);
+    segd_event_free(&p->ev);
+    free(p);
+}

@@ -1,0 +1,561 @@
+/* Integration tests of the Kafka ingest pipeline against librdkafka's mock
+ * cluster on loopback: ingest equals a direct application of the same events
+ * (whose semantics test_merge checks against a naive model); two consumers
+ * in one group split the partitions and apply everything once; malformed
+ * messages land in the DLQ with their reason; a broker outage stalls and
+ * resumes; a SIGKILLed `segd run` restarted from its store loses nothing. */
+#include <librdkafka/rdkafka.h>
+#include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "consumer/apply.h"
+#include "consumer/dev_broker.h"
+#include "consumer/pipeline.h"
+#include "consumer/seed_producer.h"
+#include "store/store.h"
+
+#define TOPIC "events"
+#define PARTITIONS 4
+#define NOW_S 1800000000LL
+
+typedef struct fixture {
+    segd_dev_broker_t *broker;
+    char dir[64];
+} fixture_t;
+
+static int setup(void **state)
+{
+    fixture_t *f = calloc(1, sizeof(*f));
+    const char *topics[] = {TOPIC, TOPIC ".dlq"};
+    char err[256];
+    snprintf(f->dir, sizeof(f->dir), "/tmp/segd-test-ingest-XXXXXX");
+    if (!mkdtemp(f->dir) ||
+        segd_dev_broker_new(&f->broker, 1, PARTITIONS, topics, 2, err, sizeof(err)))
+        return -1;
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture_t *f = *state;
+    char cmd[128];
+    segd_dev_broker_destroy(f->broker);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", f->dir);
+    int rc = system(cmd);
+    free(f);
+    return rc;
+}
+
+static segd_store_t *open_store(const char *dir, const char *name)
+{
+    char path[256], err[256];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    segd_store_opts_t o;
+    segd_store_opts_default(&o);
+    o.path = path;
+    o.now_ms = NOW_S * 1000;
+    o.block_cache_mb = 8;
+    segd_store_t *s = NULL;
+    assert_int_equal(segd_store_open(&s, &o, err, sizeof(err)), SEGD_OK);
+    return s;
+}
+
+static void base_config(segd_config_t *cfg, const fixture_t *f, const char *group,
+                        const char *db)
+{
+    char err[256];
+    segd_config_init(cfg);
+    assert_int_equal(segd_config_set(cfg, "brokers", segd_dev_broker_bootstraps(f->broker),
+                                     err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_config_set(cfg, "topics", TOPIC, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_config_set(cfg, "group", group, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_config_set(cfg, "db", db, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_config_set(cfg, "retry.max.ms", "200", err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_config_set_x(cfg, "session.timeout.ms=6000", err, sizeof(err)),
+                     SEGD_OK);
+    assert_int_equal(segd_config_finish(cfg, err, sizeof(err)), SEGD_OK);
+}
+
+static void produce_seed(const fixture_t *f, uint64_t users, uint64_t seed)
+{
+    segd_seed_produce_opts_t o = {0};
+    segd_seed_produce_result_t res;
+    char err[256];
+    o.brokers = segd_dev_broker_bootstraps(f->broker);
+    o.topic = TOPIC;
+    segd_seed_opts_default(&o.seed);
+    o.seed.users = users;
+    o.seed.seed = seed;
+    o.seed.now_ms = NOW_S * 1000;
+    o.framing = SEGD_FRAMING_SINGLE_OBJECT;
+    assert_int_equal(segd_seed_produce(&o, NULL, &res, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(res.events, users * 50);
+}
+
+/* The reference: the same seed events applied straight to a store. */
+static segd_store_t *reference_store(const char *dir, uint64_t users, uint64_t seed)
+{
+    segd_store_t *s = open_store(dir, "reference");
+    segd_seed_opts_t so;
+    segd_seed_opts_default(&so);
+    so.users = users;
+    so.seed = seed;
+    so.now_ms = NOW_S * 1000;
+    segd_seed_t *g;
+    segd_event_t ev;
+    segd_applier_t ap;
+    char err[256];
+    segd_event_init(&ev);
+    assert_int_equal(segd_seed_new(&g, &so), SEGD_OK);
+    assert_int_equal(segd_applier_init(&ap, s), SEGD_OK);
+    while (segd_seed_next(g, &ev))
+        assert_int_equal(segd_applier_add(&ap, &ev), SEGD_OK);
+    assert_int_equal(segd_applier_flush(&ap, err, sizeof(err)), SEGD_OK);
+    segd_applier_free(&ap);
+    segd_seed_destroy(g);
+    segd_event_free(&ev);
+    return s;
+}
+
+/* Every user of the reference reads the same from the union of stores. */
+static void assert_stores_equal(segd_store_t *ref, segd_store_t **got, size_t n, uint64_t users)
+{
+    segd_profile_t a, b, part, *parts;
+    segd_profile_init(&a);
+    segd_profile_init(&b);
+    segd_profile_init(&part);
+    parts = calloc(n, sizeof(*parts));
+    char err[256], uid[32];
+    for (uint64_t u = 0; u < users; u++) {
+        segd_seed_user_id(u, uid, sizeof(uid));
+        assert_int_equal(segd_store_get(ref, uid, strlen(uid), &a, err, sizeof(err)), SEGD_OK);
+        const segd_profile_t *in[8];
+        for (size_t i = 0; i < n; i++) {
+            assert_int_equal(segd_store_get(got[i], uid, strlen(uid), &parts[i], err,
+                                            sizeof(err)), SEGD_OK);
+            in[i] = &parts[i];
+        }
+        assert_int_equal(segd_profile_join(&b, in, n, NULL), SEGD_OK);
+        assert_true(a.n > 0);
+        assert_int_equal(a.n, b.n);
+        assert_memory_equal(a.entries, b.entries, a.n * sizeof(a.entries[0]));
+    }
+    for (size_t i = 0; i < n; i++)
+        segd_profile_free(&parts[i]);
+    free(parts);
+    segd_profile_free(&a);
+    segd_profile_free(&b);
+    segd_profile_free(&part);
+}
+
+static uint64_t stored_offsets_sum(segd_store_t *s)
+{
+    uint64_t sum = 0;
+    char err[256];
+    for (int p = 0; p < PARTITIONS; p++) {
+        int64_t next;
+        if (segd_store_offset_get(s, TOPIC, p, &next, err, sizeof(err)) == SEGD_OK)
+            sum += (uint64_t)next;
+    }
+    return sum;
+}
+
+/* Steps the pipeline until it has consumed `want` messages or time runs out. */
+static void run_until(segd_pipeline_t *p, uint64_t want, int timeout_s)
+{
+    char err[256];
+    segd_pipeline_stats_t st;
+    time_t end = time(NULL) + timeout_s;
+    do {
+        assert_int_equal(segd_pipeline_step(p, err, sizeof(err)), SEGD_OK);
+        segd_pipeline_get_stats(p, &st);
+    } while (st.messages < want && time(NULL) < end);
+}
+
+static void test_ingest_equals_reference(void **state)
+{
+    fixture_t *f = *state;
+    const uint64_t users = 300;
+    volatile sig_atomic_t stop = 0;
+    char db[128], err[256];
+    produce_seed(f, users, 7);
+    segd_store_t *ref = reference_store(f->dir, users, 7);
+    segd_store_t *s = open_store(f->dir, "ingest");
+    snprintf(db, sizeof(db), "%s/ingest", f->dir);
+    segd_config_t cfg;
+    base_config(&cfg, f, "g-ingest", db);
+    segd_pipeline_t *p;
+    assert_int_equal(segd_pipeline_new(&p, &cfg, s, &stop, err, sizeof(err)), SEGD_OK);
+    run_until(p, users * 50, 60);
+    segd_pipeline_stats_t st;
+    segd_pipeline_get_stats(p, &st);
+    assert_int_equal(st.events, users * 50);
+    assert_int_equal(st.segments, users * 50 * 20);
+    segd_pipeline_destroy(p);
+    assert_int_equal(stored_offsets_sum(s), users * 50);
+    assert_stores_equal(ref, &s, 1, users);
+    segd_store_close(s);
+    segd_store_close(ref);
+    segd_config_free(&cfg);
+}
+
+typedef struct member {
+    segd_pipeline_t *p;
+    volatile sig_atomic_t *stop;
+} member_t;
+
+static void *member_main(void *arg)
+{
+    member_t *m = arg;
+    char err[256];
+    while (!*m->stop)
+        if (segd_pipeline_step(m->p, err, sizeof(err)) != SEGD_OK)
+            break;
+    return NULL;
+}
+
+static void test_two_consumers_split(void **state)
+{
+    fixture_t *f = *state;
+    const uint64_t users = 200;
+    volatile sig_atomic_t stop = 0;
+    char db[2][128], err[256];
+    segd_store_t *s[2];
+    segd_config_t cfg[2];
+    member_t m[2];
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++) {
+        snprintf(db[i], sizeof(db[i]), "%s/member%d", f->dir, i);
+        s[i] = open_store(f->dir, i ? "member1" : "member0");
+        base_config(&cfg[i], f, "g-split", db[i]);
+        assert_int_equal(segd_pipeline_new(&m[i].p, &cfg[i], s[i], &stop, err, sizeof(err)),
+                         SEGD_OK);
+        m[i].stop = &stop;
+        pthread_create(&t[i], NULL, member_main, &m[i]);
+    }
+    sleep(8); /* both members join and split the partitions before data flows */
+    produce_seed(f, users, 11);
+    time_t end = time(NULL) + 60;
+    uint64_t total = 0;
+    while (time(NULL) < end) {
+        segd_pipeline_stats_t a, b;
+        segd_pipeline_get_stats(m[0].p, &a);
+        segd_pipeline_get_stats(m[1].p, &b);
+        total = a.events + b.events;
+        if (total >= users * 50 && a.events && b.events)
+            break;
+        usleep(100000);
+    }
+    stop = 1;
+    for (int i = 0; i < 2; i++) {
+        pthread_join(t[i], NULL);
+        segd_pipeline_destroy(m[i].p);
+    }
+    segd_pipeline_stats_t a, b;
+    (void)a, (void)b;
+    assert_int_equal(total, users * 50); /* each event applied by exactly one member */
+    assert_int_equal(stored_offsets_sum(s[0]) + stored_offsets_sum(s[1]), users * 50);
+    segd_store_t *ref = reference_store(f->dir, users, 11);
+    assert_stores_equal(ref, s, 2, users);
+    segd_store_close(ref);
+    for (int i = 0; i < 2; i++) {
+        assert_true(stored_offsets_sum(s[i]) > 0); /* both had partitions */
+        segd_store_close(s[i]);
+        segd_config_free(&cfg[i]);
+    }
+}
+
+/* ---------- dead letters ---------- */
+
+static void produce_raw(rd_kafka_t *rk, const char *key, const void *val, size_t len)
+{
+    assert_int_equal(rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(TOPIC),
+                                       RD_KAFKA_V_KEY(key, key ? strlen(key) : 0),
+                                       RD_KAFKA_V_VALUE((void *)val, len),
+                                       RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                                       RD_KAFKA_V_END),
+                     0);
+}
+
+static void make_event(segd_event_t *ev, const char *user, int nseg, int32_t ttl)
+{
+    segd_event_reset(ev);
+    segd_event_set_user(ev, user, strlen(user));
+    ev->ts_ms = NOW_S * 1000 - 5000;
+    ev->op = SEGD_OP_UPSERT;
+    for (int i = 0; i < nseg; i++) {
+        segd_seg_update_t u = {i * 3, ttl, 0, 0};
+        segd_event_add_segment(ev, &u);
+    }
+}
+
+static rd_kafka_t *plain_producer(const fixture_t *f)
+{
+    char err[256];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(conf, "bootstrap.servers", segd_dev_broker_bootstraps(f->broker), err,
+                      sizeof(err));
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+    assert_non_null(rk);
+    return rk;
+}
+
+/* Reads the DLQ topic from the start: returns the segd.error of each message. */
+static int read_dlq(const fixture_t *f, char reasons[][128], int max)
+{
+    char err[256];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(conf, "bootstrap.servers", segd_dev_broker_bootstraps(f->broker), err,
+                      sizeof(err));
+    rd_kafka_conf_set(conf, "group.id", "dlq-reader", err, sizeof(err));
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof(err));
+    rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(PARTITIONS);
+    for (int p = 0; p < PARTITIONS; p++)
+        rd_kafka_topic_partition_list_add(parts, TOPIC ".dlq", p)->offset =
+            RD_KAFKA_OFFSET_BEGINNING;
+    rd_kafka_assign(rk, parts);
+    rd_kafka_topic_partition_list_destroy(parts);
+    int n = 0;
+    time_t end = time(NULL) + 10;
+    while (n < max && time(NULL) < end) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 200);
+        if (!m)
+            continue;
+        rd_kafka_headers_t *h = NULL;
+        const void *v;
+        size_t vlen;
+        if (!m->err && !rd_kafka_message_headers(m, &h) &&
+            !rd_kafka_header_get_last(h, "segd.error", &v, &vlen)) {
+            snprintf(reasons[n], 128, "%.*s", (int)vlen, (const char *)v);
+            assert_int_equal(rd_kafka_header_get_last(h, "segd.source", &v, &vlen), 0);
+            assert_true(vlen > strlen(TOPIC "/0/0") - 1);
+            assert_memory_equal(v, TOPIC "/", strlen(TOPIC "/"));
+            n++;
+        }
+        rd_kafka_message_destroy(m);
+    }
+    rd_kafka_consumer_close(rk);
+    rd_kafka_destroy(rk);
+    return n;
+}
+
+static void test_dead_letters(void **state)
+{
+    fixture_t *f = *state;
+    volatile sig_atomic_t stop = 0;
+    char db[128], err[256];
+    segd_avro_codec_t *codec;
+    segd_event_t ev;
+    segd_buf_t buf = {0};
+    segd_event_init(&ev);
+    assert_int_equal(segd_avro_codec_new(&codec, NULL, NULL, err, sizeof(err)), SEGD_OK);
+    rd_kafka_t *rk = plain_producer(f);
+    int good = 0;
+    for (int i = 0; i < 5; i++, good++) { /* good ones around every bad one */
+        char user[16];
+        snprintf(user, sizeof(user), "good%d", i);
+        make_event(&ev, user, 3, 86400);
+        assert_int_equal(segd_avro_encode(codec, SEGD_FRAMING_SINGLE_OBJECT, 0, &ev, &buf),
+                         SEGD_OK);
+        produce_raw(rk, user, buf.data, buf.len);
+        switch (i) {
+        case 0: produce_raw(rk, "junk", "hello, not avro", 15); break;
+        case 1: /* single-object frame with a fingerprint nobody knows */
+            produce_raw(rk, "fp", "\xC3\x01\x01\x02\x03\x04\x05\x06\x07\x08\x02\x61", 12);
+            break;
+        case 2:
+            make_event(&ev, "big", 400, 86400); /* > limits.max.message.bytes */
+            segd_avro_encode(codec, SEGD_FRAMING_SINGLE_OBJECT, 0, &ev, &buf);
+            produce_raw(rk, "big", buf.data, buf.len);
+            make_event(&ev, "many", 150, 86400); /* > limits.max.segments */
+            segd_avro_encode(codec, SEGD_FRAMING_SINGLE_OBJECT, 0, &ev, &buf);
+            produce_raw(rk, "many", buf.data, buf.len);
+            break;
+        case 3:
+            make_event(&ev, "zero", 2, 0); /* UPSERT with ttl 0 */
+            segd_avro_encode(codec, SEGD_FRAMING_SINGLE_OBJECT, 0, &ev, &buf);
+            produce_raw(rk, "zero", buf.data, buf.len);
+            break;
+        case 4:
+            make_event(&ev, "alice", 2, 86400); /* key says someone else */
+            segd_avro_encode(codec, SEGD_FRAMING_SINGLE_OBJECT, 0, &ev, &buf);
+            produce_raw(rk, "mallory", buf.data, buf.len);
+            break;
+        }
+    }
+    rd_kafka_flush(rk, 10000);
+    rd_kafka_destroy(rk);
+
+    segd_store_t *s = open_store(f->dir, "dlq");
+    snprintf(db, sizeof(db), "%s/dlq", f->dir);
+    segd_config_t cfg;
+    base_config(&cfg, f, "g-dlq", db);
+    assert_int_equal(segd_config_set(&cfg, "limits.max.message.bytes", "1500", err,
+                                     sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_config_set(&cfg, "limits.max.segments", "100", err, sizeof(err)),
+                     SEGD_OK);
+    segd_pipeline_t *p;
+    assert_int_equal(segd_pipeline_new(&p, &cfg, s, &stop, err, sizeof(err)), SEGD_OK);
+    run_until(p, 12, 60);
+    segd_pipeline_stats_t st;
+    segd_pipeline_get_stats(p, &st);
+    segd_pipeline_destroy(p);
+    assert_int_equal(st.messages, 12);
+    assert_int_equal(st.events, good);
+    assert_int_equal(st.dlq[SEGD_DLQ_DECODE], 1);
+    assert_int_equal(st.dlq[SEGD_DLQ_UNKNOWN_SCHEMA], 1);
+    assert_int_equal(st.dlq[SEGD_DLQ_OVERSIZE], 1);
+    assert_int_equal(st.dlq[SEGD_DLQ_LIMIT], 1);
+    assert_int_equal(st.dlq[SEGD_DLQ_INVALID], 1);
+    assert_int_equal(st.dlq[SEGD_DLQ_KEY_MISMATCH], 1);
+    assert_int_equal(stored_offsets_sum(s), 12); /* bad messages do not block progress */
+    char reasons[8][128];
+    assert_int_equal(read_dlq(f, reasons, 8), 6);
+    int seen_key = 0, seen_ttl = 0, seen_size = 0;
+    for (int i = 0; i < 6; i++) {
+        assert_true(strlen(reasons[i]) > 0);
+        seen_key |= strstr(reasons[i], "key") != NULL;
+        seen_ttl |= strstr(reasons[i], "ttl_s") != NULL;
+        seen_size |= strstr(reasons[i], "exceeds") != NULL;
+    }
+    assert_true(seen_key && seen_ttl && seen_size);
+    segd_profile_t prof;
+    segd_profile_init(&prof);
+    assert_int_equal(segd_store_get(s, "good4", 5, &prof, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(prof.n, 3);
+    assert_int_equal(segd_store_get(s, "alice", 5, &prof, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(prof.n, 0);
+    segd_profile_free(&prof);
+    segd_store_close(s);
+    segd_config_free(&cfg);
+    segd_avro_codec_destroy(codec);
+    segd_buf_free(&buf);
+    segd_event_free(&ev);
+}
+
+/* ---------- faults ---------- */
+
+static void test_broker_outage_stalls_then_resumes(void **state)
+{
+    fixture_t *f = *state;
+    const uint64_t users = 100;
+    volatile sig_atomic_t stop = 0;
+    char db[128], err[256];
+    produce_seed(f, users, 3);
+    segd_store_t *s = open_store(f->dir, "outage");
+    snprintf(db, sizeof(db), "%s/outage", f->dir);
+    segd_config_t cfg;
+    base_config(&cfg, f, "g-outage", db);
+    assert_int_equal(segd_config_set(&cfg, "batch.max.messages", "200", err, sizeof(err)),
+                     SEGD_OK);
+    segd_pipeline_t *p;
+    assert_int_equal(segd_pipeline_new(&p, &cfg, s, &stop, err, sizeof(err)), SEGD_OK);
+    run_until(p, 1000, 30);
+    segd_dev_broker_set_down(f->broker, 1, 1);
+    segd_pipeline_stats_t before, during;
+    segd_pipeline_get_stats(p, &before);
+    for (int i = 0; i < 40; i++) /* ~2 s of polling a dead broker: no crash, no loss */
+        assert_int_equal(segd_pipeline_step(p, err, sizeof(err)), SEGD_OK);
+    segd_pipeline_get_stats(p, &during);
+    segd_dev_broker_set_down(f->broker, 1, 0);
+    run_until(p, users * 50, 90);
+    segd_pipeline_stats_t st;
+    segd_pipeline_get_stats(p, &st);
+    segd_pipeline_destroy(p);
+    assert_true(before.messages >= 1000);
+    assert_true(st.events >= users * 50);
+    assert_int_equal(stored_offsets_sum(s), users * 50);
+    segd_store_t *ref = reference_store(f->dir, users, 3);
+    assert_stores_equal(ref, &s, 1, users);
+    segd_store_close(ref);
+    segd_store_close(s);
+    segd_config_free(&cfg);
+}
+
+static pid_t spawn_run(const fixture_t *f, const char *db, const char *log)
+{
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) {
+        FILE *out = freopen(log, "a", stderr);
+        (void)out;
+        execl(SEGD_BIN, "segd", "run", "--brokers", segd_dev_broker_bootstraps(f->broker),
+              "--topic", TOPIC, "--group", "g-kill", "--db", db, "-X",
+              "session.timeout.ms=6000", (char *)NULL);
+        _exit(127);
+    }
+    return pid;
+}
+
+static uint64_t offsets_of(const char *db)
+{
+    segd_store_opts_t o;
+    segd_store_opts_default(&o);
+    o.path = db;
+    o.read_only = 1;
+    o.block_cache_mb = 8;
+    segd_store_t *s = NULL;
+    char err[256];
+    if (segd_store_open(&s, &o, err, sizeof(err)) != SEGD_OK)
+        return 0;
+    uint64_t sum = stored_offsets_sum(s);
+    segd_store_close(s);
+    return sum;
+}
+
+static void test_sigkill_and_restart(void **state)
+{
+    fixture_t *f = *state;
+    const uint64_t users = 400;
+    char db[128], log[160];
+    snprintf(db, sizeof(db), "%s/killed", f->dir);
+    snprintf(log, sizeof(log), "%s/run.log", f->dir);
+    produce_seed(f, users, 5);
+    pid_t pid = spawn_run(f, db, log);
+    uint64_t seen = 0;
+    for (int i = 0; i < 300 && seen == 0; i++) { /* kill it once it has written */
+        usleep(50000);
+        seen = offsets_of(db);
+    }
+    kill(pid, SIGKILL);
+    waitpid(pid, NULL, 0);
+    assert_true(seen > 0);
+    pid = spawn_run(f, db, log);
+    for (int i = 0; i < 600 && offsets_of(db) < users * 50; i++)
+        usleep(100000);
+    kill(pid, SIGTERM);
+    int status;
+    waitpid(pid, &status, 0);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    segd_store_t *s = open_store(f->dir, "killed");
+    assert_int_equal(stored_offsets_sum(s), users * 50);
+    segd_store_t *ref = reference_store(f->dir, users, 5);
+    assert_stores_equal(ref, &s, 1, users);
+    segd_store_close(ref);
+    segd_store_close(s);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_ingest_equals_reference, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_two_consumers_split, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_dead_letters, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_broker_outage_stalls_then_resumes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sigkill_and_restart, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
