@@ -1,11 +1,13 @@
 /* Profile record codec and the DESIGN §3 join. Layout (version 1):
- *   u8 version, varint erased_before_ms, varint n,
- *   [n > 0: varint ndict, varint g, u8 (rice_k << 1 | has_attrs),
- *           ndict dictionary tuples (ts, expiry, flags, partner) sorted,
- *           bitstream: n Rice-coded id gaps, n dictionary indexes],
- *   u32 XXH32 of all preceding bytes.
- * Entries of one user share few (ts, expiry) pairs (one per event), so the
- * dictionary plus Rice-coded ids stays near the entropy floor (DESIGN §8). */
+ *   u8 version, varint erased_before_ms, varint n; when n > 0:
+ *   varint ndict, varint g (expiry unit: gcd of expiries), u8 (k_id<<1|attrs),
+ *   u8 k_ts, varint nrel + nrel zigzag relative expiries (sorted), zigzag
+ *   first ts, [attrs: ndict x (flags, partner)], then a bitstream of: ts
+ *   deltas of the sorted tuples (Rice k_ts), each tuple's relative-expiry
+ *   index, id gaps (Rice k_id), and each entry's tuple index (mixed radix);
+ *   finally u32 XXH32 of all preceding bytes.
+ * Entries of one user share few (ts, expiry) tuples (one per event) and few
+ * TTLs, so this stays near the entropy floor (DESIGN §8). */
 #define _GNU_SOURCE /* qsort_r */
 #include "record.h"
 
@@ -383,34 +385,58 @@ static int br_unary(bit_reader_t *r, unsigned max, unsigned *q)
     }
 }
 
-/* ---------- encode ---------- */
+/* ---------- Rice codes ---------- */
 
-static uint64_t id_gap(const segd_entry_t *e, size_t i)
+static void rice_put(bit_writer_t *w, uint64_t v, unsigned k)
 {
-    return i == 0 ? (uint64_t)e[0].segment_id
-                  : (uint64_t)(e[i].segment_id - e[i - 1].segment_id - 1);
+    uint64_t q = v >> k;
+    if (q < RICE_ESCAPE_Q) {
+        bw_put(w, ((uint64_t)1 << q) - 1, (unsigned)q + 1);
+        bw_put_wide(w, v, k);
+    } else {
+        bw_put(w, ((uint64_t)1 << RICE_ESCAPE_Q) - 1, RICE_ESCAPE_Q);
+        bw_put_wide(w, v, 64);
+    }
 }
 
-static uint64_t rice_cost(const segd_entry_t *e, size_t n, unsigned k)
+static int rice_get(bit_reader_t *r, unsigned k, uint64_t *v)
+{
+    unsigned q;
+    uint64_t low;
+    if (br_unary(r, RICE_ESCAPE_Q, &q))
+        return -1;
+    if (q == RICE_ESCAPE_Q)
+        return br_get_wide(r, 64, v);
+    if (br_get_wide(r, k, &low))
+        return -1;
+    *v = ((uint64_t)q << k) | low;
+    return 0;
+}
+
+static uint64_t rice_cost(const uint64_t *v, size_t n, unsigned k)
 {
     uint64_t bits = 0;
     for (size_t i = 0; i < n; i++) {
-        uint64_t q = id_gap(e, i) >> k;
+        uint64_t q = v[i] >> k;
         bits += q < RICE_ESCAPE_Q ? q + 1 + k : RICE_ESCAPE_Q + 64;
     }
     return bits;
 }
 
-static unsigned choose_rice_k(const segd_entry_t *e, size_t n)
+/* The Rice parameter near log2(mean * ln 2), refined by exact cost. */
+static unsigned choose_rice_k(const uint64_t *v, size_t n)
 {
-    double mean = (double)e[n - 1].segment_id / (double)n;
+    double mean = 0;
+    for (size_t i = 0; i < n; i++)
+        mean += (double)v[i];
+    mean = n ? mean / (double)n : 0;
     unsigned k0 = 0;
     while (k0 < MAX_RICE_K && (double)((uint64_t)1 << (k0 + 1)) <= mean * 0.69)
         k0++;
     unsigned best = k0;
-    uint64_t best_cost = rice_cost(e, n, k0);
+    uint64_t best_cost = rice_cost(v, n, k0);
     for (unsigned k = k0 ? k0 - 1 : 0; k <= k0 + 1 && k <= MAX_RICE_K; k++) {
-        uint64_t c = rice_cost(e, n, k);
+        uint64_t c = rice_cost(v, n, k);
         if (c < best_cost) {
             best_cost = c;
             best = k;
@@ -418,6 +444,68 @@ static unsigned choose_rice_k(const segd_entry_t *e, size_t n)
     }
     return best;
 }
+
+/* ---------- mixed-radix dictionary indexes ----------
+ * Indexes in [0, nd) are packed m to a 32-bit chunk as base-nd digits, so an
+ * index costs log2(nd) bits rather than ceil(log2(nd)). */
+
+static unsigned radix_per_chunk(uint64_t nd)
+{
+    unsigned m = 0;
+    for (uint64_t v = 1; nd > 1 && v * nd <= ((uint64_t)1 << 32); v *= nd)
+        m++;
+    return m;
+}
+
+static uint64_t ipow(uint64_t b, unsigned e)
+{
+    uint64_t r = 1;
+    while (e--)
+        r *= b;
+    return r;
+}
+
+static unsigned bits_for_u64(uint64_t n) /* smallest b with 2^b >= n */
+{
+    unsigned b = 0;
+    while (b < 64 && ((uint64_t)1 << b) < n)
+        b++;
+    return b;
+}
+
+static unsigned bits_for(uint32_t n) { return bits_for_u64(n); }
+
+static void radix_put(bit_writer_t *w, const uint32_t *idx, size_t n, uint32_t nd)
+{
+    unsigned m = radix_per_chunk(nd);
+    for (size_t i = 0; m && i < n; i += m) {
+        unsigned r = (unsigned)(n - i < m ? n - i : m);
+        uint64_t v = 0;
+        for (unsigned j = r; j-- > 0;)
+            v = v * nd + idx[i + j];
+        bw_put(w, v, bits_for_u64(ipow(nd, r)));
+    }
+}
+
+static int radix_get(bit_reader_t *r, uint32_t *idx, size_t n, uint32_t nd)
+{
+    unsigned m = radix_per_chunk(nd);
+    if (!m) {
+        memset(idx, 0, n * sizeof(*idx));
+        return 0;
+    }
+    for (size_t i = 0; i < n; i += m) {
+        unsigned cnt = (unsigned)(n - i < m ? n - i : m);
+        uint64_t limit = ipow(nd, cnt), v;
+        if (br_get(r, bits_for_u64(limit), &v) || v >= limit)
+            return -1;
+        for (unsigned j = 0; j < cnt; j++, v /= nd)
+            idx[i + j] = (uint32_t)(v % nd);
+    }
+    return 0;
+}
+
+/* ---------- dictionary of (ts, expiry, flags, partner) tuples ---------- */
 
 static uint64_t gcd_u64(uint64_t a, uint64_t b)
 {
@@ -439,12 +527,16 @@ static int64_t expiry_unit(const segd_profile_t *p)
     return g == 0 || g > INT64_MAX ? 1 : (int64_t)g;
 }
 
-/* Dictionary of distinct tuples: an open-addressing hash from tuple to a
- * provisional slot, then sorted; rank[] maps slot -> sorted position. */
+/* expiry in units of g, relative to the event time in the same units */
+static int64_t rel_expiry(const segd_entry_t *t, int64_t g)
+{
+    int64_t ts_unit = floor_div(floor_div(t->ts_ms, 1000), g);
+    return (int64_t)((uint64_t)(t->expiry_s / g) - (uint64_t)ts_unit);
+}
+
 typedef struct dict {
-    segd_entry_t *tuples; /* distinct tuples, later sorted */
-    uint32_t *slot_of;    /* per entry: provisional slot */
-    uint32_t *rank;       /* provisional slot -> sorted index */
+    segd_entry_t *tuples; /* distinct tuples, sorted */
+    uint32_t *idx;        /* per entry: index into tuples */
     uint32_t n;
 } dict_t;
 
@@ -463,20 +555,21 @@ static int cmp_tuple_idx(const void *a, const void *b, void *ctx)
     return tuple_cmp(&t[*(const uint32_t *)a], &t[*(const uint32_t *)b]);
 }
 
+/* Distinct tuples via an open-addressing hash (provisional slots), then
+ * sorted; entry indexes are remapped to sorted positions. */
 static segd_err_t dict_build(dict_t *d, const segd_profile_t *p)
 {
     size_t cap = 16;
     while (cap < 2 * p->n)
         cap *= 2;
     segd_err_t err = SEGD_ERR_NOMEM;
-    uint32_t *table = malloc(cap * sizeof(*table));
-    uint32_t *order = NULL;
+    uint32_t *table = malloc(cap * sizeof(*table)), *order = NULL, *rank = NULL;
+    segd_entry_t *sorted = NULL;
     d->tuples = malloc(p->n * sizeof(*d->tuples));
-    d->slot_of = malloc(p->n * sizeof(*d->slot_of));
-    d->rank = malloc(p->n * sizeof(*d->rank));
+    d->idx = malloc(p->n * sizeof(*d->idx));
     d->n = 0;
-    if (!table || !d->tuples || !d->slot_of || !d->rank)
-        goto out_free_table;
+    if (!table || !d->tuples || !d->idx)
+        goto out_free;
     memset(table, 0xff, cap * sizeof(*table));
     for (size_t i = 0; i < p->n; i++) {
         const segd_entry_t *e = &p->entries[i];
@@ -487,27 +580,30 @@ static segd_err_t dict_build(dict_t *d, const segd_profile_t *p)
             table[h] = d->n;
             d->tuples[d->n++] = *e;
         }
-        d->slot_of[i] = table[h];
+        d->idx[i] = table[h];
     }
     order = malloc(d->n * sizeof(*order));
-    if (!order)
-        goto out_free_table;
+    rank = malloc(d->n * sizeof(*rank));
+    sorted = malloc(d->n * sizeof(*sorted));
+    if (!order || !rank || !sorted)
+        goto out_free;
     for (uint32_t i = 0; i < d->n; i++)
         order[i] = i;
     qsort_r(order, d->n, sizeof(*order), cmp_tuple_idx, d->tuples);
-    for (uint32_t i = 0; i < d->n; i++)
-        d->rank[order[i]] = i;
-    segd_entry_t *sorted = malloc(d->n * sizeof(*sorted));
-    if (!sorted)
-        goto out_free_order;
-    for (uint32_t i = 0; i < d->n; i++)
+    for (uint32_t i = 0; i < d->n; i++) {
+        rank[order[i]] = i;
         sorted[i] = d->tuples[order[i]];
+    }
+    for (size_t i = 0; i < p->n; i++)
+        d->idx[i] = rank[d->idx[i]];
     free(d->tuples);
     d->tuples = sorted;
+    sorted = NULL;
     err = SEGD_OK;
-out_free_order:
+out_free:
+    free(sorted);
+    free(rank);
     free(order);
-out_free_table:
     free(table);
     return err;
 }
@@ -515,54 +611,39 @@ out_free_table:
 static void dict_free(dict_t *d)
 {
     free(d->tuples);
-    free(d->slot_of);
-    free(d->rank);
+    free(d->idx);
 }
 
-static unsigned bits_for(uint32_t n)
+static int cmp_i64(const void *a, const void *b)
 {
-    unsigned b = 0;
-    while (((uint64_t)1 << b) < n)
-        b++;
-    return b;
+    int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
 }
 
-static void put_dict(segd_buf_t *out, const dict_t *d, int64_t g, int attrs)
+static uint32_t find_i64(const int64_t *v, uint32_t n, int64_t x)
 {
-    for (uint32_t i = 0; i < d->n; i++) {
-        const segd_entry_t *t = &d->tuples[i];
-        if (i == 0)
-            put_varint(out, zigzag(t->ts_ms));
+    uint32_t lo = 0, hi = n;
+    while (lo < hi) {
+        uint32_t mid = lo + (hi - lo) / 2;
+        if (v[mid] < x)
+            lo = mid + 1;
         else
-            put_varint(out, (uint64_t)t->ts_ms - (uint64_t)d->tuples[i - 1].ts_ms);
-        int64_t ts_unit = floor_div(floor_div(t->ts_ms, 1000), g);
-        put_varint(out, zigzag((int64_t)((uint64_t)(t->expiry_s / g) - (uint64_t)ts_unit)));
-        if (attrs) {
-            put_varint(out, (uint32_t)t->flags);
-            put_varint(out, (uint32_t)t->partner_id);
-        }
+            hi = mid;
     }
+    return lo;
 }
 
-static void put_entries(segd_buf_t *out, const segd_profile_t *p, const dict_t *d,
-                        unsigned k)
-{
-    bit_writer_t w = {out, 0, 0};
-    for (size_t i = 0; i < p->n; i++) {
-        uint64_t gap = id_gap(p->entries, i), q = gap >> k;
-        if (q < RICE_ESCAPE_Q) {
-            bw_put(&w, ((uint64_t)1 << q) - 1, (unsigned)q + 1);
-            bw_put_wide(&w, gap, k);
-        } else {
-            bw_put(&w, ((uint64_t)1 << RICE_ESCAPE_Q) - 1, RICE_ESCAPE_Q);
-            bw_put_wide(&w, gap, 64);
-        }
-    }
-    unsigned ib = bits_for(d->n);
-    for (size_t i = 0; i < p->n && ib; i++)
-        bw_put(&w, d->rank[d->slot_of[i]], ib);
-    bw_flush(&w);
-}
+/* ---------- encode ---------- */
+
+typedef struct enc_plan {
+    int64_t g;
+    int attrs;
+    uint64_t *vals;  /* ts deltas (nd - 1), then id gaps (n) */
+    int64_t *rels;   /* distinct relative expiries, sorted */
+    uint32_t *rel_idx;
+    uint32_t nrel;
+    unsigned k_ts, k_id;
+} enc_plan_t;
 
 static int has_attrs(const segd_profile_t *p)
 {
@@ -570,6 +651,73 @@ static int has_attrs(const segd_profile_t *p)
         if (p->entries[i].flags || p->entries[i].partner_id)
             return 1;
     return 0;
+}
+
+static segd_err_t plan(enc_plan_t *e, const segd_profile_t *p, const dict_t *d)
+{
+    e->g = expiry_unit(p);
+    e->attrs = has_attrs(p);
+    e->vals = malloc((d->n + p->n) * sizeof(*e->vals));
+    e->rels = malloc(d->n * sizeof(*e->rels));
+    e->rel_idx = malloc(d->n * sizeof(*e->rel_idx));
+    if (!e->vals || !e->rels || !e->rel_idx)
+        return SEGD_ERR_NOMEM;
+    uint64_t *tsd = e->vals, *gaps = e->vals + d->n - 1;
+    for (uint32_t i = 1; i < d->n; i++)
+        tsd[i - 1] = (uint64_t)d->tuples[i].ts_ms - (uint64_t)d->tuples[i - 1].ts_ms;
+    for (size_t i = 0; i < p->n; i++)
+        gaps[i] = i == 0 ? (uint64_t)p->entries[0].segment_id
+                         : (uint64_t)(p->entries[i].segment_id - p->entries[i - 1].segment_id - 1);
+    for (uint32_t i = 0; i < d->n; i++)
+        e->rels[i] = rel_expiry(&d->tuples[i], e->g);
+    qsort(e->rels, d->n, sizeof(*e->rels), cmp_i64);
+    e->nrel = 0;
+    for (uint32_t i = 0; i < d->n; i++)
+        if (i == 0 || e->rels[i] != e->rels[e->nrel - 1])
+            e->rels[e->nrel++] = e->rels[i];
+    for (uint32_t i = 0; i < d->n; i++)
+        e->rel_idx[i] = find_i64(e->rels, e->nrel, rel_expiry(&d->tuples[i], e->g));
+    e->k_ts = choose_rice_k(tsd, d->n - 1);
+    e->k_id = choose_rice_k(gaps, p->n);
+    return SEGD_OK;
+}
+
+static void plan_free(enc_plan_t *e)
+{
+    free(e->vals);
+    free(e->rels);
+    free(e->rel_idx);
+}
+
+static void put_header(segd_buf_t *out, const dict_t *d, const enc_plan_t *e)
+{
+    put_varint(out, d->n);
+    put_varint(out, (uint64_t)e->g);
+    out->data[out->len++] = (uint8_t)(e->k_id << 1 | (unsigned)e->attrs);
+    out->data[out->len++] = (uint8_t)e->k_ts;
+    put_varint(out, e->nrel);
+    for (uint32_t i = 0; i < e->nrel; i++)
+        put_varint(out, zigzag(e->rels[i]));
+    put_varint(out, zigzag(d->tuples[0].ts_ms));
+    for (uint32_t i = 0; e->attrs && i < d->n; i++) {
+        put_varint(out, (uint32_t)d->tuples[i].flags);
+        put_varint(out, (uint32_t)d->tuples[i].partner_id);
+    }
+}
+
+static void put_bits(segd_buf_t *out, const segd_profile_t *p, const dict_t *d,
+                     const enc_plan_t *e)
+{
+    bit_writer_t w = {out, 0, 0};
+    for (uint32_t i = 0; i + 1 < d->n; i++)
+        rice_put(&w, e->vals[i], e->k_ts);
+    unsigned rb = bits_for(e->nrel);
+    for (uint32_t i = 0; rb && i < d->n; i++)
+        bw_put(&w, e->rel_idx[i], rb);
+    for (size_t i = 0; i < p->n; i++)
+        rice_put(&w, e->vals[d->n - 1 + i], e->k_id);
+    radix_put(&w, d->idx, p->n, d->n);
+    bw_flush(&w);
 }
 
 static void put_checksum(segd_buf_t *out)
@@ -584,8 +732,8 @@ segd_err_t segd_record_encode(const segd_profile_t *p, segd_buf_t *out)
     out->len = 0;
     if (p->n == 0 && p->erased_before_ms == 0)
         return SEGD_OK;
-    /* worst case: header + 4 varints per tuple + 88 bits per entry */
-    segd_err_t err = segd_buf_reserve(out, 48 + p->n * (4 * 10 + 12));
+    /* worst case: header, 4 varints per tuple, ~100 bits per tuple and entry */
+    segd_err_t err = segd_buf_reserve(out, 64 + p->n * (4 * 10 + 2 * 13));
     if (err)
         return err;
     out->data[out->len++] = SEGD_RECORD_VERSION;
@@ -593,19 +741,15 @@ segd_err_t segd_record_encode(const segd_profile_t *p, segd_buf_t *out)
     put_varint(out, p->n);
     if (p->n > 0) {
         dict_t d = {0};
-        if ((err = dict_build(&d, p)) != SEGD_OK) {
-            dict_free(&d);
-            return err;
+        enc_plan_t e = {0};
+        if ((err = dict_build(&d, p)) == SEGD_OK && (err = plan(&e, p, &d)) == SEGD_OK) {
+            put_header(out, &d, &e);
+            put_bits(out, p, &d, &e);
         }
-        int64_t g = expiry_unit(p);
-        int attrs = has_attrs(p);
-        unsigned k = choose_rice_k(p->entries, p->n);
-        put_varint(out, d.n);
-        put_varint(out, (uint64_t)g);
-        out->data[out->len++] = (uint8_t)(k << 1 | (unsigned)attrs);
-        put_dict(out, &d, g, attrs);
-        put_entries(out, p, &d, k);
+        plan_free(&e);
         dict_free(&d);
+        if (err)
+            return err;
     }
     put_checksum(out);
     return SEGD_OK;
@@ -614,8 +758,8 @@ segd_err_t segd_record_encode(const segd_profile_t *p, segd_buf_t *out)
 /* ---------- decode ---------- */
 
 typedef struct rec_header {
-    uint64_t erased, n, ndict, g;
-    unsigned k;
+    uint64_t erased, n, ndict, g, nrel;
+    unsigned k_id, k_ts;
     int attrs;
 } rec_header_t;
 
@@ -629,56 +773,78 @@ static int get_header(const uint8_t **p, const uint8_t *end, rec_header_t *h)
         return -1;
     if (h->n == 0)
         return 0;
-    /* every entry costs at least one bit, every tuple two bytes */
+    /* every entry costs at least one bit */
     size_t avail = (size_t)(end - *p);
-    if (h->n > (uint64_t)avail * 8 || get_varint(p, end, &h->ndict) ||
-        h->ndict == 0 || h->ndict > h->n || h->ndict > avail ||
-        get_varint(p, end, &h->g) || h->g == 0 || h->g > INT64_MAX || *p >= end)
+    if (h->n > (uint64_t)avail * 8 || get_varint(p, end, &h->ndict) || h->ndict == 0 ||
+        h->ndict > h->n || get_varint(p, end, &h->g) || h->g == 0 || h->g > INT64_MAX ||
+        end - *p < 2)
         return -1;
     uint8_t kb = *(*p)++;
     h->attrs = kb & 1;
-    h->k = kb >> 1;
-    return h->k > MAX_RICE_K ? -1 : 0;
+    h->k_id = kb >> 1;
+    h->k_ts = *(*p)++;
+    if (h->k_id > MAX_RICE_K || h->k_ts > MAX_RICE_K || get_varint(p, end, &h->nrel) ||
+        h->nrel == 0 || h->nrel > h->ndict)
+        return -1;
+    return 0;
 }
 
-static int get_dict(const uint8_t **p, const uint8_t *end, const rec_header_t *h,
-                    segd_entry_t *t)
+/* Reads the byte-aligned part of the dictionary: relative expiries, the first
+ * ts and the attributes. */
+static int get_dict_bytes(const uint8_t **p, const uint8_t *end, const rec_header_t *h,
+                          int64_t *rels, segd_entry_t *t)
 {
-    int64_t g = (int64_t)h->g;
+    uint64_t v, fl, pa;
+    for (uint64_t i = 0; i < h->nrel; i++) {
+        if (get_varint(p, end, &v))
+            return -1;
+        rels[i] = unzigzag(v);
+    }
+    if (get_varint(p, end, &v))
+        return -1;
+    t[0].ts_ms = unzigzag(v);
     for (uint64_t i = 0; i < h->ndict; i++) {
-        uint64_t ts, ex, fl = 0, pa = 0;
-        if (get_varint(p, end, &ts) || get_varint(p, end, &ex))
+        t[i].flags = t[i].partner_id = 0;
+        if (!h->attrs)
+            continue;
+        if (get_varint(p, end, &fl) || get_varint(p, end, &pa) || fl > UINT32_MAX ||
+            pa > UINT32_MAX)
             return -1;
-        if (h->attrs && (get_varint(p, end, &fl) || get_varint(p, end, &pa) ||
-                         fl > UINT32_MAX || pa > UINT32_MAX))
-            return -1;
-        t[i].ts_ms = i == 0 ? unzigzag(ts) : (int64_t)((uint64_t)t[i - 1].ts_ms + ts);
-        if (i > 0 && t[i].ts_ms < t[i - 1].ts_ms)
-            return -1;
-        int64_t ts_unit = floor_div(floor_div(t[i].ts_ms, 1000), g);
-        uint64_t units = (uint64_t)unzigzag(ex) + (uint64_t)ts_unit;
-        t[i].expiry_s = (int64_t)(units * (uint64_t)g);
         t[i].flags = (int32_t)(uint32_t)fl;
         t[i].partner_id = (int32_t)(uint32_t)pa;
     }
     return 0;
 }
 
+static int get_dict_bits(bit_reader_t *r, const rec_header_t *h, const int64_t *rels,
+                         segd_entry_t *t)
+{
+    uint64_t v;
+    int64_t g = (int64_t)h->g;
+    for (uint64_t i = 1; i < h->ndict; i++) {
+        if (rice_get(r, h->k_ts, &v))
+            return -1;
+        t[i].ts_ms = (int64_t)((uint64_t)t[i - 1].ts_ms + v);
+        if (t[i].ts_ms < t[i - 1].ts_ms)
+            return -1;
+    }
+    unsigned rb = bits_for((uint32_t)h->nrel);
+    for (uint64_t i = 0; i < h->ndict; i++) {
+        v = 0;
+        if ((rb && br_get(r, rb, &v)) || v >= h->nrel)
+            return -1;
+        int64_t ts_unit = floor_div(floor_div(t[i].ts_ms, 1000), g);
+        t[i].expiry_s = (int64_t)(((uint64_t)rels[v] + (uint64_t)ts_unit) * (uint64_t)g);
+    }
+    return 0;
+}
+
 static int get_ids(bit_reader_t *r, const rec_header_t *h, segd_entry_t *e)
 {
-    uint64_t prev = 0;
+    uint64_t prev = 0, gap;
     for (uint64_t i = 0; i < h->n; i++) {
-        unsigned q;
-        uint64_t gap, low;
-        if (br_unary(r, RICE_ESCAPE_Q, &q))
+        if (rice_get(r, h->k_id, &gap))
             return -1;
-        if (q < RICE_ESCAPE_Q) {
-            if (br_get_wide(r, h->k, &low))
-                return -1;
-            gap = ((uint64_t)q << h->k) | low;
-        } else if (br_get_wide(r, 64, &gap)) {
-            return -1;
-        }
         uint64_t base = i == 0 ? 0 : prev + 1;
         if (gap > (uint64_t)INT64_MAX - base)
             return -1;
@@ -688,17 +854,13 @@ static int get_ids(bit_reader_t *r, const rec_header_t *h, segd_entry_t *e)
     return 0;
 }
 
-static int get_indexes(bit_reader_t *r, const rec_header_t *h,
-                       const segd_entry_t *dict, segd_entry_t *e)
+static int get_indexes(bit_reader_t *r, const rec_header_t *h, const segd_entry_t *dict,
+                       uint32_t *idx, segd_entry_t *e)
 {
-    unsigned ib = bits_for((uint32_t)h->ndict);
+    if (radix_get(r, idx, h->n, (uint32_t)h->ndict))
+        return -1;
     for (uint64_t i = 0; i < h->n; i++) {
-        uint64_t idx = 0;
-        if (ib && br_get(r, ib, &idx))
-            return -1;
-        if (idx >= h->ndict)
-            return -1;
-        const segd_entry_t *t = &dict[idx];
+        const segd_entry_t *t = &dict[idx[i]];
         e[i].ts_ms = t->ts_ms;
         e[i].expiry_s = t->expiry_s;
         e[i].flags = t->flags;
@@ -732,21 +894,24 @@ segd_err_t segd_record_decode(const uint8_t *data, size_t len, segd_profile_t *p
     p->erased_before_ms = (int64_t)h.erased;
     if (h.n == 0) /* the encoder writes an empty profile as zero bytes */
         return cur == end && h.erased ? SEGD_OK : SEGD_ERR_CORRUPT;
+    segd_err_t err = SEGD_ERR_NOMEM;
     segd_entry_t *dict = malloc(h.ndict * sizeof(*dict));
-    if (!dict)
-        return SEGD_ERR_NOMEM;
-    segd_err_t err = segd_profile_reserve(p, h.n);
-    if (err)
-        goto out_free_dict;
+    int64_t *rels = malloc(h.nrel * sizeof(*rels));
+    uint32_t *idx = malloc(h.n * sizeof(*idx));
+    if (!dict || !rels || !idx || segd_profile_reserve(p, h.n))
+        goto out_free;
     err = SEGD_ERR_CORRUPT;
-    if (get_dict(&cur, end, &h, dict))
-        goto out_free_dict;
+    if (get_dict_bytes(&cur, end, &h, rels, dict))
+        goto out_free;
     bit_reader_t r = {cur, end, 0, 0};
-    if (get_ids(&r, &h, p->entries) || get_indexes(&r, &h, dict, p->entries))
-        goto out_free_dict;
+    if (get_dict_bits(&r, &h, rels, dict) || get_ids(&r, &h, p->entries) ||
+        get_indexes(&r, &h, dict, idx, p->entries))
+        goto out_free;
     p->n = h.n;
     err = SEGD_OK;
-out_free_dict:
+out_free:
+    free(idx);
+    free(rels);
     free(dict);
     return err;
 }
