@@ -5,4 +5,7 @@
 /* argv[0] = "store"; returns a CLI exit code. */
 int segd_bench_store(int argc, char **argv);
 
+/* argv[0] = "ingest": broker -> decode -> store vs raw consume. */
+int segd_bench_ingest(int argc, char **argv);
+
 #endif

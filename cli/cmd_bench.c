@@ -8,7 +8,10 @@ int segd_cmd_bench(int argc, char **argv)
 {
     if (argc >= 2 && !strcmp(argv[1], "store"))
         return segd_bench_store(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "ingest"))
+        return segd_bench_ingest(argc - 1, argv + 1);
     fprintf(argc >= 2 && !strcmp(argv[1], "--help") ? stdout : stderr,
-            "usage: segd bench store [--users N] [--dir DIR] [--baseline-users N]\n");
+            "usage: segd bench store [--users N] [--dir DIR] [--baseline-users N]\n"
+            "       segd bench ingest [--users N] [--partitions P] [--batch N]\n");
     return argc >= 2 && !strcmp(argv[1], "--help") ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
 }

@@ -1,20 +1,124 @@
-/* `segd demo [--dir DIR] [--users N]`: the README's first command. Generates
- * a seed-workload sample, backfills it into a fresh store, and prints what a
- * bidder would read for one user plus the store's figures. */
+/* `segd demo [--dir DIR] [--users N]`: the README's first command. Starts the
+ * in-process Kafka broker, produces a seed-workload sample (plus a few bad
+ * messages), runs the ingest pipeline into a fresh store, and prints what
+ * happened and what a bidder reads for one user. */
 #include <getopt.h>
+#include <inttypes.h>
+#include <librdkafka/rdkafka.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
 
 #include "cli.h"
+#include "consumer/dev_broker.h"
+#include "consumer/pipeline.h"
+#include "consumer/seed_producer.h"
+
+#define DEMO_TOPIC "segments.events"
 
 static int run(int (*cmd)(int, char **), char **argv)
 {
     int argc = 0;
     while (argv[argc])
         argc++;
+    fflush(stdout);
     return cmd(argc, argv);
+}
+
+/* Two messages a real DMP might send by mistake: they go to the DLQ. */
+static void produce_bad(const char *brokers)
+{
+    char err[256];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(conf, "bootstrap.servers", brokers, err, sizeof(err));
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+    if (!rk) {
+        rd_kafka_conf_destroy(conf);
+        return;
+    }
+    rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(DEMO_TOPIC), RD_KAFKA_V_KEY("oops", 4),
+                      RD_KAFKA_V_VALUE("{\"not\":\"avro\"}", 14),
+                      RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
+    rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(DEMO_TOPIC), RD_KAFKA_V_KEY("oops", 4),
+                      RD_KAFKA_V_VALUE("\xC3\x01garbage!", 10),
+                      RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END);
+    rd_kafka_flush(rk, 5000);
+    rd_kafka_destroy(rk);
+}
+
+static int produce(const char *brokers, uint64_t users, int64_t now_s)
+{
+    segd_seed_produce_opts_t o = {0};
+    segd_seed_produce_result_t res;
+    char err[512];
+    o.brokers = brokers;
+    o.topic = DEMO_TOPIC;
+    segd_seed_opts_default(&o.seed);
+    o.seed.users = users;
+    o.seed.now_ms = now_s * 1000;
+    o.framing = SEGD_FRAMING_SINGLE_OBJECT;
+    if (segd_seed_produce(&o, NULL, &res, err, sizeof(err)) != SEGD_OK) {
+        fprintf(stderr, "segd demo: produce: %s\n", err);
+        return -1;
+    }
+    printf("produced %" PRIu64 " events (%" PRIu64 " segments, %.1f MB of Avro, "
+           "single-object framing) in %.2f s\n",
+           res.events, res.segments, (double)res.bytes / 1e6, res.seconds);
+    produce_bad(brokers);
+    printf("produced 2 malformed messages (they must end in %s.dlq)\n", DEMO_TOPIC);
+    return 0;
+}
+
+static int ingest(const char *brokers, const char *db, uint64_t want)
+{
+    segd_config_t cfg;
+    char err[512];
+    volatile sig_atomic_t stop = 0;
+    segd_config_init(&cfg);
+    segd_store_opts_t so;
+    segd_store_opts_default(&so);
+    so.path = db;
+    segd_store_t *store = NULL;
+    segd_pipeline_t *p = NULL;
+    int rc = -1;
+    if (segd_config_set(&cfg, "brokers", brokers, err, sizeof(err)) ||
+        segd_config_set(&cfg, "topics", DEMO_TOPIC, err, sizeof(err)) ||
+        segd_config_set(&cfg, "group", "segd-demo", err, sizeof(err)) ||
+        segd_config_set(&cfg, "db", db, err, sizeof(err)) ||
+        segd_config_set_x(&cfg, "session.timeout.ms=6000", err, sizeof(err)) ||
+        segd_config_finish(&cfg, err, sizeof(err)) ||
+        segd_store_open(&store, &so, err, sizeof(err)) ||
+        segd_pipeline_new(&p, &cfg, store, &stop, err, sizeof(err)))
+        goto out;
+    double t0 = segd_cli_seconds();
+    segd_pipeline_stats_t st;
+    do {
+        if (segd_pipeline_step(p, err, sizeof(err)))
+            goto out;
+        segd_pipeline_get_stats(p, &st);
+    } while (st.messages < want && segd_cli_seconds() - t0 < 120);
+    double dt = segd_cli_seconds() - t0;
+    segd_pipeline_close(p);
+    uint64_t dlq = 0;
+    for (int i = 0; i < SEGD_DLQ_REASONS; i++)
+        dlq += st.dlq[i];
+    printf("consumed %" PRIu64 " messages in %.2f s: %" PRIu64 " events applied (%.0f events/s, "
+           "%.0f segments/s), %" PRIu64 " store batches, %" PRIu64 " dead-lettered",
+           st.messages, dt, st.events, (double)st.events / dt, (double)st.segments / dt,
+           st.batches, dlq);
+    for (int i = 0; i < SEGD_DLQ_REASONS; i++)
+        if (st.dlq[i])
+            printf(" [%s=%" PRIu64 "]", segd_dlq_reason_name(i), st.dlq[i]);
+    printf("\n");
+    rc = st.messages >= want ? 0 : -1;
+out:
+    if (rc)
+        fprintf(stderr, "segd demo: ingest: %s\n", rc && err[0] ? err : "timed out");
+    segd_pipeline_destroy(p);
+    segd_store_close(store);
+    segd_config_free(&cfg);
+    return rc;
 }
 
 int segd_cmd_demo(int argc, char **argv)
@@ -23,49 +127,56 @@ int segd_cmd_demo(int argc, char **argv)
                                          {"users", required_argument, 0, 'u'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    char dir[512] = "segd-demo", file[600], db[600], users[32] = "2000", now[32];
-    int64_t v;
+    char dir[512] = "segd-demo", db[600], tomorrow[32];
+    int64_t users = 2000;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (c == 'd')
             snprintf(dir, sizeof(dir), "%s", optarg);
-        else if (c == 'u') {
-            if (segd_cli_int("demo", "--users", optarg, 1, 10000000, &v))
-                return SEGD_EXIT_USAGE;
-            snprintf(users, sizeof(users), "%lld", (long long)v);
-        } else {
+        else if (c != 'u' || segd_cli_int("demo", "--users", optarg, 1, 1000000, &users)) {
             fprintf(c == 'h' ? stdout : stderr,
                     "usage: segd demo [--dir DIR] [--users N]   (default ./segd-demo, 2000)\n");
             return c == 'h' ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
         }
     }
+    int64_t now_s = (int64_t)time(NULL);
     mkdir(dir, 0755);
-    snprintf(file, sizeof(file), "%s/seed.jsonl", dir);
-    snprintf(db, sizeof(db), "%s/db-%lld", dir, (long long)time(NULL));
-    snprintf(now, sizeof(now), "%lld", (long long)time(NULL));
-    printf("== 1. generate the seed workload (%s users x 50 events x 20 segments)\n", users);
-    char *gen[] = {"generate", "--out", file, "--users", users, "--now", now, NULL};
-    if (run(segd_cmd_generate, gen))
+    snprintf(db, sizeof(db), "%s/db-%" PRId64, dir, now_s);
+    snprintf(tomorrow, sizeof(tomorrow), "%" PRId64, now_s + 86400);
+    const char *topics[] = {DEMO_TOPIC, DEMO_TOPIC ".dlq"};
+    segd_dev_broker_t *b = NULL;
+    char err[512];
+    if (segd_dev_broker_new(&b, 1, 8, topics, 2, err, sizeof(err))) {
+        fprintf(stderr, "segd demo: %s\n", err);
         return SEGD_EXIT_FAIL;
-    printf("\n== 2. backfill into %s (merge operands, no read-modify-write)\n", db);
-    char *bf[] = {"backfill", "--db", db, file, NULL};
-    if (run(segd_cmd_backfill, bf))
-        return SEGD_EXIT_FAIL;
-    printf("\n== 3. what a bidder reads for user u0000000000 (live segments expiring after "
-           "tomorrow, first lines)\n");
-    char tomorrow[32];
-    snprintf(tomorrow, sizeof(tomorrow), "%lld", (long long)time(NULL) + 86400);
+    }
+    const char *brokers = segd_dev_broker_bootstraps(b);
+    int rc = SEGD_EXIT_FAIL;
+    printf("== 1. in-process Kafka broker (librdkafka mock cluster) at %s, topic %s x 8 "
+           "partitions\n", brokers, DEMO_TOPIC);
+    printf("\n== 2. a synthetic DMP: %" PRId64 " users x 50 UPSERT events x 20 segments\n",
+           users);
+    if (produce(brokers, (uint64_t)users, now_s))
+        goto out;
+    printf("\n== 3. segd pipeline: consumer group -> decode -> merge operands + offsets "
+           "in one WriteBatch -> %s\n", db);
+    if (ingest(brokers, db, (uint64_t)users * 50 + 2))
+        goto out;
+    printf("\n== 4. a bidder's read of u0000000000: live segments expiring after tomorrow, "
+           "and how many are in [0, 9999]\n");
     char *get[] = {"get", "--db", db, "--expiring-after", tomorrow, "--count-range",
-                   "0:9999", "u0000000000", NULL};
-    fflush(stdout);
+                   "0:9999", "--limit", "8", "u0000000000", NULL};
     if (run(segd_cmd_get, get))
-        return SEGD_EXIT_FAIL;
-    printf("\n== 4. full compaction, then store figures\n");
+        goto out;
+    printf("\n== 5. full compaction, then the store's figures\n");
     char *cp[] = {"compact", "--db", db, NULL};
     char *st[] = {"stats", "--db", db, NULL};
     if (run(segd_cmd_compact, cp) || run(segd_cmd_stats, st))
-        return SEGD_EXIT_FAIL;
-    printf("\nTry: segd get --db %s --json u0000000042\n", db);
-    return SEGD_EXIT_OK;
+        goto out;
+    printf("\nTry: ./build/segd get --db %s --json u0000000042\n", db);
+    rc = SEGD_EXIT_OK;
+out:
+    segd_dev_broker_destroy(b);
+    return rc;
 }

@@ -15,12 +15,14 @@ typedef struct get_args {
     segd_query_t q;
     int has_range;
     int64_t range_lo, range_hi;
+    int64_t limit; /* text output: segments printed per user; 0 = all */
 } get_args_t;
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: segd get --db DIR [--json] [--now S] [--expiring-after S]\n"
-               "                [--updated-since MS] [--count-range A:B] USER...\n");
+               "                [--updated-since MS] [--count-range A:B] [--limit N] USER...\n"
+               "  --limit N: print at most N segments per user (text output)\n");
 }
 
 static json_t *entries_json(const segd_entry_t *e, size_t n)
@@ -57,10 +59,13 @@ static void print_text(const char *user, const segd_entry_t *e, size_t n,
     if (a->has_range)
         printf("  live in [%" PRId64 ", %" PRId64 "]: %" PRIu64 "\n", a->range_lo,
                a->range_hi, count);
-    for (size_t i = 0; i < n; i++)
+    size_t shown = a->limit && (size_t)a->limit < n ? (size_t)a->limit : n;
+    for (size_t i = 0; i < shown; i++)
         printf("  %-10" PRId64 " expires_at=%" PRId64 " ts_ms=%" PRId64
                " flags=%d partner_id=%d\n",
                e[i].segment_id, e[i].expiry_s, e[i].ts_ms, e[i].flags, e[i].partner_id);
+    if (shown < n)
+        printf("  ... %zu more\n", n - shown);
 }
 
 static int get_user(segd_store_t *s, const char *user, const get_args_t *a,
@@ -107,6 +112,7 @@ int segd_cmd_get(int argc, char **argv)
                                          {"expiring-after", required_argument, 0, 'e'},
                                          {"updated-since", required_argument, 0, 'u'},
                                          {"count-range", required_argument, 0, 'r'},
+                                         {"limit", required_argument, 0, 'l'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     get_args_t a = {0};
@@ -128,6 +134,7 @@ int segd_cmd_get(int argc, char **argv)
                                &a.q.updated_since_ms);
             break;
         case 'r': bad = parse_range(optarg, &a); break;
+        case 'l': bad = segd_cli_int("get", "--limit", optarg, 0, INT64_MAX, &a.limit); break;
         case 'h': usage(stdout); return SEGD_EXIT_OK;
         default: bad = 1; usage(stderr);
         }

@@ -1,0 +1,63 @@
+#!/usr/bin/env bash
+# A real third-party client against segd's dev broker: kcat produces raw Avro
+# SegmentEvents (encoded by python3-avro, an independent encoder) to
+# `segd dev-broker`; `segd run` ingests them; `segd get` reads them back.
+# usage: kcat_ingest.sh SEGD_BIN SOURCE_DIR
+set -euo pipefail
+segd=$1
+src=$2
+tmp=$(mktemp -d /tmp/segd-kcat-XXXXXX)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; [ -f "$tmp/run.log" ] && cat "$tmp/run.log" >&2; exit 1; }
+command -v kcat >/dev/null || fail "kcat is not installed"
+
+"$segd" dev-broker --partitions 2 --topics ev,ev.dlq > "$tmp/broker.out" &
+pids+=($!)
+for _ in $(seq 50); do grep -q '^bootstrap=' "$tmp/broker.out" 2>/dev/null && break; sleep 0.1; done
+bootstrap=$(sed -n 's/^bootstrap=//p' "$tmp/broker.out" | head -1)
+[ -n "$bootstrap" ] || fail "dev-broker printed no bootstrap line"
+case "$bootstrap" in 127.0.0.1:*|localhost:*) ;; *) fail "broker not on loopback: $bootstrap";; esac
+
+/usr/bin/python3 - "$src/schemas/segment_event.avsc" "$tmp" <<'PY'
+import io, sys, avro.schema, avro.io
+schema = avro.schema.parse(open(sys.argv[1]).read())
+out = sys.argv[2]
+for i in range(20):
+    ev = {"user_id": "kc%d" % (i % 5), "ts_ms": 1799990000000 + i, "op": "UPSERT",
+          "segments": [{"segment_id": 100 + i, "ttl_s": 86400, "flags": 0, "partner_id": i}],
+          "source": "kcat"}
+    buf = io.BytesIO()
+    avro.io.DatumWriter(schema).write(ev, avro.io.BinaryEncoder(buf))
+    open("%s/msg%02d.avro" % (out, i), "wb").write(buf.getvalue())
+PY
+for i in $(seq -w 0 19); do
+  kcat -P -b "$bootstrap" -t ev -k "kc$((10#$i % 5))" "$tmp/msg$i.avro" || fail "kcat produce"
+done
+
+cat > "$tmp/segd.conf" <<CONF
+# input produced by kcat: raw Avro against the local schema
+input.format = raw
+batch.max.ms = 20
+kafka.session.timeout.ms = 6000
+CONF
+"$segd" run --brokers "$bootstrap" --topic ev --group kc --db "$tmp/db" --config "$tmp/segd.conf" 2> "$tmp/run.log" &
+run_pid=$!
+pids+=($run_pid)
+for _ in $(seq 300); do
+  grep -q "events=20 " "$tmp/run.log" 2>/dev/null && break
+  out=$("$segd" get --db "$tmp/db" --now 1800000000 --json kc4 2>/dev/null || true)
+  echo "$out" | grep -q '"id":119' && break
+  sleep 0.2
+done
+kill -TERM $run_pid
+wait $run_pid || fail "segd run exited with $?"
+grep -q "final: consumed=20 events=20 segments=20 dlq=0" "$tmp/run.log" || fail "run summary"
+out=$("$segd" get --db "$tmp/db" --now 1800000000 --json kc4)
+want='{"user_id":"kc4","segments":[{"id":104,"expires_at":1800079200,"ts_ms":1799990000004,"flags":0,"partner_id":4},{"id":109,"expires_at":1800079200,"ts_ms":1799990000009,"flags":0,"partner_id":9},{"id":114,"expires_at":1800079200,"ts_ms":1799990000014,"flags":0,"partner_id":14},{"id":119,"expires_at":1800079200,"ts_ms":1799990000019,"flags":0,"partner_id":19}]}'
+[ "$out" = "$want" ] || fail "get kc4: $out"
+echo "kcat_ingest: ok"
