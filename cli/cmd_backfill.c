@@ -81,11 +81,17 @@ static int backfill_json(backfill_t *b, FILE *f)
     return b->failed ? -1 : 0;
 }
 
-static int avro_record_cb(void *ctx, const segd_event_t *ev, long record_no)
+static int avro_record_cb(void *ctx, const segd_event_t *ev, long record_no,
+                          const char *decode_error)
 {
     backfill_t *b = ctx;
     char where[512];
     snprintf(where, sizeof(where), "%s:#%ld", b->file, record_no);
+    if (decode_error) {
+        fprintf(stderr, "%s: %s\n", where, decode_error);
+        b->skipped++;
+        return 0;
+    }
     return apply_one(b, ev, where);
 }
 

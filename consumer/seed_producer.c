@@ -51,8 +51,8 @@ out_conf:
 }
 
 /* Registers the local schema under <topic>-value for Confluent framing. */
-static segd_err_t schema_id_for(const segd_seed_produce_opts_t *o, segd_registry_t **reg,
-                                int32_t *id, char *errstr, size_t n)
+static segd_err_t schema_id_for(const segd_seed_produce_opts_t *o, const segd_avro_codec_t *c,
+                                segd_registry_t **reg, int32_t *id, char *errstr, size_t n)
 {
     *id = 0;
     if (o->framing != SEGD_FRAMING_CONFLUENT)
@@ -62,13 +62,10 @@ static segd_err_t schema_id_for(const segd_seed_produce_opts_t *o, segd_registry
     segd_err_t err = segd_registry_new(reg, o->registry_url, NULL, errstr, n);
     if (err)
         return err;
-    char subject[300], *schema = NULL;
+    char subject[300];
     snprintf(subject, sizeof(subject), "%s-value", o->topic);
-    err = segd_avro_codec_local_schema(&schema, errstr, n);
-    if (!err)
-        err = segd_registry_register(*reg, subject, schema, id, errstr, n);
-    free(schema);
-    return err;
+    return segd_registry_register(*reg, subject, segd_avro_codec_reader_json(c), id, errstr,
+                                  n);
 }
 
 static void pace(const segd_seed_produce_opts_t *o, double t0, uint64_t sent)
@@ -124,9 +121,9 @@ segd_err_t segd_seed_produce(const segd_seed_produce_opts_t *o, volatile sig_ato
     rd_kafka_t *rk = make_producer(o, res, errstr, n);
     segd_err_t err = rk ? SEGD_OK : SEGD_ERR_KAFKA;
     if (!err)
-        err = schema_id_for(o, &reg, &schema_id, errstr, n);
+        err = segd_avro_codec_new(&codec, NULL, NULL, errstr, n);
     if (!err)
-        err = segd_avro_codec_new(&codec, NULL, reg, errstr, n);
+        err = schema_id_for(o, codec, &reg, &schema_id, errstr, n);
     if (!err && segd_seed_new(&gen, &o->seed) != SEGD_OK)
         err = segd_errf(SEGD_ERR_INVALID, errstr, n, "bad seed workload options");
     if (err)
