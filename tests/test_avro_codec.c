@@ -1,0 +1,248 @@
+/* Tests for consumer/avro_codec.c: round trips in every framing, rejection
+ * of truncations and garbage, container files, schema evolution. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "consumer/avro_codec.h"
+#include "tests/avro_util.h"
+
+static void sample(segd_event_t *ev, segd_op_t op, const char *source)
+{
+    segd_event_reset(ev);
+    segd_event_set_user(ev, "cookie-123", 10);
+    ev->ts_ms = 1799990000123;
+    ev->op = op;
+    snprintf(ev->source, sizeof(ev->source), "%s", source);
+    for (int i = 0; op != SEGD_OP_ERASE_USER && i < 3; i++) {
+        segd_seg_update_t u = {1000000000000LL + i, 86400 * (i + 1), i - 1, 7 * i};
+        segd_event_add_segment(ev, &u);
+    }
+}
+
+static void assert_events_equal(const segd_event_t *a, const segd_event_t *b)
+{
+    assert_int_equal(a->user_id_len, b->user_id_len);
+    assert_memory_equal(a->user_id, b->user_id, a->user_id_len);
+    assert_int_equal(a->ts_ms, b->ts_ms);
+    assert_int_equal(a->op, b->op);
+    assert_string_equal(a->source, b->source);
+    assert_int_equal(a->n_segments, b->n_segments);
+    for (size_t i = 0; i < a->n_segments; i++) { /* field by field: the struct has padding */
+        assert_int_equal(a->segments[i].segment_id, b->segments[i].segment_id);
+        assert_int_equal(a->segments[i].ttl_s, b->segments[i].ttl_s);
+        assert_int_equal(a->segments[i].flags, b->segments[i].flags);
+        assert_int_equal(a->segments[i].partner_id, b->segments[i].partner_id);
+    }
+}
+
+static void test_roundtrip_framings(void **state)
+{
+    (void)state;
+    segd_avro_codec_t *c;
+    char err[256];
+    segd_event_t ev, out;
+    segd_buf_t buf = {0};
+    segd_event_init(&ev);
+    segd_event_init(&out);
+    assert_int_equal(segd_avro_codec_new(&c, NULL, NULL, err, sizeof(err)), SEGD_OK);
+    segd_op_t ops[] = {SEGD_OP_UPSERT, SEGD_OP_REMOVE, SEGD_OP_ERASE_USER};
+    for (int o = 0; o < 3; o++)
+        for (int s = 0; s < 2; s++) {
+            sample(&ev, ops[o], s ? "dmp-a" : "");
+            assert_int_equal(segd_avro_encode(c, SEGD_FRAMING_RAW, 0, &ev, &buf), SEGD_OK);
+            assert_int_equal(segd_avro_decode(c, SEGD_FRAMING_RAW, buf.data, buf.len, &out, err,
+                                              sizeof(err)), SEGD_OK);
+            assert_events_equal(&ev, &out);
+            assert_int_equal(segd_avro_encode(c, SEGD_FRAMING_SINGLE_OBJECT, 0, &ev, &buf),
+                             SEGD_OK);
+            assert_int_equal(buf.data[0], 0xC3);
+            assert_int_equal(segd_avro_decode(c, SEGD_FRAMING_AUTO, buf.data, buf.len, &out, err,
+                                              sizeof(err)), SEGD_OK);
+            assert_events_equal(&ev, &out);
+        }
+    /* a Confluent frame without a registry is undecodable input, not a fault */
+    assert_int_equal(segd_avro_encode(c, SEGD_FRAMING_CONFLUENT, 9, &ev, &buf), SEGD_OK);
+    assert_memory_equal(buf.data, "\x00\x00\x00\x00\x09", 5);
+    assert_int_equal(segd_avro_decode(c, SEGD_FRAMING_AUTO, buf.data, buf.len, &out, err,
+                                      sizeof(err)), SEGD_ERR_DECODE);
+    assert_non_null(strstr(err, "schema id 9"));
+    segd_buf_free(&buf);
+    segd_event_free(&ev);
+    segd_event_free(&out);
+    segd_avro_codec_destroy(c);
+}
+
+static void test_fingerprint_known_value(void **state)
+{
+    (void)state;
+    /* CRC-64-AVRO of the canonical form "int" (Avro specification) */
+    uint64_t fp;
+    assert_int_equal(segd_avro_fingerprint("\"int\"", &fp), SEGD_OK);
+    assert_int_equal(fp, 0x7275d51a3f395c8fULL);
+    /* whitespace, doc and defaults do not change the canonical form */
+    uint64_t a, b;
+    assert_int_equal(segd_avro_fingerprint("{\"type\":\"record\",\"name\":\"R\",\"fields\":"
+                                           "[{\"name\":\"x\",\"type\":\"int\"}]}", &a), SEGD_OK);
+    assert_int_equal(segd_avro_fingerprint("{ \"name\": \"R\", \"doc\": \"d\", \"type\": "
+                                           "\"record\", \"fields\": [{\"name\": \"x\", "
+                                           "\"type\": {\"type\": \"int\"}, \"default\": 1}]}",
+                                           &b), SEGD_OK);
+    assert_int_equal(a, b);
+}
+
+static void test_truncations_and_garbage_rejected(void **state)
+{
+    (void)state;
+    segd_avro_codec_t *c;
+    char err[256];
+    segd_event_t ev, out;
+    segd_buf_t buf = {0};
+    segd_event_init(&ev);
+    segd_event_init(&out);
+    assert_int_equal(segd_avro_codec_new(&c, NULL, NULL, err, sizeof(err)), SEGD_OK);
+    sample(&ev, SEGD_OP_UPSERT, "x");
+    assert_int_equal(segd_avro_encode(c, SEGD_FRAMING_SINGLE_OBJECT, 0, &ev, &buf), SEGD_OK);
+    for (size_t len = 0; len < buf.len; len++) {
+        uint8_t *t = malloc(len + 1);
+        memcpy(t, buf.data, len);
+        assert_int_equal(segd_avro_decode(c, SEGD_FRAMING_SINGLE_OBJECT, t, len, &out, err,
+                                          sizeof(err)), SEGD_ERR_DECODE);
+        free(t);
+    }
+    /* one byte too many */
+    assert_int_equal(segd_buf_reserve(&buf, 1), SEGD_OK);
+    buf.data[buf.len] = 0;
+    assert_int_equal(segd_avro_decode(c, SEGD_FRAMING_SINGLE_OBJECT, buf.data, buf.len + 1, &out,
+                                      err, sizeof(err)), SEGD_ERR_DECODE);
+    assert_string_equal(err, "trailing bytes");
+    uint64_t rng = 1;
+    for (int i = 0; i < 20000; i++) {
+        uint8_t g[48];
+        size_t len = 1 + i % 47;
+        for (size_t j = 0; j < len; j++)
+            g[j] = (uint8_t)((rng = rng * 6364136223846793005ull + 1) >> 56);
+        segd_err_t e = segd_avro_decode(c, SEGD_FRAMING_RAW, g, len, &out, err, sizeof(err));
+        assert_true(e == SEGD_OK || e == SEGD_ERR_DECODE || e == SEGD_ERR_LIMIT);
+    }
+    segd_buf_free(&buf);
+    segd_event_free(&ev);
+    segd_event_free(&out);
+    segd_avro_codec_destroy(c);
+}
+
+/* Single-object frames written with evolved writer schemas. */
+static void test_schema_evolution(void **state)
+{
+    (void)state;
+    segd_avro_codec_t *c;
+    char err[256], body[512];
+    uint8_t msg[600];
+    segd_event_t ev, out;
+    segd_event_init(&ev);
+    segd_event_init(&out);
+    assert_int_equal(segd_avro_codec_new(&c, NULL, NULL, err, sizeof(err)), SEGD_OK);
+    const char *writers[] = {WRITER_NO_DEFAULTS, WRITER_EXTRA, WRITER_INT_ID};
+    for (int w = 0; w < 3; w++) {
+        sample(&ev, SEGD_OP_UPSERT, w == 0 ? "" : "dmp");
+        if (w == 2)
+            for (size_t i = 0; i < ev.n_segments; i++)
+                ev.segments[i].segment_id = 70000 + (int64_t)i;
+        int64_t n = encode_with_writer(writers[w], &ev, body, sizeof(body));
+        assert_true(n > 0);
+        uint64_t fp;
+        assert_int_equal(segd_avro_fingerprint(writers[w], &fp), SEGD_OK);
+        msg[0] = 0xC3;
+        msg[1] = 0x01;
+        for (int i = 0; i < 8; i++)
+            msg[2 + i] = (uint8_t)(fp >> (8 * i));
+        memcpy(msg + 10, body, (size_t)n);
+        /* unknown until the schema is added */
+        assert_int_equal(segd_avro_decode(c, SEGD_FRAMING_AUTO, msg, (size_t)n + 10, &out, err,
+                                          sizeof(err)), SEGD_ERR_DECODE);
+        assert_int_equal(segd_avro_codec_add_schema(c, writers[w], err, sizeof(err)), SEGD_OK);
+        assert_int_equal(segd_avro_decode(c, SEGD_FRAMING_AUTO, msg, (size_t)n + 10, &out, err,
+                                          sizeof(err)), SEGD_OK);
+        if (w == 0) /* partner_id and source come from the reader's defaults */
+            for (size_t i = 0; i < ev.n_segments; i++)
+                ev.segments[i].partner_id = 0;
+        assert_events_equal(&ev, &out);
+    }
+    segd_event_free(&ev);
+    segd_event_free(&out);
+    segd_avro_codec_destroy(c);
+}
+
+typedef struct collect {
+    segd_event_t ev[8];
+    int n, errors;
+} collect_t;
+
+static int collect_cb(void *ctx, const segd_event_t *ev, long no, const char *error)
+{
+    collect_t *c = ctx;
+    assert_int_equal(no, c->n + c->errors + 1);
+    if (error) {
+        c->errors++;
+        return 0;
+    }
+    segd_event_init(&c->ev[c->n]);
+    segd_event_set_user(&c->ev[c->n], ev->user_id, ev->user_id_len);
+    c->ev[c->n].ts_ms = ev->ts_ms;
+    c->ev[c->n].op = ev->op;
+    memcpy(c->ev[c->n].source, ev->source, sizeof(ev->source));
+    for (size_t i = 0; i < ev->n_segments; i++)
+        segd_event_add_segment(&c->ev[c->n], &ev->segments[i]);
+    c->n++;
+    return 0;
+}
+
+static void test_container_file_roundtrip(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/segd-test-avro-XXXXXX", err[256];
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    remove(path);
+    segd_avro_file_writer_t *w;
+    segd_event_t ev[3];
+    assert_int_equal(segd_avro_file_writer_open(&w, path, err, sizeof(err)), SEGD_OK);
+    segd_op_t ops[] = {SEGD_OP_UPSERT, SEGD_OP_REMOVE, SEGD_OP_ERASE_USER};
+    for (int i = 0; i < 3; i++) {
+        segd_event_init(&ev[i]);
+        sample(&ev[i], ops[i], i == 1 ? "src" : "");
+        assert_int_equal(segd_avro_file_writer_append(w, &ev[i]), SEGD_OK);
+    }
+    assert_int_equal(segd_avro_file_writer_close(w), SEGD_OK);
+    collect_t c = {0};
+    assert_int_equal(segd_avro_file_foreach(path, collect_cb, &c, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(c.n, 3);
+    for (int i = 0; i < 3; i++) {
+        assert_events_equal(&ev[i], &c.ev[i]);
+        segd_event_free(&ev[i]);
+        segd_event_free(&c.ev[i]);
+    }
+    remove(path);
+    assert_int_equal(segd_avro_file_foreach("/nonexistent.avro", collect_cb, &c, err,
+                                            sizeof(err)), SEGD_ERR_DECODE);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_roundtrip_framings),
+        cmocka_unit_test(test_fingerprint_known_value),
+        cmocka_unit_test(test_truncations_and_garbage_rejected),
+        cmocka_unit_test(test_schema_evolution),
+        cmocka_unit_test(test_container_file_roundtrip),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
