@@ -606,13 +606,19 @@ segd_err_t segd_avro_decode(segd_avro_codec_t *c, segd_framing_t framing, const 
     segd_err_t err = frame(c, framing, b, len, &r, &skip, errstr, n);
     if (err)
         return err;
-    avro_reader_memory_set_source(c->mem, (const char *)b + skip, (int64_t)(len - skip));
-    avro_value_reset(&r->value);
-    if (avro_value_read(c->mem, r->resolver_iface ? &r->wvalue : &r->value))
+    /* Validate by skipping first: avro-c's reader leaks a string buffer when a
+     * datum ends inside it, and skipping allocates nothing. */
+    const char *body = (const char *)b + skip;
+    avro_reader_memory_set_source(c->mem, body, (int64_t)(len - skip));
+    if (avro_skip_data(c->mem, r->writer))
         return segd_errf(SEGD_ERR_DECODE, errstr, n, "truncated or malformed avro");
     char extra; /* the memory reader's is_eof always says no: probe one byte */
     if (avro_read(c->mem, &extra, 1) == 0)
         return segd_errf(SEGD_ERR_DECODE, errstr, n, "trailing bytes");
+    avro_reader_memory_set_source(c->mem, body, (int64_t)(len - skip));
+    avro_value_reset(&r->value);
+    if (avro_value_read(c->mem, r->resolver_iface ? &r->wvalue : &r->value))
+        return segd_errf(SEGD_ERR_DECODE, errstr, n, "malformed avro");
     return extract(c, &r->value, ev, errstr, n);
 }
 
