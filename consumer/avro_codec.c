@@ -12,8 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* Field positions in a resolver's reduced schema (-1: the writer lacks it),
+ * so extraction indexes rather than looks fields up by name per event. */
+enum { F_USER, F_TS, F_OP, F_SEGS, F_SOURCE, F_ID, F_TTL, F_FLAGS, F_PARTNER, F_COUNT };
+
 typedef struct resolver {
     int32_t id;     /* Confluent id, or -1 */
+    int fidx[F_COUNT];
     uint64_t fp;    /* single-object fingerprint */
     avro_schema_t writer, reduced;
     avro_value_iface_t *reduced_iface, *resolver_iface; /* resolver NULL: identity */
@@ -287,6 +292,20 @@ static void resolver_free(resolver_t *r)
     memset(r, 0, sizeof(*r));
 }
 
+static void resolver_index_fields(resolver_t *r)
+{
+    static const char *const top[] = {"user_id", "ts_ms", "op", "segments", "source"};
+    static const char *const item[] = {"segment_id", "ttl_s", "flags", "partner_id"};
+    for (int i = 0; i < F_COUNT; i++)
+        r->fidx[i] = -1;
+    for (int i = 0; i < 5; i++)
+        r->fidx[i] = avro_schema_record_field_get_index(r->reduced, top[i]);
+    avro_schema_t segs = avro_schema_record_field_get(r->reduced, "segments");
+    avro_schema_t rec = segs && is_avro_array(segs) ? avro_schema_array_items(segs) : NULL;
+    for (int i = 0; rec && is_avro_record(rec) && i < 4; i++)
+        r->fidx[F_ID + i] = avro_schema_record_field_get_index(rec, item[i]);
+}
+
 static segd_err_t resolver_init(resolver_t *r, const char *reader_json,
                                 const char *writer_json, char *errstr, size_t n)
 {
@@ -297,6 +316,7 @@ static segd_err_t resolver_init(resolver_t *r, const char *reader_json,
     if (!reduced || avro_schema_from_json_length(reduced, strlen(reduced), &r->reduced) ||
         avro_schema_from_json_length(writer_json, strlen(writer_json), &r->writer))
         goto out;
+    resolver_index_fields(r);
     r->reduced_iface = avro_generic_class_from_schema(r->reduced);
     if (!r->reduced_iface || avro_generic_value_new(r->reduced_iface, &r->value))
         goto out;
@@ -321,14 +341,16 @@ out:
 
 /* ---------- value <-> event ---------- */
 
-static int get_long(avro_value_t *rec, const char *name, int64_t dflt, int64_t *out)
+static int get_long(avro_value_t *rec, int idx, int64_t dflt, int64_t *out)
 {
     avro_value_t f;
     int32_t i32;
-    if (avro_value_get_by_name(rec, name, &f, NULL)) {
+    if (idx < 0) {
         *out = dflt;
         return 0;
     }
+    if (avro_value_get_by_index(rec, (size_t)idx, &f, NULL))
+        return -1;
     if (avro_value_get_type(&f) == AVRO_INT32) {
         if (avro_value_get_int(&f, &i32))
             return -1;
@@ -338,14 +360,16 @@ static int get_long(avro_value_t *rec, const char *name, int64_t dflt, int64_t *
     return avro_value_get_long(&f, out);
 }
 
-static int get_source(avro_value_t *rec, segd_event_t *ev)
+static int get_source(avro_value_t *rec, int idx, segd_event_t *ev)
 {
     avro_value_t f, branch;
     const char *s;
     size_t len;
     ev->source[0] = 0;
-    if (avro_value_get_by_name(rec, "source", &f, NULL))
+    if (idx < 0)
         return 0;
+    if (avro_value_get_by_index(rec, (size_t)idx, &f, NULL))
+        return -1;
     if (avro_value_get_type(&f) == AVRO_UNION) {
         if (avro_value_get_current_branch(&f, &branch))
             return -1;
@@ -359,33 +383,37 @@ static int get_source(avro_value_t *rec, segd_event_t *ev)
     return 0;
 }
 
-static segd_err_t extract(const segd_avro_codec_t *c, avro_value_t *v, segd_event_t *ev,
-                          char *errstr, size_t n)
+static segd_err_t extract(const segd_avro_codec_t *c, const resolver_t *r, avro_value_t *v,
+                          segd_event_t *ev, char *errstr, size_t n)
 {
     avro_value_t f, arr, item;
     const char *uid;
     size_t ulen, count;
     int op;
+    const int *fi = r->fidx;
     segd_event_reset(ev);
-    if (avro_value_get_by_name(v, "user_id", &f, NULL) ||
+    if (fi[F_USER] < 0 || fi[F_OP] < 0 || fi[F_SEGS] < 0 ||
+        avro_value_get_by_index(v, (size_t)fi[F_USER], &f, NULL) ||
         avro_value_get_string(&f, &uid, &ulen) || ulen == 0)
         return segd_errf(SEGD_ERR_DECODE, errstr, n, "bad user_id");
     if (segd_event_set_user(ev, uid, ulen - 1))
         return segd_errf(SEGD_ERR_LIMIT, errstr, n, "user_id longer than %d bytes",
                          SEGD_MAX_USER_ID);
-    if (get_long(v, "ts_ms", 0, &ev->ts_ms) || avro_value_get_by_name(v, "op", &f, NULL) ||
+    if (get_long(v, fi[F_TS], 0, &ev->ts_ms) ||
+        avro_value_get_by_index(v, (size_t)fi[F_OP], &f, NULL) ||
         avro_value_get_enum(&f, &op) || op < 0 || op > SEGD_OP_ERASE_USER ||
-        get_source(v, ev))
+        get_source(v, fi[F_SOURCE], ev))
         return segd_errf(SEGD_ERR_DECODE, errstr, n, "bad ts_ms, op or source");
     ev->op = (segd_op_t)op;
-    if (avro_value_get_by_name(v, "segments", &arr, NULL) || avro_value_get_size(&arr, &count))
+    if (avro_value_get_by_index(v, (size_t)fi[F_SEGS], &arr, NULL) ||
+        avro_value_get_size(&arr, &count))
         return segd_errf(SEGD_ERR_DECODE, errstr, n, "bad segments");
     for (size_t i = 0; i < count; i++) {
         int64_t id, ttl, flags, partner;
         if (avro_value_get_by_index(&arr, i, &item, NULL) ||
-            get_long(&item, "segment_id", 0, &id) || get_long(&item, "ttl_s", 0, &ttl) ||
-            get_long(&item, "flags", c->dflt.flags, &flags) ||
-            get_long(&item, "partner_id", c->dflt.partner_id, &partner))
+            get_long(&item, fi[F_ID], 0, &id) || get_long(&item, fi[F_TTL], 0, &ttl) ||
+            get_long(&item, fi[F_FLAGS], c->dflt.flags, &flags) ||
+            get_long(&item, fi[F_PARTNER], c->dflt.partner_id, &partner))
             return segd_errf(SEGD_ERR_DECODE, errstr, n, "bad segment %zu", i);
         segd_seg_update_t u = {id, (int32_t)ttl, (int32_t)flags, (int32_t)partner};
         if (segd_event_add_segment(ev, &u))
@@ -619,7 +647,7 @@ segd_err_t segd_avro_decode(segd_avro_codec_t *c, segd_framing_t framing, const 
     avro_value_reset(&r->value);
     if (avro_value_read(c->mem, r->resolver_iface ? &r->wvalue : &r->value))
         return segd_errf(SEGD_ERR_DECODE, errstr, n, "malformed avro");
-    return extract(c, &r->value, ev, errstr, n);
+    return extract(c, r, &r->value, ev, errstr, n);
 }
 
 segd_err_t segd_avro_encode(segd_avro_codec_t *c, segd_framing_t framing, int32_t schema_id,
@@ -694,7 +722,7 @@ segd_err_t segd_avro_file_foreach(const char *path,
             break;
         }
         char why[256];
-        if (cb(ctx, &ev, rec, extract(c, &r.value, &ev, why, sizeof(why)) ? why : NULL))
+        if (cb(ctx, &ev, rec, extract(c, &r, &r.value, &ev, why, sizeof(why)) ? why : NULL))
             break;
     }
     if (m)
