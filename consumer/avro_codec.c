@@ -36,6 +36,7 @@ struct segd_avro_codec {
     avro_writer_t out;
     defaults_t dflt;
     resolver_t local; /* writer == reader */
+    int generic_only; /* tests: decode the local schema through avro-c too */
     resolver_t *cache;
     size_t ncache, capcache;
 };
@@ -625,6 +626,112 @@ static segd_err_t frame(segd_avro_codec_t *c, segd_framing_t framing, const uint
     return SEGD_OK;
 }
 
+/* ---------- hand-written decoder for the local schema ----------
+ * When the writer schema is the reader schema (raw framing, single-object
+ * with the local fingerprint) the binary is parsed directly: ~10x faster
+ * than avro-c's generic values, which dominate ingest CPU otherwise. It
+ * accepts exactly what avro-c accepts for this schema (tests compare both). */
+
+typedef struct cursor {
+    const uint8_t *p, *end;
+} cursor_t;
+
+static int cur_long(cursor_t *c, int64_t *out)
+{
+    uint64_t v = 0;
+    for (int shift = 0; shift < 64; shift += 7) {
+        if (c->p >= c->end)
+            return -1;
+        uint8_t b = *c->p++;
+        v |= (uint64_t)(b & 0x7f) << shift;
+        if (!(b & 0x80)) {
+            *out = (int64_t)(v >> 1) ^ -(int64_t)(v & 1);
+            return 0;
+        }
+    }
+    return -1;
+}
+
+static int cur_int(cursor_t *c, int32_t *out)
+{
+    int64_t v;
+    if (cur_long(c, &v) || v < INT32_MIN || v > INT32_MAX)
+        return -1;
+    *out = (int32_t)v;
+    return 0;
+}
+
+static int cur_bytes(cursor_t *c, const uint8_t **s, size_t *len)
+{
+    int64_t n;
+    if (cur_long(c, &n) || n < 0 || n > c->end - c->p)
+        return -1;
+    *s = c->p;
+    *len = (size_t)n;
+    c->p += n;
+    return 0;
+}
+
+static int fast_segments(cursor_t *c, segd_event_t *ev)
+{
+    for (;;) {
+        int64_t count, block_bytes;
+        if (cur_long(c, &count))
+            return -1;
+        if (count == 0)
+            return 0;
+        if (count < 0) { /* a block with its byte size */
+            if (count == INT64_MIN || cur_long(c, &block_bytes) || block_bytes < 0)
+                return -1;
+            count = -count;
+        }
+        if (count > c->end - c->p) /* every item takes at least one byte */
+            return -1;
+        for (int64_t i = 0; i < count; i++) {
+            segd_seg_update_t u;
+            if (cur_long(c, &u.segment_id) || cur_int(c, &u.ttl_s) || cur_int(c, &u.flags) ||
+                cur_int(c, &u.partner_id))
+                return -1;
+            if (segd_event_add_segment(ev, &u))
+                return -2;
+        }
+    }
+}
+
+static segd_err_t fast_decode(const uint8_t *b, size_t len, segd_event_t *ev, char *errstr,
+                              size_t n)
+{
+    cursor_t c = {b, b + len};
+    const uint8_t *s;
+    size_t slen;
+    int32_t op;
+    int64_t branch;
+    segd_event_reset(ev);
+    if (cur_bytes(&c, &s, &slen))
+        return segd_errf(SEGD_ERR_DECODE, errstr, n, "truncated or malformed avro");
+    if (segd_event_set_user(ev, (const char *)s, slen))
+        return segd_errf(SEGD_ERR_LIMIT, errstr, n, "user_id longer than %d bytes",
+                         SEGD_MAX_USER_ID);
+    if (cur_long(&c, &ev->ts_ms) || cur_int(&c, &op))
+        return segd_errf(SEGD_ERR_DECODE, errstr, n, "truncated or malformed avro");
+    if (op < 0 || op > SEGD_OP_ERASE_USER)
+        return segd_errf(SEGD_ERR_DECODE, errstr, n, "truncated or malformed avro");
+    ev->op = (segd_op_t)op;
+    int rc = fast_segments(&c, ev);
+    if (rc == -2)
+        return SEGD_ERR_NOMEM;
+    if (rc || cur_long(&c, &branch) || (branch != 0 && branch != 1) ||
+        (branch == 1 && cur_bytes(&c, &s, &slen)))
+        return segd_errf(SEGD_ERR_DECODE, errstr, n, "truncated or malformed avro");
+    if (branch == 1)
+        snprintf(ev->source, sizeof(ev->source), "%.*s", (int)slen, (const char *)s);
+    if (c.p != c.end)
+        return segd_errf(SEGD_ERR_DECODE, errstr, n, "trailing bytes");
+    return SEGD_OK;
+}
+
+void segd_avro_codec_set_generic_only(segd_avro_codec_t *c, int on) { c->generic_only = on; }
+
 segd_err_t segd_avro_decode(segd_avro_codec_t *c, segd_framing_t framing, const void *buf,
                             size_t len, segd_event_t *ev, char *errstr, size_t n)
 {
@@ -634,6 +741,8 @@ segd_err_t segd_avro_decode(segd_avro_codec_t *c, segd_framing_t framing, const 
     segd_err_t err = frame(c, framing, b, len, &r, &skip, errstr, n);
     if (err)
         return err;
+    if (r == &c->local && !c->generic_only)
+        return fast_decode(b + skip, len - skip, ev, errstr, n);
     /* Validate by skipping first: avro-c's reader leaks a string buffer when a
      * datum ends inside it, and skipping allocates nothing. */
     const char *body = (const char *)b + skip;

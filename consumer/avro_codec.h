@@ -42,6 +42,10 @@ segd_err_t segd_avro_codec_add_schema(segd_avro_codec_t *c, const char *writer_j
 segd_err_t segd_avro_decode(segd_avro_codec_t *c, segd_framing_t framing, const void *buf,
                             size_t len, segd_event_t *ev, char *errstr, size_t errstr_size);
 
+/* Tests: decode the local schema through avro-c's generic values instead of
+ * the hand-written fast path, to compare the two. */
+void segd_avro_codec_set_generic_only(segd_avro_codec_t *c, int on);
+
 /* Encodes ev with the reader schema into out (replacing its contents). */
 segd_err_t segd_avro_encode(segd_avro_codec_t *c, segd_framing_t framing, int32_t schema_id,
                             const segd_event_t *ev, segd_buf_t *out);
