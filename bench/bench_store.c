@@ -17,7 +17,7 @@
 #include "store/query.h"
 
 typedef struct store_args {
-    int64_t users, baseline_users, reads, batch, seed, keep;
+    int64_t users, baseline_users, reads, batch, seed, keep, cache_mb;
     char dir[256];
 } store_args_t;
 
@@ -42,6 +42,33 @@ static void percentiles(double *lat, int64_t n, model_result_t *r, double total_
     r->reads_per_s = (double)n / total_s;
 }
 
+/* Reads random users with read_fn twice (the first pass warms the cache)
+ * and records the second pass's latency percentiles and live counts. */
+typedef size_t (*read_fn_t)(void *ctx, const char *uid);
+
+static void timed_reads(int64_t reads, int64_t users, read_fn_t fn, void *ctx,
+                        model_result_t *r)
+{
+    double *lat = malloc((size_t)reads * sizeof(*lat));
+    uint64_t rng = 7, live_total = 0;
+    for (int pass = 0; pass < 2; pass++) {
+        double tp = segd_cli_seconds();
+        for (int64_t i = 0; i < reads; i++) {
+            char uid[32];
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            segd_seed_user_id((rng >> 33) % (uint64_t)users, uid, sizeof(uid));
+            double q0 = segd_cli_seconds();
+            size_t n = fn(ctx, uid);
+            lat[i] = segd_cli_seconds() - q0;
+            live_total += pass ? n : 0;
+        }
+        if (pass)
+            percentiles(lat, reads, r, segd_cli_seconds() - tp);
+    }
+    r->live_per_read = (double)live_total / (double)reads;
+    free(lat);
+}
+
 static segd_seed_t *seed_gen(const store_args_t *a, int64_t users, int64_t now_ms)
 {
     segd_seed_opts_t so;
@@ -55,6 +82,21 @@ static segd_seed_t *seed_gen(const store_args_t *a, int64_t users, int64_t now_m
 
 /* ---------- segd's model ---------- */
 
+typedef struct segd_reader {
+    segd_store_t *s;
+    segd_profile_t p;
+    segd_entry_t *sel;
+    segd_prune_t rule;
+} segd_reader_t;
+
+static size_t segd_read(void *ctx, const char *uid)
+{
+    segd_reader_t *rd = ctx;
+    char err[256];
+    segd_store_get(rd->s, uid, strlen(uid), &rd->p, err, sizeof(err));
+    return segd_query_select(&rd->p, &rd->rule, NULL, rd->sel);
+}
+
 static int segd_model(const store_args_t *a, int64_t now_ms, model_result_t *r)
 {
     char path[300], err[512];
@@ -63,6 +105,7 @@ static int segd_model(const store_args_t *a, int64_t now_ms, model_result_t *r)
     segd_store_opts_default(&o);
     o.path = path;
     o.now_ms = now_ms;
+    o.block_cache_mb = (size_t)a->cache_mb;
     segd_store_t *s = NULL;
     segd_seed_t *g = seed_gen(a, a->users, now_ms);
     segd_applier_t ap;
@@ -90,32 +133,12 @@ static int segd_model(const store_args_t *a, int64_t now_ms, model_result_t *r)
     segd_event_free(&ev);
     segd_seed_destroy(g);
 
-    segd_profile_t p;
-    segd_profile_init(&p);
-    segd_entry_t *sel = malloc(2000 * sizeof(*sel));
-    double *lat = malloc((size_t)a->reads * sizeof(*lat));
-    uint64_t rng = 7, live_total = 0;
-    segd_prune_t rule;
-    segd_policy_rule(segd_store_policy(s), &rule, 1);
-    for (int pass = 0; pass < 2; pass++) { /* pass 0 warms the cache */
-        double tp = segd_cli_seconds();
-        for (int64_t i = 0; i < a->reads; i++) {
-            char uid[32];
-            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-            segd_seed_user_id((rng >> 33) % (uint64_t)a->users, uid, sizeof(uid));
-            double q0 = segd_cli_seconds();
-            segd_store_get(s, uid, strlen(uid), &p, err, sizeof(err));
-            size_t n = segd_query_select(&p, &rule, NULL, sel);
-            lat[i] = segd_cli_seconds() - q0;
-            live_total += pass ? n : 0;
-        }
-        if (pass)
-            percentiles(lat, a->reads, r, segd_cli_seconds() - tp);
-    }
-    r->live_per_read = (double)live_total / (double)a->reads;
-    free(lat);
-    free(sel);
-    segd_profile_free(&p);
+    segd_reader_t rd = {s, {0}, malloc(4096 * sizeof(segd_entry_t)), {0}};
+    segd_profile_init(&rd.p);
+    segd_policy_rule(segd_store_policy(s), &rd.rule, 1);
+    timed_reads(a->reads, a->users, segd_read, &rd, r);
+    free(rd.sel);
+    segd_profile_free(&rd.p);
     segd_store_close(s);
     return 0;
 }
@@ -131,10 +154,10 @@ typedef struct rdb {
     rocksdb_readoptions_t *r;
 } rdb_t;
 
-static int rdb_open(rdb_t *d, const char *path)
+static int rdb_open(rdb_t *d, const char *path, int64_t cache_mb)
 {
     char *err = NULL;
-    d->cache = rocksdb_cache_create_lru(256 << 20);
+    d->cache = rocksdb_cache_create_lru((size_t)cache_mb << 20);
     d->t = rocksdb_block_based_options_create();
     rocksdb_block_based_options_set_block_cache(d->t, d->cache);
     rocksdb_block_based_options_set_block_size(d->t, 16 << 10);
@@ -222,13 +245,24 @@ static size_t baseline_read(rdb_t *d, const char *uid, int64_t now_s)
     return live;
 }
 
+typedef struct baseline_reader {
+    rdb_t *d;
+    int64_t now_s;
+} baseline_reader_t;
+
+static size_t baseline_read_fn(void *ctx, const char *uid)
+{
+    baseline_reader_t *br = ctx;
+    return baseline_read(br->d, uid, br->now_s);
+}
+
 static int baseline_model(const store_args_t *a, int64_t now_ms, model_result_t *r)
 {
     char path[300];
     rdb_t d = {0};
     snprintf(path, sizeof(path), "%s/baseline", a->dir);
     segd_seed_t *g = seed_gen(a, a->baseline_users, now_ms);
-    if (!g || rdb_open(&d, path))
+    if (!g || rdb_open(&d, path, a->cache_mb))
         return -1;
     segd_event_t ev;
     segd_event_init(&ev);
@@ -257,24 +291,8 @@ static int baseline_model(const store_args_t *a, int64_t now_ms, model_result_t 
         segd_seed_user_id((uint64_t)u, uid, sizeof(uid));
         r->live += baseline_read(&d, uid, now_ms / 1000);
     }
-    double *lat = malloc((size_t)a->reads * sizeof(*lat));
-    uint64_t rng = 7, live_total = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        double tp = segd_cli_seconds();
-        for (int64_t i = 0; i < a->reads; i++) {
-            char uid[32];
-            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-            segd_seed_user_id((rng >> 33) % (uint64_t)a->baseline_users, uid, sizeof(uid));
-            double q0 = segd_cli_seconds();
-            size_t n = baseline_read(&d, uid, now_ms / 1000);
-            lat[i] = segd_cli_seconds() - q0;
-            live_total += pass ? n : 0;
-        }
-        if (pass)
-            percentiles(lat, a->reads, r, segd_cli_seconds() - tp);
-    }
-    r->live_per_read = (double)live_total / (double)a->reads;
-    free(lat);
+    baseline_reader_t br = {&d, now_ms / 1000};
+    timed_reads(a->reads, a->baseline_users, baseline_read_fn, &br, r);
     rocksdb_writebatch_destroy(wb);
     segd_event_free(&ev);
     segd_seed_destroy(g);
@@ -298,7 +316,8 @@ static void report(const store_args_t *a, const model_result_t *s, const model_r
     double sbps = s->live ? (double)s->disk_bytes / (double)s->live : 0;
     double bbps = b->live ? (double)b->disk_bytes / (double)b->live : 0;
     printf("## segd bench store --users %" PRId64 " --baseline-users %" PRId64 " --reads %" PRId64
-           " --batch %" PRId64 "\n\n", a->users, a->baseline_users, a->reads, a->batch);
+           " --batch %" PRId64 " --cache-mb %" PRId64 "\n\n", a->users, a->baseline_users,
+           a->reads, a->batch, a->cache_mb);
     printf("seed workload: 50 UPSERT events x 20 segments per user, ids in [0, 82000), ts over "
            "30 days, ttl 1/7/30/60 d; one writer thread, WAL on, zstd; 2-core shared machine\n\n");
     printf("| metric | segd (profile per user) | baseline (key per user+segment) | segd/baseline |\n");
@@ -331,9 +350,10 @@ static int parse(int argc, char **argv, store_args_t *a)
                                          {"seed", required_argument, 0, 's'},
                                          {"dir", required_argument, 0, 'd'},
                                          {"keep", no_argument, 0, 'k'},
+                                         {"cache-mb", required_argument, 0, 'c'},
                                          {0, 0, 0, 0}};
     int c;
-    *a = (store_args_t){.users = 20000, .reads = 20000, .batch = 1000, .seed = 42};
+    *a = (store_args_t){.users = 20000, .reads = 20000, .batch = 1000, .seed = 42, .cache_mb = 256};
     snprintf(a->dir, sizeof(a->dir), "/tmp/segd-bench-store-XXXXXX");
     int have_dir = 0;
     optind = 1;
@@ -347,11 +367,12 @@ static int parse(int argc, char **argv, store_args_t *a)
         case 's': bad = segd_cli_int("bench", "--seed", optarg, 0, INT64_MAX, &a->seed); break;
         case 'd': snprintf(a->dir, sizeof(a->dir), "%s", optarg); have_dir = 1; break;
         case 'k': a->keep = 1; break;
+        case 'c': bad = segd_cli_int("bench", "--cache-mb", optarg, 8, 1 << 20, &a->cache_mb); break;
         default: bad = 1;
         }
         if (bad) {
             fprintf(stderr, "usage: segd bench store [--users N] [--baseline-users N] [--reads N] "
-                            "[--batch N] [--seed S] [--dir DIR] [--keep]\n");
+                            "[--batch N] [--seed S] [--cache-mb MB] [--dir DIR] [--keep]\n");
             return -1;
         }
     }

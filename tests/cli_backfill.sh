@@ -88,5 +88,13 @@ grep -q '"records":0,' "$tmp/stats" || fail "records left after compaction: $(ca
 set +e
 "$segd" get --db "$tmp/db" --now notanumber alice >/dev/null 2>&1; [ $? = 2 ] || fail "bad --now not exit 2"
 "$segd" nosuchcommand >/dev/null 2>&1; [ $? = 2 ] || fail "unknown command not exit 2"
+# 6. a broken run configuration is a clear error at start, naming the key
+printf 'brokers = 127.0.0.1:1\nbatch.max.mesages = 5\n' > "$tmp/bad.conf"
+out=$("$segd" run --topic t --group g --db "$tmp/rundb" --config "$tmp/bad.conf" 2>&1); rc=$?
+[ $rc = 2 ] && echo "$out" | grep -q "bad.conf:2: unknown configuration key 'batch.max.mesages'" || fail "bad config: $rc $out"
+out=$("$segd" run --brokers 127.0.0.1:1 --topic t --group g --db "$tmp/rundb" -X no.such.prop=1 2>&1); rc=$?
+[ $rc = 2 ] && echo "$out" | grep -q "no.such.prop" || fail "bad -X: $rc $out"
+out=$(SEGD_BATCH_MAX_MS=never "$segd" run --brokers 127.0.0.1:1 --topic t --group g --db "$tmp/rundb" 2>&1); rc=$?
+[ $rc = 2 ] && echo "$out" | grep -q "batch.max.ms" || fail "bad env: $rc $out"
 set -e
 echo "cli_backfill: ok"

@@ -1,0 +1,107 @@
+/* Tests for consumer/config.c: file, environment and flag precedence, kafka
+ * pass-through, and errors that name the offending key. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "consumer/config.h"
+
+static char *write_conf(const char *body)
+{
+    static char path[64];
+    snprintf(path, sizeof(path), "/tmp/segd-test-conf-XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    assert_int_equal(write(fd, body, strlen(body)), (ssize_t)strlen(body));
+    close(fd);
+    return path;
+}
+
+static const char *kafka_value(const segd_config_t *c, const char *key)
+{
+    for (size_t i = 0; i < c->n_kafka; i++)
+        if (!strcmp(c->kafka[i].key, key))
+            return c->kafka[i].value;
+    return NULL;
+}
+
+static void test_file_env_flags(void **state)
+{
+    (void)state;
+    segd_config_t c;
+    char err[512];
+    segd_config_init(&c);
+    char *path = write_conf("# a comment\n\n brokers = 10.0.0.1:9092 \n"
+                            "topics = a,b\ngroup=g1\ndb = /var/lib/segd\n"
+                            "batch.max.messages = 2000\nkafka.fetch.min.bytes = 1024\n"
+                            "input.format = single-object\n");
+    assert_int_equal(segd_config_load_file(&c, path, err, sizeof(err)), SEGD_OK);
+    unlink(path);
+    char *env[] = {"PATH=/bin", "SEGD_BATCH_MAX_MESSAGES=3000", "SEGD_KAFKA_CLIENT_ID=segd-7",
+                   NULL};
+    assert_int_equal(segd_config_load_env(&c, env, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_config_set(&c, "group", "from-flag", err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_config_set_x(&c, "fetch.min.bytes=1", err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_config_finish(&c, err, sizeof(err)), SEGD_OK);
+    assert_string_equal(c.brokers, "10.0.0.1:9092");
+    assert_int_equal(c.n_topics, 2);
+    assert_string_equal(c.topics[1], "b");
+    assert_string_equal(c.group, "from-flag");              /* flag beats file */
+    assert_int_equal(c.batch_max_messages, 3000);           /* env beats file */
+    assert_string_equal(kafka_value(&c, "fetch.min.bytes"), "1"); /* -X beats file */
+    assert_string_equal(kafka_value(&c, "client.id"), "segd-7");
+    assert_int_equal(c.framing, SEGD_FRAMING_SINGLE_OBJECT);
+    assert_string_equal(c.dlq_topic, "a.dlq");               /* derived default */
+    segd_config_free(&c);
+}
+
+static void test_errors_name_the_key(void **state)
+{
+    (void)state;
+    segd_config_t c;
+    char err[512];
+    segd_config_init(&c);
+    char *path = write_conf("brokers = x\nbatch.max.mesages = 10\n");
+    assert_int_equal(segd_config_load_file(&c, path, err, sizeof(err)), SEGD_ERR_CONFIG);
+    assert_non_null(strstr(err, "batch.max.mesages"));
+    assert_non_null(strstr(err, ":2:")); /* file:line */
+    unlink(path);
+    assert_int_equal(segd_config_set(&c, "batch.max.ms", "soon", err, sizeof(err)),
+                     SEGD_ERR_CONFIG);
+    assert_non_null(strstr(err, "batch.max.ms"));
+    assert_int_equal(segd_config_set(&c, "batch.max.ms", "0", err, sizeof(err)),
+                     SEGD_ERR_CONFIG);
+    assert_int_equal(segd_config_set(&c, "input.format", "json", err, sizeof(err)),
+                     SEGD_ERR_CONFIG);
+    assert_non_null(strstr(err, "input.format"));
+    char *env[] = {"SEGD_NO_SUCH_THING=1", NULL};
+    assert_int_equal(segd_config_load_env(&c, env, err, sizeof(err)), SEGD_ERR_CONFIG);
+    assert_non_null(strstr(err, "SEGD_NO_SUCH_THING"));
+    assert_int_equal(segd_config_set_x(&c, "novalue", err, sizeof(err)), SEGD_ERR_CONFIG);
+    /* missing required settings, and confluent framing without a registry */
+    assert_int_equal(segd_config_finish(&c, err, sizeof(err)), SEGD_ERR_CONFIG);
+    assert_non_null(strstr(err, "topics"));
+    segd_config_set(&c, "topics", "t", err, sizeof(err));
+    segd_config_set(&c, "group", "g", err, sizeof(err));
+    segd_config_set(&c, "db", "d", err, sizeof(err));
+    segd_config_set(&c, "input.format", "confluent", err, sizeof(err));
+    assert_int_equal(segd_config_finish(&c, err, sizeof(err)), SEGD_ERR_CONFIG);
+    assert_non_null(strstr(err, "input.schema.registry.url"));
+    segd_config_free(&c);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_file_env_flags),
+        cmocka_unit_test(test_errors_name_the_key),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
