@@ -112,7 +112,7 @@ static int parse(int argc, char **argv, ingest_args_t *a)
     optind = 1;
     a->users = 5000;
     a->partitions = 32;
-    a->batch = 5000;
+    a->batch = 1000;
     snprintf(a->dir, sizeof(a->dir), "/tmp/segd-bench-ingest-XXXXXX");
     int have_dir = 0;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
