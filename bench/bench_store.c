@@ -1,14 +1,19 @@
-/* `segd bench store`: the seed workload (DESIGN §8) into segd's profile
- * store and, in the same run, into the rejected one-key-per-(user, segment)
- * model read by prefix scan; write rate, bytes per live segment after full
- * compaction, warm read rate and latency percentiles, side by side. */
+/* `segd bench store` (DESIGN §8): the seed workload written, fully compacted
+ * and read back warm in segd's profile-per-user store and, in the same run,
+ * in the seed paper's rejected model (one RocksDB key per (user, segment),
+ * read by prefix scan). Prints one markdown report on stdout: phase times,
+ * both models side by side, the issue's targets with their margins. */
+#define _GNU_SOURCE /* nftw */
+#include <ftw.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <rocksdb/c.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "bench.h"
 #include "bench/seed.h"
@@ -16,57 +21,29 @@
 #include "consumer/apply.h"
 #include "store/query.h"
 
+#define GRANULARITY_S 3600 /* segd's default; the baseline rounds expiries alike */
+#define TARGET_BYTES_PER_LIVE 2.0
+#define TARGET_SEGMENTS_PER_S 2e6
+#define TARGET_P99_US 50.0
+
 typedef struct store_args {
-    int64_t users, baseline_users, reads, batch, seed, keep, cache_mb;
+    int64_t users, baseline_users, reads, batch, seed, cache_mb;
+    int keep, made_dir;
     char dir[256];
+    char cmdline[1024]; /* as typed, for the report */
 } store_args_t;
 
 typedef struct model_result {
+    uint64_t segments_written;
     double write_s, compact_s;
-    uint64_t segments_written, live, disk_bytes;
+    uint64_t live, stored, disk_bytes; /* after full compaction */
     double reads_per_s, p50_us, p99_us, p999_us, live_per_read;
 } model_result_t;
 
-static int cmp_double(const void *a, const void *b)
+static int fail(const char *what, const char *why)
 {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static void percentiles(double *lat, int64_t n, model_result_t *r, double total_s)
-{
-    qsort(lat, (size_t)n, sizeof(*lat), cmp_double);
-    r->p50_us = lat[n / 2] * 1e6;
-    r->p99_us = lat[n * 99 / 100] * 1e6;
-    r->p999_us = lat[n * 999 / 1000] * 1e6;
-    r->reads_per_s = (double)n / total_s;
-}
-
-/* Reads random users with read_fn twice (the first pass warms the cache)
- * and records the second pass's latency percentiles and live counts. */
-typedef size_t (*read_fn_t)(void *ctx, const char *uid);
-
-static void timed_reads(int64_t reads, int64_t users, read_fn_t fn, void *ctx,
-                        model_result_t *r)
-{
-    double *lat = malloc((size_t)reads * sizeof(*lat));
-    uint64_t rng = 7, live_total = 0;
-    for (int pass = 0; pass < 2; pass++) {
-        double tp = segd_cli_seconds();
-        for (int64_t i = 0; i < reads; i++) {
-            char uid[32];
-            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-            segd_seed_user_id((rng >> 33) % (uint64_t)users, uid, sizeof(uid));
-            double q0 = segd_cli_seconds();
-            size_t n = fn(ctx, uid);
-            lat[i] = segd_cli_seconds() - q0;
-            live_total += pass ? n : 0;
-        }
-        if (pass)
-            percentiles(lat, reads, r, segd_cli_seconds() - tp);
-    }
-    r->live_per_read = (double)live_total / (double)reads;
-    free(lat);
+    fprintf(stderr, "segd bench store: %s: %s\n", what, why);
+    return -1;
 }
 
 static segd_seed_t *seed_gen(const store_args_t *a, int64_t users, int64_t now_ms)
@@ -77,73 +54,201 @@ static segd_seed_t *seed_gen(const store_args_t *a, int64_t users, int64_t now_m
     so.users = (uint64_t)users;
     so.seed = (uint64_t)a->seed;
     so.now_ms = now_ms;
-    return segd_seed_new(&g, &so) == SEGD_OK ? g : NULL;
+    if (segd_seed_new(&g, &so) != SEGD_OK)
+        fail("seed generator", "out of memory");
+    return g;
 }
 
-/* ---------- segd's model ---------- */
+/* Grows a scratch entry array to hold at least n entries. */
+static int reserve_entries(segd_entry_t **e, size_t *cap, size_t n)
+{
+    if (n <= *cap)
+        return 0;
+    size_t c = n < 4096 ? 4096 : n;
+    segd_entry_t *p = realloc(*e, c * sizeof(*p));
+    if (!p)
+        return fail("read buffer", "out of memory");
+    *e = p;
+    *cap = c;
+    return 0;
+}
+
+/* ---------- timed reads, shared by both models ---------- */
+
+/* Reads one user's live segments into the model's scratch; sets *live. */
+typedef int (*read_fn_t)(void *ctx, const char *uid, size_t *live);
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Reads the same pseudo-random users on every call (so the untimed pass
+ * warms exactly what the timed pass reads); lat may be NULL. */
+static int read_pass(const store_args_t *a, int64_t users, read_fn_t fn, void *ctx,
+                     double *lat, uint64_t *live_total)
+{
+    uint64_t rng = (uint64_t)a->seed * 0x9E3779B97F4A7C15ull + 7;
+    for (int64_t i = 0; i < a->reads; i++) {
+        char uid[32];
+        size_t live = 0;
+        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+        segd_seed_user_id((rng >> 33) % (uint64_t)users, uid, sizeof(uid));
+        double t0 = segd_cli_seconds();
+        if (fn(ctx, uid, &live))
+            return -1;
+        if (lat)
+            lat[i] = segd_cli_seconds() - t0;
+        *live_total += live;
+    }
+    return 0;
+}
+
+static int timed_reads(const store_args_t *a, int64_t users, read_fn_t fn, void *ctx,
+                       model_result_t *r)
+{
+    int64_t n = a->reads;
+    uint64_t warm_live = 0, live = 0;
+    double *lat = malloc((size_t)n * sizeof(*lat));
+    if (!lat)
+        return fail("latency buffer", "out of memory");
+    int rc = read_pass(a, users, fn, ctx, NULL, &warm_live);
+    double t0 = segd_cli_seconds();
+    if (!rc)
+        rc = read_pass(a, users, fn, ctx, lat, &live);
+    if (!rc) {
+        r->reads_per_s = (double)n / (segd_cli_seconds() - t0);
+        qsort(lat, (size_t)n, sizeof(*lat), cmp_double);
+        r->p50_us = lat[n / 2] * 1e6;
+        r->p99_us = lat[n * 99 / 100] * 1e6;
+        r->p999_us = lat[n * 999 / 1000] * 1e6;
+        r->live_per_read = (double)live / (double)n;
+    }
+    free(lat);
+    return rc;
+}
+
+/* ---------- segd's model: one merged profile per user ---------- */
 
 typedef struct segd_reader {
     segd_store_t *s;
     segd_profile_t p;
     segd_entry_t *sel;
+    size_t sel_cap;
     segd_prune_t rule;
 } segd_reader_t;
 
-static size_t segd_read(void *ctx, const char *uid)
+/* What a bidder does: one Get, decode, keep the live entries. */
+static int segd_read(void *ctx, const char *uid, size_t *live)
 {
     segd_reader_t *rd = ctx;
     char err[256];
-    segd_store_get(rd->s, uid, strlen(uid), &rd->p, err, sizeof(err));
-    return segd_query_select(&rd->p, &rd->rule, NULL, rd->sel);
+    if (segd_store_get(rd->s, uid, strlen(uid), &rd->p, err, sizeof(err)))
+        return fail("get", err);
+    if (reserve_entries(&rd->sel, &rd->sel_cap, rd->p.n))
+        return -1;
+    *live = segd_query_select(&rd->p, &rd->rule, NULL, rd->sel);
+    return 0;
+}
+
+/* Seed events through the applier, one writer thread, --batch events per
+ * WriteBatch (WAL on): the ingest path without the broker. */
+static int segd_write(segd_store_t *s, const store_args_t *a, int64_t now_ms,
+                      model_result_t *r)
+{
+    char err[512] = "";
+    int rc = -1;
+    segd_applier_t ap;
+    segd_event_t ev;
+    segd_seed_t *g = seed_gen(a, a->users, now_ms);
+    if (!g)
+        return -1;
+    segd_event_init(&ev);
+    if (segd_applier_init(&ap, s) != SEGD_OK) {
+        fail("applier", "out of memory");
+        goto out_free_applier;
+    }
+    double t0 = segd_cli_seconds();
+    while (segd_seed_next(g, &ev)) {
+        segd_err_t e = segd_applier_add(&ap, &ev);
+        if (e) {
+            fail("encode event", segd_err_str(e));
+            goto out_free_applier;
+        }
+        if (segd_batch_count(ap.batch) >= (size_t)a->batch &&
+            segd_applier_flush(&ap, err, sizeof(err))) {
+            fail("write", err);
+            goto out_free_applier;
+        }
+    }
+    if (segd_applier_flush(&ap, err, sizeof(err))) {
+        fail("write", err);
+        goto out_free_applier;
+    }
+    r->write_s = segd_cli_seconds() - t0;
+    r->segments_written = ap.segments;
+    rc = 0;
+out_free_applier:
+    segd_applier_free(&ap);
+    segd_event_free(&ev);
+    segd_seed_destroy(g);
+    return rc;
+}
+
+/* Full compaction (which also waits out the background work the writes left
+ * behind), then the store's own count of live and stored entries. */
+static int segd_size(segd_store_t *s, model_result_t *r)
+{
+    char err[512] = "";
+    segd_store_stats_t st;
+    double t0 = segd_cli_seconds();
+    if (segd_store_compact(s, err, sizeof(err)))
+        return fail("compact", err);
+    r->compact_s = segd_cli_seconds() - t0;
+    if (segd_store_stats(s, &st, err, sizeof(err)))
+        return fail("stats", err);
+    if (st.corrupt)
+        return fail("stats", "corrupt records after compaction");
+    r->live = st.live_segments;
+    r->stored = st.stored_entries;
+    r->disk_bytes = st.sst_bytes;
+    return 0;
+}
+
+static int segd_reads(segd_store_t *s, const store_args_t *a, model_result_t *r)
+{
+    segd_reader_t rd = {.s = s};
+    segd_profile_init(&rd.p);
+    segd_policy_rule(segd_store_policy(s), &rd.rule, 1);
+    int rc = timed_reads(a, a->users, segd_read, &rd, r);
+    free(rd.sel);
+    segd_profile_free(&rd.p);
+    return rc;
 }
 
 static int segd_model(const store_args_t *a, int64_t now_ms, model_result_t *r)
 {
-    char path[300], err[512];
-    snprintf(path, sizeof(path), "%s/segd", a->dir);
+    char path[300], err[512] = "";
     segd_store_opts_t o;
+    segd_store_t *s = NULL;
+    snprintf(path, sizeof(path), "%s/segd", a->dir);
     segd_store_opts_default(&o);
     o.path = path;
     o.now_ms = now_ms;
     o.block_cache_mb = (size_t)a->cache_mb;
-    segd_store_t *s = NULL;
-    segd_seed_t *g = seed_gen(a, a->users, now_ms);
-    segd_applier_t ap;
-    segd_event_t ev;
-    segd_event_init(&ev);
-    if (!g || segd_store_open(&s, &o, err, sizeof(err)) || segd_applier_init(&ap, s))
-        return -1;
-    double t0 = segd_cli_seconds();
-    while (segd_seed_next(g, &ev)) {
-        segd_applier_add(&ap, &ev);
-        if (segd_batch_count(ap.batch) >= (size_t)a->batch && segd_applier_flush(&ap, err, sizeof(err)))
-            return -1;
-    }
-    segd_applier_flush(&ap, err, sizeof(err));
-    r->write_s = segd_cli_seconds() - t0;
-    r->segments_written = ap.segments;
-    double t1 = segd_cli_seconds();
-    segd_store_compact(s, err, sizeof(err));
-    r->compact_s = segd_cli_seconds() - t1;
-    segd_store_stats_t st;
-    segd_store_stats(s, &st, err, sizeof(err));
-    r->live = st.live_segments;
-    r->disk_bytes = st.sst_bytes;
-    segd_applier_free(&ap);
-    segd_event_free(&ev);
-    segd_seed_destroy(g);
-
-    segd_reader_t rd = {s, {0}, malloc(4096 * sizeof(segd_entry_t)), {0}};
-    segd_profile_init(&rd.p);
-    segd_policy_rule(segd_store_policy(s), &rd.rule, 1);
-    timed_reads(a->reads, a->users, segd_read, &rd, r);
-    free(rd.sel);
-    segd_profile_free(&rd.p);
+    if (segd_store_open(&s, &o, err, sizeof(err)))
+        return fail("open store", err);
+    int rc = segd_write(s, a, now_ms, r);
+    if (!rc)
+        rc = segd_size(s, r);
+    if (!rc)
+        rc = segd_reads(s, a, r);
     segd_store_close(s);
-    return 0;
+    return rc;
 }
 
-/* ---------- baseline: one key per (user, segment), prefix scan ---------- */
+/* ---------- baseline: one key per (user, segment), prefix scans ---------- */
 
 typedef struct rdb {
     rocksdb_t *db;
@@ -151,9 +256,11 @@ typedef struct rdb {
     rocksdb_block_based_table_options_t *t;
     rocksdb_cache_t *cache;
     rocksdb_writeoptions_t *w;
-    rocksdb_readoptions_t *r;
 } rdb_t;
 
+/* Tuned like segd's profiles family (memtables, levels, cache, background
+ * jobs) but with zstd, the natural choice for many small repetitive keys;
+ * no bloom filter: prefix scans cannot use a whole-key filter. */
 static int rdb_open(rdb_t *d, const char *path, int64_t cache_mb)
 {
     char *err = NULL;
@@ -167,24 +274,34 @@ static int rdb_open(rdb_t *d, const char *path, int64_t cache_mb)
     rocksdb_options_set_compression(d->o, rocksdb_zstd_compression);
     rocksdb_options_set_bottommost_compression(d->o, rocksdb_zstd_compression);
     rocksdb_options_set_write_buffer_size(d->o, 64 << 20);
+    rocksdb_options_set_max_write_buffer_number(d->o, 4);
     rocksdb_options_increase_parallelism(d->o, 2);
+    rocksdb_options_set_max_background_jobs(d->o, 2);
+    rocksdb_options_set_max_open_files(d->o, -1);
     rocksdb_options_set_level_compaction_dynamic_level_bytes(d->o, 1);
-    d->db = rocksdb_open(d->o, path, &err);
+    rocksdb_options_set_max_bytes_for_level_base(d->o, 256 << 20);
+    rocksdb_options_set_target_file_size_base(d->o, 64 << 20);
     d->w = rocksdb_writeoptions_create();
-    d->r = rocksdb_readoptions_create();
-    if (err)
+    d->db = rocksdb_open(d->o, path, &err);
+    if (err) {
+        fail("open baseline", err);
         rocksdb_free(err);
+    }
     return d->db ? 0 : -1;
 }
 
 static void rdb_close(rdb_t *d)
 {
-    rocksdb_close(d->db);
-    rocksdb_options_destroy(d->o);
-    rocksdb_block_based_options_destroy(d->t);
-    rocksdb_cache_destroy(d->cache);
-    rocksdb_writeoptions_destroy(d->w);
-    rocksdb_readoptions_destroy(d->r);
+    if (d->db)
+        rocksdb_close(d->db);
+    if (d->o)
+        rocksdb_options_destroy(d->o);
+    if (d->t)
+        rocksdb_block_based_options_destroy(d->t);
+    if (d->cache)
+        rocksdb_cache_destroy(d->cache);
+    if (d->w)
+        rocksdb_writeoptions_destroy(d->w);
 }
 
 static size_t put_varint(uint8_t *b, uint64_t v)
@@ -196,64 +313,199 @@ static size_t put_varint(uint8_t *b, uint64_t v)
     return n;
 }
 
+/* Returns the bytes consumed, 0 when b does not hold a whole varint. */
 static size_t get_varint(const uint8_t *b, size_t len, uint64_t *v)
 {
-    size_t n = 0;
     *v = 0;
-    for (int s = 0; n < len && s < 64; s += 7) {
-        *v |= (uint64_t)(b[n] & 0x7f) << s;
-        if (!(b[n++] & 0x80))
-            return n;
+    for (size_t n = 0; n < len && n < 10; n++) {
+        *v |= (uint64_t)(b[n] & 0x7f) << (7 * n);
+        if (!(b[n] & 0x80))
+            return n + 1;
     }
     return 0;
 }
 
-/* key = user + 8-byte BE segment id; value = varint expiry_s, ts_ms, flags, partner */
-static void baseline_write(rdb_t *d, const segd_event_t *ev, rocksdb_writebatch_t *wb)
+/* key = user id + 8-byte big-endian segment id;
+ * value = varint expiry_s, ts_ms, flags, partner_id. A Put per segment: in
+ * this model an upsert simply overwrites the key. */
+static void baseline_put_event(const segd_event_t *ev, rocksdb_writebatch_t *wb)
 {
-    char key[300];
+    char key[SEGD_MAX_USER_ID + 8];
     uint8_t val[40];
     memcpy(key, ev->user_id, ev->user_id_len);
     for (size_t i = 0; i < ev->n_segments; i++) {
         const segd_seg_update_t *u = &ev->segments[i];
         for (int b = 0; b < 8; b++)
             key[ev->user_id_len + b] = (char)((uint64_t)u->segment_id >> (56 - 8 * b));
-        size_t n = put_varint(val, (uint64_t)segd_expiry_for(ev->ts_ms, u->ttl_s, 3600));
+        size_t n = put_varint(val, (uint64_t)segd_expiry_for(ev->ts_ms, u->ttl_s, GRANULARITY_S));
         n += put_varint(val + n, (uint64_t)ev->ts_ms);
         n += put_varint(val + n, (uint32_t)u->flags);
         n += put_varint(val + n, (uint32_t)u->partner_id);
         rocksdb_writebatch_put(wb, key, ev->user_id_len + 8, (const char *)val, n);
     }
-    (void)d;
 }
 
-static size_t baseline_read(rdb_t *d, const char *uid, int64_t now_s)
+static int rdb_write(rdb_t *d, rocksdb_writebatch_t *wb)
 {
-    size_t ulen = strlen(uid), live = 0;
-    rocksdb_iterator_t *it = rocksdb_create_iterator(d->db, d->r);
-    for (rocksdb_iter_seek(it, uid, ulen); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
-        size_t kl, vl;
-        const char *k = rocksdb_iter_key(it, &kl);
-        if (kl != ulen + 8 || memcmp(k, uid, ulen) != 0)
-            break;
-        const uint8_t *v = (const uint8_t *)rocksdb_iter_value(it, &vl);
-        uint64_t expiry;
-        if (get_varint(v, vl, &expiry) && (int64_t)expiry > now_s)
-            live++;
+    char *err = NULL;
+    rocksdb_write(d->db, d->w, wb, &err);
+    rocksdb_writebatch_clear(wb);
+    if (!err)
+        return 0;
+    fail("baseline write", err);
+    rocksdb_free(err);
+    return -1;
+}
+
+static int baseline_write(rdb_t *d, const store_args_t *a, int64_t now_ms, model_result_t *r)
+{
+    int rc = -1;
+    int64_t events = 0;
+    segd_event_t ev;
+    segd_seed_t *g = seed_gen(a, a->baseline_users, now_ms);
+    if (!g)
+        return -1;
+    segd_event_init(&ev);
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    double t0 = segd_cli_seconds();
+    while (segd_seed_next(g, &ev)) {
+        baseline_put_event(&ev, wb);
+        r->segments_written += ev.n_segments;
+        if (++events % a->batch == 0 && rdb_write(d, wb))
+            goto out_destroy_batch;
     }
+    if (rocksdb_writebatch_count(wb) && rdb_write(d, wb))
+        goto out_destroy_batch;
+    r->write_s = segd_cli_seconds() - t0;
+    rc = 0;
+out_destroy_batch:
+    rocksdb_writebatch_destroy(wb);
+    segd_event_free(&ev);
+    segd_seed_destroy(g);
+    return rc;
+}
+
+/* Decodes one baseline value into e; 0 when it does not decode. */
+static int baseline_decode(const uint8_t *v, size_t len, segd_entry_t *e)
+{
+    uint64_t x[4];
+    size_t off = 0;
+    for (int i = 0; i < 4; i++) {
+        size_t n = get_varint(v + off, len - off, &x[i]);
+        if (!n)
+            return 0;
+        off += n;
+    }
+    e->expiry_s = (int64_t)x[0];
+    e->ts_ms = (int64_t)x[1];
+    e->flags = (int32_t)x[2];
+    e->partner_id = (int32_t)x[3];
+    return 1;
+}
+
+/* Counts all keys and the live ones in one scan; fill_cache off so the count
+ * does not decide what the read phase finds cached. */
+static int baseline_count(rdb_t *d, int64_t now_s, model_result_t *r)
+{
+    char *err = NULL;
+    rocksdb_readoptions_t *ro = rocksdb_readoptions_create();
+    rocksdb_readoptions_set_fill_cache(ro, 0);
+    rocksdb_iterator_t *it = rocksdb_create_iterator(d->db, ro);
+    for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+        size_t vl;
+        const uint8_t *v = (const uint8_t *)rocksdb_iter_value(it, &vl);
+        segd_entry_t e;
+        r->stored++;
+        r->live += baseline_decode(v, vl, &e) && e.expiry_s > now_s;
+    }
+    rocksdb_iter_get_error(it, &err);
     rocksdb_iter_destroy(it);
-    return live;
+    rocksdb_readoptions_destroy(ro);
+    if (!err)
+        return 0;
+    fail("baseline scan", err);
+    rocksdb_free(err);
+    return -1;
+}
+
+static int baseline_size(rdb_t *d, int64_t now_ms, model_result_t *r)
+{
+    rocksdb_compactoptions_t *co = rocksdb_compactoptions_create();
+    rocksdb_compactoptions_set_bottommost_level_compaction(co, 2 /* force */);
+    rocksdb_compactoptions_set_exclusive_manual_compaction(co, 1);
+    double t0 = segd_cli_seconds();
+    rocksdb_compact_range_opt(d->db, co, NULL, 0, NULL, 0);
+    r->compact_s = segd_cli_seconds() - t0;
+    rocksdb_compactoptions_destroy(co);
+    rocksdb_property_int(d->db, "rocksdb.total-sst-files-size", &r->disk_bytes);
+    return baseline_count(d, now_ms / 1000, r);
 }
 
 typedef struct baseline_reader {
     rdb_t *d;
+    rocksdb_readoptions_t *ro;
     int64_t now_s;
+    segd_entry_t *sel;
+    size_t sel_cap;
+    char upper[SEGD_MAX_USER_ID + 9]; /* the iterator's bound; must outlive it */
 } baseline_reader_t;
 
-static size_t baseline_read_fn(void *ctx, const char *uid)
+/* Keeps one decoded entry in the reader's output if it is live. */
+static int baseline_keep(baseline_reader_t *br, const char *k, const uint8_t *v, size_t vl,
+                         size_t ulen, size_t *live)
+{
+    segd_entry_t e;
+    if (!baseline_decode(v, vl, &e))
+        return fail("baseline read", "value does not decode");
+    if (e.expiry_s <= br->now_s)
+        return 0;
+    if (reserve_entries(&br->sel, &br->sel_cap, *live + 1))
+        return -1;
+    e.segment_id = 0;
+    for (int b = 0; b < 8; b++)
+        e.segment_id = e.segment_id << 8 | (uint8_t)k[ulen + b];
+    br->sel[(*live)++] = e;
+    return 0;
+}
+
+/* What a bidder does in this model: seek to the user id, iterate while keys
+ * carry it (the upper bound stops RocksDB at the user's last key), decode,
+ * keep the live entries. */
+static int baseline_read(void *ctx, const char *uid, size_t *live)
 {
     baseline_reader_t *br = ctx;
-    return baseline_read(br->d, uid, br->now_s);
+    size_t ulen = strlen(uid);
+    int rc = 0;
+    char *err = NULL;
+    memcpy(br->upper, uid, ulen);
+    memset(br->upper + ulen, 0xff, 9);
+    rocksdb_readoptions_set_iterate_upper_bound(br->ro, br->upper, ulen + 9);
+    rocksdb_iterator_t *it = rocksdb_create_iterator(br->d->db, br->ro);
+    *live = 0;
+    for (rocksdb_iter_seek(it, uid, ulen); !rc && rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+        size_t kl, vl;
+        const char *k = rocksdb_iter_key(it, &kl);
+        const uint8_t *v = (const uint8_t *)rocksdb_iter_value(it, &vl);
+        if (kl != ulen + 8 || memcmp(k, uid, ulen) != 0)
+            break;
+        rc = baseline_keep(br, k, v, vl, ulen, live);
+    }
+    rocksdb_iter_get_error(it, &err);
+    rocksdb_iter_destroy(it);
+    if (err) {
+        rc = fail("baseline read", err);
+        rocksdb_free(err);
+    }
+    return rc;
+}
+
+static int baseline_reads(rdb_t *d, const store_args_t *a, int64_t now_ms, model_result_t *r)
+{
+    baseline_reader_t br = {.d = d, .ro = rocksdb_readoptions_create(), .now_s = now_ms / 1000};
+    int rc = timed_reads(a, a->baseline_users, baseline_read, &br, r);
+    rocksdb_readoptions_destroy(br.ro);
+    free(br.sel);
+    return rc;
 }
 
 static int baseline_model(const store_args_t *a, int64_t now_ms, model_result_t *r)
@@ -261,43 +513,15 @@ static int baseline_model(const store_args_t *a, int64_t now_ms, model_result_t 
     char path[300];
     rdb_t d = {0};
     snprintf(path, sizeof(path), "%s/baseline", a->dir);
-    segd_seed_t *g = seed_gen(a, a->baseline_users, now_ms);
-    if (!g || rdb_open(&d, path, a->cache_mb))
-        return -1;
-    segd_event_t ev;
-    segd_event_init(&ev);
-    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-    char *err = NULL;
-    int64_t events = 0;
-    double t0 = segd_cli_seconds();
-    while (segd_seed_next(g, &ev)) {
-        baseline_write(&d, &ev, wb);
-        r->segments_written += ev.n_segments;
-        if (++events % a->batch == 0) {
-            rocksdb_write(d.db, d.w, wb, &err);
-            rocksdb_writebatch_clear(wb);
-        }
-    }
-    rocksdb_write(d.db, d.w, wb, &err);
-    r->write_s = segd_cli_seconds() - t0;
-    double t1 = segd_cli_seconds();
-    rocksdb_compact_range(d.db, NULL, 0, NULL, 0);
-    r->compact_s = segd_cli_seconds() - t1;
-    uint64_t bytes = 0;
-    rocksdb_property_int(d.db, "rocksdb.total-sst-files-size", &bytes);
-    r->disk_bytes = bytes;
-    for (int64_t u = 0; u < a->baseline_users; u++) {
-        char uid[32];
-        segd_seed_user_id((uint64_t)u, uid, sizeof(uid));
-        r->live += baseline_read(&d, uid, now_ms / 1000);
-    }
-    baseline_reader_t br = {&d, now_ms / 1000};
-    timed_reads(a->reads, a->baseline_users, baseline_read_fn, &br, r);
-    rocksdb_writebatch_destroy(wb);
-    segd_event_free(&ev);
-    segd_seed_destroy(g);
+    int rc = rdb_open(&d, path, a->cache_mb);
+    if (!rc)
+        rc = baseline_write(&d, a, now_ms, r);
+    if (!rc)
+        rc = baseline_size(&d, now_ms, r);
+    if (!rc)
+        rc = baseline_reads(&d, a, now_ms, r);
     rdb_close(&d);
-    return 0;
+    return rc;
 }
 
 /* ---------- report ---------- */
@@ -310,100 +534,190 @@ static void row(const char *what, double x, double y, const char *fmt)
     printf("| %s | %s | %s | %.2f |\n", what, a, b, y != 0 ? x / y : 0.0);
 }
 
-static void report(const store_args_t *a, const model_result_t *s, const model_result_t *b)
+static double per_live(const model_result_t *m)
+{
+    return m->live ? (double)m->disk_bytes / (double)m->live : 0;
+}
+
+static double rate_with_compaction(const model_result_t *m)
+{
+    return (double)m->segments_written / (m->write_s + m->compact_s);
+}
+
+static void print_table(const model_result_t *s, const model_result_t *b)
 {
     double sw = (double)s->segments_written, bw = (double)b->segments_written;
-    double sbps = s->live ? (double)s->disk_bytes / (double)s->live : 0;
-    double bbps = b->live ? (double)b->disk_bytes / (double)b->live : 0;
-    printf("## segd bench store --users %" PRId64 " --baseline-users %" PRId64 " --reads %" PRId64
-           " --batch %" PRId64 " --cache-mb %" PRId64 "\n\n", a->users, a->baseline_users,
-           a->reads, a->batch, a->cache_mb);
-    printf("seed workload: 50 UPSERT events x 20 segments per user, ids in [0, 82000), ts over "
-           "30 days, ttl 1/7/30/60 d; one writer thread, WAL on, zstd; 2-core shared machine\n\n");
     printf("| metric | segd (profile per user) | baseline (key per user+segment) | segd/baseline |\n");
     printf("|---|---|---|---|\n");
     row("segments written", sw, bw, "%.0f");
+    row("write time, s", s->write_s, b->write_s, "%.1f");
+    row("full compaction time, s", s->compact_s, b->compact_s, "%.1f");
     row("write rate, segments/s (write only)", sw / s->write_s, bw / b->write_s, "%.0f");
-    row("write rate incl. full compaction, segments/s", sw / (s->write_s + s->compact_s),
-        bw / (b->write_s + b->compact_s), "%.0f");
+    row("write rate incl. full compaction, segments/s", rate_with_compaction(s),
+        rate_with_compaction(b), "%.0f");
+    row("stored entries after compaction", (double)s->stored, (double)b->stored, "%.0f");
     row("live segments after compaction", (double)s->live, (double)b->live, "%.0f");
     row("on-disk bytes (sst)", (double)s->disk_bytes, (double)b->disk_bytes, "%.0f");
-    row("bytes per live segment", sbps, bbps, "%.3f");
+    row("bytes per live segment", per_live(s), per_live(b), "%.3f");
     row("warm reads/s (one user, all live segments)", s->reads_per_s, b->reads_per_s, "%.0f");
-    row("read p50 us", s->p50_us, b->p50_us, "%.1f");
-    row("read p99 us", s->p99_us, b->p99_us, "%.1f");
-    row("read p99.9 us", s->p999_us, b->p999_us, "%.1f");
+    row("read p50, us", s->p50_us, b->p50_us, "%.1f");
+    row("read p99, us", s->p99_us, b->p99_us, "%.1f");
+    row("read p99.9, us", s->p999_us, b->p999_us, "%.1f");
     row("live segments per read", s->live_per_read, b->live_per_read, "%.1f");
-    double wr = sw / (s->write_s + s->compact_s);
-    printf("\ntargets: bytes/live segment <= 2.0: %s (%.3f); merged segments/s incl. compaction "
-           ">= 2M: %s (%.2fM); warm read p99 <= 50 us: %s (%.1f us)\n",
-           sbps <= 2.0 ? "met" : "MISSED", sbps, wr >= 2e6 ? "met" : "MISSED", wr / 1e6,
-           s->p99_us <= 50 ? "met" : "MISSED", s->p99_us);
+}
+
+/* One target line: met or missed, and by how much (absolute and relative). */
+static void target(const char *what, double v, double goal, int at_least, const char *fmt)
+{
+    char val[32], lim[32], gap[32];
+    double d = at_least ? v - goal : goal - v;
+    int met = d >= 0;
+    snprintf(val, sizeof(val), fmt, v);
+    snprintf(lim, sizeof(lim), fmt, goal);
+    snprintf(gap, sizeof(gap), fmt, met ? d : -d);
+    printf("| %s | %s %s | %s | %s %s (%.1f %%)%s |\n", what, at_least ? ">=" : "<=", lim, val,
+           met ? "met with" : "**MISSED** by", gap, 100.0 * (met ? d : -d) / goal,
+           met ? " to spare" : "");
+}
+
+static void report(const store_args_t *a, const model_result_t *s, const model_result_t *b)
+{
+    printf("## `%s`\n\n", a->cmdline);
+    printf("seed workload (seed %" PRId64 "): segd U = %" PRId64 ", baseline U = %" PRId64
+           "; 50 UPSERT events x 20 segments per user, ids in [0, 82000), ts over 30 days, "
+           "ttl 1/7/30/60 d; one writer thread, WriteBatches of %" PRId64 " events, WAL on; "
+           "block cache %" PRId64 " MiB per model; %" PRId64 " warm reads (same users read "
+           "once untimed first); %ld cores, shared machine\n\n",
+           a->seed, a->users, a->baseline_users, a->batch, a->cache_mb, a->reads,
+           sysconf(_SC_NPROCESSORS_ONLN));
+    print_table(s, b);
+    printf("\n| target (segd) | goal | measured | result |\n|---|---|---|---|\n");
+    target("bytes per live segment after full compaction", per_live(s),
+           TARGET_BYTES_PER_LIVE, 0, "%.3f");
+    target("merged segments/s incl. full compaction, one writer", rate_with_compaction(s),
+           TARGET_SEGMENTS_PER_S, 1, "%.0f");
+    target("warm read p99, us", s->p99_us, TARGET_P99_US, 0, "%.1f");
+}
+
+/* ---------- flags and the work directory ---------- */
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: segd bench store [--users N] [--baseline-users N] [--reads N] "
+                    "[--batch N] [--seed S] [--cache-mb MB] [--dir DIR] [--keep]\n");
+}
+
+static void record_cmdline(int argc, char **argv, store_args_t *a)
+{
+    size_t off = (size_t)snprintf(a->cmdline, sizeof(a->cmdline), "segd bench");
+    for (int i = 0; i < argc && off < sizeof(a->cmdline); i++)
+        off += (size_t)snprintf(a->cmdline + off, sizeof(a->cmdline) - off, " %s", argv[i]);
+}
+
+static int parse_one(int c, store_args_t *a)
+{
+    switch (c) {
+    case 'u': return segd_cli_int("bench", "--users", optarg, 1, 100000000, &a->users);
+    case 'B': return segd_cli_int("bench", "--baseline-users", optarg, 1, 100000000, &a->baseline_users);
+    case 'r': return segd_cli_int("bench", "--reads", optarg, 1, 100000000, &a->reads);
+    case 'b': return segd_cli_int("bench", "--batch", optarg, 1, 1000000, &a->batch);
+    case 's': return segd_cli_int("bench", "--seed", optarg, 0, INT64_MAX, &a->seed);
+    case 'c': return segd_cli_int("bench", "--cache-mb", optarg, 8, 1 << 20, &a->cache_mb);
+    case 'k': a->keep = 1; return 0;
+    case 'd':
+        if (strlen(optarg) >= sizeof(a->dir) - 16)
+            return fail("--dir", "path too long");
+        snprintf(a->dir, sizeof(a->dir), "%s", optarg);
+        return 0;
+    default: return -1;
+    }
 }
 
 static int parse(int argc, char **argv, store_args_t *a)
 {
-    static const struct option opts[] = {{"users", required_argument, 0, 'u'},
-                                         {"baseline-users", required_argument, 0, 'B'},
-                                         {"reads", required_argument, 0, 'r'},
-                                         {"batch", required_argument, 0, 'b'},
-                                         {"seed", required_argument, 0, 's'},
-                                         {"dir", required_argument, 0, 'd'},
-                                         {"keep", no_argument, 0, 'k'},
-                                         {"cache-mb", required_argument, 0, 'c'},
-                                         {0, 0, 0, 0}};
+    static const struct option opts[] = {
+        {"users", required_argument, 0, 'u'},   {"baseline-users", required_argument, 0, 'B'},
+        {"reads", required_argument, 0, 'r'},   {"batch", required_argument, 0, 'b'},
+        {"seed", required_argument, 0, 's'},    {"dir", required_argument, 0, 'd'},
+        {"keep", no_argument, 0, 'k'},          {"cache-mb", required_argument, 0, 'c'},
+        {0, 0, 0, 0}};
     int c;
-    *a = (store_args_t){.users = 20000, .reads = 20000, .batch = 1000, .seed = 42, .cache_mb = 256};
-    snprintf(a->dir, sizeof(a->dir), "/tmp/segd-bench-store-XXXXXX");
-    int have_dir = 0;
+    *a = (store_args_t){.users = 20000, .reads = 20000, .batch = 1000, .seed = 42,
+                        .cache_mb = 256};
+    record_cmdline(argc, argv, a);
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        int bad = 0;
-        switch (c) {
-        case 'u': bad = segd_cli_int("bench", "--users", optarg, 1, 100000000, &a->users); break;
-        case 'B': bad = segd_cli_int("bench", "--baseline-users", optarg, 1, 100000000, &a->baseline_users); break;
-        case 'r': bad = segd_cli_int("bench", "--reads", optarg, 1, 100000000, &a->reads); break;
-        case 'b': bad = segd_cli_int("bench", "--batch", optarg, 1, 1000000, &a->batch); break;
-        case 's': bad = segd_cli_int("bench", "--seed", optarg, 0, INT64_MAX, &a->seed); break;
-        case 'd': snprintf(a->dir, sizeof(a->dir), "%s", optarg); have_dir = 1; break;
-        case 'k': a->keep = 1; break;
-        case 'c': bad = segd_cli_int("bench", "--cache-mb", optarg, 8, 1 << 20, &a->cache_mb); break;
-        default: bad = 1;
-        }
-        if (bad) {
-            fprintf(stderr, "usage: segd bench store [--users N] [--baseline-users N] [--reads N] "
-                            "[--batch N] [--seed S] [--cache-mb MB] [--dir DIR] [--keep]\n");
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1)
+        if (parse_one(c, a)) {
+            usage();
             return -1;
         }
+    if (optind < argc) {
+        usage();
+        return -1;
     }
     if (!a->baseline_users)
         a->baseline_users = a->users;
-    return have_dir || mkdtemp(a->dir) ? 0 : -1;
+    return 0;
+}
+
+/* A fresh mkdtemp directory by default; a given --dir may exist but must
+ * not already hold this benchmark's stores (they would be reused). */
+static int make_dir(store_args_t *a)
+{
+    char sub[300];
+    if (!a->dir[0]) {
+        snprintf(a->dir, sizeof(a->dir), "/tmp/segd-bench-store-XXXXXX");
+        a->made_dir = 1;
+        return mkdtemp(a->dir) ? 0 : fail("mkdtemp", a->dir);
+    }
+    if (mkdir(a->dir, 0700) == 0)
+        a->made_dir = 1;
+    for (int i = 0; i < 2; i++) {
+        snprintf(sub, sizeof(sub), "%s/%s", a->dir, i ? "baseline" : "segd");
+        if (access(sub, F_OK) == 0)
+            return fail(sub, "already exists; give an empty --dir");
+    }
+    return 0;
+}
+
+static int remove_entry(const char *path, const struct stat *st, int flag, struct FTW *f)
+{
+    (void)st, (void)flag, (void)f;
+    return remove(path);
+}
+
+/* Removes what this run created: the two stores, and the directory if ours. */
+static void remove_dir(const store_args_t *a)
+{
+    char sub[300];
+    for (int i = 0; i < 2; i++) {
+        snprintf(sub, sizeof(sub), "%s/%s", a->dir, i ? "baseline" : "segd");
+        if (access(sub, F_OK) == 0 && nftw(sub, remove_entry, 16, FTW_DEPTH | FTW_PHYS))
+            fail("could not remove", sub);
+    }
+    if (a->made_dir && rmdir(a->dir))
+        fail("could not remove", a->dir);
 }
 
 int segd_bench_store(int argc, char **argv)
 {
     store_args_t a;
     model_result_t s = {0}, b = {0};
-    if (parse(argc, argv, &a))
+    int rc = SEGD_EXIT_FAIL;
+    if (parse(argc, argv, &a) || make_dir(&a))
         return SEGD_EXIT_USAGE;
+    /* one fixed now for writes, merges, compaction and reads of both models */
     int64_t now_ms = (int64_t)time(NULL) * 1000;
-    fprintf(stderr, "bench store: segd model, %" PRId64 " users...\n", a.users);
-    if (segd_model(&a, now_ms, &s)) {
-        fprintf(stderr, "bench store: segd model failed\n");
-        return SEGD_EXIT_FAIL;
-    }
-    fprintf(stderr, "bench store: baseline model, %" PRId64 " users...\n", a.baseline_users);
-    if (baseline_model(&a, now_ms, &b)) {
-        fprintf(stderr, "bench store: baseline failed\n");
-        return SEGD_EXIT_FAIL;
-    }
+    fprintf(stderr, "bench store: segd model, %" PRId64 " users, in %s\n", a.users, a.dir);
+    if (segd_model(&a, now_ms, &s))
+        goto out_remove_dir;
+    fprintf(stderr, "bench store: baseline model, %" PRId64 " users\n", a.baseline_users);
+    if (baseline_model(&a, now_ms, &b))
+        goto out_remove_dir;
     report(&a, &s, &b);
-    if (!a.keep) {
-        char cmd[400];
-        snprintf(cmd, sizeof(cmd), "rm -rf '%s'", a.dir);
-        if (system(cmd) != 0)
-            fprintf(stderr, "bench store: could not remove %s\n", a.dir);
-    }
-    return SEGD_EXIT_OK;
+    rc = SEGD_EXIT_OK;
+out_remove_dir:
+    if (!a.keep)
+        remove_dir(&a);
+    return rc;
 }

@@ -15,6 +15,10 @@
 #include "registry.h"
 
 #define MAX_POSITIONS 1024
+/* librdkafka's default message.max.bytes is 1000000: a dead letter larger
+ * than this would be refused forever and stall its partition. Longer ones
+ * keep their head; segd.source points at the original, still in the topic. */
+#define DLQ_MAX_VALUE 900000
 
 typedef struct position {
     char topic[256];
@@ -28,7 +32,8 @@ typedef struct dead_letter {
     size_t klen, vlen;
     char reason[256];
     char source[300];
-    int delivered; /* set by the delivery report */
+    char original_size[24]; /* set when the value was truncated */
+    int delivered;          /* set by the delivery report */
 } dead_letter_t;
 
 struct segd_pipeline {
@@ -117,19 +122,22 @@ static segd_err_t add_dead_letter(segd_pipeline_t *p, const rd_kafka_message_t *
     }
     dead_letter_t *d = &p->dlq[p->ndlq];
     memset(d, 0, sizeof(*d));
+    size_t vlen = m->len < DLQ_MAX_VALUE ? m->len : DLQ_MAX_VALUE;
+    if (vlen < m->len)
+        snprintf(d->original_size, sizeof(d->original_size), "%zu", m->len);
     d->key = m->key_len ? malloc(m->key_len) : NULL;
-    d->value = m->len ? malloc(m->len) : NULL;
-    if ((m->key_len && !d->key) || (m->len && !d->value)) {
+    d->value = vlen ? malloc(vlen) : NULL;
+    if ((m->key_len && !d->key) || (vlen && !d->value)) {
         free(d->key);
         free(d->value);
         return SEGD_ERR_NOMEM;
     }
     if (m->key_len)
         memcpy(d->key, m->key, m->key_len);
-    if (m->len)
-        memcpy(d->value, m->payload, m->len);
+    if (vlen)
+        memcpy(d->value, m->payload, vlen);
     d->klen = m->key_len;
-    d->vlen = m->len;
+    d->vlen = vlen;
     snprintf(d->reason, sizeof(d->reason), "%s", why);
     snprintf(d->source, sizeof(d->source), "%s/%" PRId32 "/%" PRId64,
              rd_kafka_topic_name(m->rkt), m->partition, m->offset);
@@ -165,12 +173,16 @@ static segd_err_t deliver_dead_letters(segd_pipeline_t *p, char *errstr, size_t 
             if (d->delivered)
                 continue;
             pending++;
-            rd_kafka_producev(p->producer, RD_KAFKA_V_TOPIC(p->cfg->dlq_topic),
-                              RD_KAFKA_V_KEY(d->key, d->klen),
-                              RD_KAFKA_V_VALUE(d->value, d->vlen),
-                              RD_KAFKA_V_HEADER("segd.error", d->reason, -1),
-                              RD_KAFKA_V_HEADER("segd.source", d->source, -1),
-                              RD_KAFKA_V_OPAQUE(d), RD_KAFKA_V_END);
+            rd_kafka_headers_t *h = rd_kafka_headers_new(3);
+            rd_kafka_header_add(h, "segd.error", -1, d->reason, -1);
+            rd_kafka_header_add(h, "segd.source", -1, d->source, -1);
+            if (d->original_size[0])
+                rd_kafka_header_add(h, "segd.original_size", -1, d->original_size, -1);
+            if (rd_kafka_producev(p->producer, RD_KAFKA_V_TOPIC(p->cfg->dlq_topic),
+                                  RD_KAFKA_V_KEY(d->key, d->klen),
+                                  RD_KAFKA_V_VALUE(d->value, d->vlen),
+                                  RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_OPAQUE(d), RD_KAFKA_V_END))
+                rd_kafka_headers_destroy(h); /* not enqueued: retried below */
         }
         if (!pending)
             return SEGD_OK;
