@@ -18,6 +18,8 @@ enum { F_USER, F_TS, F_OP, F_SEGS, F_SOURCE, F_ID, F_TTL, F_FLAGS, F_PARTNER, F_
 
 typedef struct resolver {
     int32_t id;     /* Confluent id, or -1 */
+    int incompatible; /* a Confluent id whose schema does not resolve: remembered
+                       * so a flood of such messages does not re-parse it */
     int fidx[F_COUNT];
     uint64_t fp;    /* single-object fingerprint */
     avro_schema_t writer, reduced;
@@ -37,6 +39,7 @@ struct segd_avro_codec {
     defaults_t dflt;
     resolver_t local; /* writer == reader */
     int generic_only; /* tests: decode the local schema through avro-c too */
+    size_t max_segments; /* SIZE_MAX until segd_avro_codec_set_limits */
     resolver_t *cache;
     size_t ncache, capcache;
 };
@@ -409,6 +412,8 @@ static segd_err_t extract(const segd_avro_codec_t *c, const resolver_t *r, avro_
     if (avro_value_get_by_index(v, (size_t)fi[F_SEGS], &arr, NULL) ||
         avro_value_get_size(&arr, &count))
         return segd_errf(SEGD_ERR_DECODE, errstr, n, "bad segments");
+    if (count > c->max_segments)
+        return segd_errf(SEGD_ERR_LIMIT, errstr, n, "more than %zu segments", c->max_segments);
     for (size_t i = 0; i < count; i++) {
         int64_t id, ttl, flags, partner;
         if (avro_value_get_by_index(&arr, i, &item, NULL) ||
@@ -492,6 +497,7 @@ segd_err_t segd_avro_codec_new(segd_avro_codec_t **out, const char *reader_json,
     if (!c)
         return SEGD_ERR_NOMEM;
     c->registry = registry;
+    c->max_segments = SIZE_MAX;
     c->reader_json = reader_json ? strdup(reader_json)
                                  : read_file(SEGD_SCHEMA_DIR "/segment_event.avsc");
     segd_err_t err = SEGD_ERR_CONFIG;
@@ -530,6 +536,11 @@ void segd_avro_codec_destroy(segd_avro_codec_t *c)
 
 const char *segd_avro_codec_reader_json(const segd_avro_codec_t *c) { return c->reader_json; }
 
+void segd_avro_codec_set_limits(segd_avro_codec_t *c, const segd_limits_t *lim)
+{
+    c->max_segments = lim->max_segments;
+}
+
 static resolver_t *cache_slot(segd_avro_codec_t *c)
 {
     if (c->ncache == c->capcache) {
@@ -559,10 +570,15 @@ segd_err_t segd_avro_codec_add_schema(segd_avro_codec_t *c, const char *writer_j
 static segd_err_t by_id(segd_avro_codec_t *c, int32_t id, resolver_t **out, char *errstr,
                         size_t n)
 {
+    if (id < 0) /* registry ids are positive; -1 marks the local schemas in the cache */
+        return segd_errf(SEGD_ERR_DECODE, errstr, n, "unknown schema id %d", id);
     for (size_t i = 0; i < c->ncache; i++)
         if (c->cache[i].id == id) {
             *out = &c->cache[i];
-            return SEGD_OK;
+            return c->cache[i].incompatible
+                       ? segd_errf(SEGD_ERR_DECODE, errstr, n,
+                                   "incompatible writer schema id %d", id)
+                       : SEGD_OK;
         }
     if (!c->registry)
         return segd_errf(SEGD_ERR_DECODE, errstr, n, "unknown schema id %d (no registry)", id);
@@ -575,10 +591,12 @@ static segd_err_t by_id(segd_avro_codec_t *c, int32_t id, resolver_t **out, char
     resolver_t *r = cache_slot(c);
     if (!r)
         return SEGD_ERR_NOMEM;
-    if ((err = resolver_init(r, c->reader_json, json, errstr, n)))
-        return segd_errf(err, errstr, n, "incompatible writer schema id %d", id);
+    err = resolver_init(r, c->reader_json, json, errstr, n);
     r->id = id;
+    r->incompatible = err != SEGD_OK; /* resolver_init left it empty */
     *out = &c->cache[c->ncache++];
+    if (err)
+        return segd_errf(SEGD_ERR_DECODE, errstr, n, "incompatible writer schema id %d", id);
     return SEGD_OK;
 }
 
@@ -602,19 +620,23 @@ static segd_err_t frame(segd_avro_codec_t *c, segd_framing_t framing, const uint
                         size_t len, resolver_t **r, size_t *skip, char *errstr, size_t n)
 {
     if (framing == SEGD_FRAMING_AUTO)
-        framing = len >= 5 && b[0] == 0 ? SEGD_FRAMING_CONFLUENT
+        framing = len >= 1 && b[0] == 0 ? SEGD_FRAMING_CONFLUENT
                   : len >= 2 && b[0] == 0xC3 && b[1] == 0x01 ? SEGD_FRAMING_SINGLE_OBJECT
                                                              : SEGD_FRAMING_RAW;
     if (framing == SEGD_FRAMING_CONFLUENT) {
-        if (len < 5 || b[0] != 0)
+        if (len < 1 || b[0] != 0)
             return segd_errf(SEGD_ERR_DECODE, errstr, n, "bad magic byte");
+        if (len < 5)
+            return segd_errf(SEGD_ERR_DECODE, errstr, n, "truncated confluent header");
         *skip = 5;
         return by_id(c, (int32_t)((uint32_t)b[1] << 24 | (uint32_t)b[2] << 16 |
                                   (uint32_t)b[3] << 8 | b[4]), r, errstr, n);
     }
     if (framing == SEGD_FRAMING_SINGLE_OBJECT) {
-        if (len < 10 || b[0] != 0xC3 || b[1] != 0x01)
-            return segd_errf(SEGD_ERR_DECODE, errstr, n, "bad single-object header");
+        if (len < 2 || b[0] != 0xC3 || b[1] != 0x01)
+            return segd_errf(SEGD_ERR_DECODE, errstr, n, "bad magic byte");
+        if (len < 10)
+            return segd_errf(SEGD_ERR_DECODE, errstr, n, "truncated single-object header");
         uint64_t fp = 0;
         for (int i = 9; i >= 2; i--)
             fp = fp << 8 | b[i];
@@ -672,7 +694,8 @@ static int cur_bytes(cursor_t *c, const uint8_t **s, size_t *len)
     return 0;
 }
 
-static int fast_segments(cursor_t *c, segd_event_t *ev)
+/* 0 = ok, -1 = malformed, -2 = out of memory, -3 = more than max segments. */
+static int fast_segments(cursor_t *c, segd_event_t *ev, size_t max)
 {
     for (;;) {
         int64_t count, block_bytes;
@@ -687,6 +710,8 @@ static int fast_segments(cursor_t *c, segd_event_t *ev)
         }
         if (count > c->end - c->p) /* every item takes at least one byte */
             return -1;
+        if ((uint64_t)count > max - ev->n_segments)
+            return -3;
         for (int64_t i = 0; i < count; i++) {
             segd_seg_update_t u;
             if (cur_long(c, &u.segment_id) || cur_int(c, &u.ttl_s) || cur_int(c, &u.flags) ||
@@ -698,8 +723,8 @@ static int fast_segments(cursor_t *c, segd_event_t *ev)
     }
 }
 
-static segd_err_t fast_decode(const uint8_t *b, size_t len, segd_event_t *ev, char *errstr,
-                              size_t n)
+static segd_err_t fast_decode(const uint8_t *b, size_t len, size_t max_segments,
+                              segd_event_t *ev, char *errstr, size_t n)
 {
     cursor_t c = {b, b + len};
     const uint8_t *s;
@@ -717,9 +742,11 @@ static segd_err_t fast_decode(const uint8_t *b, size_t len, segd_event_t *ev, ch
     if (op < 0 || op > SEGD_OP_ERASE_USER)
         return segd_errf(SEGD_ERR_DECODE, errstr, n, "truncated or malformed avro");
     ev->op = (segd_op_t)op;
-    int rc = fast_segments(&c, ev);
+    int rc = fast_segments(&c, ev, max_segments);
     if (rc == -2)
         return SEGD_ERR_NOMEM;
+    if (rc == -3)
+        return segd_errf(SEGD_ERR_LIMIT, errstr, n, "more than %zu segments", max_segments);
     if (rc || cur_long(&c, &branch) || (branch != 0 && branch != 1) ||
         (branch == 1 && cur_bytes(&c, &s, &slen)))
         return segd_errf(SEGD_ERR_DECODE, errstr, n, "truncated or malformed avro");
@@ -742,7 +769,7 @@ segd_err_t segd_avro_decode(segd_avro_codec_t *c, segd_framing_t framing, const 
     if (err)
         return err;
     if (r == &c->local && !c->generic_only)
-        return fast_decode(b + skip, len - skip, ev, errstr, n);
+        return fast_decode(b + skip, len - skip, c->max_segments, ev, errstr, n);
     /* Validate by skipping first: avro-c's reader leaks a string buffer when a
      * datum ends inside it, and skipping allocates nothing. */
     const char *body = (const char *)b + skip;

@@ -29,6 +29,11 @@ segd_err_t segd_avro_codec_new(segd_avro_codec_t **out, const char *reader_json,
                                segd_registry_t *registry, char *errstr, size_t errstr_size);
 void segd_avro_codec_destroy(segd_avro_codec_t *c);
 
+/* Decoding stops with SEGD_ERR_LIMIT ("more than N segments") once an event
+ * has more than lim->max_segments segments; without this call there is no
+ * such limit and segd_event_validate is the only check. lim is copied. */
+void segd_avro_codec_set_limits(segd_avro_codec_t *c, const segd_limits_t *lim);
+
 /* The reader schema's JSON (borrowed). */
 const char *segd_avro_codec_reader_json(const segd_avro_codec_t *c);
 
@@ -37,8 +42,15 @@ segd_err_t segd_avro_codec_add_schema(segd_avro_codec_t *c, const char *writer_j
                                       char *errstr, size_t errstr_size);
 
 /* Decodes one message into ev (reset first). SEGD_ERR_DECODE with a short
- * stable reason for bad input; SEGD_ERR_HTTP when the registry is down (retry
- * later, this is not bad input). Does not validate the event's contents. */
+ * stable reason for bad input (the DLQ's segd.error: "bad magic byte",
+ * "truncated confluent header", "unknown schema id 42", "unknown schema
+ * fingerprint <hex>", "incompatible writer schema id 42", "truncated or
+ * malformed avro", "trailing bytes"); SEGD_ERR_LIMIT for too many segments or
+ * a user id over SEGD_MAX_USER_ID bytes; SEGD_ERR_HTTP when the registry is
+ * down (retry later, this is not bad input). AUTO: 0x00 first = Confluent,
+ * 0xC3 0x01 = single object, else raw. Does not validate the event's
+ * contents (segd_event_validate does), but the Avro body must be consumed
+ * exactly. Never reads outside [buf, buf + len). */
 segd_err_t segd_avro_decode(segd_avro_codec_t *c, segd_framing_t framing, const void *buf,
                             size_t len, segd_event_t *ev, char *errstr, size_t errstr_size);
 

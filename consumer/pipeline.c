@@ -528,6 +528,16 @@ void segd_pipeline_get_stats(const segd_pipeline_t *p, segd_pipeline_stats_t *st
     *st = p->st;
 }
 
+int segd_pipeline_assigned(segd_pipeline_t *p)
+{
+    rd_kafka_topic_partition_list_t *parts = NULL;
+    if (!p->consumer || rd_kafka_assignment(p->consumer, &parts))
+        return -1;
+    int n = parts->cnt;
+    rd_kafka_topic_partition_list_destroy(parts);
+    return n;
+}
+
 void segd_pipeline_close(segd_pipeline_t *p)
 {
     char err[256];

@@ -51,6 +51,9 @@ segd_err_t segd_pipeline_run(segd_pipeline_t *p, char *errstr, size_t errstr_siz
 
 void segd_pipeline_get_stats(const segd_pipeline_t *p, segd_pipeline_stats_t *st);
 
+/* Partitions currently assigned to this member (thread-safe; -1 on error). */
+int segd_pipeline_assigned(segd_pipeline_t *p);
+
 /* Writes the pending batch, leaves the group and flushes dead letters;
  * stats stay readable. Idempotent. */
 void segd_pipeline_close(segd_pipeline_t *p);

@@ -211,7 +211,11 @@ segd_err_t segd_registry_register(segd_registry_t *r, const char *subject,
     char path[512];
     body_t resp = {0};
     long status;
-    snprintf(path, sizeof(path), "/subjects/%s/versions", subject);
+    char *esc = curl_easy_escape(r->curl, subject, 0); /* subjects may hold '/' or ' ' */
+    if (!esc)
+        return SEGD_ERR_NOMEM;
+    snprintf(path, sizeof(path), "/subjects/%s/versions", esc);
+    curl_free(esc);
     json_t *req = json_pack("{s:s}", "schema", schema_json);
     char *post = json_dumps(req, JSON_COMPACT);
     json_decref(req);

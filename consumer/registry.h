@@ -1,6 +1,7 @@
 /* Confluent schema-registry client over libcurl: fetches writer schemas by id
  * (cached for the life of the client) and registers schemas under subjects.
- * One client per thread: the cache and the curl handle are not locked. */
+ * One client per thread: the cache and the curl handle are not locked. A
+ * program with threads calls curl_global_init() before creating clients. */
 #ifndef SEGD_REGISTRY_H
 #define SEGD_REGISTRY_H
 
@@ -33,7 +34,9 @@ void segd_registry_destroy(segd_registry_t *r);
 segd_err_t segd_registry_get_schema(segd_registry_t *r, int32_t id, const char **json,
                                     char *errstr, size_t errstr_size);
 
-/* POST /subjects/{subject}/versions; returns the schema id. */
+/* POST /subjects/{subject}/versions with {"schema": schema_json}
+ * (application/vnd.schemaregistry.v1+json); *id is the registry's id for it.
+ * SEGD_ERR_HTTP for a failed transfer or any non-2xx answer. */
 segd_err_t segd_registry_register(segd_registry_t *r, const char *subject,
                                   const char *schema_json, int32_t *id, char *errstr,
                                   size_t errstr_size);

@@ -48,10 +48,12 @@ CONF
 "$segd" run --brokers "$bootstrap" --topic ev --group kc --db "$tmp/db" --config "$tmp/segd.conf" 2> "$tmp/run.log" &
 run_pid=$!
 pids+=($run_pid)
+# wait until every user's last segment is readable (all 20 messages applied)
 for _ in $(seq 300); do
-  grep -q "events=20 " "$tmp/run.log" 2>/dev/null && break
-  out=$("$segd" get --db "$tmp/db" --now 1800000000 --json kc4 2>/dev/null || true)
-  echo "$out" | grep -q '"id":119' && break
+  out=$("$segd" get --db "$tmp/db" --now 1800000000 --json kc0 kc1 kc2 kc3 kc4 2>/dev/null || true)
+  n=0
+  for id in 115 116 117 118 119; do echo "$out" | grep -q "\"id\":$id," && n=$((n + 1)); done
+  [ $n = 5 ] && break
   sleep 0.2
 done
 kill -TERM $run_pid

@@ -224,6 +224,138 @@ static void test_fast_path_matches_avro_c(void **state)
     segd_avro_codec_destroy(slow);
 }
 
+/* Headers alone, short or unknown: rejected with their stable reasons. */
+static void test_framing_errors(void **state)
+{
+    (void)state;
+    segd_avro_codec_t *c;
+    char err[256];
+    segd_event_t out;
+    segd_event_init(&out);
+    assert_int_equal(segd_avro_codec_new(&c, NULL, NULL, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_avro_codec_add_schema(c, WRITER_EXTRA, err, sizeof(err)), SEGD_OK);
+    static const struct {
+        const char *bytes;
+        size_t len;
+        segd_framing_t framing;
+        const char *reason;
+    } cases[] = {
+        {"\x00", 1, SEGD_FRAMING_AUTO, "truncated confluent header"},
+        {"\x00\x00\x00\x01", 4, SEGD_FRAMING_AUTO, "truncated confluent header"},
+        {"\x02", 1, SEGD_FRAMING_CONFLUENT, "bad magic byte"},
+        {"", 0, SEGD_FRAMING_CONFLUENT, "bad magic byte"},
+        /* id -1 must not find the locally added schemas, cached under -1 */
+        {"\x00\xff\xff\xff\xff\x02", 6, SEGD_FRAMING_AUTO, "unknown schema id -1"},
+        {"\xc3\x01\x00", 3, SEGD_FRAMING_AUTO, "truncated single-object header"},
+        {"\xc3\x02", 2, SEGD_FRAMING_SINGLE_OBJECT, "bad magic byte"},
+        {"\xc3\x01\x01\x02\x03\x04\x05\x06\x07\x08\x02", 11, SEGD_FRAMING_AUTO,
+         "unknown schema fingerprint 0807060504030201"},
+        {"", 0, SEGD_FRAMING_RAW, "truncated or malformed avro"},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        assert_int_equal(segd_avro_decode(c, cases[i].framing, cases[i].bytes, cases[i].len,
+                                          &out, err, sizeof(err)), SEGD_ERR_DECODE);
+        assert_string_equal(err, cases[i].reason);
+    }
+    segd_event_free(&out);
+    segd_avro_codec_destroy(c);
+}
+
+/* More segments than the limit stop the decode, in both decoders. */
+static void test_segment_limit(void **state)
+{
+    (void)state;
+    segd_avro_codec_t *c;
+    char err[256];
+    segd_event_t ev, out;
+    segd_buf_t buf = {0};
+    segd_limits_t lim;
+    segd_event_init(&ev);
+    segd_event_init(&out);
+    segd_limits_default(&lim);
+    assert_int_equal(segd_avro_codec_new(&c, NULL, NULL, err, sizeof(err)), SEGD_OK);
+    sample(&ev, SEGD_OP_UPSERT, "");
+    assert_int_equal(segd_avro_encode(c, SEGD_FRAMING_RAW, 0, &ev, &buf), SEGD_OK);
+    for (int generic = 0; generic < 2; generic++) {
+        segd_avro_codec_set_generic_only(c, generic);
+        lim.max_segments = 3;
+        segd_avro_codec_set_limits(c, &lim);
+        assert_int_equal(segd_avro_decode(c, SEGD_FRAMING_RAW, buf.data, buf.len, &out, err,
+                                          sizeof(err)), SEGD_OK);
+        lim.max_segments = 2;
+        segd_avro_codec_set_limits(c, &lim);
+        assert_int_equal(segd_avro_decode(c, SEGD_FRAMING_RAW, buf.data, buf.len, &out, err,
+                                          sizeof(err)), SEGD_ERR_LIMIT);
+        assert_string_equal(err, "more than 2 segments");
+    }
+    segd_buf_free(&buf);
+    segd_event_free(&ev);
+    segd_event_free(&out);
+    segd_avro_codec_destroy(c);
+}
+
+/* The avro-c path (evolved writers through a resolver) on every truncation,
+ * single-byte corruptions and random bodies: no crash, no leak, no
+ * out-of-bounds read (ASan), and only DECODE / LIMIT errors. */
+static void test_evolved_truncations_and_garbage(void **state)
+{
+    (void)state;
+    segd_avro_codec_t *c;
+    char err[256], body[512];
+    uint8_t msg[600];
+    segd_event_t ev, out;
+    segd_event_init(&ev);
+    segd_event_init(&out);
+    assert_int_equal(segd_avro_codec_new(&c, NULL, NULL, err, sizeof(err)), SEGD_OK);
+    const char *writers[] = {WRITER_NO_DEFAULTS, WRITER_EXTRA, WRITER_INT_ID};
+    uint64_t rng = 7;
+    for (int w = 0; w < 3; w++) {
+        assert_int_equal(segd_avro_codec_add_schema(c, writers[w], err, sizeof(err)), SEGD_OK);
+        sample(&ev, SEGD_OP_UPSERT, w ? "dmp" : "");
+        for (size_t i = 0; w == 2 && i < ev.n_segments; i++)
+            ev.segments[i].segment_id = (int64_t)i;
+        int64_t n = encode_with_writer(writers[w], &ev, body, sizeof(body));
+        assert_true(n > 0);
+        uint64_t fp;
+        assert_int_equal(segd_avro_fingerprint(writers[w], &fp), SEGD_OK);
+        msg[0] = 0xC3;
+        msg[1] = 0x01;
+        for (int i = 0; i < 8; i++)
+            msg[2 + i] = (uint8_t)(fp >> (8 * i));
+        memcpy(msg + 10, body, (size_t)n);
+        size_t len = (size_t)n + 10;
+        for (size_t cut = 0; cut < len; cut++) {
+            uint8_t *t = malloc(cut + 1); /* exact size: ASan sees any overread */
+            memcpy(t, msg, cut);
+            assert_int_equal(segd_avro_decode(c, SEGD_FRAMING_AUTO, t, cut, &out, err,
+                                              sizeof(err)), SEGD_ERR_DECODE);
+            free(t);
+        }
+        msg[len] = 0;
+        assert_int_equal(segd_avro_decode(c, SEGD_FRAMING_AUTO, msg, len + 1, &out, err,
+                                          sizeof(err)), SEGD_ERR_DECODE);
+        assert_string_equal(err, "trailing bytes");
+        for (int round = 0; round < 4000; round++) {
+            uint8_t t[600];
+            rng = rng * 6364136223846793005ull + 1442695040888963407ull;
+            memcpy(t, msg, len);
+            size_t tlen = len;
+            if (round % 2) { /* flip one body byte */
+                t[10 + (rng >> 20) % (uint64_t)n] ^= (uint8_t)((rng >> 40) | 1);
+            } else { /* random body after a known header */
+                tlen = 10 + (rng >> 30) % 40;
+                for (size_t j = 10; j < tlen; j++)
+                    t[j] = (uint8_t)((rng = rng * 6364136223846793005ull + 1) >> 56);
+            }
+            segd_err_t e = segd_avro_decode(c, SEGD_FRAMING_AUTO, t, tlen, &out, err, sizeof(err));
+            assert_true(e == SEGD_OK || e == SEGD_ERR_DECODE || e == SEGD_ERR_LIMIT);
+        }
+    }
+    segd_event_free(&ev);
+    segd_event_free(&out);
+    segd_avro_codec_destroy(c);
+}
+
 typedef struct collect {
     segd_event_t ev[8];
     int n, errors;
@@ -288,6 +420,9 @@ int main(void)
         cmocka_unit_test(test_schema_evolution),
         cmocka_unit_test(test_container_file_roundtrip),
         cmocka_unit_test(test_fast_path_matches_avro_c),
+        cmocka_unit_test(test_framing_errors),
+        cmocka_unit_test(test_segment_limit),
+        cmocka_unit_test(test_evolved_truncations_and_garbage),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -246,7 +246,14 @@ static void test_two_consumers_split(void **state)
         m[i].stop = &stop;
         pthread_create(&t[i], NULL, member_main, &m[i]);
     }
-    sleep(8); /* both members join and split the partitions before data flows */
+    /* both members join and split the partitions before data flows */
+    for (int i = 0; i < 300; i++) {
+        int a = segd_pipeline_assigned(m[0].p), b = segd_pipeline_assigned(m[1].p);
+        if (a > 0 && b > 0 && a + b == PARTITIONS)
+            break;
+        usleep(100000);
+    }
+    assert_true(segd_pipeline_assigned(m[0].p) > 0 && segd_pipeline_assigned(m[1].p) > 0);
     produce_seed(f, users, 11);
     time_t end = time(NULL) + 60;
     uint64_t total = 0;
