@@ -96,6 +96,22 @@ static void test_fingerprint_known_value(void **state)
                                            "\"type\": {\"type\": \"int\"}, \"default\": 1}]}",
                                            &b), SEGD_OK);
     assert_int_equal(a, b);
+    /* The local schema's fingerprint as python3-avro computes it (CRC-64-AVRO
+     * of its canonical_form): nested names and namespaces canonicalized alike. */
+    segd_avro_codec_t *c;
+    char err[256];
+    segd_event_t ev;
+    segd_buf_t buf = {0};
+    segd_event_init(&ev);
+    assert_int_equal(segd_avro_codec_new(&c, NULL, NULL, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_avro_fingerprint(segd_avro_codec_reader_json(c), &fp), SEGD_OK);
+    assert_int_equal(fp, 0xe5489f98e9f604c1ULL);
+    sample(&ev, SEGD_OP_ERASE_USER, "");
+    assert_int_equal(segd_avro_encode(c, SEGD_FRAMING_SINGLE_OBJECT, 0, &ev, &buf), SEGD_OK);
+    assert_memory_equal(buf.data, "\xc3\x01\xc1\x04\xf6\xe9\x98\x9f\x48\xe5", 10);
+    segd_buf_free(&buf);
+    segd_event_free(&ev);
+    segd_avro_codec_destroy(c);
 }
 
 static void test_truncations_and_garbage_rejected(void **state)
