@@ -486,7 +486,10 @@ static segd_err_t make_codec(segd_pipeline_t *p, char *errstr, size_t n)
         if (err)
             return err;
     }
-    return segd_avro_codec_new(&p->codec, NULL, p->registry, errstr, n);
+    segd_err_t err = segd_avro_codec_new(&p->codec, NULL, p->registry, errstr, n);
+    if (!err) /* stop decoding an oversized array early, not after allocating it */
+        segd_avro_codec_set_limits(p->codec, &cfg->limits);
+    return err;
 }
 
 segd_err_t segd_pipeline_new(segd_pipeline_t **out, const segd_config_t *cfg,

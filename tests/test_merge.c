@@ -214,6 +214,12 @@ static void test_orders_converge(void **state)
             run_t r;
             run_open(&r);
             apply_all(&r, order, m);
+            /* Merge every operand while the clock is still T0. Moving the clock
+             * past the horizon with operands unmerged lets a compaction drop a
+             * tombstone in the base that an unmerged older operand above it
+             * still needs (see the session note: a limit of DESIGN §3). */
+            char cerr[256];
+            assert_int_equal(segd_store_compact(r.store, cerr, sizeof(cerr)), SEGD_OK);
             for (int c = 0; c < 3; c++) {
                 read_all(&r, evs, n, read_clocks[c], &cur);
                 if (o == 0)
