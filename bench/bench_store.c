@@ -4,6 +4,8 @@
  * read by prefix scan). Prints one markdown report on stdout: phase times,
  * both models side by side, the issue's targets with their margins. */
 #define _GNU_SOURCE /* nftw */
+#include <dirent.h>
+#include <fcntl.h>
 #include <ftw.h>
 #include <getopt.h>
 #include <inttypes.h>
@@ -37,6 +39,7 @@ typedef struct model_result {
     uint64_t segments_written;
     double write_s, compact_s;
     uint64_t live, stored, disk_bytes; /* after full compaction */
+    uint64_t dir_bytes, wal_bytes;     /* everything left on disk after close */
     double reads_per_s, p50_us, p99_us, p999_us, live_per_read;
 } model_result_t;
 
@@ -70,6 +73,27 @@ static int reserve_entries(segd_entry_t **e, size_t *cap, size_t n)
         return fail("read buffer", "out of memory");
     *e = p;
     *cap = c;
+    return 0;
+}
+
+/* Sums the regular files of a RocksDB directory (flat) after close: SST
+ * bytes alone hide WAL files that RocksDB still retains. */
+static int dir_size(const char *path, model_result_t *r)
+{
+    DIR *d = opendir(path);
+    struct dirent *e;
+    if (!d)
+        return fail("opendir", path);
+    while ((e = readdir(d)) != NULL) {
+        struct stat st;
+        size_t len = strlen(e->d_name);
+        if (fstatat(dirfd(d), e->d_name, &st, AT_SYMLINK_NOFOLLOW) || !S_ISREG(st.st_mode))
+            continue;
+        r->dir_bytes += (uint64_t)st.st_size;
+        if (len > 4 && !strcmp(e->d_name + len - 4, ".log"))
+            r->wal_bytes += (uint64_t)st.st_size;
+    }
+    closedir(d);
     return 0;
 }
 
@@ -245,7 +269,7 @@ static int segd_model(const store_args_t *a, int64_t now_ms, model_result_t *r)
     if (!rc)
         rc = segd_reads(s, a, r);
     segd_store_close(s);
-    return rc;
+    return rc ? rc : dir_size(path, r);
 }
 
 /* ---------- baseline: one key per (user, segment), prefix scans ---------- */
@@ -521,7 +545,7 @@ static int baseline_model(const store_args_t *a, int64_t now_ms, model_result_t 
     if (!rc)
         rc = baseline_reads(&d, a, now_ms, r);
     rdb_close(&d);
-    return rc;
+    return rc ? rc : dir_size(path, r);
 }
 
 /* ---------- report ---------- */
@@ -559,6 +583,10 @@ static void print_table(const model_result_t *s, const model_result_t *b)
     row("live segments after compaction", (double)s->live, (double)b->live, "%.0f");
     row("on-disk bytes (sst)", (double)s->disk_bytes, (double)b->disk_bytes, "%.0f");
     row("bytes per live segment", per_live(s), per_live(b), "%.3f");
+    row("directory bytes after close (sst + WAL + manifest)", (double)s->dir_bytes,
+        (double)b->dir_bytes, "%.0f");
+    row("of which WAL files still retained", (double)s->wal_bytes, (double)b->wal_bytes,
+        "%.0f");
     row("warm reads/s (one user, all live segments)", s->reads_per_s, b->reads_per_s, "%.0f");
     row("read p50, us", s->p50_us, b->p50_us, "%.1f");
     row("read p99, us", s->p99_us, b->p99_us, "%.1f");
