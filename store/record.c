@@ -363,7 +363,8 @@ static int br_unary(bit_reader_t *r, unsigned max, unsigned *q)
             br_refill(r);
         if (r->n == 0)
             return -1;
-        unsigned ones = (unsigned)__builtin_ctzll(~r->acc);
+        /* 64 valid one bits leave ~acc zero, where ctz is undefined */
+        unsigned ones = ~r->acc ? (unsigned)__builtin_ctzll(~r->acc) : 64;
         if (ones > r->n)
             ones = r->n;
         if (count + ones >= max) {

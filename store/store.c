@@ -100,6 +100,9 @@ static segd_err_t make_options(segd_store_t *s, const segd_store_opts_t *o)
     rocksdb_options_increase_parallelism(s->db_opts, 2);
     rocksdb_options_set_max_background_jobs(s->db_opts, 2);
     rocksdb_options_set_info_log_level(s->db_opts, 2 /* WARN */);
+    /* meta/outbox take few writes and would otherwise never flush, pinning
+     * every WAL file until the 4x-write-buffer default (~2.5 GiB) forces it */
+    rocksdb_options_set_max_total_wal_size(s->db_opts, 256 << 20);
     if (o->compaction_rate_mb > 0)
         rocksdb_options_set_ratelimiter(
             s->db_opts, rocksdb_ratelimiter_create(o->compaction_rate_mb << 20, 100000, 10));
