@@ -363,12 +363,14 @@ segd_err_t segd_store_get(segd_store_t *s, const char *user, size_t user_len,
 {
     char *rerr = NULL;
     size_t vlen = 0;
-    char *v = rocksdb_get_cf(s->db, s->ropts, s->cf[CF_PROFILES], user, user_len, &vlen,
-                             &rerr);
+    /* pinned: decode straight from the block cache, no copy of the value */
+    rocksdb_pinnableslice_t *v =
+        rocksdb_get_pinned_cf(s->db, s->ropts, s->cf[CF_PROFILES], user, user_len, &rerr);
     if (rerr)
         return rocks_err(rerr, SEGD_ERR_IO, errstr, n, "get");
-    segd_err_t err = segd_record_decode((const uint8_t *)v, v ? vlen : 0, out);
-    rocksdb_free(v);
+    const char *data = v ? rocksdb_pinnableslice_value(v, &vlen) : NULL;
+    segd_err_t err = segd_record_decode((const uint8_t *)data, data ? vlen : 0, out);
+    rocksdb_pinnableslice_destroy(v);
     if (err)
         return segd_errf(err, errstr, n, "record of user %.*s: %s", (int)user_len, user,
                          segd_err_str(err));
