@@ -7,6 +7,7 @@
 #include <avro.h>
 #include <string.h>
 
+#include "consumer/avro_codec.h"
 #include "consumer/event.h"
 
 static int set_num(avro_value_t *rec, const char *name, int64_t v)
@@ -89,5 +90,22 @@ static const char *const WRITER_INT_ID =
     "{\"name\":\"flags\",\"type\":\"int\",\"default\":0},"
     "{\"name\":\"partner_id\",\"type\":\"int\",\"default\":0}]}}},"
     "{\"name\":\"source\",\"type\":[\"null\",\"string\"],\"default\":null}]}";
+
+
+/* A single-object frame (0xC3 0x01, writer fingerprint LE, body) of ev
+ * encoded with writer_json into msg; returns the frame length or 0. */
+static inline size_t single_object_frame(const char *writer_json, const segd_event_t *ev,
+                                         uint8_t *msg, size_t cap)
+{
+    uint64_t fp;
+    int64_t n = encode_with_writer(writer_json, ev, (char *)msg + 10, cap - 10);
+    if (n <= 0 || segd_avro_fingerprint(writer_json, &fp) != SEGD_OK)
+        return 0;
+    msg[0] = 0xC3;
+    msg[1] = 0x01;
+    for (int i = 0; i < 8; i++)
+        msg[2 + i] = (uint8_t)(fp >> (8 * i));
+    return (size_t)n + 10;
+}
 
 #endif
