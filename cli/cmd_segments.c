@@ -47,7 +47,7 @@ int segd_cmd_segments(int argc, char **argv)
     for (int i = optind; i < argc && rc == SEGD_EXIT_OK; i++) {
         if (segd_cli_int("segments", "ID", argv[i], 0, INT64_MAX, &id))
             rc = SEGD_EXIT_USAGE;
-        else if (segd_store_retire(s, id, before_ms, err, sizeof(err)) != SEGD_OK) {
+        else if (segd_store_retire(s, id, before_ms, NULL, err, sizeof(err)) != SEGD_OK) {
             fprintf(stderr, "segd segments retire: %s\n", err);
             rc = SEGD_EXIT_FAIL;
         } else

@@ -1,13 +1,15 @@
-/* Event -> operand -> batch; see apply.h. */
+/* Event -> operand -> batch (+ outbox entry); see apply.h. */
 #include "apply.h"
 
 #include <string.h>
+#include <sys/time.h>
 
 segd_err_t segd_applier_init(segd_applier_t *a, segd_store_t *store)
 {
     memset(a, 0, sizeof(*a));
     a->store = store;
     segd_profile_init(&a->scratch);
+    segd_outbox_builder_init(&a->ob);
     return segd_batch_new(store, &a->batch);
 }
 
@@ -16,14 +18,22 @@ void segd_applier_free(segd_applier_t *a)
     segd_batch_destroy(a->batch);
     segd_profile_free(&a->scratch);
     segd_buf_free(&a->operand);
+    segd_outbox_builder_free(&a->ob);
+    segd_buf_free(&a->outbox_value);
     memset(a, 0, sizeof(*a));
 }
 
-segd_err_t segd_applier_add(segd_applier_t *a, const segd_event_t *ev)
+void segd_applier_enable_outbox(segd_applier_t *a) { a->outbox = 1; }
+
+segd_err_t segd_applier_add_from(segd_applier_t *a, const segd_event_t *ev, const char *topic,
+                                 int32_t partition, int64_t offset, int64_t event_ms)
 {
     segd_err_t err = segd_event_to_profile(ev, segd_store_granularity(a->store), &a->scratch);
     if (!err)
         err = segd_record_encode(&a->scratch, &a->operand);
+    if (!err && a->outbox)
+        err = segd_outbox_add(&a->ob, ev->user_id, ev->user_id_len, a->operand.data,
+                              a->operand.len, topic, partition, offset, event_ms);
     if (err)
         return err;
     segd_batch_merge(a->batch, ev->user_id, ev->user_id_len, a->operand.data,
@@ -33,12 +43,43 @@ segd_err_t segd_applier_add(segd_applier_t *a, const segd_event_t *ev)
     return SEGD_OK;
 }
 
+segd_err_t segd_applier_add(segd_applier_t *a, const segd_event_t *ev)
+{
+    return segd_applier_add_from(a, ev, NULL, 0, 0, 0);
+}
+
+static int64_t wall_ms(void)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+}
+
+/* The outbox entry joins the batch once, even when the write is retried. */
+static segd_err_t add_outbox_entry(segd_applier_t *a)
+{
+    if (!a->outbox || a->outbox_in_batch || a->ob.n_items == 0)
+        return SEGD_OK;
+    segd_err_t err = segd_outbox_finish(&a->ob, wall_ms(), &a->outbox_value);
+    if (err)
+        return err;
+    segd_batch_outbox_append(a->batch, a->outbox_value.data, a->outbox_value.len);
+    a->outbox_in_batch = 1;
+    return SEGD_OK;
+}
+
 segd_err_t segd_applier_flush(segd_applier_t *a, char *errstr, size_t errstr_size)
 {
     if (segd_batch_count(a->batch) == 0)
         return SEGD_OK;
-    segd_err_t err = segd_store_write(a->store, a->batch, errstr, errstr_size);
-    if (!err)
+    segd_err_t err = add_outbox_entry(a);
+    if (err)
+        return segd_errf(err, errstr, errstr_size, "outbox entry: %s", segd_err_str(err));
+    err = segd_store_write(a->store, a->batch, errstr, errstr_size);
+    if (!err) {
         segd_batch_clear(a->batch);
+        segd_outbox_builder_reset(&a->ob);
+        a->outbox_in_batch = 0;
+    }
     return err;
 }

@@ -4,6 +4,7 @@
 #define SEGD_APPLY_H
 
 #include "event.h"
+#include "publisher/outbox.h"
 #include "store/store.h"
 
 typedef struct segd_applier {
@@ -12,13 +13,26 @@ typedef struct segd_applier {
     segd_profile_t scratch;
     segd_buf_t operand;
     uint64_t events, segments; /* applied to the batch since creation */
+    int outbox;                /* record each batch's operands in the outbox */
+    int outbox_in_batch;       /* the pending batch holds its outbox entry */
+    segd_outbox_builder_t ob;
+    segd_buf_t outbox_value;
 } segd_applier_t;
 
 segd_err_t segd_applier_init(segd_applier_t *a, segd_store_t *store);
 void segd_applier_free(segd_applier_t *a);
 
+/* From now on every written batch carries an outbox entry describing it
+ * (DESIGN §5), so the publisher can turn it into change events. */
+void segd_applier_enable_outbox(segd_applier_t *a);
+
 /* Adds ev (already validated) as one merge operand to the batch. */
 segd_err_t segd_applier_add(segd_applier_t *a, const segd_event_t *ev);
+/* The same, recording where the event came from for the change stream:
+ * topic (NULL = unknown), partition, offset and the input's timestamp
+ * (0 = unknown). */
+segd_err_t segd_applier_add_from(segd_applier_t *a, const segd_event_t *ev, const char *topic,
+                                 int32_t partition, int64_t offset, int64_t event_ms);
 
 /* Writes the batch (with whatever offsets the caller set) and clears it. */
 segd_err_t segd_applier_flush(segd_applier_t *a, char *errstr, size_t errstr_size);

@@ -4,7 +4,7 @@
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config
       librdkafka-dev libavro-dev librocksdb-dev libcurl4-openssl-dev libcmocka-dev
-      libjansson-dev libxxhash-dev libzstd-dev liblz4-dev
+      libjansson-dev libxxhash-dev libzstd-dev liblz4-dev libssl-dev zlib1g-dev libmicrohttpd-dev
       nginx-light kcat python3-avro python3-confluent-kafka)
 missing=()
 for p in "${pkgs[@]}"; do

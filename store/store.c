@@ -1,10 +1,12 @@
 /* RocksDB store: opening the column families with the merge operator and
  * compaction filter, batches, offsets, reads, scans, compaction and stats.
  * Everything RocksDB-specific stays in this file and merge.c/filter.c. */
+#define _GNU_SOURCE /* memrchr */
 #include "store.h"
 
 #include <inttypes.h>
 #include <rocksdb/c.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -27,6 +29,13 @@ struct segd_store {
     segd_policy_t *policy;
     int64_t granularity_s;
     int read_only;
+    _Atomic uint64_t outbox_seq; /* next outbox sequence number */
+};
+
+struct segd_store_view {
+    segd_store_t *store;
+    const rocksdb_snapshot_t *snap;
+    rocksdb_readoptions_t *ropts;
 };
 
 struct segd_batch {
@@ -221,6 +230,22 @@ static segd_err_t open_db(segd_store_t *s, const segd_store_opts_t *o, char *err
     return SEGD_OK;
 }
 
+/* The next sequence number continues after the last entry left over. */
+static void load_outbox_seq(segd_store_t *s)
+{
+    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(s->db, s->ropts, s->cf[CF_OUTBOX]);
+    uint64_t next = 1;
+    rocksdb_iter_seek_to_last(it);
+    if (rocksdb_iter_valid(it)) {
+        size_t klen;
+        const char *k = rocksdb_iter_key(it, &klen);
+        if (klen == 8)
+            next = get_be64(k) + 1;
+    }
+    rocksdb_iter_destroy(it);
+    atomic_store(&s->outbox_seq, next);
+}
+
 segd_err_t segd_store_open(segd_store_t **out, const segd_store_opts_t *o, char *errstr,
                            size_t n)
 {
@@ -239,6 +264,7 @@ segd_err_t segd_store_open(segd_store_t **out, const segd_store_opts_t *o, char 
         (err = check_format(s, errstr, n)) || (err = check_settings(s, o, errstr, n)) ||
         (err = load_retirements(s)))
         goto out_close;
+    load_outbox_seq(s);
     *out = s;
     return SEGD_OK;
 out_close:
@@ -306,30 +332,49 @@ void segd_batch_merge(segd_batch_t *b, const char *user, size_t user_len,
                                 (const char *)operand, operand_len);
 }
 
-static size_t offset_key(char *buf, size_t cap, const char *topic, int32_t partition)
+static size_t position_key(char *buf, size_t cap, const char *kind, const char *topic,
+                           int32_t partition)
 {
-    int n = snprintf(buf, cap, "offset/%s/%" PRId32, topic, partition);
+    int n = snprintf(buf, cap, "%s/%s/%" PRId32, kind, topic, partition);
     return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
+}
+
+static void batch_set_position(segd_batch_t *b, const char *kind, const char *topic,
+                               int32_t partition, int64_t next_offset)
+{
+    char key[512], val[8];
+    size_t klen = position_key(key, sizeof(key), kind, topic, partition);
+    put_be64(val, (uint64_t)next_offset);
+    rocksdb_writebatch_put_cf(b->wb, b->store->cf[CF_META], key, klen, val, 8);
 }
 
 void segd_batch_set_offset(segd_batch_t *b, const char *topic, int32_t partition,
                            int64_t next_offset)
 {
-    char key[512], val[8];
-    size_t klen = offset_key(key, sizeof(key), topic, partition);
-    put_be64(val, (uint64_t)next_offset);
-    rocksdb_writebatch_put_cf(b->wb, b->store->cf[CF_META], key, klen, val, 8);
+    batch_set_position(b, "offset", topic, partition, next_offset);
 }
 
-void segd_batch_outbox_put(segd_batch_t *b, const void *key, size_t klen,
-                           const void *value, size_t vlen)
+void segd_batch_set_change_position(segd_batch_t *b, const char *topic, int32_t partition,
+                                    int64_t next_offset)
 {
-    rocksdb_writebatch_put_cf(b->wb, b->store->cf[CF_OUTBOX], key, klen, value, vlen);
+    batch_set_position(b, "changes", topic, partition, next_offset);
 }
 
-void segd_batch_outbox_delete(segd_batch_t *b, const void *key, size_t klen)
+uint64_t segd_batch_outbox_append(segd_batch_t *b, const void *value, size_t vlen)
 {
-    rocksdb_writebatch_delete_cf(b->wb, b->store->cf[CF_OUTBOX], key, klen);
+    uint64_t seq = atomic_fetch_add(&b->store->outbox_seq, 1);
+    char key[8];
+    put_be64(key, seq);
+    rocksdb_writebatch_put_cf(b->wb, b->store->cf[CF_OUTBOX], key, 8, value, vlen);
+    return seq;
+}
+
+void segd_batch_outbox_delete_range(segd_batch_t *b, uint64_t first_seq, uint64_t end_seq)
+{
+    char from[8], to[8];
+    put_be64(from, first_seq);
+    put_be64(to, end_seq);
+    rocksdb_writebatch_delete_range_cf(b->wb, b->store->cf[CF_OUTBOX], from, 8, to, 8);
 }
 
 segd_err_t segd_store_write(segd_store_t *s, segd_batch_t *b, char *errstr, size_t n)
@@ -344,7 +389,7 @@ segd_err_t segd_store_offset_get(segd_store_t *s, const char *topic, int32_t par
 {
     char key[512], *v = NULL;
     size_t vlen;
-    size_t klen = offset_key(key, sizeof(key), topic, partition);
+    size_t klen = position_key(key, sizeof(key), "offset", topic, partition);
     segd_err_t err = meta_get(s, key, klen, &v, &vlen, errstr, n);
     if (err)
         return err;
@@ -380,10 +425,10 @@ segd_err_t segd_store_get(segd_store_t *s, const char *user, size_t user_len,
     return SEGD_OK;
 }
 
-segd_err_t segd_store_scan(segd_store_t *s, segd_scan_cb cb, void *ctx, char *errstr,
-                           size_t n)
+static segd_err_t scan_with(segd_store_t *s, const rocksdb_readoptions_t *ropts,
+                            segd_scan_cb cb, void *ctx, char *errstr, size_t n)
 {
-    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(s->db, s->ropts, s->cf[CF_PROFILES]);
+    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(s->db, ropts, s->cf[CF_PROFILES]);
     segd_profile_t p;
     segd_profile_init(&p);
     segd_prune_t rule;
@@ -407,6 +452,12 @@ segd_err_t segd_store_scan(segd_store_t *s, segd_scan_cb cb, void *ctx, char *er
     rocksdb_iter_destroy(it);
     segd_profile_free(&p);
     return err;
+}
+
+segd_err_t segd_store_scan(segd_store_t *s, segd_scan_cb cb, void *ctx, char *errstr,
+                           size_t n)
+{
+    return scan_with(s, s->ropts, cb, ctx, errstr, n);
 }
 
 segd_err_t segd_store_flush(segd_store_t *s, char *errstr, size_t n)
@@ -467,7 +518,7 @@ segd_err_t segd_store_stats(segd_store_t *s, segd_store_stats_t *st, char *errst
 }
 
 segd_err_t segd_store_retire(segd_store_t *s, int64_t segment_id, int64_t before_ms,
-                             char *errstr, size_t n)
+                             segd_batch_t *extra, char *errstr, size_t n)
 {
     char key[sizeof(RETIRED_PREFIX) - 1 + 8], val[8], *rerr = NULL;
     size_t plen = strlen(RETIRED_PREFIX);
@@ -477,8 +528,152 @@ segd_err_t segd_store_retire(segd_store_t *s, int64_t segment_id, int64_t before
     memcpy(key, RETIRED_PREFIX, plen);
     put_be64(key + plen, (uint64_t)segment_id);
     put_be64(val, (uint64_t)before_ms);
-    rocksdb_put_cf(s->db, s->wopts, s->cf[CF_META], key, sizeof(key), val, 8, &rerr);
+    rocksdb_writebatch_t *wb = extra ? extra->wb : rocksdb_writebatch_create();
+    rocksdb_writebatch_put_cf(wb, s->cf[CF_META], key, sizeof(key), val, 8);
+    rocksdb_write(s->db, s->wopts, wb, &rerr);
+    if (extra)
+        rocksdb_writebatch_clear(wb);
+    else
+        rocksdb_writebatch_destroy(wb);
     if (rerr)
         return rocks_err(rerr, SEGD_ERR_IO, errstr, n, "retire");
     return segd_policy_retire(s->policy, segment_id, before_ms);
+}
+
+/* ---------- outbox ---------- */
+
+uint64_t segd_store_outbox_next_seq(segd_store_t *s) { return atomic_load(&s->outbox_seq); }
+
+segd_err_t segd_store_outbox_scan(segd_store_t *s, uint64_t from_seq, size_t max,
+                                  segd_outbox_cb cb, void *ctx, char *errstr, size_t n)
+{
+    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(s->db, s->ropts, s->cf[CF_OUTBOX]);
+    char from[8];
+    put_be64(from, from_seq);
+    size_t seen = 0;
+    for (rocksdb_iter_seek(it, from, 8); rocksdb_iter_valid(it) && seen < max;
+         rocksdb_iter_next(it), seen++) {
+        size_t klen, vlen;
+        const char *k = rocksdb_iter_key(it, &klen), *v = rocksdb_iter_value(it, &vlen);
+        if (klen != 8)
+            continue;
+        if (cb(ctx, get_be64(k), (const uint8_t *)v, vlen))
+            break;
+    }
+    char *rerr = NULL;
+    rocksdb_iter_get_error(it, &rerr);
+    rocksdb_iter_destroy(it);
+    return rerr ? rocks_err(rerr, SEGD_ERR_IO, errstr, n, "outbox scan") : SEGD_OK;
+}
+
+/* ---------- views ---------- */
+
+segd_err_t segd_store_view_open(segd_store_t *s, segd_store_view_t **out, char *errstr,
+                                size_t n)
+{
+    segd_store_view_t *v = calloc(1, sizeof(*v));
+    if (!v)
+        return segd_errf(SEGD_ERR_NOMEM, errstr, n, "out of memory");
+    v->store = s;
+    v->snap = rocksdb_create_snapshot(s->db);
+    v->ropts = rocksdb_readoptions_create();
+    rocksdb_readoptions_set_snapshot(v->ropts, v->snap);
+    /* a full scan must not evict the bidders' working set */
+    rocksdb_readoptions_set_fill_cache(v->ropts, 0);
+    *out = v;
+    return SEGD_OK;
+}
+
+void segd_store_view_close(segd_store_view_t *v)
+{
+    if (!v)
+        return;
+    rocksdb_readoptions_destroy(v->ropts);
+    rocksdb_release_snapshot(v->store->db, v->snap);
+    free(v);
+}
+
+segd_err_t segd_store_view_scan(segd_store_view_t *v, segd_scan_cb cb, void *ctx,
+                                char *errstr, size_t n)
+{
+    return scan_with(v->store, v->ropts, cb, ctx, errstr, n);
+}
+
+/* Iterates meta keys starting with prefix: cb(ctx, key suffix, value). */
+typedef int (*meta_cb)(void *ctx, const char *suffix, size_t slen, const char *val,
+                       size_t vlen);
+
+static segd_err_t view_meta(segd_store_view_t *v, const char *prefix, meta_cb cb, void *ctx,
+                            char *errstr, size_t n)
+{
+    segd_store_t *s = v->store;
+    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(s->db, v->ropts, s->cf[CF_META]);
+    size_t plen = strlen(prefix);
+    for (rocksdb_iter_seek(it, prefix, plen); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+        size_t klen, vlen;
+        const char *k = rocksdb_iter_key(it, &klen), *val = rocksdb_iter_value(it, &vlen);
+        if (klen < plen || memcmp(k, prefix, plen) != 0)
+            break;
+        if (cb(ctx, k + plen, klen - plen, val, vlen))
+            break;
+    }
+    char *rerr = NULL;
+    rocksdb_iter_get_error(it, &rerr);
+    rocksdb_iter_destroy(it);
+    return rerr ? rocks_err(rerr, SEGD_ERR_IO, errstr, n, "meta scan") : SEGD_OK;
+}
+
+typedef struct position_ctx {
+    segd_position_cb cb;
+    void *ctx;
+} position_ctx_t;
+
+/* suffix = "<topic>/<partition>"; topics may contain '/', partitions not */
+static int position_entry(void *ctx, const char *suffix, size_t slen, const char *val,
+                          size_t vlen)
+{
+    position_ctx_t *pc = ctx;
+    char topic[512];
+    const char *slash = memrchr(suffix, '/', slen);
+    if (!slash || vlen != 8 || (size_t)(slash - suffix) >= sizeof(topic))
+        return 0;
+    memcpy(topic, suffix, (size_t)(slash - suffix));
+    topic[slash - suffix] = 0;
+    char part[16];
+    size_t plen = slen - (size_t)(slash - suffix) - 1;
+    if (plen == 0 || plen >= sizeof(part))
+        return 0;
+    memcpy(part, slash + 1, plen);
+    part[plen] = 0;
+    return pc->cb(pc->ctx, topic, (int32_t)strtol(part, NULL, 10), (int64_t)get_be64(val));
+}
+
+segd_err_t segd_store_view_positions(segd_store_view_t *v, const char *kind,
+                                     segd_position_cb cb, void *ctx, char *errstr, size_t n)
+{
+    char prefix[64];
+    snprintf(prefix, sizeof(prefix), "%s/", kind);
+    position_ctx_t pc = {cb, ctx};
+    return view_meta(v, prefix, position_entry, &pc, errstr, n);
+}
+
+typedef struct retired_ctx {
+    segd_retired_cb cb;
+    void *ctx;
+} retired_ctx_t;
+
+static int retired_entry(void *ctx, const char *suffix, size_t slen, const char *val,
+                         size_t vlen)
+{
+    retired_ctx_t *rc = ctx;
+    if (slen != 8 || vlen != 8)
+        return 0;
+    return rc->cb(rc->ctx, (int64_t)get_be64(suffix), (int64_t)get_be64(val));
+}
+
+segd_err_t segd_store_view_retirements(segd_store_view_t *v, segd_retired_cb cb, void *ctx,
+                                       char *errstr, size_t n)
+{
+    retired_ctx_t rc = {cb, ctx};
+    return view_meta(v, RETIRED_PREFIX, retired_entry, &rc, errstr, n);
 }

@@ -57,9 +57,16 @@ void segd_batch_merge(segd_batch_t *b, const char *user, size_t user_len,
                       const uint8_t *operand, size_t operand_len);
 void segd_batch_set_offset(segd_batch_t *b, const char *topic, int32_t partition,
                            int64_t next_offset);
-void segd_batch_outbox_put(segd_batch_t *b, const void *key, size_t klen,
-                           const void *value, size_t vlen);
-void segd_batch_outbox_delete(segd_batch_t *b, const void *key, size_t klen);
+/* Appends an outbox entry (DESIGN §5) under the store's next outbox sequence
+ * number, allocated now (thread-safe; a batch never written leaves a gap,
+ * which is harmless). Returns the sequence number. */
+uint64_t segd_batch_outbox_append(segd_batch_t *b, const void *value, size_t vlen);
+/* Deletes outbox entries [first_seq, end_seq). */
+void segd_batch_outbox_delete_range(segd_batch_t *b, uint64_t first_seq, uint64_t end_seq);
+/* Records the change topic's next offset after the highest acknowledged
+ * delta of a partition (a snapshot's "tail from here" position). */
+void segd_batch_set_change_position(segd_batch_t *b, const char *topic, int32_t partition,
+                                    int64_t next_offset);
 
 /* Writes the batch atomically with the WAL on; the batch is left intact. */
 segd_err_t segd_store_write(segd_store_t *s, segd_batch_t *b, char *errstr,
@@ -91,8 +98,45 @@ segd_err_t segd_store_compact(segd_store_t *s, char *errstr, size_t errstr_size)
 segd_err_t segd_store_stats(segd_store_t *s, segd_store_stats_t *st, char *errstr,
                             size_t errstr_size);
 
-/* Retires segment_id store-wide for entries with ts_ms <= before_ms. */
+/* Retires segment_id store-wide for entries with ts_ms <= before_ms. extra
+ * (may be NULL) is written in the same WriteBatch (e.g. the outbox entry that
+ * carries the retirement to caches) and left cleared. */
 segd_err_t segd_store_retire(segd_store_t *s, int64_t segment_id, int64_t before_ms,
-                             char *errstr, size_t errstr_size);
+                             segd_batch_t *extra, char *errstr, size_t errstr_size);
+
+/* ---------- outbox ---------- */
+
+/* Calls cb for outbox entries with seq >= from_seq in order, at most max of
+ * them; cb returns non-zero to stop. Values are borrowed for the call. */
+typedef int (*segd_outbox_cb)(void *ctx, uint64_t seq, const uint8_t *value, size_t vlen);
+segd_err_t segd_store_outbox_scan(segd_store_t *s, uint64_t from_seq, size_t max,
+                                  segd_outbox_cb cb, void *ctx, char *errstr,
+                                  size_t errstr_size);
+/* The sequence number the next appended entry gets. */
+uint64_t segd_store_outbox_next_seq(segd_store_t *s);
+
+/* ---------- consistent views (snapshots) ---------- */
+
+/* A RocksDB snapshot: scans, offsets and markers read through one view agree
+ * with each other, while writers go on. */
+typedef struct segd_store_view segd_store_view_t;
+
+segd_err_t segd_store_view_open(segd_store_t *s, segd_store_view_t **out, char *errstr,
+                                size_t errstr_size);
+void segd_store_view_close(segd_store_view_t *v);
+/* As segd_store_scan, through the view. */
+segd_err_t segd_store_view_scan(segd_store_view_t *v, segd_scan_cb cb, void *ctx,
+                                char *errstr, size_t errstr_size);
+/* Input offsets (kind "offset") or change positions (kind "changes"):
+ * cb(ctx, topic, partition, next_offset); cb returns non-zero to stop. */
+typedef int (*segd_position_cb)(void *ctx, const char *topic, int32_t partition,
+                                int64_t next_offset);
+segd_err_t segd_store_view_positions(segd_store_view_t *v, const char *kind,
+                                     segd_position_cb cb, void *ctx, char *errstr,
+                                     size_t errstr_size);
+/* Retirement markers: cb(ctx, segment_id, retired_before_ms). */
+typedef int (*segd_retired_cb)(void *ctx, int64_t segment_id, int64_t before_ms);
+segd_err_t segd_store_view_retirements(segd_store_view_t *v, segd_retired_cb cb, void *ctx,
+                                       char *errstr, size_t errstr_size);
 
 #endif

@@ -144,7 +144,7 @@ static void apply_all(run_t *r, segd_event_t *const *order, size_t n)
     }
     assert_int_equal(segd_applier_flush(&ap, err, sizeof(err)), SEGD_OK);
     segd_applier_free(&ap);
-    assert_int_equal(segd_store_retire(r->store, RETIRED_SEG, RETIRED_BEFORE, err,
+    assert_int_equal(segd_store_retire(r->store, RETIRED_SEG, RETIRED_BEFORE, NULL, err,
                                        sizeof(err)), SEGD_OK);
 }
 

@@ -82,7 +82,7 @@ static void test_offsets_travel_with_data(void **state)
     assert_int_equal(segd_applier_init(&ap, s), SEGD_OK);
     add_upsert(&ap, "alice", 42);
     segd_batch_set_offset(ap.batch, "events", 3, 1234);
-    segd_batch_outbox_put(ap.batch, "k", 1, "v", 1);
+    segd_batch_outbox_append(ap.batch, "v", 1);
     assert_int_equal(segd_batch_count(ap.batch), 3);
     assert_int_equal(segd_applier_flush(&ap, err, sizeof(err)), SEGD_OK);
     /* a batch built but never written leaves neither data nor offset */
@@ -155,7 +155,7 @@ static void test_retirement_persists(void **state)
     add_upsert(&ap, "dave", 12);
     assert_int_equal(segd_applier_flush(&ap, err, sizeof(err)), SEGD_OK);
     segd_applier_free(&ap);
-    assert_int_equal(segd_store_retire(s, 11, NOW_MS, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_store_retire(s, 11, NOW_MS, NULL, err, sizeof(err)), SEGD_OK);
     segd_store_close(s);
     s = open_store(f->dir, 0, 0);
     assert_non_null(s);

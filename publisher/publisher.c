@@ -1,0 +1,729 @@
+/* Outbox -> change topic; see publisher.h. One producer, used by one thread
+ * at a time (the background thread, or the caller of cycle/drain): delivery
+ * reports run inside rd_kafka_flush on that thread. */
+#define _GNU_SOURCE
+#include "publisher.h"
+
+#include <inttypes.h>
+#include <librdkafka/rdkafka.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <time.h>
+
+#include "consumer/registry.h"
+#include "outbox.h"
+
+#define MAX_PARTITIONS 4096
+#define LAT_BUCKETS 64 /* log2 histogram of latencies in ms */
+
+/* One user's share of a cycle: an outbox item. */
+typedef struct item_ref {
+    const segd_outbox_item_t *item;
+    const segd_outbox_entry_t *entry;
+} item_ref_t;
+
+/* What the delivery reports of one cycle found. */
+typedef struct acks {
+    uint64_t ok, failed, bytes;
+    int64_t next[MAX_PARTITIONS]; /* per partition: highest acked offset + 1 */
+    char error[256];
+} acks_t;
+
+struct segd_publisher {
+    segd_publisher_opts_t o;
+    segd_store_t *store;
+    rd_kafka_t *rk;
+    rd_kafka_topic_t *rkt;
+    segd_registry_t *registry;
+    int32_t schema_id; /* Confluent id; -1 until registered */
+    uint64_t cursor;   /* next outbox seq to read */
+    int64_t known[MAX_PARTITIONS]; /* change positions already recorded */
+
+    /* cycle state, reused */
+    segd_buf_t *values;       /* copies of the cycle's outbox values */
+    segd_outbox_entry_t *entries;
+    size_t n_entries, cap_entries;
+    uint64_t first_seq, last_seq; /* outbox seqs the cycle read */
+    size_t scanned;               /* entries read, decodable or not */
+    item_ref_t *refs;
+    size_t n_refs, cap_refs;
+    segd_profile_t acc, tmp, joined;
+    segd_change_t change;
+    segd_buf_t msg;
+    segd_batch_t *batch;
+    acks_t acks;
+
+    /* thread */
+    pthread_t thread;
+    int running;
+    pthread_mutex_t mu; /* guards kicked, stop, st, lat */
+    pthread_cond_t cv;
+    int kicked, stop;
+    segd_publisher_stats_t st;
+    uint64_t lat[LAT_BUCKETS];
+    char last_fault[512];
+};
+
+void segd_publisher_opts_default(segd_publisher_opts_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->topic = SEGD_DEFAULT_CHANGES_TOPIC;
+    o->framing = SEGD_CHANGE_SINGLE_OBJECT;
+    o->compression = "lz4";
+    o->buckets = SEGD_DEFAULT_BUCKETS;
+    o->max_entries = 64;
+    o->retry_max_ms = 5000;
+    o->ack_timeout_ms = 30000;
+}
+
+static int64_t wall_ms(void)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+}
+
+/* ---------- producer ---------- */
+
+static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+    (void)rk;
+    acks_t *a = &((segd_publisher_t *)opaque)->acks;
+    if (m->err) {
+        a->failed++;
+        snprintf(a->error, sizeof(a->error), "%s", rd_kafka_err2str(m->err));
+        return;
+    }
+    a->ok++;
+    a->bytes += m->len;
+    if (m->partition >= 0 && m->partition < MAX_PARTITIONS && m->offset + 1 > a->next[m->partition])
+        a->next[m->partition] = m->offset + 1;
+}
+
+static segd_err_t conf_set(rd_kafka_conf_t *c, const char *k, const char *v, char *errstr,
+                           size_t n)
+{
+    char e[256];
+    if (rd_kafka_conf_set(c, k, v, e, sizeof(e)) != RD_KAFKA_CONF_OK)
+        return segd_errf(SEGD_ERR_CONFIG, errstr, n, "changes producer %s: %s", k, e);
+    return SEGD_OK;
+}
+
+static segd_err_t make_producer(segd_publisher_t *p, char *errstr, size_t n)
+{
+    const char *defaults[] = {"bootstrap.servers", p->o.brokers,
+                              "enable.idempotence", "true",
+                              "compression.codec", p->o.compression,
+                              "linger.ms", "5",
+                              "message.timeout.ms", "0", /* retry until acked or stopped */
+                              NULL};
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    segd_err_t err = SEGD_OK;
+    for (size_t i = 0; !err && defaults[i]; i += 2)
+        err = conf_set(conf, defaults[i], defaults[i + 1], errstr, n);
+    for (size_t i = 0; !err && p->o.kafka_props && p->o.kafka_props[i]; i += 2)
+        err = conf_set(conf, p->o.kafka_props[i], p->o.kafka_props[i + 1], errstr, n);
+    if (err) {
+        rd_kafka_conf_destroy(conf);
+        return err;
+    }
+    rd_kafka_conf_set_dr_msg_cb(conf, dr_cb);
+    rd_kafka_conf_set_opaque(conf, p);
+    char e[512];
+    p->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, e, sizeof(e));
+    if (!p->rk) {
+        rd_kafka_conf_destroy(conf);
+        return segd_errf(SEGD_ERR_KAFKA, errstr, n, "changes producer: %s", e);
+    }
+    p->rkt = rd_kafka_topic_new(p->rk, p->o.topic, NULL);
+    return p->rkt ? SEGD_OK : segd_errf(SEGD_ERR_KAFKA, errstr, n, "topic %s", p->o.topic);
+}
+
+static segd_err_t ensure_schema(segd_publisher_t *p, char *errstr, size_t n)
+{
+    if (p->o.framing != SEGD_CHANGE_CONFLUENT || p->schema_id >= 0)
+        return SEGD_OK;
+    char subject[512];
+    snprintf(subject, sizeof(subject), "%s-value", p->o.topic);
+    return segd_registry_register(p->registry, subject, segd_change_schema_json(),
+                                  &p->schema_id, errstr, n);
+}
+
+/* ---------- reading the outbox ---------- */
+
+static segd_err_t grow_entries(segd_publisher_t *p)
+{
+    if (p->n_entries < p->cap_entries)
+        return SEGD_OK;
+    size_t cap = p->cap_entries ? p->cap_entries * 2 : 16;
+    segd_buf_t *v = realloc(p->values, cap * sizeof(*v));
+    if (v)
+        p->values = v;
+    segd_outbox_entry_t *e = realloc(p->entries, cap * sizeof(*e));
+    if (e)
+        p->entries = e;
+    if (!v || !e)
+        return SEGD_ERR_NOMEM;
+    for (size_t i = p->cap_entries; i < cap; i++) {
+        memset(&p->values[i], 0, sizeof(p->values[i]));
+        segd_outbox_entry_init(&p->entries[i]);
+    }
+    p->cap_entries = cap;
+    return SEGD_OK;
+}
+
+typedef struct read_ctx {
+    segd_publisher_t *p;
+    segd_err_t err;
+} read_ctx_t;
+
+static int read_entry(void *ctx, uint64_t seq, const uint8_t *value, size_t vlen)
+{
+    read_ctx_t *rc = ctx;
+    segd_publisher_t *p = rc->p;
+    if ((rc->err = grow_entries(p)))
+        return 1;
+    segd_buf_t *b = &p->values[p->n_entries];
+    b->len = 0;
+    if (segd_buf_reserve(b, vlen ? vlen : 1)) {
+        rc->err = SEGD_ERR_NOMEM;
+        return 1;
+    }
+    memcpy(b->data, value, vlen);
+    b->len = vlen;
+    if (!p->scanned++)
+        p->first_seq = seq;
+    p->last_seq = seq;
+    segd_err_t err = segd_outbox_decode(b->data, b->len, &p->entries[p->n_entries]);
+    if (err == SEGD_ERR_NOMEM) {
+        rc->err = err;
+        return 1;
+    }
+    /* an undecodable entry cannot be published; it is dropped with a log
+     * line (deleted with the cycle's range) rather than blocking the stream */
+    if (err)
+        fprintf(stderr, "segd: outbox entry %" PRIu64 " does not decode; dropped\n", seq);
+    else
+        p->n_entries++;
+    return 0;
+}
+
+/* ---------- building change events ---------- */
+
+static int cmp_ref(const void *a, const void *b)
+{
+    const segd_outbox_item_t *x = ((const item_ref_t *)a)->item,
+                             *y = ((const item_ref_t *)b)->item;
+    size_t m = x->user_len < y->user_len ? x->user_len : y->user_len;
+    int c = memcmp(x->user, y->user, m);
+    if (c)
+        return c;
+    return x->user_len < y->user_len ? -1 : x->user_len > y->user_len;
+}
+
+static segd_err_t collect_refs(segd_publisher_t *p)
+{
+    p->n_refs = 0;
+    for (size_t i = 0; i < p->n_entries; i++) {
+        const segd_outbox_entry_t *e = &p->entries[i];
+        for (size_t j = 0; j < e->n_items; j++) {
+            if (p->n_refs == p->cap_refs) {
+                size_t cap = p->cap_refs ? p->cap_refs * 2 : 1024;
+                item_ref_t *r = realloc(p->refs, cap * sizeof(*r));
+                if (!r)
+                    return SEGD_ERR_NOMEM;
+                p->refs = r;
+                p->cap_refs = cap;
+            }
+            p->refs[p->n_refs++] = (item_ref_t){&e->items[j], e};
+        }
+    }
+    qsort(p->refs, p->n_refs, sizeof(*p->refs), cmp_ref);
+    return SEGD_OK;
+}
+
+/* Widens the user's source range for (topic, partition), or adds one. */
+static segd_err_t note_source(segd_change_t *c, const segd_outbox_entry_t *e,
+                              const segd_outbox_item_t *it)
+{
+    if (it->source == UINT32_MAX)
+        return SEGD_OK;
+    const segd_outbox_source_ref_t *s = &e->sources[it->source];
+    for (size_t i = 0; i < c->n_sources; i++) {
+        segd_source_range_t *r = &c->sources[i];
+        if (r->partition == s->partition && r->topic_len == s->topic_len &&
+            !memcmp(r->topic, s->topic, s->topic_len)) {
+            if (it->offset < r->first_offset)
+                r->first_offset = it->offset;
+            if (it->offset > r->last_offset)
+                r->last_offset = it->offset;
+            return SEGD_OK;
+        }
+    }
+    return segd_change_add_source(c, s->topic, s->topic_len, s->partition, it->offset,
+                                  it->offset);
+}
+
+/* Joins refs[from, to) (one user) into p->change. */
+static segd_err_t build_delta(segd_publisher_t *p, size_t from, size_t to)
+{
+    segd_change_t *c = &p->change;
+    segd_change_reset(c);
+    const segd_outbox_item_t *first = p->refs[from].item;
+    c->user_id = first->user;
+    c->user_id_len = first->user_len;
+    c->buckets = (int32_t)p->o.buckets;
+    c->bucket = (int32_t)segd_bucket_of(first->user, first->user_len, p->o.buckets);
+    c->committed_at_ms = INT64_MAX;
+    segd_profile_clear(&p->acc);
+    for (size_t i = from; i < to; i++) {
+        const segd_outbox_item_t *it = p->refs[i].item;
+        const segd_outbox_entry_t *e = p->refs[i].entry;
+        if (segd_record_decode(it->operand, it->operand_len, &p->tmp) != SEGD_OK)
+            continue; /* written by us, so only a disk fault gets here */
+        const segd_profile_t *in[2] = {&p->acc, &p->tmp};
+        segd_err_t err = segd_profile_join(&p->joined, in, 2, NULL);
+        if (!err)
+            err = note_source(c, e, it);
+        if (err)
+            return err;
+        segd_profile_t t = p->acc;
+        p->acc = p->joined;
+        p->joined = t;
+        if (e->committed_at_ms < c->committed_at_ms)
+            c->committed_at_ms = e->committed_at_ms;
+    }
+    /* the change owns its profile: swap instead of copying */
+    segd_profile_t t = c->profile;
+    c->profile = p->acc;
+    p->acc = t;
+    return SEGD_OK;
+}
+
+static segd_err_t build_retire(segd_publisher_t *p)
+{
+    segd_change_t *c = &p->change;
+    segd_change_reset(c);
+    c->kind = SEGD_CHANGE_RETIRE;
+    c->bucket = -1;
+    c->buckets = (int32_t)p->o.buckets;
+    c->committed_at_ms = INT64_MAX;
+    for (size_t i = 0; i < p->n_entries; i++) {
+        const segd_outbox_entry_t *e = &p->entries[i];
+        for (size_t j = 0; j < e->n_retirements; j++)
+            if (segd_change_add_retirement(c, e->retirements[j].segment_id,
+                                           e->retirements[j].retired_before_ms))
+                return SEGD_ERR_NOMEM;
+        if (e->n_retirements && e->committed_at_ms < c->committed_at_ms)
+            c->committed_at_ms = e->committed_at_ms;
+    }
+    return SEGD_OK;
+}
+
+/* Produces p->change; waits on a full queue by serving delivery reports. */
+static segd_err_t produce_change(segd_publisher_t *p, uint64_t *segments, char *errstr,
+                                 size_t n)
+{
+    p->msg.len = 0;
+    segd_err_t err = segd_change_frame(p->o.framing, p->schema_id, &p->msg);
+    if (!err)
+        err = segd_change_encode(&p->change, &p->msg);
+    if (err)
+        return segd_errf(err, errstr, n, "encode change event: %s", segd_err_str(err));
+    const segd_change_t *c = &p->change;
+    for (;;) {
+        if (rd_kafka_produce(p->rkt, RD_KAFKA_PARTITION_UA, RD_KAFKA_MSG_F_COPY, p->msg.data,
+                             p->msg.len, c->user_id_len ? c->user_id : NULL, c->user_id_len,
+                             NULL) == 0)
+            break;
+        rd_kafka_resp_err_t kerr = rd_kafka_last_error();
+        if (kerr != RD_KAFKA_RESP_ERR__QUEUE_FULL)
+            return segd_errf(SEGD_ERR_KAFKA, errstr, n, "produce: %s", rd_kafka_err2str(kerr));
+        rd_kafka_poll(p->rk, 100);
+    }
+    *segments += c->profile.n;
+    return SEGD_OK;
+}
+
+static segd_err_t produce_cycle(segd_publisher_t *p, uint64_t *events, uint64_t *segments,
+                                char *errstr, size_t n)
+{
+    segd_err_t err = collect_refs(p);
+    for (size_t i = 0; !err && i < p->n_refs;) {
+        size_t j = i + 1;
+        while (j < p->n_refs && cmp_ref(&p->refs[i], &p->refs[j]) == 0)
+            j++;
+        err = build_delta(p, i, j);
+        if (!err)
+            err = produce_change(p, segments, errstr, n);
+        (*events)++;
+        i = j;
+    }
+    int retirements = 0;
+    for (size_t i = 0; i < p->n_entries; i++)
+        retirements |= p->entries[i].n_retirements > 0;
+    if (!err && retirements) {
+        err = build_retire(p);
+        if (!err)
+            err = produce_change(p, segments, errstr, n);
+        (*events)++;
+    }
+    return err;
+}
+
+/* ---------- acknowledging ---------- */
+
+static void record_latency(segd_publisher_t *p, int64_t now)
+{
+    for (size_t i = 0; i < p->n_entries; i++) {
+        int64_t from = p->entries[i].event_ms;
+        if (from <= 0)
+            continue;
+        int64_t ms = now - from;
+        int b = 0;
+        while (b < LAT_BUCKETS - 1 && ms >= (1LL << b))
+            b++;
+        p->lat[b]++;
+        if (ms > p->st.latency_max_ms)
+            p->st.latency_max_ms = ms;
+    }
+}
+
+/* Deletes the acknowledged entries and records the change positions. */
+static segd_err_t commit_cycle(segd_publisher_t *p, uint64_t first, uint64_t end,
+                               char *errstr, size_t n)
+{
+    segd_batch_clear(p->batch);
+    segd_batch_outbox_delete_range(p->batch, first, end);
+    for (int32_t i = 0; i < MAX_PARTITIONS; i++)
+        if (p->acks.next[i] > p->known[i])
+            segd_batch_set_change_position(p->batch, p->o.topic, i, p->acks.next[i]);
+    segd_err_t err = segd_store_write(p->store, p->batch, errstr, n);
+    if (err)
+        return err;
+    for (int32_t i = 0; i < MAX_PARTITIONS; i++)
+        if (p->acks.next[i] > p->known[i])
+            p->known[i] = p->acks.next[i];
+    return SEGD_OK;
+}
+
+static void clear_cycle(segd_publisher_t *p)
+{
+    for (size_t i = 0; i < p->n_entries; i++)
+        segd_outbox_entry_free(&p->entries[i]);
+    p->n_entries = 0;
+    p->scanned = 0;
+    memset(&p->acks, 0, sizeof(p->acks));
+}
+
+static segd_err_t wait_acks(segd_publisher_t *p, uint64_t events, char *errstr, size_t n)
+{
+    rd_kafka_flush(p->rk, (int)p->o.ack_timeout_ms);
+    if (p->acks.failed)
+        return segd_errf(SEGD_ERR_KAFKA, errstr, n, "change topic %s: %s", p->o.topic,
+                         p->acks.error);
+    if (p->acks.ok < events) {
+        /* not acknowledged in time: drop the queue so the repeat does not
+         * pile up copies; duplicates that were delivered anyway are harmless */
+        rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+        rd_kafka_poll(p->rk, 0);
+        return segd_errf(SEGD_ERR_KAFKA, errstr, n, "change topic %s: %" PRIu64
+                         " of %" PRIu64 " deltas unacknowledged", p->o.topic,
+                         events - p->acks.ok, events);
+    }
+    return SEGD_OK;
+}
+
+segd_err_t segd_publisher_cycle(segd_publisher_t *p, size_t *acked, char *errstr, size_t n)
+{
+    if (acked)
+        *acked = 0;
+    clear_cycle(p);
+    segd_err_t err = ensure_schema(p, errstr, n);
+    if (err)
+        return err;
+    uint64_t scan_end = segd_store_outbox_next_seq(p->store);
+    read_ctx_t rc = {p, SEGD_OK};
+    err = segd_store_outbox_scan(p->store, p->cursor, p->o.max_entries, read_entry, &rc,
+                                 errstr, n);
+    if (!err && rc.err)
+        err = segd_errf(rc.err, errstr, n, "outbox: %s", segd_err_str(rc.err));
+    if (err || p->scanned == 0) {
+        pthread_mutex_lock(&p->mu);
+        p->st.depth = err ? p->st.depth : 0;
+        p->st.oldest_unacked_ms = err ? p->st.oldest_unacked_ms : 0;
+        pthread_mutex_unlock(&p->mu);
+        return err;
+    }
+    int64_t now = wall_ms();
+    pthread_mutex_lock(&p->mu);
+    p->st.depth = scan_end > p->first_seq ? scan_end - p->first_seq : 0;
+    p->st.oldest_unacked_ms = p->n_entries ? now - p->entries[0].committed_at_ms : 0;
+    pthread_mutex_unlock(&p->mu);
+    uint64_t events = 0, segments = 0;
+    err = produce_cycle(p, &events, &segments, errstr, n);
+    if (!err)
+        err = wait_acks(p, events, errstr, n);
+    uint64_t first = p->first_seq, end = p->last_seq + 1;
+    if (!err)
+        err = commit_cycle(p, first, end, errstr, n);
+    if (err)
+        return err;
+    p->cursor = end;
+    pthread_mutex_lock(&p->mu);
+    record_latency(p, wall_ms());
+    p->st.cycles++;
+    p->st.entries += p->n_entries;
+    p->st.events += events;
+    p->st.segments += segments;
+    p->st.bytes += p->acks.bytes;
+    pthread_mutex_unlock(&p->mu);
+    if (acked)
+        *acked = p->scanned;
+    return SEGD_OK;
+}
+
+static void sleep_ms(int64_t ms)
+{
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+segd_err_t segd_publisher_drain(segd_publisher_t *p, int64_t timeout_ms, char *errstr,
+                                size_t n)
+{
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    for (;;) {
+        size_t acked = 0;
+        segd_err_t err = segd_publisher_cycle(p, &acked, errstr, n);
+        if (!err && acked == 0 && p->cursor >= segd_store_outbox_next_seq(p->store))
+            return SEGD_OK;
+        clock_gettime(CLOCK_MONOTONIC, &t);
+        int64_t spent = (t.tv_sec - t0.tv_sec) * 1000 + (t.tv_nsec - t0.tv_nsec) / 1000000;
+        if (spent >= timeout_ms)
+            return err ? err
+                       : segd_errf(SEGD_ERR_KAFKA, errstr, n, "outbox not drained in %" PRId64
+                                   " ms", timeout_ms);
+        if (err || acked == 0)
+            sleep_ms(err ? 200 : 10);
+    }
+}
+
+/* ---------- thread ---------- */
+
+static void log_fault(segd_publisher_t *p, const char *msg)
+{
+    if (strcmp(p->last_fault, msg)) {
+        fprintf(stderr, "segd: publisher waiting: %s (outbox kept, retrying)\n", msg);
+        snprintf(p->last_fault, sizeof(p->last_fault), "%.500s", msg);
+    }
+}
+
+static void *run(void *arg)
+{
+    segd_publisher_t *p = arg;
+    int64_t wait = 100;
+    char err[512];
+    for (;;) {
+        pthread_mutex_lock(&p->mu);
+        if (p->stop) {
+            pthread_mutex_unlock(&p->mu);
+            break;
+        }
+        p->kicked = 0;
+        pthread_mutex_unlock(&p->mu);
+        size_t acked = 0;
+        segd_err_t e = segd_publisher_cycle(p, &acked, err, sizeof(err));
+        if (e) {
+            pthread_mutex_lock(&p->mu);
+            p->st.retries++;
+            pthread_mutex_unlock(&p->mu);
+            log_fault(p, err);
+            sleep_ms(wait);
+            wait = wait * 2 > p->o.retry_max_ms ? p->o.retry_max_ms : wait * 2;
+            continue;
+        }
+        if (p->last_fault[0]) {
+            fprintf(stderr, "segd: publisher resumed after: %s\n", p->last_fault);
+            p->last_fault[0] = 0;
+        }
+        wait = 100;
+        if (acked)
+            continue; /* more may be waiting */
+        pthread_mutex_lock(&p->mu);
+        if (!p->kicked && !p->stop) {
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 100 * 1000000L;
+            if (ts.tv_nsec >= 1000000000L) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000L;
+            }
+            pthread_cond_timedwait(&p->cv, &p->mu, &ts);
+        }
+        pthread_mutex_unlock(&p->mu);
+    }
+    return NULL;
+}
+
+segd_err_t segd_publisher_start(segd_publisher_t *p, char *errstr, size_t n)
+{
+    if (p->running)
+        return SEGD_OK;
+    p->stop = 0;
+    if (pthread_create(&p->thread, NULL, run, p))
+        return segd_errf(SEGD_ERR_NOMEM, errstr, n, "publisher thread");
+    p->running = 1;
+    return SEGD_OK;
+}
+
+void segd_publisher_kick(segd_publisher_t *p)
+{
+    pthread_mutex_lock(&p->mu);
+    p->kicked = 1;
+    pthread_cond_signal(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+}
+
+void segd_publisher_stop(segd_publisher_t *p, int64_t drain_ms)
+{
+    if (!p->running)
+        return;
+    pthread_mutex_lock(&p->mu);
+    p->stop = 1;
+    pthread_cond_signal(&p->cv);
+    pthread_mutex_unlock(&p->mu);
+    pthread_join(p->thread, NULL);
+    p->running = 0;
+    char err[512];
+    if (drain_ms > 0 && segd_publisher_drain(p, drain_ms, err, sizeof(err)))
+        fprintf(stderr, "segd: publisher stopped with deltas left in the outbox (re-published "
+                        "at next start): %s\n", err);
+}
+
+static int64_t percentile(const uint64_t *lat, double q)
+{
+    uint64_t total = 0, seen = 0;
+    for (int b = 0; b < LAT_BUCKETS; b++)
+        total += lat[b];
+    if (!total)
+        return 0;
+    for (int b = 0; b < LAT_BUCKETS; b++) {
+        seen += lat[b];
+        if ((double)seen >= q * (double)total)
+            return b ? (1LL << b) : 0; /* upper bound of the bucket */
+    }
+    return 0;
+}
+
+void segd_publisher_get_stats(segd_publisher_t *p, segd_publisher_stats_t *st)
+{
+    pthread_mutex_lock(&p->mu);
+    *st = p->st;
+    st->latency_p50_ms = percentile(p->lat, 0.50);
+    st->latency_p99_ms = percentile(p->lat, 0.99);
+    pthread_mutex_unlock(&p->mu);
+}
+
+/* ---------- construction ---------- */
+
+typedef struct known_ctx {
+    segd_publisher_t *p;
+} known_ctx_t;
+
+static int load_known(void *ctx, const char *topic, int32_t partition, int64_t next)
+{
+    segd_publisher_t *p = ctx;
+    if (!strcmp(topic, p->o.topic) && partition >= 0 && partition < MAX_PARTITIONS)
+        p->known[partition] = next;
+    return 0;
+}
+
+static segd_err_t load_positions(segd_publisher_t *p, char *errstr, size_t n)
+{
+    segd_store_view_t *v = NULL;
+    segd_err_t err = segd_store_view_open(p->store, &v, errstr, n);
+    if (!err)
+        err = segd_store_view_positions(v, "changes", load_known, p, errstr, n);
+    segd_store_view_close(v);
+    return err;
+}
+
+segd_err_t segd_publisher_new(segd_publisher_t **out, segd_store_t *store,
+                              const segd_publisher_opts_t *o, char *errstr, size_t n)
+{
+    *out = NULL;
+    if (!o->brokers || !o->topic || !*o->topic)
+        return segd_errf(SEGD_ERR_CONFIG, errstr, n, "changes: brokers and topic are required");
+    if (!o->buckets || (o->buckets & (o->buckets - 1)))
+        return segd_errf(SEGD_ERR_CONFIG, errstr, n, "snapshot.buckets must be a power of two");
+    if (o->framing == SEGD_CHANGE_CONFLUENT && !o->registry_url)
+        return segd_errf(SEGD_ERR_CONFIG, errstr, n,
+                         "changes.format = confluent needs a schema registry URL");
+    segd_publisher_t *p = calloc(1, sizeof(*p));
+    if (!p)
+        return SEGD_ERR_NOMEM;
+    p->o = *o;
+    if (!p->o.max_entries)
+        p->o.max_entries = 64;
+    p->store = store;
+    p->schema_id = -1;
+    pthread_mutex_init(&p->mu, NULL);
+    pthread_cond_init(&p->cv, NULL);
+    segd_profile_init(&p->acc);
+    segd_profile_init(&p->tmp);
+    segd_profile_init(&p->joined);
+    segd_change_init(&p->change);
+    segd_err_t err = segd_batch_new(store, &p->batch);
+    if (!err)
+        err = load_positions(p, errstr, n);
+    if (!err && o->framing == SEGD_CHANGE_CONFLUENT) {
+        segd_registry_opts_t ro;
+        segd_registry_opts_default(&ro);
+        ro.userpass = o->registry_auth;
+        ro.ca_file = o->registry_ca;
+        err = segd_registry_new(&p->registry, o->registry_url, &ro, errstr, n);
+    }
+    if (!err)
+        err = make_producer(p, errstr, n);
+    if (err) {
+        segd_publisher_destroy(p);
+        return err;
+    }
+    *out = p;
+    return SEGD_OK;
+}
+
+void segd_publisher_destroy(segd_publisher_t *p)
+{
+    if (!p)
+        return;
+    segd_publisher_stop(p, 0);
+    if (p->rkt)
+        rd_kafka_topic_destroy(p->rkt);
+    if (p->rk) {
+        rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+        rd_kafka_flush(p->rk, 1000);
+        rd_kafka_destroy(p->rk);
+    }
+    clear_cycle(p);
+    for (size_t i = 0; i < p->cap_entries; i++)
+        segd_buf_free(&p->values[i]);
+    free(p->values);
+    free(p->entries);
+    free(p->refs);
+    segd_profile_free(&p->acc);
+    segd_profile_free(&p->tmp);
+    segd_profile_free(&p->joined);
+    segd_change_free(&p->change);
+    segd_buf_free(&p->msg);
+    segd_batch_destroy(p->batch);
+    segd_registry_destroy(p->registry);
+    pthread_cond_destroy(&p->cv);
+    pthread_mutex_destroy(&p->mu);
+    free(p);
+}

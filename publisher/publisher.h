@@ -1,0 +1,78 @@
+/* The change-stream publisher (DESIGN §5): turns outbox entries into change
+ * events on the change topic and deletes them once the broker has
+ * acknowledged every event made from them. A cycle reads up to max_entries
+ * entries, joins each user's operands into one delta (the §3 join, so
+ * coalescing is exact), produces one event per changed user (key = user id)
+ * plus one RETIRE control event for retirements, waits for the acks, then
+ * deletes the entries and records the change topic's acknowledged positions
+ * in one store write. A failure anywhere repeats the cycle later; nothing is
+ * deleted that was not acknowledged, and duplicates are harmless to readers.
+ * Runs on its own thread (start/kick/stop) or synchronously (cycle/drain). */
+#ifndef SEGD_PUBLISHER_H
+#define SEGD_PUBLISHER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "change.h"
+#include "store/store.h"
+
+#define SEGD_DEFAULT_CHANGES_TOPIC "segments.changes"
+
+typedef struct segd_publisher segd_publisher_t;
+
+typedef struct segd_publisher_opts {
+    const char *brokers;
+    const char *topic;              /* default "segments.changes" */
+    segd_change_framing_t framing;  /* Confluent needs registry_url */
+    const char *registry_url;       /* schema registered under "<topic>-value" */
+    const char *registry_auth;      /* user:password */
+    const char *registry_ca;
+    const char *compression;        /* lz4 (default) | zstd */
+    uint32_t buckets;               /* snapshot buckets, for the bucket field */
+    size_t max_entries;             /* outbox entries per cycle, default 64 */
+    int64_t retry_max_ms;           /* backoff cap, default 5000 */
+    int64_t ack_timeout_ms;         /* wait for acks per cycle, default 30000 */
+    const char *const *kafka_props; /* extra librdkafka producer settings: k, v, ..., NULL */
+} segd_publisher_opts_t;
+
+typedef struct segd_publisher_stats {
+    uint64_t cycles;          /* completed (acknowledged and deleted) */
+    uint64_t entries;         /* outbox entries acknowledged and deleted */
+    uint64_t events;          /* change events acknowledged */
+    uint64_t bytes;           /* change event value bytes acknowledged */
+    uint64_t segments;        /* entries carried by those events */
+    uint64_t retries;         /* failed cycles (broker, registry or store) */
+    uint64_t depth;           /* outbox entries not yet acknowledged (approx.) */
+    int64_t oldest_unacked_ms;/* age of the oldest unacknowledged entry; 0 = none */
+    int64_t latency_p50_ms;   /* input timestamp -> acknowledged, per entry */
+    int64_t latency_p99_ms;
+    int64_t latency_max_ms;
+} segd_publisher_stats_t;
+
+void segd_publisher_opts_default(segd_publisher_opts_t *o);
+
+/* store is borrowed and must outlive the publisher. */
+segd_err_t segd_publisher_new(segd_publisher_t **out, segd_store_t *store,
+                              const segd_publisher_opts_t *o, char *errstr,
+                              size_t errstr_size);
+void segd_publisher_destroy(segd_publisher_t *p);
+
+/* One cycle on the caller's thread; *acked (may be NULL) = entries deleted. */
+segd_err_t segd_publisher_cycle(segd_publisher_t *p, size_t *acked, char *errstr,
+                                size_t errstr_size);
+/* Cycles until the outbox is empty or timeout_ms passes (SEGD_ERR_KAFKA). */
+segd_err_t segd_publisher_drain(segd_publisher_t *p, int64_t timeout_ms, char *errstr,
+                                size_t errstr_size);
+
+/* Background thread: cycles when kicked (after each ingest batch) and at
+ * least every 100 ms, backs off on failures, logs a fault once. */
+segd_err_t segd_publisher_start(segd_publisher_t *p, char *errstr, size_t errstr_size);
+void segd_publisher_kick(segd_publisher_t *p);
+/* Stops the thread after trying to drain for up to drain_ms. */
+void segd_publisher_stop(segd_publisher_t *p, int64_t drain_ms);
+
+/* Thread-safe. */
+void segd_publisher_get_stats(segd_publisher_t *p, segd_publisher_stats_t *st);
+
+#endif
