@@ -13,6 +13,7 @@
 #include "cli.h"
 #include "consumer/dev_broker.h"
 #include "consumer/pipeline.h"
+#include "publisher/publisher.h"
 #include "consumer/seed_producer.h"
 
 #define DEMO_TOPIC "segments.events"
@@ -111,7 +112,15 @@ static int ingest(const char *brokers, const char *db, uint64_t want)
         if (st.dlq[i])
             printf(" [%s=%" PRIu64 "]", segd_dlq_reason_name(i), st.dlq[i]);
     printf("\n");
-    rc = st.messages >= want ? 0 : -1;
+    segd_publisher_stats_t ps;
+    segd_publisher_get_stats(segd_pipeline_publisher(p), &ps);
+    printf("change stream %s: %" PRIu64 " deltas (%" PRIu64 " segment entries, %.2f bytes per "
+           "ingested segment) from %" PRIu64 " outbox entries, %" PRIu64 " left unpublished, "
+           "event -> published p99 <= %" PRId64 " ms\n",
+           cfg.changes_topic, ps.events, ps.segments,
+           st.segments ? (double)ps.bytes / (double)st.segments : 0.0, ps.entries, ps.depth,
+           ps.latency_p99_ms);
+    rc = st.messages >= want && ps.depth == 0 ? 0 : -1;
 out:
     if (rc)
         fprintf(stderr, "segd demo: ingest: %s\n", rc && err[0] ? err : "timed out");

@@ -40,6 +40,15 @@ static const key_def_t keys[] = {
     {"store.block.cache.mb", K_INT, OFF(block_cache_mb), 8, 1 << 20},
     {"compaction.rate.mb", K_INT, OFF(compaction_rate_mb), 0, 1 << 20},
     {"compaction.periodic.s", K_INT, OFF(periodic_compaction_s), 0, 365 * 86400},
+    {"changes.enable", K_INT, OFF(changes_enable), 0, 1},
+    {"changes.topic", K_STR, OFF(changes_topic), 0, 0},
+    {"changes.format", K_STR, OFF(changes_format), 0, 0},
+    {"changes.schema.registry.url", K_STR, OFF(changes_registry_url), 0, 0},
+    {"changes.compression", K_STR, OFF(changes_compression), 0, 0},
+    {"changes.max.outbox", K_INT, OFF(changes_max_outbox), 0, 100000000},
+    {"snapshot.buckets", K_INT, OFF(snapshot_buckets), 1, 1 << 16},
+    {"snapshot.interval", K_INT, OFF(snapshot_interval_s), 0, 30 * 86400},
+    {"snapshot.to", K_STR, OFF(snapshot_to), 0, 0},
 };
 
 void segd_config_init(segd_config_t *c)
@@ -55,6 +64,9 @@ void segd_config_init(segd_config_t *c)
     c->horizon_s = 86400;
     c->block_cache_mb = 256;
     c->periodic_compaction_s = 86400;
+    c->changes_enable = 1;
+    c->changes_max_outbox = 100000;
+    c->snapshot_buckets = 32;
 }
 
 void segd_config_free(segd_config_t *c)
@@ -67,6 +79,11 @@ void segd_config_free(segd_config_t *c)
     free(c->registry_auth);
     free(c->registry_ca);
     free(c->offset_reset);
+    free(c->changes_topic);
+    free(c->changes_format);
+    free(c->changes_registry_url);
+    free(c->changes_compression);
+    free(c->snapshot_to);
     for (size_t i = 0; i < c->n_topics; i++)
         free(c->topics[i]);
     for (size_t i = 0; i < c->n_kafka; i++) {
@@ -262,6 +279,43 @@ segd_err_t segd_config_load_env(segd_config_t *c, char *const *envp, char *errst
     return SEGD_OK;
 }
 
+static segd_err_t default_str(char **f, const char *v)
+{
+    if (*f)
+        return SEGD_OK;
+    *f = strdup(v);
+    return *f ? SEGD_OK : SEGD_ERR_NOMEM;
+}
+
+/* The change stream and snapshot settings. */
+static segd_err_t finish_outputs(segd_config_t *c, char *errstr, size_t n)
+{
+    if (default_str(&c->changes_topic, "segments.changes") ||
+        default_str(&c->changes_format, "single-object") ||
+        default_str(&c->changes_compression, "lz4") ||
+        (c->registry_url && default_str(&c->changes_registry_url, c->registry_url)))
+        return SEGD_ERR_NOMEM;
+    if (!*c->changes_topic)
+        return segd_errf(SEGD_ERR_CONFIG, errstr, n, "changes.topic: empty");
+    if (strcmp(c->changes_format, "single-object") && strcmp(c->changes_format, "confluent"))
+        return segd_errf(SEGD_ERR_CONFIG, errstr, n,
+                         "changes.format: '%s' is not single-object or confluent",
+                         c->changes_format);
+    if (!strcmp(c->changes_format, "confluent") && !c->changes_registry_url)
+        return segd_errf(SEGD_ERR_CONFIG, errstr, n,
+                         "changes.format = confluent needs changes.schema.registry.url");
+    if (strcmp(c->changes_compression, "lz4") && strcmp(c->changes_compression, "zstd"))
+        return segd_errf(SEGD_ERR_CONFIG, errstr, n,
+                         "changes.compression: '%s' is not lz4 or zstd", c->changes_compression);
+    if (c->snapshot_buckets & (c->snapshot_buckets - 1))
+        return segd_errf(SEGD_ERR_CONFIG, errstr, n,
+                         "snapshot.buckets: %lld is not a power of two",
+                         (long long)c->snapshot_buckets);
+    if (c->snapshot_interval_s > 0 && !c->snapshot_to)
+        return segd_errf(SEGD_ERR_CONFIG, errstr, n, "snapshot.interval needs snapshot.to");
+    return SEGD_OK;
+}
+
 segd_err_t segd_config_finish(segd_config_t *c, char *errstr, size_t n)
 {
     const char *missing = !c->brokers ? "brokers (--brokers)"
@@ -274,6 +328,9 @@ segd_err_t segd_config_finish(segd_config_t *c, char *errstr, size_t n)
     if (c->framing == SEGD_FRAMING_CONFLUENT && !c->registry_url)
         return segd_errf(SEGD_ERR_CONFIG, errstr, n,
                          "input.format = confluent needs input.schema.registry.url");
+    segd_err_t err = finish_outputs(c, errstr, n);
+    if (err)
+        return err;
     if (!c->dlq_topic) {
         size_t len = strlen(c->topics[0]) + 5;
         c->dlq_topic = malloc(len);

@@ -40,6 +40,15 @@ typedef struct segd_config {
     int64_t block_cache_mb;
     int64_t compaction_rate_mb;
     int64_t periodic_compaction_s;
+    int64_t changes_enable;      /* publish the change stream (DESIGN §5) */
+    char *changes_topic;         /* default "segments.changes" */
+    char *changes_format;        /* single-object (default) | confluent */
+    char *changes_registry_url;  /* default: input.schema.registry.url */
+    char *changes_compression;   /* lz4 (default) | zstd */
+    int64_t changes_max_outbox;  /* ingest waits while more entries are unpublished */
+    int64_t snapshot_buckets;    /* power of two, default 32 */
+    int64_t snapshot_interval_s; /* periodic export from run; 0 = off */
+    char *snapshot_to;           /* directory, http(s):// or s3:// */
     segd_kv_t kafka[SEGD_MAX_KAFKA_PROPS];
     size_t n_kafka;
 } segd_config_t;

@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "apply.h"
+#include "publisher/publisher.h"
 #include "registry.h"
 
 #define MAX_POSITIONS 1024
@@ -42,6 +43,7 @@ struct segd_pipeline {
     volatile sig_atomic_t *stop;
     rd_kafka_t *consumer;
     rd_kafka_t *producer; /* dead letters */
+    segd_publisher_t *publisher; /* change stream; NULL when disabled */
     segd_registry_t *registry;
     segd_avro_codec_t *codec;
     segd_applier_t ap;
@@ -223,6 +225,8 @@ static segd_err_t flush_batch(segd_pipeline_t *p, char *errstr, size_t n)
             ->offset = p->pos[i].next;
     rd_kafka_commit(p->consumer, offs, 1);
     rd_kafka_topic_partition_list_destroy(offs);
+    if (p->publisher)
+        segd_publisher_kick(p->publisher);
     p->npos = 0;
     clear_dead_letters(p);
     p->st.batches++;
@@ -298,7 +302,10 @@ static int handle_message(segd_pipeline_t *p, const rd_kafka_message_t *m)
             ok = check_event(p, m, &reason, why, sizeof(why));
     }
     if (ok) {
-        if (segd_applier_add(&p->ap, &p->ev) != SEGD_OK)
+        rd_kafka_timestamp_type_t tstype;
+        int64_t ts = rd_kafka_message_timestamp(m, &tstype);
+        if (segd_applier_add_from(&p->ap, &p->ev, rd_kafka_topic_name(m->rkt), m->partition,
+                                  m->offset, ts > 0 ? ts : 0) != SEGD_OK)
             return -2;
         p->st.events++;
         p->st.segments += p->ev.n_segments;
@@ -316,8 +323,39 @@ static int64_t mono_ms(void)
     return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
+/* Ingest waits while the change stream is too far behind: an unbounded
+ * outbox would turn a broker outage into a disk-full outage. */
+static int publisher_behind(segd_pipeline_t *p)
+{
+    segd_publisher_stats_t st;
+    segd_publisher_get_stats(p->publisher, &st);
+    return st.depth > (uint64_t)p->cfg->changes_max_outbox;
+}
+
+static void wait_for_publisher(segd_pipeline_t *p)
+{
+    if (!p->publisher || p->cfg->changes_max_outbox <= 0 || !publisher_behind(p))
+        return;
+    /* paused partitions deliver nothing, and polling keeps the membership */
+    rd_kafka_topic_partition_list_t *parts = NULL;
+    if (rd_kafka_assignment(p->consumer, &parts))
+        return;
+    rd_kafka_pause_partitions(p->consumer, parts);
+    int64_t wait = 100;
+    while (!*p->stop && publisher_behind(p)) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(p->consumer, 0);
+        if (m)
+            rd_kafka_message_destroy(m); /* only errors/events while paused */
+        wait = backoff(p, wait, "change stream behind: outbox over changes.max.outbox");
+    }
+    fault_cleared(p);
+    rd_kafka_resume_partitions(p->consumer, parts);
+    rd_kafka_topic_partition_list_destroy(parts);
+}
+
 segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
 {
+    wait_for_publisher(p);
     int64_t deadline = mono_ms() + p->cfg->batch_max_ms;
     int64_t taken = 0;
     int rc = 0;
@@ -492,6 +530,49 @@ static segd_err_t make_codec(segd_pipeline_t *p, char *errstr, size_t n)
     return err;
 }
 
+/* librdkafka settings that concern the connection, not the consumer: the
+ * change producer needs them too (TLS, SASL). */
+static int connection_prop(const char *key)
+{
+    return !strncmp(key, "security.", 9) || !strncmp(key, "sasl.", 5) ||
+           !strncmp(key, "ssl.", 4) || !strcmp(key, "client.id");
+}
+
+static segd_err_t make_publisher(segd_pipeline_t *p, char *errstr, size_t n)
+{
+    const segd_config_t *cfg = p->cfg;
+    if (!cfg->changes_enable)
+        return SEGD_OK;
+    segd_applier_enable_outbox(&p->ap);
+    const char *props[2 * SEGD_MAX_KAFKA_PROPS + 1];
+    size_t np = 0;
+    for (size_t i = 0; i < cfg->n_kafka; i++)
+        if (connection_prop(cfg->kafka[i].key)) {
+            props[np++] = cfg->kafka[i].key;
+            props[np++] = cfg->kafka[i].value;
+        }
+    props[np] = NULL;
+    segd_publisher_opts_t o;
+    segd_publisher_opts_default(&o);
+    o.brokers = cfg->brokers;
+    o.topic = cfg->changes_topic;
+    o.framing = strcmp(cfg->changes_format, "confluent") ? SEGD_CHANGE_SINGLE_OBJECT
+                                                         : SEGD_CHANGE_CONFLUENT;
+    o.registry_url = cfg->changes_registry_url;
+    o.registry_auth = cfg->registry_auth;
+    o.registry_ca = cfg->registry_ca;
+    o.compression = cfg->changes_compression;
+    o.buckets = (uint32_t)cfg->snapshot_buckets;
+    o.retry_max_ms = cfg->retry_max_ms;
+    o.kafka_props = props;
+    segd_err_t err = segd_publisher_new(&p->publisher, p->store, &o, errstr, n);
+    if (!err)
+        err = segd_publisher_start(p->publisher, errstr, n);
+    return err;
+}
+
+segd_publisher_t *segd_pipeline_publisher(segd_pipeline_t *p) { return p->publisher; }
+
 segd_err_t segd_pipeline_new(segd_pipeline_t **out, const segd_config_t *cfg,
                              segd_store_t *store, volatile sig_atomic_t *stop, char *errstr,
                              size_t n)
@@ -508,6 +589,8 @@ segd_err_t segd_pipeline_new(segd_pipeline_t **out, const segd_config_t *cfg,
         err = make_codec(p, errstr, n);
     if (!err)
         err = make_producer(p, errstr, n);
+    if (!err)
+        err = make_publisher(p, errstr, n);
     if (!err)
         err = make_consumer(p, errstr, n);
     if (err) {
@@ -556,6 +639,8 @@ void segd_pipeline_close(segd_pipeline_t *p)
         rd_kafka_destroy(p->producer);
         p->producer = NULL;
     }
+    if (p->publisher) /* what is left is re-published at the next start */
+        segd_publisher_stop(p->publisher, 5000);
 }
 
 void segd_pipeline_destroy(segd_pipeline_t *p)
@@ -565,6 +650,7 @@ void segd_pipeline_destroy(segd_pipeline_t *p)
     segd_pipeline_close(p);
     clear_dead_letters(p);
     free(p->dlq);
+    segd_publisher_destroy(p->publisher);
     segd_avro_codec_destroy(p->codec);
     segd_registry_destroy(p->registry);
     segd_applier_free(&p->ap);

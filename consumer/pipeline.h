@@ -51,6 +51,10 @@ segd_err_t segd_pipeline_run(segd_pipeline_t *p, char *errstr, size_t errstr_siz
 
 void segd_pipeline_get_stats(const segd_pipeline_t *p, segd_pipeline_stats_t *st);
 
+/* The change-stream publisher (NULL when changes.enable = 0); borrowed. */
+struct segd_publisher;
+struct segd_publisher *segd_pipeline_publisher(segd_pipeline_t *p);
+
 /* Partitions currently assigned to this member (thread-safe; -1 on error). */
 int segd_pipeline_assigned(segd_pipeline_t *p);
 
