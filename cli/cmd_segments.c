@@ -1,10 +1,13 @@
 /* `segd segments retire --db DIR [--before-ms MS] ID...`: store-wide segment
- * retirement markers (DESIGN §3), kept in the meta family. */
+ * retirement markers (DESIGN §3), kept in the meta family. Each marker is
+ * written with an outbox entry, so the change stream carries it to caches as
+ * a RETIRE control event (DESIGN §5). */
 #include <getopt.h>
 #include <inttypes.h>
 #include <string.h>
 
 #include "cli.h"
+#include "publisher/outbox.h"
 
 int segd_cmd_segments(int argc, char **argv)
 {
@@ -44,15 +47,33 @@ int segd_cmd_segments(int argc, char **argv)
         before_ms = segd_policy_now_ms(segd_store_policy(s));
     int rc = SEGD_EXIT_OK;
     char err[512];
+    segd_batch_t *b = NULL;
+    segd_buf_t value = {0};
+    if (segd_batch_new(s, &b) != SEGD_OK) {
+        segd_store_close(s);
+        return SEGD_EXIT_FAIL;
+    }
     for (int i = optind; i < argc && rc == SEGD_EXIT_OK; i++) {
-        if (segd_cli_int("segments", "ID", argv[i], 0, INT64_MAX, &id))
+        segd_retirement_t r;
+        if (segd_cli_int("segments", "ID", argv[i], 0, INT64_MAX, &id)) {
             rc = SEGD_EXIT_USAGE;
-        else if (segd_store_retire(s, id, before_ms, NULL, err, sizeof(err)) != SEGD_OK) {
+            break;
+        }
+        r.segment_id = id;
+        r.retired_before_ms = before_ms;
+        if (segd_outbox_retire_value(&r, 1, segd_policy_now_ms(segd_store_policy(s)), &value)) {
+            rc = SEGD_EXIT_FAIL;
+            break;
+        }
+        segd_batch_outbox_append(b, value.data, value.len);
+        if (segd_store_retire(s, id, before_ms, b, err, sizeof(err)) != SEGD_OK) {
             fprintf(stderr, "segd segments retire: %s\n", err);
             rc = SEGD_EXIT_FAIL;
         } else
             printf("retired segment %" PRId64 " before %" PRId64 "\n", id, before_ms);
     }
+    segd_buf_free(&value);
+    segd_batch_destroy(b);
     segd_store_close(s);
     return rc;
 }

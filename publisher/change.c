@@ -173,9 +173,10 @@ static void put_segments(segd_buf_t *b, const segd_profile_t *p)
     put_long(b, 0);
 }
 
+/* Replaces p's entries; its erase marker (read before) stays. */
 static segd_err_t get_segments(reader_t *r, segd_profile_t *p)
 {
-    segd_profile_clear(p);
+    p->n = 0;
     for (;;) {
         int64_t n = get_block_count(r, MIN_SEGMENT_BYTES);
         if (r->bad)

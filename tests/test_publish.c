@@ -1,0 +1,387 @@
+/* The change-stream publisher against librdkafka's mock cluster: every
+ * ingest batch's outbox entry becomes change events whose join equals the
+ * store; entries are deleted only when acknowledged; a broker outage keeps
+ * them and publishing resumes; entries left by a crash are re-published by
+ * the next publisher; retirements travel as RETIRE control events; the
+ * acknowledged change positions are recorded for snapshots. */
+#include <librdkafka/rdkafka.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "consumer/apply.h"
+#include "consumer/dev_broker.h"
+#include "publisher/outbox.h"
+#include "publisher/publisher.h"
+#include "store/store.h"
+
+#define CHANGES "changes"
+#define PARTITIONS 4
+#define NOW_S 1800000000LL
+#define USERS 60
+
+typedef struct fixture {
+    segd_dev_broker_t *broker;
+    char dir[64];
+    segd_store_t *store;
+} fixture_t;
+
+static segd_store_t *open_store(const fixture_t *f)
+{
+    char path[128], err[256];
+    snprintf(path, sizeof(path), "%s/db", f->dir);
+    segd_store_opts_t o;
+    segd_store_opts_default(&o);
+    o.path = path;
+    o.now_ms = NOW_S * 1000;
+    o.block_cache_mb = 8;
+    segd_store_t *s = NULL;
+    assert_int_equal(segd_store_open(&s, &o, err, sizeof(err)), SEGD_OK);
+    return s;
+}
+
+static int setup(void **state)
+{
+    fixture_t *f = calloc(1, sizeof(*f));
+    const char *topics[] = {CHANGES};
+    char err[256];
+    snprintf(f->dir, sizeof(f->dir), "/tmp/segd-test-publish-XXXXXX");
+    if (!mkdtemp(f->dir) ||
+        segd_dev_broker_new(&f->broker, 1, PARTITIONS, topics, 1, err, sizeof(err)))
+        return -1;
+    f->store = open_store(f);
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture_t *f = *state;
+    char cmd[128];
+    segd_store_close(f->store);
+    segd_dev_broker_destroy(f->broker);
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", f->dir);
+    int rc = system(cmd);
+    free(f);
+    return rc;
+}
+
+static segd_publisher_t *new_publisher(const fixture_t *f, segd_store_t *s)
+{
+    segd_publisher_opts_t o;
+    segd_publisher_opts_default(&o);
+    o.brokers = segd_dev_broker_bootstraps(f->broker);
+    o.topic = CHANGES;
+    o.max_entries = 3; /* several cycles per test */
+    o.ack_timeout_ms = 2000;
+    static const char *const props[] = {"message.timeout.ms", "1500", NULL};
+    o.kafka_props = props;
+    segd_publisher_t *p = NULL;
+    char err[256];
+    assert_int_equal(segd_publisher_new(&p, s, &o, err, sizeof(err)), SEGD_OK);
+    return p;
+}
+
+/* Batch b: every user gets an upsert of 3 segments, every third a remove of
+ * one of them, user 7 an erase; so one batch holds several events per user. */
+static void write_batch(segd_store_t *s, int b)
+{
+    segd_applier_t ap;
+    segd_event_t ev;
+    char user[32], err[256];
+    segd_event_init(&ev);
+    assert_int_equal(segd_applier_init(&ap, s), SEGD_OK);
+    segd_applier_enable_outbox(&ap);
+    for (int u = 0; u < USERS; u++) {
+        snprintf(user, sizeof(user), "user-%03d", u);
+        segd_event_reset(&ev);
+        segd_event_set_user(&ev, user, strlen(user));
+        ev.ts_ms = NOW_S * 1000 - 60000 + b * 1000 + u;
+        ev.op = SEGD_OP_UPSERT;
+        for (int k = 0; k < 3; k++) {
+            segd_seg_update_t seg = {(b * 7 + k * 13 + u) % 50, 3600 * (k + 1), k, u % 3};
+            segd_event_add_segment(&ev, &seg);
+        }
+        assert_int_equal(segd_applier_add_from(&ap, &ev, "events", u % 4, b * 1000 + u,
+                                               (int64_t)time(NULL) * 1000 - 1000),
+                         SEGD_OK);
+        if (u % 3 == 0) {
+            ev.op = SEGD_OP_REMOVE;
+            ev.n_segments = 1;
+            ev.ts_ms += 500;
+            assert_int_equal(segd_applier_add_from(&ap, &ev, "events", u % 4, b * 1000 + u + 500,
+                                                   0),
+                             SEGD_OK);
+        }
+        if (u == 7 && b == 1) {
+            segd_event_reset(&ev);
+            segd_event_set_user(&ev, user, strlen(user));
+            ev.ts_ms = NOW_S * 1000 - 59000;
+            ev.op = SEGD_OP_ERASE_USER;
+            assert_int_equal(segd_applier_add(&ap, &ev), SEGD_OK);
+        }
+    }
+    assert_int_equal(segd_applier_flush(&ap, err, sizeof(err)), SEGD_OK);
+    segd_applier_free(&ap);
+    segd_event_free(&ev);
+}
+
+static int count_outbox(void *ctx, uint64_t seq, const uint8_t *v, size_t n)
+{
+    (void)seq, (void)v, (void)n;
+    (*(size_t *)ctx)++;
+    return 0;
+}
+
+static size_t outbox_size(segd_store_t *s)
+{
+    size_t n = 0;
+    char err[256];
+    assert_int_equal(segd_store_outbox_scan(s, 0, SIZE_MAX, count_outbox, &n, err, sizeof(err)),
+                     SEGD_OK);
+    return n;
+}
+
+/* What a cache would hold: every delta of the topic joined per user. */
+typedef struct joined {
+    char users[USERS + 1][32];
+    segd_profile_t prof[USERS + 1];
+    uint64_t events, retire_events, max_retired_seg;
+    int64_t sources_seen;
+} joined_t;
+
+static void join_change(joined_t *j, const segd_change_t *c)
+{
+    if (c->kind == SEGD_CHANGE_RETIRE) {
+        j->retire_events++;
+        for (size_t i = 0; i < c->n_retirements; i++)
+            if ((uint64_t)c->retirements[i].segment_id > j->max_retired_seg)
+                j->max_retired_seg = (uint64_t)c->retirements[i].segment_id;
+        return;
+    }
+    assert_int_equal(c->user_id_len, 8);
+    int u = (c->user_id[5] - '0') * 100 + (c->user_id[6] - '0') * 10 + (c->user_id[7] - '0');
+    assert_true(u >= 0 && u < USERS);
+    assert_int_equal(c->bucket, segd_bucket_of(c->user_id, c->user_id_len, 32));
+    j->sources_seen += (int64_t)c->n_sources;
+    segd_profile_t out;
+    segd_profile_init(&out);
+    const segd_profile_t *in[2] = {&j->prof[u], &c->profile};
+    assert_int_equal(segd_profile_join(&out, in, 2, NULL), SEGD_OK);
+    segd_profile_free(&j->prof[u]);
+    j->prof[u] = out;
+}
+
+static void consume_all(const fixture_t *f, joined_t *j)
+{
+    char err[256];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(conf, "bootstrap.servers", segd_dev_broker_bootstraps(f->broker), err,
+                      sizeof(err));
+    rd_kafka_conf_set(conf, "group.id", "reader", err, sizeof(err));
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof(err));
+    assert_non_null(rk);
+    rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(PARTITIONS);
+    for (int i = 0; i < PARTITIONS; i++)
+        rd_kafka_topic_partition_list_add(parts, CHANGES, i)->offset = RD_KAFKA_OFFSET_BEGINNING;
+    rd_kafka_assign(rk, parts);
+    rd_kafka_topic_partition_list_destroy(parts);
+    segd_change_t c;
+    segd_change_init(&c);
+    int idle = 0;
+    while (idle < 10) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 200);
+        if (!m) {
+            idle++;
+            continue;
+        }
+        if (!m->err) {
+            idle = 0;
+            const uint8_t *body;
+            size_t blen;
+            assert_int_equal(segd_change_unframe(m->payload, m->len, -1, &body, &blen), SEGD_OK);
+            assert_int_equal(segd_change_decode(body, blen, &c), SEGD_OK);
+            if (c.kind == SEGD_CHANGE_DELTA)
+                assert_memory_equal(m->key, c.user_id, m->key_len);
+            join_change(j, &c);
+            j->events++;
+        }
+        rd_kafka_message_destroy(m);
+    }
+    segd_change_free(&c);
+    rd_kafka_consumer_close(rk);
+    rd_kafka_destroy(rk);
+}
+
+static void joined_free(joined_t *j)
+{
+    for (int u = 0; u <= USERS; u++)
+        segd_profile_free(&j->prof[u]);
+}
+
+/* The joined deltas, pruned as the store's reads prune, equal the store. */
+static void assert_joined_equals_store(segd_store_t *s, joined_t *j)
+{
+    segd_prune_t rule;
+    segd_policy_rule(segd_store_policy(s), &rule, 1);
+    segd_profile_t p;
+    segd_profile_init(&p);
+    char user[32], err[256];
+    for (int u = 0; u < USERS; u++) {
+        snprintf(user, sizeof(user), "user-%03d", u);
+        assert_int_equal(segd_store_get(s, user, strlen(user), &p, err, sizeof(err)), SEGD_OK);
+        segd_profile_prune(&j->prof[u], &rule);
+        assert_int_equal(j->prof[u].n, p.n);
+        assert_int_equal(j->prof[u].erased_before_ms, p.erased_before_ms);
+        if (p.n)
+            assert_memory_equal(j->prof[u].entries, p.entries, p.n * sizeof(segd_entry_t));
+    }
+    segd_profile_free(&p);
+}
+
+static int positions_cb(void *ctx, const char *topic, int32_t partition, int64_t next)
+{
+    (void)partition;
+    if (!strcmp(topic, CHANGES))
+        *(int64_t *)ctx += next;
+    return 0;
+}
+
+static int64_t recorded_positions(segd_store_t *s)
+{
+    segd_store_view_t *v;
+    char err[256];
+    int64_t sum = 0;
+    assert_int_equal(segd_store_view_open(s, &v, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_store_view_positions(v, "changes", positions_cb, &sum, err,
+                                               sizeof(err)),
+                     SEGD_OK);
+    segd_store_view_close(v);
+    return sum;
+}
+
+static void test_deltas_join_to_the_store(void **state)
+{
+    fixture_t *f = *state;
+    for (int b = 0; b < 5; b++)
+        write_batch(f->store, b);
+    assert_int_equal(outbox_size(f->store), 5);
+    segd_publisher_t *p = new_publisher(f, f->store);
+    char err[256];
+    assert_int_equal(segd_publisher_drain(p, 20000, err, sizeof(err)), SEGD_OK);
+    segd_publisher_stats_t st;
+    segd_publisher_get_stats(p, &st);
+    assert_int_equal(outbox_size(f->store), 0);
+    assert_int_equal(st.entries, 5);
+    assert_int_equal(st.depth, 0);
+    /* max_entries 3: two cycles, each one event per changed user */
+    assert_int_equal(st.cycles, 2);
+    assert_int_equal(st.events, 2 * USERS);
+    assert_true(st.latency_max_ms > 0);
+    segd_publisher_destroy(p);
+    joined_t *j = calloc(1, sizeof(*j));
+    consume_all(f, j);
+    assert_int_equal(j->events, 2 * USERS);
+    assert_true(j->sources_seen >= 2 * USERS);
+    assert_joined_equals_store(f->store, j);
+    /* every delivered delta lies below the recorded positions */
+    assert_int_equal(recorded_positions(f->store), (int64_t)j->events);
+    joined_free(j);
+    free(j);
+}
+
+static void test_outage_keeps_outbox_then_resumes(void **state)
+{
+    fixture_t *f = *state;
+    write_batch(f->store, 0);
+    write_batch(f->store, 1);
+    segd_publisher_t *p = new_publisher(f, f->store);
+    char err[256];
+    segd_dev_broker_set_down(f->broker, 1, 1);
+    size_t acked = 99;
+    assert_int_not_equal(segd_publisher_cycle(p, &acked, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(acked, 0);
+    assert_int_equal(outbox_size(f->store), 2);
+    assert_int_equal(recorded_positions(f->store), 0);
+    segd_dev_broker_set_down(f->broker, 1, 0);
+    assert_int_equal(segd_publisher_drain(p, 30000, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(outbox_size(f->store), 0);
+    segd_publisher_destroy(p);
+    joined_t *j = calloc(1, sizeof(*j));
+    consume_all(f, j);
+    assert_joined_equals_store(f->store, j); /* duplicates from the failed cycle are harmless */
+    joined_free(j);
+    free(j);
+}
+
+static void test_crash_leftovers_republished(void **state)
+{
+    fixture_t *f = *state;
+    write_batch(f->store, 0);
+    write_batch(f->store, 1);
+    /* "crash": the process ends with its outbox unpublished */
+    segd_store_close(f->store);
+    f->store = open_store(f);
+    assert_int_equal(outbox_size(f->store), 2);
+    write_batch(f->store, 2); /* continues after the leftovers, overwrites nothing */
+    assert_int_equal(outbox_size(f->store), 3);
+    segd_publisher_t *p = new_publisher(f, f->store);
+    char err[256];
+    assert_int_equal(segd_publisher_start(p, err, sizeof(err)), SEGD_OK);
+    for (int i = 0; i < 200 && outbox_size(f->store); i++)
+        usleep(50000);
+    segd_publisher_stop(p, 1000);
+    assert_int_equal(outbox_size(f->store), 0);
+    segd_publisher_destroy(p);
+    joined_t *j = calloc(1, sizeof(*j));
+    consume_all(f, j);
+    assert_joined_equals_store(f->store, j);
+    joined_free(j);
+    free(j);
+}
+
+static void test_retirement_is_a_control_event(void **state)
+{
+    fixture_t *f = *state;
+    write_batch(f->store, 0);
+    segd_batch_t *b;
+    segd_buf_t v = {0};
+    char err[256];
+    segd_retirement_t r = {42, NOW_S * 1000};
+    assert_int_equal(segd_batch_new(f->store, &b), SEGD_OK);
+    assert_int_equal(segd_outbox_retire_value(&r, 1, NOW_S * 1000, &v), SEGD_OK);
+    segd_batch_outbox_append(b, v.data, v.len);
+    assert_int_equal(segd_store_retire(f->store, 42, NOW_S * 1000, b, err, sizeof(err)), SEGD_OK);
+    segd_batch_destroy(b);
+    segd_buf_free(&v);
+    assert_int_equal(outbox_size(f->store), 2);
+    segd_publisher_t *p = new_publisher(f, f->store);
+    assert_int_equal(segd_publisher_drain(p, 20000, err, sizeof(err)), SEGD_OK);
+    segd_publisher_destroy(p);
+    joined_t *j = calloc(1, sizeof(*j));
+    consume_all(f, j);
+    assert_int_equal(j->retire_events, 1);
+    assert_int_equal(j->max_retired_seg, 42);
+    assert_int_equal(j->events, USERS + 1);
+    joined_free(j);
+    free(j);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_deltas_join_to_the_store, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_outage_keeps_outbox_then_resumes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_crash_leftovers_republished, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_retirement_is_a_control_event, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
