@@ -4,6 +4,7 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <librdkafka/rdkafka.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +15,7 @@
 #include "consumer/dev_broker.h"
 #include "consumer/pipeline.h"
 #include "consumer/seed_producer.h"
+#include "publisher/publisher.h"
 
 #define TOPIC "bench.events"
 
@@ -21,6 +23,13 @@ typedef struct ingest_args {
     int64_t users, partitions, batch;
     char dir[256];
 } ingest_args_t;
+
+/* What one pipeline run measured. */
+typedef struct run_result {
+    double seconds;             /* first message -> last delta acknowledged */
+    segd_pipeline_stats_t st;
+    segd_publisher_stats_t pub;
+} run_result_t;
 
 /* Consumes `want` messages in a fresh group, touching each payload byte. */
 static double raw_consume(const char *brokers, int64_t want, uint64_t *checksum)
@@ -58,26 +67,48 @@ static double raw_consume(const char *brokers, int64_t want, uint64_t *checksum)
     return got == want ? dt : -1;
 }
 
-static double pipeline_consume(const char *brokers, const ingest_args_t *a, int64_t want,
-                               segd_pipeline_stats_t *st)
+typedef struct paced {
+    segd_seed_produce_opts_t o;
+    segd_seed_produce_result_t res;
+    int rc;
+} paced_t;
+
+static void *paced_main(void *arg)
 {
+    paced_t *pc = arg;
+    char err[256];
+    pc->rc = segd_seed_produce(&pc->o, NULL, &pc->res, err, sizeof(err)) ? -1 : 0;
+    return NULL;
+}
+
+/* Runs the pipeline (with its change publisher) over `want` messages of
+ * topic, until every delta is acknowledged; db is a directory under a->dir. */
+static int pipeline_consume(const char *brokers, const ingest_args_t *a, const char *topic,
+                            const char *name, int64_t want, paced_t *pc, run_result_t *r)
+{
+    pthread_t producer;
+    int producing = 0;
     segd_config_t cfg;
-    char err[512], db[300], batch[32];
+    char err[512], db[300], batch[32], group[64];
     volatile sig_atomic_t stop = 0;
     segd_config_init(&cfg);
-    snprintf(db, sizeof(db), "%s/db", a->dir);
+    snprintf(db, sizeof(db), "%s/%s", a->dir, name);
     snprintf(batch, sizeof(batch), "%" PRId64, a->batch);
+    snprintf(group, sizeof(group), "bench-%s", name);
     segd_store_opts_t so;
     segd_store_opts_default(&so);
     so.path = db;
     segd_store_t *store = NULL;
     segd_pipeline_t *p = NULL;
-    double dt = -1, t0 = 0;
+    double t0 = 0;
+    int rc = -1;
+    memset(r, 0, sizeof(*r));
     if (segd_config_set(&cfg, "brokers", brokers, err, sizeof(err)) ||
-        segd_config_set(&cfg, "topics", TOPIC, err, sizeof(err)) ||
-        segd_config_set(&cfg, "group", "bench-segd", err, sizeof(err)) ||
+        segd_config_set(&cfg, "topics", topic, err, sizeof(err)) ||
+        segd_config_set(&cfg, "group", group, err, sizeof(err)) ||
         segd_config_set(&cfg, "db", db, err, sizeof(err)) ||
         segd_config_set(&cfg, "batch.max.messages", batch, err, sizeof(err)) ||
+        segd_config_set(&cfg, "changes.topic", TOPIC ".changes", err, sizeof(err)) ||
         segd_config_set_x(&cfg, "session.timeout.ms=6000", err, sizeof(err)) ||
         segd_config_finish(&cfg, err, sizeof(err)) ||
         segd_store_open(&store, &so, err, sizeof(err)) ||
@@ -85,20 +116,60 @@ static double pipeline_consume(const char *brokers, const ingest_args_t *a, int6
         fprintf(stderr, "bench ingest: %s\n", err);
         goto out;
     }
+    segd_publisher_t *pub = segd_pipeline_publisher(p);
     double end = segd_cli_seconds() + 600;
     do {
         if (segd_pipeline_step(p, err, sizeof(err)))
             goto out;
-        segd_pipeline_get_stats(p, st);
-        if (st->messages && t0 == 0)
+        /* a paced producer starts once the group has assigned partitions,
+         * so the join's delay does not count as latency */
+        if (pc && !producing && segd_pipeline_assigned(p) > 0) {
+            if (pthread_create(&producer, NULL, paced_main, pc))
+                goto out;
+            producing = 1;
+        }
+        segd_pipeline_get_stats(p, &r->st);
+        if (r->st.messages && t0 == 0)
             t0 = segd_cli_seconds();
-    } while ((int64_t)st->messages < want && segd_cli_seconds() < end);
-    dt = (int64_t)st->messages == want ? segd_cli_seconds() - t0 : -1;
+    } while ((int64_t)r->st.messages < want && segd_cli_seconds() < end);
+    if ((int64_t)r->st.messages != want)
+        goto out;
+    /* the end is the last delta acknowledged, not the last message read */
+    for (;;) {
+        segd_publisher_get_stats(pub, &r->pub);
+        if (r->pub.entries >= r->st.batches || segd_cli_seconds() > end)
+            break;
+        segd_pipeline_step(p, err, sizeof(err));
+    }
+    r->seconds = segd_cli_seconds() - t0;
+    rc = r->pub.entries >= r->st.batches ? 0 : -1;
 out:
+    if (producing)
+        pthread_join(producer, NULL);
     segd_pipeline_destroy(p);
     segd_store_close(store);
     segd_config_free(&cfg);
-    return dt;
+    return rc;
+}
+
+/* Freshness (DESIGN §8): a producer paced at `rate` events/s while the
+ * pipeline consumes, so latency is event creation -> delta acknowledged
+ * under load instead of the age of a backlog. */
+static int freshness(const char *brokers, const ingest_args_t *a, double rate,
+                     run_result_t *r)
+{
+    paced_t pc;
+    memset(&pc, 0, sizeof(pc));
+    pc.o.brokers = brokers;
+    pc.o.topic = TOPIC ".paced";
+    segd_seed_opts_default(&pc.o.seed);
+    pc.o.seed.users = (uint64_t)a->users;
+    pc.o.seed.seed = 2;
+    pc.o.seed.now_ms = (int64_t)time(NULL) * 1000;
+    pc.o.framing = SEGD_FRAMING_SINGLE_OBJECT;
+    pc.o.rate = rate;
+    int rc = pipeline_consume(brokers, a, TOPIC ".paced", "paced", a->users * 50, &pc, r);
+    return rc || pc.rc ? -1 : 0;
 }
 
 static int parse(int argc, char **argv, ingest_args_t *a)
@@ -139,10 +210,11 @@ int segd_bench_ingest(int argc, char **argv)
     ingest_args_t a;
     if (parse(argc, argv, &a))
         return SEGD_EXIT_USAGE;
-    const char *topics[] = {TOPIC, TOPIC ".dlq"};
+    const char *topics[] = {TOPIC, TOPIC ".dlq", TOPIC ".changes", TOPIC ".paced",
+                            TOPIC ".paced.dlq"};
     segd_dev_broker_t *b = NULL;
     char err[512];
-    if (segd_dev_broker_new(&b, 1, (int)a.partitions, topics, 2, err, sizeof(err))) {
+    if (segd_dev_broker_new(&b, 1, (int)a.partitions, topics, 5, err, sizeof(err))) {
         fprintf(stderr, "bench ingest: %s\n", err);
         return SEGD_EXIT_FAIL;
     }
@@ -160,15 +232,19 @@ int segd_bench_ingest(int argc, char **argv)
         goto out;
     }
     uint64_t sum = 0;
-    segd_pipeline_stats_t st;
+    run_result_t e2e, fresh;
     double raw = raw_consume(o.brokers, (int64_t)res.events, &sum);
-    double e2e = pipeline_consume(o.brokers, &a, (int64_t)res.events, &st);
-    if (raw <= 0 || e2e <= 0) {
+    if (raw <= 0 || pipeline_consume(o.brokers, &a, TOPIC, "db", (int64_t)res.events, NULL, &e2e)) {
         fprintf(stderr, "bench ingest: not every message was consumed (mock broker keeps "
                         "5 MiB per partition: use fewer --users or more --partitions)\n");
         goto out;
     }
-    double segs = (double)res.segments;
+    double segs = (double)res.segments, t = e2e.seconds;
+    double half = (double)res.events / t / 2;
+    if (freshness(o.brokers, &a, half, &fresh)) {
+        fprintf(stderr, "bench ingest: the paced freshness run did not complete\n");
+        goto out;
+    }
     printf("## segd bench ingest --users %" PRId64 " --partitions %" PRId64 " --batch %" PRId64
            "\n\n", a.users, a.partitions, a.batch);
     printf("%" PRIu64 " events, %" PRIu64 " segments, %.1f MB Avro (single-object), "
@@ -176,11 +252,19 @@ int segd_bench_ingest(int argc, char **argv)
     printf("| path | seconds | events/s | segments/s |\n|---|---|---|---|\n");
     printf("| raw librdkafka consume (no decode, no store) | %.2f | %.0f | %.0f |\n", raw,
            (double)res.events / raw, segs / raw);
-    printf("| segd end to end (decode, validate, merge + offsets WriteBatch, WAL) | %.2f | "
-           "%.0f | %.0f |\n", e2e, (double)res.events / e2e, segs / e2e);
+    printf("| segd end to end (decode, merge + offsets + outbox WriteBatch, WAL, deltas "
+           "published and acknowledged) | %.2f | %.0f | %.0f |\n", t, (double)res.events / t,
+           segs / t);
     printf("\nratio end-to-end / raw: %.2f (target >= 0.70); %" PRIu64 " store batches; "
-           "target >= 1M segments/s: %s\n", raw / e2e, st.batches,
-           segs / e2e >= 1e6 ? "met" : "missed");
+           "target >= 1M segments/s: %s\n", raw / t, e2e.st.batches,
+           segs / t >= 1e6 ? "met" : "missed");
+    printf("\nchange stream: %" PRIu64 " deltas carrying %" PRIu64 " entries, %.2f value bytes "
+           "per ingested segment (before lz4), %" PRIu64 " publish cycles\n", e2e.pub.events,
+           e2e.pub.segments, (double)e2e.pub.bytes / segs, e2e.pub.cycles);
+    printf("\nfreshness at half of peak (%.0f events/s paced, %" PRIu64 " events): event -> "
+           "delta acknowledged p50 %" PRId64 " ms, p99 %" PRId64 " ms, max %" PRId64 " ms\n",
+           half, fresh.st.events, fresh.pub.latency_p50_ms, fresh.pub.latency_p99_ms,
+           fresh.pub.latency_max_ms);
     rc = SEGD_EXIT_OK;
 out:
     segd_dev_broker_destroy(b);

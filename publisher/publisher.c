@@ -17,7 +17,7 @@
 #include "outbox.h"
 
 #define MAX_PARTITIONS 4096
-#define LAT_BUCKETS 64 /* log2 histogram of latencies in ms */
+#define LAT_BUCKETS 10001 /* latencies in whole ms; the last bucket holds >= 10 s */
 
 /* One user's share of a cycle: an outbox item. */
 typedef struct item_ref {
@@ -63,7 +63,7 @@ struct segd_publisher {
     pthread_cond_t cv;
     int kicked, stop;
     segd_publisher_stats_t st;
-    uint64_t lat[LAT_BUCKETS];
+    uint64_t *lat; /* LAT_BUCKETS counters */
     char last_fault[512];
 };
 
@@ -382,11 +382,8 @@ static void record_latency(segd_publisher_t *p, int64_t now)
         int64_t from = p->entries[i].event_ms;
         if (from <= 0)
             continue;
-        int64_t ms = now - from;
-        int b = 0;
-        while (b < LAT_BUCKETS - 1 && ms >= (1LL << b))
-            b++;
-        p->lat[b]++;
+        int64_t ms = now - from < 0 ? 0 : now - from;
+        p->lat[ms < LAT_BUCKETS - 1 ? ms : LAT_BUCKETS - 1]++;
         if (ms > p->st.latency_max_ms)
             p->st.latency_max_ms = ms;
     }
@@ -615,7 +612,7 @@ static int64_t percentile(const uint64_t *lat, double q)
     for (int b = 0; b < LAT_BUCKETS; b++) {
         seen += lat[b];
         if ((double)seen >= q * (double)total)
-            return b ? (1LL << b) : 0; /* upper bound of the bucket */
+            return b;
     }
     return 0;
 }
@@ -678,7 +675,8 @@ segd_err_t segd_publisher_new(segd_publisher_t **out, segd_store_t *store,
     segd_profile_init(&p->tmp);
     segd_profile_init(&p->joined);
     segd_change_init(&p->change);
-    segd_err_t err = segd_batch_new(store, &p->batch);
+    p->lat = calloc(LAT_BUCKETS, sizeof(*p->lat));
+    segd_err_t err = p->lat ? segd_batch_new(store, &p->batch) : SEGD_ERR_NOMEM;
     if (!err)
         err = load_positions(p, errstr, n);
     if (!err && o->framing == SEGD_CHANGE_CONFLUENT) {
@@ -716,6 +714,7 @@ void segd_publisher_destroy(segd_publisher_t *p)
     free(p->values);
     free(p->entries);
     free(p->refs);
+    free(p->lat);
     segd_profile_free(&p->acc);
     segd_profile_free(&p->tmp);
     segd_profile_free(&p->joined);
