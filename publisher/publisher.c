@@ -394,7 +394,10 @@ static segd_err_t commit_cycle(segd_publisher_t *p, uint64_t first, uint64_t end
                                char *errstr, size_t n)
 {
     segd_batch_clear(p->batch);
-    segd_batch_outbox_delete_range(p->batch, first, end);
+    /* point deletes: a range tombstone per cycle would pile up in the
+     * memtable and slow every later outbox iterator */
+    for (uint64_t seq = first; seq < end; seq++)
+        segd_batch_outbox_delete(p->batch, seq);
     for (int32_t i = 0; i < MAX_PARTITIONS; i++)
         if (p->acks.next[i] > p->known[i])
             segd_batch_set_change_position(p->batch, p->o.topic, i, p->acks.next[i]);

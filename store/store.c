@@ -369,12 +369,11 @@ uint64_t segd_batch_outbox_append(segd_batch_t *b, const void *value, size_t vle
     return seq;
 }
 
-void segd_batch_outbox_delete_range(segd_batch_t *b, uint64_t first_seq, uint64_t end_seq)
+void segd_batch_outbox_delete(segd_batch_t *b, uint64_t seq)
 {
-    char from[8], to[8];
-    put_be64(from, first_seq);
-    put_be64(to, end_seq);
-    rocksdb_writebatch_delete_range_cf(b->wb, b->store->cf[CF_OUTBOX], from, 8, to, 8);
+    char key[8];
+    put_be64(key, seq);
+    rocksdb_writebatch_delete_cf(b->wb, b->store->cf[CF_OUTBOX], key, 8);
 }
 
 segd_err_t segd_store_write(segd_store_t *s, segd_batch_t *b, char *errstr, size_t n)

@@ -61,8 +61,8 @@ void segd_batch_set_offset(segd_batch_t *b, const char *topic, int32_t partition
  * number, allocated now (thread-safe; a batch never written leaves a gap,
  * which is harmless). Returns the sequence number. */
 uint64_t segd_batch_outbox_append(segd_batch_t *b, const void *value, size_t vlen);
-/* Deletes outbox entries [first_seq, end_seq). */
-void segd_batch_outbox_delete_range(segd_batch_t *b, uint64_t first_seq, uint64_t end_seq);
+/* Deletes the outbox entry seq. */
+void segd_batch_outbox_delete(segd_batch_t *b, uint64_t seq);
 /* Records the change topic's next offset after the highest acknowledged
  * delta of a partition (a snapshot's "tail from here" position). */
 void segd_batch_set_change_position(segd_batch_t *b, const char *topic, int32_t partition,
