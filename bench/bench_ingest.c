@@ -84,7 +84,8 @@ static void *paced_main(void *arg)
 /* Runs the pipeline (with its change publisher) over `want` messages of
  * topic, until every delta is acknowledged; db is a directory under a->dir. */
 static int pipeline_consume(const char *brokers, const ingest_args_t *a, const char *topic,
-                            const char *name, int64_t want, paced_t *pc, run_result_t *r)
+                            const char *name, int64_t want, int changes, paced_t *pc,
+                            run_result_t *r)
 {
     pthread_t producer;
     int producing = 0;
@@ -109,6 +110,7 @@ static int pipeline_consume(const char *brokers, const ingest_args_t *a, const c
         segd_config_set(&cfg, "db", db, err, sizeof(err)) ||
         segd_config_set(&cfg, "batch.max.messages", batch, err, sizeof(err)) ||
         segd_config_set(&cfg, "changes.topic", TOPIC ".changes", err, sizeof(err)) ||
+        segd_config_set(&cfg, "changes.enable", changes ? "1" : "0", err, sizeof(err)) ||
         segd_config_set_x(&cfg, "session.timeout.ms=6000", err, sizeof(err)) ||
         segd_config_finish(&cfg, err, sizeof(err)) ||
         segd_store_open(&store, &so, err, sizeof(err)) ||
@@ -116,7 +118,7 @@ static int pipeline_consume(const char *brokers, const ingest_args_t *a, const c
         fprintf(stderr, "bench ingest: %s\n", err);
         goto out;
     }
-    segd_publisher_t *pub = segd_pipeline_publisher(p);
+    segd_publisher_t *pub = segd_pipeline_publisher(p); /* NULL without changes */
     double end = segd_cli_seconds() + 600;
     do {
         if (segd_pipeline_step(p, err, sizeof(err)))
@@ -135,14 +137,14 @@ static int pipeline_consume(const char *brokers, const ingest_args_t *a, const c
     if ((int64_t)r->st.messages != want)
         goto out;
     /* the end is the last delta acknowledged, not the last message read */
-    for (;;) {
+    for (; pub;) {
         segd_publisher_get_stats(pub, &r->pub);
         if (r->pub.entries >= r->st.batches || segd_cli_seconds() > end)
             break;
         segd_pipeline_step(p, err, sizeof(err));
     }
     r->seconds = segd_cli_seconds() - t0;
-    rc = r->pub.entries >= r->st.batches ? 0 : -1;
+    rc = !pub || r->pub.entries >= r->st.batches ? 0 : -1;
 out:
     if (producing)
         pthread_join(producer, NULL);
@@ -168,7 +170,7 @@ static int freshness(const char *brokers, const ingest_args_t *a, double rate,
     pc.o.seed.now_ms = (int64_t)time(NULL) * 1000;
     pc.o.framing = SEGD_FRAMING_SINGLE_OBJECT;
     pc.o.rate = rate;
-    int rc = pipeline_consume(brokers, a, TOPIC ".paced", "paced", a->users * 50, &pc, r);
+    int rc = pipeline_consume(brokers, a, TOPIC ".paced", "paced", a->users * 50, 1, &pc, r);
     return rc || pc.rc ? -1 : 0;
 }
 
@@ -232,9 +234,11 @@ int segd_bench_ingest(int argc, char **argv)
         goto out;
     }
     uint64_t sum = 0;
-    run_result_t e2e, fresh;
+    run_result_t e2e, bare, fresh;
     double raw = raw_consume(o.brokers, (int64_t)res.events, &sum);
-    if (raw <= 0 || pipeline_consume(o.brokers, &a, TOPIC, "db", (int64_t)res.events, NULL, &e2e)) {
+    if (raw <= 0 ||
+        pipeline_consume(o.brokers, &a, TOPIC, "db", (int64_t)res.events, 1, NULL, &e2e) ||
+        pipeline_consume(o.brokers, &a, TOPIC, "bare", (int64_t)res.events, 0, NULL, &bare)) {
         fprintf(stderr, "bench ingest: not every message was consumed (mock broker keeps "
                         "5 MiB per partition: use fewer --users or more --partitions)\n");
         goto out;
@@ -255,6 +259,8 @@ int segd_bench_ingest(int argc, char **argv)
     printf("| segd end to end (decode, merge + offsets + outbox WriteBatch, WAL, deltas "
            "published and acknowledged) | %.2f | %.0f | %.0f |\n", t, (double)res.events / t,
            segs / t);
+    printf("| the same without the change stream (changes.enable = 0) | %.2f | %.0f | %.0f |\n",
+           bare.seconds, (double)res.events / bare.seconds, segs / bare.seconds);
     printf("\nratio end-to-end / raw: %.2f (target >= 0.70); %" PRIu64 " store batches; "
            "target >= 1M segments/s: %s\n", raw / t, e2e.st.batches,
            segs / t >= 1e6 ? "met" : "missed");
