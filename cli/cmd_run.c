@@ -3,6 +3,7 @@
  * commit and close; a second signal exits at once, which is safe because a
  * batch and its offsets are one atomic write. */
 #include <getopt.h>
+#include <pthread.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -12,6 +13,8 @@
 
 #include "cli.h"
 #include "consumer/pipeline.h"
+#include "publisher/publisher.h"
+#include "publisher/snapshot.h"
 
 extern char **environ;
 
@@ -36,7 +39,11 @@ static void usage(FILE *f)
             "    dlq.topic, batch.max.messages, batch.max.ms, retry.max.ms,\n"
             "    limits.max.segments, limits.max.user.id, limits.max.message.bytes,\n"
             "    store.granularity.s, store.horizon.s, store.block.cache.mb,\n"
-            "    compaction.rate.mb, compaction.periodic.s, kafka.<librdkafka property>\n");
+            "    compaction.rate.mb, compaction.periodic.s,\n"
+            "    changes.enable, changes.topic, changes.format (single-object|confluent),\n"
+            "    changes.schema.registry.url, changes.compression (lz4|zstd),\n"
+            "    changes.max.outbox, snapshot.buckets, snapshot.interval (s), snapshot.to,\n"
+            "    kafka.<librdkafka property>\n");
 }
 
 /* Flags are applied after the file and environment, so they win. */
@@ -105,6 +112,73 @@ static segd_store_t *open_store(const segd_config_t *cfg)
     return s;
 }
 
+/* Periodic snapshots run on their own thread: an export reads the whole
+ * store through a RocksDB snapshot while ingestion goes on. */
+typedef struct snapshotter {
+    const segd_config_t *cfg;
+    segd_store_t *store;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int stop;
+    uint64_t exported, failed;
+} snapshotter_t;
+
+static void export_once(snapshotter_t *sn)
+{
+    segd_snapshot_opts_t o;
+    segd_snapshot_opts_default(&o);
+    o.buckets = (uint32_t)sn->cfg->snapshot_buckets;
+    o.changes_topic = sn->cfg->changes_topic;
+    segd_manifest_t m;
+    char err[512] = "";
+    double t0 = segd_cli_seconds();
+    if (segd_snapshot_export(sn->store, sn->cfg->snapshot_to, &o, &m, err, sizeof(err))) {
+        fprintf(stderr, "segd run: snapshot to %s failed (no manifest left): %s\n",
+                sn->cfg->snapshot_to, err);
+        sn->failed++;
+        return;
+    }
+    fprintf(stderr, "segd run: snapshot: %" PRIu64 " users, %" PRIu64 " entries -> %s in %.1f s\n",
+            m.records, m.segments, sn->cfg->snapshot_to, segd_cli_seconds() - t0);
+    segd_manifest_free(&m);
+    sn->exported++;
+}
+
+static void *snapshot_main(void *arg)
+{
+    snapshotter_t *sn = arg;
+    pthread_mutex_lock(&sn->mu);
+    while (!sn->stop) {
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        ts.tv_sec += sn->cfg->snapshot_interval_s;
+        while (!sn->stop && pthread_cond_timedwait(&sn->cv, &sn->mu, &ts) == 0)
+            ;
+        if (sn->stop)
+            break;
+        pthread_mutex_unlock(&sn->mu);
+        export_once(sn);
+        pthread_mutex_lock(&sn->mu);
+    }
+    pthread_mutex_unlock(&sn->mu);
+    return NULL;
+}
+
+static void report_changes(segd_pipeline_t *p, const char *prefix)
+{
+    segd_publisher_t *pub = segd_pipeline_publisher(p);
+    if (!pub)
+        return;
+    segd_publisher_stats_t st;
+    segd_publisher_get_stats(pub, &st);
+    fprintf(stderr,
+            "%schanges: deltas=%" PRIu64 " entries=%" PRIu64 " bytes=%" PRIu64
+            " outbox_depth=%" PRIu64 " oldest_unacked_ms=%" PRId64 " latency_p50_ms=%" PRId64
+            " latency_p99_ms=%" PRId64 " publish_retries=%" PRIu64 "\n",
+            prefix, st.events, st.segments, st.bytes, st.depth, st.oldest_unacked_ms,
+            st.latency_p50_ms, st.latency_p99_ms, st.retries);
+}
+
 static void report(const segd_pipeline_t *p, double t0, const char *prefix)
 {
     segd_pipeline_stats_t st;
@@ -149,19 +223,37 @@ int segd_cmd_run(int argc, char **argv)
     }
     fprintf(stderr, "segd run: consuming %s as group %s into %s\n", cfg.topics[0], cfg.group,
             cfg.db);
+    snapshotter_t sn = {.cfg = &cfg, .store = store};
+    pthread_t snap_thread;
+    int snapshots = cfg.snapshot_interval_s > 0;
+    pthread_mutex_init(&sn.mu, NULL);
+    pthread_cond_init(&sn.cv, NULL);
+    if (snapshots && pthread_create(&snap_thread, NULL, snapshot_main, &sn))
+        snapshots = 0;
     double t0 = segd_cli_seconds(), last = t0;
     segd_err_t e = SEGD_OK;
     while (!stop_requested && !e) {
         e = segd_pipeline_step(p, err, sizeof(err));
         if (segd_cli_seconds() - last >= 10) {
             report(p, t0, "segd run: ");
+            report_changes(p, "segd run: ");
             last = segd_cli_seconds();
         }
     }
     if (e)
         fprintf(stderr, "segd run: stopping: %s\n", err);
+    if (snapshots) { /* an export in progress finishes first */
+        pthread_mutex_lock(&sn.mu);
+        sn.stop = 1;
+        pthread_cond_signal(&sn.cv);
+        pthread_mutex_unlock(&sn.mu);
+        pthread_join(snap_thread, NULL);
+    }
+    pthread_cond_destroy(&sn.cv);
+    pthread_mutex_destroy(&sn.mu);
     segd_pipeline_close(p); /* finishes the batch, commits, leaves the group */
     report(p, t0, "segd run: final: ");
+    report_changes(p, "segd run: final: ");
     segd_pipeline_destroy(p);
     rc = e ? SEGD_EXIT_FAIL : SEGD_EXIT_OK;
 out_store:

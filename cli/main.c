@@ -15,6 +15,7 @@ static const segd_cmd_t commands[] = {
     {"stats", segd_cmd_stats, "users, live segments, bytes on disk"},
     {"generate", segd_cmd_generate, "write a seed-workload file (JSON lines)"},
     {"segments", segd_cmd_segments, "store-wide segment operations (retire)"},
+    {"snapshot", segd_cmd_snapshot, "export / verify consistent bucketed snapshots for caches"},
     {"bench", segd_cmd_bench, "benchmarks (bench store)"},
 };
 
