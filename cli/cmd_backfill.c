@@ -22,14 +22,16 @@ typedef struct backfill {
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: segd backfill --db DIR [--now UNIX_SECONDS] FILE...\n"
+    fprintf(f, "usage: segd backfill --db DIR [--now UNIX_SECONDS] [--no-changes] FILE...\n"
                "  FILE: JSON lines (one SegmentEvent per line) or an Avro object\n"
                "  container file of SegmentEvent. Exit 0 if every record applied,\n"
-               "  3 if some were skipped (reported on stderr), 1 on failure.\n");
+               "  3 if some were skipped (reported on stderr), 1 on failure.\n"
+               "  The changes go to the outbox, published by the next `segd run` to\n"
+               "  the change stream; --no-changes skips that (caches reload a snapshot).\n");
 }
 
 /* Validates and applies one event; flushes every BACKFILL_BATCH events. */
-static int apply_one(backfill_t *b, const segd_event_t *ev, const char *where)
+static int apply_one(backfill_t *b, const segd_event_t *ev, const char *where, long record_no)
 {
     char err[256];
     if (segd_event_validate(ev, &b->limits, err, sizeof(err)) != SEGD_OK) {
@@ -37,7 +39,8 @@ static int apply_one(backfill_t *b, const segd_event_t *ev, const char *where)
         b->skipped++;
         return 0;
     }
-    if (segd_applier_add(&b->ap, ev) != SEGD_OK ||
+    /* the change stream's source: the file, its line or record number */
+    if (segd_applier_add_from(&b->ap, ev, b->file, 0, record_no, 0) != SEGD_OK ||
         (segd_batch_count(b->ap.batch) >= BACKFILL_BATCH &&
          segd_applier_flush(&b->ap, err, sizeof(err)) != SEGD_OK)) {
         fprintf(stderr, "segd backfill: store write failed: %s\n", err);
@@ -73,7 +76,7 @@ static int backfill_json(backfill_t *b, FILE *f)
             b->skipped++;
             continue;
         }
-        if (apply_one(b, &ev, where))
+        if (apply_one(b, &ev, where, lineno))
             break;
     }
     free(line);
@@ -92,7 +95,7 @@ static int avro_record_cb(void *ctx, const segd_event_t *ev, long record_no,
         b->skipped++;
         return 0;
     }
-    return apply_one(b, ev, where);
+    return apply_one(b, ev, where, record_no);
 }
 
 static int is_avro_container(FILE *f)
@@ -133,11 +136,12 @@ int segd_cmd_backfill(int argc, char **argv)
 {
     static const struct option opts[] = {{"db", required_argument, 0, 'd'},
                                          {"now", required_argument, 0, 'n'},
+                                         {"no-changes", no_argument, 0, 'x'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *db = NULL;
     int64_t now_s = 0;
-    int c;
+    int c, changes = 1;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
@@ -146,6 +150,7 @@ int segd_cmd_backfill(int argc, char **argv)
             if (segd_cli_int("backfill", "--now", optarg, 1, INT64_MAX / 1000, &now_s))
                 return SEGD_EXIT_USAGE;
             break;
+        case 'x': changes = 0; break;
         case 'h': usage(stdout); return SEGD_EXIT_OK;
         default: usage(stderr); return SEGD_EXIT_USAGE;
         }
@@ -164,6 +169,8 @@ int segd_cmd_backfill(int argc, char **argv)
     double t0 = segd_cli_seconds();
     if (segd_applier_init(&b.ap, store) != SEGD_OK)
         goto out_close;
+    if (changes)
+        segd_applier_enable_outbox(&b.ap);
     for (int i = optind; i < argc; i++)
         if (backfill_file(&b, argv[i]))
             goto out_free;
