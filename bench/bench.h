@@ -8,4 +8,7 @@ int segd_bench_store(int argc, char **argv);
 /* argv[0] = "ingest": broker -> decode -> store vs raw consume. */
 int segd_bench_ingest(int argc, char **argv);
 
+/* argv[0] = "snapshot": export vs raw scan, size vs store, load time. */
+int segd_bench_snapshot(int argc, char **argv);
+
 #endif

@@ -14,6 +14,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 #include <zlib.h>
+#include <zstd.h>
 
 #include "varint.h"
 
@@ -27,7 +28,9 @@ static const uint8_t MAGIC[4] = {'O', 'b', 'j', 1};
 struct segd_ocf_writer {
     FILE *f;
     char *path;
+    segd_ocf_codec_t codec;
     int level;
+    ZSTD_CCtx *zc;
     uint8_t sync[16];
     segd_buf_t block;    /* encoded records of the open block */
     size_t block_mark;   /* block.len before the record being appended */
@@ -75,7 +78,7 @@ static segd_err_t write_header(segd_ocf_writer_t *w, const char *schema_json, ch
     if (!err)
         err = emit_string(w, "avro.codec", errstr, n);
     if (!err)
-        err = emit_string(w, w->level > 0 ? "deflate" : "null", errstr, n);
+        err = emit_string(w, segd_ocf_codec_name(w->codec), errstr, n);
     if (!err)
         err = emit_long(w, 0, errstr, n);
     if (!err)
@@ -89,6 +92,7 @@ static void writer_free(segd_ocf_writer_t *w)
         fclose(w->f);
     if (w->z_ready)
         deflateEnd(&w->z);
+    ZSTD_freeCCtx(w->zc);
     EVP_MD_CTX_free(w->sha);
     segd_buf_free(&w->block);
     segd_buf_free(&w->zbuf);
@@ -96,26 +100,53 @@ static void writer_free(segd_ocf_writer_t *w)
     free(w);
 }
 
+const char *segd_ocf_codec_name(segd_ocf_codec_t codec)
+{
+    return codec == SEGD_OCF_DEFLATE ? "deflate" : codec == SEGD_OCF_ZSTANDARD ? "zstandard"
+                                                                              : "null";
+}
+
+static segd_err_t init_codec(segd_ocf_writer_t *w)
+{
+    if (w->codec == SEGD_OCF_DEFLATE) {
+        if (deflateInit2(&w->z, w->level, Z_DEFLATED, -15, 8, Z_DEFAULT_STRATEGY) != Z_OK)
+            return SEGD_ERR_NOMEM;
+        w->z_ready = 1;
+    } else if (w->codec == SEGD_OCF_ZSTANDARD) {
+        w->zc = ZSTD_createCCtx();
+        if (!w->zc || ZSTD_isError(ZSTD_CCtx_setParameter(w->zc, ZSTD_c_compressionLevel,
+                                                           w->level)))
+            return SEGD_ERR_NOMEM;
+    }
+    return SEGD_OK;
+}
+
 segd_err_t segd_ocf_writer_open(segd_ocf_writer_t **out, const char *path,
                                 const char *schema_json, int level, char *errstr, size_t n)
+{
+    return segd_ocf_writer_open_codec(out, path, schema_json,
+                                      level > 0 ? SEGD_OCF_DEFLATE : SEGD_OCF_NULL, level,
+                                      errstr, n);
+}
+
+segd_err_t segd_ocf_writer_open_codec(segd_ocf_writer_t **out, const char *path,
+                                      const char *schema_json, segd_ocf_codec_t codec,
+                                      int level, char *errstr, size_t n)
 {
     segd_ocf_writer_t *w = calloc(1, sizeof(*w));
     if (!w)
         return SEGD_ERR_NOMEM;
     segd_err_t err = SEGD_OK;
-    w->level = level < 0 ? 0 : level > 9 ? 9 : level;
+    w->codec = codec;
+    w->level = codec == SEGD_OCF_DEFLATE ? (level < 1 ? 1 : level > 9 ? 9 : level)
+               : codec == SEGD_OCF_ZSTANDARD ? (level < 1 ? 1 : level > 19 ? 19 : level)
+                                             : 0;
     w->path = strdup(path);
     w->sha = EVP_MD_CTX_new();
-    if (!w->path || !w->sha || !EVP_DigestInit_ex(w->sha, EVP_sha256(), NULL)) {
+    if (!w->path || !w->sha || !EVP_DigestInit_ex(w->sha, EVP_sha256(), NULL) ||
+        init_codec(w)) {
         err = SEGD_ERR_NOMEM;
         goto fail;
-    }
-    if (w->level > 0) {
-        if (deflateInit2(&w->z, w->level, Z_DEFLATED, -15, 8, Z_DEFAULT_STRATEGY) != Z_OK) {
-            err = SEGD_ERR_NOMEM;
-            goto fail;
-        }
-        w->z_ready = 1;
     }
     if (getrandom(w->sync, sizeof(w->sync), 0) != (ssize_t)sizeof(w->sync)) {
         err = segd_errf(SEGD_ERR_IO, errstr, n, "getrandom: %s", strerror(errno));
@@ -145,7 +176,7 @@ segd_buf_t *segd_ocf_writer_buf(segd_ocf_writer_t *w)
     return &w->block;
 }
 
-static segd_err_t compress_block(segd_ocf_writer_t *w)
+static segd_err_t deflate_block(segd_ocf_writer_t *w)
 {
     uLong bound = deflateBound(&w->z, (uLong)w->block.len);
     w->zbuf.len = 0;
@@ -162,12 +193,30 @@ static segd_err_t compress_block(segd_ocf_writer_t *w)
     return SEGD_OK;
 }
 
+static segd_err_t zstd_block(segd_ocf_writer_t *w)
+{
+    size_t bound = ZSTD_compressBound(w->block.len);
+    w->zbuf.len = 0;
+    if (segd_buf_reserve(&w->zbuf, bound))
+        return SEGD_ERR_NOMEM;
+    size_t r = ZSTD_compress2(w->zc, w->zbuf.data, bound, w->block.data, w->block.len);
+    if (ZSTD_isError(r))
+        return SEGD_ERR_IO;
+    w->zbuf.len = r;
+    return SEGD_OK;
+}
+
+static segd_err_t compress_block(segd_ocf_writer_t *w)
+{
+    return w->codec == SEGD_OCF_DEFLATE ? deflate_block(w) : zstd_block(w);
+}
+
 static segd_err_t flush_block(segd_ocf_writer_t *w, char *errstr, size_t n)
 {
     if (!w->block_count)
         return SEGD_OK;
     const segd_buf_t *data = &w->block;
-    if (w->level > 0) {
+    if (w->codec != SEGD_OCF_NULL) {
         segd_err_t err = compress_block(w);
         if (err)
             return segd_errf(err, errstr, n, "%s: deflate failed", w->path);
@@ -254,7 +303,7 @@ static int read_bytes(cursor_t *c, const uint8_t **s, size_t *len)
     return 0;
 }
 
-/* Parses the metadata map; returns the codec (0 null, 1 deflate) or -1. */
+/* Parses the metadata map; returns the codec or -1. */
 static int read_meta(cursor_t *c, char **schema_json)
 {
     int codec = 0;
@@ -277,7 +326,9 @@ static int read_meta(cursor_t *c, char **schema_json)
                 return -1;
             if (kl == 10 && !memcmp(k, "avro.codec", 10)) {
                 if (vl == 7 && !memcmp(v, "deflate", 7))
-                    codec = 1;
+                    codec = SEGD_OCF_DEFLATE;
+                else if (vl == 9 && !memcmp(v, "zstandard", 9))
+                    codec = SEGD_OCF_ZSTANDARD;
                 else if (!(vl == 4 && !memcmp(v, "null", 4)))
                     return -1;
             } else if (kl == 11 && !memcmp(k, "avro.schema", 11) && schema_json) {
@@ -319,6 +370,21 @@ static segd_err_t inflate_block(const uint8_t *in, size_t len, segd_buf_t *out)
     return err;
 }
 
+static segd_err_t unzstd_block(const uint8_t *in, size_t len, segd_buf_t *out)
+{
+    unsigned long long size = ZSTD_getFrameContentSize(in, len);
+    if (size == ZSTD_CONTENTSIZE_ERROR || size == ZSTD_CONTENTSIZE_UNKNOWN || size > MAX_BLOCK)
+        return SEGD_ERR_CORRUPT;
+    out->len = 0;
+    if (segd_buf_reserve(out, size ? (size_t)size : 1))
+        return SEGD_ERR_NOMEM;
+    size_t r = ZSTD_decompress(out->data, (size_t)size, in, len);
+    if (ZSTD_isError(r) || r != size)
+        return SEGD_ERR_CORRUPT;
+    out->len = r;
+    return SEGD_OK;
+}
+
 segd_err_t segd_ocf_read(const uint8_t *data, size_t len, segd_ocf_block_cb cb, void *ctx,
                          char **schema_json, char *errstr, size_t n)
 {
@@ -347,10 +413,11 @@ segd_err_t segd_ocf_read(const uint8_t *data, size_t len, segd_ocf_block_cb cb, 
             break;
         }
         c.p += 16;
-        if (codec == 1) {
-            err = inflate_block(blk, blen, &plain);
+        if (codec != SEGD_OCF_NULL) {
+            err = codec == SEGD_OCF_DEFLATE ? inflate_block(blk, blen, &plain)
+                                            : unzstd_block(blk, blen, &plain);
             if (err) {
-                segd_errf(err, errstr, n, "block %" PRId64 " does not inflate", block_no);
+                segd_errf(err, errstr, n, "block %" PRId64 " does not decompress", block_no);
                 break;
             }
             blk = plain.data;

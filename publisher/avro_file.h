@@ -21,10 +21,22 @@ typedef struct segd_ocf_info {
     char sha256[65];   /* lower-case hex of the whole file */
 } segd_ocf_info_t;
 
+typedef enum segd_ocf_codec {
+    SEGD_OCF_NULL,
+    SEGD_OCF_DEFLATE,  /* "deflate": every Avro implementation reads it */
+    SEGD_OCF_ZSTANDARD /* "zstandard": Java, Python (with zstandard), Rust, Go */
+} segd_ocf_codec_t;
+
 /* level: zlib level 0..9 (0 = "null" codec, no compression). */
 segd_err_t segd_ocf_writer_open(segd_ocf_writer_t **out, const char *path,
                                 const char *schema_json, int level, char *errstr,
                                 size_t errstr_size);
+/* Any codec; level is the codec's own (deflate 1..9, zstd 1..19). */
+segd_err_t segd_ocf_writer_open_codec(segd_ocf_writer_t **out, const char *path,
+                                      const char *schema_json, segd_ocf_codec_t codec,
+                                      int level, char *errstr, size_t errstr_size);
+/* The codec's name in the container header ("null", "deflate", "zstandard"). */
+const char *segd_ocf_codec_name(segd_ocf_codec_t codec);
 /* The buffer to append exactly one encoded record to, then call _commit. */
 segd_buf_t *segd_ocf_writer_buf(segd_ocf_writer_t *w);
 segd_err_t segd_ocf_writer_commit(segd_ocf_writer_t *w, char *errstr, size_t errstr_size);
@@ -35,8 +47,8 @@ segd_err_t segd_ocf_writer_close(segd_ocf_writer_t *w, segd_ocf_info_t *info, ch
 /* Frees w and removes the file (error paths). */
 void segd_ocf_writer_abort(segd_ocf_writer_t *w);
 
-/* Reads a container file held in memory: checks the magic, the codec (null or
- * deflate) and every sync marker, and calls cb once per block with the
+/* Reads a container file held in memory: checks the magic, the codec (null,
+ * deflate or zstandard) and every sync marker, and calls cb once per block with the
  * decompressed block bytes and its record count; cb decodes the records and
  * returns non-zero to stop (SEGD_ERR_CORRUPT is returned for cb's -1).
  * *schema_json (may be NULL) receives a malloc'd copy of the writer schema. */

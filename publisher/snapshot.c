@@ -27,6 +27,7 @@ void segd_snapshot_opts_default(segd_snapshot_opts_t *o)
 {
     memset(o, 0, sizeof(*o));
     o->buckets = SEGD_DEFAULT_BUCKETS;
+    o->codec = SEGD_OCF_DEFLATE;
     o->level = 1;
     o->changes_topic = "segments.changes";
     segd_dest_opts_default(&o->dest);
@@ -138,7 +139,7 @@ static json_t *positions_json(const segd_topic_offset_t *p, size_t n, int with_t
     return a;
 }
 
-static char *manifest_dump(const segd_manifest_t *m)
+static char *manifest_dump(const segd_manifest_t *m, const char *codec)
 {
     uint64_t fp = 0;
     char fphex[17];
@@ -155,7 +156,7 @@ static char *manifest_dump(const segd_manifest_t *m)
         "format_version", FORMAT_VERSION, "created_at_ms", (json_int_t)m->created_at_ms,
         "now_ms", (json_int_t)m->now_ms, "horizon_ms", (json_int_t)m->horizon_ms, "buckets",
         (int)m->buckets, "bucket_hash", "xxh64(user_id, seed 0) & (buckets - 1)", "codec",
-        "deflate", "schema_fingerprint", fphex, "records", (json_int_t)m->records,
+        codec, "schema_fingerprint", fphex, "records", (json_int_t)m->records,
         "segments", (json_int_t)m->segments, "files", files_json(m), "input_offsets",
         positions_json(m->inputs, m->n_inputs, 1), "retirements", ret);
     if (m->changes_topic)
@@ -346,8 +347,8 @@ static segd_err_t open_writers(exporter_t *x, char *errstr, size_t n)
     for (uint32_t b = 0; b < x->o->buckets; b++) {
         char path[4200];
         staged_path(x, b, path, sizeof(path));
-        segd_err_t err = segd_ocf_writer_open(&x->w[b], path, segd_snapshot_schema_json(),
-                                              x->o->level, errstr, n);
+        segd_err_t err = segd_ocf_writer_open_codec(&x->w[b], path, segd_snapshot_schema_json(),
+                                                    x->o->codec, x->o->level, errstr, n);
         if (err)
             return err;
     }
@@ -442,7 +443,7 @@ static segd_err_t write_snapshot(exporter_t *x, segd_store_t *s, segd_store_view
     err = publish_buckets(x, d, errstr, n);
     if (err)
         return err;
-    char *json = manifest_dump(m);
+    char *json = manifest_dump(m, segd_ocf_codec_name(x->o->codec));
     if (!json)
         return segd_errf(SEGD_ERR_NOMEM, errstr, n, "out of memory");
     err = segd_dest_put_mem(d, SEGD_MANIFEST_NAME, json, strlen(json), errstr, n);

@@ -8,7 +8,7 @@
  *   {"format": "segd-snapshot", "format_version": 1, "created_at_ms": ...,
  *    "now_ms": ...,  "horizon_ms": ..., "buckets": 32,
  *    "bucket_hash": "xxh64(user_id, seed 0) & (buckets - 1)",
- *    "codec": "deflate", "schema_fingerprint": "<hex CRC-64-AVRO>",
+ *    "codec": "deflate" | "zstandard", "schema_fingerprint": "<hex CRC-64-AVRO>",
  *    "records": N, "segments": M,
  *    "files": [{"bucket": 0, "name": "bucket-00000.avro", "records": n,
  *               "segments": m, "bytes": b, "sha256": "<hex>"}, ...],
@@ -25,6 +25,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "avro_file.h"
 #include "change.h"
 #include "dest.h"
 #include "store/store.h"
@@ -61,7 +62,8 @@ typedef struct segd_manifest {
 
 typedef struct segd_snapshot_opts {
     uint32_t buckets;          /* power of two, default 32 */
-    int level;                 /* deflate level, default 1 */
+    segd_ocf_codec_t codec;    /* default deflate (every Avro reader has it) */
+    int level;                 /* the codec's level, default 1 */
     const char *changes_topic; /* whose recorded positions go to the manifest */
     const char *tmp_dir;       /* staging for remote destinations; default $TMPDIR or /tmp */
     int progress;              /* print a progress line to stderr */
