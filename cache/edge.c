@@ -1,0 +1,489 @@
+/* The edge cache's table; see edge.h. Each shard is an open-addressing hash
+ * table (linear probing, backward-shift deletion) of pointers to one
+ * allocation per user. Retirement markers are a sorted array replaced
+ * copy-on-write, so readers take no lock for them; old arrays live until
+ * destroy (retirements are rare). */
+#include "edge.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <xxhash.h>
+
+typedef struct tuple {
+    int64_t ts_ms, expiry_s;
+    int32_t flags, partner_id;
+} tuple_t;
+
+/* Header of a user's allocation; followed by tuples[ntup], ids[n], idx[n],
+ * user[ulen] (in that order, so every array stays aligned). */
+typedef struct rec {
+    uint64_t hash;
+    int64_t erased_before_ms;
+    uint32_t n, ntup, ulen, pad;
+} rec_t;
+
+typedef struct shard {
+    pthread_rwlock_t lock;
+    rec_t **slots;
+    size_t cap, count;
+    uint64_t entries, bytes;
+} shard_t;
+
+typedef struct retired {
+    size_t n;
+    segd_retirement_t *pairs; /* sorted by segment id */
+    struct retired *older;    /* kept alive until destroy */
+} retired_t;
+
+struct segd_edge {
+    segd_edge_opts_t o;
+    _Atomic int64_t now_ms;
+    shard_t *shards;
+    size_t nshards;
+    _Atomic(retired_t *) retired;
+    pthread_mutex_t retire_mu; /* writers of the retirement set */
+    _Atomic uint64_t puts, deltas, controls;
+};
+
+static tuple_t *rec_tuples(const rec_t *r) { return (tuple_t *)(r + 1); }
+static int64_t *rec_ids(const rec_t *r) { return (int64_t *)(rec_tuples(r) + r->ntup); }
+static uint32_t *rec_idx(const rec_t *r) { return (uint32_t *)(rec_ids(r) + r->n); }
+static char *rec_user(const rec_t *r) { return (char *)(rec_idx(r) + r->n); }
+
+static size_t rec_size(uint32_t n, uint32_t ntup, uint32_t ulen)
+{
+    return sizeof(rec_t) + ntup * sizeof(tuple_t) + n * (sizeof(int64_t) + sizeof(uint32_t)) +
+           ulen;
+}
+
+void segd_edge_opts_default(segd_edge_opts_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->horizon_ms = 24LL * 3600 * 1000;
+    o->shards = 64;
+}
+
+static int64_t wall_ms(void)
+{
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+}
+
+void segd_edge_set_now(segd_edge_t *e, int64_t now_ms) { atomic_store(&e->now_ms, now_ms); }
+
+int64_t segd_edge_now_ms(const segd_edge_t *e)
+{
+    int64_t t = atomic_load(&((segd_edge_t *)e)->now_ms);
+    return t ? t : wall_ms();
+}
+
+segd_err_t segd_edge_new(segd_edge_t **out, const segd_edge_opts_t *o)
+{
+    segd_edge_t *e = calloc(1, sizeof(*e));
+    if (!e)
+        return SEGD_ERR_NOMEM;
+    if (o)
+        e->o = *o;
+    else
+        segd_edge_opts_default(&e->o);
+    if (!e->o.shards || (e->o.shards & (e->o.shards - 1)))
+        e->o.shards = 64;
+    e->nshards = e->o.shards;
+    atomic_store(&e->now_ms, e->o.now_ms);
+    e->shards = calloc(e->nshards, sizeof(*e->shards));
+    if (!e->shards) {
+        free(e);
+        return SEGD_ERR_NOMEM;
+    }
+    for (size_t i = 0; i < e->nshards; i++)
+        pthread_rwlock_init(&e->shards[i].lock, NULL);
+    pthread_mutex_init(&e->retire_mu, NULL);
+    *out = e;
+    return SEGD_OK;
+}
+
+void segd_edge_destroy(segd_edge_t *e)
+{
+    if (!e)
+        return;
+    for (size_t i = 0; i < e->nshards; i++) {
+        shard_t *s = &e->shards[i];
+        for (size_t j = 0; j < s->cap; j++)
+            free(s->slots[j]);
+        free(s->slots);
+        pthread_rwlock_destroy(&s->lock);
+    }
+    for (retired_t *r = atomic_load(&e->retired), *next; r; r = next) {
+        next = r->older;
+        free(r->pairs);
+        free(r);
+    }
+    pthread_mutex_destroy(&e->retire_mu);
+    free(e->shards);
+    free(e);
+}
+
+/* ---------- retirements ---------- */
+
+static int64_t retired_before(void *ctx, int64_t segment_id)
+{
+    const retired_t *r = ctx;
+    size_t lo = 0, hi = r->n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (r->pairs[mid].segment_id < segment_id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < r->n && r->pairs[lo].segment_id == segment_id ? r->pairs[lo].retired_before_ms
+                                                             : INT64_MIN;
+}
+
+segd_err_t segd_edge_retire(segd_edge_t *e, int64_t segment_id, int64_t before_ms)
+{
+    pthread_mutex_lock(&e->retire_mu);
+    retired_t *cur = atomic_load(&e->retired);
+    size_t n = cur ? cur->n : 0;
+    retired_t *next = calloc(1, sizeof(*next));
+    segd_retirement_t *pairs = calloc(n + 1, sizeof(*pairs));
+    if (!next || !pairs) {
+        free(next);
+        free(pairs);
+        pthread_mutex_unlock(&e->retire_mu);
+        return SEGD_ERR_NOMEM;
+    }
+    size_t w = 0, i = 0;
+    for (; i < n && cur->pairs[i].segment_id < segment_id; i++)
+        pairs[w++] = cur->pairs[i];
+    if (i < n && cur->pairs[i].segment_id == segment_id) {
+        pairs[w] = cur->pairs[i++];
+        if (before_ms > pairs[w].retired_before_ms)
+            pairs[w].retired_before_ms = before_ms;
+        w++;
+    } else {
+        pairs[w++] = (segd_retirement_t){segment_id, before_ms};
+    }
+    for (; i < n; i++)
+        pairs[w++] = cur->pairs[i];
+    next->n = w;
+    next->pairs = pairs;
+    next->older = cur;
+    atomic_store(&e->retired, next);
+    pthread_mutex_unlock(&e->retire_mu);
+    return SEGD_OK;
+}
+
+static void prune_rule(segd_edge_t *e, segd_prune_t *rule)
+{
+    retired_t *r = atomic_load(&e->retired);
+    rule->now_ms = segd_edge_now_ms(e);
+    rule->horizon_ms = e->o.horizon_ms;
+    rule->complete = 1; /* the cache holds the key's whole history */
+    rule->retired_before = r && r->n ? retired_before : NULL;
+    rule->retired_ctx = r;
+}
+
+/* ---------- records ---------- */
+
+static int cmp_tuple(const void *a, const void *b)
+{
+    const tuple_t *x = a, *y = b;
+    if (x->ts_ms != y->ts_ms)
+        return x->ts_ms < y->ts_ms ? -1 : 1;
+    if (x->expiry_s != y->expiry_s)
+        return x->expiry_s < y->expiry_s ? -1 : 1;
+    if (x->flags != y->flags)
+        return x->flags < y->flags ? -1 : 1;
+    return x->partner_id < y->partner_id ? -1 : x->partner_id > y->partner_id;
+}
+
+static tuple_t tuple_of(const segd_entry_t *en)
+{
+    tuple_t t = {en->ts_ms, en->expiry_s, en->flags, en->partner_id};
+    return t;
+}
+
+/* Builds a user's allocation from a profile: distinct tuples sorted, each
+ * entry pointing at its tuple. */
+static rec_t *rec_build(const char *user, size_t ulen, uint64_t hash, const segd_profile_t *p,
+                        tuple_t *scratch)
+{
+    size_t ntup = 0;
+    for (size_t i = 0; i < p->n; i++)
+        scratch[i] = tuple_of(&p->entries[i]);
+    qsort(scratch, p->n, sizeof(*scratch), cmp_tuple);
+    for (size_t i = 0; i < p->n; i++)
+        if (ntup == 0 || cmp_tuple(&scratch[ntup - 1], &scratch[i]))
+            scratch[ntup++] = scratch[i];
+    rec_t *r = malloc(rec_size((uint32_t)p->n, (uint32_t)ntup, (uint32_t)ulen));
+    if (!r)
+        return NULL;
+    r->hash = hash;
+    r->erased_before_ms = p->erased_before_ms;
+    r->n = (uint32_t)p->n;
+    r->ntup = (uint32_t)ntup;
+    r->ulen = (uint32_t)ulen;
+    r->pad = 0;
+    memcpy(rec_tuples(r), scratch, ntup * sizeof(*scratch));
+    int64_t *ids = rec_ids(r);
+    uint32_t *idx = rec_idx(r);
+    for (size_t i = 0; i < p->n; i++) {
+        tuple_t t = tuple_of(&p->entries[i]);
+        const tuple_t *f = bsearch(&t, scratch, ntup, sizeof(t), cmp_tuple);
+        ids[i] = p->entries[i].segment_id;
+        idx[i] = (uint32_t)(f - scratch);
+    }
+    memcpy(rec_user(r), user, ulen);
+    return r;
+}
+
+static segd_err_t rec_expand(const rec_t *r, segd_profile_t *out)
+{
+    segd_profile_clear(out);
+    if (segd_profile_reserve(out, r->n))
+        return SEGD_ERR_NOMEM;
+    const tuple_t *tup = rec_tuples(r);
+    const int64_t *ids = rec_ids(r);
+    const uint32_t *idx = rec_idx(r);
+    for (uint32_t i = 0; i < r->n; i++) {
+        const tuple_t *t = &tup[idx[i]];
+        out->entries[i] = (segd_entry_t){ids[i], t->ts_ms, t->expiry_s, t->flags, t->partner_id};
+    }
+    out->n = r->n;
+    out->erased_before_ms = r->erased_before_ms;
+    return SEGD_OK;
+}
+
+/* ---------- shards ---------- */
+
+static uint64_t hash_user(const char *user, size_t len) { return XXH3_64bits(user, len); }
+
+static shard_t *shard_of(segd_edge_t *e, uint64_t h)
+{
+    return &e->shards[(h >> 48) & (e->nshards - 1)];
+}
+
+/* Slot of user in s, or of the empty slot where it would go. */
+static size_t find_slot(const shard_t *s, uint64_t h, const char *user, size_t len)
+{
+    size_t mask = s->cap - 1, i = h & mask;
+    for (;; i = (i + 1) & mask) {
+        const rec_t *r = s->slots[i];
+        if (!r || (r->hash == h && r->ulen == len && !memcmp(rec_user(r), user, len)))
+            return i;
+    }
+}
+
+static segd_err_t grow(shard_t *s)
+{
+    size_t cap = s->cap ? s->cap * 2 : 64;
+    rec_t **slots = calloc(cap, sizeof(*slots));
+    if (!slots)
+        return SEGD_ERR_NOMEM;
+    for (size_t i = 0; i < s->cap; i++) {
+        rec_t *r = s->slots[i];
+        if (!r)
+            continue;
+        size_t j = r->hash & (cap - 1);
+        while (slots[j])
+            j = (j + 1) & (cap - 1);
+        slots[j] = r;
+    }
+    free(s->slots);
+    s->slots = slots;
+    s->cap = cap;
+    return SEGD_OK;
+}
+
+/* Backward-shift deletion keeps probe chains intact without tombstones. */
+static void remove_slot(shard_t *s, size_t i)
+{
+    size_t mask = s->cap - 1, j = i;
+    s->slots[i] = NULL;
+    for (;;) {
+        j = (j + 1) & mask;
+        rec_t *r = s->slots[j];
+        if (!r)
+            break;
+        size_t home = r->hash & mask;
+        /* r may move to i iff its home is not in the cyclic range (i, j] */
+        if ((j > i && (home <= i || home > j)) || (j < i && home <= i && home > j)) {
+            s->slots[i] = r;
+            s->slots[j] = NULL;
+            i = j;
+        }
+    }
+    s->count--;
+}
+
+static void account(shard_t *s, const rec_t *r, int sign)
+{
+    if (!r)
+        return;
+    s->entries += (uint64_t)((int64_t)sign * r->n);
+    s->bytes += (uint64_t)((int64_t)sign * (int64_t)rec_size(r->n, r->ntup, r->ulen));
+}
+
+typedef struct join_scratch {
+    segd_profile_t cur, out;
+    tuple_t *tuples;
+} join_scratch_t;
+
+/* Joins p into the user's profile under the shard's write lock. */
+static segd_err_t join_into(segd_edge_t *e, const char *user, size_t len,
+                            const segd_profile_t *p)
+{
+    if (len == 0 || len > UINT32_MAX)
+        return SEGD_ERR_INVALID;
+    uint64_t h = hash_user(user, len);
+    shard_t *s = shard_of(e, h);
+    join_scratch_t js;
+    segd_profile_init(&js.cur);
+    segd_profile_init(&js.out);
+    js.tuples = NULL;
+    segd_prune_t rule;
+    prune_rule(e, &rule);
+    segd_err_t err = SEGD_OK;
+    pthread_rwlock_wrlock(&s->lock);
+    if ((s->count + 1) * 10 > s->cap * 7 && (err = grow(s)))
+        goto out;
+    size_t i = find_slot(s, h, user, len);
+    rec_t *old = s->slots[i];
+    if (old && (err = rec_expand(old, &js.cur)))
+        goto out;
+    const segd_profile_t *in[2] = {&js.cur, p};
+    if ((err = segd_profile_join(&js.out, in, 2, &rule)))
+        goto out;
+    if (!js.out.n && !js.out.erased_before_ms) { /* nothing left: no such user */
+        if (old) {
+            account(s, old, -1);
+            remove_slot(s, i);
+            free(old);
+        }
+        goto out;
+    }
+    js.tuples = malloc((js.out.n ? js.out.n : 1) * sizeof(*js.tuples));
+    rec_t *r = js.tuples ? rec_build(user, len, h, &js.out, js.tuples) : NULL;
+    if (!r) {
+        err = SEGD_ERR_NOMEM;
+        goto out;
+    }
+    account(s, old, -1);
+    account(s, r, 1);
+    s->slots[i] = r;
+    if (!old)
+        s->count++;
+    free(old);
+out:
+    pthread_rwlock_unlock(&s->lock);
+    free(js.tuples);
+    segd_profile_free(&js.cur);
+    segd_profile_free(&js.out);
+    return err;
+}
+
+segd_err_t segd_edge_put(segd_edge_t *e, const char *user, size_t len, const segd_profile_t *p)
+{
+    atomic_fetch_add(&e->puts, 1);
+    return join_into(e, user, len, p);
+}
+
+segd_err_t segd_edge_apply(segd_edge_t *e, const segd_change_t *c)
+{
+    if (c->kind == SEGD_CHANGE_RETIRE) {
+        atomic_fetch_add(&e->controls, 1);
+        for (size_t i = 0; i < c->n_retirements; i++) {
+            segd_err_t err = segd_edge_retire(e, c->retirements[i].segment_id,
+                                              c->retirements[i].retired_before_ms);
+            if (err)
+                return err;
+        }
+        return SEGD_OK;
+    }
+    atomic_fetch_add(&e->deltas, 1);
+    return join_into(e, c->user_id, c->user_id_len, &c->profile);
+}
+
+/* ---------- reads ---------- */
+
+segd_err_t segd_edge_lookup(segd_edge_t *e, const char *user, size_t len, segd_entry_t *out,
+                            size_t cap, size_t *n)
+{
+    uint64_t h = hash_user(user, len);
+    shard_t *s = shard_of(e, h);
+    int64_t now_ms = segd_edge_now_ms(e), now_s = now_ms / 1000;
+    retired_t *ret = atomic_load(&e->retired);
+    segd_err_t err = SEGD_OK;
+    *n = 0;
+    pthread_rwlock_rdlock(&s->lock);
+    const rec_t *r = s->cap ? s->slots[find_slot(s, h, user, len)] : NULL;
+    if (!r)
+        goto out;
+    /* liveness is a property of the tuple, except for retirements */
+    const tuple_t *tup = rec_tuples(r);
+    uint8_t live_small[256], *live = r->ntup <= sizeof(live_small) ? live_small
+                                                                  : malloc(r->ntup);
+    if (!live) {
+        err = SEGD_ERR_NOMEM;
+        goto out;
+    }
+    for (uint32_t t = 0; t < r->ntup; t++)
+        live[t] = tup[t].expiry_s > now_s && tup[t].ts_ms > r->erased_before_ms;
+    const int64_t *ids = rec_ids(r);
+    const uint32_t *idx = rec_idx(r);
+    size_t k = 0;
+    for (uint32_t i = 0; i < r->n; i++) {
+        const tuple_t *t = &tup[idx[i]];
+        if (!live[idx[i]] || (ret && ret->n && t->ts_ms <= retired_before(ret, ids[i])))
+            continue;
+        if (k < cap)
+            out[k] = (segd_entry_t){ids[i], t->ts_ms, t->expiry_s, t->flags, t->partner_id};
+        k++;
+    }
+    if (live != live_small)
+        free(live);
+    *n = k;
+    if (k > cap)
+        err = SEGD_ERR_LIMIT;
+out:
+    pthread_rwlock_unlock(&s->lock);
+    return err;
+}
+
+segd_err_t segd_edge_get_profile(segd_edge_t *e, const char *user, size_t len,
+                                 segd_profile_t *out)
+{
+    uint64_t h = hash_user(user, len);
+    shard_t *s = shard_of(e, h);
+    segd_err_t err = SEGD_ERR_NOTFOUND;
+    segd_profile_clear(out);
+    pthread_rwlock_rdlock(&s->lock);
+    const rec_t *r = s->cap ? s->slots[find_slot(s, h, user, len)] : NULL;
+    if (r)
+        err = rec_expand(r, out);
+    pthread_rwlock_unlock(&s->lock);
+    return err;
+}
+
+void segd_edge_get_stats(segd_edge_t *e, segd_edge_stats_t *st)
+{
+    memset(st, 0, sizeof(*st));
+    for (size_t i = 0; i < e->nshards; i++) {
+        shard_t *s = &e->shards[i];
+        pthread_rwlock_rdlock(&s->lock);
+        st->users += s->count;
+        st->entries += s->entries;
+        st->bytes += s->bytes;
+        pthread_rwlock_unlock(&s->lock);
+    }
+    retired_t *r = atomic_load(&e->retired);
+    st->retirements = r ? r->n : 0;
+    st->puts = atomic_load(&e->puts);
+    st->deltas = atomic_load(&e->deltas);
+    st->control_events = atomic_load(&e->controls);
+}

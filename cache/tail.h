@@ -1,0 +1,52 @@
+/* Tails the change topic (DESIGN §5) into an edge table: a librdkafka
+ * consumer without a group (each cache reads every partition), assigned at
+ * a snapshot manifest's positions (partitions the manifest does not list,
+ * or all of them with from_beginning, start at the beginning: re-joining a
+ * delta is harmless). Messages that do not decode are counted and skipped;
+ * they never stop the tail. One thread drives a tail (poll/catch_up). */
+#ifndef SEGD_TAIL_H
+#define SEGD_TAIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "cache/edge.h"
+#include "publisher/snapshot.h"
+
+typedef struct segd_tail segd_tail_t;
+
+typedef struct segd_tail_opts {
+    const char *brokers;
+    const char *topic;               /* default "segments.changes" */
+    int from_beginning;              /* ignore the manifest's positions */
+    int32_t schema_id;               /* Confluent frames: expected id, -1 = any */
+    const char *const *kafka_props;  /* extra librdkafka settings: k, v, ..., NULL */
+} segd_tail_opts_t;
+
+typedef struct segd_tail_stats {
+    uint64_t applied;       /* change events joined */
+    uint64_t skipped;       /* did not decode */
+    int64_t newest_committed_ms; /* committed_at_ms of the newest delta seen */
+    int64_t last_applied_ms;     /* wall time of the last applied event */
+    int partitions;
+} segd_tail_stats_t;
+
+void segd_tail_opts_default(segd_tail_opts_t *o);
+
+/* manifest may be NULL (start at the beginning). edge is borrowed. */
+segd_err_t segd_tail_new(segd_tail_t **out, segd_edge_t *edge, const segd_tail_opts_t *o,
+                         const segd_manifest_t *manifest, char *errstr, size_t errstr_size);
+void segd_tail_destroy(segd_tail_t *t);
+
+/* Applies what arrives within timeout_ms (at most one batch); returns the
+ * number of events applied, or -1 on a consumer error (logged). */
+int segd_tail_poll(segd_tail_t *t, int timeout_ms);
+
+/* Polls until every partition has reached the high watermark it had when
+ * called (SEGD_ERR_KAFKA after timeout_ms). */
+segd_err_t segd_tail_catch_up(segd_tail_t *t, int64_t timeout_ms, char *errstr,
+                              size_t errstr_size);
+
+void segd_tail_get_stats(segd_tail_t *t, segd_tail_stats_t *st);
+
+#endif
