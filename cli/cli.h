@@ -33,6 +33,7 @@ int segd_cmd_run(int argc, char **argv);
 int segd_cmd_dev_broker(int argc, char **argv);
 int segd_cmd_produce(int argc, char **argv);
 int segd_cmd_snapshot(int argc, char **argv);
+int segd_cmd_cache(int argc, char **argv);
 
 /* Parses a decimal integer in [lo, hi]; prints "segd CMD: bad --flag" on error. */
 int segd_cli_int(const char *cmd, const char *flag, const char *s, int64_t lo, int64_t hi,

@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cache/http.h"
 #include "cli.h"
 #include "store/query.h"
 
@@ -25,24 +26,12 @@ static void usage(FILE *f)
                "  --limit N: print at most N segments per user (text output)\n");
 }
 
-static json_t *entries_json(const segd_entry_t *e, size_t n)
-{
-    json_t *arr = json_array();
-    for (size_t i = 0; i < n; i++)
-        json_array_append_new(
-            arr, json_pack("{s:I,s:I,s:I,s:i,s:i}", "id", (json_int_t)e[i].segment_id,
-                           "expires_at", (json_int_t)e[i].expiry_s, "ts_ms",
-                           (json_int_t)e[i].ts_ms, "flags", e[i].flags, "partner_id",
-                           e[i].partner_id));
-    return arr;
-}
-
 static void print_json(const char *user, const segd_entry_t *e, size_t n,
                        const get_args_t *a, uint64_t count)
 {
     json_t *o = json_object();
     json_object_set_new(o, "user_id", json_string(user));
-    json_object_set_new(o, "segments", entries_json(e, n));
+    json_object_set_new(o, "segments", segd_entries_json(e, n));
     if (a->has_range)
         json_object_set_new(o, "count_range",
                             json_pack("{s:I,s:I,s:I}", "from", (json_int_t)a->range_lo, "to",

@@ -14,6 +14,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: segd snapshot export --db DIR --to DEST [--buckets 32] [--now S]\n"
             "                            [--changes-topic T] [--codec deflate] [--level 1]\n"
+            "                            [--horizon-s 86400]\n"
             "       segd snapshot verify SRC\n"
             "  DEST/SRC: a directory, http(s)://host/path (PUT/GET) or s3://bucket/prefix\n"
             "  (credentials from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN,\n"
@@ -21,6 +22,8 @@ static void usage(FILE *f)
             "  --buckets: a power of two; --codec: deflate (every Avro reader), zstandard\n"
             "  (smaller and faster; Java, Python with zstandard, Rust, Go) or null;\n"
             "  --level: the codec's level (deflate 1-9, zstandard 1-19)\n"
+            "  --horizon-s: the store's late-arrival horizon (store.horizon.s of segd run):\n"
+            "  dead entries younger than it are kept in the snapshot\n"
             "  --changes-topic: whose acknowledged positions the manifest lists\n"
             "  (default segments.changes)\n");
 }
@@ -34,12 +37,13 @@ static int export_cmd(int argc, char **argv)
                                          {"changes-topic", required_argument, 0, 'c'},
                                          {"level", required_argument, 0, 'l'},
                                          {"codec", required_argument, 0, 'x'},
+                                         {"horizon-s", required_argument, 0, 'z'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     segd_snapshot_opts_t o;
     segd_snapshot_opts_default(&o);
     const char *db = NULL, *to = NULL;
-    int64_t buckets = o.buckets, now_s = 0, level = o.level;
+    int64_t buckets = o.buckets, now_s = 0, level = o.level, horizon_s = 86400;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -51,6 +55,9 @@ static int export_cmd(int argc, char **argv)
         case 'n': bad = segd_cli_int("snapshot", "--now", optarg, 1, INT64_MAX / 1000, &now_s); break;
         case 'c': o.changes_topic = optarg; break;
         case 'l': bad = segd_cli_int("snapshot", "--level", optarg, 0, 19, &level); break;
+        case 'z':
+            bad = segd_cli_int("snapshot", "--horizon-s", optarg, 0, 90 * 86400, &horizon_s);
+            break;
         case 'x':
             if (!strcmp(optarg, "deflate"))
                 o.codec = SEGD_OCF_DEFLATE;
@@ -77,9 +84,18 @@ static int export_cmd(int argc, char **argv)
     if (level == 0)
         o.codec = SEGD_OCF_NULL;
     o.progress = isatty(2);
-    segd_store_t *s = segd_cli_open_store("snapshot", db, now_s, 1);
-    if (!s)
+    segd_store_opts_t so;
+    segd_store_opts_default(&so);
+    so.path = db;
+    so.read_only = 1;
+    so.now_ms = now_s * 1000;
+    so.horizon_ms = horizon_s * 1000;
+    segd_store_t *s = NULL;
+    char oerr[512];
+    if (segd_store_open(&s, &so, oerr, sizeof(oerr))) {
+        fprintf(stderr, "segd snapshot export: cannot open store: %s\n", oerr);
         return SEGD_EXIT_FAIL;
+    }
     segd_manifest_t m;
     char err[512] = "";
     double t0 = segd_cli_seconds();

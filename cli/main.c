@@ -16,6 +16,7 @@ static const segd_cmd_t commands[] = {
     {"generate", segd_cmd_generate, "write a seed-workload file (JSON lines)"},
     {"segments", segd_cmd_segments, "store-wide segment operations (retire)"},
     {"snapshot", segd_cmd_snapshot, "export / verify consistent bucketed snapshots for caches"},
+    {"cache", segd_cmd_cache, "edge cache: snapshot + change stream, served over HTTP"},
     {"bench", segd_cmd_bench, "benchmarks (bench store)"},
 };
 

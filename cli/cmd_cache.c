@@ -1,0 +1,222 @@
+/* `segd cache`: an edge cache. Loads a snapshot (checksums verified), tails
+ * the change topic from the manifest's positions, joins deltas exactly as
+ * the store does, and answers bidders over HTTP (cache/http.h). The proof
+ * that snapshot + deltas reproduce the store, and a usable cache. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "cache/edge.h"
+#include "cache/http.h"
+#include "cache/tail.h"
+#include "cli.h"
+#include "publisher/snapshot.h"
+
+static volatile sig_atomic_t stop_requested;
+
+static void on_signal(int sig)
+{
+    (void)sig;
+    if (stop_requested)
+        _exit(130);
+    stop_requested = 1;
+}
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: segd cache --snapshot SRC --brokers B --changes TOPIC\n"
+            "                  [--listen HOST:PORT] [--now S] [--from-beginning]\n"
+            "                  [--horizon-s N] [-X kafka.prop=value ...]\n"
+            "  SRC: a snapshot directory, http(s):// or s3:// (segd snapshot export)\n"
+            "  --listen: default 127.0.0.1:8080; GET /v1/users/{id}, GET /healthz\n"
+            "  --now: a fixed clock instead of the wall clock (tests, replays)\n"
+            "  --from-beginning: tail every partition from its start, not from the\n"
+            "  manifest's positions (slower, equally correct)\n");
+}
+
+typedef struct cache_args {
+    const char *snapshot, *brokers, *changes, *listen;
+    int64_t now_s, horizon_s;
+    int from_beginning;
+    const char *props[2 * 32 + 1];
+    size_t nprops;
+} cache_args_t;
+
+typedef struct cache_state {
+    segd_edge_t *edge;
+    segd_tail_t *tail;
+    segd_manifest_t manifest;
+    double load_s;
+} cache_state_t;
+
+static int add_prop(cache_args_t *a, char *kv)
+{
+    char *eq = strchr(kv, '=');
+    if (!eq || eq == kv || a->nprops + 2 >= sizeof(a->props) / sizeof(a->props[0]))
+        return -1;
+    *eq = 0;
+    a->props[a->nprops++] = strncmp(kv, "kafka.", 6) ? kv : kv + 6;
+    a->props[a->nprops++] = eq + 1;
+    a->props[a->nprops] = NULL;
+    return 0;
+}
+
+static int parse(int argc, char **argv, cache_args_t *a)
+{
+    static const struct option opts[] = {{"snapshot", required_argument, 0, 's'},
+                                         {"brokers", required_argument, 0, 'b'},
+                                         {"changes", required_argument, 0, 'c'},
+                                         {"listen", required_argument, 0, 'l'},
+                                         {"now", required_argument, 0, 'n'},
+                                         {"horizon-s", required_argument, 0, 'z'},
+                                         {"from-beginning", no_argument, 0, 'f'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    a->listen = "127.0.0.1:8080";
+    a->horizon_s = 86400;
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "X:", opts, NULL)) != -1) {
+        int bad = 0;
+        switch (c) {
+        case 's': a->snapshot = optarg; break;
+        case 'b': a->brokers = optarg; break;
+        case 'c': a->changes = optarg; break;
+        case 'l': a->listen = optarg; break;
+        case 'n': bad = segd_cli_int("cache", "--now", optarg, 1, INT64_MAX / 1000, &a->now_s); break;
+        case 'z': bad = segd_cli_int("cache", "--horizon-s", optarg, 0, 90 * 86400, &a->horizon_s); break;
+        case 'f': a->from_beginning = 1; break;
+        case 'X': bad = add_prop(a, optarg); break;
+        case 'h': usage(stdout); return 1;
+        default: usage(stderr); return 2;
+        }
+        if (bad)
+            return 2;
+    }
+    if (!a->snapshot || !a->brokers || !a->changes || optind < argc) {
+        usage(stderr);
+        return 2;
+    }
+    return 0;
+}
+
+static void health(void *ctx, json_t *o)
+{
+    cache_state_t *cs = ctx;
+    segd_edge_stats_t es;
+    segd_tail_stats_t ts = {0};
+    segd_edge_get_stats(cs->edge, &es);
+    if (cs->tail)
+        segd_tail_get_stats(cs->tail, &ts);
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    int64_t now = (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+    json_object_set_new(o, "users", json_integer((json_int_t)es.users));
+    json_object_set_new(o, "entries", json_integer((json_int_t)es.entries));
+    json_object_set_new(o, "bytes", json_integer((json_int_t)es.bytes));
+    json_object_set_new(o, "snapshot_created_at_ms",
+                        json_integer((json_int_t)cs->manifest.created_at_ms));
+    json_object_set_new(o, "snapshot_load_s", json_real(cs->load_s));
+    json_object_set_new(o, "changes_applied", json_integer((json_int_t)ts.applied));
+    json_object_set_new(o, "changes_skipped", json_integer((json_int_t)ts.skipped));
+    json_object_set_new(o, "newest_committed_at_ms",
+                        json_integer((json_int_t)ts.newest_committed_ms));
+    json_object_set_new(o, "lag_ms", json_integer(ts.newest_committed_ms
+                                                      ? (json_int_t)(now - ts.newest_committed_ms)
+                                                      : -1));
+    json_object_set_new(o, "retirements", json_integer((json_int_t)es.retirements));
+}
+
+static int load_cb(void *ctx, uint32_t bucket, const char *user, size_t len,
+                   const segd_profile_t *p)
+{
+    (void)bucket;
+    return segd_edge_put(ctx, user, len, p) != SEGD_OK;
+}
+
+/* Manifest, retirements, every bucket into the table. */
+static int load(const cache_args_t *a, cache_state_t *cs)
+{
+    char err[512] = "";
+    double t0 = segd_cli_seconds();
+    if (segd_snapshot_manifest(a->snapshot, NULL, &cs->manifest, err, sizeof(err)))
+        goto fail;
+    for (size_t i = 0; i < cs->manifest.n_retirements; i++)
+        if (segd_edge_retire(cs->edge, cs->manifest.retirements[i].segment_id,
+                             cs->manifest.retirements[i].retired_before_ms))
+            goto fail;
+    if (segd_snapshot_load(a->snapshot, NULL, &cs->manifest, load_cb, cs->edge, err,
+                           sizeof(err)))
+        goto fail;
+    cs->load_s = segd_cli_seconds() - t0;
+    fprintf(stderr, "segd cache: loaded %" PRIu64 " users, %" PRIu64 " entries in %.2f s\n",
+            cs->manifest.records, cs->manifest.segments, cs->load_s);
+    return 0;
+fail:
+    fprintf(stderr, "segd cache: snapshot %s: %s\n", a->snapshot, err[0] ? err : "out of memory");
+    return -1;
+}
+
+static int start_tail(const cache_args_t *a, cache_state_t *cs)
+{
+    segd_tail_opts_t o;
+    char err[512] = "";
+    segd_tail_opts_default(&o);
+    o.brokers = a->brokers;
+    o.topic = a->changes;
+    o.from_beginning = a->from_beginning;
+    o.kafka_props = a->nprops ? a->props : NULL;
+    if (segd_tail_new(&cs->tail, cs->edge, &o, &cs->manifest, err, sizeof(err))) {
+        fprintf(stderr, "segd cache: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+int segd_cmd_cache(int argc, char **argv)
+{
+    cache_args_t a;
+    memset(&a, 0, sizeof(a));
+    int rc = parse(argc, argv, &a);
+    if (rc)
+        return rc == 1 ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
+    struct sigaction sa = {0};
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    cache_state_t cs;
+    memset(&cs, 0, sizeof(cs));
+    segd_manifest_init(&cs.manifest);
+    segd_edge_opts_t eo;
+    segd_edge_opts_default(&eo);
+    eo.now_ms = a.now_s * 1000;
+    eo.horizon_ms = a.horizon_s * 1000;
+    segd_http_t *http = NULL;
+    char err[512] = "";
+    rc = SEGD_EXIT_FAIL;
+    if (segd_edge_new(&cs.edge, &eo))
+        goto out;
+    if (segd_http_start(&http, a.listen, cs.edge, health, &cs, err, sizeof(err))) {
+        fprintf(stderr, "segd cache: %s\n", err);
+        rc = SEGD_EXIT_USAGE;
+        goto out;
+    }
+    fprintf(stderr, "segd cache: listening on http://%s\n", a.listen);
+    if (load(&a, &cs) || start_tail(&a, &cs))
+        goto out;
+    segd_http_set_ready(http, 1);
+    while (!stop_requested)
+        segd_tail_poll(cs.tail, 200);
+    rc = SEGD_EXIT_OK;
+out:
+    segd_http_stop(http);
+    segd_tail_destroy(cs.tail);
+    segd_edge_destroy(cs.edge);
+    segd_manifest_free(&cs.manifest);
+    return rc;
+}

@@ -1,0 +1,111 @@
+#!/usr/bin/env bash
+# The edge cache as a process: `segd dev-broker`, `segd produce`, `segd run`
+# (publishing the change stream), `segd snapshot export` beside it, then
+# `segd cache` loads the snapshot, tails the changes and serves HTTP: every
+# user's GET /v1/users/{id} equals `segd get --json` at the same clock, first
+# right after start, then again after more events went through segd run.
+# usage: cache_cli.sh SEGD_BIN SOURCE_DIR
+set -euo pipefail
+segd=$1
+tmp=$(mktemp -d /tmp/segd-cache-XXXXXX)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() {
+  echo "FAIL: $*" >&2
+  for f in "$tmp"/*.log; do echo "--- $f" >&2; tail -5 "$f" >&2; done
+  exit 1
+}
+now=$(date +%s)
+users=200
+# The seed workload's events are up to 30 days old: late arrivals far beyond
+# the default 24 h horizon, whose outcome would depend on when compaction ran
+# (DESIGN §3). A 40-day horizon everywhere keeps store and cache exact.
+horizon=$((40 * 86400))
+free_port() { /usr/bin/python3 -c "import socket;s=socket.socket();s.bind(('127.0.0.1',0));print(s.getsockname()[1])"; }
+
+"$segd" dev-broker --partitions 4 --topics events,events.dlq,segments.changes \
+  > "$tmp/broker.out" 2> "$tmp/broker.log" &
+pids+=($!)
+for _ in $(seq 50); do grep -q bootstrap= "$tmp/broker.out" 2>/dev/null && break; sleep 0.1; done
+brokers=$(sed -n 's/^bootstrap=//p' "$tmp/broker.out")
+[ -n "$brokers" ] || fail "no broker"
+
+"$segd" produce --brokers "$brokers" --topic events --users $users --now $now \
+  > /dev/null 2> "$tmp/produce.log" || fail "produce"
+SEGD_STORE_HORIZON_S=$horizon "$segd" run --brokers "$brokers" --topic events --group g \
+  --db "$tmp/db" -X session.timeout.ms=6000 2> "$tmp/run.log" &
+run_pid=$!
+pids+=($run_pid)
+wait_users() { # until segd get sees the last user with $1 or more live segments
+  for _ in $(seq 300); do
+    n=$("$segd" get --db "$tmp/db" --now $now --json "$2" 2>/dev/null |
+        /usr/bin/python3 -c "import json,sys;print(len(json.load(sys.stdin)['segments']))" 2>/dev/null || echo 0)
+    [ "$n" -ge "$1" ] && return 0
+    sleep 0.2
+  done
+  fail "store never reached $1 segments for $2"
+}
+wait_users 100 u0000000199
+sleep 1 # let the publisher acknowledge the last batches
+"$segd" snapshot export --db "$tmp/db" --to "$tmp/snap" --buckets 4 --now $now \
+  --horizon-s $horizon > "$tmp/export.log" 2>&1 || fail "export"
+
+port=$(free_port)
+"$segd" cache --snapshot "$tmp/snap" --brokers "$brokers" --changes segments.changes \
+  --listen 127.0.0.1:$port --now $now --horizon-s $horizon 2> "$tmp/cache.log" &
+pids+=($!)
+for _ in $(seq 100); do
+  curl -sf "http://127.0.0.1:$port/healthz" > "$tmp/health.json" 2>/dev/null && break
+  sleep 0.1
+done
+grep -q '"status":"ok"' "$tmp/health.json" || fail "healthz: $(cat "$tmp/health.json" 2>/dev/null)"
+grep -q "\"users\":$users" "$tmp/health.json" || fail "healthz users: $(cat "$tmp/health.json")"
+
+compare() { # every user: cache == store at the same clock, once both caught up
+  /usr/bin/python3 - "$port" "$segd" "$tmp/db" $now $users "$1" <<'PY'
+import http.client, json, subprocess, sys, time
+port, segd, db, now, users, phase = sys.argv[1:7]
+ids = ["u%010d" % i for i in range(int(users))]
+deadline = time.time() + 60
+while True:  # segd run and the cache both work asynchronously
+    out = subprocess.run([segd, "get", "--db", db, "--now", now, "--json"] + ids,
+                         capture_output=True, text=True, check=True).stdout
+    want = [json.loads(l) for l in out.splitlines()]
+    c = http.client.HTTPConnection("127.0.0.1", int(port), timeout=5)
+    bad = []
+    for w in want:
+        c.request("GET", "/v1/users/" + w["user_id"])
+        r = c.getresponse()
+        body = json.loads(r.read())
+        if r.status != 200 or body != w:
+            bad.append(w["user_id"])
+    if not bad or time.time() > deadline:
+        break
+    time.sleep(0.5)
+assert not bad, f"{phase}: {len(bad)} users differ, e.g. {bad[:3]}"
+assert len(want) == int(users) and sum(len(w["segments"]) for w in want) > 0
+c.request("GET", "/v1/users/nobody")
+r = c.getresponse()
+assert r.status == 200 and json.loads(r.read()) == {"user_id": "nobody", "segments": []}
+c.request("GET", "/nope")
+assert c.getresponse().status == 404
+print(f"{phase}: {len(want)} users equal")
+PY
+}
+compare "after load" || fail "cache != store after load"
+
+# more events: the cache follows the change stream
+"$segd" produce --brokers "$brokers" --topic events --users $users --now $now --seed 2 \
+  > /dev/null 2>> "$tmp/produce.log" || fail "second produce"
+wait_users 150 u0000000199
+compare "after tailing" || fail "cache != store after tailing"
+curl -sf "http://127.0.0.1:$port/healthz" | grep -q '"changes_applied":[1-9]' ||
+  fail "healthz shows no applied changes"
+kill -TERM $run_pid
+wait $run_pid || fail "segd run exit $?"
+echo "cache_cli: ok"
