@@ -261,7 +261,12 @@ static long perform(segd_dest_t *d, const request_t *rq, const char *url, char *
         curl_easy_setopt(c, CURLOPT_READFUNCTION, read_cb);
         curl_easy_setopt(c, CURLOPT_READDATA, rq->body);
         curl_easy_setopt(c, CURLOPT_INFILESIZE_LARGE, (curl_off_t)rq->body->len);
-        h = curl_slist_append(h, "Expect:"); /* no 1 s wait for 100-continue */
+        /* no 1 s wait for 100-continue; for S3 the header stays, because
+         * libcurl signs an emptied "Expect:" it then does not send */
+        if (d->kind == DEST_S3)
+            curl_easy_setopt(c, CURLOPT_EXPECT_100_TIMEOUT_MS, 200L);
+        else
+            h = curl_slist_append(h, "Expect:");
     } else if (!strcmp(rq->method, "DELETE")) {
         curl_easy_setopt(c, CURLOPT_CUSTOMREQUEST, "DELETE");
     }

@@ -10,6 +10,14 @@ missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
+# s3rver (an S3-compatible server from npm) for the s3:// round trip in
+# tests/s3_cli.sh; optional: without npm that part of the test is skipped.
+s3rver_dir=/opt/segd-test-tools
+if command -v npm >/dev/null 2>&1 && [ ! -x "$s3rver_dir/node_modules/.bin/s3rver" ] &&
+   [ "$(id -u)" -eq 0 ]; then
+  npm install --prefix "$s3rver_dir" --no-audit --no-fund s3rver@3 >/dev/null 2>&1 ||
+    echo "install-deps: s3rver not installed (npm failed)" >&2
+fi
 [ ${#missing[@]} -eq 0 ] && exit 0
 sudo=""
 [ "$(id -u)" -ne 0 ] && sudo="sudo"
