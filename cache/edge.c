@@ -3,6 +3,7 @@
  * allocation per user. Retirement markers are a sorted array replaced
  * copy-on-write, so readers take no lock for them; old arrays live until
  * destroy (retirements are rare). */
+#define _GNU_SOURCE /* pthread_rwlockattr_setkind_np */
 #include "edge.h"
 
 #include <pthread.h>
@@ -99,8 +100,14 @@ segd_err_t segd_edge_new(segd_edge_t **out, const segd_edge_opts_t *o)
         free(e);
         return SEGD_ERR_NOMEM;
     }
+    /* glibc's default rwlock lets a steady stream of readers starve the
+     * writer: bidders would keep the cache from following the stream */
+    pthread_rwlockattr_t attr;
+    pthread_rwlockattr_init(&attr);
+    pthread_rwlockattr_setkind_np(&attr, PTHREAD_RWLOCK_PREFER_WRITER_NONRECURSIVE_NP);
     for (size_t i = 0; i < e->nshards; i++)
-        pthread_rwlock_init(&e->shards[i].lock, NULL);
+        pthread_rwlock_init(&e->shards[i].lock, &attr);
+    pthread_rwlockattr_destroy(&attr);
     pthread_mutex_init(&e->retire_mu, NULL);
     *out = e;
     return SEGD_OK;
