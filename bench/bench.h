@@ -11,4 +11,7 @@ int segd_bench_ingest(int argc, char **argv);
 /* argv[0] = "snapshot": export vs raw scan, size vs store, load time. */
 int segd_bench_snapshot(int argc, char **argv);
 
+/* argv[0] = "cache": edge table lookup latency vs the store's record decode. */
+int segd_bench_cache(int argc, char **argv);
+
 #endif

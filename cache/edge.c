@@ -26,11 +26,15 @@ typedef struct rec {
     uint32_t n, ntup, ulen, pad;
 } rec_t;
 
+struct join_scratch;
+static void scratch_free(struct join_scratch *js);
+
 typedef struct shard {
     pthread_rwlock_t lock;
     rec_t **slots;
     size_t cap, count;
     uint64_t entries, bytes;
+    struct join_scratch *js; /* writers' scratch, reused under the write lock */
 } shard_t;
 
 typedef struct retired {
@@ -122,6 +126,7 @@ void segd_edge_destroy(segd_edge_t *e)
         for (size_t j = 0; j < s->cap; j++)
             free(s->slots[j]);
         free(s->slots);
+        scratch_free(s->js);
         pthread_rwlock_destroy(&s->lock);
     }
     for (retired_t *r = atomic_load(&e->retired), *next; r; r = next) {
@@ -197,36 +202,71 @@ static void prune_rule(segd_edge_t *e, segd_prune_t *rule)
 
 /* ---------- records ---------- */
 
-static int cmp_tuple(const void *a, const void *b)
-{
-    const tuple_t *x = a, *y = b;
-    if (x->ts_ms != y->ts_ms)
-        return x->ts_ms < y->ts_ms ? -1 : 1;
-    if (x->expiry_s != y->expiry_s)
-        return x->expiry_s < y->expiry_s ? -1 : 1;
-    if (x->flags != y->flags)
-        return x->flags < y->flags ? -1 : 1;
-    return x->partner_id < y->partner_id ? -1 : x->partner_id > y->partner_id;
-}
-
 static tuple_t tuple_of(const segd_entry_t *en)
 {
     tuple_t t = {en->ts_ms, en->expiry_s, en->flags, en->partner_id};
     return t;
 }
 
-/* Builds a user's allocation from a profile: distinct tuples sorted, each
- * entry pointing at its tuple. */
-static rec_t *rec_build(const char *user, size_t ulen, uint64_t hash, const segd_profile_t *p,
-                        tuple_t *scratch)
+static int tuple_eq(const tuple_t *a, const tuple_t *b)
 {
-    size_t ntup = 0;
-    for (size_t i = 0; i < p->n; i++)
-        scratch[i] = tuple_of(&p->entries[i]);
-    qsort(scratch, p->n, sizeof(*scratch), cmp_tuple);
-    for (size_t i = 0; i < p->n; i++)
-        if (ntup == 0 || cmp_tuple(&scratch[ntup - 1], &scratch[i]))
-            scratch[ntup++] = scratch[i];
+    return a->ts_ms == b->ts_ms && a->expiry_s == b->expiry_s && a->flags == b->flags &&
+           a->partner_id == b->partner_id;
+}
+
+/* Scratch for building records: distinct tuples and an open-addressing
+ * index over them (a user has ~50 distinct tuples among ~1000 entries, so
+ * hashing beats sorting: loading is bound by this). */
+typedef struct builder {
+    tuple_t *tuples;
+    uint32_t *idx;   /* per entry */
+    uint32_t *slots; /* tuple number + 1; 0 = empty */
+    size_t cap, slots_cap;
+} builder_t;
+
+static void builder_free(builder_t *b)
+{
+    free(b->tuples);
+    free(b->idx);
+    free(b->slots);
+}
+
+static segd_err_t builder_reserve(builder_t *b, size_t n)
+{
+    if (n <= b->cap)
+        return SEGD_OK;
+    size_t slots = 16;
+    while (slots < 2 * n)
+        slots *= 2;
+    builder_free(b);
+    b->tuples = malloc(n * sizeof(*b->tuples));
+    b->idx = malloc(n * sizeof(*b->idx));
+    b->slots = malloc(slots * sizeof(*b->slots));
+    b->cap = b->tuples && b->idx && b->slots ? n : 0;
+    b->slots_cap = slots;
+    return b->cap ? SEGD_OK : SEGD_ERR_NOMEM;
+}
+
+/* Builds a user's allocation from a profile: each entry points at its
+ * distinct (ts, expiry, flags, partner) tuple. */
+static rec_t *rec_build(const char *user, size_t ulen, uint64_t hash, const segd_profile_t *p,
+                        builder_t *b)
+{
+    if (builder_reserve(b, p->n ? p->n : 1))
+        return NULL;
+    size_t mask = b->slots_cap - 1, ntup = 0;
+    memset(b->slots, 0, b->slots_cap * sizeof(*b->slots));
+    for (size_t i = 0; i < p->n; i++) {
+        tuple_t t = tuple_of(&p->entries[i]);
+        size_t j = XXH3_64bits(&t, sizeof(t)) & mask;
+        while (b->slots[j] && !tuple_eq(&b->tuples[b->slots[j] - 1], &t))
+            j = (j + 1) & mask;
+        if (!b->slots[j]) {
+            b->tuples[ntup++] = t;
+            b->slots[j] = (uint32_t)ntup;
+        }
+        b->idx[i] = b->slots[j] - 1;
+    }
     rec_t *r = malloc(rec_size((uint32_t)p->n, (uint32_t)ntup, (uint32_t)ulen));
     if (!r)
         return NULL;
@@ -236,15 +276,11 @@ static rec_t *rec_build(const char *user, size_t ulen, uint64_t hash, const segd
     r->ntup = (uint32_t)ntup;
     r->ulen = (uint32_t)ulen;
     r->pad = 0;
-    memcpy(rec_tuples(r), scratch, ntup * sizeof(*scratch));
+    memcpy(rec_tuples(r), b->tuples, ntup * sizeof(tuple_t));
     int64_t *ids = rec_ids(r);
-    uint32_t *idx = rec_idx(r);
-    for (size_t i = 0; i < p->n; i++) {
-        tuple_t t = tuple_of(&p->entries[i]);
-        const tuple_t *f = bsearch(&t, scratch, ntup, sizeof(t), cmp_tuple);
+    for (size_t i = 0; i < p->n; i++)
         ids[i] = p->entries[i].segment_id;
-        idx[i] = (uint32_t)(f - scratch);
-    }
+    memcpy(rec_idx(r), b->idx, p->n * sizeof(uint32_t));
     memcpy(rec_user(r), user, ulen);
     return r;
 }
@@ -338,8 +374,18 @@ static void account(shard_t *s, const rec_t *r, int sign)
 
 typedef struct join_scratch {
     segd_profile_t cur, out;
-    tuple_t *tuples;
+    builder_t b;
 } join_scratch_t;
+
+static void scratch_free(struct join_scratch *js)
+{
+    if (!js)
+        return;
+    segd_profile_free(&js->cur);
+    segd_profile_free(&js->out);
+    builder_free(&js->b);
+    free(js);
+}
 
 /* Joins p into the user's profile under the shard's write lock. */
 static segd_err_t join_into(segd_edge_t *e, const char *user, size_t len,
@@ -349,24 +395,28 @@ static segd_err_t join_into(segd_edge_t *e, const char *user, size_t len,
         return SEGD_ERR_INVALID;
     uint64_t h = hash_user(user, len);
     shard_t *s = shard_of(e, h);
-    join_scratch_t js;
-    segd_profile_init(&js.cur);
-    segd_profile_init(&js.out);
-    js.tuples = NULL;
     segd_prune_t rule;
     prune_rule(e, &rule);
     segd_err_t err = SEGD_OK;
     pthread_rwlock_wrlock(&s->lock);
+    /* allocation churn, not the join, dominated a put: scratch is reused */
+    if (!s->js && !(s->js = calloc(1, sizeof(*s->js)))) {
+        err = SEGD_ERR_NOMEM;
+        goto out;
+    }
+    join_scratch_t *js = s->js;
     if ((s->count + 1) * 10 > s->cap * 7 && (err = grow(s)))
         goto out;
     size_t i = find_slot(s, h, user, len);
     rec_t *old = s->slots[i];
-    if (old && (err = rec_expand(old, &js.cur)))
+    if (old && (err = rec_expand(old, &js->cur)))
         goto out;
-    const segd_profile_t *in[2] = {&js.cur, p};
-    if ((err = segd_profile_join(&js.out, in, 2, &rule)))
+    const segd_profile_t *in[2] = {&js->cur, p};
+    /* a new user (a snapshot load) needs only the prune: one run */
+    if ((err = old ? segd_profile_join(&js->out, in, 2, &rule)
+                   : segd_profile_join(&js->out, in + 1, 1, &rule)))
         goto out;
-    if (!js.out.n && !js.out.erased_before_ms) { /* nothing left: no such user */
+    if (!js->out.n && !js->out.erased_before_ms) { /* nothing left: no such user */
         if (old) {
             account(s, old, -1);
             remove_slot(s, i);
@@ -374,8 +424,7 @@ static segd_err_t join_into(segd_edge_t *e, const char *user, size_t len,
         }
         goto out;
     }
-    js.tuples = malloc((js.out.n ? js.out.n : 1) * sizeof(*js.tuples));
-    rec_t *r = js.tuples ? rec_build(user, len, h, &js.out, js.tuples) : NULL;
+    rec_t *r = rec_build(user, len, h, &js->out, &js->b);
     if (!r) {
         err = SEGD_ERR_NOMEM;
         goto out;
@@ -388,9 +437,6 @@ static segd_err_t join_into(segd_edge_t *e, const char *user, size_t len,
     free(old);
 out:
     pthread_rwlock_unlock(&s->lock);
-    free(js.tuples);
-    segd_profile_free(&js.cur);
-    segd_profile_free(&js.out);
     return err;
 }
 
