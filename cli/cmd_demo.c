@@ -13,8 +13,11 @@
 #include "cli.h"
 #include "consumer/dev_broker.h"
 #include "consumer/pipeline.h"
-#include "publisher/publisher.h"
+#include "cache/edge.h"
+#include "cache/tail.h"
 #include "consumer/seed_producer.h"
+#include "publisher/publisher.h"
+#include "publisher/snapshot.h"
 
 #define DEMO_TOPIC "segments.events"
 
@@ -130,13 +133,98 @@ out:
     return rc;
 }
 
+static int edge_put(void *ctx, uint32_t bucket, const char *user, size_t len,
+                    const segd_profile_t *p)
+{
+    (void)bucket;
+    return segd_edge_put(ctx, user, len, p) != SEGD_OK;
+}
+
+/* Live segments of every user: the edge cache against the store. */
+static int compare_users(segd_edge_t *e, const char *db, uint64_t users, uint64_t *live)
+{
+    segd_store_t *s = segd_cli_open_store("demo", db, 0, 1);
+    if (!s)
+        return -1;
+    segd_prune_t rule;
+    segd_policy_rule(segd_store_policy(s), &rule, 1);
+    segd_edge_set_now(e, rule.now_ms);
+    segd_profile_t p;
+    segd_profile_init(&p);
+    segd_entry_t *a = malloc(8192 * sizeof(*a));
+    char uid[32], err[256];
+    int differ = 0;
+    *live = 0;
+    for (uint64_t u = 0; a && u < users; u++) {
+        size_t n = 0, k = 0;
+        segd_seed_user_id(u, uid, sizeof(uid));
+        if (segd_store_get(s, uid, strlen(uid), &p, err, sizeof(err)) ||
+            segd_edge_lookup(e, uid, strlen(uid), a, 8192, &n)) {
+            differ++;
+            continue;
+        }
+        for (size_t i = 0; i < p.n; i++)
+            if (segd_entry_live(&p.entries[i], p.erased_before_ms, &rule)) {
+                differ += k >= n || memcmp(&p.entries[i], &a[k], sizeof(*a)) != 0;
+                k++;
+            }
+        differ += k != n;
+        *live += n;
+    }
+    free(a);
+    segd_profile_free(&p);
+    segd_store_close(s);
+    return a ? differ : -1;
+}
+
+/* An edge cache in process: the snapshot, then every delta of the change
+ * topic from its beginning (older than the snapshot, so re-joined: harmless). */
+static int edge_cache(const char *brokers, const char *snap, const char *db, uint64_t users)
+{
+    segd_manifest_t m;
+    segd_edge_t *e = NULL;
+    segd_tail_t *t = NULL;
+    segd_tail_opts_t to;
+    char err[512] = "";
+    double t0 = segd_cli_seconds();
+    int rc = -1;
+    segd_tail_opts_default(&to);
+    to.brokers = brokers;
+    to.from_beginning = 1;
+    if (segd_snapshot_manifest(snap, NULL, &m, err, sizeof(err)))
+        goto out_msg;
+    if (segd_edge_new(&e, NULL) ||
+        segd_snapshot_load(snap, NULL, &m, edge_put, e, err, sizeof(err)))
+        goto out;
+    double load_s = segd_cli_seconds() - t0;
+    if (segd_tail_new(&t, e, &to, &m, err, sizeof(err)) ||
+        segd_tail_catch_up(t, 60000, err, sizeof(err)))
+        goto out;
+    segd_tail_stats_t ts;
+    segd_tail_get_stats(t, &ts);
+    uint64_t live = 0;
+    int differ = compare_users(e, db, users, &live);
+    printf("loaded %" PRIu64 " users in %.2f s, joined %" PRIu64 " deltas from %s; %" PRIu64
+           " users, %" PRIu64 " live segments: %s\n", m.records, load_s, ts.applied,
+           to.topic, users, live, differ == 0 ? "every one equal to the store" : "DIFFERENT");
+    rc = differ == 0 ? 0 : -1;
+out:
+    segd_manifest_free(&m);
+out_msg:
+    if (rc && err[0])
+        fprintf(stderr, "segd demo: edge cache: %s\n", err);
+    segd_tail_destroy(t);
+    segd_edge_destroy(e);
+    return rc;
+}
+
 int segd_cmd_demo(int argc, char **argv)
 {
     static const struct option opts[] = {{"dir", required_argument, 0, 'd'},
                                          {"users", required_argument, 0, 'u'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    char dir[512] = "segd-demo", db[600], tomorrow[32];
+    char dir[512] = "segd-demo", db[600], snap[600], tomorrow[32];
     int64_t users = 2000;
     int c;
     optind = 1;
@@ -152,6 +240,7 @@ int segd_cmd_demo(int argc, char **argv)
     int64_t now_s = (int64_t)time(NULL);
     mkdir(dir, 0755);
     snprintf(db, sizeof(db), "%s/db-%" PRId64, dir, now_s);
+    snprintf(snap, sizeof(snap), "%s/snapshot-%" PRId64, dir, now_s);
     snprintf(tomorrow, sizeof(tomorrow), "%" PRId64, now_s + 86400);
     const char *topics[] = {DEMO_TOPIC, DEMO_TOPIC ".dlq"};
     segd_dev_broker_t *b = NULL;
@@ -183,7 +272,16 @@ int segd_cmd_demo(int argc, char **argv)
     char *st[] = {"stats", "--db", db, NULL};
     if (run(segd_cmd_compact, cp) || run(segd_cmd_stats, st))
         goto out;
-    printf("\nTry: ./build/segd get --db %s --json u0000000042\n", db);
+    printf("\n== 6. a consistent snapshot for caches: bucketed Avro files + manifest.json\n");
+    char *ex[] = {"snapshot", "export", "--db", db, "--to", snap, "--buckets", "8", NULL};
+    if (run(segd_cmd_snapshot, ex))
+        goto out;
+    printf("\n== 7. an edge cache in process: snapshot + change stream, compared with the "
+           "store\n");
+    if (edge_cache(brokers, snap, db, (uint64_t)users))
+        goto out;
+    printf("\nTry: ./build/segd get --db %s --json u0000000042\n"
+           "     ./build/segd snapshot verify %s\n", db, snap);
     rc = SEGD_EXIT_OK;
 out:
     segd_dev_broker_destroy(b);
