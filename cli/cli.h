@@ -3,6 +3,7 @@
 #ifndef SEGD_CLI_H
 #define SEGD_CLI_H
 
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 
@@ -43,5 +44,8 @@ int segd_cli_int(const char *cmd, const char *flag, const char *s, int64_t lo, i
 segd_store_t *segd_cli_open_store(const char *cmd, const char *dir, int64_t now_s,
                                   int read_only);
 double segd_cli_seconds(void);
+/* Makes SIGINT/SIGTERM set the returned flag (finish and exit cleanly); a
+ * second signal exits at once with status 130. */
+volatile sig_atomic_t *segd_cli_stop_on_signals(void);
 
 #endif

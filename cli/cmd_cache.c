@@ -16,15 +16,6 @@
 #include "cli.h"
 #include "publisher/snapshot.h"
 
-static volatile sig_atomic_t stop_requested;
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    if (stop_requested)
-        _exit(130);
-    stop_requested = 1;
-}
 
 static void usage(FILE *f)
 {
@@ -185,10 +176,7 @@ int segd_cmd_cache(int argc, char **argv)
     int rc = parse(argc, argv, &a);
     if (rc)
         return rc == 1 ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
-    struct sigaction sa = {0};
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    volatile sig_atomic_t *stop = segd_cli_stop_on_signals();
     cache_state_t cs;
     memset(&cs, 0, sizeof(cs));
     segd_manifest_init(&cs.manifest);
@@ -210,7 +198,7 @@ int segd_cmd_cache(int argc, char **argv)
     if (load(&a, &cs) || start_tail(&a, &cs))
         goto out;
     segd_http_set_ready(http, 1);
-    while (!stop_requested)
+    while (!*stop)
         segd_tail_poll(cs.tail, 200);
     rc = SEGD_EXIT_OK;
 out:

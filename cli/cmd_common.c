@@ -1,5 +1,7 @@
 /* argv helpers shared by the subcommands; see cli.h. */
 #include <errno.h>
+#include <signal.h>
+#include <unistd.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -42,4 +44,24 @@ double segd_cli_seconds(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+/* The one piece of global state: a signal handler can reach nothing else. */
+static volatile sig_atomic_t stop_flag;
+
+static void on_stop_signal(int sig)
+{
+    (void)sig;
+    if (stop_flag)
+        _exit(130);
+    stop_flag = 1;
+}
+
+volatile sig_atomic_t *segd_cli_stop_on_signals(void)
+{
+    struct sigaction sa = {0};
+    sa.sa_handler = on_stop_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    return &stop_flag;
 }

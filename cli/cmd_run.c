@@ -18,15 +18,6 @@
 
 extern char **environ;
 
-static volatile sig_atomic_t stop_requested;
-
-static void on_signal(int sig)
-{
-    (void)sig;
-    if (stop_requested)
-        _exit(130);
-    stop_requested = 1;
-}
 
 static void usage(FILE *f)
 {
@@ -206,17 +197,14 @@ int segd_cmd_run(int argc, char **argv)
         segd_config_free(&cfg);
         return rc == 1 ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
     }
-    struct sigaction sa = {0};
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
+    volatile sig_atomic_t *stop = segd_cli_stop_on_signals();
     char err[512];
     segd_pipeline_t *p = NULL;
     segd_store_t *store = open_store(&cfg);
     rc = SEGD_EXIT_FAIL;
     if (!store)
         goto out_config;
-    if (segd_pipeline_new(&p, &cfg, store, &stop_requested, err, sizeof(err)) != SEGD_OK) {
+    if (segd_pipeline_new(&p, &cfg, store, stop, err, sizeof(err)) != SEGD_OK) {
         fprintf(stderr, "segd run: %s\n", err);
         rc = SEGD_EXIT_USAGE;
         goto out_store;
@@ -232,7 +220,7 @@ int segd_cmd_run(int argc, char **argv)
         snapshots = 0;
     double t0 = segd_cli_seconds(), last = t0;
     segd_err_t e = SEGD_OK;
-    while (!stop_requested && !e) {
+    while (!*stop && !e) {
         e = segd_pipeline_step(p, err, sizeof(err));
         if (segd_cli_seconds() - last >= 10) {
             report(p, t0, "segd run: ");

@@ -620,6 +620,14 @@ static int64_t percentile(const uint64_t *lat, double q)
     return 0;
 }
 
+void segd_publisher_reset_latency(segd_publisher_t *p)
+{
+    pthread_mutex_lock(&p->mu);
+    memset(p->lat, 0, LAT_BUCKETS * sizeof(*p->lat));
+    p->st.latency_max_ms = 0;
+    pthread_mutex_unlock(&p->mu);
+}
+
 void segd_publisher_get_stats(segd_publisher_t *p, segd_publisher_stats_t *st)
 {
     pthread_mutex_lock(&p->mu);

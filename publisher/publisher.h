@@ -74,5 +74,7 @@ void segd_publisher_stop(segd_publisher_t *p, int64_t drain_ms);
 
 /* Thread-safe. */
 void segd_publisher_get_stats(segd_publisher_t *p, segd_publisher_stats_t *st);
+/* Forgets the latencies seen so far (benchmarks: measure after warm-up). */
+void segd_publisher_reset_latency(segd_publisher_t *p);
 
 #endif
