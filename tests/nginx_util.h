@@ -19,7 +19,7 @@ typedef struct nginx {
     char dir[64]; /* prefix: nginx.conf, logs, www/ */
 } nginx_t;
 
-static int free_port(void)
+static inline int free_port(void)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
@@ -30,7 +30,7 @@ static int free_port(void)
     return ntohs(a.sin_port);
 }
 
-static int port_open(int port)
+static inline int port_open(int port)
 {
     int fd = socket(AF_INET, SOCK_STREAM, 0);
     struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port),
@@ -41,7 +41,7 @@ static int port_open(int port)
 }
 
 /* extra: server-block directives (locations). Returns 0 when serving. */
-static int nginx_start(nginx_t *n, const char *extra)
+static inline int nginx_start(nginx_t *n, const char *extra)
 {
     snprintf(n->dir, sizeof(n->dir), "/tmp/segd-nginx-XXXXXX");
     if (!mkdtemp(n->dir) || chmod(n->dir, 0755))
@@ -75,7 +75,7 @@ static int nginx_start(nginx_t *n, const char *extra)
     return -1;
 }
 
-static void nginx_stop(nginx_t *n)
+static inline void nginx_stop(nginx_t *n)
 {
     if (n->pid > 0) {
         kill(n->pid, SIGTERM);
@@ -88,7 +88,7 @@ static void nginx_stop(nginx_t *n)
 }
 
 /* Writes a file under www/ (parent directories created). */
-static int nginx_put_file(const nginx_t *n, const char *rel, const char *body)
+static inline int nginx_put_file(const nginx_t *n, const char *rel, const char *body)
 {
     char path[512], cmd[600];
     snprintf(path, sizeof(path), "%s/www/%s", n->dir, rel);

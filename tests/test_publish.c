@@ -3,7 +3,9 @@
  * store; entries are deleted only when acknowledged; a broker outage keeps
  * them and publishing resumes; entries left by a crash are re-published by
  * the next publisher; retirements travel as RETIRE control events; the
- * acknowledged change positions are recorded for snapshots. */
+ * acknowledged change positions are recorded for snapshots; Confluent
+ * framing registers change_event.avsc with a registry (nginx stand-in) and
+ * frames every event with the id it answered. */
 #include <librdkafka/rdkafka.h>
 #include <setjmp.h>
 #include <stdarg.h>
@@ -22,6 +24,7 @@
 #include "publisher/outbox.h"
 #include "publisher/publisher.h"
 #include "store/store.h"
+#include "tests/nginx_util.h"
 
 #define CHANGES "changes"
 #define PARTITIONS 4
@@ -180,7 +183,7 @@ static void join_change(joined_t *j, const segd_change_t *c)
     j->prof[u] = out;
 }
 
-static void consume_all(const fixture_t *f, joined_t *j)
+static void consume_framed(const fixture_t *f, joined_t *j, int32_t expected_id)
 {
     char err[256];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
@@ -207,7 +210,10 @@ static void consume_all(const fixture_t *f, joined_t *j)
             idle = 0;
             const uint8_t *body;
             size_t blen;
-            assert_int_equal(segd_change_unframe(m->payload, m->len, -1, &body, &blen), SEGD_OK);
+            if (expected_id >= 0)
+                assert_int_equal(((const uint8_t *)m->payload)[0], 0); /* Confluent magic */
+            assert_int_equal(segd_change_unframe(m->payload, m->len, expected_id, &body, &blen),
+                             SEGD_OK);
             assert_int_equal(segd_change_decode(body, blen, &c), SEGD_OK);
             if (c.kind == SEGD_CHANGE_DELTA)
                 assert_memory_equal(m->key, c.user_id, m->key_len);
@@ -220,6 +226,8 @@ static void consume_all(const fixture_t *f, joined_t *j)
     rd_kafka_consumer_close(rk);
     rd_kafka_destroy(rk);
 }
+
+static void consume_all(const fixture_t *f, joined_t *j) { consume_framed(f, j, -1); }
 
 static void joined_free(joined_t *j)
 {
@@ -375,6 +383,46 @@ static void test_retirement_is_a_control_event(void **state)
     free(j);
 }
 
+static void test_confluent_framing_registers(void **state)
+{
+    fixture_t *f = *state;
+    nginx_t reg;
+    assert_int_equal(nginx_start(&reg,
+                                 "location = /subjects/" CHANGES "-value/versions {\n"
+                                 "   if ($request_method != POST) { return 405; }\n"
+                                 "   return 200 '{\"id\":42}';\n  }\n"),
+                     0);
+    char url[64], err[256];
+    snprintf(url, sizeof(url), "http://127.0.0.1:%d", reg.port);
+    write_batch(f->store, 0);
+    segd_publisher_opts_t o;
+    segd_publisher_opts_default(&o);
+    o.brokers = segd_dev_broker_bootstraps(f->broker);
+    o.topic = CHANGES;
+    o.framing = SEGD_CHANGE_CONFLUENT;
+    o.registry_url = url;
+    segd_publisher_t *p = NULL;
+    assert_int_equal(segd_publisher_new(&p, f->store, &o, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_publisher_drain(p, 20000, err, sizeof(err)), SEGD_OK);
+    segd_publisher_destroy(p);
+    nginx_stop(&reg);
+    joined_t *j = calloc(1, sizeof(*j));
+    consume_framed(f, j, 42);
+    assert_int_equal(j->events, USERS);
+    assert_joined_equals_store(f->store, j);
+    joined_free(j);
+    free(j);
+    /* without a reachable registry nothing is published and the outbox stays */
+    write_batch(f->store, 1);
+    o.registry_url = "http://127.0.0.1:1";
+    assert_int_equal(segd_publisher_new(&p, f->store, &o, err, sizeof(err)), SEGD_OK);
+    size_t acked = 9;
+    assert_int_equal(segd_publisher_cycle(p, &acked, err, sizeof(err)), SEGD_ERR_HTTP);
+    assert_int_equal(acked, 0);
+    assert_int_equal(outbox_size(f->store), 1);
+    segd_publisher_destroy(p);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -382,6 +430,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_outage_keeps_outbox_then_resumes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crash_leftovers_republished, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retirement_is_a_control_event, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_confluent_framing_registers, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
