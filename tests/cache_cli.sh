@@ -37,7 +37,8 @@ brokers=$(sed -n 's/^bootstrap=//p' "$tmp/broker.out")
 
 "$segd" produce --brokers "$brokers" --topic events --users $users --now $now \
   > /dev/null 2> "$tmp/produce.log" || fail "produce"
-SEGD_STORE_HORIZON_S=$horizon "$segd" run --brokers "$brokers" --topic events --group g \
+SEGD_STORE_HORIZON_S=$horizon SEGD_SNAPSHOT_INTERVAL=1 SEGD_SNAPSHOT_TO="$tmp/periodic" \
+  SEGD_SNAPSHOT_BUCKETS=2 "$segd" run --brokers "$brokers" --topic events --group g \
   --db "$tmp/db" -X session.timeout.ms=6000 2> "$tmp/run.log" &
 run_pid=$!
 pids+=($run_pid)
@@ -106,6 +107,10 @@ wait_users 150 u0000000199
 compare "after tailing" || fail "cache != store after tailing"
 curl -sf "http://127.0.0.1:$port/healthz" | grep -q '"changes_applied":[1-9]' ||
   fail "healthz shows no applied changes"
+# segd run's own periodic snapshots (snapshot.interval / snapshot.to)
+"$segd" snapshot verify "$tmp/periodic" | grep -q "^valid: $users users" ||
+  fail "periodic snapshot: $("$segd" snapshot verify "$tmp/periodic")"
+grep -q "segd run: snapshot: $users users" "$tmp/run.log" || fail "run did not log its snapshots"
 kill -TERM $run_pid
 wait $run_pid || fail "segd run exit $?"
 echo "cache_cli: ok"
