@@ -241,7 +241,8 @@ static segd_err_t collect_refs(segd_publisher_t *p)
             p->refs[p->n_refs++] = (item_ref_t){&e->items[j], e};
         }
     }
-    qsort(p->refs, p->n_refs, sizeof(*p->refs), cmp_ref);
+    if (p->n_refs) /* a cycle of retirements only has none (and no array) */
+        qsort(p->refs, p->n_refs, sizeof(*p->refs), cmp_ref);
     return SEGD_OK;
 }
 

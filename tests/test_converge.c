@@ -216,19 +216,26 @@ static void progress(const fixture_t *f, uint64_t *consumed, size_t *outbox)
     segd_store_close(s);
 }
 
-/* Waits until everything produced is applied, optionally also published. */
-static void wait_applied(const fixture_t *f, int published)
+/* Waits until everything produced is applied and published; a segd run
+ * that dies on the way fails the test at once, with its log. */
+static void wait_applied(const fixture_t *f, pid_t run)
 {
     uint64_t consumed = 0;
     size_t outbox = SIZE_MAX;
-    for (int i = 0; i < 600; i++) {
+    int status, died = 0;
+    for (int i = 0; i < 600 && !died; i++) {
         progress(f, &consumed, &outbox);
-        if (consumed >= f->produced && (!published || outbox == 0))
+        if (consumed >= f->produced && outbox == 0)
             return;
+        died = waitpid(run, &status, WNOHANG) == run;
         usleep(100000);
     }
-    fail_msg("applied %llu of %llu, outbox %zu", (unsigned long long)consumed,
-             (unsigned long long)f->produced, outbox);
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "tail -20 %s >&2", f->log);
+    if (system(cmd) != 0)
+        fprintf(stderr, "no log\n");
+    fail_msg("%sapplied %llu of %llu, outbox %zu", died ? "segd run died; " : "",
+             (unsigned long long)consumed, (unsigned long long)f->produced, outbox);
 }
 
 /* ---------- the comparison ---------- */
@@ -351,7 +358,7 @@ static void test_cache_converges_to_store(void **state)
     fixture_t *f = *state;
     produce_events(f, 3000);
     pid_t run = spawn_run(f);
-    wait_applied(f, 1);
+    wait_applied(f, run);
     /* mid-stream: more events flow while the snapshot is taken */
     produce_events(f, 1500);
     export_snapshot(f);
@@ -360,13 +367,13 @@ static void test_cache_converges_to_store(void **state)
     stop_run(run, SIGKILL); /* between the snapshot and the end */
     produce_events(f, 1000);
     run = spawn_run(f);
-    wait_applied(f, 1);
+    wait_applied(f, run);
     stop_run(run, SIGTERM);
     retire(f, 7); /* published as a RETIRE event by the next run */
     retire(f, 8);
     run = spawn_run(f);
     produce_events(f, 1500);
-    wait_applied(f, 1);
+    wait_applied(f, run);
     stop_run(run, SIGTERM);
 
     static const int64_t offsets_s[] = {1, 3600, 2 * 86400, 5 * 86400};
