@@ -1,8 +1,11 @@
-/* `segd compact` (full manual compaction at --now) and `segd stats`. */
+/* `segd compact` (full manual compaction at --now) and `segd stats` (with
+ * the change stream's backlog: unpublished outbox entries). */
 #include <getopt.h>
 #include <inttypes.h>
+#include <sys/time.h>
 
 #include "cli.h"
+#include "publisher/outbox.h"
 
 static int parse_db_now(const char *cmd, int argc, char **argv, const char **db,
                         int64_t *now_s, int *json)
@@ -35,15 +38,41 @@ static int parse_db_now(const char *cmd, int argc, char **argv, const char **db,
     return 0;
 }
 
-static void print_stats(const segd_store_stats_t *st, int json)
+/* The change stream's backlog as the store holds it (DESIGN §5). */
+typedef struct outbox_figures {
+    uint64_t entries;
+    int64_t oldest_committed_ms; /* 0 = none */
+} outbox_figures_t;
+
+static int outbox_entry(void *ctx, uint64_t seq, const uint8_t *v, size_t n)
+{
+    outbox_figures_t *o = ctx;
+    (void)seq;
+    if (o->entries++ == 0) {
+        segd_outbox_entry_t e;
+        segd_outbox_entry_init(&e);
+        if (segd_outbox_decode(v, n, &e) == SEGD_OK)
+            o->oldest_committed_ms = e.committed_at_ms;
+        segd_outbox_entry_free(&e);
+    }
+    return 0;
+}
+
+static void print_stats(const segd_store_stats_t *st, const outbox_figures_t *ob, int json)
 {
     double bps = st->live_segments ? (double)st->sst_bytes / (double)st->live_segments : 0;
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    int64_t age = ob->oldest_committed_ms
+                      ? (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000 - ob->oldest_committed_ms
+                      : 0;
     if (json) {
         printf("{\"users\":%" PRIu64 ",\"records\":%" PRIu64 ",\"live_segments\":%" PRIu64
                ",\"stored_entries\":%" PRIu64 ",\"sst_bytes\":%" PRIu64
-               ",\"bytes_per_live_segment\":%.3f,\"corrupt_records\":%" PRIu64 "}\n",
+               ",\"bytes_per_live_segment\":%.3f,\"corrupt_records\":%" PRIu64
+               ",\"outbox_entries\":%" PRIu64 ",\"outbox_oldest_age_ms\":%" PRId64 "}\n",
                st->users, st->records, st->live_segments, st->stored_entries, st->sst_bytes,
-               bps, st->corrupt);
+               bps, st->corrupt, ob->entries, age);
         return;
     }
     printf("users                  %" PRIu64 "\n"
@@ -52,9 +81,10 @@ static void print_stats(const segd_store_stats_t *st, int json)
            "stored entries         %" PRIu64 "\n"
            "on-disk bytes (sst)    %" PRIu64 "\n"
            "bytes per live segment %.3f\n"
-           "corrupt records        %" PRIu64 "\n",
+           "corrupt records        %" PRIu64 "\n"
+           "unpublished outbox     %" PRIu64 " entries, oldest %.1f s\n",
            st->users, st->records, st->live_segments, st->stored_entries, st->sst_bytes, bps,
-           st->corrupt);
+           st->corrupt, ob->entries, (double)age / 1000.0);
 }
 
 int segd_cmd_compact(int argc, char **argv)
@@ -90,13 +120,15 @@ int segd_cmd_stats(int argc, char **argv)
     if (!s)
         return SEGD_EXIT_FAIL;
     segd_store_stats_t st;
+    outbox_figures_t ob = {0};
     char err[512];
     rc = SEGD_EXIT_OK;
-    if (segd_store_stats(s, &st, err, sizeof(err)) != SEGD_OK) {
+    if (segd_store_stats(s, &st, err, sizeof(err)) != SEGD_OK ||
+        segd_store_outbox_scan(s, 0, SIZE_MAX, outbox_entry, &ob, err, sizeof(err)) != SEGD_OK) {
         fprintf(stderr, "segd stats: %s\n", err);
         rc = SEGD_EXIT_FAIL;
     } else {
-        print_stats(&st, json);
+        print_stats(&st, &ob, json);
     }
     segd_store_close(s);
     return rc;
