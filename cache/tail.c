@@ -10,6 +10,8 @@
 #include <sys/time.h>
 #include <time.h>
 
+#include "consumer/kconf.h"
+
 #define BATCH 1000
 
 struct segd_tail {
@@ -37,15 +39,6 @@ static int64_t wall_ms(void)
     return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
 }
 
-static segd_err_t conf_set(rd_kafka_conf_t *c, const char *k, const char *v, char *errstr,
-                           size_t n)
-{
-    char e[256];
-    if (rd_kafka_conf_set(c, k, v, e, sizeof(e)) != RD_KAFKA_CONF_OK)
-        return segd_errf(SEGD_ERR_CONFIG, errstr, n, "tail %s: %s", k, e);
-    return SEGD_OK;
-}
-
 static segd_err_t make_consumer(segd_tail_t *t, char *errstr, size_t n)
 {
     const char *defaults[] = {"bootstrap.servers", t->o.brokers,
@@ -56,11 +49,9 @@ static segd_err_t make_consumer(segd_tail_t *t, char *errstr, size_t n)
                               "enable.partition.eof", "false",
                               NULL};
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    segd_err_t err = SEGD_OK;
-    for (size_t i = 0; !err && defaults[i]; i += 2)
-        err = conf_set(conf, defaults[i], defaults[i + 1], errstr, n);
-    for (size_t i = 0; !err && t->o.kafka_props && t->o.kafka_props[i]; i += 2)
-        err = conf_set(conf, t->o.kafka_props[i], t->o.kafka_props[i + 1], errstr, n);
+    segd_err_t err = segd_kconf_apply(conf, "cache tail", defaults, errstr, n);
+    if (!err)
+        err = segd_kconf_apply(conf, "cache tail", t->o.kafka_props, errstr, n);
     if (err) {
         rd_kafka_conf_destroy(conf);
         return err;

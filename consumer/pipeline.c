@@ -12,6 +12,7 @@
 #include <time.h>
 
 #include "apply.h"
+#include "kconf.h"
 #include "publisher/publisher.h"
 #include "registry.h"
 
@@ -433,40 +434,19 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 
 /* ---------- construction ---------- */
 
-static segd_err_t conf_set(rd_kafka_conf_t *conf, const char *k, const char *v,
-                           char *errstr, size_t n)
-{
-    char err[512];
-    if (rd_kafka_conf_set(conf, k, v, err, sizeof(err)) != RD_KAFKA_CONF_OK)
-        return segd_errf(SEGD_ERR_CONFIG, errstr, n, "kafka.%s: %s", k, err);
-    return SEGD_OK;
-}
-
-static segd_err_t base_conf(const segd_config_t *cfg, rd_kafka_conf_t *conf,
-                            const char *const *defaults, char *errstr, size_t n)
-{
-    segd_err_t err = conf_set(conf, "bootstrap.servers", cfg->brokers, errstr, n);
-    for (size_t i = 0; !err && defaults[i]; i += 2)
-        err = conf_set(conf, defaults[i], defaults[i + 1], errstr, n);
-    for (size_t i = 0; !err && i < cfg->n_kafka; i++)
-        err = conf_set(conf, cfg->kafka[i].key, cfg->kafka[i].value, errstr, n);
-    return err;
-}
-
 static segd_err_t make_consumer(segd_pipeline_t *p, char *errstr, size_t n)
 {
     const segd_config_t *cfg = p->cfg;
-    static const char *const defaults[] = {
-        "enable.auto.commit", "false", "enable.auto.offset.store", "false",
-        "partition.assignment.strategy", "cooperative-sticky", "enable.partition.eof",
-        "false", NULL};
+    const char *const defaults[] = {
+        "bootstrap.servers", cfg->brokers, "enable.auto.commit", "false",
+        "enable.auto.offset.store", "false", "partition.assignment.strategy",
+        "cooperative-sticky", "enable.partition.eof", "false", "group.id", cfg->group,
+        "auto.offset.reset", cfg->offset_reset, NULL};
     char errbuf[512];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    segd_err_t err = base_conf(cfg, conf, defaults, errstr, n);
-    if (!err)
-        err = conf_set(conf, "group.id", cfg->group, errstr, n);
-    if (!err)
-        err = conf_set(conf, "auto.offset.reset", cfg->offset_reset, errstr, n);
+    segd_err_t err = segd_kconf_apply(conf, "consumer", defaults, errstr, n);
+    for (size_t i = 0; !err && i < cfg->n_kafka; i++) /* the operator's settings win */
+        err = segd_kconf_set(conf, "consumer", cfg->kafka[i].key, cfg->kafka[i].value, errstr, n);
     if (err) {
         rd_kafka_conf_destroy(conf);
         return err;
@@ -491,14 +471,12 @@ static segd_err_t make_consumer(segd_pipeline_t *p, char *errstr, size_t n)
 
 static segd_err_t make_producer(segd_pipeline_t *p, char *errstr, size_t n)
 {
-    static const char *const defaults[] = {"enable.idempotence", "true", "linger.ms", "5",
-                                           "compression.codec", "lz4", NULL};
+    const char *const defaults[] = {"bootstrap.servers", p->cfg->brokers, "enable.idempotence",
+                                    "true", "linger.ms", "5", "compression.codec", "lz4", NULL};
     char errbuf[512];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     /* consumer-only kafka.* settings would make the producer warn: use only ours */
-    segd_err_t err = conf_set(conf, "bootstrap.servers", p->cfg->brokers, errstr, n);
-    for (size_t i = 0; !err && defaults[i]; i += 2)
-        err = conf_set(conf, defaults[i], defaults[i + 1], errstr, n);
+    segd_err_t err = segd_kconf_apply(conf, "dead-letter producer", defaults, errstr, n);
     if (err) {
         rd_kafka_conf_destroy(conf);
         return err;

@@ -13,6 +13,7 @@
 #include <sys/time.h>
 #include <time.h>
 
+#include "consumer/kconf.h"
 #include "consumer/registry.h"
 #include "outbox.h"
 
@@ -103,15 +104,6 @@ static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
         a->next[m->partition] = m->offset + 1;
 }
 
-static segd_err_t conf_set(rd_kafka_conf_t *c, const char *k, const char *v, char *errstr,
-                           size_t n)
-{
-    char e[256];
-    if (rd_kafka_conf_set(c, k, v, e, sizeof(e)) != RD_KAFKA_CONF_OK)
-        return segd_errf(SEGD_ERR_CONFIG, errstr, n, "changes producer %s: %s", k, e);
-    return SEGD_OK;
-}
-
 static segd_err_t make_producer(segd_publisher_t *p, char *errstr, size_t n)
 {
     const char *defaults[] = {"bootstrap.servers", p->o.brokers,
@@ -121,11 +113,9 @@ static segd_err_t make_producer(segd_publisher_t *p, char *errstr, size_t n)
                               "message.timeout.ms", "0", /* retry until acked or stopped */
                               NULL};
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    segd_err_t err = SEGD_OK;
-    for (size_t i = 0; !err && defaults[i]; i += 2)
-        err = conf_set(conf, defaults[i], defaults[i + 1], errstr, n);
-    for (size_t i = 0; !err && p->o.kafka_props && p->o.kafka_props[i]; i += 2)
-        err = conf_set(conf, p->o.kafka_props[i], p->o.kafka_props[i + 1], errstr, n);
+    segd_err_t err = segd_kconf_apply(conf, "changes producer", defaults, errstr, n);
+    if (!err)
+        err = segd_kconf_apply(conf, "changes producer", p->o.kafka_props, errstr, n);
     if (err) {
         rd_kafka_conf_destroy(conf);
         return err;
