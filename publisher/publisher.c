@@ -78,6 +78,7 @@ void segd_publisher_opts_default(segd_publisher_opts_t *o)
     o->max_entries = 64;
     o->retry_max_ms = 5000;
     o->ack_timeout_ms = 30000;
+    o->max_delta_entries = 32768; /* ~16 B each: well under 1 MB messages */
 }
 
 static int64_t wall_ms(void)
@@ -315,28 +316,46 @@ static segd_err_t build_retire(segd_publisher_t *p)
 }
 
 /* Produces p->change; waits on a full queue by serving delivery reports. */
-static segd_err_t produce_change(segd_publisher_t *p, uint64_t *segments, char *errstr,
-                                 size_t n)
+static segd_err_t produce_one(segd_publisher_t *p, const segd_change_t *c, char *errstr,
+                              size_t n)
 {
     p->msg.len = 0;
     segd_err_t err = segd_change_frame(p->o.framing, p->schema_id, &p->msg);
     if (!err)
-        err = segd_change_encode(&p->change, &p->msg);
+        err = segd_change_encode(c, &p->msg);
     if (err)
         return segd_errf(err, errstr, n, "encode change event: %s", segd_err_str(err));
-    const segd_change_t *c = &p->change;
     for (;;) {
         if (rd_kafka_produce(p->rkt, RD_KAFKA_PARTITION_UA, RD_KAFKA_MSG_F_COPY, p->msg.data,
-                             p->msg.len, c->user_id_len ? c->user_id : NULL, c->user_id_len,
-                             NULL) == 0)
-            break;
+                             p->msg.len, c->user_id_len ? (void *)c->user_id : NULL,
+                             c->user_id_len, NULL) == 0)
+            return SEGD_OK;
         rd_kafka_resp_err_t kerr = rd_kafka_last_error();
         if (kerr != RD_KAFKA_RESP_ERR__QUEUE_FULL)
             return segd_errf(SEGD_ERR_KAFKA, errstr, n, "produce: %s", rd_kafka_err2str(kerr));
         rd_kafka_poll(p->rk, 100);
     }
+}
+
+/* Produces p->change, split into events of at most max_delta_entries
+ * entries: a message over the broker's size limit would be refused forever
+ * and stop the stream, while parts of a delta join to the same state. */
+static segd_err_t produce_change(segd_publisher_t *p, uint64_t *events, uint64_t *segments,
+                                 char *errstr, size_t n)
+{
+    const segd_change_t *c = &p->change;
+    size_t max = p->o.max_delta_entries, off = 0;
+    segd_err_t err = SEGD_OK;
+    do {
+        segd_change_t part = *c; /* shallow: a window on the entries */
+        part.profile.entries = c->profile.entries + off;
+        part.profile.n = c->profile.n - off < max ? c->profile.n - off : max;
+        err = produce_one(p, &part, errstr, n);
+        off += part.profile.n;
+        (*events)++;
+    } while (!err && off < c->profile.n);
     *segments += c->profile.n;
-    return SEGD_OK;
+    return err;
 }
 
 static segd_err_t produce_cycle(segd_publisher_t *p, uint64_t *events, uint64_t *segments,
@@ -349,8 +368,7 @@ static segd_err_t produce_cycle(segd_publisher_t *p, uint64_t *events, uint64_t 
             j++;
         err = build_delta(p, i, j);
         if (!err)
-            err = produce_change(p, segments, errstr, n);
-        (*events)++;
+            err = produce_change(p, events, segments, errstr, n);
         i = j;
     }
     int retirements = 0;
@@ -359,8 +377,7 @@ static segd_err_t produce_cycle(segd_publisher_t *p, uint64_t *events, uint64_t 
     if (!err && retirements) {
         err = build_retire(p);
         if (!err)
-            err = produce_change(p, segments, errstr, n);
-        (*events)++;
+            err = produce_change(p, events, segments, errstr, n);
     }
     return err;
 }
@@ -669,6 +686,8 @@ segd_err_t segd_publisher_new(segd_publisher_t **out, segd_store_t *store,
     p->o = *o;
     if (!p->o.max_entries)
         p->o.max_entries = 64;
+    if (!p->o.max_delta_entries)
+        p->o.max_delta_entries = 32768;
     p->store = store;
     p->schema_id = -1;
     pthread_mutex_init(&p->mu, NULL);

@@ -83,7 +83,8 @@ static segd_publisher_t *new_publisher(const fixture_t *f, segd_store_t *s)
     segd_publisher_opts_default(&o);
     o.brokers = segd_dev_broker_bootstraps(f->broker);
     o.topic = CHANGES;
-    o.max_entries = 3; /* several cycles per test */
+    o.max_entries = 3;       /* several cycles per test */
+    o.max_delta_entries = 4; /* users with more changed segments go out in parts */
     o.ack_timeout_ms = 2000;
     static const char *const props[] = {"message.timeout.ms", "1500", NULL};
     o.kafka_props = props;
@@ -290,14 +291,15 @@ static void test_deltas_join_to_the_store(void **state)
     assert_int_equal(outbox_size(f->store), 0);
     assert_int_equal(st.entries, 5);
     assert_int_equal(st.depth, 0);
-    /* max_entries 3: two cycles, each one event per changed user */
+    /* max_entries 3: two cycles; per changed user one delta, in parts of at
+     * most 4 entries (9 or 6 changed segments: 3 or 2 parts) */
     assert_int_equal(st.cycles, 2);
-    assert_int_equal(st.events, 2 * USERS);
+    assert_true(st.events > 2 * USERS);
     assert_true(st.latency_max_ms > 0);
     segd_publisher_destroy(p);
     joined_t *j = calloc(1, sizeof(*j));
     consume_all(f, j);
-    assert_int_equal(j->events, 2 * USERS);
+    assert_int_equal(j->events, st.events);
     assert_true(j->sources_seen >= 2 * USERS);
     assert_joined_equals_store(f->store, j);
     /* every delivered delta lies below the recorded positions */
@@ -378,7 +380,7 @@ static void test_retirement_is_a_control_event(void **state)
     consume_all(f, j);
     assert_int_equal(j->retire_events, 1);
     assert_int_equal(j->max_retired_seg, 42);
-    assert_int_equal(j->events, USERS + 1);
+    assert_int_equal(j->events, USERS + 1); /* 3 entries per user: one part each */
     joined_free(j);
     free(j);
 }
