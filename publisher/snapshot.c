@@ -9,6 +9,8 @@
 #include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
+#include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,6 +31,7 @@ void segd_snapshot_opts_default(segd_snapshot_opts_t *o)
     o->buckets = SEGD_DEFAULT_BUCKETS;
     o->codec = SEGD_OCF_DEFLATE;
     o->level = 1;
+    o->threads = 2;
     o->changes_topic = "segments.changes";
     segd_dest_opts_default(&o->dest);
 }
@@ -283,11 +286,20 @@ typedef struct exporter {
     int in_place;           /* dir is the destination itself */
     segd_ocf_writer_t **w;  /* one per bucket */
     uint64_t *segments;     /* per bucket */
+    double last_progress;
+    _Atomic uint64_t records, entries;
+} exporter_t;
+
+/* One scanning thread: it writes the buckets b with b % lanes == lane. Every
+ * lane reads the whole view (a scan costs ~1/12 of the encoding and
+ * compression it feeds), so the buckets need no locks. */
+typedef struct lane {
+    exporter_t *x;
+    segd_store_view_t *v;
+    uint32_t lane, lanes;
     segd_err_t err;
     char errmsg[512];
-    double last_progress;
-    uint64_t records, entries;
-} exporter_t;
+} lane_t;
 
 static void bucket_name(char *out, size_t cap, uint32_t b)
 {
@@ -316,30 +328,76 @@ static void progress(exporter_t *x, int final)
     if (!final && t - x->last_progress < 0.5)
         return;
     x->last_progress = t;
-    fprintf(stderr, "\rsnapshot: %" PRIu64 " users, %" PRIu64 " entries%s", x->records,
-            x->entries, final ? "\n" : "");
+    fprintf(stderr, "\rsnapshot: %" PRIu64 " users, %" PRIu64 " entries%s",
+            (uint64_t)atomic_load(&x->records), (uint64_t)atomic_load(&x->entries),
+            final ? "\n" : "");
 }
 
 static int export_record(void *ctx, const char *user, size_t user_len,
                          const segd_profile_t *p)
 {
-    exporter_t *x = ctx;
+    lane_t *l = ctx;
+    exporter_t *x = l->x;
     uint32_t b = segd_bucket_of(user, user_len, x->o->buckets);
+    if (b % l->lanes != l->lane)
+        return 0;
     segd_err_t err = segd_snaprec_encode(user, user_len, p, segd_ocf_writer_buf(x->w[b]));
     if (!err)
-        err = segd_ocf_writer_commit(x->w[b], x->errmsg, sizeof(x->errmsg));
+        err = segd_ocf_writer_commit(x->w[b], l->errmsg, sizeof(l->errmsg));
     if (err) {
-        x->err = err;
+        l->err = err;
         if (err == SEGD_ERR_NOMEM)
-            snprintf(x->errmsg, sizeof(x->errmsg), "out of memory");
+            snprintf(l->errmsg, sizeof(l->errmsg), "out of memory");
         return 1;
     }
     x->segments[b] += p->n;
-    x->records++;
-    x->entries += p->n;
-    if ((x->records & 1023) == 0)
+    uint64_t r = atomic_fetch_add(&x->records, 1) + 1;
+    atomic_fetch_add(&x->entries, p->n);
+    if (l->lane == 0 && (r & 1023) == 0)
         progress(x, 0);
     return 0;
+}
+
+static void *lane_main(void *arg)
+{
+    lane_t *l = arg;
+    segd_err_t err = segd_store_view_scan(l->v, export_record, l, l->errmsg, sizeof(l->errmsg));
+    if (err && !l->err)
+        l->err = err;
+    return NULL;
+}
+
+/* Runs the lanes (the first on this thread) and reports the first error. */
+static segd_err_t scan_lanes(exporter_t *x, segd_store_view_t *v, char *errstr, size_t n)
+{
+    uint32_t lanes = x->o->threads ? x->o->threads : 1;
+    if (lanes > x->o->buckets)
+        lanes = x->o->buckets;
+    lane_t *l = calloc(lanes, sizeof(*l));
+    pthread_t *t = calloc(lanes, sizeof(*t));
+    if (!l || !t) {
+        free(l);
+        free(t);
+        return segd_errf(SEGD_ERR_NOMEM, errstr, n, "out of memory");
+    }
+    uint32_t started = 1;
+    for (uint32_t i = 0; i < lanes; i++)
+        l[i] = (lane_t){.x = x, .v = v, .lane = i, .lanes = lanes};
+    for (; started < lanes; started++)
+        if (pthread_create(&t[started], NULL, lane_main, &l[started]))
+            break;
+    lane_main(&l[0]);
+    for (uint32_t i = started; i < lanes; i++) /* lanes no thread could be made for */
+        lane_main(&l[i]);
+    for (uint32_t i = 1; i < started; i++)
+        pthread_join(t[i], NULL);
+    segd_err_t err = SEGD_OK;
+    for (uint32_t i = 0; i < lanes && !err; i++)
+        if (l[i].err)
+            err = segd_errf(l[i].err, errstr, n, "%s", l[i].errmsg);
+    free(l);
+    free(t);
+    return err;
 }
 
 static segd_err_t open_writers(exporter_t *x, char *errstr, size_t n)
@@ -429,16 +487,14 @@ static segd_err_t write_snapshot(exporter_t *x, segd_store_t *s, segd_store_view
     segd_manifest_t *m = x->m;
     segd_err_t err = open_writers(x, errstr, n);
     if (!err)
-        err = segd_store_view_scan(v, export_record, x, errstr, n);
-    if (!err && x->err)
-        err = segd_errf(x->err, errstr, n, "%s", x->errmsg);
+        err = scan_lanes(x, v, errstr, n);
     if (!err) /* on failure the caller aborts the writers */
         err = close_writers(x, errstr, n);
     progress(x, 1);
     if (err)
         return err;
-    m->records = x->records;
-    m->segments = x->entries;
+    m->records = atomic_load(&x->records);
+    m->segments = atomic_load(&x->entries);
     m->horizon_ms = segd_policy_horizon_ms(segd_store_policy(s));
     err = publish_buckets(x, d, errstr, n);
     if (err)

@@ -67,6 +67,7 @@ typedef struct segd_snapshot_opts {
     const char *changes_topic; /* whose recorded positions go to the manifest */
     const char *tmp_dir;       /* staging for remote destinations; default $TMPDIR or /tmp */
     int progress;              /* print a progress line to stderr */
+    uint32_t threads;          /* scanning + compressing threads, default 2 */
     segd_dest_opts_t dest;     /* retries, CA */
 } segd_snapshot_opts_t;
 
