@@ -135,15 +135,14 @@ static int load(const cache_args_t *a, cache_state_t *cs)
 {
     char err[512] = "";
     double t0 = segd_cli_seconds();
-    if (segd_snapshot_manifest(a->snapshot, NULL, &cs->manifest, err, sizeof(err)))
+    if (segd_snapshot_read(a->snapshot, NULL, &cs->manifest, load_cb, cs->edge, err,
+                           sizeof(err)))
         goto fail;
+    /* markers after the records: lookups honour them whenever they arrive */
     for (size_t i = 0; i < cs->manifest.n_retirements; i++)
         if (segd_edge_retire(cs->edge, cs->manifest.retirements[i].segment_id,
                              cs->manifest.retirements[i].retired_before_ms))
             goto fail;
-    if (segd_snapshot_load(a->snapshot, NULL, &cs->manifest, load_cb, cs->edge, err,
-                           sizeof(err)))
-        goto fail;
     cs->load_s = segd_cli_seconds() - t0;
     fprintf(stderr, "segd cache: loaded %" PRIu64 " users, %" PRIu64 " entries in %.2f s\n",
             cs->manifest.records, cs->manifest.segments, cs->load_s);

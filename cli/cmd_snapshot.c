@@ -125,9 +125,7 @@ static int verify_cmd(int argc, char **argv)
     char err[512] = "";
     segd_dest_opts_t d;
     segd_dest_opts_default(&d);
-    segd_err_t e = segd_snapshot_manifest(argv[1], &d, &m, err, sizeof(err));
-    if (!e)
-        e = segd_snapshot_load(argv[1], &d, &m, NULL, NULL, err, sizeof(err));
+    segd_err_t e = segd_snapshot_read(argv[1], &d, &m, NULL, NULL, err, sizeof(err));
     if (e) {
         printf("invalid: %s\n", err);
         if (!err[0] || e != SEGD_ERR_CORRUPT)

@@ -288,6 +288,8 @@ typedef struct exporter {
     uint64_t *segments;     /* per bucket */
     double last_progress;
     _Atomic uint64_t records, entries;
+    int64_t gen;            /* in every bucket file name: snapshots never share files */
+    uint32_t published;     /* bucket files already at the destination */
 } exporter_t;
 
 /* One scanning thread: it writes the buckets b with b % lanes == lane. Every
@@ -301,15 +303,15 @@ typedef struct lane {
     char errmsg[512];
 } lane_t;
 
-static void bucket_name(char *out, size_t cap, uint32_t b)
+static void bucket_name(char *out, size_t cap, uint32_t b, int64_t gen)
 {
-    snprintf(out, cap, "bucket-%05u.avro", b);
+    snprintf(out, cap, "bucket-%05u-%" PRId64 ".avro", b, gen);
 }
 
 static void staged_path(const exporter_t *x, uint32_t b, char *out, size_t cap)
 {
     char name[64];
-    bucket_name(name, sizeof(name), b);
+    bucket_name(name, sizeof(name), b, x->gen);
     snprintf(out, cap, "%s/%s%s", x->dir, name, x->in_place ? ".partial" : "");
 }
 
@@ -425,7 +427,7 @@ static segd_err_t close_writers(exporter_t *x, char *errstr, size_t n)
             first = err;
         if (err)
             continue;
-        bucket_name(f->name, sizeof(f->name), b);
+        bucket_name(f->name, sizeof(f->name), b, x->gen);
         f->bucket = b;
         f->records = info.records;
         f->segments = x->segments[b];
@@ -457,13 +459,42 @@ static segd_err_t publish_buckets(exporter_t *x, segd_dest_t *d, char *errstr, s
             segd_err_t err = segd_dest_put_file(d, x->m->files[b].name, path, errstr, n);
             if (err)
                 return err;
-            continue;
+        } else {
+            snprintf(final, sizeof(final), "%s/%s", x->dir, x->m->files[b].name);
+            if (rename(path, final))
+                return segd_errf(SEGD_ERR_IO, errstr, n, "rename %s: %s", path,
+                                 strerror(errno));
         }
-        snprintf(final, sizeof(final), "%s/%s", x->dir, x->m->files[b].name);
-        if (rename(path, final))
-            return segd_errf(SEGD_ERR_IO, errstr, n, "rename %s: %s", path, strerror(errno));
+        x->published = b + 1;
     }
     return SEGD_OK;
+}
+
+/* Best effort: files no manifest will reference (a failed export's, or the
+ * previous snapshot's once the new manifest is in place). A reader still
+ * loading the previous snapshot then finds a file missing and starts over
+ * from the new manifest. */
+static void delete_files(segd_dest_t *d, const segd_snapshot_file_t *f, size_t nf,
+                         const segd_manifest_t *keep)
+{
+    char err[256];
+    for (size_t i = 0; i < nf; i++) {
+        int kept = 0;
+        for (size_t k = 0; keep && k < keep->n_files && !kept; k++)
+            kept = !strcmp(keep->files[k].name, f[i].name);
+        if (!kept && segd_dest_delete(d, f[i].name, err, sizeof(err)))
+            fprintf(stderr, "segd: snapshot: could not delete %s: %s\n", f[i].name, err);
+    }
+}
+
+static void read_old_manifest(segd_dest_t *d, segd_manifest_t *old)
+{
+    segd_buf_t buf = {0};
+    char err[256];
+    if (segd_dest_get_mem(d, SEGD_MANIFEST_NAME, &buf, err, sizeof(err)) == SEGD_OK &&
+        manifest_parse((const char *)buf.data, buf.len, old, err, sizeof(err)) != SEGD_OK)
+        segd_manifest_free(old); /* not ours to clean up */
+    segd_buf_free(&buf);
 }
 
 static segd_err_t prepare_dir(exporter_t *x, const char *dest_url, char *errstr, size_t n)
@@ -524,14 +555,18 @@ segd_err_t segd_snapshot_export(segd_store_t *s, const char *dest_url,
     m->files = calloc(o->buckets, sizeof(*m->files));
     m->buckets = o->buckets;
     m->created_at_ms = wall_ms();
+    x.gen = m->created_at_ms;
     m->now_ms = segd_policy_now_ms(segd_store_policy(s));
     m->changes_topic = o->changes_topic ? strdup(o->changes_topic) : NULL;
     segd_err_t err = !x.w || !x.segments || !m->files ? SEGD_ERR_NOMEM : SEGD_OK;
     if (!err)
         err = segd_dest_open(&d, dest_url, &o->dest, errstr, n);
-    /* no reader may pair the old manifest with new bucket files */
+    /* the old manifest stays valid (its files are untouched) until the new
+     * one replaces it; its files go afterwards */
+    segd_manifest_t old;
+    segd_manifest_init(&old);
     if (!err)
-        err = segd_dest_delete(d, SEGD_MANIFEST_NAME, errstr, n);
+        read_old_manifest(d, &old);
     if (!err)
         err = prepare_dir(&x, dest_url, errstr, n);
     if (!err)
@@ -540,6 +575,11 @@ segd_err_t segd_snapshot_export(segd_store_t *s, const char *dest_url,
         err = collect_meta(v, m, errstr, n);
     if (!err)
         err = write_snapshot(&x, s, v, d, errstr, n);
+    if (!err)
+        delete_files(d, old.files, old.n_files, m);
+    else if (d && x.published)
+        delete_files(d, m->files, x.published, NULL);
+    segd_manifest_free(&old);
     for (uint32_t b = 0; x.w && b < o->buckets; b++)
         segd_ocf_writer_abort(x.w[b]);
     if (x.dir[0] && (err || !x.in_place))
@@ -675,5 +715,32 @@ segd_err_t segd_snapshot_load(const char *src_url, const segd_dest_opts_t *dopts
     segd_profile_free(&l.p);
     segd_buf_free(&buf);
     segd_dest_close(d);
+    return err;
+}
+
+segd_err_t segd_snapshot_read(const char *src_url, const segd_dest_opts_t *dopts,
+                              segd_manifest_t *m, segd_snapshot_cb cb, void *ctx,
+                              char *errstr, size_t n)
+{
+    segd_err_t err = SEGD_OK;
+    for (int attempt = 0; attempt < 3; attempt++) {
+        err = segd_snapshot_manifest(src_url, dopts, m, errstr, n);
+        if (err)
+            return err;
+        err = segd_snapshot_load(src_url, dopts, m, cb, ctx, errstr, n);
+        if (err != SEGD_ERR_CORRUPT)
+            return err;
+        /* replaced while we read it? then the new one is whole: read that */
+        segd_manifest_t now;
+        char ignored[256];
+        int replaced = segd_snapshot_manifest(src_url, dopts, &now, ignored,
+                                              sizeof(ignored)) == SEGD_OK &&
+                       now.created_at_ms != m->created_at_ms;
+        if (replaced)
+            segd_manifest_free(&now);
+        if (!replaced)
+            return err;
+        segd_manifest_free(m);
+    }
     return err;
 }

@@ -10,7 +10,7 @@
  *    "bucket_hash": "xxh64(user_id, seed 0) & (buckets - 1)",
  *    "codec": "deflate" | "zstandard", "schema_fingerprint": "<hex CRC-64-AVRO>",
  *    "records": N, "segments": M,
- *    "files": [{"bucket": 0, "name": "bucket-00000.avro", "records": n,
+ *    "files": [{"bucket": 0, "name": "bucket-00000-<created_at_ms>.avro", "records": n,
  *               "segments": m, "bytes": b, "sha256": "<hex>"}, ...],
  *    "input_offsets": [{"topic": t, "partition": p, "next_offset": o}, ...],
  *    "retirements": [{"segment_id": s, "retired_before_ms": ms}, ...],
@@ -75,9 +75,12 @@ void segd_snapshot_opts_default(segd_snapshot_opts_t *o);
 void segd_manifest_init(segd_manifest_t *m);
 void segd_manifest_free(segd_manifest_t *m);
 
-/* Exports the store at its policy's now. Deletes DEST's old manifest first,
- * writes the bucket files, and the new manifest last: a failure at any point
- * leaves no manifest, so no reader sees half a snapshot. m may be NULL. */
+/* Exports the store at its policy's now: bucket files under names of their
+ * own (bucket-BBBBB-<created_at_ms>.avro), then manifest.json, replacing the
+ * previous one in one step, then the previous snapshot's files are deleted.
+ * Readers always find a whole snapshot: the previous one until the new
+ * manifest lands. A failure leaves the previous manifest (or none) and
+ * deletes the files it wrote. m may be NULL. */
 segd_err_t segd_snapshot_export(segd_store_t *s, const char *dest_url,
                                 const segd_snapshot_opts_t *o, segd_manifest_t *m,
                                 char *errstr, size_t errstr_size);
@@ -95,6 +98,13 @@ typedef int (*segd_snapshot_cb)(void *ctx, uint32_t bucket, const char *user,
                                 size_t user_len, const segd_profile_t *p);
 segd_err_t segd_snapshot_load(const char *src_url, const segd_dest_opts_t *dopts,
                               const segd_manifest_t *m, segd_snapshot_cb cb, void *ctx,
+                              char *errstr, size_t errstr_size);
+
+/* segd_snapshot_manifest + segd_snapshot_load, starting over (up to 3
+ * times) when a file went missing or changed because a newer snapshot
+ * replaced the one being read. m receives the manifest that loaded. */
+segd_err_t segd_snapshot_read(const char *src_url, const segd_dest_opts_t *dopts,
+                              segd_manifest_t *m, segd_snapshot_cb cb, void *ctx,
                               char *errstr, size_t errstr_size);
 
 #endif

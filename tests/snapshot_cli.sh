@@ -3,8 +3,10 @@
 # every bucket back with an independent Avro reader (Debian's python3-avro)
 # and compare each user's live segments with `segd get --json`; a damaged
 # bucket fails verify; upload to a real nginx (WebDAV PUT) on loopback and
-# verify over HTTP; a server that keeps failing one PUT is retried and leaves
-# no manifest behind.
+# verify over HTTP; a second export replaces the first without a moment
+# without a manifest and removes the first one's files; a server that keeps
+# failing one PUT is retried, leaves no manifest and no files behind, and an
+# older snapshot at the same place stays valid.
 # usage: snapshot_cli.sh SEGD_BIN SOURCE_DIR
 set -euo pipefail
 segd=$1
@@ -98,9 +100,10 @@ PY
 
 # a damaged bucket is detected
 cp -r "$tmp/snap" "$tmp/bad"
-printf 'X' | dd of="$tmp/bad/bucket-00003.avro" bs=1 seek=200 conv=notrunc status=none
+b3=$(basename "$(ls "$tmp/bad"/bucket-00003-*.avro)")
+printf 'X' | dd of="$tmp/bad/$b3" bs=1 seek=200 conv=notrunc status=none
 if "$segd" snapshot verify "$tmp/bad" > "$tmp/out"; then fail "damaged snapshot verified"; fi
-grep -q "bucket-00003.avro" "$tmp/out" || fail "verify names the file: $(cat "$tmp/out")"
+grep -q "$b3" "$tmp/out" || fail "verify names the file: $(cat "$tmp/out")"
 
 # nginx with WebDAV PUT on loopback; one path always fails with 503
 port=$(/usr/bin/python3 -c "import socket;s=socket.socket();s.bind(('127.0.0.1',0));print(s.getsockname()[1])")
@@ -119,7 +122,10 @@ http {
   server {
     listen 127.0.0.1:$port;
     root $tmp/nginx/www;
-    location /failing/bucket-00003.avro { return 503; }
+    location ~ ^/failing/(empty/)?bucket-00003- {
+      if (\$request_method = PUT) { return 503; }
+      dav_methods PUT DELETE;
+    }
     location / { dav_methods PUT DELETE; create_full_put_path on; }
   }
 }
@@ -132,22 +138,42 @@ for _ in $(seq 50); do
 done
 "$segd" snapshot export --db "$tmp/db" --to "http://127.0.0.1:$port/snaps/a" --buckets 8 \
   --now $now > "$tmp/out" || fail "upload: $(cat "$tmp/out")"
-[ -s "$tmp/nginx/www/snaps/a/bucket-00005.avro" ] || fail "bucket not uploaded"
+ls "$tmp/nginx/www/snaps/a"/bucket-00005-*.avro >/dev/null 2>&1 || fail "bucket not uploaded"
 [ -s "$tmp/nginx/www/snaps/a/manifest.json" ] || fail "manifest not uploaded"
 "$segd" snapshot verify "http://127.0.0.1:$port/snaps/a" | grep -q "^valid: 301 users" ||
   fail "verify over http"
-# a second export over the first replaces it (old manifest deleted first)
+# a second export replaces the first: a reader polling meanwhile always finds
+# a whole snapshot, and the first one's files are gone afterwards
+first=$(ls "$tmp/nginx/www/snaps/a"/bucket-*.avro | sort | head -1)
+( for _ in $(seq 40); do
+    "$segd" snapshot verify "http://127.0.0.1:$port/snaps/a" >/dev/null || echo gap
+    sleep 0.05
+  done ) > "$tmp/poll" &
+poller=$!
 "$segd" snapshot export --db "$tmp/db" --to "http://127.0.0.1:$port/snaps/a" --buckets 8 \
   --now $now >/dev/null || fail "second upload"
+wait $poller
+[ -s "$tmp/poll" ] && fail "a reader found no whole snapshot during the second export"
 "$segd" snapshot verify "http://127.0.0.1:$port/snaps/a" >/dev/null || fail "second verify"
+[ -e "$first" ] && fail "the first snapshot's files were not removed"
+[ "$(ls "$tmp/nginx/www/snaps/a"/bucket-*.avro | wc -l)" = 8 ] || fail "stale bucket files"
+
+# a failing export over a valid snapshot leaves that snapshot valid
+cp -r "$tmp/nginx/www/snaps/a" "$tmp/nginx/www/failing"
 
 if "$segd" snapshot export --db "$tmp/db" --to "http://127.0.0.1:$port/failing" --buckets 8 \
   --now $now > "$tmp/out" 2> "$tmp/err"; then fail "export to a failing server succeeded"; fi
-[ -e "$tmp/nginx/www/failing/manifest.json" ] && fail "a failed upload left a manifest"
+"$segd" snapshot verify "http://127.0.0.1:$port/failing" | grep -q "^valid: 301 users" ||
+  fail "a failed upload broke the snapshot that was there"
+[ "$(ls "$tmp/nginx/www/failing"/bucket-*.avro | wc -l)" = 8 ] || fail "a failed upload left files"
 grep -q "503" "$tmp/err" || fail "error names the status: $(cat "$tmp/err")"
-attempts=$(grep -c "PUT /failing/bucket-00003.avro" "$tmp/nginx/access.log" || true)
+attempts=$(grep -c "PUT /failing/bucket-00003-" "$tmp/nginx/access.log" || true)
 [ "$attempts" = 6 ] || fail "expected 1 try + 5 retries, saw $attempts"
-if "$segd" snapshot verify "http://127.0.0.1:$port/failing" > "$tmp/out"; then
+# and into an empty place: no manifest at all
+if "$segd" snapshot export --db "$tmp/db" --to "http://127.0.0.1:$port/failing/empty" \
+  --buckets 8 --now $now > /dev/null 2>&1; then fail "export to a failing server succeeded"; fi
+[ -e "$tmp/nginx/www/failing/empty/manifest.json" ] && fail "a failed upload left a manifest"
+if "$segd" snapshot verify "http://127.0.0.1:$port/failing/empty" > "$tmp/out"; then
   fail "verify of a half upload succeeded"
 fi
 echo "snapshot_cli: ok"
