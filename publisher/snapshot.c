@@ -733,11 +733,11 @@ segd_err_t segd_snapshot_read(const char *src_url, const segd_dest_opts_t *dopts
         /* replaced while we read it? then the new one is whole: read that */
         segd_manifest_t now;
         char ignored[256];
-        int replaced = segd_snapshot_manifest(src_url, dopts, &now, ignored,
-                                              sizeof(ignored)) == SEGD_OK &&
-                       now.created_at_ms != m->created_at_ms;
-        if (replaced)
+        int replaced = 0;
+        if (segd_snapshot_manifest(src_url, dopts, &now, ignored, sizeof(ignored)) == SEGD_OK) {
+            replaced = now.created_at_ms != m->created_at_ms;
             segd_manifest_free(&now);
+        }
         if (!replaced)
             return err;
         segd_manifest_free(m);
