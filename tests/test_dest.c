@@ -864,54 +864,87 @@ static const char *s3rver_bin(void)
     return p && *p ? p : "/opt/segd-test-tools/node_modules/.bin/s3rver";
 }
 
-static pid_t s3rver_start(const char *bin, const char *dir, int port)
+typedef struct s3rver {
+    pid_t pid;
+    int port;
+    char dir[64];
+} s3rver_t;
+
+static int s3rver_wait(s3rver_t *s)
 {
-    char p[16], data[128], log[128];
-    snprintf(p, sizeof(p), "%d", port);
-    snprintf(data, sizeof(data), "%s/data", dir);
-    snprintf(log, sizeof(log), "%s/s3rver.log", dir);
-    mkdir(data, 0755);
-    pid_t pid = fork();
-    if (pid == 0) {
-        if (!freopen(log, "w", stdout) || !freopen(log, "a", stderr))
-            _exit(126);
-        execl(bin, "s3rver", "-d", data, "-a", "127.0.0.1", "-p", p, "--silent",
-              "--configure-bucket", "snaps", (char *)NULL);
-        _exit(127);
-    }
-    for (int i = 0; i < 200 && !port_open(port); i++) /* node takes a moment */
+    for (int i = 0; i < 200; i++) { /* node takes a moment */
+        if (port_open(s->port))
+            return 0;
         usleep(50000);
-    return pid;
+    }
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "cat %s/s3rver.log >&2", s->dir);
+    fprintf(stderr, "s3rver did not start; its log:\n");
+    if (system(cmd) != 0)
+        fprintf(stderr, "(none)\n");
+    return -1;
 }
 
-static void test_s3rver_round_trip(void **state)
+/* Started here and stopped in the teardown, so that a failed assertion
+ * leaves no server behind. State NULL: not installed, the test skips. */
+static int s3rver_setup(void **state)
 {
-    (void)state;
+    static s3rver_t s;
     const char *bin = s3rver_bin();
+    *state = NULL;
     if (access(bin, X_OK) || system("command -v node > /dev/null 2>&1") != 0) {
         fprintf(stderr, "test_dest: s3rver or node not installed (%s; see "
                         "scripts/install-deps.sh): S3 round trip skipped, signing still "
                         "checked above\n", bin);
+        return 0;
+    }
+    char port[16], data[96], log[96];
+    make_tmpdir(s.dir);
+    s.port = free_port();
+    snprintf(port, sizeof(port), "%d", s.port);
+    snprintf(data, sizeof(data), "%s/data", s.dir);
+    snprintf(log, sizeof(log), "%s/s3rver.log", s.dir);
+    mkdir(data, 0755);
+    s.pid = fork();
+    if (s.pid == 0) {
+        if (!freopen(log, "w", stdout) || !freopen(log, "a", stderr))
+            _exit(126);
+        execl(bin, "s3rver", "-d", data, "-a", "127.0.0.1", "-p", port, "--silent",
+              "--configure-bucket", "snaps", (char *)NULL);
+        _exit(127);
+    }
+    *state = &s;
+    return s.pid > 0 ? s3rver_wait(&s) : -1;
+}
+
+static int s3rver_teardown(void **state)
+{
+    s3rver_t *s = *state;
+    if (!s)
+        return 0;
+    if (s->pid > 0) {
+        kill(s->pid, SIGTERM);
+        waitpid(s->pid, NULL, 0);
+    }
+    rm_rf(s->dir);
+    s3_env(NULL, NULL, NULL, NULL, NULL);
+    return 0;
+}
+
+static void test_s3rver_round_trip(void **state)
+{
+    s3rver_t *s = *state;
+    if (!s)
         skip();
-    }
-    char tmp[64], endpoint[64], path[128], err[512];
-    make_tmpdir(tmp);
-    int port = free_port();
-    pid_t pid = s3rver_start(bin, tmp, port);
-    if (!port_open(port)) {
-        snprintf(path, sizeof(path), "cat %s/s3rver.log >&2", tmp);
-        if (system(path) != 0)
-            fprintf(stderr, "(no log)\n");
-    }
-    assert_true(port_open(port));
-    snprintf(endpoint, sizeof(endpoint), "http://127.0.0.1:%d", port);
+    char endpoint[64], path[128], err[512];
+    snprintf(endpoint, sizeof(endpoint), "http://127.0.0.1:%d", s->port);
     s3_env("S3RVER", "S3RVER", NULL, NULL, endpoint);
     segd_dest_opts_t o = fast_opts(2);
     segd_dest_t *d = NULL;
     assert_int_equal(segd_dest_open(&d, "s3://snaps/a/b", &o, err, sizeof(err)), SEGD_OK);
     segd_buf_t big = {0}, got = {0};
     random_bytes(&big, 2u << 20, 5);
-    snprintf(path, sizeof(path), "%s/local.bin", tmp);
+    snprintf(path, sizeof(path), "%s/local.bin", s->dir);
     write_file(path, &big);
     assert_int_equal(segd_dest_put_file(d, "bucket-00003.avro", path, err, sizeof(err)),
                      SEGD_OK);
@@ -920,7 +953,7 @@ static void test_s3rver_round_trip(void **state)
     assert_int_equal(segd_dest_get_mem(d, "a b+c.json", &got, err, sizeof(err)), SEGD_OK);
     assert_int_equal(got.len, 7);
     assert_memory_equal(got.data, "{\"x\":1}", 7);
-    snprintf(path, sizeof(path), "%s/fetched.bin", tmp);
+    snprintf(path, sizeof(path), "%s/fetched.bin", s->dir);
     assert_int_equal(segd_dest_get_file(d, "bucket-00003.avro", path, err, sizeof(err)),
                      SEGD_OK);
     assert_file_equals(path, &big);
@@ -938,12 +971,8 @@ static void test_s3rver_round_trip(void **state)
     assert_non_null(strstr(err, "InvalidAccessKeyId"));
     assert_int_equal(segd_dest_retries(d), 0);
     segd_dest_close(d);
-    s3_env(NULL, NULL, NULL, NULL, NULL);
-    kill(pid, SIGTERM);
-    waitpid(pid, NULL, 0);
     segd_buf_free(&big);
     segd_buf_free(&got);
-    rm_rf(tmp);
 }
 
 int main(void)
@@ -962,7 +991,7 @@ int main(void)
         cmocka_unit_test(test_retry_then_success),
         cmocka_unit_test(test_curl_signs_the_aws_example),
         cmocka_unit_test(test_s3_signed_round_trip),
-        cmocka_unit_test(test_s3rver_round_trip),
+        cmocka_unit_test_setup_teardown(test_s3rver_round_trip, s3rver_setup, s3rver_teardown),
     };
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     curl_global_cleanup();
