@@ -1,4 +1,5 @@
 /* segd: one binary, one subcommand per job. This file only dispatches. */
+#include <curl/curl.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -43,9 +44,15 @@ int main(int argc, char **argv)
         usage(stdout);
         return SEGD_EXIT_OK;
     }
+    /* libcurl's lazy global init is not thread-safe, and segd run exports
+     * snapshots and reaches the registry from several threads */
+    curl_global_init(CURL_GLOBAL_DEFAULT);
     for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-        if (!strcmp(argv[1], commands[i].name))
-            return commands[i].run(argc - 1, argv + 1);
+        if (!strcmp(argv[1], commands[i].name)) {
+            int rc = commands[i].run(argc - 1, argv + 1);
+            curl_global_cleanup();
+            return rc;
+        }
     fprintf(stderr, "segd: unknown command '%s'\n", argv[1]);
     usage(stderr);
     return SEGD_EXIT_USAGE;
