@@ -87,6 +87,16 @@ static inline void nginx_stop(nginx_t *n)
         fprintf(stderr, "could not remove %s\n", n->dir);
 }
 
+/* Prints nginx's error log to stderr: why it did not start. */
+static inline void nginx_print_errors(const nginx_t *n)
+{
+    char cmd[160];
+    fprintf(stderr, "nginx did not start; its error log:\n");
+    snprintf(cmd, sizeof(cmd), "cat %s/error.log >&2", n->dir);
+    if (system(cmd) != 0)
+        fprintf(stderr, "(none)\n");
+}
+
 /* Writes a file under www/ (parent directories created). */
 static inline int nginx_put_file(const nginx_t *n, const char *rel, const char *body)
 {

@@ -77,11 +77,7 @@ static int setup(void **state)
         return -1;
     }
     if (nginx_start(&n, NGINX_LOCATIONS) || populate(&n)) {
-        char cmd[160];
-        fprintf(stderr, "nginx did not start; its error log:\n");
-        snprintf(cmd, sizeof(cmd), "cat %s/error.log >&2", n.dir);
-        if (system(cmd) != 0)
-            fprintf(stderr, "(none)\n");
+        nginx_print_errors(&n);
         nginx_stop(&n);
         return -1;
     }
