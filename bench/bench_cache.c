@@ -10,11 +10,12 @@
 #include <string.h>
 #include <time.h>
 
-#include "bench.h"
-#include "bench/seed.h"
+#include "bench/bench.h"
+#include "workload/seed.h"
 #include "cache/edge.h"
-#include "cli/cli.h"
-#include "store/query.h"
+#include "app/app.h"
+#include "base/args.h"
+#include "core/query.h"
 
 typedef struct cache_args {
     int64_t users, lookups;
@@ -90,8 +91,8 @@ int segd_bench_cache(int argc, char **argv)
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1)
-        if ((c != 'u' || segd_cli_int("bench", "--users", optarg, 1, 10000000, &a.users)) &&
-            (c != 'l' || segd_cli_int("bench", "--lookups", optarg, 1, 100000000, &a.lookups))) {
+        if ((c != 'u' || segd_arg_int("bench", "--users", optarg, 1, 10000000, &a.users)) &&
+            (c != 'l' || segd_arg_int("bench", "--lookups", optarg, 1, 100000000, &a.lookups))) {
             fprintf(stderr, "usage: segd bench cache [--users N] [--lookups N]\n");
             return SEGD_EXIT_USAGE;
         }

@@ -10,12 +10,14 @@
 #include <string.h>
 #include <time.h>
 
-#include "bench.h"
-#include "cli/cli.h"
-#include "consumer/dev_broker.h"
-#include "consumer/pipeline.h"
-#include "consumer/seed_producer.h"
+#include "bench/bench.h"
+#include "app/app.h"
+#include "base/args.h"
+#include "workload/dev_broker.h"
+#include "app/daemon.h"
+#include "workload/seed_producer.h"
 #include "publisher/publisher.h"
+#include "base/clock.h"
 
 #define TOPIC "bench.events"
 
@@ -48,20 +50,20 @@ static double raw_consume(const char *brokers, int64_t want, uint64_t *checksum)
     rd_kafka_subscribe(rk, t);
     rd_kafka_topic_partition_list_destroy(t);
     int64_t got = 0;
-    double t0 = 0, end = segd_cli_seconds() + 300;
-    while (got < want && segd_cli_seconds() < end) {
+    double t0 = 0, end = segd_mono_s() + 300;
+    while (got < want && segd_mono_s() < end) {
         rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 100);
         if (!m)
             continue;
         if (!m->err) {
             if (got++ == 0)
-                t0 = segd_cli_seconds(); /* exclude the group join */
+                t0 = segd_mono_s(); /* exclude the group join */
             for (size_t i = 0; i < m->len; i++)
                 *checksum += ((const uint8_t *)m->payload)[i];
         }
         rd_kafka_message_destroy(m);
     }
-    double dt = segd_cli_seconds() - t0;
+    double dt = segd_mono_s() - t0;
     rd_kafka_consumer_close(rk);
     rd_kafka_destroy(rk);
     return got == want ? dt : -1;
@@ -97,9 +99,10 @@ static int pipeline_consume(const char *brokers, const ingest_args_t *a, const c
     snprintf(batch, sizeof(batch), "%" PRId64, a->batch);
     snprintf(group, sizeof(group), "bench-%s", name);
     segd_store_opts_t so;
-    segd_store_opts_default(&so);
+    segd_app_store_opts(&so);
     so.path = db;
     segd_store_t *store = NULL;
+    segd_daemon_t *d = NULL;
     segd_pipeline_t *p = NULL;
     double t0 = 0;
     int rc = -1;
@@ -117,12 +120,13 @@ static int pipeline_consume(const char *brokers, const ingest_args_t *a, const c
         segd_config_set_x(&cfg, "fetch.wait.max.ms=5", err, sizeof(err)) ||
         segd_config_finish(&cfg, err, sizeof(err)) ||
         segd_store_open(&store, &so, err, sizeof(err)) ||
-        segd_pipeline_new(&p, &cfg, store, &stop, err, sizeof(err))) {
+        segd_daemon_new(&d, &cfg, store, &stop, err, sizeof(err))) {
         fprintf(stderr, "bench ingest: %s\n", err);
         goto out;
     }
-    segd_publisher_t *pub = segd_pipeline_publisher(p); /* NULL without changes */
-    double end = segd_cli_seconds() + 600;
+    p = segd_daemon_pipeline(d);
+    segd_publisher_t *pub = segd_daemon_publisher(d); /* NULL without changes */
+    double end = segd_mono_s() + 600;
     do {
         if (segd_pipeline_step(p, err, sizeof(err)))
             goto out;
@@ -135,28 +139,28 @@ static int pipeline_consume(const char *brokers, const ingest_args_t *a, const c
         }
         segd_pipeline_get_stats(p, &r->st);
         if (r->st.messages && t0 == 0)
-            t0 = segd_cli_seconds();
+            t0 = segd_mono_s();
         /* latency under steady load: the first 10% warm the consumer up */
         if (pc && !warm && (int64_t)r->st.messages * 10 >= want) {
             segd_publisher_reset_latency(pub);
             warm = 1;
         }
-    } while ((int64_t)r->st.messages < want && segd_cli_seconds() < end);
+    } while ((int64_t)r->st.messages < want && segd_mono_s() < end);
     if ((int64_t)r->st.messages != want)
         goto out;
     /* the end is the last delta acknowledged, not the last message read */
     for (; pub;) {
         segd_publisher_get_stats(pub, &r->pub);
-        if (r->pub.entries >= r->st.batches || segd_cli_seconds() > end)
+        if (r->pub.entries >= r->st.batches || segd_mono_s() > end)
             break;
         segd_pipeline_step(p, err, sizeof(err));
     }
-    r->seconds = segd_cli_seconds() - t0;
+    r->seconds = segd_mono_s() - t0;
     rc = !pub || r->pub.entries >= r->st.batches ? 0 : -1;
 out:
     if (producing)
         pthread_join(producer, NULL);
-    segd_pipeline_destroy(p);
+    segd_daemon_destroy(d);
     segd_store_close(store);
     segd_config_free(&cfg);
     return rc;
@@ -198,11 +202,11 @@ static int parse(int argc, char **argv, ingest_args_t *a)
     snprintf(a->dir, sizeof(a->dir), "/tmp/segd-bench-ingest-XXXXXX");
     int have_dir = 0;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        if (c == 'u' && !segd_cli_int("bench", "--users", optarg, 1, 10000000, &a->users))
+        if (c == 'u' && !segd_arg_int("bench", "--users", optarg, 1, 10000000, &a->users))
             continue;
-        if (c == 'p' && !segd_cli_int("bench", "--partitions", optarg, 1, 256, &a->partitions))
+        if (c == 'p' && !segd_arg_int("bench", "--partitions", optarg, 1, 256, &a->partitions))
             continue;
-        if (c == 'b' && !segd_cli_int("bench", "--batch", optarg, 1, 1000000, &a->batch))
+        if (c == 'b' && !segd_arg_int("bench", "--batch", optarg, 1, 1000000, &a->batch))
             continue;
         if (c == 'd') {
             snprintf(a->dir, sizeof(a->dir), "%s", optarg);

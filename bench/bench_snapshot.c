@@ -15,12 +15,15 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bench.h"
-#include "bench/seed.h"
+#include "bench/bench.h"
+#include "workload/seed.h"
 #include "cache/edge.h"
-#include "cli/cli.h"
+#include "app/app.h"
+#include "base/args.h"
 #include "consumer/apply.h"
+#include "cache/snapshot_read.h"
 #include "publisher/snapshot.h"
+#include "base/clock.h"
 
 typedef struct snap_args {
     int64_t users, rounds, buckets;
@@ -109,10 +112,10 @@ static int one_export(segd_store_t *s, const snap_args_t *a, int i, timing_t *t)
     o.codec = variants[i].codec;
     o.level = variants[i].level;
     snprintf(dest, sizeof(dest), "%s/snap-%d", a->dir, i);
-    double t0 = segd_cli_seconds();
+    double t0 = segd_mono_s();
     if (segd_snapshot_export(s, dest, &o, &m, err, sizeof(err)))
         return fail("export", err);
-    double dt = segd_cli_seconds() - t0;
+    double dt = segd_mono_s() - t0;
     if (t->export_s[i] == 0 || dt < t->export_s[i])
         t->export_s[i] = dt;
     t->bytes[i] = 0;
@@ -141,10 +144,10 @@ static int one_cache_load(const snap_args_t *a, int64_t now_ms, timing_t *t)
     snprintf(src, sizeof(src), "%s/snap-0", a->dir);
     if (segd_edge_new(&e, &eo))
         return fail("edge", "out of memory");
-    double t0 = segd_cli_seconds();
+    double t0 = segd_mono_s();
     int rc = segd_snapshot_manifest(src, NULL, &m, err, sizeof(err)) ||
              segd_snapshot_load(src, NULL, &m, edge_cb, e, err, sizeof(err));
-    double dt = segd_cli_seconds() - t0;
+    double dt = segd_mono_s() - t0;
     if (!rc)
         segd_manifest_free(&m);
     segd_edge_destroy(e);
@@ -161,11 +164,11 @@ static int one_load(const snap_args_t *a, timing_t *t)
     segd_manifest_t m;
     snprintf(src, sizeof(src), "%s/snap-0", a->dir);
     memset(&t->load, 0, sizeof(t->load));
-    double t0 = segd_cli_seconds();
+    double t0 = segd_mono_s();
     if (segd_snapshot_manifest(src, NULL, &m, err, sizeof(err)) ||
         segd_snapshot_load(src, NULL, &m, load_cb, &t->load, err, sizeof(err)))
         return fail("load", err);
-    double dt = segd_cli_seconds() - t0;
+    double dt = segd_mono_s() - t0;
     if (t->load_s == 0 || dt < t->load_s)
         t->load_s = dt;
     segd_manifest_free(&m);
@@ -178,10 +181,10 @@ static int measure(segd_store_t *s, const snap_args_t *a, int64_t now_ms, timing
     char err[512] = "";
     for (int64_t r = 0; r < a->rounds; r++) {
         memset(&t->scan, 0, sizeof(t->scan));
-        double t0 = segd_cli_seconds();
+        double t0 = segd_mono_s();
         if (segd_store_scan(s, scan_cb, &t->scan, err, sizeof(err)))
             return fail("scan", err);
-        double dt = segd_cli_seconds() - t0;
+        double dt = segd_mono_s() - t0;
         if (t->scan_s == 0 || dt < t->scan_s)
             t->scan_s = dt;
         for (int i = 0; i < VARIANTS; i++)
@@ -241,11 +244,11 @@ static int parse(int argc, char **argv, snap_args_t *a)
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         int bad = 1;
         if (c == 'u')
-            bad = segd_cli_int("bench", "--users", optarg, 1, 100000000, &a->users);
+            bad = segd_arg_int("bench", "--users", optarg, 1, 100000000, &a->users);
         else if (c == 'r')
-            bad = segd_cli_int("bench", "--rounds", optarg, 1, 100, &a->rounds);
+            bad = segd_arg_int("bench", "--rounds", optarg, 1, 100, &a->rounds);
         else if (c == 'b')
-            bad = segd_cli_int("bench", "--buckets", optarg, 1, 65536, &a->buckets) ||
+            bad = segd_arg_int("bench", "--buckets", optarg, 1, 65536, &a->buckets) ||
                   (a->buckets & (a->buckets - 1));
         else if (c == 'd') {
             snprintf(a->dir, sizeof(a->dir), "%s", optarg);
@@ -281,7 +284,7 @@ int segd_bench_snapshot(int argc, char **argv)
     snprintf(path, sizeof(path), "%s/db", a.dir);
     int64_t now_ms = (int64_t)time(NULL) * 1000;
     segd_store_opts_t o;
-    segd_store_opts_default(&o);
+    segd_app_store_opts(&o);
     o.path = path;
     o.now_ms = now_ms;
     segd_store_t *s = NULL;

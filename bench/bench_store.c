@@ -17,11 +17,13 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bench.h"
-#include "bench/seed.h"
-#include "cli/cli.h"
+#include "bench/bench.h"
+#include "workload/seed.h"
+#include "app/app.h"
+#include "base/args.h"
 #include "consumer/apply.h"
-#include "store/query.h"
+#include "core/query.h"
+#include "base/clock.h"
 
 #define GRANULARITY_S 3600 /* segd's default; the baseline rounds expiries alike */
 #define TARGET_BYTES_PER_LIVE 2.0
@@ -119,11 +121,11 @@ static int read_pass(const store_args_t *a, int64_t users, read_fn_t fn, void *c
         size_t live = 0;
         rng = rng * 6364136223846793005ull + 1442695040888963407ull;
         segd_seed_user_id((rng >> 33) % (uint64_t)users, uid, sizeof(uid));
-        double t0 = segd_cli_seconds();
+        double t0 = segd_mono_s();
         if (fn(ctx, uid, &live))
             return -1;
         if (lat)
-            lat[i] = segd_cli_seconds() - t0;
+            lat[i] = segd_mono_s() - t0;
         *live_total += live;
     }
     return 0;
@@ -138,11 +140,11 @@ static int timed_reads(const store_args_t *a, int64_t users, read_fn_t fn, void 
     if (!lat)
         return fail("latency buffer", "out of memory");
     int rc = read_pass(a, users, fn, ctx, NULL, &warm_live);
-    double t0 = segd_cli_seconds();
+    double t0 = segd_mono_s();
     if (!rc)
         rc = read_pass(a, users, fn, ctx, lat, &live);
     if (!rc) {
-        r->reads_per_s = (double)n / (segd_cli_seconds() - t0);
+        r->reads_per_s = (double)n / (segd_mono_s() - t0);
         qsort(lat, (size_t)n, sizeof(*lat), cmp_double);
         r->p50_us = lat[n / 2] * 1e6;
         r->p99_us = lat[n * 99 / 100] * 1e6;
@@ -193,7 +195,7 @@ static int segd_write(segd_store_t *s, const store_args_t *a, int64_t now_ms,
         fail("applier", "out of memory");
         goto out_free_applier;
     }
-    double t0 = segd_cli_seconds();
+    double t0 = segd_mono_s();
     while (segd_seed_next(g, &ev)) {
         segd_err_t e = segd_applier_add(&ap, &ev);
         if (e) {
@@ -210,7 +212,7 @@ static int segd_write(segd_store_t *s, const store_args_t *a, int64_t now_ms,
         fail("write", err);
         goto out_free_applier;
     }
-    r->write_s = segd_cli_seconds() - t0;
+    r->write_s = segd_mono_s() - t0;
     r->segments_written = ap.segments;
     rc = 0;
 out_free_applier:
@@ -226,10 +228,10 @@ static int segd_size(segd_store_t *s, model_result_t *r)
 {
     char err[512] = "";
     segd_store_stats_t st;
-    double t0 = segd_cli_seconds();
+    double t0 = segd_mono_s();
     if (segd_store_compact(s, err, sizeof(err)))
         return fail("compact", err);
-    r->compact_s = segd_cli_seconds() - t0;
+    r->compact_s = segd_mono_s() - t0;
     if (segd_store_stats(s, &st, err, sizeof(err)))
         return fail("stats", err);
     if (st.corrupt)
@@ -257,7 +259,7 @@ static int segd_model(const store_args_t *a, int64_t now_ms, model_result_t *r)
     segd_store_opts_t o;
     segd_store_t *s = NULL;
     snprintf(path, sizeof(path), "%s/segd", a->dir);
-    segd_store_opts_default(&o);
+    segd_app_store_opts(&o);
     o.path = path;
     o.now_ms = now_ms;
     o.block_cache_mb = (size_t)a->cache_mb;
@@ -391,7 +393,7 @@ static int baseline_write(rdb_t *d, const store_args_t *a, int64_t now_ms, model
         return -1;
     segd_event_init(&ev);
     rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-    double t0 = segd_cli_seconds();
+    double t0 = segd_mono_s();
     while (segd_seed_next(g, &ev)) {
         baseline_put_event(&ev, wb);
         r->segments_written += ev.n_segments;
@@ -400,7 +402,7 @@ static int baseline_write(rdb_t *d, const store_args_t *a, int64_t now_ms, model
     }
     if (rocksdb_writebatch_count(wb) && rdb_write(d, wb))
         goto out_destroy_batch;
-    r->write_s = segd_cli_seconds() - t0;
+    r->write_s = segd_mono_s() - t0;
     rc = 0;
 out_destroy_batch:
     rocksdb_writebatch_destroy(wb);
@@ -457,9 +459,9 @@ static int baseline_size(rdb_t *d, int64_t now_ms, model_result_t *r)
     rocksdb_compactoptions_t *co = rocksdb_compactoptions_create();
     rocksdb_compactoptions_set_bottommost_level_compaction(co, 2 /* force */);
     rocksdb_compactoptions_set_exclusive_manual_compaction(co, 1);
-    double t0 = segd_cli_seconds();
+    double t0 = segd_mono_s();
     rocksdb_compact_range_opt(d->db, co, NULL, 0, NULL, 0);
-    r->compact_s = segd_cli_seconds() - t0;
+    r->compact_s = segd_mono_s() - t0;
     rocksdb_compactoptions_destroy(co);
     rocksdb_property_int(d->db, "rocksdb.total-sst-files-size", &r->disk_bytes);
     return baseline_count(d, now_ms / 1000, r);
@@ -645,12 +647,12 @@ static void record_cmdline(int argc, char **argv, store_args_t *a)
 static int parse_one(int c, store_args_t *a)
 {
     switch (c) {
-    case 'u': return segd_cli_int("bench", "--users", optarg, 1, 100000000, &a->users);
-    case 'B': return segd_cli_int("bench", "--baseline-users", optarg, 1, 100000000, &a->baseline_users);
-    case 'r': return segd_cli_int("bench", "--reads", optarg, 1, 100000000, &a->reads);
-    case 'b': return segd_cli_int("bench", "--batch", optarg, 1, 1000000, &a->batch);
-    case 's': return segd_cli_int("bench", "--seed", optarg, 0, INT64_MAX, &a->seed);
-    case 'c': return segd_cli_int("bench", "--cache-mb", optarg, 8, 1 << 20, &a->cache_mb);
+    case 'u': return segd_arg_int("bench", "--users", optarg, 1, 100000000, &a->users);
+    case 'B': return segd_arg_int("bench", "--baseline-users", optarg, 1, 100000000, &a->baseline_users);
+    case 'r': return segd_arg_int("bench", "--reads", optarg, 1, 100000000, &a->reads);
+    case 'b': return segd_arg_int("bench", "--batch", optarg, 1, 1000000, &a->batch);
+    case 's': return segd_arg_int("bench", "--seed", optarg, 0, INT64_MAX, &a->seed);
+    case 'c': return segd_arg_int("bench", "--cache-mb", optarg, 8, 1 << 20, &a->cache_mb);
     case 'k': a->keep = 1; return 0;
     case 'd':
         if (strlen(optarg) >= sizeof(a->dir) - 16)

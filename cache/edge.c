@@ -4,7 +4,8 @@
  * copy-on-write, so readers take no lock for them; old arrays live until
  * destroy (retirements are rare). */
 #define _GNU_SOURCE /* pthread_rwlockattr_setkind_np */
-#include "edge.h"
+#include "cache/edge.h"
+#include "base/clock.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -71,19 +72,13 @@ void segd_edge_opts_default(segd_edge_opts_t *o)
     o->shards = 64;
 }
 
-static int64_t wall_ms(void)
-{
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
-}
 
 void segd_edge_set_now(segd_edge_t *e, int64_t now_ms) { atomic_store(&e->now_ms, now_ms); }
 
 int64_t segd_edge_now_ms(const segd_edge_t *e)
 {
     int64_t t = atomic_load(&((segd_edge_t *)e)->now_ms);
-    return t ? t : wall_ms();
+    return t ? t : segd_wall_ms();
 }
 
 segd_err_t segd_edge_new(segd_edge_t **out, const segd_edge_opts_t *o)

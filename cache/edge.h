@@ -20,9 +20,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "publisher/change.h"
-#include "store/err.h"
-#include "store/record.h"
+#include "wire/change.h"
+#include "base/err.h"
+#include "core/record.h"
 
 typedef struct segd_edge segd_edge_t;
 

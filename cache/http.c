@@ -1,5 +1,5 @@
 /* HTTP endpoints of the edge cache; see http.h. */
-#include "http.h"
+#include "cache/http.h"
 
 #include <arpa/inet.h>
 #include <microhttpd.h>
@@ -19,18 +19,6 @@ struct segd_http {
     void *ctx;
     _Atomic int ready;
 };
-
-json_t *segd_entries_json(const segd_entry_t *e, size_t n)
-{
-    json_t *arr = json_array();
-    for (size_t i = 0; i < n; i++)
-        json_array_append_new(
-            arr, json_pack("{s:I,s:I,s:I,s:i,s:i}", "id", (json_int_t)e[i].segment_id,
-                           "expires_at", (json_int_t)e[i].expiry_s, "ts_ms",
-                           (json_int_t)e[i].ts_ms, "flags", e[i].flags, "partner_id",
-                           e[i].partner_id));
-    return arr;
-}
 
 static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, json_t *body)
 {

@@ -13,6 +13,7 @@
 #include <jansson.h>
 
 #include "cache/edge.h"
+#include "wire/profile_json.h"
 
 typedef struct segd_http segd_http_t;
 
@@ -26,8 +27,5 @@ segd_err_t segd_http_start(segd_http_t **out, const char *listen, segd_edge_t *e
 /* Flips /healthz and lookups from 503 to serving. */
 void segd_http_set_ready(segd_http_t *h, int ready);
 void segd_http_stop(segd_http_t *h);
-
-/* The JSON array `segd get --json` and the cache print for entries. */
-json_t *segd_entries_json(const segd_entry_t *e, size_t n);
 
 #endif

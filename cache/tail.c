@@ -1,5 +1,5 @@
 /* Change topic -> edge table; see tail.h. */
-#include "tail.h"
+#include "cache/tail.h"
 
 #include <inttypes.h>
 #include <librdkafka/rdkafka.h>
@@ -10,7 +10,8 @@
 #include <sys/time.h>
 #include <time.h>
 
-#include "consumer/kconf.h"
+#include "transport/kconf.h"
+#include "base/clock.h"
 
 #define BATCH 1000
 
@@ -32,12 +33,6 @@ void segd_tail_opts_default(segd_tail_opts_t *o)
     o->schema_id = -1;
 }
 
-static int64_t wall_ms(void)
-{
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
-}
 
 static segd_err_t make_consumer(segd_tail_t *t, char *errstr, size_t n)
 {
@@ -202,7 +197,7 @@ int segd_tail_poll(segd_tail_t *t, int timeout_ms)
     if (newest > t->st.newest_committed_ms)
         t->st.newest_committed_ms = newest;
     if (applied)
-        t->st.last_applied_ms = wall_ms();
+        t->st.last_applied_ms = segd_wall_ms();
     pthread_mutex_unlock(&t->mu);
     return errors && !applied ? -1 : applied;
 }
@@ -223,14 +218,14 @@ segd_err_t segd_tail_catch_up(segd_tail_t *t, int64_t timeout_ms, char *errstr, 
         else if (t->position[p] < low) /* retention removed what lies before low */
             t->position[p] = low;
     }
-    int64_t deadline = wall_ms() + timeout_ms;
+    int64_t deadline = segd_wall_ms() + timeout_ms;
     while (!err) {
         int behind = 0;
         for (int32_t p = 0; p < t->partitions; p++)
             behind |= t->position[p] < high[p];
         if (!behind)
             break;
-        if (wall_ms() > deadline)
+        if (segd_wall_ms() > deadline)
             err = segd_errf(SEGD_ERR_KAFKA, errstr, n, "not caught up within %" PRId64 " ms",
                             timeout_ms);
         else

@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "cache/edge.h"
-#include "publisher/snapshot.h"
+#include "wire/manifest.h"
 
 typedef struct segd_tail segd_tail_t;
 

@@ -5,10 +5,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cli.h"
+#include "cli/cli.h"
 #include "consumer/apply.h"
-#include "consumer/avro_codec.h"
-#include "consumer/json_event.h"
+#include "wire/avro_codec.h"
+#include "wire/json_event.h"
+#include "base/clock.h"
 
 #define BACKFILL_BATCH 1000
 
@@ -147,7 +148,7 @@ int segd_cmd_backfill(int argc, char **argv)
         switch (c) {
         case 'd': db = optarg; break;
         case 'n':
-            if (segd_cli_int("backfill", "--now", optarg, 1, INT64_MAX / 1000, &now_s))
+            if (segd_arg_int("backfill", "--now", optarg, 1, INT64_MAX / 1000, &now_s))
                 return SEGD_EXIT_USAGE;
             break;
         case 'x': changes = 0; break;
@@ -159,14 +160,14 @@ int segd_cmd_backfill(int argc, char **argv)
         usage(stderr);
         return SEGD_EXIT_USAGE;
     }
-    segd_store_t *store = segd_cli_open_store("backfill", db, now_s, 0);
+    segd_store_t *store = segd_app_open_store("backfill", db, now_s, 0);
     if (!store)
         return SEGD_EXIT_FAIL;
     backfill_t b = {0};
     char err[512];
     segd_limits_default(&b.limits);
     int rc = SEGD_EXIT_FAIL;
-    double t0 = segd_cli_seconds();
+    double t0 = segd_mono_s();
     if (segd_applier_init(&b.ap, store) != SEGD_OK)
         goto out_close;
     if (changes)
@@ -178,7 +179,7 @@ int segd_cmd_backfill(int argc, char **argv)
         fprintf(stderr, "segd backfill: store write failed: %s\n", err);
         goto out_free;
     }
-    double dt = segd_cli_seconds() - t0;
+    double dt = segd_mono_s() - t0;
     printf("applied %llu events (%llu segments), skipped %llu, %.2f s, %.0f segments/s\n",
            (unsigned long long)b.ap.events, (unsigned long long)b.ap.segments,
            (unsigned long long)b.skipped, dt, dt > 0 ? (double)b.ap.segments / dt : 0.0);

@@ -2,7 +2,7 @@
 #include <string.h>
 
 #include "bench/bench.h"
-#include "cli.h"
+#include "cli/cli.h"
 
 int segd_cmd_bench(int argc, char **argv)
 {

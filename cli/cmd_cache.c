@@ -13,8 +13,10 @@
 #include "cache/edge.h"
 #include "cache/http.h"
 #include "cache/tail.h"
-#include "cli.h"
+#include "cli/cli.h"
+#include "cache/snapshot_read.h"
 #include "publisher/snapshot.h"
+#include "base/clock.h"
 
 
 static void usage(FILE *f)
@@ -79,8 +81,8 @@ static int parse(int argc, char **argv, cache_args_t *a)
         case 'b': a->brokers = optarg; break;
         case 'c': a->changes = optarg; break;
         case 'l': a->listen = optarg; break;
-        case 'n': bad = segd_cli_int("cache", "--now", optarg, 1, INT64_MAX / 1000, &a->now_s); break;
-        case 'z': bad = segd_cli_int("cache", "--horizon-s", optarg, 0, 90 * 86400, &a->horizon_s); break;
+        case 'n': bad = segd_arg_int("cache", "--now", optarg, 1, INT64_MAX / 1000, &a->now_s); break;
+        case 'z': bad = segd_arg_int("cache", "--horizon-s", optarg, 0, 90 * 86400, &a->horizon_s); break;
         case 'f': a->from_beginning = 1; break;
         case 'X': bad = add_prop(a, optarg); break;
         case 'h': usage(stdout); return 1;
@@ -134,7 +136,7 @@ static int load_cb(void *ctx, uint32_t bucket, const char *user, size_t len,
 static int load(const cache_args_t *a, cache_state_t *cs)
 {
     char err[512] = "";
-    double t0 = segd_cli_seconds();
+    double t0 = segd_mono_s();
     if (segd_snapshot_read(a->snapshot, NULL, &cs->manifest, load_cb, cs->edge, err,
                            sizeof(err)))
         goto fail;
@@ -143,7 +145,7 @@ static int load(const cache_args_t *a, cache_state_t *cs)
         if (segd_edge_retire(cs->edge, cs->manifest.retirements[i].segment_id,
                              cs->manifest.retirements[i].retired_before_ms))
             goto fail;
-    cs->load_s = segd_cli_seconds() - t0;
+    cs->load_s = segd_mono_s() - t0;
     fprintf(stderr, "segd cache: loaded %" PRIu64 " users, %" PRIu64 " entries in %.2f s\n",
             cs->manifest.records, cs->manifest.segments, cs->load_s);
     return 0;
@@ -175,7 +177,7 @@ int segd_cmd_cache(int argc, char **argv)
     int rc = parse(argc, argv, &a);
     if (rc)
         return rc == 1 ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
-    volatile sig_atomic_t *stop = segd_cli_stop_on_signals();
+    volatile sig_atomic_t *stop = segd_app_stop_on_signals();
     cache_state_t cs;
     memset(&cs, 0, sizeof(cs));
     segd_manifest_init(&cs.manifest);

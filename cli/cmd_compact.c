@@ -4,8 +4,9 @@
 #include <inttypes.h>
 #include <sys/time.h>
 
-#include "cli.h"
-#include "publisher/outbox.h"
+#include "cli/cli.h"
+#include "wire/outbox.h"
+#include "base/clock.h"
 
 static int parse_db_now(const char *cmd, int argc, char **argv, const char **db,
                         int64_t *now_s, int *json)
@@ -23,7 +24,7 @@ static int parse_db_now(const char *cmd, int argc, char **argv, const char **db,
         else if (c == 'j' && json)
             *json = 1;
         else if (c == 'n') {
-            if (segd_cli_int(cmd, "--now", optarg, 1, INT64_MAX / 1000, now_s))
+            if (segd_arg_int(cmd, "--now", optarg, 1, INT64_MAX / 1000, now_s))
                 return SEGD_EXIT_USAGE;
         } else {
             fprintf(c == 'h' ? stdout : stderr, "usage: segd %s --db DIR [--now S]%s\n", cmd,
@@ -94,16 +95,16 @@ int segd_cmd_compact(int argc, char **argv)
     int rc = parse_db_now("compact", argc, argv, &db, &now_s, NULL);
     if (rc)
         return rc < 0 ? SEGD_EXIT_OK : rc;
-    segd_store_t *s = segd_cli_open_store("compact", db, now_s, 0);
+    segd_store_t *s = segd_app_open_store("compact", db, now_s, 0);
     if (!s)
         return SEGD_EXIT_FAIL;
     char err[512];
-    double t0 = segd_cli_seconds();
+    double t0 = segd_mono_s();
     rc = segd_store_compact(s, err, sizeof(err)) ? SEGD_EXIT_FAIL : SEGD_EXIT_OK;
     if (rc)
         fprintf(stderr, "segd compact: %s\n", err);
     else
-        printf("compacted in %.2f s\n", segd_cli_seconds() - t0);
+        printf("compacted in %.2f s\n", segd_mono_s() - t0);
     segd_store_close(s);
     return rc;
 }
@@ -116,7 +117,7 @@ int segd_cmd_stats(int argc, char **argv)
     int rc = parse_db_now("stats", argc, argv, &db, &now_s, &json);
     if (rc)
         return rc < 0 ? SEGD_EXIT_OK : rc;
-    segd_store_t *s = segd_cli_open_store("stats", db, now_s, 1);
+    segd_store_t *s = segd_app_open_store("stats", db, now_s, 1);
     if (!s)
         return SEGD_EXIT_FAIL;
     segd_store_stats_t st;

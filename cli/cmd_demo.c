@@ -10,14 +10,16 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "cli.h"
-#include "consumer/dev_broker.h"
-#include "consumer/pipeline.h"
+#include "cli/cli.h"
+#include "workload/dev_broker.h"
+#include "app/daemon.h"
 #include "cache/edge.h"
 #include "cache/tail.h"
-#include "consumer/seed_producer.h"
+#include "workload/seed_producer.h"
 #include "publisher/publisher.h"
+#include "cache/snapshot_read.h"
 #include "publisher/snapshot.h"
+#include "base/clock.h"
 
 #define DEMO_TOPIC "segments.events"
 
@@ -81,9 +83,10 @@ static int ingest(const char *brokers, const char *db, uint64_t want)
     volatile sig_atomic_t stop = 0;
     segd_config_init(&cfg);
     segd_store_opts_t so;
-    segd_store_opts_default(&so);
+    segd_app_store_opts(&so);
     so.path = db;
     segd_store_t *store = NULL;
+    segd_daemon_t *d = NULL;
     segd_pipeline_t *p = NULL;
     int rc = -1;
     if (segd_config_set(&cfg, "brokers", brokers, err, sizeof(err)) ||
@@ -93,17 +96,18 @@ static int ingest(const char *brokers, const char *db, uint64_t want)
         segd_config_set_x(&cfg, "session.timeout.ms=6000", err, sizeof(err)) ||
         segd_config_finish(&cfg, err, sizeof(err)) ||
         segd_store_open(&store, &so, err, sizeof(err)) ||
-        segd_pipeline_new(&p, &cfg, store, &stop, err, sizeof(err)))
+        segd_daemon_new(&d, &cfg, store, &stop, err, sizeof(err)))
         goto out;
-    double t0 = segd_cli_seconds();
+    p = segd_daemon_pipeline(d);
+    double t0 = segd_mono_s();
     segd_pipeline_stats_t st;
     do {
         if (segd_pipeline_step(p, err, sizeof(err)))
             goto out;
         segd_pipeline_get_stats(p, &st);
-    } while (st.messages < want && segd_cli_seconds() - t0 < 120);
-    double dt = segd_cli_seconds() - t0;
-    segd_pipeline_close(p);
+    } while (st.messages < want && segd_mono_s() - t0 < 120);
+    double dt = segd_mono_s() - t0;
+    segd_daemon_close(d);
     uint64_t dlq = 0;
     for (int i = 0; i < SEGD_DLQ_REASONS; i++)
         dlq += st.dlq[i];
@@ -116,7 +120,7 @@ static int ingest(const char *brokers, const char *db, uint64_t want)
             printf(" [%s=%" PRIu64 "]", segd_dlq_reason_name(i), st.dlq[i]);
     printf("\n");
     segd_publisher_stats_t ps;
-    segd_publisher_get_stats(segd_pipeline_publisher(p), &ps);
+    segd_publisher_get_stats(segd_daemon_publisher(d), &ps);
     printf("change stream %s: %" PRIu64 " deltas (%" PRIu64 " segment entries, %.2f bytes per "
            "ingested segment) from %" PRIu64 " outbox entries, %" PRIu64 " left unpublished, "
            "event -> published p99 <= %" PRId64 " ms\n",
@@ -127,7 +131,7 @@ static int ingest(const char *brokers, const char *db, uint64_t want)
 out:
     if (rc)
         fprintf(stderr, "segd demo: ingest: %s\n", rc && err[0] ? err : "timed out");
-    segd_pipeline_destroy(p);
+    segd_daemon_destroy(d);
     segd_store_close(store);
     segd_config_free(&cfg);
     return rc;
@@ -143,7 +147,7 @@ static int edge_put(void *ctx, uint32_t bucket, const char *user, size_t len,
 /* Live segments of every user: the edge cache against the store. */
 static int compare_users(segd_edge_t *e, const char *db, uint64_t users, uint64_t *live)
 {
-    segd_store_t *s = segd_cli_open_store("demo", db, 0, 1);
+    segd_store_t *s = segd_app_open_store("demo", db, 0, 1);
     if (!s)
         return -1;
     segd_prune_t rule;
@@ -186,7 +190,7 @@ static int edge_cache(const char *brokers, const char *snap, const char *db, uin
     segd_tail_t *t = NULL;
     segd_tail_opts_t to;
     char err[512] = "";
-    double t0 = segd_cli_seconds();
+    double t0 = segd_mono_s();
     int rc = -1;
     segd_tail_opts_default(&to);
     to.brokers = brokers;
@@ -196,7 +200,7 @@ static int edge_cache(const char *brokers, const char *snap, const char *db, uin
     if (segd_edge_new(&e, NULL) ||
         segd_snapshot_load(snap, NULL, &m, edge_put, e, err, sizeof(err)))
         goto out;
-    double load_s = segd_cli_seconds() - t0;
+    double load_s = segd_mono_s() - t0;
     if (segd_tail_new(&t, e, &to, &m, err, sizeof(err)) ||
         segd_tail_catch_up(t, 60000, err, sizeof(err)))
         goto out;
@@ -231,7 +235,7 @@ int segd_cmd_demo(int argc, char **argv)
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (c == 'd')
             snprintf(dir, sizeof(dir), "%s", optarg);
-        else if (c != 'u' || segd_cli_int("demo", "--users", optarg, 1, 1000000, &users)) {
+        else if (c != 'u' || segd_arg_int("demo", "--users", optarg, 1, 1000000, &users)) {
             fprintf(c == 'h' ? stdout : stderr,
                     "usage: segd demo [--dir DIR] [--users N]   (default ./segd-demo, 2000)\n");
             return c == 'h' ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;

@@ -7,8 +7,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "consumer/dev_broker.h"
+#include "cli/cli.h"
+#include "workload/dev_broker.h"
 
 static volatile sig_atomic_t stop_requested;
 static void on_signal(int sig) { (void)sig, stop_requested = 1; }
@@ -25,9 +25,9 @@ int segd_cmd_dev_broker(int argc, char **argv)
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        if (c == 'p' && !segd_cli_int("dev-broker", "--partitions", optarg, 1, 1024, &partitions))
+        if (c == 'p' && !segd_arg_int("dev-broker", "--partitions", optarg, 1, 1024, &partitions))
             continue;
-        if (c == 'b' && !segd_cli_int("dev-broker", "--brokers", optarg, 1, 16, &brokers))
+        if (c == 'b' && !segd_arg_int("dev-broker", "--brokers", optarg, 1, 16, &brokers))
             continue;
         if (c == 't') {
             snprintf(topics_arg, sizeof(topics_arg), "%s", optarg);

@@ -3,9 +3,9 @@
 #include <getopt.h>
 #include <time.h>
 
-#include "bench/seed.h"
-#include "cli.h"
-#include "consumer/json_event.h"
+#include "workload/seed.h"
+#include "cli/cli.h"
+#include "wire/json_event.h"
 
 static void usage(FILE *f)
 {
@@ -32,17 +32,17 @@ int segd_cmd_generate(int argc, char **argv)
         switch (c) {
         case 'o': out = optarg; break;
         case 'u':
-            if (segd_cli_int("generate", "--users", optarg, 1, INT64_MAX, &v))
+            if (segd_arg_int("generate", "--users", optarg, 1, INT64_MAX, &v))
                 return SEGD_EXIT_USAGE;
             so.users = (uint64_t)v;
             break;
         case 's':
-            if (segd_cli_int("generate", "--seed", optarg, 0, INT64_MAX, &v))
+            if (segd_arg_int("generate", "--seed", optarg, 0, INT64_MAX, &v))
                 return SEGD_EXIT_USAGE;
             so.seed = (uint64_t)v;
             break;
         case 'n':
-            if (segd_cli_int("generate", "--now", optarg, 1, INT64_MAX / 1000, &now_s))
+            if (segd_arg_int("generate", "--now", optarg, 1, INT64_MAX / 1000, &now_s))
                 return SEGD_EXIT_USAGE;
             break;
         case 'h': usage(stdout); return SEGD_EXIT_OK;

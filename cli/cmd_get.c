@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cache/http.h"
-#include "cli.h"
-#include "store/query.h"
+#include "wire/profile_json.h"
+#include "cli/cli.h"
+#include "core/query.h"
 
 typedef struct get_args {
     int json;
@@ -86,8 +86,8 @@ static int parse_range(const char *s, get_args_t *a)
         return -1;
     memcpy(lo, s, (size_t)(colon - s));
     lo[colon - s] = 0;
-    if (segd_cli_int("get", "--count-range", lo, 0, INT64_MAX, &a->range_lo) ||
-        segd_cli_int("get", "--count-range", colon + 1, 0, INT64_MAX, &a->range_hi))
+    if (segd_arg_int("get", "--count-range", lo, 0, INT64_MAX, &a->range_lo) ||
+        segd_arg_int("get", "--count-range", colon + 1, 0, INT64_MAX, &a->range_hi))
         return -1;
     a->has_range = 1;
     return 0;
@@ -113,17 +113,17 @@ int segd_cmd_get(int argc, char **argv)
         switch (c) {
         case 'd': db = optarg; break;
         case 'j': a.json = 1; break;
-        case 'n': bad = segd_cli_int("get", "--now", optarg, 1, INT64_MAX / 1000, &a.now_s); break;
+        case 'n': bad = segd_arg_int("get", "--now", optarg, 1, INT64_MAX / 1000, &a.now_s); break;
         case 'e':
-            bad = segd_cli_int("get", "--expiring-after", optarg, 0, INT64_MAX,
+            bad = segd_arg_int("get", "--expiring-after", optarg, 0, INT64_MAX,
                                &a.q.expiring_after_s);
             break;
         case 'u':
-            bad = segd_cli_int("get", "--updated-since", optarg, 0, INT64_MAX,
+            bad = segd_arg_int("get", "--updated-since", optarg, 0, INT64_MAX,
                                &a.q.updated_since_ms);
             break;
         case 'r': bad = parse_range(optarg, &a); break;
-        case 'l': bad = segd_cli_int("get", "--limit", optarg, 0, INT64_MAX, &a.limit); break;
+        case 'l': bad = segd_arg_int("get", "--limit", optarg, 0, INT64_MAX, &a.limit); break;
         case 'h': usage(stdout); return SEGD_EXIT_OK;
         default: bad = 1; usage(stderr);
         }
@@ -134,7 +134,7 @@ int segd_cmd_get(int argc, char **argv)
         usage(stderr);
         return SEGD_EXIT_USAGE;
     }
-    segd_store_t *s = segd_cli_open_store("get", db, a.now_s, 1);
+    segd_store_t *s = segd_app_open_store("get", db, a.now_s, 1);
     if (!s)
         return SEGD_EXIT_FAIL;
     segd_profile_t p;

@@ -5,8 +5,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "consumer/seed_producer.h"
+#include "cli/cli.h"
+#include "workload/seed_producer.h"
 
 static volatile sig_atomic_t stop_requested;
 static void on_signal(int sig) { (void)sig, stop_requested = 1; }
@@ -54,15 +54,15 @@ int segd_cmd_produce(int argc, char **argv)
         switch (c) {
         case 'b': o.brokers = optarg; break;
         case 't': o.topic = optarg; break;
-        case 'u': bad = segd_cli_int("produce", "--users", optarg, 1, INT64_MAX, &v);
+        case 'u': bad = segd_arg_int("produce", "--users", optarg, 1, INT64_MAX, &v);
             o.seed.users = (uint64_t)v; break;
-        case 'e': bad = segd_cli_int("produce", "--events", optarg, 1, INT64_MAX, &v);
+        case 'e': bad = segd_arg_int("produce", "--events", optarg, 1, INT64_MAX, &v);
             o.max_events = (uint64_t)v; break;
-        case 'r': bad = segd_cli_int("produce", "--rate", optarg, 1, INT64_MAX, &v);
+        case 'r': bad = segd_arg_int("produce", "--rate", optarg, 1, INT64_MAX, &v);
             o.rate = (double)v; break;
-        case 's': bad = segd_cli_int("produce", "--seed", optarg, 0, INT64_MAX, &v);
+        case 's': bad = segd_arg_int("produce", "--seed", optarg, 0, INT64_MAX, &v);
             o.seed.seed = (uint64_t)v; break;
-        case 'n': bad = segd_cli_int("produce", "--now", optarg, 1, INT64_MAX / 1000, &now_s); break;
+        case 'n': bad = segd_arg_int("produce", "--now", optarg, 1, INT64_MAX / 1000, &now_s); break;
         case 'R': o.registry_url = optarg; break;
         case 'f':
             if ((bad = parse_framing(optarg, &o.framing)))

@@ -11,10 +11,11 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "cli.h"
-#include "consumer/pipeline.h"
+#include "cli/cli.h"
+#include "app/daemon.h"
 #include "publisher/publisher.h"
 #include "publisher/snapshot.h"
+#include "base/clock.h"
 
 extern char **environ;
 
@@ -91,7 +92,7 @@ static segd_store_t *open_store(const segd_config_t *cfg)
     segd_store_opts_t o;
     char err[512];
     segd_store_t *s = NULL;
-    segd_store_opts_default(&o);
+    segd_app_store_opts(&o);
     o.path = cfg->db;
     o.granularity_s = cfg->granularity_s;
     o.horizon_ms = cfg->horizon_s * 1000;
@@ -122,7 +123,7 @@ static void export_once(snapshotter_t *sn)
     o.changes_topic = sn->cfg->changes_topic;
     segd_manifest_t m;
     char err[512] = "";
-    double t0 = segd_cli_seconds();
+    double t0 = segd_mono_s();
     if (segd_snapshot_export(sn->store, sn->cfg->snapshot_to, &o, &m, err, sizeof(err))) {
         fprintf(stderr, "segd run: snapshot to %s failed (no manifest left): %s\n",
                 sn->cfg->snapshot_to, err);
@@ -130,7 +131,7 @@ static void export_once(snapshotter_t *sn)
         return;
     }
     fprintf(stderr, "segd run: snapshot: %" PRIu64 " users, %" PRIu64 " entries -> %s in %.1f s\n",
-            m.records, m.segments, sn->cfg->snapshot_to, segd_cli_seconds() - t0);
+            m.records, m.segments, sn->cfg->snapshot_to, segd_mono_s() - t0);
     segd_manifest_free(&m);
     sn->exported++;
 }
@@ -155,9 +156,8 @@ static void *snapshot_main(void *arg)
     return NULL;
 }
 
-static void report_changes(segd_pipeline_t *p, const char *prefix)
+static void report_changes(segd_publisher_t *pub, const char *prefix)
 {
-    segd_publisher_t *pub = segd_pipeline_publisher(p);
     if (!pub)
         return;
     segd_publisher_stats_t st;
@@ -177,7 +177,7 @@ static void report(const segd_pipeline_t *p, double t0, const char *prefix)
     uint64_t dlq = 0;
     for (int i = 0; i < SEGD_DLQ_REASONS; i++)
         dlq += st.dlq[i];
-    double dt = segd_cli_seconds() - t0;
+    double dt = segd_mono_s() - t0;
     fprintf(stderr,
             "%sconsumed=%" PRIu64 " events=%" PRIu64 " segments=%" PRIu64 " dlq=%" PRIu64
             " batches=%" PRIu64 " fault_waits=%" PRIu64 " rate=%.0f segments/s\n",
@@ -197,18 +197,20 @@ int segd_cmd_run(int argc, char **argv)
         segd_config_free(&cfg);
         return rc == 1 ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
     }
-    volatile sig_atomic_t *stop = segd_cli_stop_on_signals();
+    volatile sig_atomic_t *stop = segd_app_stop_on_signals();
     char err[512];
-    segd_pipeline_t *p = NULL;
+    segd_daemon_t *d = NULL;
     segd_store_t *store = open_store(&cfg);
     rc = SEGD_EXIT_FAIL;
     if (!store)
         goto out_config;
-    if (segd_pipeline_new(&p, &cfg, store, stop, err, sizeof(err)) != SEGD_OK) {
+    if (segd_daemon_new(&d, &cfg, store, stop, err, sizeof(err)) != SEGD_OK) {
         fprintf(stderr, "segd run: %s\n", err);
         rc = SEGD_EXIT_USAGE;
         goto out_store;
     }
+    segd_pipeline_t *p = segd_daemon_pipeline(d);
+    segd_publisher_t *pub = segd_daemon_publisher(d);
     fprintf(stderr, "segd run: consuming %s as group %s into %s\n", cfg.topics[0], cfg.group,
             cfg.db);
     snapshotter_t sn = {.cfg = &cfg, .store = store};
@@ -218,14 +220,14 @@ int segd_cmd_run(int argc, char **argv)
     pthread_cond_init(&sn.cv, NULL);
     if (snapshots && pthread_create(&snap_thread, NULL, snapshot_main, &sn))
         snapshots = 0;
-    double t0 = segd_cli_seconds(), last = t0;
+    double t0 = segd_mono_s(), last = t0;
     segd_err_t e = SEGD_OK;
     while (!*stop && !e) {
         e = segd_pipeline_step(p, err, sizeof(err));
-        if (segd_cli_seconds() - last >= 10) {
+        if (segd_mono_s() - last >= 10) {
             report(p, t0, "segd run: ");
-            report_changes(p, "segd run: ");
-            last = segd_cli_seconds();
+            report_changes(pub, "segd run: ");
+            last = segd_mono_s();
         }
     }
     if (e)
@@ -239,10 +241,10 @@ int segd_cmd_run(int argc, char **argv)
     }
     pthread_cond_destroy(&sn.cv);
     pthread_mutex_destroy(&sn.mu);
-    segd_pipeline_close(p); /* finishes the batch, commits, leaves the group */
+    segd_daemon_close(d); /* finishes the batch, commits, leaves the group */
     report(p, t0, "segd run: final: ");
-    report_changes(p, "segd run: final: ");
-    segd_pipeline_destroy(p);
+    report_changes(pub, "segd run: final: ");
+    segd_daemon_destroy(d);
     rc = e ? SEGD_EXIT_FAIL : SEGD_EXIT_OK;
 out_store:
     segd_store_close(store);

@@ -6,8 +6,8 @@
 #include <inttypes.h>
 #include <string.h>
 
-#include "cli.h"
-#include "publisher/outbox.h"
+#include "cli/cli.h"
+#include "wire/outbox.h"
 
 int segd_cmd_segments(int argc, char **argv)
 {
@@ -27,7 +27,7 @@ int segd_cmd_segments(int argc, char **argv)
         if (c == 'd')
             db = optarg;
         else if (c == 'b') {
-            if (segd_cli_int("segments", "--before-ms", optarg, 1, INT64_MAX, &before_ms))
+            if (segd_arg_int("segments", "--before-ms", optarg, 1, INT64_MAX, &before_ms))
                 return SEGD_EXIT_USAGE;
         } else {
             fprintf(c == 'h' ? stdout : stderr,
@@ -40,7 +40,7 @@ int segd_cmd_segments(int argc, char **argv)
         fprintf(stderr, "segd segments retire: --db and at least one ID are required\n");
         return SEGD_EXIT_USAGE;
     }
-    segd_store_t *s = segd_cli_open_store("segments", db, 0, 0);
+    segd_store_t *s = segd_app_open_store("segments", db, 0, 0);
     if (!s)
         return SEGD_EXIT_FAIL;
     if (!before_ms)
@@ -55,7 +55,7 @@ int segd_cmd_segments(int argc, char **argv)
     }
     for (int i = optind; i < argc && rc == SEGD_EXIT_OK; i++) {
         segd_retirement_t r;
-        if (segd_cli_int("segments", "ID", argv[i], 0, INT64_MAX, &id)) {
+        if (segd_arg_int("segments", "ID", argv[i], 0, INT64_MAX, &id)) {
             rc = SEGD_EXIT_USAGE;
             break;
         }

@@ -6,8 +6,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "cli.h"
+#include "cli/cli.h"
+#include "cache/snapshot_read.h"
 #include "publisher/snapshot.h"
+#include "base/clock.h"
 
 static void usage(FILE *f)
 {
@@ -51,12 +53,12 @@ static int export_cmd(int argc, char **argv)
         switch (c) {
         case 'd': db = optarg; break;
         case 't': to = optarg; break;
-        case 'b': bad = segd_cli_int("snapshot", "--buckets", optarg, 1, 65536, &buckets); break;
-        case 'n': bad = segd_cli_int("snapshot", "--now", optarg, 1, INT64_MAX / 1000, &now_s); break;
+        case 'b': bad = segd_arg_int("snapshot", "--buckets", optarg, 1, 65536, &buckets); break;
+        case 'n': bad = segd_arg_int("snapshot", "--now", optarg, 1, INT64_MAX / 1000, &now_s); break;
         case 'c': o.changes_topic = optarg; break;
-        case 'l': bad = segd_cli_int("snapshot", "--level", optarg, 0, 19, &level); break;
+        case 'l': bad = segd_arg_int("snapshot", "--level", optarg, 0, 19, &level); break;
         case 'z':
-            bad = segd_cli_int("snapshot", "--horizon-s", optarg, 0, 90 * 86400, &horizon_s);
+            bad = segd_arg_int("snapshot", "--horizon-s", optarg, 0, 90 * 86400, &horizon_s);
             break;
         case 'x':
             if (!strcmp(optarg, "deflate"))
@@ -85,7 +87,7 @@ static int export_cmd(int argc, char **argv)
         o.codec = SEGD_OCF_NULL;
     o.progress = isatty(2);
     segd_store_opts_t so;
-    segd_store_opts_default(&so);
+    segd_app_store_opts(&so);
     so.path = db;
     so.read_only = 1;
     so.now_ms = now_s * 1000;
@@ -98,7 +100,7 @@ static int export_cmd(int argc, char **argv)
     }
     segd_manifest_t m;
     char err[512] = "";
-    double t0 = segd_cli_seconds();
+    double t0 = segd_mono_s();
     segd_err_t e = segd_snapshot_export(s, to, &o, &m, err, sizeof(err));
     segd_store_close(s);
     if (e) {
@@ -110,7 +112,7 @@ static int export_cmd(int argc, char **argv)
         bytes += m.files[i].bytes;
     printf("snapshot: %" PRIu64 " users, %" PRIu64 " entries, %u buckets, %" PRIu64
            " bytes in %.2f s -> %s\n",
-           m.records, m.segments, m.buckets, bytes, segd_cli_seconds() - t0, to);
+           m.records, m.segments, m.buckets, bytes, segd_mono_s() - t0, to);
     segd_manifest_free(&m);
     return SEGD_EXIT_OK;
 }

@@ -1,7 +1,7 @@
 /* Compaction filter over profile records; see filter.h. One filter per
  * compaction holds its own scratch buffers and a rule fixed at the start of
  * the compaction, so every record of one compaction is judged at one time. */
-#include "filter.h"
+#include "compactor/filter.h"
 
 #include <stdlib.h>
 
@@ -95,3 +95,5 @@ rocksdb_compactionfilterfactory_t *segd_filter_factory_new(segd_policy_t *policy
     return rocksdb_compactionfilterfactory_create(policy, factory_destroy, create_filter,
                                                   factory_name);
 }
+
+void segd_compactor_install(segd_store_opts_t *o) { o->filter_factory = segd_filter_factory_new; }

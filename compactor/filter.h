@@ -7,11 +7,15 @@
 
 #include <rocksdb/c.h>
 
-#include "store/policy.h"
+#include "core/policy.h"
+#include "store/store.h"
 
 /* policy is borrowed and must outlive the factory, which is owned by the
  * rocksdb_options_t it is set on. */
 rocksdb_compactionfilterfactory_t *segd_filter_factory_new(segd_policy_t *policy);
+
+/* Plugs the filter into a store's options (store.h's filter_factory). */
+void segd_compactor_install(segd_store_opts_t *o);
 
 /* Decision for one stored value, as the filter makes it: 1 = delete the key;
  * 0 = keep, with *changed set when out holds a rewritten value. */

@@ -1,5 +1,6 @@
 /* Event -> operand -> batch (+ outbox entry); see apply.h. */
-#include "apply.h"
+#include "consumer/apply.h"
+#include "base/clock.h"
 
 #include <string.h>
 #include <sys/time.h>
@@ -48,19 +49,13 @@ segd_err_t segd_applier_add(segd_applier_t *a, const segd_event_t *ev)
     return segd_applier_add_from(a, ev, NULL, 0, 0, 0);
 }
 
-static int64_t wall_ms(void)
-{
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
-}
 
 /* The outbox entry joins the batch once, even when the write is retried. */
 static segd_err_t add_outbox_entry(segd_applier_t *a)
 {
     if (!a->outbox || a->outbox_in_batch || a->ob.n_items == 0)
         return SEGD_OK;
-    segd_err_t err = segd_outbox_finish(&a->ob, wall_ms(), &a->outbox_value);
+    segd_err_t err = segd_outbox_finish(&a->ob, segd_wall_ms(), &a->outbox_value);
     if (err)
         return err;
     segd_batch_outbox_append(a->batch, a->outbox_value.data, a->outbox_value.len);

@@ -3,8 +3,8 @@
 #ifndef SEGD_APPLY_H
 #define SEGD_APPLY_H
 
-#include "event.h"
-#include "publisher/outbox.h"
+#include "core/event.h"
+#include "wire/outbox.h"
 #include "store/store.h"
 
 typedef struct segd_applier {

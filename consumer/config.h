@@ -8,8 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "avro_codec.h"
-#include "event.h"
+#include "wire/avro_codec.h"
+#include "core/event.h"
 
 #define SEGD_MAX_TOPICS 16
 #define SEGD_MAX_KAFKA_PROPS 64

@@ -2,7 +2,7 @@
  * callback runs inside consumer_poll on this thread, so it may write the
  * pending batch before partitions leave. */
 #define _GNU_SOURCE
-#include "pipeline.h"
+#include "consumer/pipeline.h"
 
 #include <inttypes.h>
 #include <librdkafka/rdkafka.h>
@@ -11,10 +11,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "apply.h"
-#include "kconf.h"
-#include "publisher/publisher.h"
-#include "registry.h"
+#include "consumer/apply.h"
+#include "transport/kconf.h"
+#include "transport/registry.h"
+#include "base/clock.h"
 
 #define MAX_POSITIONS 1024
 /* librdkafka's default message.max.bytes is 1000000: a dead letter larger
@@ -44,7 +44,7 @@ struct segd_pipeline {
     volatile sig_atomic_t *stop;
     rd_kafka_t *consumer;
     rd_kafka_t *producer; /* dead letters */
-    segd_publisher_t *publisher; /* change stream; NULL when disabled */
+    segd_pipeline_hooks_t hooks; /* the change publisher, through its owner */
     segd_registry_t *registry;
     segd_avro_codec_t *codec;
     segd_applier_t ap;
@@ -65,11 +65,6 @@ const char *segd_dlq_reason_name(int reason)
     return reason >= 0 && reason < SEGD_DLQ_REASONS ? reason_names[reason] : "?";
 }
 
-static void sleep_ms(int64_t ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 /* Exponential backoff for fault waits; logs the fault once per change. */
 static int64_t backoff(segd_pipeline_t *p, int64_t wait_ms, const char *fault)
@@ -80,7 +75,7 @@ static int64_t backoff(segd_pipeline_t *p, int64_t wait_ms, const char *fault)
         snprintf(p->last_fault, sizeof(p->last_fault), "%s", fault);
     }
     p->st.retries++;
-    sleep_ms(wait_ms);
+    segd_sleep_ms(wait_ms);
     wait_ms *= 2;
     return wait_ms > p->cfg->retry_max_ms ? p->cfg->retry_max_ms : wait_ms;
 }
@@ -226,8 +221,8 @@ static segd_err_t flush_batch(segd_pipeline_t *p, char *errstr, size_t n)
             ->offset = p->pos[i].next;
     rd_kafka_commit(p->consumer, offs, 1);
     rd_kafka_topic_partition_list_destroy(offs);
-    if (p->publisher)
-        segd_publisher_kick(p->publisher);
+    if (p->hooks.committed)
+        p->hooks.committed(p->hooks.ctx);
     p->npos = 0;
     clear_dead_letters(p);
     p->st.batches++;
@@ -237,11 +232,11 @@ static segd_err_t flush_batch(segd_pipeline_t *p, char *errstr, size_t n)
 
 /* ---------- messages ---------- */
 
-static int classify_decode_error(segd_err_t err, const char *why)
+static int classify_decode_error(segd_err_t err)
 {
     if (err == SEGD_ERR_LIMIT)
         return SEGD_DLQ_LIMIT;
-    return strstr(why, "schema") ? SEGD_DLQ_UNKNOWN_SCHEMA : SEGD_DLQ_DECODE;
+    return err == SEGD_ERR_SCHEMA ? SEGD_DLQ_UNKNOWN_SCHEMA : SEGD_DLQ_DECODE;
 }
 
 /* Decodes, retrying while the registry is unreachable (not bad input).
@@ -257,7 +252,7 @@ static int decode_message(segd_pipeline_t *p, const rd_kafka_message_t *m, int *
         if (err == SEGD_OK)
             return 1;
         if (err != SEGD_ERR_HTTP) {
-            *reason = classify_decode_error(err, why);
+            *reason = classify_decode_error(err);
             return 0;
         }
         if (*p->stop)
@@ -317,25 +312,17 @@ static int handle_message(segd_pipeline_t *p, const rd_kafka_message_t *m)
     return 0;
 }
 
-static int64_t mono_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 /* Ingest waits while the change stream is too far behind: an unbounded
  * outbox would turn a broker outage into a disk-full outage. */
 static int publisher_behind(segd_pipeline_t *p)
 {
-    segd_publisher_stats_t st;
-    segd_publisher_get_stats(p->publisher, &st);
-    return st.depth > (uint64_t)p->cfg->changes_max_outbox;
+    return p->hooks.backlog(p->hooks.ctx) > (uint64_t)p->cfg->changes_max_outbox;
 }
 
 static void wait_for_publisher(segd_pipeline_t *p)
 {
-    if (!p->publisher || p->cfg->changes_max_outbox <= 0 || !publisher_behind(p))
+    if (!p->hooks.backlog || p->cfg->changes_max_outbox <= 0 || !publisher_behind(p))
         return;
     /* paused partitions deliver nothing, and polling keeps the membership */
     rd_kafka_topic_partition_list_t *parts = NULL;
@@ -357,11 +344,11 @@ static void wait_for_publisher(segd_pipeline_t *p)
 segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
 {
     wait_for_publisher(p);
-    int64_t deadline = mono_ms() + p->cfg->batch_max_ms;
+    int64_t deadline = segd_mono_ms() + p->cfg->batch_max_ms;
     int64_t taken = 0;
     int rc = 0;
     while (taken < p->cfg->batch_max_messages && !*p->stop) {
-        int64_t left = deadline - mono_ms();
+        int64_t left = deadline - segd_mono_ms();
         if (left <= 0)
             break;
         rd_kafka_message_t *m = rd_kafka_consumer_poll(p->consumer, (int)left);
@@ -502,54 +489,18 @@ static segd_err_t make_codec(segd_pipeline_t *p, char *errstr, size_t n)
         if (err)
             return err;
     }
-    segd_err_t err = segd_avro_codec_new(&p->codec, NULL, p->registry, errstr, n);
+    segd_schema_source_t src = {segd_registry_lookup, p->registry};
+    segd_err_t err =
+        segd_avro_codec_new(&p->codec, NULL, p->registry ? &src : NULL, errstr, n);
     if (!err) /* stop decoding an oversized array early, not after allocating it */
         segd_avro_codec_set_limits(p->codec, &cfg->limits);
     return err;
 }
 
-/* librdkafka settings that concern the connection, not the consumer: the
- * change producer needs them too (TLS, SASL). */
-static int connection_prop(const char *key)
+void segd_pipeline_set_hooks(segd_pipeline_t *p, const segd_pipeline_hooks_t *h)
 {
-    return !strncmp(key, "security.", 9) || !strncmp(key, "sasl.", 5) ||
-           !strncmp(key, "ssl.", 4) || !strcmp(key, "client.id");
+    p->hooks = *h;
 }
-
-static segd_err_t make_publisher(segd_pipeline_t *p, char *errstr, size_t n)
-{
-    const segd_config_t *cfg = p->cfg;
-    if (!cfg->changes_enable)
-        return SEGD_OK;
-    segd_applier_enable_outbox(&p->ap);
-    const char *props[2 * SEGD_MAX_KAFKA_PROPS + 1];
-    size_t np = 0;
-    for (size_t i = 0; i < cfg->n_kafka; i++)
-        if (connection_prop(cfg->kafka[i].key)) {
-            props[np++] = cfg->kafka[i].key;
-            props[np++] = cfg->kafka[i].value;
-        }
-    props[np] = NULL;
-    segd_publisher_opts_t o;
-    segd_publisher_opts_default(&o);
-    o.brokers = cfg->brokers;
-    o.topic = cfg->changes_topic;
-    o.framing = strcmp(cfg->changes_format, "confluent") ? SEGD_CHANGE_SINGLE_OBJECT
-                                                         : SEGD_CHANGE_CONFLUENT;
-    o.registry_url = cfg->changes_registry_url;
-    o.registry_auth = cfg->registry_auth;
-    o.registry_ca = cfg->registry_ca;
-    o.compression = cfg->changes_compression;
-    o.buckets = (uint32_t)cfg->snapshot_buckets;
-    o.retry_max_ms = cfg->retry_max_ms;
-    o.kafka_props = props;
-    segd_err_t err = segd_publisher_new(&p->publisher, p->store, &o, errstr, n);
-    if (!err)
-        err = segd_publisher_start(p->publisher, errstr, n);
-    return err;
-}
-
-segd_publisher_t *segd_pipeline_publisher(segd_pipeline_t *p) { return p->publisher; }
 
 segd_err_t segd_pipeline_new(segd_pipeline_t **out, const segd_config_t *cfg,
                              segd_store_t *store, volatile sig_atomic_t *stop, char *errstr,
@@ -567,8 +518,8 @@ segd_err_t segd_pipeline_new(segd_pipeline_t **out, const segd_config_t *cfg,
         err = make_codec(p, errstr, n);
     if (!err)
         err = make_producer(p, errstr, n);
-    if (!err)
-        err = make_publisher(p, errstr, n);
+    if (!err && cfg->changes_enable) /* every batch records its changes (DESIGN §5) */
+        segd_applier_enable_outbox(&p->ap);
     if (!err)
         err = make_consumer(p, errstr, n);
     if (err) {
@@ -617,8 +568,6 @@ void segd_pipeline_close(segd_pipeline_t *p)
         rd_kafka_destroy(p->producer);
         p->producer = NULL;
     }
-    if (p->publisher) /* what is left is re-published at the next start */
-        segd_publisher_stop(p->publisher, 5000);
 }
 
 void segd_pipeline_destroy(segd_pipeline_t *p)
@@ -628,7 +577,6 @@ void segd_pipeline_destroy(segd_pipeline_t *p)
     segd_pipeline_close(p);
     clear_dead_letters(p);
     free(p->dlq);
-    segd_publisher_destroy(p->publisher);
     segd_avro_codec_destroy(p->codec);
     segd_registry_destroy(p->registry);
     segd_applier_free(&p->ap);

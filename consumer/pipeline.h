@@ -10,7 +10,7 @@
 #include <signal.h>
 #include <stdint.h>
 
-#include "config.h"
+#include "consumer/config.h"
 #include "store/store.h"
 
 typedef struct segd_pipeline segd_pipeline_t;
@@ -51,9 +51,19 @@ segd_err_t segd_pipeline_run(segd_pipeline_t *p, char *errstr, size_t errstr_siz
 
 void segd_pipeline_get_stats(const segd_pipeline_t *p, segd_pipeline_stats_t *st);
 
-/* The change-stream publisher (NULL when changes.enable = 0); borrowed. */
-struct segd_publisher;
-struct segd_publisher *segd_pipeline_publisher(segd_pipeline_t *p);
+/* How the pipeline reaches the change publisher without knowing it: the
+ * program that owns both (app/daemon.c) fills these; any may be NULL. They
+ * run on the pipeline's thread and must not block for long. */
+typedef struct segd_pipeline_hooks {
+    void (*committed)(void *ctx);   /* a batch was written: publish its outbox entry */
+    uint64_t (*backlog)(void *ctx); /* unpublished outbox entries; ingest pauses
+                                       while this exceeds changes.max.outbox */
+    void *ctx;                      /* borrowed; must outlive the pipeline */
+} segd_pipeline_hooks_t;
+
+/* Call before the first step; h is copied. Without hooks nothing waits for
+ * the change stream (the outbox is still written when changes.enable = 1). */
+void segd_pipeline_set_hooks(segd_pipeline_t *p, const segd_pipeline_hooks_t *h);
 
 /* Partitions currently assigned to this member (thread-safe; -1 on error). */
 int segd_pipeline_assigned(segd_pipeline_t *p);

@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "consumer/avro_codec.h"
+#include "wire/avro_codec.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -6,9 +6,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "publisher/avro_file.h"
-#include "publisher/change.h"
-#include "publisher/outbox.h"
+#include "wire/avro_file.h"
+#include "wire/change.h"
+#include "wire/outbox.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

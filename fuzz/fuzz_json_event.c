@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "consumer/config.h"
-#include "consumer/json_event.h"
+#include "wire/json_event.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

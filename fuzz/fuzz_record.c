@@ -6,7 +6,7 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "store/record.h"
+#include "core/record.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

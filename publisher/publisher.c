@@ -2,7 +2,7 @@
  * at a time (the background thread, or the caller of cycle/drain): delivery
  * reports run inside rd_kafka_flush on that thread. */
 #define _GNU_SOURCE
-#include "publisher.h"
+#include "publisher/publisher.h"
 
 #include <inttypes.h>
 #include <librdkafka/rdkafka.h>
@@ -13,9 +13,10 @@
 #include <sys/time.h>
 #include <time.h>
 
-#include "consumer/kconf.h"
-#include "consumer/registry.h"
-#include "outbox.h"
+#include "transport/kconf.h"
+#include "transport/registry.h"
+#include "wire/outbox.h"
+#include "base/clock.h"
 
 #define MAX_PARTITIONS 4096
 #define LAT_BUCKETS 10001 /* latencies in whole ms; the last bucket holds >= 10 s */
@@ -81,12 +82,6 @@ void segd_publisher_opts_default(segd_publisher_opts_t *o)
     o->max_delta_entries = 32768; /* ~16 B each: well under 1 MB messages */
 }
 
-static int64_t wall_ms(void)
-{
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    return (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
-}
 
 /* ---------- producer ---------- */
 
@@ -466,7 +461,7 @@ segd_err_t segd_publisher_cycle(segd_publisher_t *p, size_t *acked, char *errstr
         pthread_mutex_unlock(&p->mu);
         return err;
     }
-    int64_t now = wall_ms();
+    int64_t now = segd_wall_ms();
     pthread_mutex_lock(&p->mu);
     p->st.depth = scan_end > p->first_seq ? scan_end - p->first_seq : 0;
     p->st.oldest_unacked_ms = p->n_entries ? now - p->entries[0].committed_at_ms : 0;
@@ -482,7 +477,7 @@ segd_err_t segd_publisher_cycle(segd_publisher_t *p, size_t *acked, char *errstr
         return err;
     p->cursor = end;
     pthread_mutex_lock(&p->mu);
-    record_latency(p, wall_ms());
+    record_latency(p, segd_wall_ms());
     p->st.cycles++;
     p->st.entries += p->n_entries;
     p->st.events += events;
@@ -494,11 +489,6 @@ segd_err_t segd_publisher_cycle(segd_publisher_t *p, size_t *acked, char *errstr
     return SEGD_OK;
 }
 
-static void sleep_ms(int64_t ms)
-{
-    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
-    nanosleep(&ts, NULL);
-}
 
 segd_err_t segd_publisher_drain(segd_publisher_t *p, int64_t timeout_ms, char *errstr,
                                 size_t n)
@@ -517,7 +507,7 @@ segd_err_t segd_publisher_drain(segd_publisher_t *p, int64_t timeout_ms, char *e
                        : segd_errf(SEGD_ERR_KAFKA, errstr, n, "outbox not drained in %" PRId64
                                    " ms", timeout_ms);
         if (err || acked == 0)
-            sleep_ms(err ? 200 : 10);
+            segd_sleep_ms(err ? 200 : 10);
     }
 }
 
@@ -551,7 +541,7 @@ static void *run(void *arg)
             p->st.retries++;
             pthread_mutex_unlock(&p->mu);
             log_fault(p, err);
-            sleep_ms(wait);
+            segd_sleep_ms(wait);
             wait = wait * 2 > p->o.retry_max_ms ? p->o.retry_max_ms : wait * 2;
             continue;
         }

@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "change.h"
+#include "wire/change.h"
 #include "store/store.h"
 
 #define SEGD_DEFAULT_CHANGES_TOPIC "segments.changes"

@@ -1,7 +1,7 @@
 /* RocksDB merge operator over segd profile records; see merge.h. Corrupt
  * inputs are skipped and counted rather than failing the merge, because a
  * failed merge stops every compaction of the column family. */
-#include "merge.h"
+#include "store/merge.h"
 
 #include <stdlib.h>
 

@@ -6,7 +6,7 @@
 
 #include <rocksdb/c.h>
 
-#include "policy.h"
+#include "core/policy.h"
 
 /* policy is borrowed and must outlive the returned operator; the operator is
  * owned by the rocksdb_options_t it is set on. */

@@ -2,7 +2,7 @@
  * compaction filter, batches, offsets, reads, scans, compaction and stats.
  * Everything RocksDB-specific stays in this file and merge.c/filter.c. */
 #define _GNU_SOURCE /* memrchr */
-#include "store.h"
+#include "store/store.h"
 
 #include <inttypes.h>
 #include <rocksdb/c.h>
@@ -11,8 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "compactor/filter.h"
-#include "merge.h"
+#include "store/merge.h"
 
 enum { CF_DEFAULT, CF_PROFILES, CF_META, CF_OUTBOX, CF_COUNT };
 static const char *const cf_names[CF_COUNT] = {"default", "profiles", "meta", "outbox"};
@@ -27,6 +26,7 @@ struct segd_store {
     rocksdb_writeoptions_t *wopts;
     rocksdb_readoptions_t *ropts;
     segd_policy_t *policy;
+    rocksdb_compactionfilterfactory_t *(*filter_factory)(segd_policy_t *policy);
     int64_t granularity_s;
     int read_only;
     _Atomic uint64_t outbox_seq; /* next outbox sequence number */
@@ -79,7 +79,8 @@ static segd_err_t rocks_err(char *rerr, segd_err_t code, char *errstr, size_t n,
 static void configure_profiles(segd_store_t *s, rocksdb_options_t *o)
 {
     rocksdb_options_set_merge_operator(o, segd_merge_operator_new(s->policy));
-    rocksdb_options_set_compaction_filter_factory(o, segd_filter_factory_new(s->policy));
+    if (s->filter_factory)
+        rocksdb_options_set_compaction_filter_factory(o, s->filter_factory(s->policy));
     rocksdb_options_set_block_based_table_factory(o, s->table_opts);
     /* values are entropy-coded already (zstd saved <2%): skipping block
      * compression makes a block-cache miss a copy instead of a decompression */
@@ -256,6 +257,7 @@ segd_err_t segd_store_open(segd_store_t **out, const segd_store_opts_t *o, char 
     if (!s)
         return SEGD_ERR_NOMEM;
     s->read_only = o->read_only;
+    s->filter_factory = o->filter_factory;
     segd_err_t err = segd_policy_new(&s->policy, o->horizon_ms);
     if (err)
         goto out_close;

@@ -6,12 +6,13 @@
 #ifndef SEGD_STORE_H
 #define SEGD_STORE_H
 
+#include <rocksdb/c.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "err.h"
-#include "policy.h"
-#include "record.h"
+#include "base/err.h"
+#include "core/policy.h"
+#include "core/record.h"
 
 #define SEGD_STORE_FORMAT 1
 
@@ -27,6 +28,10 @@ typedef struct segd_store_opts {
     int64_t periodic_compaction_s; /* default 86400: cold records get visited */
     int64_t compaction_rate_mb;    /* background I/O cap in MiB/s; 0 = none */
     int64_t now_ms;                /* 0 = wall clock; tests and --now set it */
+    /* The profiles family's compaction filter factory, made for the store's
+     * policy at open (compactor/ plugs itself in with segd_compactor_install);
+     * NULL = no filter: dead entries then go only through full merges. */
+    rocksdb_compactionfilterfactory_t *(*filter_factory)(segd_policy_t *policy);
 } segd_store_opts_t;
 
 typedef struct segd_store_stats {

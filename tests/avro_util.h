@@ -7,8 +7,8 @@
 #include <avro.h>
 #include <string.h>
 
-#include "consumer/avro_codec.h"
-#include "consumer/event.h"
+#include "wire/avro_codec.h"
+#include "core/event.h"
 
 static int set_num(avro_value_t *rec, const char *name, int64_t v)
 {

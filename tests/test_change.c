@@ -15,10 +15,10 @@
 
 #include <cmocka.h>
 
-#include "consumer/avro_codec.h"
-#include "publisher/avro_file.h"
-#include "publisher/change.h"
-#include "publisher/outbox.h"
+#include "wire/avro_codec.h"
+#include "wire/avro_file.h"
+#include "wire/change.h"
+#include "wire/outbox.h"
 
 static void sample_change(segd_change_t *c)
 {

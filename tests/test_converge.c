@@ -24,10 +24,12 @@
 
 #include "cache/edge.h"
 #include "cache/tail.h"
-#include "consumer/avro_codec.h"
-#include "consumer/dev_broker.h"
+#include "wire/avro_codec.h"
+#include "workload/dev_broker.h"
+#include "cache/snapshot_read.h"
 #include "publisher/snapshot.h"
-#include "store/query.h"
+#include "core/query.h"
+#include "compactor/filter.h"
 #include "store/store.h"
 
 #define TOPIC "events"
@@ -180,6 +182,7 @@ static segd_store_t *open_ro(const fixture_t *f, int64_t now_ms)
 {
     segd_store_opts_t o;
     segd_store_opts_default(&o);
+    segd_compactor_install(&o);
     o.path = f->db;
     o.read_only = 1;
     o.block_cache_mb = 8;

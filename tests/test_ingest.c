@@ -21,9 +21,10 @@
 #include <cmocka.h>
 
 #include "consumer/apply.h"
-#include "consumer/dev_broker.h"
+#include "workload/dev_broker.h"
 #include "consumer/pipeline.h"
-#include "consumer/seed_producer.h"
+#include "workload/seed_producer.h"
+#include "compactor/filter.h"
 #include "store/store.h"
 
 #define TOPIC "events"
@@ -65,6 +66,7 @@ static segd_store_t *open_store(const char *dir, const char *name)
     snprintf(path, sizeof(path), "%s/%s", dir, name);
     segd_store_opts_t o;
     segd_store_opts_default(&o);
+    segd_compactor_install(&o);
     o.path = path;
     o.now_ms = NOW_S * 1000;
     o.block_cache_mb = 8;
@@ -511,6 +513,7 @@ static uint64_t offsets_of(const char *db)
 {
     segd_store_opts_t o;
     segd_store_opts_default(&o);
+    segd_compactor_install(&o);
     o.path = db;
     o.read_only = 1;
     o.block_cache_mb = 8;

@@ -14,7 +14,8 @@
 #include <cmocka.h>
 
 #include "consumer/apply.h"
-#include "store/query.h"
+#include "core/query.h"
+#include "compactor/filter.h"
 #include "store/store.h"
 
 #define T0 1800000000000LL
@@ -111,6 +112,7 @@ static void run_open(run_t *r)
     assert_non_null(mkdtemp(r->dir));
     segd_store_opts_t o;
     segd_store_opts_default(&o);
+    segd_compactor_install(&o);
     o.path = r->dir;
     o.now_ms = T0;
     o.block_cache_mb = 8;

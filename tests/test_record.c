@@ -9,7 +9,7 @@
 
 #include <cmocka.h>
 
-#include "store/record.h"
+#include "core/record.h"
 
 static uint64_t rng_state = 12345;
 static uint64_t rnd(void)

@@ -15,7 +15,8 @@
 #include <cmocka.h>
 #include <jansson.h>
 
-#include "consumer/avro_codec.h"
+#include "wire/avro_codec.h"
+#include "transport/registry.h"
 #include "tests/avro_util.h"
 #include "tests/nginx_util.h"
 
@@ -140,7 +141,7 @@ static void test_evolved_writers_by_id(void **state)
     segd_event_t ev, out;
     segd_event_init(&ev);
     segd_event_init(&out);
-    assert_int_equal(segd_avro_codec_new(&c, NULL, r, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_avro_codec_new(&c, NULL, &(segd_schema_source_t){segd_registry_lookup, r}, err, sizeof(err)), SEGD_OK);
     const char *writers[] = {WRITER_NO_DEFAULTS, WRITER_EXTRA, WRITER_INT_ID};
     for (int w = 0; w < 3; w++) {
         segd_event_reset(&ev);
@@ -168,7 +169,7 @@ static void test_evolved_writers_by_id(void **state)
     /* unknown id: bad input (dead letter), not an outage */
     size_t len = confluent_frame(4, WRITER_EXTRA, &ev, msg, sizeof(msg));
     assert_int_equal(segd_avro_decode(c, SEGD_FRAMING_AUTO, msg, len, &out, err, sizeof(err)),
-                     SEGD_ERR_DECODE);
+                     SEGD_ERR_SCHEMA);
     assert_string_equal(err, "unknown schema id 4");
     /* a failing registry is an outage: the caller waits and retries */
     len = confluent_frame(500, WRITER_EXTRA, &ev, msg, sizeof(msg));
@@ -189,11 +190,11 @@ static void test_incompatible_writer(void **state)
     char err[256];
     segd_event_t out;
     segd_event_init(&out);
-    assert_int_equal(segd_avro_codec_new(&c, NULL, r, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_avro_codec_new(&c, NULL, &(segd_schema_source_t){segd_registry_lookup, r}, err, sizeof(err)), SEGD_OK);
     const uint8_t msg[] = {0, 0, 0, 0, 6, 2, 'u'};
     for (int again = 0; again < 2; again++) {
         assert_int_equal(segd_avro_decode(c, SEGD_FRAMING_CONFLUENT, msg, sizeof(msg), &out,
-                                          err, sizeof(err)), SEGD_ERR_DECODE);
+                                          err, sizeof(err)), SEGD_ERR_SCHEMA);
         assert_string_equal(err, "incompatible writer schema id 6");
     }
     segd_avro_codec_destroy(c);
@@ -258,7 +259,7 @@ static void test_unreachable_registry(void **state)
     segd_avro_codec_t *c;
     segd_event_t out;
     segd_event_init(&out);
-    assert_int_equal(segd_avro_codec_new(&c, NULL, r, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_avro_codec_new(&c, NULL, &(segd_schema_source_t){segd_registry_lookup, r}, err, sizeof(err)), SEGD_OK);
     const uint8_t msg[] = {0, 0, 0, 0, 1, 2, 'u'};
     assert_int_equal(segd_avro_decode(c, SEGD_FRAMING_AUTO, msg, sizeof(msg), &out, err,
                                       sizeof(err)), SEGD_ERR_HTTP);

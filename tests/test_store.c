@@ -11,6 +11,7 @@
 #include <cmocka.h>
 
 #include "consumer/apply.h"
+#include "compactor/filter.h"
 #include "store/store.h"
 
 #define NOW_MS 1800000000000LL
@@ -43,6 +44,7 @@ static segd_store_t *open_store(const char *dir, int read_only, int64_t granular
 {
     segd_store_opts_t o;
     segd_store_opts_default(&o);
+    segd_compactor_install(&o);
     o.path = dir;
     o.read_only = read_only;
     o.now_ms = NOW_MS;

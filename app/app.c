@@ -1,0 +1,50 @@
+/* Per-process setup shared by the CLI and the benchmarks; see app.h. */
+#include "app/app.h"
+
+#include <stdio.h>
+#include <unistd.h>
+
+#include "compactor/filter.h"
+
+void segd_app_store_opts(segd_store_opts_t *o)
+{
+    segd_store_opts_default(o);
+    segd_compactor_install(o);
+}
+
+segd_store_t *segd_app_open_store(const char *cmd, const char *dir, int64_t now_s,
+                                  int read_only)
+{
+    segd_store_opts_t o;
+    char err[512];
+    segd_store_t *s = NULL;
+    segd_app_store_opts(&o);
+    o.path = dir;
+    o.read_only = read_only;
+    o.now_ms = now_s * 1000;
+    if (segd_store_open(&s, &o, err, sizeof(err)) != SEGD_OK) {
+        fprintf(stderr, "segd %s: cannot open store: %s\n", cmd, err);
+        return NULL;
+    }
+    return s;
+}
+
+/* The one piece of global state: a signal handler can reach nothing else. */
+static volatile sig_atomic_t stop_flag;
+
+static void on_stop_signal(int sig)
+{
+    (void)sig;
+    if (stop_flag)
+        _exit(130);
+    stop_flag = 1;
+}
+
+volatile sig_atomic_t *segd_app_stop_on_signals(void)
+{
+    struct sigaction sa = {0};
+    sa.sa_handler = on_stop_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    return &stop_flag;
+}

@@ -1,0 +1,26 @@
+/* What a segd program (the CLI, the benchmarks) does once per process: open
+ * the store with its compaction filter plugged in, and turn SIGINT/SIGTERM
+ * into a stop flag. The daemon's wiring of pipeline and publisher is
+ * app/daemon.h. */
+#ifndef SEGD_APP_H
+#define SEGD_APP_H
+
+#include <signal.h>
+#include <stdint.h>
+
+#include "store/store.h"
+
+/* Fills o with the store defaults plus segd's compaction filter: what every
+ * program that opens a store for real uses. */
+void segd_app_store_opts(segd_store_opts_t *o);
+
+/* Opens the store at dir (segd_app_store_opts), now_s (0 = wall clock),
+ * read-only or not; prints "segd CMD: cannot open store: ..." on failure. */
+segd_store_t *segd_app_open_store(const char *cmd, const char *dir, int64_t now_s,
+                                  int read_only);
+
+/* Makes SIGINT/SIGTERM set the returned flag (finish and exit cleanly); a
+ * second signal exits at once with status 130. */
+volatile sig_atomic_t *segd_app_stop_on_signals(void);
+
+#endif

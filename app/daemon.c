@@ -1,0 +1,111 @@
+/* Pipeline + publisher wiring; see daemon.h. */
+#include "app/daemon.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+struct segd_daemon {
+    segd_pipeline_t *pipeline;
+    segd_publisher_t *publisher; /* NULL when changes.enable = 0 */
+    const char *props[2 * SEGD_MAX_KAFKA_PROPS + 1];
+    int closed;
+};
+
+/* librdkafka settings that concern the connection, not the consumer: the
+ * change producer needs them too (TLS, SASL). */
+static int connection_prop(const char *key)
+{
+    return !strncmp(key, "security.", 9) || !strncmp(key, "sasl.", 5) ||
+           !strncmp(key, "ssl.", 4) || !strcmp(key, "client.id");
+}
+
+void segd_daemon_publisher_opts(const segd_config_t *cfg, segd_publisher_opts_t *o,
+                                const char **props)
+{
+    size_t np = 0;
+    for (size_t i = 0; i < cfg->n_kafka; i++)
+        if (connection_prop(cfg->kafka[i].key)) {
+            props[np++] = cfg->kafka[i].key;
+            props[np++] = cfg->kafka[i].value;
+        }
+    props[np] = NULL;
+    segd_publisher_opts_default(o);
+    o->brokers = cfg->brokers;
+    o->topic = cfg->changes_topic;
+    o->framing = strcmp(cfg->changes_format, "confluent") ? SEGD_CHANGE_SINGLE_OBJECT
+                                                          : SEGD_CHANGE_CONFLUENT;
+    o->registry_url = cfg->changes_registry_url;
+    o->registry_auth = cfg->registry_auth;
+    o->registry_ca = cfg->registry_ca;
+    o->compression = cfg->changes_compression;
+    o->buckets = (uint32_t)cfg->snapshot_buckets;
+    o->retry_max_ms = cfg->retry_max_ms;
+    o->kafka_props = props;
+}
+
+static void on_committed(void *ctx) { segd_publisher_kick(ctx); }
+
+static uint64_t outbox_backlog(void *ctx)
+{
+    segd_publisher_stats_t st;
+    segd_publisher_get_stats(ctx, &st);
+    return st.depth;
+}
+
+static segd_err_t start_publisher(segd_daemon_t *d, const segd_config_t *cfg,
+                                  segd_store_t *store, char *errstr, size_t n)
+{
+    segd_publisher_opts_t o;
+    segd_daemon_publisher_opts(cfg, &o, d->props);
+    segd_err_t err = segd_publisher_new(&d->publisher, store, &o, errstr, n);
+    if (!err)
+        err = segd_publisher_start(d->publisher, errstr, n);
+    return err;
+}
+
+segd_err_t segd_daemon_new(segd_daemon_t **out, const segd_config_t *cfg, segd_store_t *store,
+                           volatile sig_atomic_t *stop, char *errstr, size_t n)
+{
+    segd_daemon_t *d = calloc(1, sizeof(*d));
+    if (!d)
+        return SEGD_ERR_NOMEM;
+    segd_err_t err = SEGD_OK;
+    if (cfg->changes_enable)
+        err = start_publisher(d, cfg, store, errstr, n);
+    if (!err)
+        err = segd_pipeline_new(&d->pipeline, cfg, store, stop, errstr, n);
+    if (err) {
+        segd_daemon_destroy(d);
+        return err;
+    }
+    if (d->publisher) {
+        segd_pipeline_hooks_t h = {on_committed, outbox_backlog, d->publisher};
+        segd_pipeline_set_hooks(d->pipeline, &h);
+    }
+    *out = d;
+    return SEGD_OK;
+}
+
+segd_pipeline_t *segd_daemon_pipeline(segd_daemon_t *d) { return d->pipeline; }
+segd_publisher_t *segd_daemon_publisher(segd_daemon_t *d) { return d->publisher; }
+
+void segd_daemon_close(segd_daemon_t *d)
+{
+    if (d->closed)
+        return;
+    d->closed = 1;
+    if (d->pipeline)
+        segd_pipeline_close(d->pipeline);
+    if (d->publisher) /* what is left is re-published at the next start */
+        segd_publisher_stop(d->publisher, 5000);
+}
+
+void segd_daemon_destroy(segd_daemon_t *d)
+{
+    if (!d)
+        return;
+    segd_daemon_close(d);
+    segd_pipeline_destroy(d->pipeline);
+    segd_publisher_destroy(d->publisher);
+    free(d);
+}

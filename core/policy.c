@@ -1,0 +1,123 @@
+/* Clock, horizon and retirement markers shared by merge and compaction. */
+#include "core/policy.h"
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <time.h>
+
+typedef struct retired_pair {
+    int64_t segment_id;
+    int64_t before_ms;
+} retired_pair_t;
+
+typedef struct retired_set {
+    struct retired_set *older; /* kept until destroy: readers may hold it */
+    size_t n;
+    retired_pair_t pairs[]; /* sorted by segment_id */
+} retired_set_t;
+
+struct segd_policy {
+    _Atomic int64_t now_ms; /* 0 = wall clock */
+    int64_t horizon_ms;
+    _Atomic(retired_set_t *) retired;
+    _Atomic uint64_t corrupt;
+    pthread_mutex_t retire_lock; /* serializes writers of `retired` */
+};
+
+segd_err_t segd_policy_new(segd_policy_t **out, int64_t horizon_ms)
+{
+    segd_policy_t *p = calloc(1, sizeof(*p));
+    if (!p)
+        return SEGD_ERR_NOMEM;
+    p->horizon_ms = horizon_ms;
+    atomic_init(&p->now_ms, 0);
+    atomic_init(&p->retired, NULL);
+    atomic_init(&p->corrupt, 0);
+    pthread_mutex_init(&p->retire_lock, NULL);
+    *out = p;
+    return SEGD_OK;
+}
+
+void segd_policy_destroy(segd_policy_t *p)
+{
+    if (!p)
+        return;
+    retired_set_t *s = atomic_load(&p->retired);
+    while (s) {
+        retired_set_t *older = s->older;
+        free(s);
+        s = older;
+    }
+    pthread_mutex_destroy(&p->retire_lock);
+    free(p);
+}
+
+void segd_policy_set_now(segd_policy_t *p, int64_t now_ms) { atomic_store(&p->now_ms, now_ms); }
+
+int64_t segd_policy_now_ms(const segd_policy_t *p)
+{
+    int64_t fixed = atomic_load(&((segd_policy_t *)p)->now_ms);
+    if (fixed)
+        return fixed;
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+int64_t segd_policy_horizon_ms(const segd_policy_t *p) { return p->horizon_ms; }
+
+void segd_policy_rule(segd_policy_t *p, segd_prune_t *rule, int complete)
+{
+    rule->now_ms = segd_policy_now_ms(p);
+    rule->horizon_ms = p->horizon_ms;
+    rule->complete = complete;
+    rule->retired_before = atomic_load(&p->retired) ? segd_policy_retired_before : NULL;
+    rule->retired_ctx = p;
+}
+
+int64_t segd_policy_retired_before(void *policy, int64_t segment_id)
+{
+    const retired_set_t *s = atomic_load(&((segd_policy_t *)policy)->retired);
+    size_t lo = 0, hi = s ? s->n : 0;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (s->pairs[mid].segment_id < segment_id)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return s && lo < s->n && s->pairs[lo].segment_id == segment_id ? s->pairs[lo].before_ms
+                                                                   : 0;
+}
+
+segd_err_t segd_policy_retire(segd_policy_t *p, int64_t segment_id, int64_t before_ms)
+{
+    pthread_mutex_lock(&p->retire_lock);
+    retired_set_t *old = atomic_load(&p->retired);
+    size_t n = old ? old->n : 0;
+    retired_set_t *s = malloc(sizeof(*s) + (n + 1) * sizeof(s->pairs[0]));
+    if (!s) {
+        pthread_mutex_unlock(&p->retire_lock);
+        return SEGD_ERR_NOMEM;
+    }
+    size_t w = 0, r = 0;
+    for (; r < n && old->pairs[r].segment_id < segment_id; r++)
+        s->pairs[w++] = old->pairs[r];
+    int64_t prev = r < n && old->pairs[r].segment_id == segment_id ? old->pairs[r++].before_ms : 0;
+    s->pairs[w++] = (retired_pair_t){segment_id, before_ms > prev ? before_ms : prev};
+    for (; r < n; r++)
+        s->pairs[w++] = old->pairs[r];
+    s->n = w;
+    s->older = old;
+    atomic_store(&p->retired, s);
+    pthread_mutex_unlock(&p->retire_lock);
+    return SEGD_OK;
+}
+
+void segd_policy_count_corrupt(segd_policy_t *p) { atomic_fetch_add(&p->corrupt, 1); }
+
+uint64_t segd_policy_corrupt_count(const segd_policy_t *p)
+{
+    return atomic_load(&((segd_policy_t *)p)->corrupt);
+}

@@ -1,0 +1,84 @@
+/* Profile record: the per-user sorted map segment -> (expiry, ts, flags,
+ * partner), its byte encoding, and the DESIGN §3 join. Pure C, no RocksDB:
+ * the merge operator, the compaction filter, snapshots and the edge cache
+ * all share it. Invariant: a profile's entries are sorted by segment id and
+ * ids are unique. An encoded empty profile is the empty byte string. */
+#ifndef SEGD_RECORD_H
+#define SEGD_RECORD_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/buf.h"
+#include "base/err.h"
+
+#define SEGD_RECORD_VERSION 1
+
+typedef struct segd_entry {
+    int64_t segment_id; /* >= 0 */
+    int64_t ts_ms;      /* event time, the LWW clock */
+    int64_t expiry_s;   /* Unix seconds; 0 = tombstone (REMOVE) */
+    int32_t flags;      /* opaque, carried to readers */
+    int32_t partner_id; /* opaque, carried to readers */
+} segd_entry_t;
+
+typedef struct segd_profile {
+    int64_t erased_before_ms; /* entries with ts_ms <= this are dead; 0 = none */
+    segd_entry_t *entries;    /* owned; sorted by segment_id */
+    size_t n;
+    size_t cap;
+} segd_profile_t;
+
+/* What is dead and what may be physically dropped (DESIGN §3).
+ * retired_before may be NULL (no retirements). */
+typedef struct segd_prune {
+    int64_t now_ms;
+    int64_t horizon_ms;
+    /* 1 when the join sees the key's whole history (full merge, compaction
+     * filter, reads): only then may dead entries and erase markers past the
+     * horizon be dropped. A partial merge must keep them to beat its base. */
+    int complete;
+    int64_t (*retired_before)(void *ctx, int64_t segment_id);
+    void *retired_ctx;
+} segd_prune_t;
+
+void segd_profile_init(segd_profile_t *p);
+void segd_profile_free(segd_profile_t *p);
+void segd_profile_clear(segd_profile_t *p);
+segd_err_t segd_profile_reserve(segd_profile_t *p, size_t n);
+/* Appends without ordering checks; callers append in id order or sort. */
+segd_err_t segd_profile_push(segd_profile_t *p, const segd_entry_t *e);
+/* Sorts by id and joins duplicate ids: for building a profile from an event. */
+void segd_profile_normalize(segd_profile_t *p);
+
+/* The join of two entries of one segment: the larger of
+ * (ts_ms, expiry_s, flags, partner_id) compared in that order. */
+const segd_entry_t *segd_entry_join(const segd_entry_t *a, const segd_entry_t *b);
+
+/* Encodes p (sorted, unique ids) into out, replacing its contents. An empty
+ * profile (no entries, no erase marker) encodes to zero bytes. */
+segd_err_t segd_record_encode(const segd_profile_t *p, segd_buf_t *out);
+
+/* Decodes an untrusted buffer into p (its previous entries are replaced).
+ * Returns SEGD_ERR_CORRUPT for anything not produced by segd_record_encode;
+ * never reads outside [data, data+len). */
+segd_err_t segd_record_decode(const uint8_t *data, size_t len, segd_profile_t *p);
+
+/* k-way join of sorted profiles into out (out must not alias an input).
+ * With prune != NULL, dead entries past the horizon, entries covered by the
+ * erase marker or a retirement, and an erase marker past the horizon are
+ * dropped. Linear in the total input for small k, n log k otherwise. */
+segd_err_t segd_profile_join(segd_profile_t *out, const segd_profile_t *const *in,
+                             size_t k, const segd_prune_t *prune);
+
+/* In-place prune with the same rules as segd_profile_join. */
+void segd_profile_prune(segd_profile_t *p, const segd_prune_t *prune);
+
+/* True iff e is live at now_ms: not expired, not erased, not retired. */
+int segd_entry_live(const segd_entry_t *e, int64_t erased_before_ms,
+                    const segd_prune_t *rule);
+
+/* expiry_s for an UPSERT per DESIGN §3: roundup(floor(ts_ms/1000)+ttl_s, G). */
+int64_t segd_expiry_for(int64_t ts_ms, int32_t ttl_s, int64_t granularity_s);
+
+#endif

@@ -1,0 +1,242 @@
+/* Schema-registry client; see registry.h. Retries transport failures and 5xx
+ * with exponential backoff; any other status is an answer, not a fault. */
+#include "transport/registry.h"
+#include "base/clock.h"
+
+#include <curl/curl.h>
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+typedef struct cached_schema {
+    int32_t id;
+    char *json;
+} cached_schema_t;
+
+struct segd_registry {
+    char *base;
+    segd_registry_opts_t o;
+    char *userpass, *ca_file;
+    CURL *curl;
+    cached_schema_t *cache;
+    size_t ncache, capcache;
+};
+
+typedef struct body {
+    char *data;
+    size_t len;
+} body_t;
+
+void segd_registry_opts_default(segd_registry_opts_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->timeout_ms = 5000;
+    o->max_retries = 5;
+    o->backoff_ms = 100;
+}
+
+segd_err_t segd_registry_new(segd_registry_t **out, const char *base_url,
+                             const segd_registry_opts_t *opts, char *errstr, size_t n)
+{
+    segd_registry_t *r = calloc(1, sizeof(*r));
+    if (!r)
+        return SEGD_ERR_NOMEM;
+    if (opts)
+        r->o = *opts;
+    else
+        segd_registry_opts_default(&r->o);
+    size_t len = strlen(base_url);
+    while (len && base_url[len - 1] == '/')
+        len--;
+    r->base = strndup(base_url, len);
+    r->userpass = r->o.userpass ? strdup(r->o.userpass) : NULL;
+    r->ca_file = r->o.ca_file ? strdup(r->o.ca_file) : NULL;
+    r->curl = curl_easy_init();
+    if (!r->base || !r->curl || strncmp(r->base, "http", 4) != 0) {
+        segd_registry_destroy(r);
+        return segd_errf(SEGD_ERR_CONFIG, errstr, n, "bad schema registry URL '%s'", base_url);
+    }
+    *out = r;
+    return SEGD_OK;
+}
+
+void segd_registry_destroy(segd_registry_t *r)
+{
+    if (!r)
+        return;
+    for (size_t i = 0; i < r->ncache; i++)
+        free(r->cache[i].json);
+    free(r->cache);
+    if (r->curl)
+        curl_easy_cleanup(r->curl);
+    free(r->base);
+    free(r->userpass);
+    free(r->ca_file);
+    free(r);
+}
+
+static size_t on_body(char *ptr, size_t size, size_t nmemb, void *ctx)
+{
+    body_t *b = ctx;
+    size_t add = size * nmemb;
+    if (b->len + add > (8u << 20))
+        return 0; /* a registry answer is never this large */
+    char *d = realloc(b->data, b->len + add + 1);
+    if (!d)
+        return 0;
+    memcpy(d + b->len, ptr, add);
+    b->len += add;
+    d[b->len] = 0;
+    b->data = d;
+    return add;
+}
+
+
+/* One request with retries; *status is the final HTTP status (0 = none). */
+static segd_err_t request(segd_registry_t *r, const char *path, const char *post,
+                          body_t *resp, long *status, char *errstr, size_t n)
+{
+    char url[2048];
+    snprintf(url, sizeof(url), "%s%s", r->base, path);
+    long wait = r->o.backoff_ms;
+    struct curl_slist *hdr = curl_slist_append(NULL, "Accept: application/vnd.schemaregistry.v1+json, application/json");
+    if (post)
+        hdr = curl_slist_append(hdr, "Content-Type: application/vnd.schemaregistry.v1+json");
+    segd_err_t err = SEGD_ERR_HTTP;
+    for (int attempt = 0; attempt <= r->o.max_retries; attempt++) {
+        CURL *c = r->curl;
+        curl_easy_reset(c);
+        free(resp->data);
+        resp->data = NULL;
+        resp->len = 0;
+        curl_easy_setopt(c, CURLOPT_URL, url);
+        curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
+        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+        curl_easy_setopt(c, CURLOPT_WRITEDATA, resp);
+        curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, r->o.timeout_ms);
+        curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+        if (post)
+            curl_easy_setopt(c, CURLOPT_POSTFIELDS, post);
+        if (r->userpass) {
+            curl_easy_setopt(c, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
+            curl_easy_setopt(c, CURLOPT_USERPWD, r->userpass);
+        }
+        if (r->ca_file)
+            curl_easy_setopt(c, CURLOPT_CAINFO, r->ca_file);
+        if (r->o.insecure) {
+            curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L);
+            curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L);
+        }
+        CURLcode cc = curl_easy_perform(c);
+        *status = 0;
+        if (cc == CURLE_OK)
+            curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, status);
+        if (cc == CURLE_OK && *status < 500) {
+            err = SEGD_OK;
+            break;
+        }
+        segd_errf(SEGD_ERR_HTTP, errstr, n, "schema registry %s: %s", url,
+                  cc != CURLE_OK ? curl_easy_strerror(cc) : "server error");
+        if (attempt < r->o.max_retries) {
+            segd_sleep_ms(wait);
+            wait *= 2;
+        }
+    }
+    curl_slist_free_all(hdr);
+    return err;
+}
+
+static const char *cache_find(const segd_registry_t *r, int32_t id)
+{
+    for (size_t i = 0; i < r->ncache; i++)
+        if (r->cache[i].id == id)
+            return r->cache[i].json;
+    return NULL;
+}
+
+static segd_err_t cache_add(segd_registry_t *r, int32_t id, const char *json)
+{
+    if (r->ncache == r->capcache) {
+        size_t cap = r->capcache ? r->capcache * 2 : 8;
+        cached_schema_t *c = realloc(r->cache, cap * sizeof(*c));
+        if (!c)
+            return SEGD_ERR_NOMEM;
+        r->cache = c;
+        r->capcache = cap;
+    }
+    r->cache[r->ncache].id = id;
+    r->cache[r->ncache].json = strdup(json);
+    return r->cache[r->ncache++].json ? SEGD_OK : SEGD_ERR_NOMEM;
+}
+
+segd_err_t segd_registry_get_schema(segd_registry_t *r, int32_t id, const char **json,
+                                    char *errstr, size_t n)
+{
+    if ((*json = cache_find(r, id)))
+        return SEGD_OK;
+    char path[64];
+    body_t resp = {0};
+    long status;
+    snprintf(path, sizeof(path), "/schemas/ids/%d", id);
+    segd_err_t err = request(r, path, NULL, &resp, &status, errstr, n);
+    if (!err && status == 404)
+        err = segd_errf(SEGD_ERR_NOTFOUND, errstr, n, "unknown schema id %d", id);
+    else if (!err && status != 200)
+        err = segd_errf(SEGD_ERR_HTTP, errstr, n, "schema registry: HTTP %ld for id %d",
+                        status, id);
+    json_t *root = NULL;
+    if (!err) {
+        root = json_loadb(resp.data ? resp.data : "", resp.len, 0, NULL);
+        json_t *s = json_object_get(root, "schema");
+        if (!json_is_string(s))
+            err = segd_errf(SEGD_ERR_HTTP, errstr, n, "schema registry: bad answer for id %d", id);
+        else if ((err = cache_add(r, id, json_string_value(s))) == SEGD_OK)
+            *json = cache_find(r, id);
+    }
+    json_decref(root);
+    free(resp.data);
+    return err;
+}
+
+segd_err_t segd_registry_register(segd_registry_t *r, const char *subject,
+                                  const char *schema_json, int32_t *id, char *errstr,
+                                  size_t n)
+{
+    char path[512];
+    body_t resp = {0};
+    long status;
+    char *esc = curl_easy_escape(r->curl, subject, 0); /* subjects may hold '/' or ' ' */
+    if (!esc)
+        return SEGD_ERR_NOMEM;
+    snprintf(path, sizeof(path), "/subjects/%s/versions", esc);
+    curl_free(esc);
+    json_t *req = json_pack("{s:s}", "schema", schema_json);
+    char *post = json_dumps(req, JSON_COMPACT);
+    json_decref(req);
+    if (!post)
+        return SEGD_ERR_NOMEM;
+    segd_err_t err = request(r, path, post, &resp, &status, errstr, n);
+    free(post);
+    json_t *root = NULL;
+    if (!err && status / 100 != 2)
+        err = segd_errf(SEGD_ERR_HTTP, errstr, n, "register %s: HTTP %ld", subject, status);
+    if (!err) {
+        root = json_loadb(resp.data ? resp.data : "", resp.len, 0, NULL);
+        json_t *v = json_object_get(root, "id");
+        if (json_is_integer(v))
+            *id = (int32_t)json_integer_value(v);
+        else
+            err = segd_errf(SEGD_ERR_HTTP, errstr, n, "register %s: no id in answer", subject);
+    }
+    json_decref(root);
+    free(resp.data);
+    return err;
+}
+
+segd_err_t segd_registry_lookup(void *registry, int32_t id, const char **json, char *errstr,
+                                size_t n)
+{
+    return segd_registry_get_schema(registry, id, json, errstr, n);
+}

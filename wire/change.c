@@ -1,0 +1,393 @@
+/* ChangeEvent / SnapshotRecord Avro binary; see change.h. Field order is the
+ * schemas' order; arrays are written as one block (count, items, 0). */
+#include "wire/change.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "wire/avro_codec.h"
+#include "segd_schemas.h"
+#include "base/varint.h"
+
+/* Bounds for untrusted arrays: a decoder never allocates more than the
+ * input could describe (each item takes at least one byte per field). */
+#define MIN_SEGMENT_BYTES 5
+#define MIN_RETIREMENT_BYTES 2
+#define MIN_SOURCE_BYTES 4
+
+uint32_t segd_bucket_of(const char *user, size_t len, uint32_t buckets)
+{
+    return (uint32_t)(XXH64(user, len, 0) & (uint64_t)(buckets - 1));
+}
+
+const char *segd_change_schema_json(void) { return SEGD_SCHEMA_CHANGE_EVENT; }
+const char *segd_snapshot_schema_json(void) { return SEGD_SCHEMA_SNAPSHOT_RECORD; }
+
+void segd_change_init(segd_change_t *c)
+{
+    memset(c, 0, sizeof(*c));
+    segd_profile_init(&c->profile);
+}
+
+void segd_change_free(segd_change_t *c)
+{
+    segd_profile_free(&c->profile);
+    free(c->retirements);
+    free(c->sources);
+    segd_change_init(c);
+}
+
+void segd_change_reset(segd_change_t *c)
+{
+    c->kind = SEGD_CHANGE_DELTA;
+    c->user_id = "";
+    c->user_id_len = 0;
+    c->bucket = 0;
+    c->buckets = 0;
+    segd_profile_clear(&c->profile);
+    c->n_retirements = 0;
+    c->n_sources = 0;
+    c->committed_at_ms = 0;
+}
+
+static segd_err_t grow(void **arr, size_t *cap, size_t need, size_t item)
+{
+    if (need <= *cap)
+        return SEGD_OK;
+    size_t cap2 = *cap ? *cap : 4;
+    while (cap2 < need)
+        cap2 *= 2;
+    void *a = realloc(*arr, cap2 * item);
+    if (!a)
+        return SEGD_ERR_NOMEM;
+    *arr = a;
+    *cap = cap2;
+    return SEGD_OK;
+}
+
+segd_err_t segd_change_add_source(segd_change_t *c, const char *topic, size_t topic_len,
+                                  int32_t partition, int64_t first, int64_t last)
+{
+    segd_err_t err = grow((void **)&c->sources, &c->cap_sources, c->n_sources + 1,
+                          sizeof(*c->sources));
+    if (err)
+        return err;
+    c->sources[c->n_sources++] = (segd_source_range_t){topic, topic_len, partition, first, last};
+    return SEGD_OK;
+}
+
+segd_err_t segd_change_add_retirement(segd_change_t *c, int64_t segment_id, int64_t before_ms)
+{
+    segd_err_t err = grow((void **)&c->retirements, &c->cap_retirements,
+                          c->n_retirements + 1, sizeof(*c->retirements));
+    if (err)
+        return err;
+    c->retirements[c->n_retirements++] = (segd_retirement_t){segment_id, before_ms};
+    return SEGD_OK;
+}
+
+/* ---------- Avro binary primitives ---------- */
+
+static void put_long(segd_buf_t *b, int64_t v) { b->len += segd_zz_put(b->data + b->len, v); }
+
+static void put_bytes(segd_buf_t *b, const void *p, size_t n)
+{
+    put_long(b, (int64_t)n);
+    memcpy(b->data + b->len, p, n);
+    b->len += n;
+}
+
+typedef struct reader {
+    const uint8_t *p, *end;
+    int bad;
+} reader_t;
+
+static int64_t get_long(reader_t *r)
+{
+    int64_t v = 0;
+    if (!r->bad && segd_zz_get(&r->p, r->end, &v))
+        r->bad = 1;
+    return v;
+}
+
+static int32_t get_int(reader_t *r)
+{
+    int64_t v = get_long(r);
+    if (v < INT32_MIN || v > INT32_MAX)
+        r->bad = 1;
+    return (int32_t)v;
+}
+
+static const char *get_string(reader_t *r, size_t *len)
+{
+    int64_t n = get_long(r);
+    if (r->bad || n < 0 || n > r->end - r->p) {
+        r->bad = 1;
+        return NULL;
+    }
+    const char *s = (const char *)r->p;
+    r->p += n;
+    *len = (size_t)n;
+    return s;
+}
+
+/* Reads an array block header; a negative count is followed by the block's
+ * byte size (skipped: items are decoded one by one). */
+static int64_t get_block_count(reader_t *r, size_t min_item_bytes)
+{
+    int64_t n = get_long(r);
+    if (n < 0) {
+        if (n == INT64_MIN) {
+            r->bad = 1;
+            return 0;
+        }
+        n = -n;
+        get_long(r);
+    }
+    if (r->bad || (uint64_t)n > (uint64_t)(r->end - r->p) / min_item_bytes) {
+        r->bad = 1;
+        return 0;
+    }
+    return n;
+}
+
+/* ---------- segments (shared by both records) ---------- */
+
+#define MAX_SEGMENT_BYTES (5 * 10 + 2)
+
+static void put_segments(segd_buf_t *b, const segd_profile_t *p)
+{
+    if (p->n) {
+        put_long(b, (int64_t)p->n);
+        for (size_t i = 0; i < p->n; i++) {
+            const segd_entry_t *e = &p->entries[i];
+            put_long(b, e->segment_id);
+            put_long(b, e->expiry_s);
+            put_long(b, e->ts_ms);
+            put_long(b, e->flags);
+            put_long(b, e->partner_id);
+        }
+    }
+    put_long(b, 0);
+}
+
+/* Replaces p's entries; its erase marker (read before) stays. */
+static segd_err_t get_segments(reader_t *r, segd_profile_t *p)
+{
+    p->n = 0;
+    for (;;) {
+        int64_t n = get_block_count(r, MIN_SEGMENT_BYTES);
+        if (r->bad)
+            return SEGD_ERR_CORRUPT;
+        if (n == 0)
+            return SEGD_OK;
+        if (segd_profile_reserve(p, p->n + (size_t)n))
+            return SEGD_ERR_NOMEM;
+        for (int64_t i = 0; i < n; i++) {
+            segd_entry_t e;
+            e.segment_id = get_long(r);
+            e.expiry_s = get_long(r);
+            e.ts_ms = get_long(r);
+            e.flags = get_int(r);
+            e.partner_id = get_int(r);
+            if (r->bad || e.segment_id < 0 || e.expiry_s < 0 ||
+                (p->n && p->entries[p->n - 1].segment_id >= e.segment_id))
+                return SEGD_ERR_CORRUPT;
+            p->entries[p->n++] = e;
+        }
+    }
+}
+
+/* ---------- ChangeEvent ---------- */
+
+segd_err_t segd_change_encode(const segd_change_t *c, segd_buf_t *out)
+{
+    size_t need = 4 * 10 + c->user_id_len + 10 + c->profile.n * MAX_SEGMENT_BYTES +
+                  c->n_retirements * 20 + 30 + 10;
+    for (size_t i = 0; i < c->n_sources; i++)
+        need += c->sources[i].topic_len + 40;
+    if (segd_buf_reserve(out, need))
+        return SEGD_ERR_NOMEM;
+    put_long(out, c->kind);
+    put_bytes(out, c->user_id, c->user_id_len);
+    put_long(out, c->bucket);
+    put_long(out, c->buckets);
+    put_long(out, c->profile.erased_before_ms);
+    put_segments(out, &c->profile);
+    if (c->n_retirements) {
+        put_long(out, (int64_t)c->n_retirements);
+        for (size_t i = 0; i < c->n_retirements; i++) {
+            put_long(out, c->retirements[i].segment_id);
+            put_long(out, c->retirements[i].retired_before_ms);
+        }
+    }
+    put_long(out, 0);
+    if (c->n_sources) {
+        put_long(out, (int64_t)c->n_sources);
+        for (size_t i = 0; i < c->n_sources; i++) {
+            const segd_source_range_t *s = &c->sources[i];
+            put_bytes(out, s->topic, s->topic_len);
+            put_long(out, s->partition);
+            put_long(out, s->first_offset);
+            put_long(out, s->last_offset);
+        }
+    }
+    put_long(out, 0);
+    put_long(out, c->committed_at_ms);
+    return SEGD_OK;
+}
+
+static segd_err_t get_retirements(reader_t *r, segd_change_t *c)
+{
+    for (;;) {
+        int64_t n = get_block_count(r, MIN_RETIREMENT_BYTES);
+        if (r->bad)
+            return SEGD_ERR_CORRUPT;
+        if (n == 0)
+            return SEGD_OK;
+        for (int64_t i = 0; i < n; i++) {
+            int64_t id = get_long(r), before = get_long(r);
+            if (r->bad || id < 0)
+                return SEGD_ERR_CORRUPT;
+            if (segd_change_add_retirement(c, id, before))
+                return SEGD_ERR_NOMEM;
+        }
+    }
+}
+
+static segd_err_t get_sources(reader_t *r, segd_change_t *c)
+{
+    for (;;) {
+        int64_t n = get_block_count(r, MIN_SOURCE_BYTES);
+        if (r->bad)
+            return SEGD_ERR_CORRUPT;
+        if (n == 0)
+            return SEGD_OK;
+        for (int64_t i = 0; i < n; i++) {
+            size_t tlen = 0;
+            const char *topic = get_string(r, &tlen);
+            int32_t part = get_int(r);
+            int64_t first = get_long(r), last = get_long(r);
+            if (r->bad)
+                return SEGD_ERR_CORRUPT;
+            if (segd_change_add_source(c, topic, tlen, part, first, last))
+                return SEGD_ERR_NOMEM;
+        }
+    }
+}
+
+segd_err_t segd_change_decode(const uint8_t *data, size_t len, segd_change_t *c)
+{
+    reader_t r = {data, data + len, 0};
+    segd_change_reset(c);
+    int64_t kind = get_long(&r);
+    if (r.bad || (kind != SEGD_CHANGE_DELTA && kind != SEGD_CHANGE_RETIRE))
+        return SEGD_ERR_CORRUPT;
+    c->kind = (segd_change_kind_t)kind;
+    c->user_id = get_string(&r, &c->user_id_len);
+    c->bucket = get_int(&r);
+    c->buckets = get_int(&r);
+    c->profile.erased_before_ms = get_long(&r);
+    if (r.bad)
+        return SEGD_ERR_CORRUPT;
+    segd_err_t err = get_segments(&r, &c->profile);
+    if (!err)
+        err = get_retirements(&r, c);
+    if (!err)
+        err = get_sources(&r, c);
+    if (err)
+        return err;
+    c->committed_at_ms = get_long(&r);
+    return r.bad || r.p != r.end ? SEGD_ERR_CORRUPT : SEGD_OK;
+}
+
+/* ---------- framing ---------- */
+
+static uint64_t change_fp;
+
+static void compute_change_fp(void) { segd_avro_fingerprint(SEGD_SCHEMA_CHANGE_EVENT, &change_fp); }
+
+/* The schema is compiled in, so its fingerprint is a constant computed once
+ * (a schema parse per message would dominate the encoder). */
+static uint64_t change_fingerprint(void)
+{
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, compute_change_fp);
+    return change_fp;
+}
+
+segd_err_t segd_change_frame(segd_change_framing_t f, int32_t schema_id, segd_buf_t *out)
+{
+    if (segd_buf_reserve(out, 10))
+        return SEGD_ERR_NOMEM;
+    uint8_t *p = out->data + out->len;
+    if (f == SEGD_CHANGE_CONFLUENT) {
+        p[0] = 0;
+        for (int i = 0; i < 4; i++)
+            p[1 + i] = (uint8_t)((uint32_t)schema_id >> (24 - 8 * i));
+        out->len += 5;
+        return SEGD_OK;
+    }
+    uint64_t fp = change_fingerprint();
+    p[0] = 0xC3;
+    p[1] = 0x01;
+    for (int i = 0; i < 8; i++)
+        p[2 + i] = (uint8_t)(fp >> (8 * i));
+    out->len += 10;
+    return SEGD_OK;
+}
+
+segd_err_t segd_change_unframe(const uint8_t *data, size_t len, int32_t expected_id,
+                               const uint8_t **body, size_t *body_len)
+{
+    if (len >= 10 && data[0] == 0xC3 && data[1] == 0x01) {
+        uint64_t fp = 0;
+        for (int i = 0; i < 8; i++)
+            fp |= (uint64_t)data[2 + i] << (8 * i);
+        if (fp != change_fingerprint())
+            return SEGD_ERR_DECODE;
+        *body = data + 10;
+        *body_len = len - 10;
+        return SEGD_OK;
+    }
+    if (len >= 5 && data[0] == 0) {
+        int32_t id = (int32_t)((uint32_t)data[1] << 24 | (uint32_t)data[2] << 16 |
+                               (uint32_t)data[3] << 8 | data[4]);
+        if (expected_id >= 0 && id != expected_id)
+            return SEGD_ERR_DECODE;
+        *body = data + 5;
+        *body_len = len - 5;
+        return SEGD_OK;
+    }
+    return SEGD_ERR_DECODE;
+}
+
+/* ---------- SnapshotRecord ---------- */
+
+segd_err_t segd_snaprec_encode(const char *user, size_t user_len, const segd_profile_t *p,
+                               segd_buf_t *out)
+{
+    if (segd_buf_reserve(out, user_len + 30 + p->n * MAX_SEGMENT_BYTES))
+        return SEGD_ERR_NOMEM;
+    put_bytes(out, user, user_len);
+    put_long(out, p->erased_before_ms);
+    put_segments(out, p);
+    return SEGD_OK;
+}
+
+segd_err_t segd_snaprec_decode(const uint8_t **pos, const uint8_t *end, const char **user,
+                               size_t *user_len, segd_profile_t *p)
+{
+    reader_t r = {*pos, end, 0};
+    *user = get_string(&r, user_len);
+    p->erased_before_ms = get_long(&r);
+    if (r.bad)
+        return SEGD_ERR_CORRUPT;
+    segd_err_t err = get_segments(&r, p);
+    if (err)
+        return err;
+    *pos = r.p;
+    return SEGD_OK;
+}

@@ -1,0 +1,90 @@
+/* The wire records of segd's outputs, hand-encoded Avro binary (no avro-c on
+ * these paths: they run once per changed user and per snapshot record):
+ * ChangeEvent (schemas/change_event.avsc, the change stream of DESIGN §5) and
+ * SnapshotRecord (schemas/snapshot_record.avsc, DESIGN §6), plus the bucket
+ * function both use and the change stream's framings. Decoders take
+ * untrusted bytes and never read outside them. Strings in decoded values
+ * point into the input buffer (borrowed). */
+#ifndef SEGD_CHANGE_H
+#define SEGD_CHANGE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "core/record.h"
+
+#define SEGD_DEFAULT_BUCKETS 32
+
+typedef enum segd_change_kind { SEGD_CHANGE_DELTA = 0, SEGD_CHANGE_RETIRE = 1 } segd_change_kind_t;
+
+typedef struct segd_source_range {
+    const char *topic; /* borrowed, not NUL-terminated */
+    size_t topic_len;
+    int32_t partition;
+    int64_t first_offset, last_offset;
+} segd_source_range_t;
+
+typedef struct segd_retirement {
+    int64_t segment_id;
+    int64_t retired_before_ms;
+} segd_retirement_t;
+
+typedef struct segd_change {
+    segd_change_kind_t kind;
+    const char *user_id; /* borrowed; "" for RETIRE */
+    size_t user_id_len;
+    int32_t bucket;      /* -1 for RETIRE */
+    int32_t buckets;
+    segd_profile_t profile; /* owned: erase marker + joined entries */
+    segd_retirement_t *retirements; /* owned array */
+    size_t n_retirements, cap_retirements;
+    segd_source_range_t *sources;   /* owned array of borrowed strings */
+    size_t n_sources, cap_sources;
+    int64_t committed_at_ms;
+} segd_change_t;
+
+typedef enum segd_change_framing {
+    SEGD_CHANGE_SINGLE_OBJECT, /* 0xC3 0x01 + CRC-64-AVRO fingerprint (LE) */
+    SEGD_CHANGE_CONFLUENT,     /* 0x00 + u32 BE registry id */
+} segd_change_framing_t;
+
+/* bucket = xxh64(user_id, seed 0) & (buckets - 1); buckets a power of two. */
+uint32_t segd_bucket_of(const char *user, size_t len, uint32_t buckets);
+
+void segd_change_init(segd_change_t *c);
+void segd_change_free(segd_change_t *c);
+/* Empties c (kind DELTA, no entries) keeping its allocations. */
+void segd_change_reset(segd_change_t *c);
+segd_err_t segd_change_add_source(segd_change_t *c, const char *topic, size_t topic_len,
+                                  int32_t partition, int64_t first, int64_t last);
+segd_err_t segd_change_add_retirement(segd_change_t *c, int64_t segment_id,
+                                      int64_t before_ms);
+
+/* Appends the Avro binary body of c to out. */
+segd_err_t segd_change_encode(const segd_change_t *c, segd_buf_t *out);
+/* Decodes one body that must fill [data, data+len) exactly. */
+segd_err_t segd_change_decode(const uint8_t *data, size_t len, segd_change_t *c);
+
+/* Writes the framing header into out (appending): the single-object
+ * fingerprint of change_event.avsc, or 0x00 + schema_id for Confluent. */
+segd_err_t segd_change_frame(segd_change_framing_t f, int32_t schema_id, segd_buf_t *out);
+/* Skips either header (detected by its first bytes) and checks the
+ * fingerprint or (when expected_id >= 0) the Confluent id. *body points
+ * into data. */
+segd_err_t segd_change_unframe(const uint8_t *data, size_t len, int32_t expected_id,
+                               const uint8_t **body, size_t *body_len);
+
+/* The schemas' JSON text, as installed in schemas/ (borrowed, static). */
+const char *segd_change_schema_json(void);
+const char *segd_snapshot_schema_json(void);
+
+/* SnapshotRecord: appends one record to out. */
+segd_err_t segd_snaprec_encode(const char *user, size_t user_len, const segd_profile_t *p,
+                               segd_buf_t *out);
+/* Decodes one record starting at *pos (advanced past it, < end). *user
+ * points into the input. Entries must be sorted by id with unique ids. */
+segd_err_t segd_snaprec_decode(const uint8_t **pos, const uint8_t *end, const char **user,
+                               size_t *user_len, segd_profile_t *p);
+
+#endif

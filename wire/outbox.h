@@ -1,0 +1,87 @@
+/* The outbox entry format (DESIGN §4/§5): what one ingest batch changed,
+ * written in the batch's own WriteBatch and turned into change events by the
+ * publisher after the store has it. Keeping the merge operands themselves
+ * (not the users' joined states) costs no read on the hot path; the
+ * publisher joins them per user.
+ *
+ * Value, version 1 (varints are zigzag LEB128):
+ *   u8 version, u8 kind (0 = data, 1 = retire), committed_at_ms, event_ms
+ *   data:   n_sources, n_sources x (topic bytes, partition)
+ *           n_items,   n_items x (user bytes, source index, offset, operand bytes)
+ *   retire: n, n x (segment_id, retired_before_ms)
+ * event_ms is the oldest input timestamp in the batch (0 = unknown): the
+ * start of the event -> delta-published latency. */
+#ifndef SEGD_OUTBOX_H
+#define SEGD_OUTBOX_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "wire/change.h"
+#include "base/err.h"
+#include "core/record.h"
+
+#define SEGD_OUTBOX_VERSION 1
+#define SEGD_OUTBOX_MAX_SOURCES 256
+
+enum { SEGD_OUTBOX_DATA = 0, SEGD_OUTBOX_RETIRE = 1 };
+
+typedef struct segd_outbox_source {
+    char topic[256];
+    int32_t partition;
+} segd_outbox_source_t;
+
+/* Accumulates one batch's entry. */
+typedef struct segd_outbox_builder {
+    segd_outbox_source_t sources[SEGD_OUTBOX_MAX_SOURCES];
+    size_t n_sources;
+    segd_buf_t items;
+    uint64_t n_items;
+    int64_t event_ms;
+} segd_outbox_builder_t;
+
+void segd_outbox_builder_init(segd_outbox_builder_t *b);
+void segd_outbox_builder_free(segd_outbox_builder_t *b);
+void segd_outbox_builder_reset(segd_outbox_builder_t *b);
+/* topic NULL = no source. event_ms 0 = unknown. */
+segd_err_t segd_outbox_add(segd_outbox_builder_t *b, const char *user, size_t user_len,
+                           const uint8_t *operand, size_t operand_len, const char *topic,
+                           int32_t partition, int64_t offset, int64_t event_ms);
+/* Writes the entry's value into out (replacing its contents). */
+segd_err_t segd_outbox_finish(const segd_outbox_builder_t *b, int64_t committed_at_ms,
+                              segd_buf_t *out);
+segd_err_t segd_outbox_retire_value(const segd_retirement_t *r, size_t n,
+                                    int64_t committed_at_ms, segd_buf_t *out);
+
+typedef struct segd_outbox_item {
+    const char *user;
+    size_t user_len;
+    uint32_t source; /* index into sources; UINT32_MAX = none */
+    int64_t offset;
+    const uint8_t *operand;
+    size_t operand_len;
+} segd_outbox_item_t;
+
+typedef struct segd_outbox_source_ref {
+    const char *topic;
+    size_t topic_len;
+    int32_t partition;
+} segd_outbox_source_ref_t;
+
+/* A decoded entry; pointers borrow the value's bytes. */
+typedef struct segd_outbox_entry {
+    int kind;
+    int64_t committed_at_ms, event_ms;
+    segd_outbox_source_ref_t *sources;
+    size_t n_sources;
+    segd_outbox_item_t *items;
+    size_t n_items, cap_items;
+    segd_retirement_t *retirements;
+    size_t n_retirements;
+} segd_outbox_entry_t;
+
+void segd_outbox_entry_init(segd_outbox_entry_t *e);
+void segd_outbox_entry_free(segd_outbox_entry_t *e);
+segd_err_t segd_outbox_decode(const uint8_t *data, size_t len, segd_outbox_entry_t *e);
+
+#endif

@@ -1,0 +1,165 @@
+/* Seed workload -> Kafka; see seed_producer.h. */
+#include "workload/seed_producer.h"
+
+#include <librdkafka/rdkafka.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+
+#include "transport/registry.h"
+
+static double now_s(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+    (void)rk;
+    if (m->err)
+        ((segd_seed_produce_result_t *)opaque)->failed++;
+}
+
+static rd_kafka_t *make_producer(const segd_seed_produce_opts_t *o,
+                                 segd_seed_produce_result_t *res, char *errstr, size_t n)
+{
+    static const char *const defaults[] = {
+        "compression.codec", "lz4", "linger.ms", "20", "batch.num.messages", "10000",
+        "queue.buffering.max.messages", "1000000", "enable.idempotence", "true", NULL};
+    char err[512];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    if (rd_kafka_conf_set(conf, "bootstrap.servers", o->brokers, err, sizeof(err)))
+        goto out_conf;
+    for (size_t i = 0; defaults[i]; i += 2)
+        if (rd_kafka_conf_set(conf, defaults[i], defaults[i + 1], err, sizeof(err)))
+            goto out_conf;
+    for (size_t i = 0; o->kafka_props && o->kafka_props[i]; i += 2)
+        if (rd_kafka_conf_set(conf, o->kafka_props[i], o->kafka_props[i + 1], err,
+                              sizeof(err)))
+            goto out_conf;
+    rd_kafka_conf_set_dr_msg_cb(conf, dr_cb);
+    rd_kafka_conf_set_opaque(conf, res);
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+    if (rk)
+        return rk;
+out_conf:
+    rd_kafka_conf_destroy(conf);
+    segd_errf(SEGD_ERR_KAFKA, errstr, n, "producer: %s", err);
+    return NULL;
+}
+
+/* Registers the local schema under <topic>-value for Confluent framing. */
+static segd_err_t schema_id_for(const segd_seed_produce_opts_t *o, const segd_avro_codec_t *c,
+                                segd_registry_t **reg, int32_t *id, char *errstr, size_t n)
+{
+    *id = 0;
+    if (o->framing != SEGD_FRAMING_CONFLUENT)
+        return SEGD_OK;
+    if (!o->registry_url)
+        return segd_errf(SEGD_ERR_CONFIG, errstr, n, "confluent framing needs a registry URL");
+    segd_err_t err = segd_registry_new(reg, o->registry_url, NULL, errstr, n);
+    if (err)
+        return err;
+    char subject[300];
+    snprintf(subject, sizeof(subject), "%s-value", o->topic);
+    return segd_registry_register(*reg, subject, segd_avro_codec_reader_json(c), id, errstr,
+                                  n);
+}
+
+static void pace(const segd_seed_produce_opts_t *o, double t0, uint64_t sent)
+{
+    if (o->rate <= 0)
+        return;
+    double ahead = (double)sent / o->rate - (now_s() - t0);
+    if (ahead > 0.001) {
+        struct timespec ts = {(time_t)ahead, (long)((ahead - (double)(time_t)ahead) * 1e9)};
+        nanosleep(&ts, NULL);
+    }
+}
+
+static void progress(const segd_seed_produce_opts_t *o, const segd_seed_produce_result_t *r,
+                     double t0, uint64_t total, int final)
+{
+    if (!o->progress)
+        return;
+    double dt = now_s() - t0;
+    fprintf(stderr, "\rproduced %llu/%llu events (%llu segments), %.0f events/s%s",
+            (unsigned long long)r->events, (unsigned long long)total,
+            (unsigned long long)r->segments, dt > 0 ? (double)r->events / dt : 0.0,
+            final ? "\n" : "");
+}
+
+static segd_err_t produce_one(rd_kafka_t *rk, const char *topic, const segd_event_t *ev,
+                              const segd_buf_t *buf, char *errstr, size_t n)
+{
+    for (;;) {
+        rd_kafka_resp_err_t err = rd_kafka_producev(
+            rk, RD_KAFKA_V_TOPIC(topic), RD_KAFKA_V_KEY(ev->user_id, ev->user_id_len),
+            RD_KAFKA_V_VALUE(buf->data, buf->len), RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+            RD_KAFKA_V_END);
+        if (!err)
+            return SEGD_OK;
+        if (err != RD_KAFKA_RESP_ERR__QUEUE_FULL)
+            return segd_errf(SEGD_ERR_KAFKA, errstr, n, "produce: %s", rd_kafka_err2str(err));
+        rd_kafka_poll(rk, 10);
+    }
+}
+
+segd_err_t segd_seed_produce(const segd_seed_produce_opts_t *o, volatile sig_atomic_t *stop,
+                             segd_seed_produce_result_t *res, char *errstr, size_t n)
+{
+    memset(res, 0, sizeof(*res));
+    segd_registry_t *reg = NULL;
+    segd_avro_codec_t *codec = NULL;
+    segd_seed_t *gen = NULL;
+    segd_event_t ev;
+    segd_buf_t buf = {0};
+    int32_t schema_id;
+    segd_event_init(&ev);
+    rd_kafka_t *rk = make_producer(o, res, errstr, n);
+    segd_err_t err = rk ? SEGD_OK : SEGD_ERR_KAFKA;
+    if (!err)
+        err = segd_avro_codec_new(&codec, NULL, NULL, errstr, n);
+    if (!err)
+        err = schema_id_for(o, codec, &reg, &schema_id, errstr, n);
+    if (!err && segd_seed_new(&gen, &o->seed) != SEGD_OK)
+        err = segd_errf(SEGD_ERR_INVALID, errstr, n, "bad seed workload options");
+    if (err)
+        goto out_free;
+    uint64_t total = segd_seed_total_events(gen);
+    if (o->max_events && o->max_events < total)
+        total = o->max_events;
+    double t0 = now_s(), last = t0;
+    while (res->events < total && !(stop && *stop) && segd_seed_next(gen, &ev)) {
+        if ((err = segd_avro_encode(codec, o->framing, schema_id, &ev, &buf)) ||
+            (err = produce_one(rk, o->topic, &ev, &buf, errstr, n)))
+            goto out_free;
+        res->events++;
+        res->segments += ev.n_segments;
+        res->bytes += buf.len;
+        rd_kafka_poll(rk, 0);
+        pace(o, t0, res->events);
+        if (now_s() - last > 0.5) {
+            progress(o, res, t0, total, 0);
+            last = now_s();
+        }
+    }
+    while (rd_kafka_outq_len(rk) > 0 && !(stop && *stop))
+        rd_kafka_flush(rk, 1000);
+    res->seconds = now_s() - t0;
+    progress(o, res, t0, total, 1);
+    if (res->failed)
+        err = segd_errf(SEGD_ERR_KAFKA, errstr, n, "%llu messages not delivered",
+                        (unsigned long long)res->failed);
+out_free:
+    segd_seed_destroy(gen);
+    segd_avro_codec_destroy(codec);
+    segd_registry_destroy(reg);
+    if (rk)
+        rd_kafka_destroy(rk);
+    segd_buf_free(&buf);
+    segd_event_free(&ev);
+    return err;
+}
