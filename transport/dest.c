@@ -6,7 +6,8 @@
  * manifests, i.e. from outside. */
 #define _GNU_SOURCE
 #include "transport/dest.h"
-#include "base/clock.h"
+#include "transport/curl_retry.h"
+#include "wire/digest.h"
 
 #include <curl/curl.h>
 #include <errno.h>
@@ -424,10 +425,7 @@ typedef struct request {
     sink_t *sink;       /* always: GET bodies and error answers go there */
 } request_t;
 
-typedef struct attempt {
-    CURLcode rc;
-    long status; /* 0 when no answer came */
-} attempt_t;
+typedef segd_curl_result_t attempt_t;
 
 static int add_header(struct curl_slist **h, const char *line)
 {
@@ -494,11 +492,18 @@ static int set_method(segd_dest_t *d, const request_t *rq, struct curl_slist **h
     return add_header(h, "Expect:");
 }
 
+static segd_err_t local_err(const request_t *rq)
+{
+    if (rq->sink->err)
+        return rq->sink->err;
+    return rq->body ? rq->body->err : SEGD_OK;
+}
+
 /* One attempt. Setup failures and unreadable bodies are recorded in the
  * request's body / sink as local errors, which are not retried. */
 static attempt_t perform(segd_dest_t *d, request_t *rq, const char *url, char *cerr)
 {
-    attempt_t a = {CURLE_OK, 0};
+    attempt_t a = {CURLE_OK, 0, 0};
     struct curl_slist *h = NULL;
     body_t *b = rq->body;
     curl_easy_reset(d->curl); /* keeps the connection cache */
@@ -526,42 +531,6 @@ static attempt_t perform(segd_dest_t *d, request_t *rq, const char *url, char *c
 out:
     curl_slist_free_all(h);
     return a;
-}
-
-static segd_err_t local_err(const request_t *rq)
-{
-    if (rq->sink->err)
-        return rq->sink->err;
-    return rq->body ? rq->body->err : SEGD_OK;
-}
-
-/* Transport errors worth another attempt: the network's or the server's,
- * not those of our own callbacks, options or TLS trust settings. */
-static int transient(CURLcode rc)
-{
-    switch (rc) {
-    case CURLE_OK:
-    case CURLE_UNSUPPORTED_PROTOCOL:
-    case CURLE_URL_MALFORMAT:
-    case CURLE_NOT_BUILT_IN:
-    case CURLE_OUT_OF_MEMORY:
-    case CURLE_WRITE_ERROR:
-    case CURLE_READ_ERROR:
-    case CURLE_ABORTED_BY_CALLBACK:
-    case CURLE_BAD_FUNCTION_ARGUMENT:
-    case CURLE_UNKNOWN_OPTION:
-    case CURLE_PEER_FAILED_VERIFICATION:
-    case CURLE_SSL_CACERT_BADFILE:
-    case CURLE_SSL_CERTPROBLEM:
-        return 0;
-    default:
-        return 1;
-    }
-}
-
-static int should_retry(const attempt_t *a)
-{
-    return a->rc != CURLE_OK ? transient(a->rc) : a->status >= 500;
 }
 
 /* The error answer's head, on one line. */
@@ -598,8 +567,23 @@ static segd_err_t outcome(request_t *rq, const attempt_t *a, int tries, const ch
 }
 
 
+typedef struct attempt_ctx {
+    segd_dest_t *d;
+    request_t *rq;
+    const char *url;
+    char cerr[CURL_ERROR_SIZE];
+} attempt_ctx_t;
+
+static attempt_t attempt(void *ctx)
+{
+    attempt_ctx_t *ac = ctx;
+    attempt_t a = perform(ac->d, ac->rq, ac->url, ac->cerr);
+    a.local_error = local_err(ac->rq) != SEGD_OK;
+    return a;
+}
+
 /* Transport errors and 5xx answers are retried with exponential backoff;
- * other answers and local failures end the request at once. */
+ * other answers and local failures end the request at once (curl_retry.h). */
 static segd_err_t request(segd_dest_t *d, const char *name, request_t *rq, char *errstr,
                           size_t n)
 {
@@ -609,50 +593,14 @@ static segd_err_t request(segd_dest_t *d, const char *name, request_t *rq, char 
     char *url = object_path(d, name);
     if (!url)
         return segd_errf(SEGD_ERR_NOMEM, errstr, n, "out of memory");
-    char cerr[CURL_ERROR_SIZE];
-    long wait = d->o.backoff_ms;
+    attempt_ctx_t ac = {d, rq, url, {0}};
+    segd_curl_backoff_t b = {d->o.max_retries, d->o.backoff_ms, BACKOFF_CAP_MS};
     int tries = 0;
-    attempt_t a;
-    for (;;) {
-        a = perform(d, rq, url, cerr);
-        if (local_err(rq) || !should_retry(&a) || tries >= d->o.max_retries)
-            break;
-        tries++;
-        d->retries++;
-        segd_sleep_ms(wait);
-        wait = wait > BACKOFF_CAP_MS / 2 ? BACKOFF_CAP_MS : wait * 2;
-    }
-    err = outcome(rq, &a, tries, url, cerr, errstr, n);
+    attempt_t a = segd_curl_retry(&b, attempt, &ac, &tries);
+    d->retries += (uint64_t)tries;
+    err = outcome(rq, &a, tries, url, ac.cerr, errstr, n);
     free(url);
     return err;
-}
-
-/* SHA-256 of an open file, streamed (bucket files can be large); leaves
- * the file at its start. 0, or -1 with errno set when reading failed. */
-static int file_sha256(FILE *f, char hex[65])
-{
-    EVP_MD_CTX *ctx = EVP_MD_CTX_new();
-    unsigned char buf[1 << 16], md[EVP_MAX_MD_SIZE];
-    unsigned mdlen = 0;
-    size_t r;
-    int ok = ctx && EVP_DigestInit_ex(ctx, EVP_sha256(), NULL);
-    while (ok && (r = fread(buf, 1, sizeof(buf), f)) > 0)
-        ok = EVP_DigestUpdate(ctx, buf, r);
-    ok = ok && !ferror(f) && EVP_DigestFinal_ex(ctx, md, &mdlen) && mdlen == 32 &&
-         !fseek(f, 0, SEEK_SET);
-    EVP_MD_CTX_free(ctx);
-    for (unsigned i = 0; ok && i < 32; i++)
-        snprintf(hex + 2 * i, 3, "%02x", md[i]);
-    return ok ? 0 : -1;
-}
-
-static void mem_sha256(const void *data, size_t len, char hex[65])
-{
-    unsigned char md[EVP_MAX_MD_SIZE];
-    unsigned mdlen = 0;
-    EVP_Digest(data, len, md, &mdlen, EVP_sha256(), NULL);
-    for (unsigned i = 0; i < 32; i++)
-        snprintf(hex + 2 * i, 3, "%02x", md[i]);
 }
 
 /* ---------- opening ---------- */
@@ -837,7 +785,7 @@ segd_err_t segd_dest_put_mem(segd_dest_t *d, const char *name, const void *data,
         return dir_put(d, name, data, len, NULL, errstr, n);
     char hex[65];
     if (d->kind == DEST_S3)
-        mem_sha256(data, len, hex);
+        segd_sha256_hex(data, len, hex);
     body_t b = {.data = data, .len = len};
     sink_t s = {0};
     request_t rq = {"PUT", &b, d->kind == DEST_S3 ? hex : NULL, &s};
@@ -857,7 +805,7 @@ segd_err_t segd_dest_put_file(segd_dest_t *d, const char *name, const char *loca
     segd_err_t err = SEGD_OK;
     errno = 0;
     FILE *f = fopen(local_path, "rb");
-    if (!f || fstat(fileno(f), &st) || (d->kind == DEST_S3 && file_sha256(f, hex))) {
+    if (!f || fstat(fileno(f), &st) || (d->kind == DEST_S3 && segd_sha256_file_hex(f, hex))) {
         err = io_errf(errstr, n, "read", local_path);
         goto out;
     }

@@ -21,7 +21,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
-#include "core/record.h"
+#include "base/buf.h"
 
 typedef struct segd_dest segd_dest_t;
 

@@ -1,7 +1,8 @@
-/* Schema-registry client; see registry.h. Retries transport failures and 5xx
- * with exponential backoff; any other status is an answer, not a fault. */
+/* Schema-registry client; see registry.h. Retries transient transport
+ * failures and 5xx (curl_retry.h); any other status is an answer, not a fault. */
 #include "transport/registry.h"
-#include "base/clock.h"
+
+#include "transport/curl_retry.h"
 
 #include <curl/curl.h>
 #include <jansson.h>
@@ -94,58 +95,67 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *ctx)
 }
 
 
-/* One request with retries; *status is the final HTTP status (0 = none). */
+typedef struct attempt_ctx {
+    segd_registry_t *r;
+    const char *url, *post;
+    struct curl_slist *hdr;
+    body_t *resp;
+} attempt_ctx_t;
+
+static segd_curl_result_t attempt(void *ctx)
+{
+    attempt_ctx_t *ac = ctx;
+    segd_registry_t *r = ac->r;
+    CURL *c = r->curl;
+    segd_curl_result_t res = {CURLE_OK, 0, 0};
+    curl_easy_reset(c);
+    free(ac->resp->data);
+    ac->resp->data = NULL;
+    ac->resp->len = 0;
+    curl_easy_setopt(c, CURLOPT_URL, ac->url);
+    curl_easy_setopt(c, CURLOPT_HTTPHEADER, ac->hdr);
+    curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
+    curl_easy_setopt(c, CURLOPT_WRITEDATA, ac->resp);
+    curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, r->o.timeout_ms);
+    curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
+    if (ac->post)
+        curl_easy_setopt(c, CURLOPT_POSTFIELDS, ac->post);
+    if (r->userpass) {
+        curl_easy_setopt(c, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
+        curl_easy_setopt(c, CURLOPT_USERPWD, r->userpass);
+    }
+    if (r->ca_file)
+        curl_easy_setopt(c, CURLOPT_CAINFO, r->ca_file);
+    if (r->o.insecure) {
+        curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L);
+        curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L);
+    }
+    res.rc = curl_easy_perform(c);
+    if (res.rc == CURLE_OK)
+        curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, &res.status);
+    return res;
+}
+
+/* One request, retried by the rules of curl_retry.h; *status is the final
+ * HTTP status. A 5xx or transport failure that outlasts the retries is
+ * SEGD_ERR_HTTP; any other status is an answer for the caller to judge. */
 static segd_err_t request(segd_registry_t *r, const char *path, const char *post,
                           body_t *resp, long *status, char *errstr, size_t n)
 {
     char url[2048];
     snprintf(url, sizeof(url), "%s%s", r->base, path);
-    long wait = r->o.backoff_ms;
     struct curl_slist *hdr = curl_slist_append(NULL, "Accept: application/vnd.schemaregistry.v1+json, application/json");
     if (post)
         hdr = curl_slist_append(hdr, "Content-Type: application/vnd.schemaregistry.v1+json");
-    segd_err_t err = SEGD_ERR_HTTP;
-    for (int attempt = 0; attempt <= r->o.max_retries; attempt++) {
-        CURL *c = r->curl;
-        curl_easy_reset(c);
-        free(resp->data);
-        resp->data = NULL;
-        resp->len = 0;
-        curl_easy_setopt(c, CURLOPT_URL, url);
-        curl_easy_setopt(c, CURLOPT_HTTPHEADER, hdr);
-        curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
-        curl_easy_setopt(c, CURLOPT_WRITEDATA, resp);
-        curl_easy_setopt(c, CURLOPT_TIMEOUT_MS, r->o.timeout_ms);
-        curl_easy_setopt(c, CURLOPT_NOSIGNAL, 1L);
-        if (post)
-            curl_easy_setopt(c, CURLOPT_POSTFIELDS, post);
-        if (r->userpass) {
-            curl_easy_setopt(c, CURLOPT_HTTPAUTH, (long)CURLAUTH_BASIC);
-            curl_easy_setopt(c, CURLOPT_USERPWD, r->userpass);
-        }
-        if (r->ca_file)
-            curl_easy_setopt(c, CURLOPT_CAINFO, r->ca_file);
-        if (r->o.insecure) {
-            curl_easy_setopt(c, CURLOPT_SSL_VERIFYPEER, 0L);
-            curl_easy_setopt(c, CURLOPT_SSL_VERIFYHOST, 0L);
-        }
-        CURLcode cc = curl_easy_perform(c);
-        *status = 0;
-        if (cc == CURLE_OK)
-            curl_easy_getinfo(c, CURLINFO_RESPONSE_CODE, status);
-        if (cc == CURLE_OK && *status < 500) {
-            err = SEGD_OK;
-            break;
-        }
-        segd_errf(SEGD_ERR_HTTP, errstr, n, "schema registry %s: %s", url,
-                  cc != CURLE_OK ? curl_easy_strerror(cc) : "server error");
-        if (attempt < r->o.max_retries) {
-            segd_sleep_ms(wait);
-            wait *= 2;
-        }
-    }
+    attempt_ctx_t ac = {r, url, post, hdr, resp};
+    segd_curl_backoff_t b = {r->o.max_retries, r->o.backoff_ms, 30000L};
+    segd_curl_result_t res = segd_curl_retry(&b, attempt, &ac, NULL);
     curl_slist_free_all(hdr);
-    return err;
+    *status = res.status;
+    if (res.rc == CURLE_OK && res.status < 500)
+        return SEGD_OK;
+    return segd_errf(SEGD_ERR_HTTP, errstr, n, "schema registry %s: %s", url,
+                     res.rc != CURLE_OK ? curl_easy_strerror(res.rc) : "server error");
 }
 
 static const char *cache_find(const segd_registry_t *r, int32_t id)

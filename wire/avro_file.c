@@ -16,6 +16,7 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include "base/hex.h"
 #include "base/varint.h"
 
 /* Uncompressed bytes per block: large enough for deflate to find the
@@ -251,8 +252,7 @@ segd_err_t segd_ocf_writer_close(segd_ocf_writer_t *w, segd_ocf_info_t *info, ch
         uint8_t md[32];
         unsigned mdlen = 0;
         EVP_DigestFinal_ex(w->sha, md, &mdlen);
-        for (unsigned i = 0; i < 32; i++)
-            snprintf(info->sha256 + 2 * i, 3, "%02x", md[i]);
+        segd_hex(md, 32, info->sha256);
         info->records = w->records;
         info->bytes = w->bytes;
     }
@@ -273,15 +273,6 @@ void segd_ocf_writer_abort(segd_ocf_writer_t *w)
         unlink(w->path);
     }
     writer_free(w);
-}
-
-void segd_sha256_hex(const void *data, size_t len, char hex[65])
-{
-    uint8_t md[32];
-    unsigned mdlen = 0;
-    EVP_Digest(data, len, md, &mdlen, EVP_sha256(), NULL);
-    for (unsigned i = 0; i < 32; i++)
-        snprintf(hex + 2 * i, 3, "%02x", md[i]);
 }
 
 /* ---------- reading ---------- */

@@ -12,6 +12,7 @@
 
 #include "base/err.h"
 #include "core/record.h"
+#include "wire/digest.h"
 
 typedef struct segd_ocf_writer segd_ocf_writer_t;
 
@@ -56,7 +57,5 @@ typedef int (*segd_ocf_block_cb)(void *ctx, const uint8_t *block, size_t len, in
 segd_err_t segd_ocf_read(const uint8_t *data, size_t len, segd_ocf_block_cb cb, void *ctx,
                          char **schema_json, char *errstr, size_t errstr_size);
 
-/* SHA-256 of a buffer as lower-case hex. */
-void segd_sha256_hex(const void *data, size_t len, char hex[65]);
 
 #endif

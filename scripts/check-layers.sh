@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# Derives the include graph between top-level folders from every
+# `#include "folder/file.h"` and fails on an edge that scripts/layers.txt
+# does not allow (upward or sideways includes). Prints the graph with -v.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rules=scripts/layers.txt
+declare -A allowed known
+while read -r folder deps; do
+    folder=${folder%:}
+    known[$folder]=1
+    for d in $deps; do allowed["$folder>$d"]=1; done
+done < <(grep -v '^\s*#' "$rules" | grep -v '^\s*$')
+
+bad=0
+declare -A seen
+for folder in "${!known[@]}"; do
+    [ -d "$folder" ] || continue
+    while IFS=: read -r file _ inc; do
+        target=$(sed -n 's/.*#include "\([a-z_]*\)\/[^"]*".*/\1/p' <<<"$inc")
+        [ -n "$target" ] && [ "$target" != "$folder" ] || continue
+        seen["$folder -> $target"]=1
+        if [ -z "${allowed["$folder>$target"]:-}" ]; then
+            echo "layers: $file includes $target/ (not allowed for $folder/ in $rules):$inc" >&2
+            bad=1
+        fi
+    done < <(grep -rn '#include "' "$folder" --include='*.c' --include='*.h' || true)
+done
+# a folder with code that the rules do not name is a layer nobody placed
+for dir in */; do
+    dir=${dir%/}
+    case $dir in build*|tests|fuzz|docs|schemas|scripts|docker|segd-demo) continue ;; esac
+    if [ -z "${known[$dir]:-}" ] && ls "$dir"/*.[ch] >/dev/null 2>&1; then
+        echo "layers: $dir/ holds C code but has no line in $rules" >&2
+        bad=1
+    fi
+done
+if [ "${1:-}" = -v ]; then printf '%s\n' "${!seen[@]}" | sort; fi
+[ $bad -eq 0 ] && echo "layers: ${#seen[@]} folder edges, all allowed by $rules"
+exit $bad
