@@ -21,6 +21,7 @@
 #include "workload/seed.h"
 #include "app/app.h"
 #include "base/args.h"
+#include "base/varint.h"
 #include "consumer/apply.h"
 #include "core/query.h"
 #include "base/clock.h"
@@ -330,27 +331,6 @@ static void rdb_close(rdb_t *d)
         rocksdb_writeoptions_destroy(d->w);
 }
 
-static size_t put_varint(uint8_t *b, uint64_t v)
-{
-    size_t n = 0;
-    for (; v >= 0x80; v >>= 7)
-        b[n++] = (uint8_t)(v | 0x80);
-    b[n++] = (uint8_t)v;
-    return n;
-}
-
-/* Returns the bytes consumed, 0 when b does not hold a whole varint. */
-static size_t get_varint(const uint8_t *b, size_t len, uint64_t *v)
-{
-    *v = 0;
-    for (size_t n = 0; n < len && n < 10; n++) {
-        *v |= (uint64_t)(b[n] & 0x7f) << (7 * n);
-        if (!(b[n] & 0x80))
-            return n + 1;
-    }
-    return 0;
-}
-
 /* key = user id + 8-byte big-endian segment id;
  * value = varint expiry_s, ts_ms, flags, partner_id. A Put per segment: in
  * this model an upsert simply overwrites the key. */
@@ -363,10 +343,10 @@ static void baseline_put_event(const segd_event_t *ev, rocksdb_writebatch_t *wb)
         const segd_seg_update_t *u = &ev->segments[i];
         for (int b = 0; b < 8; b++)
             key[ev->user_id_len + b] = (char)((uint64_t)u->segment_id >> (56 - 8 * b));
-        size_t n = put_varint(val, (uint64_t)segd_expiry_for(ev->ts_ms, u->ttl_s, GRANULARITY_S));
-        n += put_varint(val + n, (uint64_t)ev->ts_ms);
-        n += put_varint(val + n, (uint32_t)u->flags);
-        n += put_varint(val + n, (uint32_t)u->partner_id);
+        size_t n = segd_uv_put(val, (uint64_t)segd_expiry_for(ev->ts_ms, u->ttl_s, GRANULARITY_S));
+        n += segd_uv_put(val + n, (uint64_t)ev->ts_ms);
+        n += segd_uv_put(val + n, (uint32_t)u->flags);
+        n += segd_uv_put(val + n, (uint32_t)u->partner_id);
         rocksdb_writebatch_put(wb, key, ev->user_id_len + 8, (const char *)val, n);
     }
 }
@@ -415,13 +395,10 @@ out_destroy_batch:
 static int baseline_decode(const uint8_t *v, size_t len, segd_entry_t *e)
 {
     uint64_t x[4];
-    size_t off = 0;
-    for (int i = 0; i < 4; i++) {
-        size_t n = get_varint(v + off, len - off, &x[i]);
-        if (!n)
+    const uint8_t *p = v, *end = v + len;
+    for (int i = 0; i < 4; i++)
+        if (segd_uv_get(&p, end, &x[i]))
             return 0;
-        off += n;
-    }
     e->expiry_s = (int64_t)x[0];
     e->ts_ms = (int64_t)x[1];
     e->flags = (int32_t)x[2];

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "transport/kconf.h"
+#include "wire/change_frame.h"
 #include "base/clock.h"
 
 #define BATCH 1000

@@ -228,12 +228,6 @@ int64_t segd_expiry_for(int64_t ts_ms, int32_t ttl_s, int64_t g)
 /* ---------- varints and bits ---------- */
 
 static void put_varint(segd_buf_t *b, uint64_t v) { b->len += segd_uv_put(b->data + b->len, v); }
-static int get_varint(const uint8_t **p, const uint8_t *end, uint64_t *v)
-{
-    return segd_uv_get(p, end, v);
-}
-static uint64_t zigzag(int64_t v) { return segd_zigzag(v); }
-static int64_t unzigzag(uint64_t v) { return segd_unzigzag(v); }
 
 static int64_t floor_div(int64_t a, int64_t b)
 {
@@ -661,8 +655,8 @@ static void put_header(segd_buf_t *out, const dict_t *d, const enc_plan_t *e)
     out->data[out->len++] = (uint8_t)e->k_ts;
     put_varint(out, e->nrel);
     for (uint32_t i = 0; i < e->nrel; i++)
-        put_varint(out, zigzag(e->rels[i]));
-    put_varint(out, zigzag(d->tuples[0].ts_ms));
+        put_varint(out, segd_zigzag(e->rels[i]));
+    put_varint(out, segd_zigzag(d->tuples[0].ts_ms));
     for (uint32_t i = 0; e->attrs && i < d->n; i++) {
         put_varint(out, (uint32_t)d->tuples[i].flags);
         put_varint(out, (uint32_t)d->tuples[i].partner_id);
@@ -732,22 +726,22 @@ static int get_header(const uint8_t **p, const uint8_t *end, rec_header_t *h)
     memset(h, 0, sizeof(*h));
     if (*p >= end || *(*p)++ != SEGD_RECORD_VERSION)
         return -1;
-    if (get_varint(p, end, &h->erased) || h->erased > INT64_MAX ||
-        get_varint(p, end, &h->n))
+    if (segd_uv_get(p, end, &h->erased) || h->erased > INT64_MAX ||
+        segd_uv_get(p, end, &h->n))
         return -1;
     if (h->n == 0)
         return 0;
     /* every entry costs at least one bit */
     size_t avail = (size_t)(end - *p);
-    if (h->n > (uint64_t)avail * 8 || get_varint(p, end, &h->ndict) || h->ndict == 0 ||
-        h->ndict > h->n || get_varint(p, end, &h->g) || h->g == 0 || h->g > INT64_MAX ||
+    if (h->n > (uint64_t)avail * 8 || segd_uv_get(p, end, &h->ndict) || h->ndict == 0 ||
+        h->ndict > h->n || segd_uv_get(p, end, &h->g) || h->g == 0 || h->g > INT64_MAX ||
         end - *p < 2)
         return -1;
     uint8_t kb = *(*p)++;
     h->attrs = kb & 1;
     h->k_id = kb >> 1;
     h->k_ts = *(*p)++;
-    if (h->k_id > MAX_RICE_K || h->k_ts > MAX_RICE_K || get_varint(p, end, &h->nrel) ||
+    if (h->k_id > MAX_RICE_K || h->k_ts > MAX_RICE_K || segd_uv_get(p, end, &h->nrel) ||
         h->nrel == 0 || h->nrel > h->ndict)
         return -1;
     return 0;
@@ -760,18 +754,18 @@ static int get_dict_bytes(const uint8_t **p, const uint8_t *end, const rec_heade
 {
     uint64_t v, fl, pa;
     for (uint64_t i = 0; i < h->nrel; i++) {
-        if (get_varint(p, end, &v))
+        if (segd_uv_get(p, end, &v))
             return -1;
-        rels[i] = unzigzag(v);
+        rels[i] = segd_unzigzag(v);
     }
-    if (get_varint(p, end, &v))
+    if (segd_uv_get(p, end, &v))
         return -1;
-    t[0].ts_ms = unzigzag(v);
+    t[0].ts_ms = segd_unzigzag(v);
     for (uint64_t i = 0; i < h->ndict; i++) {
         t[i].flags = t[i].partner_id = 0;
         if (!h->attrs)
             continue;
-        if (get_varint(p, end, &fl) || get_varint(p, end, &pa) || fl > UINT32_MAX ||
+        if (segd_uv_get(p, end, &fl) || segd_uv_get(p, end, &pa) || fl > UINT32_MAX ||
             pa > UINT32_MAX)
             return -1;
         t[i].flags = (int32_t)(uint32_t)fl;

@@ -8,6 +8,7 @@
 
 #include "wire/avro_file.h"
 #include "wire/change.h"
+#include "wire/change_frame.h"
 #include "wire/outbox.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -15,6 +15,7 @@
 #include <stdint.h>
 
 #include "wire/change.h"
+#include "wire/change_frame.h"
 #include "store/store.h"
 
 #define SEGD_DEFAULT_CHANGES_TOPIC "segments.changes"

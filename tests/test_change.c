@@ -18,6 +18,7 @@
 #include "wire/avro_codec.h"
 #include "wire/avro_file.h"
 #include "wire/change.h"
+#include "wire/change_frame.h"
 #include "wire/outbox.h"
 
 static void sample_change(segd_change_t *c)

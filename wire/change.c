@@ -2,12 +2,10 @@
  * schemas' order; arrays are written as one block (count, items, 0). */
 #include "wire/change.h"
 
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 #include <xxhash.h>
 
-#include "wire/avro_codec.h"
 #include "segd_schemas.h"
 #include "base/varint.h"
 
@@ -301,67 +299,6 @@ segd_err_t segd_change_decode(const uint8_t *data, size_t len, segd_change_t *c)
         return err;
     c->committed_at_ms = get_long(&r);
     return r.bad || r.p != r.end ? SEGD_ERR_CORRUPT : SEGD_OK;
-}
-
-/* ---------- framing ---------- */
-
-static uint64_t change_fp;
-
-static void compute_change_fp(void) { segd_avro_fingerprint(SEGD_SCHEMA_CHANGE_EVENT, &change_fp); }
-
-/* The schema is compiled in, so its fingerprint is a constant computed once
- * (a schema parse per message would dominate the encoder). */
-static uint64_t change_fingerprint(void)
-{
-    static pthread_once_t once = PTHREAD_ONCE_INIT;
-    pthread_once(&once, compute_change_fp);
-    return change_fp;
-}
-
-segd_err_t segd_change_frame(segd_change_framing_t f, int32_t schema_id, segd_buf_t *out)
-{
-    if (segd_buf_reserve(out, 10))
-        return SEGD_ERR_NOMEM;
-    uint8_t *p = out->data + out->len;
-    if (f == SEGD_CHANGE_CONFLUENT) {
-        p[0] = 0;
-        for (int i = 0; i < 4; i++)
-            p[1 + i] = (uint8_t)((uint32_t)schema_id >> (24 - 8 * i));
-        out->len += 5;
-        return SEGD_OK;
-    }
-    uint64_t fp = change_fingerprint();
-    p[0] = 0xC3;
-    p[1] = 0x01;
-    for (int i = 0; i < 8; i++)
-        p[2 + i] = (uint8_t)(fp >> (8 * i));
-    out->len += 10;
-    return SEGD_OK;
-}
-
-segd_err_t segd_change_unframe(const uint8_t *data, size_t len, int32_t expected_id,
-                               const uint8_t **body, size_t *body_len)
-{
-    if (len >= 10 && data[0] == 0xC3 && data[1] == 0x01) {
-        uint64_t fp = 0;
-        for (int i = 0; i < 8; i++)
-            fp |= (uint64_t)data[2 + i] << (8 * i);
-        if (fp != change_fingerprint())
-            return SEGD_ERR_DECODE;
-        *body = data + 10;
-        *body_len = len - 10;
-        return SEGD_OK;
-    }
-    if (len >= 5 && data[0] == 0) {
-        int32_t id = (int32_t)((uint32_t)data[1] << 24 | (uint32_t)data[2] << 16 |
-                               (uint32_t)data[3] << 8 | data[4]);
-        if (expected_id >= 0 && id != expected_id)
-            return SEGD_ERR_DECODE;
-        *body = data + 5;
-        *body_len = len - 5;
-        return SEGD_OK;
-    }
-    return SEGD_ERR_DECODE;
 }
 
 /* ---------- SnapshotRecord ---------- */

@@ -44,10 +44,6 @@ typedef struct segd_change {
     int64_t committed_at_ms;
 } segd_change_t;
 
-typedef enum segd_change_framing {
-    SEGD_CHANGE_SINGLE_OBJECT, /* 0xC3 0x01 + CRC-64-AVRO fingerprint (LE) */
-    SEGD_CHANGE_CONFLUENT,     /* 0x00 + u32 BE registry id */
-} segd_change_framing_t;
 
 /* bucket = xxh64(user_id, seed 0) & (buckets - 1); buckets a power of two. */
 uint32_t segd_bucket_of(const char *user, size_t len, uint32_t buckets);
@@ -65,15 +61,6 @@ segd_err_t segd_change_add_retirement(segd_change_t *c, int64_t segment_id,
 segd_err_t segd_change_encode(const segd_change_t *c, segd_buf_t *out);
 /* Decodes one body that must fill [data, data+len) exactly. */
 segd_err_t segd_change_decode(const uint8_t *data, size_t len, segd_change_t *c);
-
-/* Writes the framing header into out (appending): the single-object
- * fingerprint of change_event.avsc, or 0x00 + schema_id for Confluent. */
-segd_err_t segd_change_frame(segd_change_framing_t f, int32_t schema_id, segd_buf_t *out);
-/* Skips either header (detected by its first bytes) and checks the
- * fingerprint or (when expected_id >= 0) the Confluent id. *body points
- * into data. */
-segd_err_t segd_change_unframe(const uint8_t *data, size_t len, int32_t expected_id,
-                               const uint8_t **body, size_t *body_len);
 
 /* The schemas' JSON text, as installed in schemas/ (borrowed, static). */
 const char *segd_change_schema_json(void);

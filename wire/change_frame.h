@@ -1,0 +1,28 @@
+/* The change stream's message framings (DESIGN §5): single-object (0xC3
+ * 0x01 + the CRC-64-AVRO fingerprint of change_event.avsc, little endian)
+ * or Confluent (0x00 + u32 big-endian registry id) before a ChangeEvent
+ * body (change.h). */
+#ifndef SEGD_CHANGE_FRAME_H
+#define SEGD_CHANGE_FRAME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/buf.h"
+#include "base/err.h"
+
+typedef enum segd_change_framing {
+    SEGD_CHANGE_SINGLE_OBJECT, /* 0xC3 0x01 + CRC-64-AVRO fingerprint (LE) */
+    SEGD_CHANGE_CONFLUENT,     /* 0x00 + u32 BE registry id */
+} segd_change_framing_t;
+
+/* Writes the framing header into out (appending): the single-object
+ * fingerprint of change_event.avsc, or 0x00 + schema_id for Confluent. */
+segd_err_t segd_change_frame(segd_change_framing_t f, int32_t schema_id, segd_buf_t *out);
+/* Skips either header (detected by its first bytes) and checks the
+ * fingerprint or (when expected_id >= 0) the Confluent id. *body points
+ * into data. */
+segd_err_t segd_change_unframe(const uint8_t *data, size_t len, int32_t expected_id,
+                               const uint8_t **body, size_t *body_len);
+
+#endif
