@@ -1,8 +1,8 @@
 /* The edge cache's table: user id -> profile in memory, kept equal to the
  * store by joining snapshot records and change-stream deltas with the
- * DESIGN §3 join (store/record.h), and read by bidders at their own clock.
+ * DESIGN §3 join (core/record.h), and read by bidders at their own clock.
  * No RocksDB and no Kafka here: a bidder can embed this module (with
- * store/record.c and publisher/change.c) and feed it however it likes.
+ * base/, core/ and wire/: examples/edge_lookup.c) and feed it however it likes.
  *
  * Threads: any number of readers (lookup, get_profile, stats) beside
  * writers (put, apply, retire); the table is split into shards, each under a

@@ -3,7 +3,15 @@
  * and writes one WriteBatch of merges + next offsets (DESIGN §4), then commits
  * the same offsets to Kafka asynchronously for lag tools. Partitions start
  * from the offsets in the store. Faults (store I/O, registry or broker down)
- * stall progress with backoff and never commit past unapplied input. */
+ * stall progress with backoff and never commit past unapplied input.
+ *
+ * Threads: one thread drives a pipeline (new, step/run, close, destroy);
+ * librdkafka's rebalance callback runs inside step on that thread.
+ * get_stats is for that thread too; segd_pipeline_assigned may be called
+ * from any thread.
+ * Ownership: cfg, store and stop are borrowed and must outlive the
+ * pipeline (the config's strings are read at every step); the pipeline owns
+ * its consumer, dead-letter producer, registry client, codec and batch. */
 #ifndef SEGD_PIPELINE_H
 #define SEGD_PIPELINE_H
 

@@ -7,7 +7,15 @@
  * deletes the entries and records the change topic's acknowledged positions
  * in one store write. A failure anywhere repeats the cycle later; nothing is
  * deleted that was not acknowledged, and duplicates are harmless to readers.
- * Runs on its own thread (start/kick/stop) or synchronously (cycle/drain). */
+ * Runs on its own thread (start/kick/stop) or synchronously (cycle/drain).
+ *
+ * Threads: new, start, stop, destroy from the owning thread; kick,
+ * get_stats and reset_latency from any thread. cycle and drain run on the
+ * caller's thread and must not be used while the background thread runs.
+ * Ownership: the store is borrowed and must outlive the publisher; the
+ * options struct is copied but its strings are borrowed for the publisher's
+ * life (topic is used at every cycle); kafka_props are read during new only.
+ * The publisher owns its producer, registry client, batch and thread. */
 #ifndef SEGD_PUBLISHER_H
 #define SEGD_PUBLISHER_H
 

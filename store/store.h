@@ -2,7 +2,20 @@
  * profile record, merge-only on ingest), `meta` (input offsets, retirement
  * markers, format and settings) and `outbox` (unacknowledged change deltas).
  * A segd_batch_t is the unit of exactly-once: merges, offsets and outbox
- * entries go into one WriteBatch written with the WAL on. */
+ * entries go into one WriteBatch written with the WAL on.
+ *
+ * Threads: a segd_store_t is shared. Functions taking the store (write,
+ * get, scan, offsets, views, stats, flush, compact, retire, the outbox
+ * calls) are safe from any thread at once, as RocksDB's DB is; the merge
+ * operator and compaction filter run on RocksDB's threads and read only the
+ * policy (core/policy.h, atomics and copy-on-write). A segd_batch_t and a
+ * segd_store_view_t belong to one thread at a time. open/close are not
+ * concurrent with anything: close only after every batch, view and thread
+ * using the store is done.
+ * Ownership: the store owns its policy, RocksDB handles and the filter
+ * factory it made from opts->filter_factory; it keeps no pointer into
+ * segd_store_opts_t (path is copied by RocksDB at open). Bytes passed in are
+ * copied; bytes handed to callbacks are borrowed for the call only. */
 #ifndef SEGD_STORE_H
 #define SEGD_STORE_H
 
@@ -49,7 +62,7 @@ segd_err_t segd_store_open(segd_store_t **out, const segd_store_opts_t *o, char 
                            size_t errstr_size);
 void segd_store_close(segd_store_t *s);
 
-/* Borrowed; valid until segd_store_close. */
+/* Borrowed; valid until segd_store_close. Thread-safe. */
 segd_policy_t *segd_store_policy(segd_store_t *s);
 int64_t segd_store_granularity(const segd_store_t *s);
 
@@ -63,8 +76,12 @@ void segd_batch_merge(segd_batch_t *b, const char *user, size_t user_len,
 void segd_batch_set_offset(segd_batch_t *b, const char *topic, int32_t partition,
                            int64_t next_offset);
 /* Appends an outbox entry (DESIGN §5) under the store's next outbox sequence
- * number, allocated now (thread-safe; a batch never written leaves a gap,
- * which is harmless). Returns the sequence number. */
+ * number, allocated now (an atomic counter; a batch never written leaves a
+ * gap, which is harmless). The publisher deletes acknowledged entries up to
+ * the highest sequence it read, so the store has ONE appender at a time:
+ * the ingest pipeline in `segd run`, or one offline command (backfill,
+ * retire) holding the store's lock; two concurrent appenders could write a
+ * lower sequence after the publisher passed it. Returns the sequence. */
 uint64_t segd_batch_outbox_append(segd_batch_t *b, const void *value, size_t vlen);
 /* Deletes the outbox entry seq. */
 void segd_batch_outbox_delete(segd_batch_t *b, uint64_t seq);
@@ -73,7 +90,8 @@ void segd_batch_outbox_delete(segd_batch_t *b, uint64_t seq);
 void segd_batch_set_change_position(segd_batch_t *b, const char *topic, int32_t partition,
                                     int64_t next_offset);
 
-/* Writes the batch atomically with the WAL on; the batch is left intact. */
+/* Writes the batch atomically with the WAL on; the batch is left intact
+ * (the caller clears or retries it). Thread-safe for distinct batches. */
 segd_err_t segd_store_write(segd_store_t *s, segd_batch_t *b, char *errstr,
                             size_t errstr_size);
 

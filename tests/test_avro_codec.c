@@ -1,4 +1,4 @@
-/* Tests for consumer/avro_codec.c: round trips in every framing, rejection
+/* Tests for wire/avro_codec.c: round trips in every framing, rejection
  * of truncations and garbage, container files, schema evolution. */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -1,4 +1,4 @@
-/* Snapshot destinations (publisher/dest.c) against real servers on loopback:
+/* Snapshot destinations (transport/dest.c) against real servers on loopback:
  * - a directory: round trips, overwrites, nothing temporary left, bad names;
  * - nginx WebDAV: a few MB round trip, 503 retried max_retries times, 403 at
  *   once, a closed port retried;

@@ -1,4 +1,4 @@
-/* Tests for store/record.c: codec round trips, rejection of every truncation
+/* Tests for core/record.c: codec round trips, rejection of every truncation
  * and corruption, the join's algebra and pruning rules. */
 #include <setjmp.h>
 #include <stdarg.h>

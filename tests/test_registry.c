@@ -1,4 +1,4 @@
-/* Tests for consumer/registry.c (and the codec's Confluent path) against a
+/* Tests for transport/registry.c (and the codec's Confluent path) against a
  * real nginx serving the registry's JSON answers: evolved writer schemas by
  * id (added field with default, dropped field, int -> long), unknown and
  * incompatible ids, a failing server, a closed port, basic auth, register. */

@@ -1,4 +1,4 @@
-/* A synthetic DMP: produces the seed workload (bench/seed.h) as Avro
+/* A synthetic DMP: produces the seed workload (workload/seed.h) as Avro
  * SegmentEvents to a Kafka topic, key = user id, in any input framing.
  * Shared by `segd produce`, the demo, the ingest benchmark and tests. */
 #ifndef SEGD_SEED_PRODUCER_H
