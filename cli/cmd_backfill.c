@@ -1,9 +1,11 @@
 /* `segd backfill --db DIR [--now S] FILE...`: applies SegmentEvents from
  * JSON-lines files and Avro object container files. A bad record is reported
  * as file:line (or file:#record) with its reason, counted and skipped. */
+#include <errno.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "cli/cli.h"
 #include "consumer/apply.h"
@@ -41,9 +43,12 @@ static int apply_one(backfill_t *b, const segd_event_t *ev, const char *where, l
         return 0;
     }
     /* the change stream's source: the file, its line or record number */
-    if (segd_applier_add_from(&b->ap, ev, b->file, 0, record_no, 0) != SEGD_OK ||
-        (segd_batch_count(b->ap.batch) >= BACKFILL_BATCH &&
-         segd_applier_flush(&b->ap, err, sizeof(err)) != SEGD_OK)) {
+    segd_err_t e = segd_applier_add_from(&b->ap, ev, b->file, 0, record_no, 0);
+    if (e)
+        snprintf(err, sizeof(err), "%s", segd_err_str(e));
+    else if (segd_batch_count(b->ap.batch) >= BACKFILL_BATCH)
+        e = segd_applier_flush(&b->ap, err, sizeof(err));
+    if (e) {
         fprintf(stderr, "segd backfill: store write failed: %s\n", err);
         b->failed = 1;
         return -1;
@@ -80,6 +85,11 @@ static int backfill_json(backfill_t *b, FILE *f)
         if (apply_one(b, &ev, where, lineno))
             break;
     }
+    if (!b->failed && ferror(f)) {
+        fprintf(stderr, "%s: read error after line %ld: %s\n", b->file, lineno,
+                strerror(errno));
+        b->skipped++;
+    }
     free(line);
     segd_event_free(&ev);
     return b->failed ? -1 : 0;
@@ -111,8 +121,15 @@ static int backfill_file(backfill_t *b, const char *path)
 {
     FILE *f = fopen(path, "rb");
     char err[512];
+    struct stat st;
     if (!f) {
-        fprintf(stderr, "segd backfill: cannot open %s\n", path);
+        fprintf(stderr, "segd backfill: cannot open %s: %s\n", path, strerror(errno));
+        b->skipped++;
+        return 0;
+    }
+    if (fstat(fileno(f), &st) || !S_ISREG(st.st_mode)) { /* a directory reads as empty */
+        fprintf(stderr, "segd backfill: %s: not a regular file\n", path);
+        fclose(f);
         b->skipped++;
         return 0;
     }

@@ -169,10 +169,13 @@ segd_err_t segd_config_set(segd_config_t *c, const char *key, const char *value,
             continue;
         switch (k->type) {
         case K_STR: {
+            /* an empty name (dlq.topic = "") would fail only when first used */
+            if (!*value)
+                return segd_errf(SEGD_ERR_CONFIG, errstr, n, "%s: empty value", key);
             char **f = (char **)((char *)c + k->offset);
             free(*f);
             *f = strdup(value);
-            return SEGD_OK;
+            return *f ? SEGD_OK : SEGD_ERR_NOMEM;
         }
         case K_INT: return set_int(k, (char *)c + k->offset, value, errstr, n);
         case K_TOPICS: return set_topics(c, value, errstr, n);
@@ -218,6 +221,10 @@ segd_err_t segd_config_load_file(segd_config_t *c, const char *path, char *errst
     char line[4096], msg[512];
     int lineno = 0;
     segd_err_t err = SEGD_OK;
+    /* a key set twice in one file is a mistake (which one did they mean?) */
+    char *seen[256];
+    int seen_line[256];
+    size_t nseen = 0;
     while (!err && fgets(line, sizeof(line), f)) {
         lineno++;
         char *s = trim(line);
@@ -230,9 +237,22 @@ segd_err_t segd_config_load_file(segd_config_t *c, const char *path, char *errst
             break;
         }
         *eq = 0;
-        if ((err = segd_config_set(c, trim(s), trim(eq + 1), msg, sizeof(msg))))
+        const char *key = trim(s);
+        for (size_t i = 0; i < nseen && !err; i++)
+            if (!strcmp(seen[i], key))
+                err = segd_errf(SEGD_ERR_CONFIG, errstr, n,
+                                "%s:%d: '%s' is already set on line %d", path, lineno, key,
+                                seen_line[i]);
+        if (!err && nseen < sizeof(seen) / sizeof(seen[0])) {
+            seen_line[nseen] = lineno;
+            if (!(seen[nseen++] = strdup(key)))
+                err = SEGD_ERR_NOMEM;
+        }
+        if (!err && (err = segd_config_set(c, key, trim(eq + 1), msg, sizeof(msg))))
             segd_errf(err, errstr, n, "%s:%d: %s", path, lineno, msg);
     }
+    for (size_t i = 0; i < nseen; i++)
+        free(seen[i]);
     fclose(f);
     return err;
 }

@@ -113,9 +113,12 @@ static segd_err_t make_options(segd_store_t *s, const segd_store_opts_t *o)
     /* meta/outbox take few writes and would otherwise never flush, pinning
      * every WAL file until the 4x-write-buffer default (~2.5 GiB) forces it */
     rocksdb_options_set_max_total_wal_size(s->db_opts, 256 << 20);
-    if (o->compaction_rate_mb > 0)
-        rocksdb_options_set_ratelimiter(
-            s->db_opts, rocksdb_ratelimiter_create(o->compaction_rate_mb << 20, 100000, 10));
+    if (o->compaction_rate_mb > 0) { /* the options keep their own reference */
+        rocksdb_ratelimiter_t *rl =
+            rocksdb_ratelimiter_create(o->compaction_rate_mb << 20, 100000, 10);
+        rocksdb_options_set_ratelimiter(s->db_opts, rl);
+        rocksdb_ratelimiter_destroy(rl);
+    }
     for (int i = 0; i < CF_COUNT; i++) {
         s->cf_opts[i] = rocksdb_options_create_copy(s->db_opts);
         if (i == CF_PROFILES)

@@ -79,6 +79,14 @@ grep -q "skipped 6" "$tmp/out" || fail "summary: $(cat "$tmp/out")"
 out=$("$segd" get --db "$tmp/db" --now $now --json carol)
 echo "$out" | grep -q '"id":1,' && echo "$out" | grep -q '"id":3,' || fail "good lines not applied: $out"
 
+# a directory is not input: reported, skipped, exit 3 (it used to read as empty, exit 0)
+mkdir "$tmp/adir"
+set +e
+"$segd" backfill --db "$tmp/db" --now $now "$tmp/adir" > "$tmp/out" 2> "$tmp/err"
+rc=$?
+set -e
+[ $rc = 3 ] && grep -q "adir: not a regular file" "$tmp/err" || fail "directory: exit $rc, $(cat "$tmp/err")"
+
 # 4. compaction past every expiry and the horizon leaves no keys
 "$segd" compact --db "$tmp/db" --now 1900000000 >/dev/null
 "$segd" stats --db "$tmp/db" --json > "$tmp/stats"

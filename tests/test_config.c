@@ -97,11 +97,34 @@ static void test_errors_name_the_key(void **state)
     segd_config_free(&c);
 }
 
+/* A key twice in one file and an empty name used to be accepted: the last
+ * one won silently, and an empty dlq.topic failed only at the first bad
+ * message. */
+static void test_duplicate_and_empty_values(void **state)
+{
+    (void)state;
+    segd_config_t c;
+    char err[512];
+    segd_config_init(&c);
+    char *path = write_conf("brokers = x\ngroup = g\n# again:\ngroup = h\n");
+    assert_int_equal(segd_config_load_file(&c, path, err, sizeof(err)), SEGD_ERR_CONFIG);
+    assert_non_null(strstr(err, ":4: 'group' is already set on line 2"));
+    unlink(path);
+    assert_int_equal(segd_config_set(&c, "dlq.topic", "", err, sizeof(err)), SEGD_ERR_CONFIG);
+    assert_non_null(strstr(err, "dlq.topic: empty value"));
+    char *env[] = {"SEGD_CHANGES_TOPIC=", NULL};
+    assert_int_equal(segd_config_load_env(&c, env, err, sizeof(err)), SEGD_ERR_CONFIG);
+    /* a flag may still override what the file set once */
+    assert_int_equal(segd_config_set(&c, "group", "flag", err, sizeof(err)), SEGD_OK);
+    segd_config_free(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_file_env_flags),
         cmocka_unit_test(test_errors_name_the_key),
+        cmocka_unit_test(test_duplicate_and_empty_values),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

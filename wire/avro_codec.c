@@ -845,7 +845,7 @@ segd_err_t segd_avro_file_foreach(const char *path,
     size_t wlen = 0;
     FILE *m = open_memstream(&wjson, &wlen);
     avro_writer_t jw = NULL;
-    segd_err_t err = segd_avro_codec_new(&c, NULL, NULL, errstr, n);
+    segd_err_t err = m ? segd_avro_codec_new(&c, NULL, NULL, errstr, n) : SEGD_ERR_NOMEM;
     if (!err) { /* the writer schema as JSON, to build a resolver */
         char buf[65536];
         jw = avro_writer_memory(buf, sizeof(buf));
