@@ -62,7 +62,7 @@ static int get_user(segd_store_t *s, const char *user, const get_args_t *a,
 {
     char err[512];
     if (segd_store_get(s, user, strlen(user), p, err, sizeof(err)) != SEGD_OK) {
-        fprintf(stderr, "segd get: %s\n", err);
+        fprintf(stderr, "segd get: %s: %s\n", user, err);
         return -1;
     }
     segd_prune_t rule;
@@ -139,8 +139,9 @@ int segd_cmd_get(int argc, char **argv)
         return SEGD_EXIT_FAIL;
     segd_profile_t p;
     segd_profile_init(&p);
+    /* one unreadable user must not hide the others: each is reported */
     int rc = SEGD_EXIT_OK;
-    for (int i = optind; i < argc && rc == SEGD_EXIT_OK; i++)
+    for (int i = optind; i < argc; i++)
         if (get_user(s, argv[i], &a, &p))
             rc = SEGD_EXIT_FAIL;
     segd_profile_free(&p);

@@ -6,13 +6,16 @@
 #define _GNU_SOURCE
 #include "publisher/snapshot.h"
 
+#include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/time.h>
 #include <time.h>
@@ -65,6 +68,7 @@ typedef struct exporter {
     _Atomic uint64_t records, entries;
     int64_t gen;            /* in every bucket file name: snapshots never share files */
     uint32_t published;     /* bucket files already at the destination */
+    int lock_fd;            /* the destination directory's export lock; -1 = none */
 } exporter_t;
 
 /* One scanning thread: it writes the buckets b with b % lanes == lane. Every
@@ -266,6 +270,35 @@ static void read_old_manifest(segd_dest_t *d, segd_manifest_t *old)
     segd_buf_free(&buf);
 }
 
+/* A killed export leaves staged bucket files and temporaries behind. */
+static void remove_leftovers(const char *dir)
+{
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        const char *nm = e->d_name;
+        size_t len = strlen(nm);
+        int ours = !strncmp(nm, "bucket-", 7) || !strncmp(nm, SEGD_MANIFEST_NAME, 13);
+        if (ours && ((len > 8 && !strcmp(nm + len - 8, ".partial")) || strstr(nm, ".tmp.")))
+            unlinkat(dirfd(d), nm, 0);
+    }
+    if (d)
+        closedir(d);
+}
+
+/* Exports into one directory take turns (flock on .segd-export.lock): the
+ * holder knows that any staged file there belongs to a dead export. */
+static segd_err_t lock_dir(exporter_t *x, const char *dir, char *errstr, size_t n)
+{
+    char path[4200];
+    snprintf(path, sizeof(path), "%s/.segd-export.lock", dir);
+    x->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (x->lock_fd < 0 || flock(x->lock_fd, LOCK_EX))
+        return segd_errf(SEGD_ERR_IO, errstr, n, "%s: %s", path, strerror(errno));
+    remove_leftovers(dir);
+    return SEGD_OK;
+}
+
 static segd_err_t prepare_dir(exporter_t *x, const char *dest_url, char *errstr, size_t n)
 {
     if (!is_remote(dest_url)) {
@@ -316,7 +349,7 @@ segd_err_t segd_snapshot_export(segd_store_t *s, const char *dest_url,
     segd_manifest_t local;
     segd_manifest_t *m = out ? out : &local;
     segd_manifest_init(m);
-    exporter_t x = {.o = o, .m = m};
+    exporter_t x = {.o = o, .m = m, .lock_fd = -1};
     segd_dest_t *d = NULL;
     segd_store_view_t *v = NULL;
     x.w = calloc(o->buckets, sizeof(*x.w));
@@ -334,6 +367,8 @@ segd_err_t segd_snapshot_export(segd_store_t *s, const char *dest_url,
      * one replaces it; its files go afterwards */
     segd_manifest_t old;
     segd_manifest_init(&old);
+    if (!err && !is_remote(dest_url))
+        err = lock_dir(&x, dest_url, errstr, n);
     if (!err)
         read_old_manifest(d, &old);
     if (!err)
@@ -355,6 +390,8 @@ segd_err_t segd_snapshot_export(segd_store_t *s, const char *dest_url,
         remove_staged(&x);
     segd_store_view_close(v);
     segd_dest_close(d);
+    if (x.lock_fd >= 0)
+        close(x.lock_fd); /* releases the lock */
     free(x.w);
     free(x.segments);
     if (err == SEGD_ERR_NOMEM && errstr && !errstr[0])

@@ -477,15 +477,39 @@ segd_err_t segd_store_flush(segd_store_t *s, char *errstr, size_t n)
 /* Two passes: the first merges operand chains into (possibly empty) values,
  * which the filter of that same compaction never sees; the second lets the
  * filter delete what the first left empty. */
+static uint64_t background_errors(segd_store_t *s)
+{
+    uint64_t v = 0;
+    return rocksdb_property_int(s->db, "rocksdb.background-errors", &v) == 0 ? v : 0;
+}
+
+/* The C API's manual compaction returns nothing: a failed one (a corrupt
+ * SST, a full disk) shows as a new background error, after which RocksDB
+ * refuses writes, so both are checked. */
 segd_err_t segd_store_compact(segd_store_t *s, char *errstr, size_t n)
 {
+    uint64_t before = background_errors(s), corrupt = segd_policy_corrupt_count(s->policy);
     rocksdb_compactoptions_t *co = rocksdb_compactoptions_create();
     rocksdb_compactoptions_set_bottommost_level_compaction(co, 2 /* force */);
     rocksdb_compactoptions_set_exclusive_manual_compaction(co, 1);
-    for (int pass = 0; pass < 2; pass++)
+    for (int pass = 0; pass < 2 && background_errors(s) == before; pass++)
         rocksdb_compact_range_cf_opt(s->db, s->cf[CF_PROFILES], co, NULL, 0, NULL, 0);
     rocksdb_compactoptions_destroy(co);
-    (void)errstr, (void)n;
+    char *rerr = NULL;
+    static const char probe[] = "compaction-probe";
+    rocksdb_put_cf(s->db, s->wopts, s->cf[CF_META], probe, sizeof(probe) - 1, "", 0, &rerr);
+    if (rerr)
+        return rocks_err(rerr, SEGD_ERR_IO, errstr, n, "compaction failed; store stopped");
+    rocksdb_delete_cf(s->db, s->wopts, s->cf[CF_META], probe, sizeof(probe) - 1, &rerr);
+    if (rerr)
+        return rocks_err(rerr, SEGD_ERR_IO, errstr, n, "compaction failed; store stopped");
+    if (background_errors(s) != before)
+        return segd_errf(SEGD_ERR_IO, errstr, n, "compaction failed (a background error)");
+    uint64_t bad = segd_policy_corrupt_count(s->policy) - corrupt;
+    if (bad)
+        return segd_errf(SEGD_ERR_CORRUPT, errstr, n,
+                         "%" PRIu64 " records or operands do not decode (kept as they are)",
+                         bad);
     return SEGD_OK;
 }
 

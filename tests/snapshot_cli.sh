@@ -37,6 +37,14 @@ first_seg=$(/usr/bin/python3 -c "import json;print(json.loads(open('$tmp/seed.js
 grep -q "snapshot: 301 users" "$tmp/out" || fail "export summary: $(cat "$tmp/out")"
 [ "$(ls "$tmp/snap"/bucket-*.avro | wc -l)" = 8 ] || fail "expected 8 bucket files"
 ls "$tmp/snap" | grep -q partial && fail "staging files left behind"
+# what a SIGKILLed export leaves (staged buckets, a manifest temporary) is
+# removed by the next export into the directory; other files are not ours
+touch "$tmp/snap/bucket-00003-1.avro.partial" "$tmp/snap/manifest.json.tmp.424242" \
+  "$tmp/snap/notes.txt"
+"$segd" snapshot export --db "$tmp/db" --to "$tmp/snap" --buckets 8 --now $now >/dev/null
+ls "$tmp/snap" | grep -q 'partial\|\.tmp\.' && fail "a killed export's files were kept"
+[ -e "$tmp/snap/notes.txt" ] || fail "an unrelated file was removed"
+rm "$tmp/snap/notes.txt"
 "$segd" snapshot verify "$tmp/snap" | grep -q "^valid: 301 users" || fail "verify"
 
 # every user: python3-avro's view of the snapshot == segd get --json
