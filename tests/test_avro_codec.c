@@ -11,6 +11,7 @@
 
 #include <cmocka.h>
 
+#include "base/varint.h"
 #include "wire/avro_codec.h"
 #include "tests/avro_util.h"
 
@@ -418,6 +419,57 @@ static void test_container_file_roundtrip(void **state)
                                             sizeof(err)), SEGD_ERR_DECODE);
 }
 
+/* A damaged block size must be refused before libavro sees it: libavro
+ * allocates whatever a block claims (here 2^40 bytes). */
+static void test_container_file_damaged_block_size(void **state)
+{
+    (void)state;
+    char path[] = "/tmp/segd-test-avro-XXXXXX", err[256];
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    close(fd);
+    remove(path);
+    segd_avro_file_writer_t *w;
+    segd_event_t ev;
+    segd_event_init(&ev);
+    sample(&ev, SEGD_OP_UPSERT, "");
+    assert_int_equal(segd_avro_file_writer_open(&w, path, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_avro_file_writer_append(w, &ev), SEGD_OK);
+    assert_int_equal(segd_avro_file_writer_close(w), SEGD_OK);
+    segd_event_free(&ev);
+    FILE *f = fopen(path, "rb");
+    uint8_t data[65536];
+    size_t len = fread(data, 1, sizeof(data), f);
+    fclose(f);
+    assert_true(len > 32 && len < sizeof(data));
+    /* the sync marker ends the file and the header: the first block follows */
+    const uint8_t *sync = data + len - 16;
+    size_t hdr = 0;
+    while (memcmp(data + hdr, sync, 16))
+        hdr++;
+    hdr += 16;
+    const uint8_t *p = data + hdr, *end = data + len;
+    int64_t count = 0, size = 0;
+    assert_int_equal(segd_zz_get(&p, end, &count), 0);
+    assert_int_equal(segd_zz_get(&p, end, &size), 0);
+    uint8_t bad[65600];
+    size_t n = hdr;
+    memcpy(bad, data, hdr);
+    n += segd_zz_put(bad + n, count);
+    n += segd_zz_put(bad + n, (int64_t)1 << 40);
+    memcpy(bad + n, p, (size_t)(end - p));
+    n += (size_t)(end - p);
+    f = fopen(path, "wb");
+    assert_int_equal(fwrite(bad, 1, n, f), n);
+    fclose(f);
+    collect_t c = {0};
+    assert_int_equal(segd_avro_file_foreach(path, collect_cb, &c, err, sizeof(err)),
+                     SEGD_ERR_DECODE);
+    assert_non_null(strstr(err, "block 0 at byte"));
+    assert_int_equal(c.n, 0);
+    remove(path);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -426,6 +478,7 @@ int main(void)
         cmocka_unit_test(test_truncations_and_garbage_rejected),
         cmocka_unit_test(test_schema_evolution),
         cmocka_unit_test(test_container_file_roundtrip),
+        cmocka_unit_test(test_container_file_damaged_block_size),
         cmocka_unit_test(test_fast_path_matches_avro_c),
         cmocka_unit_test(test_framing_errors),
         cmocka_unit_test(test_segment_limit),

@@ -8,6 +8,7 @@
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
+#include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -214,7 +215,7 @@ static void test_short_buffer_and_profile(void **state)
 
 typedef struct reader_ctx {
     segd_edge_t *e;
-    volatile int stop;
+    atomic_int stop; /* written by the test thread, read by the reader */
     uint64_t lookups, torn;
 } reader_ctx_t;
 
@@ -225,7 +226,7 @@ static void *reader(void *arg)
     reader_ctx_t *r = arg;
     segd_entry_t out[64];
     char user[16];
-    while (!r->stop) {
+    while (!atomic_load(&r->stop)) {
         snprintf(user, sizeof(user), "user-%02u", (unsigned)(r->lookups % 8));
         size_t n = 0;
         if (segd_edge_lookup(r->e, user, strlen(user), out, 64, &n) == SEGD_OK)
@@ -266,7 +267,7 @@ static void test_concurrent_readers(void **state)
         assert_int_equal(segd_edge_apply(e, &c), SEGD_OK);
     }
     for (int i = 0; i < 3; i++) {
-        r[i].stop = 1;
+        atomic_store(&r[i].stop, 1);
         pthread_join(t[i], NULL);
         assert_int_equal(r[i].torn, 0);
         assert_true(r[i].lookups > 0);

@@ -7,10 +7,16 @@
 
 #include <avro.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "wire/avro_file.h"
 
 /* Field positions in a resolver's reduced schema (-1: the writer lacks it),
  * so extraction indexes rather than looks fields up by name per event. */
@@ -828,11 +834,40 @@ out_reset_value:
 
 /* ---------- container files ---------- */
 
+/* libavro trusts a block's size and allocates it: a damaged file could ask
+ * for terabytes. Its blocks are walked first (mapped, not read). */
+static segd_err_t check_container(const char *path, char *errstr, size_t n)
+{
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    struct stat st;
+    if (fd < 0 || fstat(fd, &st)) {
+        segd_err_t err = segd_errf(SEGD_ERR_DECODE, errstr, n, "%s: %s", path, strerror(errno));
+        if (fd >= 0)
+            close(fd);
+        return err;
+    }
+    size_t len = (size_t)st.st_size;
+    void *map = len ? mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0) : NULL;
+    close(fd);
+    if (len && map == MAP_FAILED)
+        return segd_errf(SEGD_ERR_DECODE, errstr, n, "%s: %s", path, strerror(errno));
+    char why[256];
+    segd_err_t err = segd_ocf_check_blocks(map, len, why, sizeof(why));
+    if (err)
+        segd_errf(SEGD_ERR_DECODE, errstr, n, "not a readable Avro container file: %s", why);
+    if (len)
+        munmap(map, len);
+    return err ? SEGD_ERR_DECODE : SEGD_OK;
+}
+
 segd_err_t segd_avro_file_foreach(const char *path,
                                   int (*cb)(void *ctx, const segd_event_t *ev, long record_no,
                                             const char *decode_error),
                                   void *ctx, char *errstr, size_t n)
 {
+    segd_err_t checked = check_container(path, errstr, n);
+    if (checked)
+        return checked;
     avro_file_reader_t fr;
     if (avro_file_reader(path, &fr))
         return segd_errf(SEGD_ERR_DECODE, errstr, n, "not an Avro container file: %s",

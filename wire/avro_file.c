@@ -294,8 +294,9 @@ static int read_bytes(cursor_t *c, const uint8_t **s, size_t *len)
     return 0;
 }
 
-/* Parses the metadata map; returns the codec or -1. */
-static int read_meta(cursor_t *c, char **schema_json)
+/* Parses the metadata map; returns the codec or -1 (any_codec: codecs we
+ * cannot decompress are accepted as SEGD_OCF_NULL, for block walks). */
+static int read_meta(cursor_t *c, char **schema_json, int any_codec)
 {
     int codec = 0;
     for (;;) {
@@ -320,7 +321,7 @@ static int read_meta(cursor_t *c, char **schema_json)
                     codec = SEGD_OCF_DEFLATE;
                 else if (vl == 9 && !memcmp(v, "zstandard", 9))
                     codec = SEGD_OCF_ZSTANDARD;
-                else if (!(vl == 4 && !memcmp(v, "null", 4)))
+                else if (!(vl == 4 && !memcmp(v, "null", 4)) && !any_codec)
                     return -1;
             } else if (kl == 11 && !memcmp(k, "avro.schema", 11) && schema_json) {
                 free(*schema_json);
@@ -385,7 +386,7 @@ segd_err_t segd_ocf_read(const uint8_t *data, size_t len, segd_ocf_block_cb cb, 
     if (len < 4 || memcmp(data, MAGIC, 4))
         return segd_errf(SEGD_ERR_CORRUPT, errstr, n, "not an Avro container file");
     c.p += 4;
-    int codec = read_meta(&c, schema_json);
+    int codec = read_meta(&c, schema_json, 0);
     if (codec < 0 || c.end - c.p < 16)
         return segd_errf(SEGD_ERR_CORRUPT, errstr, n, "bad container header");
     const uint8_t *sync = c.p;
@@ -427,4 +428,28 @@ segd_err_t segd_ocf_read(const uint8_t *data, size_t len, segd_ocf_block_cb cb, 
         *schema_json = NULL;
     }
     return err;
+}
+
+segd_err_t segd_ocf_check_blocks(const uint8_t *data, size_t len, char *errstr, size_t n)
+{
+    cursor_t c = {data, data + len};
+    if (len < 4 || memcmp(data, MAGIC, 4))
+        return segd_errf(SEGD_ERR_CORRUPT, errstr, n, "not an Avro container file");
+    c.p += 4;
+    if (read_meta(&c, NULL, 1) < 0 || c.end - c.p < 16)
+        return segd_errf(SEGD_ERR_CORRUPT, errstr, n, "bad container header");
+    const uint8_t *sync = c.p;
+    c.p += 16;
+    for (int64_t block_no = 0; c.p < c.end; block_no++) {
+        const uint8_t *start = c.p, *blk;
+        int64_t count;
+        size_t blen;
+        if (read_long(&c, &count) || count < 0 || count > INT32_MAX ||
+            read_bytes(&c, &blk, &blen) || c.end - c.p < 16 || memcmp(c.p, sync, 16))
+            return segd_errf(SEGD_ERR_CORRUPT, errstr, n,
+                             "block %" PRId64 " at byte %td is damaged", block_no,
+                             start - data);
+        c.p += 16;
+    }
+    return SEGD_OK;
 }

@@ -58,4 +58,11 @@ segd_err_t segd_ocf_read(const uint8_t *data, size_t len, segd_ocf_block_cb cb, 
                          char **schema_json, char *errstr, size_t errstr_size);
 
 
+/* Walks a container file's blocks without decompressing them (any codec):
+ * the header, then per block a record count and a byte size that fit in
+ * the file, followed by the sync marker. For files another library will
+ * read: libavro trusts block sizes and allocates them. */
+segd_err_t segd_ocf_check_blocks(const uint8_t *data, size_t len, char *errstr,
+                                 size_t errstr_size);
+
 #endif
