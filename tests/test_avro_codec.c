@@ -419,6 +419,41 @@ static void test_container_file_roundtrip(void **state)
                                             sizeof(err)), SEGD_ERR_DECODE);
 }
 
+static segd_err_t counting_lookup(void *ctx, int32_t id, const char **json, char *errstr,
+                                  size_t n)
+{
+    (void)json;
+    ++*(int *)ctx;
+    return segd_errf(SEGD_ERR_NOTFOUND, errstr, n, "no schema %d", id);
+}
+
+/* An id the registry does not know is remembered for a while: a flood of
+ * such messages costs one round trip, not one each. */
+static void test_unknown_schema_id_negative_cache(void **state)
+{
+    (void)state;
+    int calls = 0;
+    segd_schema_source_t src = {counting_lookup, &calls};
+    segd_avro_codec_t *c;
+    char err[256];
+    assert_int_equal(segd_avro_codec_new(&c, NULL, &src, err, sizeof(err)), SEGD_OK);
+    segd_event_t out;
+    segd_event_init(&out);
+    const uint8_t msg[] = {0, 0, 0, 0, 77, 2, 'u'};
+    for (int i = 0; i < 100; i++) {
+        assert_int_equal(segd_avro_decode(c, SEGD_FRAMING_CONFLUENT, msg, sizeof(msg), &out,
+                                          err, sizeof(err)), SEGD_ERR_SCHEMA);
+        assert_string_equal(err, "unknown schema id 77");
+    }
+    assert_int_equal(calls, 1);
+    const uint8_t other[] = {0, 0, 0, 0, 78, 2, 'u'};
+    assert_int_equal(segd_avro_decode(c, SEGD_FRAMING_CONFLUENT, other, sizeof(other), &out,
+                                      err, sizeof(err)), SEGD_ERR_SCHEMA);
+    assert_int_equal(calls, 2);
+    segd_event_free(&out);
+    segd_avro_codec_destroy(c);
+}
+
 /* A damaged block size must be refused before libavro sees it: libavro
  * allocates whatever a block claims (here 2^40 bytes). */
 static void test_container_file_damaged_block_size(void **state)
@@ -479,6 +514,7 @@ int main(void)
         cmocka_unit_test(test_schema_evolution),
         cmocka_unit_test(test_container_file_roundtrip),
         cmocka_unit_test(test_container_file_damaged_block_size),
+        cmocka_unit_test(test_unknown_schema_id_negative_cache),
         cmocka_unit_test(test_fast_path_matches_avro_c),
         cmocka_unit_test(test_framing_errors),
         cmocka_unit_test(test_segment_limit),

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "wire/avro_file.h"
 
 /* Field positions in a resolver's reduced schema (-1: the writer lacks it),
@@ -33,6 +34,9 @@ typedef struct resolver {
     avro_value_t value, wvalue;
 } resolver_t;
 
+#define UNKNOWN_IDS 64
+#define UNKNOWN_TTL_MS 60000
+
 typedef struct defaults {
     int32_t flags, partner_id;
 } defaults_t;
@@ -48,6 +52,13 @@ struct segd_avro_codec {
     size_t max_segments; /* SIZE_MAX until segd_avro_codec_set_limits */
     resolver_t *cache;
     size_t ncache, capcache;
+    /* ids the registry did not know, asked again only after UNKNOWN_TTL_MS:
+     * a flood of bad messages must not cost a registry round trip each */
+    struct {
+        int32_t id;
+        int64_t until_ms;
+    } unknown[UNKNOWN_IDS];
+    size_t unknown_next;
 };
 
 /* ---------- CRC-64-AVRO over the Parsing Canonical Form ---------- */
@@ -590,10 +601,18 @@ static segd_err_t by_id(segd_avro_codec_t *c, int32_t id, resolver_t **out, char
         }
     if (!c->registry.lookup)
         return segd_errf(SEGD_ERR_SCHEMA, errstr, n, "unknown schema id %d (no registry)", id);
+    int64_t now = segd_mono_ms();
+    for (size_t i = 0; i < UNKNOWN_IDS; i++)
+        if (c->unknown[i].until_ms > now && c->unknown[i].id == id)
+            return segd_errf(SEGD_ERR_SCHEMA, errstr, n, "unknown schema id %d", id);
     const char *json;
     segd_err_t err = c->registry.lookup(c->registry.ctx, id, &json, errstr, n);
-    if (err == SEGD_ERR_NOTFOUND)
+    if (err == SEGD_ERR_NOTFOUND) {
+        c->unknown[c->unknown_next].id = id;
+        c->unknown[c->unknown_next].until_ms = now + UNKNOWN_TTL_MS;
+        c->unknown_next = (c->unknown_next + 1) % UNKNOWN_IDS;
         return segd_errf(SEGD_ERR_SCHEMA, errstr, n, "unknown schema id %d", id);
+    }
     if (err)
         return err;
     resolver_t *r = cache_slot(c);
