@@ -2,6 +2,7 @@
 #include "app/app.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <unistd.h>
 
 #include "compactor/filter.h"
@@ -10,6 +11,13 @@ void segd_app_store_opts(segd_store_opts_t *o)
 {
     segd_store_opts_default(o);
     segd_compactor_install(o);
+    /* the offline commands have no config file: the variable `segd run`
+     * reads for store.min.free.mb applies to them too */
+    const char *mb = getenv("SEGD_STORE_MIN_FREE_MB");
+    char *end;
+    long long v = mb ? strtoll(mb, &end, 10) : -1;
+    if (mb && *mb && !*end && v >= 0)
+        o->min_free_mb = v;
 }
 
 segd_store_t *segd_app_open_store(const char *cmd, const char *dir, int64_t now_s,

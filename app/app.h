@@ -11,7 +11,8 @@
 #include "store/store.h"
 
 /* Fills o with the store defaults plus segd's compaction filter: what every
- * program that opens a store for real uses. */
+ * program that opens a store for real uses. SEGD_STORE_MIN_FREE_MB (as for
+ * `segd run`'s store.min.free.mb) sets min_free_mb. */
 void segd_app_store_opts(segd_store_opts_t *o);
 
 /* Opens the store at dir (segd_app_store_opts), now_s (0 = wall clock),

@@ -21,6 +21,7 @@ typedef struct backfill {
     const char *file;
     uint64_t skipped;
     int failed; /* a store write failed: stop */
+    volatile sig_atomic_t *stop;
 } backfill_t;
 
 static void usage(FILE *f)
@@ -31,6 +32,22 @@ static void usage(FILE *f)
                "  3 if some were skipped (reported on stderr), 1 on failure.\n"
                "  The changes go to the outbox, published by the next `segd run` to\n"
                "  the change stream; --no-changes skips that (caches reload a snapshot).\n");
+}
+
+/* Writes the batch, waiting while the disk is nearly full (SEGD_ERR_IO from
+ * the store's free-space check) until space returns or a signal stops it. */
+static segd_err_t flush_waiting(backfill_t *b, char *err, size_t n)
+{
+    segd_err_t e;
+    int said = 0;
+    while ((e = segd_applier_flush(&b->ap, err, n)) == SEGD_ERR_IO && !*b->stop) {
+        if (!said++)
+            fprintf(stderr, "segd backfill: waiting: %s\n", err);
+        segd_sleep_ms(1000);
+    }
+    if (!e && said)
+        fprintf(stderr, "segd backfill: resumed\n");
+    return e;
 }
 
 /* Validates and applies one event; flushes every BACKFILL_BATCH events. */
@@ -47,7 +64,7 @@ static int apply_one(backfill_t *b, const segd_event_t *ev, const char *where, l
     if (e)
         snprintf(err, sizeof(err), "%s", segd_err_str(e));
     else if (segd_batch_count(b->ap.batch) >= BACKFILL_BATCH)
-        e = segd_applier_flush(&b->ap, err, sizeof(err));
+        e = flush_waiting(b, err, sizeof(err));
     if (e) {
         fprintf(stderr, "segd backfill: store write failed: %s\n", err);
         b->failed = 1;
@@ -181,6 +198,7 @@ int segd_cmd_backfill(int argc, char **argv)
     if (!store)
         return SEGD_EXIT_FAIL;
     backfill_t b = {0};
+    b.stop = segd_app_stop_on_signals();
     char err[512];
     segd_limits_default(&b.limits);
     int rc = SEGD_EXIT_FAIL;
@@ -192,7 +210,7 @@ int segd_cmd_backfill(int argc, char **argv)
     for (int i = optind; i < argc; i++)
         if (backfill_file(&b, argv[i]))
             goto out_free;
-    if (segd_applier_flush(&b.ap, err, sizeof(err)) != SEGD_OK) {
+    if (flush_waiting(&b, err, sizeof(err)) != SEGD_OK) {
         fprintf(stderr, "segd backfill: store write failed: %s\n", err);
         goto out_free;
     }

@@ -99,6 +99,7 @@ static segd_store_t *open_store(const segd_config_t *cfg)
     o.block_cache_mb = (size_t)cfg->block_cache_mb;
     o.compaction_rate_mb = cfg->compaction_rate_mb;
     o.periodic_compaction_s = cfg->periodic_compaction_s;
+    o.min_free_mb = cfg->min_free_mb;
     if (segd_store_open(&s, &o, err, sizeof(err)) != SEGD_OK)
         fprintf(stderr, "segd run: cannot open store: %s\n", err);
     return s;

@@ -38,6 +38,7 @@ static const key_def_t keys[] = {
     {"store.granularity.s", K_INT, OFF(granularity_s), 1, 86400},
     {"store.horizon.s", K_INT, OFF(horizon_s), 0, 90 * 86400},
     {"store.block.cache.mb", K_INT, OFF(block_cache_mb), 8, 1 << 20},
+    {"store.min.free.mb", K_INT, OFF(min_free_mb), 0, 1 << 30},
     {"compaction.rate.mb", K_INT, OFF(compaction_rate_mb), 0, 1 << 20},
     {"compaction.periodic.s", K_INT, OFF(periodic_compaction_s), 0, 365 * 86400},
     {"changes.enable", K_INT, OFF(changes_enable), 0, 1},
@@ -63,6 +64,7 @@ void segd_config_init(segd_config_t *c)
     c->granularity_s = 3600;
     c->horizon_s = 86400;
     c->block_cache_mb = 256;
+    c->min_free_mb = 256;
     c->periodic_compaction_s = 86400;
     c->changes_enable = 1;
     c->changes_max_outbox = 100000;

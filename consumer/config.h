@@ -38,6 +38,7 @@ typedef struct segd_config {
     int64_t granularity_s;
     int64_t horizon_s;
     int64_t block_cache_mb;
+    int64_t min_free_mb;         /* store writes wait below this much free disk */
     int64_t compaction_rate_mb;
     int64_t periodic_compaction_s;
     int64_t changes_enable;      /* publish the change stream (DESIGN §5) */

@@ -211,7 +211,7 @@ static segd_err_t flush_batch(segd_pipeline_t *p, char *errstr, size_t n)
                               p->pos[i].next);
     int64_t wait = 100;
     while ((err = segd_applier_flush(&p->ap, errstr, n)) != SEGD_OK) {
-        if (*p->stop)
+        if (*p->stop || err == SEGD_ERR_ABORTED) /* a stopped store needs a restart */
             return err;
         wait = backoff(p, wait, errstr);
     }

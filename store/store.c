@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/statvfs.h>
 
 #include "store/merge.h"
 
@@ -29,6 +30,9 @@ struct segd_store {
     rocksdb_compactionfilterfactory_t *(*filter_factory)(segd_policy_t *policy);
     int64_t granularity_s;
     int read_only;
+    char *path;               /* for the free-space check */
+    uint64_t min_free_bytes;  /* writes wait below this much free disk */
+    atomic_int broken;        /* a write failed: no more writes, no rocksdb_close */
     _Atomic uint64_t outbox_seq; /* next outbox sequence number */
 };
 
@@ -50,6 +54,7 @@ void segd_store_opts_default(segd_store_opts_t *o)
     o->horizon_ms = 24LL * 3600 * 1000;
     o->granularity_s = 3600;
     o->periodic_compaction_s = 86400;
+    o->min_free_mb = 256;
 }
 
 static void put_be64(char *b, uint64_t v)
@@ -109,7 +114,11 @@ static segd_err_t make_options(segd_store_t *s, const segd_store_opts_t *o)
     rocksdb_options_set_max_open_files(s->db_opts, -1);
     rocksdb_options_increase_parallelism(s->db_opts, 2);
     rocksdb_options_set_max_background_jobs(s->db_opts, 2);
-    rocksdb_options_set_info_log_level(s->db_opts, 2 /* WARN */);
+    /* FATAL only: RocksDB 7.8's info LOG writer asserts on the next line
+     * after a failed append, so on a full disk its error messages would
+     * abort the process (Debian builds keep assertions). segd reports what
+     * matters itself (write errors, background errors, properties). */
+    rocksdb_options_set_info_log_level(s->db_opts, 4 /* FATAL */);
     /* meta/outbox take few writes and would otherwise never flush, pinning
      * every WAL file until the 4x-write-buffer default (~2.5 GiB) forces it */
     rocksdb_options_set_max_total_wal_size(s->db_opts, 256 << 20);
@@ -261,6 +270,11 @@ segd_err_t segd_store_open(segd_store_t **out, const segd_store_opts_t *o, char 
         return SEGD_ERR_NOMEM;
     s->read_only = o->read_only;
     s->filter_factory = o->filter_factory;
+    s->min_free_bytes = o->min_free_mb > 0 ? (uint64_t)o->min_free_mb << 20 : 0;
+    if (!(s->path = strdup(o->path))) {
+        free(s);
+        return SEGD_ERR_NOMEM;
+    }
     segd_err_t err = segd_policy_new(&s->policy, o->horizon_ms);
     if (err)
         goto out_close;
@@ -281,6 +295,10 @@ void segd_store_close(segd_store_t *s)
 {
     if (!s)
         return;
+    if (atomic_load(&s->broken)) { /* see write_failed: the WAL has every acked write */
+        fprintf(stderr, "segd: store %s left unclosed after a failed write\n", s->path);
+        return;
+    }
     for (int i = 0; i < CF_COUNT; i++)
         if (s->cf[i])
             rocksdb_column_family_handle_destroy(s->cf[i]);
@@ -300,6 +318,7 @@ void segd_store_close(segd_store_t *s)
     if (s->ropts)
         rocksdb_readoptions_destroy(s->ropts);
     segd_policy_destroy(s->policy);
+    free(s->path);
     free(s);
 }
 
@@ -381,11 +400,47 @@ void segd_batch_outbox_delete(segd_batch_t *b, uint64_t seq)
     rocksdb_writebatch_delete_cf(b->wb, b->store->cf[CF_OUTBOX], key, 8);
 }
 
+/* Writes wait while the disk is nearly full: RocksDB 7.8 cannot be trusted
+ * past a failed WAL append (below), so the store stops short of one. */
+static segd_err_t check_space(segd_store_t *s, char *errstr, size_t n)
+{
+    struct statvfs fs;
+    if (!s->min_free_bytes || statvfs(s->path, &fs))
+        return SEGD_OK;
+    uint64_t avail = (uint64_t)fs.f_bavail * fs.f_frsize;
+    if (avail >= s->min_free_bytes)
+        return SEGD_OK;
+    return segd_errf(SEGD_ERR_IO, errstr, n,
+                     "disk nearly full: %" PRIu64 " MiB free under %s, writes wait for %" PRIu64
+                     " MiB (store.min.free.mb)",
+                     avail >> 20, s->path, s->min_free_bytes >> 20);
+}
+
+/* After a failed WAL append, RocksDB 7.8's log writer asserts on any later
+ * use (the next write, or the flush at close) in Debian's build, which
+ * keeps assertions: the process would abort. So the store refuses all
+ * further writes (SEGD_ERR_ABORTED: restart to recover) and close leaves
+ * the DB to the process exit. Nothing acknowledged is lost: RocksDB
+ * recovers every complete WAL record at the next open. */
+static segd_err_t write_failed(segd_store_t *s, char *rerr, char *errstr, size_t n)
+{
+    if (!atomic_exchange(&s->broken, 1)) /* flushes would reuse the failed log writer */
+        rocksdb_cancel_all_background_work(s->db, 1);
+    return rocks_err(rerr, SEGD_ERR_ABORTED, errstr, n,
+                     "write failed; store stopped (restart segd once the cause is fixed)");
+}
+
 segd_err_t segd_store_write(segd_store_t *s, segd_batch_t *b, char *errstr, size_t n)
 {
+    if (atomic_load(&s->broken))
+        return segd_errf(SEGD_ERR_ABORTED, errstr, n,
+                         "store stopped after a failed write (restart segd)");
+    segd_err_t err = check_space(s, errstr, n);
+    if (err)
+        return err;
     char *rerr = NULL;
     rocksdb_write(s->db, s->wopts, b->wb, &rerr);
-    return rerr ? rocks_err(rerr, SEGD_ERR_IO, errstr, n, "write batch") : SEGD_OK;
+    return rerr ? write_failed(s, rerr, errstr, n) : SEGD_OK;
 }
 
 segd_err_t segd_store_offset_get(segd_store_t *s, const char *topic, int32_t partition,

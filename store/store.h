@@ -41,6 +41,8 @@ typedef struct segd_store_opts {
     int64_t periodic_compaction_s; /* default 86400: cold records get visited */
     int64_t compaction_rate_mb;    /* background I/O cap in MiB/s; 0 = none */
     int64_t now_ms;                /* 0 = wall clock; tests and --now set it */
+    int64_t min_free_mb;           /* writes wait (SEGD_ERR_IO) below this much free
+                                      disk; default 256, 0 = no check */
     /* The profiles family's compaction filter factory, made for the store's
      * policy at open (compactor/ plugs itself in with segd_compactor_install);
      * NULL = no filter: dead entries then go only through full merges. */
@@ -91,7 +93,10 @@ void segd_batch_set_change_position(segd_batch_t *b, const char *topic, int32_t 
                                     int64_t next_offset);
 
 /* Writes the batch atomically with the WAL on; the batch is left intact
- * (the caller clears or retries it). Thread-safe for distinct batches. */
+ * (the caller clears or retries it). Thread-safe for distinct batches.
+ * SEGD_ERR_IO while the disk has less than min_free_mb free (retry later);
+ * SEGD_ERR_ABORTED once a write has failed in RocksDB: the store takes no
+ * more writes until the process restarts (see store.c, write_failed). */
 segd_err_t segd_store_write(segd_store_t *s, segd_batch_t *b, char *errstr,
                             size_t errstr_size);
 
