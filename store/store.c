@@ -4,7 +4,9 @@
 #define _GNU_SOURCE /* memrchr */
 #include "store/store.h"
 
+#include <assert.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <rocksdb/c.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -34,6 +36,7 @@ struct segd_store {
     uint64_t min_free_bytes;  /* writes wait below this much free disk */
     atomic_int broken;        /* a write failed: no more writes, no rocksdb_close */
     _Atomic uint64_t outbox_seq; /* next outbox sequence number */
+    atomic_ulong outbox_appender; /* the one thread that appends (store.h); 0 = none yet */
 };
 
 struct segd_store_view {
@@ -386,6 +389,11 @@ void segd_batch_set_change_position(segd_batch_t *b, const char *topic, int32_t 
 
 uint64_t segd_batch_outbox_append(segd_batch_t *b, const void *value, size_t vlen)
 {
+    /* sequences are taken here and written later: a second appending thread
+     * could land a lower sequence after the publisher deleted past it */
+    unsigned long me = (unsigned long)pthread_self(), first = 0;
+    if (!atomic_compare_exchange_strong(&b->store->outbox_appender, &first, me))
+        assert(first == me && "one outbox appender per store (store.h)");
     uint64_t seq = atomic_fetch_add(&b->store->outbox_seq, 1);
     char key[8];
     put_be64(key, seq);

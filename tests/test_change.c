@@ -362,6 +362,30 @@ static void test_buckets_are_uniform(void **state)
     assert_int_equal(segd_bucket_of("x", 1, 1), 0);
 }
 
+/* The documented bucket function, xxh64(user_id, seed 0) & (buckets - 1), held
+ * to known answers (XXH64 of "" and "abc" from the xxHash specification; the
+ * others from python3-xxhash): uniformity alone would accept any hash, and a
+ * reader in another language must find the same bucket. */
+static void test_bucket_known_answers(void **state)
+{
+    (void)state;
+    static const struct {
+        const char *user;
+        uint64_t xxh64;
+    } kat[] = {
+        {"", 0xef46db3751d8e999ULL},
+        {"a", 0xd24ec4f1a98c6e5bULL},
+        {"abc", 0x44bc2cf5ad770999ULL},
+        {"u0000000001", 0xcf42f34b3afed957ULL},
+        {"user-42", 0x397e9d3a76af7c81ULL},
+    };
+    for (size_t i = 0; i < sizeof(kat) / sizeof(kat[0]); i++) {
+        size_t len = strlen(kat[i].user);
+        assert_int_equal(segd_bucket_of(kat[i].user, len, 65536), kat[i].xxh64 & 0xffff);
+        assert_int_equal(segd_bucket_of(kat[i].user, len, 32), kat[i].xxh64 & 31);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -371,6 +395,7 @@ int main(void)
         cmocka_unit_test(test_container_files),
         cmocka_unit_test(test_outbox_entries),
         cmocka_unit_test(test_buckets_are_uniform),
+        cmocka_unit_test(test_bucket_known_answers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
