@@ -23,7 +23,7 @@ typedef enum segd_framing {
 
 typedef struct segd_avro_codec segd_avro_codec_t;
 
-/* reader_json NULL = SEGD_SCHEMA_DIR/segment_event.avsc. registry may be NULL
+/* reader_json NULL = schemas/segment_event.avsc, compiled in. registry may be NULL
  * (then Confluent frames fail to decode); it is borrowed. Not thread-safe. */
 segd_err_t segd_avro_codec_new(segd_avro_codec_t **out, const char *reader_json,
                                segd_registry_t *registry, char *errstr, size_t errstr_size);
