@@ -173,6 +173,14 @@ static void put_segments(segd_buf_t *b, const segd_profile_t *p)
     put_long(b, 0);
 }
 
+size_t segd_change_entry_bytes(const segd_entry_t *e)
+{
+    uint8_t tmp[SEGD_ZZ_MAX];
+    return segd_zz_put(tmp, e->segment_id) + segd_zz_put(tmp, e->expiry_s) +
+           segd_zz_put(tmp, e->ts_ms) + segd_zz_put(tmp, e->flags) +
+           segd_zz_put(tmp, e->partner_id);
+}
+
 /* Replaces p's entries; its erase marker (read before) stays. */
 static segd_err_t get_segments(reader_t *r, segd_profile_t *p)
 {

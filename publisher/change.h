@@ -61,6 +61,10 @@ segd_err_t segd_change_add_source(segd_change_t *c, const char *topic, size_t to
 segd_err_t segd_change_add_retirement(segd_change_t *c, int64_t segment_id,
                                       int64_t before_ms);
 
+/* The bytes one entry of c->profile adds to c's encoding: producers cut
+ * large deltas into parts that fit a message by this. */
+size_t segd_change_entry_bytes(const segd_entry_t *e);
+
 /* Appends the Avro binary body of c to out. */
 segd_err_t segd_change_encode(const segd_change_t *c, segd_buf_t *out);
 /* Decodes one body that must fill [data, data+len) exactly. */
