@@ -15,7 +15,7 @@
 #include "kconf.h"
 #include "publisher/publisher.h"
 #include "registry.h"
-#include "store/utf8.h"
+#include "base/utf8.h"
 
 #define MAX_POSITIONS 1024
 /* librdkafka's default message.max.bytes is 1000000: a dead letter larger

@@ -21,7 +21,7 @@
 
 #include "avro_file.h"
 #include "consumer/avro_codec.h"
-#include "store/utf8.h"
+#include "base/utf8.h"
 
 #define FORMAT_NAME "segd-snapshot"
 #define FORMAT_VERSION 1

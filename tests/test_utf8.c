@@ -1,4 +1,4 @@
-/* Tests for store/utf8.c and issue 9 #15: known answers for the strict
+/* Tests for base/utf8.c and issue 9 #15: known answers for the strict
  * validator, an exhaustive comparison with an independent decoder over
  * every 1-3 byte sequence (and every 4-byte one under the lead bytes F0..F7
  * with chosen tails), event validation refusing such user ids, and a
@@ -16,7 +16,7 @@
 #include "consumer/event.h"
 #include "publisher/snapshot.h"
 #include "store/store.h"
-#include "store/utf8.h"
+#include "base/utf8.h"
 
 #define NOW_MS 1800000000000LL
 
