@@ -373,6 +373,57 @@ static void test_oversized_delta_is_split_by_bytes(void **state)
     free(j);
 }
 
+/* The cut follows the producer's message.max.bytes when it is set lower:
+ * 8192 large entries (~254 KB) under a 64 KiB limit go out in parts of at
+ * most 64 KiB less the headroom (1 KiB + 1/64), joining to the store. */
+static void test_delta_parts_follow_message_max_bytes(void **state)
+{
+    fixture_t *f = *state;
+    segd_applier_t ap;
+    segd_event_t ev;
+    char err[256];
+    segd_event_init(&ev);
+    assert_int_equal(segd_applier_init(&ap, f->store), SEGD_OK);
+    segd_applier_enable_outbox(&ap);
+    for (int e = 0; e < 2; e++) {
+        segd_event_reset(&ev);
+        segd_event_set_user(&ev, "user-001", 8);
+        ev.ts_ms = NOW_S * 1000 - 60000 + e;
+        ev.op = SEGD_OP_UPSERT;
+        for (int k = 0; k < 4096; k++) {
+            segd_seg_update_t seg = {(INT64_C(1) << 62) + (int64_t)(2 * k + e), 86400,
+                                     INT32_MIN + k, INT32_MAX - e};
+            assert_int_equal(segd_event_add_segment(&ev, &seg), SEGD_OK);
+        }
+        assert_int_equal(segd_applier_add_from(&ap, &ev, "events", 1, e, 0), SEGD_OK);
+    }
+    assert_int_equal(segd_applier_flush(&ap, err, sizeof(err)), SEGD_OK);
+    segd_applier_free(&ap);
+    segd_event_free(&ev);
+    segd_publisher_opts_t o;
+    segd_publisher_opts_default(&o);
+    o.brokers = segd_dev_broker_bootstraps(f->broker);
+    o.topic = CHANGES;
+    o.ack_timeout_ms = 5000;
+    static const char *const props[] = {"message.max.bytes", "65536", NULL};
+    o.kafka_props = props;
+    segd_publisher_t *p = NULL;
+    assert_int_equal(segd_publisher_new(&p, f->store, &o, err, sizeof(err)), SEGD_OK);
+    if (segd_publisher_drain(p, 20000, err, sizeof(err)) != SEGD_OK)
+        fail_msg("drain: %s", err);
+    segd_publisher_destroy(p);
+    assert_int_equal(outbox_size(f->store), 0);
+    joined_t *j = calloc(1, sizeof(*j));
+    consume_all(f, j);
+    print_message("%llu parts, largest %zu bytes\n", (unsigned long long)j->events, j->max_len);
+    assert_true(j->events >= 4);
+    assert_true(j->max_len <= 65536 - 1024 - 65536 / 64);
+    assert_int_equal(j->prof[1].n, 8192);
+    assert_joined_equals_store(f->store, j);
+    joined_free(j);
+    free(j);
+}
+
 static void test_outage_keeps_outbox_then_resumes(void **state)
 {
     fixture_t *f = *state;
@@ -495,6 +546,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_deltas_join_to_the_store, setup, teardown),
         cmocka_unit_test_setup_teardown(test_oversized_delta_is_split_by_bytes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_delta_parts_follow_message_max_bytes, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_outage_keeps_outbox_then_resumes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crash_leftovers_republished, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retirement_is_a_control_event, setup, teardown),
