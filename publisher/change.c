@@ -10,6 +10,7 @@
 #include "consumer/avro_codec.h"
 #include "segd_schemas.h"
 #include "varint.h"
+#include "base/utf8.h"
 
 /* Bounds for untrusted arrays: a decoder never allocates more than the
  * input could describe (each item takes at least one byte per field). */
@@ -391,7 +392,9 @@ segd_err_t segd_snaprec_decode(const uint8_t **pos, const uint8_t *end, const ch
     reader_t r = {*pos, end, 0};
     *user = get_string(&r, user_len);
     p->erased_before_ms = get_long(&r);
-    if (r.bad)
+    /* Avro strings are UTF-8: stock readers refuse a bucket holding another
+     * user id, so `snapshot verify` and cache loads refuse it too */
+    if (r.bad || !segd_utf8_valid(*user, *user_len))
         return SEGD_ERR_CORRUPT;
     segd_err_t err = get_segments(&r, p);
     if (err)

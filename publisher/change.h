@@ -87,7 +87,8 @@ const char *segd_snapshot_schema_json(void);
 segd_err_t segd_snaprec_encode(const char *user, size_t user_len, const segd_profile_t *p,
                                segd_buf_t *out);
 /* Decodes one record starting at *pos (advanced past it, < end). *user
- * points into the input. Entries must be sorted by id with unique ids. */
+ * points into the input and must be strict UTF-8 (base/utf8.h). Entries
+ * must be sorted by id with unique ids. */
 segd_err_t segd_snaprec_decode(const uint8_t **pos, const uint8_t *end, const char **user,
                                size_t *user_len, segd_profile_t *p);
 

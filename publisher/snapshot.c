@@ -21,7 +21,6 @@
 
 #include "avro_file.h"
 #include "consumer/avro_codec.h"
-#include "base/utf8.h"
 
 #define FORMAT_NAME "segd-snapshot"
 #define FORMAT_VERSION 1
@@ -625,7 +624,7 @@ typedef struct loader {
     uint32_t bucket, buckets;
     uint64_t records, segments;
     segd_profile_t p;
-    int wrong_bucket, bad_utf8, stopped;
+    int wrong_bucket, stopped;
 } loader_t;
 
 static int load_block(void *ctx, const uint8_t *block, size_t len, int64_t count)
@@ -637,10 +636,6 @@ static int load_block(void *ctx, const uint8_t *block, size_t len, int64_t count
         size_t ulen;
         if (segd_snaprec_decode(&pos, end, &user, &ulen, &l->p) != SEGD_OK)
             return -1;
-        if (!segd_utf8_valid(user, ulen)) { /* stock Avro readers refuse it */
-            l->bad_utf8 = 1;
-            return -1;
-        }
         if (segd_bucket_of(user, ulen, l->buckets) != l->bucket) {
             l->wrong_bucket = 1;
             return -1;
@@ -688,8 +683,7 @@ static segd_err_t load_file(segd_dest_t *d, const segd_manifest_t *m,
         return segd_errf(SEGD_ERR_INVALID, errstr, n, "load stopped by the caller");
     if (err)
         return segd_errf(SEGD_ERR_CORRUPT, errstr, n, "%s: %s%s", f->name,
-                         l->wrong_bucket ? "a record in the wrong bucket; "
-                         : l->bad_utf8 ? "a user id that is not valid UTF-8; " : "", msg);
+                         l->wrong_bucket ? "a record in the wrong bucket; " : "", msg);
     if (l->records != f->records || l->segments != f->segments)
         return segd_errf(SEGD_ERR_CORRUPT, errstr, n,
                          "%s: %" PRIu64 " records / %" PRIu64 " segments, manifest says %" PRIu64
