@@ -22,6 +22,10 @@ struct segd_tail {
     rd_kafka_t *rk;
     int32_t partitions;
     int64_t *position; /* next offset per partition, from the messages seen */
+    int64_t *end;      /* high watermarks at start: ready once reached */
+    uint8_t *begin;    /* started at the log start, not at a position */
+    int caught_up;
+    char gap[512];     /* set when a position fell below the log start */
     segd_change_t change;
     pthread_mutex_t mu; /* guards st */
     segd_tail_stats_t st;
@@ -43,6 +47,9 @@ static segd_err_t make_consumer(segd_tail_t *t, char *errstr, size_t n)
                               "enable.auto.commit", "false",
                               "enable.auto.offset.store", "false",
                               "enable.partition.eof", "false",
+                              /* never skip to the end or the start: a
+                               * position retention removed is a gap */
+                              "auto.offset.reset", "error",
                               NULL};
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     segd_err_t err = segd_kconf_apply(conf, "cache tail", defaults, errstr, n);
@@ -81,27 +88,65 @@ static segd_err_t count_partitions(segd_tail_t *t, char *errstr, size_t n)
     return err;
 }
 
-/* The manifest's position for a partition, or the beginning. */
-static int64_t start_offset(const segd_tail_t *t, const segd_manifest_t *m, int32_t p)
+/* The offset from which the snapshot needs a partition's deltas: the
+ * manifest's position, 0 for a partition of its change topic it does not
+ * list (no delta acknowledged before the snapshot: all came after it), -1
+ * when the manifest says nothing about this topic. */
+static int64_t needed_offset(const segd_tail_t *t, const segd_manifest_t *m, int32_t p)
 {
-    if (t->o.from_beginning || !m || !m->changes_topic || strcmp(m->changes_topic, t->o.topic))
-        return RD_KAFKA_OFFSET_BEGINNING;
+    if (!m || !m->changes_topic || strcmp(m->changes_topic, t->o.topic))
+        return -1;
     for (size_t i = 0; i < m->n_changes; i++)
         if (m->changes[i].partition == p)
             return m->changes[i].offset;
-    return RD_KAFKA_OFFSET_BEGINNING;
+    return 0;
+}
+
+/* Fails when retention already removed deltas the snapshot needs, or the
+ * position lies beyond the end (the topic was recreated). */
+static segd_err_t check_needed(segd_tail_t *t, int32_t p, int64_t need, int64_t low,
+                               char *errstr, size_t n)
+{
+    if (need >= 0 && need < low)
+        return segd_errf(SEGD_ERR_INVALID, errstr, n,
+                         "%s/%d starts at offset %" PRId64 " but the snapshot needs it from %"
+                         PRId64 ": snapshot older than the change topic's retention: load a "
+                         "newer snapshot", t->o.topic, (int)p, low, need);
+    if (need > t->end[p])
+        return segd_errf(SEGD_ERR_INVALID, errstr, n,
+                         "%s/%d ends at offset %" PRId64 " but the snapshot's position is %"
+                         PRId64 ": the change topic is not the one the snapshot was taken "
+                         "beside (recreated?)", t->o.topic, (int)p, t->end[p], need);
+    return SEGD_OK;
 }
 
 static segd_err_t assign(segd_tail_t *t, const segd_manifest_t *m, char *errstr, size_t n)
 {
-    t->position = calloc((size_t)t->partitions, sizeof(*t->position));
-    if (!t->position)
+    size_t np = (size_t)t->partitions;
+    t->position = calloc(np, sizeof(*t->position));
+    t->end = calloc(np, sizeof(*t->end));
+    t->begin = calloc(np, 1);
+    if (!t->position || !t->end || !t->begin)
         return SEGD_ERR_NOMEM;
     rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(t->partitions);
-    for (int32_t p = 0; p < t->partitions; p++) {
-        int64_t off = start_offset(t, m, p);
+    segd_err_t err = SEGD_OK;
+    for (int32_t p = 0; p < t->partitions && !err; p++) {
+        int64_t low = 0, need = needed_offset(t, m, p);
+        rd_kafka_resp_err_t kerr =
+            rd_kafka_query_watermark_offsets(t->rk, t->o.topic, p, &low, &t->end[p], 10000);
+        if (kerr)
+            err = segd_errf(SEGD_ERR_KAFKA, errstr, n, "watermarks of %s/%d: %s", t->o.topic,
+                            (int)p, rd_kafka_err2str(kerr));
+        else
+            err = check_needed(t, p, need, low, errstr, n);
+        t->begin[p] = t->o.from_beginning || need < 0;
+        int64_t off = t->begin[p] ? RD_KAFKA_OFFSET_BEGINNING : need;
         rd_kafka_topic_partition_list_add(parts, t->o.topic, p)->offset = off;
-        t->position[p] = off >= 0 ? off : 0;
+        t->position[p] = t->begin[p] ? low : off;
+    }
+    if (err) {
+        rd_kafka_topic_partition_list_destroy(parts);
+        return err;
     }
     rd_kafka_resp_err_t kerr = rd_kafka_assign(t->rk, parts);
     rd_kafka_topic_partition_list_destroy(parts);
@@ -147,6 +192,8 @@ void segd_tail_destroy(segd_tail_t *t)
     segd_change_free(&t->change);
     pthread_mutex_destroy(&t->mu);
     free(t->position);
+    free(t->end);
+    free(t->begin);
     free(t);
 }
 
@@ -166,15 +213,44 @@ static int apply_message(segd_tail_t *t, const rd_kafka_message_t *m)
     return 1;
 }
 
+/* auto.offset.reset=error: a fetch position retention removed (the cache
+ * fell behind, or the snapshot was already too old) comes back as this
+ * error instead of a silent jump. */
+static void note_gap(segd_tail_t *t, const rd_kafka_message_t *m)
+{
+    snprintf(t->gap, sizeof(t->gap),
+             "%s/%" PRId32 " at offset %" PRId64 ": %s: deltas the cache has not joined are "
+             "gone: snapshot older than the change topic's retention: load a newer snapshot",
+             m->rkt ? rd_kafka_topic_name(m->rkt) : t->o.topic, m->partition,
+             m->partition >= 0 && m->partition < t->partitions ? t->position[m->partition]
+                                                                : m->offset,
+             rd_kafka_message_errstr(m));
+    fprintf(stderr, "segd cache: %s\n", t->gap);
+}
+
+/* Caught up once every partition reached the end it had at start. */
+static void note_progress(segd_tail_t *t)
+{
+    if (t->caught_up)
+        return;
+    for (int32_t p = 0; p < t->partitions; p++)
+        if (t->position[p] < t->end[p])
+            return;
+    t->caught_up = 1;
+}
+
 int segd_tail_poll(segd_tail_t *t, int timeout_ms)
 {
     int applied = 0, skipped = 0, errors = 0;
     int64_t newest = 0;
-    for (int i = 0; i < BATCH; i++) {
+    for (int i = 0; i < BATCH && !t->gap[0]; i++) {
         rd_kafka_message_t *m = rd_kafka_consumer_poll(t->rk, i ? 0 : timeout_ms);
         if (!m)
             break;
-        if (m->err) {
+        if (m->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET ||
+            m->err == RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE) {
+            note_gap(t, m);
+        } else if (m->err) {
             if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
                 fprintf(stderr, "segd cache: %s\n", rd_kafka_message_errstr(m));
                 errors++;
@@ -192,7 +268,9 @@ int segd_tail_poll(segd_tail_t *t, int timeout_ms)
         }
         rd_kafka_message_destroy(m);
     }
+    note_progress(t);
     pthread_mutex_lock(&t->mu);
+    t->st.caught_up = t->caught_up;
     t->st.applied += (uint64_t)applied;
     t->st.skipped += (uint64_t)skipped;
     if (newest > t->st.newest_committed_ms)
@@ -200,6 +278,8 @@ int segd_tail_poll(segd_tail_t *t, int timeout_ms)
     if (applied)
         t->st.last_applied_ms = segd_wall_ms();
     pthread_mutex_unlock(&t->mu);
+    if (t->gap[0])
+        return SEGD_TAIL_GAP;
     return errors && !applied ? -1 : applied;
 }
 
@@ -216,7 +296,7 @@ segd_err_t segd_tail_catch_up(segd_tail_t *t, int64_t timeout_ms, char *errstr, 
         if (kerr)
             err = segd_errf(SEGD_ERR_KAFKA, errstr, n, "watermarks of %s/%d: %s", t->o.topic,
                             (int)p, rd_kafka_err2str(kerr));
-        else if (t->position[p] < low) /* retention removed what lies before low */
+        else if (t->begin[p] && t->position[p] < low) /* the log start moved on */
             t->position[p] = low;
     }
     int64_t deadline = segd_wall_ms() + timeout_ms;
@@ -229,8 +309,8 @@ segd_err_t segd_tail_catch_up(segd_tail_t *t, int64_t timeout_ms, char *errstr, 
         if (segd_wall_ms() > deadline)
             err = segd_errf(SEGD_ERR_KAFKA, errstr, n, "not caught up within %" PRId64 " ms",
                             timeout_ms);
-        else
-            segd_tail_poll(t, 100);
+        else if (segd_tail_poll(t, 100) == SEGD_TAIL_GAP)
+            err = segd_errf(SEGD_ERR_INVALID, errstr, n, "%s", t->gap);
     }
     free(high);
     return err;

@@ -3,7 +3,13 @@
  * a snapshot manifest's positions (partitions the manifest does not list,
  * or all of them with from_beginning, start at the beginning: re-joining a
  * delta is harmless). Messages that do not decode are counted and skipped;
- * they never stop the tail. One thread drives a tail (poll/catch_up). */
+ * they never stop the tail. A gap does: when the change topic no longer
+ * holds a delta the snapshot needs (its log start is past the manifest's
+ * position, or past a partition the manifest does not list, which needs
+ * offset 0), segd_tail_new fails, and a position that retention removes
+ * later (auto.offset.reset=error) makes segd_tail_poll return SEGD_TAIL_GAP;
+ * either way: "snapshot older than the change topic's retention: load a
+ * newer snapshot". One thread drives a tail (poll/catch_up). */
 #ifndef SEGD_TAIL_H
 #define SEGD_TAIL_H
 
@@ -29,7 +35,10 @@ typedef struct segd_tail_stats {
     int64_t newest_committed_ms; /* committed_at_ms of the newest delta seen */
     int64_t last_applied_ms;     /* wall time of the last applied event */
     int partitions;
+    int caught_up; /* every partition reached the end offset it had at start */
 } segd_tail_stats_t;
+
+#define SEGD_TAIL_GAP (-2)
 
 void segd_tail_opts_default(segd_tail_opts_t *o);
 
@@ -39,11 +48,12 @@ segd_err_t segd_tail_new(segd_tail_t **out, segd_edge_t *edge, const segd_tail_o
 void segd_tail_destroy(segd_tail_t *t);
 
 /* Applies what arrives within timeout_ms (at most one batch); returns the
- * number of events applied, or -1 on a consumer error (logged). */
+ * number of events applied, -1 on a consumer error (logged), or
+ * SEGD_TAIL_GAP (logged; final: the edge table misses deltas). */
 int segd_tail_poll(segd_tail_t *t, int timeout_ms);
 
 /* Polls until every partition has reached the high watermark it had when
- * called (SEGD_ERR_KAFKA after timeout_ms). */
+ * called (SEGD_ERR_KAFKA after timeout_ms, SEGD_ERR_INVALID on a gap). */
 segd_err_t segd_tail_catch_up(segd_tail_t *t, int64_t timeout_ms, char *errstr,
                               size_t errstr_size);
 

@@ -29,7 +29,10 @@ static void usage(FILE *f)
             "  --listen: default 127.0.0.1:8080; GET /v1/users/{id}, GET /healthz\n"
             "  --now: a fixed clock instead of the wall clock (tests, replays)\n"
             "  --from-beginning: tail every partition from its start, not from the\n"
-            "  manifest's positions (slower, equally correct)\n");
+            "  manifest's positions (slower, equally correct)\n"
+            "  /healthz answers 200 once the snapshot is loaded and the tail reached\n"
+            "  the change topic's end offsets seen at start. Exit 1 when the topic no\n"
+            "  longer holds deltas the snapshot needs (load a newer snapshot).\n");
 }
 
 typedef struct cache_args {
@@ -115,6 +118,7 @@ static void health(void *ctx, json_t *o)
     json_object_set_new(o, "snapshot_created_at_ms",
                         json_integer((json_int_t)cs->manifest.created_at_ms));
     json_object_set_new(o, "snapshot_load_s", json_real(cs->load_s));
+    json_object_set_new(o, "caught_up", json_boolean(ts.caught_up));
     json_object_set_new(o, "changes_applied", json_integer((json_int_t)ts.applied));
     json_object_set_new(o, "changes_skipped", json_integer((json_int_t)ts.skipped));
     json_object_set_new(o, "newest_committed_at_ms",
@@ -198,9 +202,19 @@ int segd_cmd_cache(int argc, char **argv)
     fprintf(stderr, "segd cache: listening on http://%s\n", a.listen);
     if (load(&a, &cs) || start_tail(&a, &cs))
         goto out;
-    segd_http_set_ready(http, 1);
-    while (!*stop)
-        segd_tail_poll(cs.tail, 200);
+    /* ready only once caught up with the end offsets seen at start: until
+     * then lookups would miss deltas the topic already holds */
+    for (int ready = 0; !*stop;) {
+        if (segd_tail_poll(cs.tail, 200) == SEGD_TAIL_GAP)
+            goto out; /* logged; the edge table misses deltas: never serve it */
+        segd_tail_stats_t ts;
+        segd_tail_get_stats(cs.tail, &ts);
+        if (!ready && ts.caught_up) {
+            fprintf(stderr, "segd cache: caught up (%" PRIu64 " deltas joined); serving\n",
+                    ts.applied);
+            segd_http_set_ready(http, ready = 1);
+        }
+    }
     rc = SEGD_EXIT_OK;
 out:
     segd_http_stop(http);

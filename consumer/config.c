@@ -61,7 +61,7 @@ void segd_config_init(segd_config_t *c)
     c->batch_max_ms = 50;
     c->retry_max_ms = 5000;
     segd_limits_default(&c->limits);
-    c->granularity_s = 3600;
+    c->granularity_s = 0; /* the store's (3600 for a new store) */
     c->horizon_s = 86400;
     c->block_cache_mb = 256;
     c->min_free_mb = 256;

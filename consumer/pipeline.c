@@ -15,6 +15,7 @@
 #include "transport/kconf.h"
 #include "transport/registry.h"
 #include "base/clock.h"
+#include "base/utf8.h"
 
 #define MAX_POSITIONS 1024
 /* librdkafka's default message.max.bytes is 1000000: a dead letter larger
@@ -58,7 +59,7 @@ struct segd_pipeline {
 };
 
 static const char *const reason_names[SEGD_DLQ_REASONS] = {
-    "decode", "unknown_schema", "oversize", "limit", "invalid", "key_mismatch"};
+    "decode", "unknown_schema", "oversize", "limit", "invalid", "key_mismatch", "bad_utf8"};
 
 const char *segd_dlq_reason_name(int reason)
 {
@@ -266,7 +267,9 @@ static int check_event(segd_pipeline_t *p, const rd_kafka_message_t *m, int *rea
 {
     segd_err_t err = segd_event_validate(&p->ev, &p->cfg->limits, why, n);
     if (err) {
-        *reason = err == SEGD_ERR_LIMIT ? SEGD_DLQ_LIMIT : SEGD_DLQ_INVALID;
+        *reason = err == SEGD_ERR_LIMIT ? SEGD_DLQ_LIMIT
+                  : segd_utf8_valid(p->ev.user_id, p->ev.user_id_len) ? SEGD_DLQ_INVALID
+                                                                      : SEGD_DLQ_BAD_UTF8;
         return 0;
     }
     if (m->key && (m->key_len != p->ev.user_id_len ||

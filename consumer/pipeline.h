@@ -30,6 +30,7 @@ enum segd_dlq_reason {
     SEGD_DLQ_LIMIT,        /* too many segments, user id too long */
     SEGD_DLQ_INVALID,      /* breaks the contract (ttl, ids, ts) */
     SEGD_DLQ_KEY_MISMATCH, /* Kafka key != user_id */
+    SEGD_DLQ_BAD_UTF8,     /* user_id is not strict UTF-8 */
     SEGD_DLQ_REASONS
 };
 

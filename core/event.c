@@ -4,6 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/utf8.h"
+
 void segd_limits_default(segd_limits_t *l)
 {
     l->max_segments = 4096;
@@ -64,6 +66,8 @@ segd_err_t segd_event_validate(const segd_event_t *ev, const segd_limits_t *lim,
                          lim->max_user_id);
     if (memchr(ev->user_id, 0, ev->user_id_len))
         return segd_errf(SEGD_ERR_INVALID, errstr, errstr_size, "user_id contains NUL");
+    if (!segd_utf8_valid(ev->user_id, ev->user_id_len)) /* Avro strings are UTF-8 */
+        return segd_errf(SEGD_ERR_INVALID, errstr, errstr_size, "user_id is not valid UTF-8");
     if (ev->ts_ms <= 0)
         return segd_errf(SEGD_ERR_INVALID, errstr, errstr_size,
                          "ts_ms must be > 0 (got %lld)", (long long)ev->ts_ms);

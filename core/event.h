@@ -52,7 +52,7 @@ void segd_event_reset(segd_event_t *ev);
 segd_err_t segd_event_set_user(segd_event_t *ev, const char *id, size_t len);
 segd_err_t segd_event_add_segment(segd_event_t *ev, const segd_seg_update_t *u);
 
-/* Checks DESIGN §2: user id 1..max bytes, ts_ms > 0, segment ids >= 0,
+/* Checks DESIGN §2: user id 1..max bytes of strict UTF-8 without NUL, ts_ms > 0, segment ids >= 0,
  * UPSERT ttl_s > 0, at most max_segments, ERASE_USER without segments.
  * Returns SEGD_ERR_LIMIT or SEGD_ERR_INVALID with a reason in errstr. */
 segd_err_t segd_event_validate(const segd_event_t *ev, const segd_limits_t *lim,

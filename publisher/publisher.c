@@ -54,6 +54,7 @@ struct segd_publisher {
     size_t n_refs, cap_refs;
     segd_profile_t acc, tmp, joined;
     segd_change_t change;
+    size_t max_message; /* the producer's message.max.bytes less headroom */
     segd_buf_t msg;
     segd_batch_t *batch;
     acks_t acks;
@@ -126,6 +127,23 @@ static segd_err_t make_producer(segd_publisher_t *p, char *errstr, size_t n)
     }
     p->rkt = rd_kafka_topic_new(p->rk, p->o.topic, NULL);
     return p->rkt ? SEGD_OK : segd_errf(SEGD_ERR_KAFKA, errstr, n, "topic %s", p->o.topic);
+}
+
+/* The most a change event's value (framing + body) may take: librdkafka
+ * refuses a message over message.max.bytes at once and forever, and a
+ * broker limits the record batch. Headroom: the key (<= 256 bytes), the
+ * record and batch headers (< 128 bytes), a codec's worst-case growth on
+ * incompressible data (lz4: 0.4%): 1 KiB + 1/64 of the limit. */
+static size_t message_budget(segd_publisher_t *p)
+{
+    char v[32];
+    size_t vlen = sizeof(v);
+    long long max = 1000000; /* librdkafka's default */
+    if (rd_kafka_conf_get(rd_kafka_conf(p->rk), "message.max.bytes", v, &vlen) ==
+        RD_KAFKA_CONF_OK)
+        max = atoll(v);
+    long long budget = max - 1024 - max / 64;
+    return budget > 4096 ? (size_t)budget : 4096;
 }
 
 static segd_err_t ensure_schema(segd_publisher_t *p, char *errstr, size_t n)
@@ -332,19 +350,45 @@ static segd_err_t produce_one(segd_publisher_t *p, const segd_change_t *c, char 
     }
 }
 
+/* The bytes of c's framed value without its entries, plus the largest
+ * count prefix of the entries array. */
+static segd_err_t fixed_bytes(segd_publisher_t *p, const segd_change_t *c, size_t *out)
+{
+    segd_change_t empty = *c;
+    empty.profile.n = 0;
+    p->msg.len = 0;
+    segd_err_t err = segd_change_frame(p->o.framing, p->schema_id, &p->msg);
+    if (!err)
+        err = segd_change_encode(&empty, &p->msg);
+    *out = p->msg.len + 10; /* the longest count prefix (an Avro long) */
+    return err;
+}
+
 /* Produces p->change, split into events of at most max_delta_entries
- * entries: a message over the broker's size limit would be refused forever
- * and stop the stream, while parts of a delta join to the same state. */
+ * entries and at most max_message encoded bytes: a message over the
+ * producer's or broker's size limit would be refused forever and stop the
+ * stream, while parts of a delta join to the same state. A part holds at
+ * least one entry. */
 static segd_err_t produce_change(segd_publisher_t *p, uint64_t *events, uint64_t *segments,
                                  char *errstr, size_t n)
 {
     const segd_change_t *c = &p->change;
-    size_t max = p->o.max_delta_entries, off = 0;
-    segd_err_t err = SEGD_OK;
+    size_t max = p->o.max_delta_entries, off = 0, fixed;
+    segd_err_t err = fixed_bytes(p, c, &fixed);
+    if (err)
+        return segd_errf(err, errstr, n, "encode change event: %s", segd_err_str(err));
     do {
         segd_change_t part = *c; /* shallow: a window on the entries */
         part.profile.entries = c->profile.entries + off;
-        part.profile.n = c->profile.n - off < max ? c->profile.n - off : max;
+        size_t k = 0, bytes = fixed;
+        while (off + k < c->profile.n && k < max) {
+            size_t eb = segd_change_entry_bytes(&c->profile.entries[off + k]);
+            if (k && bytes + eb > p->max_message)
+                break;
+            bytes += eb;
+            k++;
+        }
+        part.profile.n = k;
         err = produce_one(p, &part, errstr, n);
         off += part.profile.n;
         (*events)++;
@@ -699,6 +743,8 @@ segd_err_t segd_publisher_new(segd_publisher_t **out, segd_store_t *store,
     }
     if (!err)
         err = make_producer(p, errstr, n);
+    if (!err)
+        p->max_message = message_budget(p);
     if (err) {
         segd_publisher_destroy(p);
         return err;

@@ -40,7 +40,9 @@ typedef struct segd_publisher_opts {
     const char *compression;        /* lz4 (default) | zstd */
     uint32_t buckets;               /* snapshot buckets, for the bucket field */
     size_t max_entries;             /* outbox entries per cycle, default 64 */
-    size_t max_delta_entries;       /* larger deltas go out in parts, default 32768 */
+    size_t max_delta_entries;       /* larger deltas go out in parts, default 32768;
+                                     * parts are also cut to fit the producer's
+                                     * message.max.bytes (less 1 KiB + 1/64) */
     int64_t retry_max_ms;           /* backoff cap, default 5000 */
     int64_t ack_timeout_ms;         /* wait for acks per cycle, default 30000 */
     const char *const *kafka_props; /* extra librdkafka producer settings: k, v, ..., NULL */

@@ -55,7 +55,7 @@ void segd_store_opts_default(segd_store_opts_t *o)
     memset(o, 0, sizeof(*o));
     o->block_cache_mb = 256;
     o->horizon_ms = 24LL * 3600 * 1000;
-    o->granularity_s = 3600;
+    o->granularity_s = 0; /* the store's; SEGD_STORE_GRANULARITY_S for a new one */
     o->periodic_compaction_s = 86400;
     o->min_free_mb = 256;
 }
@@ -151,7 +151,9 @@ static segd_err_t meta_get(segd_store_t *s, const char *key, size_t klen, char *
     return *val ? SEGD_OK : SEGD_ERR_NOTFOUND;
 }
 
-/* Format version and granularity are fixed under existing data. */
+/* Format version and granularity are fixed under existing data: the store's
+ * granularity is used when none is given (o->granularity_s == 0), and only an
+ * explicit different value is an error. */
 static segd_err_t check_settings(segd_store_t *s, const segd_store_opts_t *o, char *errstr,
                                  size_t n)
 {
@@ -162,7 +164,7 @@ static segd_err_t check_settings(segd_store_t *s, const segd_store_opts_t *o, ch
         snprintf(buf, sizeof(buf), "%.*s", (int)(vlen < 31 ? vlen : 31), v);
         rocksdb_free(v);
         s->granularity_s = strtoll(buf, NULL, 10);
-        if (!o->read_only && s->granularity_s != o->granularity_s)
+        if (!o->read_only && o->granularity_s && s->granularity_s != o->granularity_s)
             return segd_errf(SEGD_ERR_CONFIG, errstr, n,
                              "store.granularity_s is %" PRId64 " in %s but %" PRId64
                              " was configured; it cannot change under existing data",
@@ -171,11 +173,11 @@ static segd_err_t check_settings(segd_store_t *s, const segd_store_opts_t *o, ch
     }
     if (err != SEGD_ERR_NOTFOUND)
         return err;
-    s->granularity_s = o->granularity_s;
+    s->granularity_s = o->granularity_s ? o->granularity_s : SEGD_STORE_GRANULARITY_S;
     if (o->read_only)
         return SEGD_OK;
     rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-    int len = snprintf(buf, sizeof(buf), "%" PRId64, o->granularity_s);
+    int len = snprintf(buf, sizeof(buf), "%" PRId64, s->granularity_s);
     rocksdb_writebatch_put_cf(wb, s->cf[CF_META], "granularity_s", 13, buf, (size_t)len);
     len = snprintf(buf, sizeof(buf), "%d", SEGD_STORE_FORMAT);
     rocksdb_writebatch_put_cf(wb, s->cf[CF_META], "format", 6, buf, (size_t)len);
@@ -266,7 +268,7 @@ segd_err_t segd_store_open(segd_store_t **out, const segd_store_opts_t *o, char 
                            size_t n)
 {
     *out = NULL;
-    if (!o->path || o->granularity_s <= 0 || o->horizon_ms < 0)
+    if (!o->path || o->granularity_s < 0 || o->horizon_ms < 0)
         return segd_errf(SEGD_ERR_CONFIG, errstr, n, "store: bad path or settings");
     segd_store_t *s = calloc(1, sizeof(*s));
     if (!s)

@@ -28,6 +28,7 @@
 #include "core/record.h"
 
 #define SEGD_STORE_FORMAT 1
+#define SEGD_STORE_GRANULARITY_S 3600 /* a new store's when none is given */
 
 typedef struct segd_store segd_store_t;
 typedef struct segd_batch segd_batch_t;
@@ -37,7 +38,9 @@ typedef struct segd_store_opts {
     int read_only;                 /* no lock: readers beside a running writer */
     size_t block_cache_mb;         /* default 256 */
     int64_t horizon_ms;            /* default 24 h */
-    int64_t granularity_s;         /* default 3600; fixed once data exists */
+    int64_t granularity_s;         /* fixed in meta by the first open; 0 (default) =
+                                    * the store's, SEGD_STORE_GRANULARITY_S if new;
+                                    * a different explicit value is an error */
     int64_t periodic_compaction_s; /* default 86400: cold records get visited */
     int64_t compaction_rate_mb;    /* background I/O cap in MiB/s; 0 = none */
     int64_t now_ms;                /* 0 = wall clock; tests and --now set it */

@@ -455,6 +455,60 @@ static void test_dead_letters(void **state)
     segd_event_free(&ev);
 }
 
+/* Issue 9 #15: a user id that is not UTF-8 (here a surrogate, U+D800) would
+ * break every Avro reader of the change stream and snapshots: it is
+ * dead-lettered as bad_utf8 and the events around it apply. */
+static void test_bad_utf8_dead_letter(void **state)
+{
+    fixture_t *f = *state;
+    volatile sig_atomic_t stop = 0;
+    char db[128], err[256];
+    segd_avro_codec_t *codec;
+    segd_event_t ev;
+    segd_buf_t buf = {0};
+    segd_event_init(&ev);
+    assert_int_equal(segd_avro_codec_new(&codec, NULL, NULL, err, sizeof(err)), SEGD_OK);
+    rd_kafka_t *rk = plain_producer(f);
+    const char *users[] = {"good0", "bad\xED\xA0\x80", "good1"};
+    for (int i = 0; i < 3; i++) {
+        make_event(&ev, users[i], 3, 86400);
+        assert_int_equal(segd_avro_encode(codec, SEGD_FRAMING_SINGLE_OBJECT, 0, &ev, &buf),
+                         SEGD_OK);
+        produce_raw(rk, users[i], buf.data, buf.len);
+    }
+    rd_kafka_flush(rk, 10000);
+    rd_kafka_destroy(rk);
+
+    segd_store_t *s = open_store(f->dir, "utf8");
+    snprintf(db, sizeof(db), "%s/utf8", f->dir);
+    segd_config_t cfg;
+    base_config(&cfg, f, "g-utf8", db);
+    segd_pipeline_t *p;
+    assert_int_equal(segd_pipeline_new(&p, &cfg, s, &stop, err, sizeof(err)), SEGD_OK);
+    run_until(p, 3, 60);
+    segd_pipeline_stats_t st;
+    segd_pipeline_get_stats(p, &st);
+    segd_pipeline_destroy(p);
+    assert_int_equal(st.messages, 3);
+    assert_int_equal(st.events, 2);
+    assert_int_equal(st.dlq[SEGD_DLQ_BAD_UTF8], 1);
+    assert_string_equal(segd_dlq_reason_name(SEGD_DLQ_BAD_UTF8), "bad_utf8");
+    char reasons[2][128];
+    assert_int_equal(read_dlq(f, reasons, 1), 1);
+    assert_non_null(strstr(reasons[0], "UTF-8"));
+    segd_profile_t prof;
+    segd_profile_init(&prof);
+    assert_int_equal(segd_store_get(s, users[1], strlen(users[1]), &prof, err, sizeof(err)),
+                     SEGD_OK);
+    assert_int_equal(prof.n, 0);
+    segd_profile_free(&prof);
+    segd_store_close(s);
+    segd_config_free(&cfg);
+    segd_avro_codec_destroy(codec);
+    segd_buf_free(&buf);
+    segd_event_free(&ev);
+}
+
 /* ---------- faults ---------- */
 
 static void test_broker_outage_stalls_then_resumes(void **state)
@@ -564,6 +618,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_ingest_equals_reference, setup, teardown),
         cmocka_unit_test_setup_teardown(test_two_consumers_split, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dead_letters, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_bad_utf8_dead_letter, setup, teardown),
         cmocka_unit_test_setup_teardown(test_broker_outage_stalls_then_resumes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sigkill_and_restart, setup, teardown),
     };

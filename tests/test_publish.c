@@ -162,6 +162,7 @@ typedef struct joined {
     segd_profile_t prof[USERS + 1];
     uint64_t events, retire_events, max_retired_seg;
     int64_t sources_seen;
+    size_t max_len; /* the largest message value seen */
 } joined_t;
 
 static void join_change(joined_t *j, const segd_change_t *c)
@@ -222,6 +223,8 @@ static void consume_framed(const fixture_t *f, joined_t *j, int32_t expected_id)
                 assert_memory_equal(m->key, c.user_id, m->key_len);
             join_change(j, &c);
             j->events++;
+            if (m->len > j->max_len)
+                j->max_len = m->len;
         }
         rd_kafka_message_destroy(m);
     }
@@ -306,6 +309,119 @@ static void test_deltas_join_to_the_store(void **state)
     assert_joined_equals_store(f->store, j);
     /* every delivered delta lies below the recorded positions */
     assert_int_equal(recorded_positions(f->store), (int64_t)j->events);
+    joined_free(j);
+    free(j);
+}
+
+/* Issue 9 #13: nine valid events of 4096 segments (ids >= 2^62, attributes
+ * whose varints take 5 bytes) for one user coalesce into one delta of 36864
+ * entries, ~31 bytes each: 32768 of them (the entry cap) make a ~1.02 MB
+ * message, over librdkafka's default message.max.bytes (1,000,000), which
+ * stopped the stream for good. Parts are cut by encoded bytes: every message
+ * fits, the outbox drains, and the parts join to the store's state. */
+static void test_oversized_delta_is_split_by_bytes(void **state)
+{
+    fixture_t *f = *state;
+    segd_applier_t ap;
+    segd_event_t ev;
+    char err[256];
+    segd_event_init(&ev);
+    assert_int_equal(segd_applier_init(&ap, f->store), SEGD_OK);
+    segd_applier_enable_outbox(&ap);
+    for (int e = 0; e < 9; e++) {
+        segd_event_reset(&ev);
+        segd_event_set_user(&ev, "user-000", 8);
+        ev.ts_ms = NOW_S * 1000 - 60000 + e;
+        ev.op = SEGD_OP_UPSERT;
+        for (int k = 0; k < 4096; k++) {
+            segd_seg_update_t seg = {(INT64_C(1) << 62) + (int64_t)e * 4096 * 1000 + k * 997,
+                                     30 * 86400, INT32_MAX - k, INT32_MIN + e};
+            assert_int_equal(segd_event_add_segment(&ev, &seg), SEGD_OK);
+        }
+        segd_limits_t lim;
+        segd_limits_default(&lim);
+        assert_int_equal(segd_event_validate(&ev, &lim, err, sizeof(err)), SEGD_OK);
+        assert_int_equal(segd_applier_add_from(&ap, &ev, "events", 0, e, 0), SEGD_OK);
+    }
+    assert_int_equal(segd_applier_flush(&ap, err, sizeof(err)), SEGD_OK);
+    segd_applier_free(&ap);
+    segd_event_free(&ev);
+
+    segd_publisher_opts_t o;
+    segd_publisher_opts_default(&o); /* the default entry cap, 32768 */
+    o.brokers = segd_dev_broker_bootstraps(f->broker);
+    o.topic = CHANGES;
+    o.ack_timeout_ms = 5000;
+    segd_publisher_t *p = NULL;
+    assert_int_equal(segd_publisher_new(&p, f->store, &o, err, sizeof(err)), SEGD_OK);
+    err[0] = 0;
+    segd_err_t rc = segd_publisher_drain(p, 20000, err, sizeof(err));
+    if (rc != SEGD_OK)
+        fail_msg("drain: %s", err);
+    segd_publisher_stats_t st;
+    segd_publisher_get_stats(p, &st);
+    segd_publisher_destroy(p);
+    assert_int_equal(outbox_size(f->store), 0);
+    assert_int_equal(st.segments, 9 * 4096);
+    joined_t *j = calloc(1, sizeof(*j));
+    consume_all(f, j);
+    assert_int_equal(j->events, st.events);
+    assert_true(j->events >= 2);
+    assert_true(j->max_len <= 1000000 - 1024);
+    print_message("%llu parts, largest %zu bytes\n", (unsigned long long)j->events, j->max_len);
+    assert_int_equal(j->prof[0].n, 9 * 4096);
+    assert_joined_equals_store(f->store, j);
+    joined_free(j);
+    free(j);
+}
+
+/* The cut follows the producer's message.max.bytes when it is set lower:
+ * 8192 large entries (~254 KB) under a 64 KiB limit go out in parts of at
+ * most 64 KiB less the headroom (1 KiB + 1/64), joining to the store. */
+static void test_delta_parts_follow_message_max_bytes(void **state)
+{
+    fixture_t *f = *state;
+    segd_applier_t ap;
+    segd_event_t ev;
+    char err[256];
+    segd_event_init(&ev);
+    assert_int_equal(segd_applier_init(&ap, f->store), SEGD_OK);
+    segd_applier_enable_outbox(&ap);
+    for (int e = 0; e < 2; e++) {
+        segd_event_reset(&ev);
+        segd_event_set_user(&ev, "user-001", 8);
+        ev.ts_ms = NOW_S * 1000 - 60000 + e;
+        ev.op = SEGD_OP_UPSERT;
+        for (int k = 0; k < 4096; k++) {
+            segd_seg_update_t seg = {(INT64_C(1) << 62) + (int64_t)(2 * k + e), 86400,
+                                     INT32_MIN + k, INT32_MAX - e};
+            assert_int_equal(segd_event_add_segment(&ev, &seg), SEGD_OK);
+        }
+        assert_int_equal(segd_applier_add_from(&ap, &ev, "events", 1, e, 0), SEGD_OK);
+    }
+    assert_int_equal(segd_applier_flush(&ap, err, sizeof(err)), SEGD_OK);
+    segd_applier_free(&ap);
+    segd_event_free(&ev);
+    segd_publisher_opts_t o;
+    segd_publisher_opts_default(&o);
+    o.brokers = segd_dev_broker_bootstraps(f->broker);
+    o.topic = CHANGES;
+    o.ack_timeout_ms = 5000;
+    static const char *const props[] = {"message.max.bytes", "65536", NULL};
+    o.kafka_props = props;
+    segd_publisher_t *p = NULL;
+    assert_int_equal(segd_publisher_new(&p, f->store, &o, err, sizeof(err)), SEGD_OK);
+    if (segd_publisher_drain(p, 20000, err, sizeof(err)) != SEGD_OK)
+        fail_msg("drain: %s", err);
+    segd_publisher_destroy(p);
+    assert_int_equal(outbox_size(f->store), 0);
+    joined_t *j = calloc(1, sizeof(*j));
+    consume_all(f, j);
+    print_message("%llu parts, largest %zu bytes\n", (unsigned long long)j->events, j->max_len);
+    assert_true(j->events >= 4);
+    assert_true(j->max_len <= 65536 - 1024 - 65536 / 64);
+    assert_int_equal(j->prof[1].n, 8192);
+    assert_joined_equals_store(f->store, j);
     joined_free(j);
     free(j);
 }
@@ -431,6 +547,9 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_deltas_join_to_the_store, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_oversized_delta_is_split_by_bytes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_delta_parts_follow_message_max_bytes, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_outage_keeps_outbox_then_resumes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crash_leftovers_republished, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retirement_is_a_control_event, setup, teardown),

@@ -145,6 +145,21 @@ static void test_granularity_is_fixed(void **state)
     segd_store_close(s);
 }
 
+/* Issue 9 #10: a store made with another granularity opens without one
+ * (the CLI gives none) and keeps its own. */
+static void test_granularity_from_store(void **state)
+{
+    fixture_t *f = *state;
+    segd_store_t *s = open_store(f->dir, 0, 60);
+    assert_non_null(s);
+    segd_store_close(s);
+    s = open_store(f->dir, 0, 0);
+    assert_non_null(s);
+    assert_int_equal(segd_store_granularity(s), 60);
+    segd_store_close(s);
+    assert_null(open_store(f->dir, 0, 3600));
+}
+
 static void test_retirement_persists(void **state)
 {
     fixture_t *f = *state;
@@ -176,6 +191,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_offsets_travel_with_data, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reader_beside_writer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_granularity_is_fixed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_granularity_from_store, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retirement_persists, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

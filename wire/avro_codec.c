@@ -19,6 +19,8 @@
 #include "base/clock.h"
 #include "wire/avro_file.h"
 
+#include "segd_schemas.h"
+
 /* Field positions in a resolver's reduced schema (-1: the writer lacks it),
  * so extraction indexes rather than looks fields up by name per event. */
 enum { F_USER, F_TS, F_OP, F_SEGS, F_SOURCE, F_ID, F_TTL, F_FLAGS, F_PARTNER, F_COUNT };
@@ -478,24 +480,6 @@ static int fill_value(avro_value_t *v, const segd_event_t *ev)
 
 /* ---------- codec ---------- */
 
-static char *read_file(const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    if (!f)
-        return NULL;
-    char *s = NULL;
-    size_t len = 0;
-    FILE *m = open_memstream(&s, &len);
-    char buf[4096];
-    size_t r;
-    while (m && (r = fread(buf, 1, sizeof(buf), f)) > 0)
-        fwrite(buf, 1, r, m);
-    if (m)
-        fclose(m);
-    fclose(f);
-    return s;
-}
-
 static void load_defaults(segd_avro_codec_t *c)
 {
     json_t *r = json_loads(c->reader_json, 0, NULL);
@@ -517,13 +501,11 @@ segd_err_t segd_avro_codec_new(segd_avro_codec_t **out, const char *reader_json,
     if (registry)
         c->registry = *registry;
     c->max_segments = SIZE_MAX;
-    c->reader_json = reader_json ? strdup(reader_json)
-                                 : read_file(SEGD_SCHEMA_DIR "/segment_event.avsc");
-    segd_err_t err = SEGD_ERR_CONFIG;
-    if (!c->reader_json) {
-        segd_errf(err, errstr, n, "cannot read %s/segment_event.avsc", SEGD_SCHEMA_DIR);
+    /* compiled in: an installed binary has no schemas directory */
+    c->reader_json = strdup(reader_json ? reader_json : SEGD_SCHEMA_SEGMENT_EVENT);
+    segd_err_t err = SEGD_ERR_NOMEM;
+    if (!c->reader_json)
         goto out_fail;
-    }
     static const char empty[1];
     c->mem = avro_reader_memory(empty, 0);
     c->out = avro_writer_memory(empty, 0);

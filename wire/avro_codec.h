@@ -33,9 +33,9 @@ typedef struct segd_schema_source {
     void *ctx;
 } segd_schema_source_t;
 
-/* reader_json NULL = SEGD_SCHEMA_DIR/segment_event.avsc. registry may be NULL
- * (then Confluent frames fail to decode); it is copied, its ctx borrowed.
- * Not thread-safe. */
+/* reader_json NULL = schemas/segment_event.avsc, compiled in. registry may be
+ * NULL (then Confluent frames fail to decode); it is copied, its ctx
+ * borrowed. Not thread-safe. */
 segd_err_t segd_avro_codec_new(segd_avro_codec_t **out, const char *reader_json,
                                const segd_schema_source_t *registry, char *errstr,
                                size_t errstr_size);

@@ -8,6 +8,7 @@
 
 #include "segd_schemas.h"
 #include "base/varint.h"
+#include "base/utf8.h"
 
 /* Bounds for untrusted arrays: a decoder never allocates more than the
  * input could describe (each item takes at least one byte per field). */
@@ -171,6 +172,14 @@ static void put_segments(segd_buf_t *b, const segd_profile_t *p)
     put_long(b, 0);
 }
 
+size_t segd_change_entry_bytes(const segd_entry_t *e)
+{
+    uint8_t tmp[SEGD_ZZ_MAX];
+    return segd_zz_put(tmp, e->segment_id) + segd_zz_put(tmp, e->expiry_s) +
+           segd_zz_put(tmp, e->ts_ms) + segd_zz_put(tmp, e->flags) +
+           segd_zz_put(tmp, e->partner_id);
+}
+
 /* Replaces p's entries; its erase marker (read before) stays. */
 static segd_err_t get_segments(reader_t *r, segd_profile_t *p)
 {
@@ -320,7 +329,9 @@ segd_err_t segd_snaprec_decode(const uint8_t **pos, const uint8_t *end, const ch
     reader_t r = {*pos, end, 0};
     *user = get_string(&r, user_len);
     p->erased_before_ms = get_long(&r);
-    if (r.bad)
+    /* Avro strings are UTF-8: stock readers refuse a bucket holding another
+     * user id, so `snapshot verify` and cache loads refuse it too */
+    if (r.bad || !segd_utf8_valid(*user, *user_len))
         return SEGD_ERR_CORRUPT;
     segd_err_t err = get_segments(&r, p);
     if (err)

@@ -57,6 +57,10 @@ segd_err_t segd_change_add_source(segd_change_t *c, const char *topic, size_t to
 segd_err_t segd_change_add_retirement(segd_change_t *c, int64_t segment_id,
                                       int64_t before_ms);
 
+/* The bytes one entry of c->profile adds to c's encoding: producers cut
+ * large deltas into parts that fit a message by this. */
+size_t segd_change_entry_bytes(const segd_entry_t *e);
+
 /* Appends the Avro binary body of c to out. */
 segd_err_t segd_change_encode(const segd_change_t *c, segd_buf_t *out);
 /* Decodes one body that must fill [data, data+len) exactly. */
@@ -70,7 +74,8 @@ const char *segd_snapshot_schema_json(void);
 segd_err_t segd_snaprec_encode(const char *user, size_t user_len, const segd_profile_t *p,
                                segd_buf_t *out);
 /* Decodes one record starting at *pos (advanced past it, < end). *user
- * points into the input. Entries must be sorted by id with unique ids. */
+ * points into the input and must be strict UTF-8 (base/utf8.h). Entries
+ * must be sorted by id with unique ids. */
 segd_err_t segd_snaprec_decode(const uint8_t **pos, const uint8_t *end, const char **user,
                                size_t *user_len, segd_profile_t *p);
 

@@ -1,0 +1,193 @@
+/* Tests for cache/tail.c against librdkafka's mock cluster (issue 9 #8): a
+ * tail never hides a gap in the change stream. A snapshot position (or an
+ * unlisted partition, which needs offset 0) below the log start is refused
+ * by segd_tail_new; a fetch position the broker no longer has, found while
+ * tailing, is final (SEGD_TAIL_GAP) instead of librdkafka's silent jump; and
+ * caught_up turns on only once the end offsets seen at start are reached. */
+#include <librdkafka/rdkafka.h>
+#include <librdkafka/rdkafka_mock.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "cache/tail.h" /* the same path before and after the layer moves */
+
+#define TOPIC "changes"
+#define FETCH 1 /* Kafka's ApiKey of Fetch */
+
+typedef struct fixture {
+    rd_kafka_t *mock_rk, *producer;
+    rd_kafka_mock_cluster_t *mcl;
+    const char *bootstraps;
+    segd_edge_t *edge;
+} fixture_t;
+
+static int setup(void **state)
+{
+    fixture_t *f = calloc(1, sizeof(*f));
+    char err[256];
+    f->mock_rk = rd_kafka_new(RD_KAFKA_PRODUCER, rd_kafka_conf_new(), err, sizeof(err));
+    f->mcl = f->mock_rk ? rd_kafka_mock_cluster_new(f->mock_rk, 1) : NULL;
+    if (!f->mcl || rd_kafka_mock_topic_create(f->mcl, TOPIC, 1, 1))
+        return -1;
+    f->bootstraps = rd_kafka_mock_cluster_bootstraps(f->mcl);
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    if (rd_kafka_conf_set(conf, "bootstrap.servers", f->bootstraps, err, sizeof(err)) ||
+        rd_kafka_conf_set(conf, "linger.ms", "0", err, sizeof(err)))
+        return -1;
+    f->producer = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+    if (!f->producer || segd_edge_new(&f->edge, NULL))
+        return -1;
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture_t *f = *state;
+    rd_kafka_destroy(f->producer);
+    rd_kafka_mock_cluster_destroy(f->mcl);
+    rd_kafka_destroy(f->mock_rk);
+    segd_edge_destroy(f->edge);
+    free(f);
+    return 0;
+}
+
+static void produce(fixture_t *f, const void *v, size_t len)
+{
+    assert_int_equal(rd_kafka_producev(f->producer, RD_KAFKA_V_TOPIC(TOPIC),
+                                       RD_KAFKA_V_PARTITION(0),
+                                       RD_KAFKA_V_VALUE((void *)v, len),
+                                       RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END),
+                     0);
+    assert_int_equal(rd_kafka_flush(f->producer, 10000), 0);
+}
+
+/* One small message. The tail counts what is not a change event as
+ * skipped; positions, gaps and readiness do not depend on the contents. */
+static void produce_small(fixture_t *f, int u)
+{
+    char v[16];
+    int n = snprintf(v, sizeof(v), "m%d", u);
+    produce(f, v, (size_t)n);
+}
+
+static void low_high(fixture_t *f, int64_t *low, int64_t *high)
+{
+    assert_int_equal(rd_kafka_query_watermark_offsets(f->producer, TOPIC, 0, low, high, 10000),
+                     0);
+}
+
+static segd_tail_t *new_tail(fixture_t *f, const segd_manifest_t *m, int from_beginning,
+                             segd_err_t want, const char *want_msg)
+{
+    segd_tail_opts_t o;
+    segd_tail_opts_default(&o);
+    o.brokers = f->bootstraps;
+    o.topic = TOPIC;
+    o.from_beginning = from_beginning;
+    segd_tail_t *t = NULL;
+    char err[512] = "";
+    segd_err_t got = segd_tail_new(&t, f->edge, &o, m, err, sizeof(err));
+    if (got != want)
+        fail_msg("segd_tail_new: %d, want %d: %s", got, want, err);
+    if (want_msg && !strstr(err, want_msg))
+        fail_msg("segd_tail_new: '%s' lacks '%s'", err, want_msg);
+    return t;
+}
+
+/* The mock keeps <= 5 MiB per partition: 7 MB move the log start past 0. */
+static void test_snapshot_older_than_retention_is_refused(void **state)
+{
+    fixture_t *f = *state;
+    produce_small(f, 1);
+    char *junk = calloc(1, 100000);
+    for (int i = 0; i < 70; i++)
+        produce(f, junk, 100000);
+    free(junk);
+    produce_small(f, 2);
+    int64_t low, high;
+    low_high(f, &low, &high);
+    assert_true(low > 1);
+    print_message("log start %lld, end %lld\n", (long long)low, (long long)high);
+
+    segd_manifest_t m;
+    segd_manifest_init(&m);
+    m.changes_topic = strdup(TOPIC);
+    m.changes = calloc(1, sizeof(*m.changes));
+    m.n_changes = 1;
+    m.changes[0].offset = 1; /* the delta after the first: gone */
+    const char *msg = "snapshot older than the change topic's retention: load a newer snapshot";
+    new_tail(f, &m, 0, SEGD_ERR_INVALID, msg);
+    new_tail(f, &m, 1, SEGD_ERR_INVALID, msg); /* --from-beginning does not hide it */
+    m.n_changes = 0; /* a partition the manifest does not list needs offset 0 */
+    new_tail(f, &m, 0, SEGD_ERR_INVALID, msg);
+    m.n_changes = 1;
+    m.changes[0].offset = high + 5; /* beyond the end: another topic */
+    new_tail(f, &m, 0, SEGD_ERR_INVALID, "recreated");
+
+    /* a position still held: tails, catches up, reads the last message */
+    m.changes[0].offset = high - 1;
+    segd_tail_t *t = new_tail(f, &m, 0, SEGD_OK, NULL);
+    char err[512];
+    assert_int_equal(segd_tail_catch_up(t, 20000, err, sizeof(err)), SEGD_OK);
+    segd_tail_stats_t st;
+    segd_tail_get_stats(t, &st);
+    assert_int_equal(st.applied + st.skipped, 1);
+    assert_true(st.caught_up);
+    segd_tail_destroy(t);
+    /* without a manifest (nothing known) it starts at the log start */
+    t = new_tail(f, NULL, 0, SEGD_OK, NULL);
+    assert_int_equal(segd_tail_catch_up(t, 20000, err, sizeof(err)), SEGD_OK);
+    segd_tail_destroy(t);
+    segd_manifest_free(&m);
+}
+
+/* A position that becomes out of range while tailing (here the broker
+ * answers a fetch with OFFSET_OUT_OF_RANGE, as when retention passes a
+ * lagging cache) stops the tail instead of jumping to an end. */
+static void test_gap_while_tailing_is_final(void **state)
+{
+    fixture_t *f = *state;
+    for (int u = 0; u < 3; u++)
+        produce_small(f, u);
+    segd_tail_t *t = new_tail(f, NULL, 0, SEGD_OK, NULL);
+    segd_tail_stats_t st;
+    segd_tail_get_stats(t, &st);
+    assert_false(st.caught_up); /* 3 messages behind */
+    for (int i = 0; i < 100 && !st.caught_up; i++) {
+        assert_true(segd_tail_poll(t, 100) >= 0);
+        segd_tail_get_stats(t, &st);
+    }
+    assert_true(st.caught_up);
+    assert_int_equal(st.applied + st.skipped, 3);
+    rd_kafka_mock_push_request_errors(f->mcl, FETCH, 4, RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE,
+                                      RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE,
+                                      RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE,
+                                      RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE);
+    produce_small(f, 3);
+    int rc = 0;
+    time_t end = time(NULL) + 15;
+    while (rc != SEGD_TAIL_GAP && time(NULL) < end)
+        rc = segd_tail_poll(t, 100);
+    assert_int_equal(rc, SEGD_TAIL_GAP);
+    assert_int_equal(segd_tail_poll(t, 0), SEGD_TAIL_GAP); /* final */
+    segd_tail_destroy(t);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_snapshot_older_than_retention_is_refused, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_gap_while_tailing_is_final, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
