@@ -29,6 +29,8 @@ struct segd_store {
     segd_policy_t *policy;
     int64_t granularity_s;
     int read_only;
+    int64_t gc_moved_ms; /* policy time of open or of W's last move */
+    rocksdb_writeoptions_t *sync_wopts; /* W: durable before any drop uses it */
     _Atomic uint64_t outbox_seq; /* next outbox sequence number */
 };
 
@@ -50,6 +52,7 @@ void segd_store_opts_default(segd_store_opts_t *o)
     o->horizon_ms = 24LL * 3600 * 1000;
     o->granularity_s = 3600;
     o->periodic_compaction_s = 86400;
+    o->gc_grace_ms = 2LL * 86400 * 1000;
 }
 
 static void put_be64(char *b, uint64_t v)
@@ -121,6 +124,8 @@ static segd_err_t make_options(segd_store_t *s, const segd_store_opts_t *o)
             configure_profiles(s, s->cf_opts[i]);
     }
     s->wopts = rocksdb_writeoptions_create();
+    s->sync_wopts = rocksdb_writeoptions_create();
+    rocksdb_writeoptions_set_sync(s->sync_wopts, 1);
     s->ropts = rocksdb_readoptions_create();
     return SEGD_OK;
 }
@@ -230,6 +235,60 @@ static segd_err_t open_db(segd_store_t *s, const segd_store_opts_t *o, char *err
     return SEGD_OK;
 }
 
+#define GC_WATERMARK_KEY "gc_watermark_ms"
+
+/* Until this runs the policy's W is 0: compactions at open drop nothing by
+ * age, which is always safe. */
+static segd_err_t load_gc_watermark(segd_store_t *s, char *errstr, size_t n)
+{
+    char *v = NULL;
+    size_t vlen;
+    segd_err_t err = meta_get(s, GC_WATERMARK_KEY, strlen(GC_WATERMARK_KEY), &v, &vlen,
+                              errstr, n);
+    if (err == SEGD_ERR_NOTFOUND)
+        return SEGD_OK;
+    if (err)
+        return err;
+    if (vlen == 8)
+        segd_policy_set_gc_watermark(s->policy, (int64_t)get_be64(v));
+    else
+        err = segd_errf(SEGD_ERR_CORRUPT, errstr, n, "bad %s in meta", GC_WATERMARK_KEY);
+    rocksdb_free(v);
+    return err;
+}
+
+int64_t segd_store_gc_watermark(segd_store_t *s)
+{
+    return segd_policy_gc_watermark(s->policy);
+}
+
+segd_err_t segd_store_gc_advance(segd_store_t *s, int merged_all, char *errstr, size_t n)
+{
+    if (s->read_only)
+        return SEGD_OK;
+    int64_t now = segd_policy_now_ms(s->policy), w = segd_policy_gc_watermark(s->policy);
+    int64_t target = now - segd_policy_horizon_ms(s->policy) -
+                     segd_policy_gc_grace_ms(s->policy);
+    int64_t next = target;
+    if (!merged_all) {
+        if (w == 0)
+            return SEGD_OK;
+        if (now > s->gc_moved_ms && w + (now - s->gc_moved_ms) < target)
+            next = w + (now - s->gc_moved_ms);
+    }
+    if (next <= w)
+        return SEGD_OK;
+    char val[8], *rerr = NULL;
+    put_be64(val, (uint64_t)next);
+    rocksdb_put_cf(s->db, s->sync_wopts, s->cf[CF_META], GC_WATERMARK_KEY,
+                   strlen(GC_WATERMARK_KEY), val, 8, &rerr);
+    if (rerr)
+        return rocks_err(rerr, SEGD_ERR_IO, errstr, n, "write GC watermark");
+    segd_policy_set_gc_watermark(s->policy, next);
+    s->gc_moved_ms = now;
+    return SEGD_OK;
+}
+
 /* The next sequence number continues after the last entry left over. */
 static void load_outbox_seq(segd_store_t *s)
 {
@@ -250,7 +309,7 @@ segd_err_t segd_store_open(segd_store_t **out, const segd_store_opts_t *o, char 
                            size_t n)
 {
     *out = NULL;
-    if (!o->path || o->granularity_s <= 0 || o->horizon_ms < 0)
+    if (!o->path || o->granularity_s <= 0 || o->horizon_ms < 0 || o->gc_grace_ms < 0)
         return segd_errf(SEGD_ERR_CONFIG, errstr, n, "store: bad path or settings");
     segd_store_t *s = calloc(1, sizeof(*s));
     if (!s)
@@ -260,10 +319,12 @@ segd_err_t segd_store_open(segd_store_t **out, const segd_store_opts_t *o, char 
     if (err)
         goto out_close;
     segd_policy_set_now(s->policy, o->now_ms);
+    segd_policy_set_gc_grace(s->policy, o->gc_grace_ms);
     if ((err = make_options(s, o)) || (err = open_db(s, o, errstr, n)) ||
         (err = check_format(s, errstr, n)) || (err = check_settings(s, o, errstr, n)) ||
-        (err = load_retirements(s)))
+        (err = load_retirements(s)) || (err = load_gc_watermark(s, errstr, n)))
         goto out_close;
+    s->gc_moved_ms = segd_policy_now_ms(s->policy);
     load_outbox_seq(s);
     *out = s;
     return SEGD_OK;
@@ -292,6 +353,8 @@ void segd_store_close(segd_store_t *s)
         rocksdb_cache_destroy(s->cache);
     if (s->wopts)
         rocksdb_writeoptions_destroy(s->wopts);
+    if (s->sync_wopts)
+        rocksdb_writeoptions_destroy(s->sync_wopts);
     if (s->ropts)
         rocksdb_readoptions_destroy(s->ropts);
     segd_policy_destroy(s->policy);
@@ -477,11 +540,13 @@ segd_err_t segd_store_compact(segd_store_t *s, char *errstr, size_t n)
     rocksdb_compactoptions_t *co = rocksdb_compactoptions_create();
     rocksdb_compactoptions_set_bottommost_level_compaction(co, 2 /* force */);
     rocksdb_compactoptions_set_exclusive_manual_compaction(co, 1);
-    for (int pass = 0; pass < 2; pass++)
+    rocksdb_compact_range_cf_opt(s->db, s->cf[CF_PROFILES], co, NULL, 0, NULL, 0);
+    /* every key is now one merged value: W may take its target */
+    segd_err_t err = segd_store_gc_advance(s, 1, errstr, n);
+    if (!err)
         rocksdb_compact_range_cf_opt(s->db, s->cf[CF_PROFILES], co, NULL, 0, NULL, 0);
     rocksdb_compactoptions_destroy(co);
-    (void)errstr, (void)n;
-    return SEGD_OK;
+    return err;
 }
 
 typedef struct stats_ctx {

@@ -27,6 +27,8 @@ typedef struct segd_store_opts {
     int64_t periodic_compaction_s; /* default 86400: cold records get visited */
     int64_t compaction_rate_mb;    /* background I/O cap in MiB/s; 0 = none */
     int64_t now_ms;                /* 0 = wall clock; tests and --now set it */
+    int64_t gc_grace_ms;           /* default 2 days: bound on how long a merge
+                                    * operand stays unmerged (DESIGN §3) */
 } segd_store_opts_t;
 
 typedef struct segd_store_stats {
@@ -92,8 +94,25 @@ segd_err_t segd_store_scan(segd_store_t *s, segd_scan_cb cb, void *ctx, char *er
 /* Flushes the memtables to SST files (operand chains become partial merges). */
 segd_err_t segd_store_flush(segd_store_t *s, char *errstr, size_t errstr_size);
 
-/* Full manual compaction of the profiles family at the policy's now. */
+/* Full manual compaction of the profiles family at the policy's now. Every
+ * operand is merged into its base by the first pass, so the GC watermark may
+ * then jump to its target (segd_store_gc_advance with merged_all = 1) before
+ * the second pass drops what lies below it. Call without concurrent writers
+ * (segd compact, tests, segd run before it consumes). */
 segd_err_t segd_store_compact(segd_store_t *s, char *errstr, size_t errstr_size);
+
+/* Advances the GC watermark W (DESIGN §3) toward now - horizon - grace,
+ * writing it to `meta` (synced) before the merge operator and the filter may
+ * use it. With merged_all = 0, W moves no faster than the policy clock has
+ * moved since the store was opened or W last moved (time the store was
+ * closed does not count, since no compaction merged anything then), and a
+ * W of 0 (fresh store: history may still be bulk loaded) stays 0. With
+ * merged_all = 1 (every operand was just merged, no writer since), W jumps
+ * to the target. A read-only store does nothing. */
+segd_err_t segd_store_gc_advance(segd_store_t *s, int merged_all, char *errstr,
+                                 size_t errstr_size);
+/* The persisted GC watermark (0 = none yet). */
+int64_t segd_store_gc_watermark(segd_store_t *s);
 
 segd_err_t segd_store_stats(segd_store_t *s, segd_store_stats_t *st, char *errstr,
                             size_t errstr_size);
