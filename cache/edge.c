@@ -46,6 +46,7 @@ typedef struct retired {
 struct segd_edge {
     segd_edge_opts_t o;
     _Atomic int64_t now_ms;
+    _Atomic int64_t gc_watermark; /* W from the store; only raised */
     shard_t *shards;
     size_t nshards;
     _Atomic(retired_t *) retired;
@@ -190,6 +191,18 @@ segd_err_t segd_edge_retire(segd_edge_t *e, int64_t segment_id, int64_t before_m
     return SEGD_OK;
 }
 
+void segd_edge_raise_gc_watermark(segd_edge_t *e, int64_t w_ms)
+{
+    int64_t cur = atomic_load(&e->gc_watermark);
+    while (w_ms > cur && !atomic_compare_exchange_weak(&e->gc_watermark, &cur, w_ms))
+        ;
+}
+
+int64_t segd_edge_gc_watermark(const segd_edge_t *e)
+{
+    return atomic_load(&((segd_edge_t *)e)->gc_watermark);
+}
+
 static void prune_rule(segd_edge_t *e, segd_prune_t *rule)
 {
     retired_t *r = atomic_load(&e->retired);
@@ -198,6 +211,8 @@ static void prune_rule(segd_edge_t *e, segd_prune_t *rule)
     rule->complete = 1; /* the cache holds the key's whole history */
     rule->retired_before = r && r->n ? retired_before : NULL;
     rule->retired_ctx = r;
+    /* the store's W, never now - horizon: drops must match the store's */
+    rule->gc_before_ms = atomic_load(&e->gc_watermark);
 }
 
 /* ---------- records ---------- */

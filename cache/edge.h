@@ -27,7 +27,8 @@
 typedef struct segd_edge segd_edge_t;
 
 typedef struct segd_edge_opts {
-    int64_t horizon_ms; /* late-arrival horizon, as the store's; default 24 h */
+    int64_t horizon_ms; /* informational: the store's GC watermark, not this,
+                         * decides what the cache drops (DESIGN §3) */
     int64_t now_ms;     /* 0 = wall clock */
     size_t shards;      /* power of two, default 64 */
 } segd_edge_opts_t;
@@ -48,6 +49,14 @@ void segd_edge_destroy(segd_edge_t *e);
 /* The clock that decides liveness and what the join may drop; 0 = wall clock. */
 void segd_edge_set_now(segd_edge_t *e, int64_t now_ms);
 int64_t segd_edge_now_ms(const segd_edge_t *e);
+
+/* Raises the cache's GC watermark W (never lowers it): dead entries and
+ * erase markers with ts_ms < W are dropped by later joins. Take W from the
+ * store only (a snapshot manifest's gc_watermark_ms): the cache's own clock
+ * must never decide a drop, or a late delta the store still applies exactly
+ * could resurrect what the cache dropped. 0 (the default) drops nothing. */
+void segd_edge_raise_gc_watermark(segd_edge_t *e, int64_t w_ms);
+int64_t segd_edge_gc_watermark(const segd_edge_t *e);
 
 /* Joins a profile into the user's (a snapshot record; loading a snapshot
  * after some deltas is as correct as before them). */

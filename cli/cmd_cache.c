@@ -143,6 +143,8 @@ static int load(const cache_args_t *a, cache_state_t *cs)
         if (segd_edge_retire(cs->edge, cs->manifest.retirements[i].segment_id,
                              cs->manifest.retirements[i].retired_before_ms))
             goto fail;
+    /* the store's GC watermark decides what joins may drop (DESIGN §3) */
+    segd_edge_raise_gc_watermark(cs->edge, cs->manifest.gc_watermark_ms);
     cs->load_s = segd_cli_seconds() - t0;
     fprintf(stderr, "segd cache: loaded %" PRIu64 " users, %" PRIu64 " entries in %.2f s\n",
             cs->manifest.records, cs->manifest.segments, cs->load_s);
