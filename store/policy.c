@@ -24,6 +24,7 @@ struct segd_policy {
     _Atomic uint64_t corrupt;
     _Atomic int64_t gc_watermark; /* W; only raised */
     _Atomic int64_t gc_grace_ms;
+    _Atomic int64_t gc_start_floor; /* W's start phase: refuse below this */
     pthread_mutex_t retire_lock; /* serializes writers of `retired` */
 };
 
@@ -38,6 +39,7 @@ segd_err_t segd_policy_new(segd_policy_t **out, int64_t horizon_ms)
     atomic_init(&p->corrupt, 0);
     atomic_init(&p->gc_watermark, 0);
     atomic_init(&p->gc_grace_ms, 0);
+    atomic_init(&p->gc_start_floor, 0);
     pthread_mutex_init(&p->retire_lock, NULL);
     *out = p;
     return SEGD_OK;
@@ -103,10 +105,16 @@ int64_t segd_policy_gc_grace_ms(const segd_policy_t *p)
     return atomic_load(&((segd_policy_t *)p)->gc_grace_ms);
 }
 
+void segd_policy_set_gc_start_floor(segd_policy_t *p, int64_t floor_ms)
+{
+    atomic_store(&p->gc_start_floor, floor_ms);
+}
+
 int64_t segd_policy_ts_floor(const segd_policy_t *p)
 {
     int64_t w = segd_policy_gc_watermark(p);
-    return w > 0 ? w + segd_policy_gc_grace_ms(p) : 0;
+    return w > 0 ? w + segd_policy_gc_grace_ms(p)
+                 : atomic_load(&((segd_policy_t *)p)->gc_start_floor);
 }
 
 segd_ts_verdict_t segd_policy_check_ts(const segd_policy_t *p, int64_t ts_ms,

@@ -41,8 +41,11 @@ typedef enum segd_ts_verdict {
 } segd_ts_verdict_t;
 segd_ts_verdict_t segd_policy_check_ts(const segd_policy_t *p, int64_t ts_ms,
                                        int64_t max_skew_ms);
-/* Lower bound of accepted ts_ms (0 = none): W + grace once W > 0. */
+/* Lower bound of accepted ts_ms (0 = none): W + grace once W > 0; before
+ * that, the floor of W's start phase (0 on a fresh store: bulk loads of any
+ * age are taken). */
 int64_t segd_policy_ts_floor(const segd_policy_t *p);
+void segd_policy_set_gc_start_floor(segd_policy_t *p, int64_t floor_ms);
 
 /* Raises segment_id's retirement marker to before_ms (copy-on-write; readers
  * on other threads keep using the old set, freed at destroy). */

@@ -29,7 +29,8 @@ struct segd_store {
     segd_policy_t *policy;
     int64_t granularity_s;
     int read_only;
-    int64_t gc_moved_ms; /* policy time of open or of W's last move */
+    int64_t gc_moved_ms; /* policy time of open or of the last gc_advance */
+    int64_t gc_start_floor_ms, gc_start_open_ms; /* W's start phase */
     rocksdb_writeoptions_t *sync_wopts; /* W: durable before any drop uses it */
     _Atomic uint64_t outbox_seq; /* next outbox sequence number */
 };
@@ -236,25 +237,44 @@ static segd_err_t open_db(segd_store_t *s, const segd_store_opts_t *o, char *err
 }
 
 #define GC_WATERMARK_KEY "gc_watermark_ms"
+#define GC_START_FLOOR_KEY "gc_start_floor_ms" /* W's start phase: its floor */
+#define GC_START_OPEN_KEY "gc_start_open_ms"   /* and the open time it has run */
 
-/* Until this runs the policy's W is 0: compactions at open drop nothing by
- * age, which is always safe. */
-static segd_err_t load_gc_watermark(segd_store_t *s, char *errstr, size_t n)
+static segd_err_t meta_get_i64(segd_store_t *s, const char *key, int64_t *out,
+                               char *errstr, size_t n)
 {
     char *v = NULL;
     size_t vlen;
-    segd_err_t err = meta_get(s, GC_WATERMARK_KEY, strlen(GC_WATERMARK_KEY), &v, &vlen,
-                              errstr, n);
+    *out = 0;
+    segd_err_t err = meta_get(s, key, strlen(key), &v, &vlen, errstr, n);
     if (err == SEGD_ERR_NOTFOUND)
         return SEGD_OK;
     if (err)
         return err;
     if (vlen == 8)
-        segd_policy_set_gc_watermark(s->policy, (int64_t)get_be64(v));
+        *out = (int64_t)get_be64(v);
     else
-        err = segd_errf(SEGD_ERR_CORRUPT, errstr, n, "bad %s in meta", GC_WATERMARK_KEY);
+        err = segd_errf(SEGD_ERR_CORRUPT, errstr, n, "bad %s in meta", key);
     rocksdb_free(v);
     return err;
+}
+
+/* Until this runs the policy's W is 0: compactions at open drop nothing by
+ * age, which is always safe. */
+static segd_err_t load_gc_watermark(segd_store_t *s, char *errstr, size_t n)
+{
+    int64_t w, floor;
+    segd_err_t err = meta_get_i64(s, GC_WATERMARK_KEY, &w, errstr, n);
+    if (!err)
+        err = meta_get_i64(s, GC_START_FLOOR_KEY, &floor, errstr, n);
+    if (!err)
+        err = meta_get_i64(s, GC_START_OPEN_KEY, &s->gc_start_open_ms, errstr, n);
+    if (err)
+        return err;
+    segd_policy_set_gc_watermark(s->policy, w);
+    segd_policy_set_gc_start_floor(s->policy, floor);
+    s->gc_start_floor_ms = floor;
+    return SEGD_OK;
 }
 
 int64_t segd_store_gc_watermark(segd_store_t *s)
@@ -262,30 +282,66 @@ int64_t segd_store_gc_watermark(segd_store_t *s)
     return segd_policy_gc_watermark(s->policy);
 }
 
-segd_err_t segd_store_gc_advance(segd_store_t *s, int merged_all, char *errstr, size_t n)
+/* Synced: W must be on disk before a compaction output that used it is. */
+static segd_err_t put_gc_meta(segd_store_t *s, const char *key, int64_t v, char *errstr,
+                              size_t n)
+{
+    char val[8], *rerr = NULL;
+    put_be64(val, (uint64_t)v);
+    rocksdb_put_cf(s->db, s->sync_wopts, s->cf[CF_META], key, strlen(key), val, 8, &rerr);
+    return rerr ? rocks_err(rerr, SEGD_ERR_IO, errstr, n, "write GC watermark") : SEGD_OK;
+}
+
+/* W = 0 with no start phase: nothing refused by age. The phase (begun once
+ * the caller has caught up) refuses ts_ms below F0 = now - horizon at once,
+ * but drops nothing until it has run for grace of open time: by then every
+ * operand written before it began is merged, and every later one has
+ * ts_ms >= F0, so W = F0 is safe. */
+static segd_err_t gc_start_phase(segd_store_t *s, int caught_up, int64_t now,
+                                 int64_t elapsed, int64_t *next, char *errstr, size_t n)
+{
+    segd_err_t err;
+    if (!s->gc_start_floor_ms) {
+        if (!caught_up)
+            return SEGD_OK;
+        int64_t f0 = now - segd_policy_horizon_ms(s->policy);
+        if (f0 <= 0)
+            return SEGD_OK;
+        if ((err = put_gc_meta(s, GC_START_OPEN_KEY, 0, errstr, n)) ||
+            (err = put_gc_meta(s, GC_START_FLOOR_KEY, f0, errstr, n)))
+            return err;
+        s->gc_start_floor_ms = f0;
+        s->gc_start_open_ms = 0;
+        segd_policy_set_gc_start_floor(s->policy, f0);
+        return SEGD_OK;
+    }
+    s->gc_start_open_ms += elapsed;
+    if (s->gc_start_open_ms >= segd_policy_gc_grace_ms(s->policy))
+        *next = s->gc_start_floor_ms;
+    return put_gc_meta(s, GC_START_OPEN_KEY, s->gc_start_open_ms, errstr, n);
+}
+
+segd_err_t segd_store_gc_advance(segd_store_t *s, int flags, char *errstr, size_t n)
 {
     if (s->read_only)
         return SEGD_OK;
     int64_t now = segd_policy_now_ms(s->policy), w = segd_policy_gc_watermark(s->policy);
     int64_t target = now - segd_policy_horizon_ms(s->policy) -
                      segd_policy_gc_grace_ms(s->policy);
-    int64_t next = target;
-    if (!merged_all) {
-        if (w == 0)
-            return SEGD_OK;
-        if (now > s->gc_moved_ms && w + (now - s->gc_moved_ms) < target)
-            next = w + (now - s->gc_moved_ms);
-    }
-    if (next <= w)
-        return SEGD_OK;
-    char val[8], *rerr = NULL;
-    put_be64(val, (uint64_t)next);
-    rocksdb_put_cf(s->db, s->sync_wopts, s->cf[CF_META], GC_WATERMARK_KEY,
-                   strlen(GC_WATERMARK_KEY), val, 8, &rerr);
-    if (rerr)
-        return rocks_err(rerr, SEGD_ERR_IO, errstr, n, "write GC watermark");
-    segd_policy_set_gc_watermark(s->policy, next);
+    int64_t elapsed = now > s->gc_moved_ms ? now - s->gc_moved_ms : 0, next = 0;
     s->gc_moved_ms = now;
+    segd_err_t err = SEGD_OK;
+    if (flags & SEGD_GC_MERGED_ALL)
+        next = target;
+    else if (w > 0)
+        next = w + elapsed < target ? w + elapsed : target;
+    else
+        err = gc_start_phase(s, flags & SEGD_GC_CAUGHT_UP, now, elapsed, &next, errstr, n);
+    if (err || next <= w)
+        return err;
+    if ((err = put_gc_meta(s, GC_WATERMARK_KEY, next, errstr, n)))
+        return err;
+    segd_policy_set_gc_watermark(s->policy, next);
     return SEGD_OK;
 }
 
@@ -542,7 +598,7 @@ segd_err_t segd_store_compact(segd_store_t *s, char *errstr, size_t n)
     rocksdb_compactoptions_set_exclusive_manual_compaction(co, 1);
     rocksdb_compact_range_cf_opt(s->db, s->cf[CF_PROFILES], co, NULL, 0, NULL, 0);
     /* every key is now one merged value: W may take its target */
-    segd_err_t err = segd_store_gc_advance(s, 1, errstr, n);
+    segd_err_t err = segd_store_gc_advance(s, SEGD_GC_MERGED_ALL, errstr, n);
     if (!err)
         rocksdb_compact_range_cf_opt(s->db, s->cf[CF_PROFILES], co, NULL, 0, NULL, 0);
     rocksdb_compactoptions_destroy(co);
