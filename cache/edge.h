@@ -62,8 +62,10 @@ int64_t segd_edge_gc_watermark(const segd_edge_t *e);
  * after some deltas is as correct as before them). */
 segd_err_t segd_edge_put(segd_edge_t *e, const char *user, size_t len,
                          const segd_profile_t *p);
-/* Applies one change event: a DELTA is joined into its user's profile; a
- * RETIRE raises the retirement markers. */
+/* Applies one change event: a DELTA is joined into its user's profile (its
+ * entries older than the cache's GC watermark are skipped: the snapshot that
+ * carried that W holds their effect); a RETIRE raises the retirement
+ * markers. */
 segd_err_t segd_edge_apply(segd_edge_t *e, const segd_change_t *c);
 /* Raises one retirement marker (entries with ts_ms <= before_ms are dead). */
 segd_err_t segd_edge_retire(segd_edge_t *e, int64_t segment_id, int64_t before_ms);
