@@ -55,7 +55,8 @@ struct segd_pipeline {
     size_t ndlq, capdlq;
     segd_pipeline_stats_t st;
     char last_fault[512];
-    int64_t gc_next_ms; /* monotonic time of the next GC watermark advance */
+    int64_t gc_next_ms;    /* monotonic time of the next GC watermark advance */
+    int64_t flush_next_ms; /* and of the next forced flush of the profiles */
 };
 
 static const char *const reason_names[SEGD_DLQ_REASONS] = {
@@ -412,6 +413,14 @@ static void advance_gc(segd_pipeline_t *p)
                     : 0;
     if (segd_store_gc_advance(p->store, flags, err, sizeof(err)) != SEGD_OK)
         fprintf(stderr, "segd: GC watermark not advanced: %s\n", err);
+    /* RocksDB only looks for files due for periodic compaction after a flush
+     * or compaction: on a quiet store an operand would stay in the memtable,
+     * unmerged, for ever. An hourly flush keeps the grace bound (§3.1). */
+    if (mono_ms() >= p->flush_next_ms) {
+        p->flush_next_ms = mono_ms() + 3600 * 1000;
+        if (segd_store_flush(p->store, err, sizeof(err)) != SEGD_OK)
+            fprintf(stderr, "segd: flush: %s\n", err);
+    }
 }
 
 segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)

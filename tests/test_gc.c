@@ -14,6 +14,8 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <rocksdb/c.h>
+#include <unistd.h>
 
 #include "cache/edge.h"
 #include "consumer/apply.h"
@@ -413,10 +415,122 @@ static void test_store_snapshot_caches_agree(void **state)
     }
 }
 
+/* Files per level of the profiles family, read through a read-only handle
+ * beside the open store. Returns the number of non-empty levels; *l0 gets
+ * the L0 file count. */
+static int profile_levels(const char *dir, int *l0)
+{
+    const char *names[] = {"default", "profiles", "meta", "outbox"};
+    rocksdb_options_t *o = rocksdb_options_create();
+    const rocksdb_options_t *cfo[4] = {o, o, o, o};
+    rocksdb_column_family_handle_t *cf[4];
+    char *err = NULL;
+    rocksdb_t *db = NULL;
+    for (int i = 0; i < 20 && !db; i++) { /* a compaction may delete a file meanwhile */
+        if (err) {
+            free(err);
+            err = NULL;
+            usleep(50000);
+        }
+        db = rocksdb_open_for_read_only_column_families(o, dir, 4, names, cfo, cf, 0, &err);
+    }
+    if (!db)
+        fail_msg("read-only open of %s: %s", dir, err);
+    int levels = 0;
+    for (int l = 0; l < 7; l++) {
+        char prop[64];
+        snprintf(prop, sizeof(prop), "rocksdb.num-files-at-level%d", l);
+        char *v = rocksdb_property_value_cf(db, cf[1], prop);
+        int n = v ? atoi(v) : 0;
+        free(v);
+        if (l == 0)
+            *l0 = n;
+        levels += n > 0;
+    }
+    for (int i = 0; i < 4; i++)
+        rocksdb_column_family_handle_destroy(cf[i]);
+    rocksdb_close(db);
+    rocksdb_options_destroy(o);
+    return levels;
+}
+
+/* The grace bound (DESIGN §3.1): an operand written above its base reaches
+ * the base's level through periodic compaction within about one period once
+ * flushes keep RocksDB recomputing what is due (segd run flushes the
+ * profiles family at least hourly). Scaled down: a 2 s period, a flush
+ * every 250 ms of unrelated writes. */
+static void test_operand_merged_within_period(void **state)
+{
+    (void)state;
+    char dir[64], err[256];
+    make_dir(dir, sizeof(dir), "period");
+    segd_store_opts_t o;
+    segd_store_opts_default(&o);
+    o.path = dir;
+    o.now_ms = T0;
+    o.block_cache_mb = 8;
+    o.periodic_compaction_s = 2;
+    segd_store_t *s = NULL;
+    assert_int_equal(segd_store_open(&s, &o, err, sizeof(err)), SEGD_OK);
+    segd_event_t ev;
+    segd_event_init(&ev);
+    segd_applier_t ap;
+    assert_int_equal(segd_applier_init(&ap, s), SEGD_OK);
+    for (int u = 0; u < 2000; u++) { /* the base, then all in one level */
+        char uid[16];
+        snprintf(uid, sizeof(uid), "base%04d", u);
+        segd_event_reset(&ev);
+        segd_event_set_user(&ev, uid, strlen(uid));
+        ev.ts_ms = T0 - HOUR_MS;
+        ev.op = SEGD_OP_REMOVE;
+        segd_seg_update_t up = {u % 50, 0, 0, 0};
+        segd_event_add_segment(&ev, &up);
+        assert_int_equal(segd_applier_add(&ap, &ev), SEGD_OK);
+    }
+    assert_int_equal(segd_applier_flush(&ap, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_store_compact(s, err, sizeof(err)), SEGD_OK);
+    int l0 = 0;
+    assert_int_equal(profile_levels(dir, &l0), 1);
+    segd_event_reset(&ev); /* the late operand above one base record */
+    segd_event_set_user(&ev, "base0007", 8);
+    ev.ts_ms = T0 - 2 * HOUR_MS;
+    ev.op = SEGD_OP_UPSERT;
+    segd_seg_update_t up = {7, 86400, 0, 0};
+    segd_event_add_segment(&ev, &up);
+    assert_int_equal(segd_applier_add(&ap, &ev), SEGD_OK);
+    assert_int_equal(segd_applier_flush(&ap, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_store_flush(s, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(profile_levels(dir, &l0), 2);
+    double waited = 0;
+    for (int i = 0; i < 80; i++, waited += 0.25) {
+        usleep(250000);
+        char uid[16];
+        snprintf(uid, sizeof(uid), "other%04d", i); /* traffic elsewhere */
+        segd_event_reset(&ev);
+        segd_event_set_user(&ev, uid, strlen(uid));
+        ev.ts_ms = T0;
+        ev.op = SEGD_OP_UPSERT;
+        segd_event_add_segment(&ev, &up);
+        assert_int_equal(segd_applier_add(&ap, &ev), SEGD_OK);
+        assert_int_equal(segd_applier_flush(&ap, err, sizeof(err)), SEGD_OK);
+        assert_int_equal(segd_store_flush(s, err, sizeof(err)), SEGD_OK);
+        if (waited >= 2 && profile_levels(dir, &l0) == 1 && l0 == 0)
+            break;
+    }
+    fprintf(stderr, "  operand merged into the base level after %.2f s (period 2 s)\n", waited);
+    assert_true(profile_levels(dir, &l0) == 1 && l0 == 0);
+    assert_true(waited <= 3 * 2);
+    segd_applier_free(&ap);
+    segd_event_free(&ev);
+    segd_store_close(s);
+    remove_dir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_watermark_lifecycle),
+        cmocka_unit_test(test_operand_merged_within_period),
         cmocka_unit_test(test_store_snapshot_caches_agree),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
