@@ -27,7 +27,9 @@ static void usage(FILE *f)
             "  --listen: default 127.0.0.1:8080; GET /v1/users/{id}, GET /healthz\n"
             "  --now: a fixed clock instead of the wall clock (tests, replays)\n"
             "  --from-beginning: tail every partition from its start, not from the\n"
-            "  manifest's positions (slower, equally correct)\n");
+            "  manifest's positions (slower, equally correct)\n"
+            "  --horizon-s: informational; what the cache drops is decided by the\n"
+            "  snapshot's GC watermark (DESIGN §3.1), never by its clock\n");
 }
 
 typedef struct cache_args {

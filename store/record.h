@@ -41,8 +41,8 @@ typedef struct segd_prune {
     int64_t now_ms;
     int64_t horizon_ms;
     /* 1 when the join sees the key's whole history (full merge, compaction
-     * filter, reads): only then may dead entries and erase markers past the
-     * horizon be dropped. A partial merge must keep them to beat its base. */
+     * filter, reads): only then may dead entries and erase markers below the
+     * GC watermark be dropped. A partial merge must keep them to beat its base. */
     int complete;
     int64_t (*retired_before)(void *ctx, int64_t segment_id);
     void *retired_ctx;
