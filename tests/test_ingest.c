@@ -534,6 +534,65 @@ static void test_time_refusals(void **state)
     segd_event_free(&ev);
 }
 
+/* A fresh store takes history of any age (a replica replaying its input, a
+ * bulk load); once the consumer has caught up, the start phase of W begins:
+ * from then on events older than now - horizon are too_late. */
+static void test_history_then_floor(void **state)
+{
+    fixture_t *f = *state;
+    volatile sig_atomic_t stop = 0;
+    char db[128], err[256];
+    const int64_t now = NOW_S * 1000, day = 86400 * 1000LL;
+    segd_avro_codec_t *codec;
+    segd_event_t ev;
+    segd_buf_t buf = {0};
+    segd_event_init(&ev);
+    assert_int_equal(segd_avro_codec_new(&codec, NULL, NULL, err, sizeof(err)), SEGD_OK);
+    rd_kafka_t *rk = plain_producer(f);
+    for (int i = 0; i < 20; i++) { /* 10 to 29 days old */
+        char user[16];
+        snprintf(user, sizeof(user), "old%02d", i);
+        make_event(&ev, user, 2, 60 * 86400);
+        ev.ts_ms = now - (10 + i) * day;
+        assert_int_equal(segd_avro_encode(codec, SEGD_FRAMING_SINGLE_OBJECT, 0, &ev, &buf),
+                         SEGD_OK);
+        produce_raw(rk, user, buf.data, buf.len);
+    }
+    rd_kafka_flush(rk, 10000);
+    segd_store_t *s = open_store(f->dir, "history");
+    snprintf(db, sizeof(db), "%s/history", f->dir);
+    segd_config_t cfg;
+    base_config(&cfg, f, "g-history", db);
+    segd_pipeline_t *p;
+    assert_int_equal(segd_pipeline_new(&p, &cfg, s, &stop, err, sizeof(err)), SEGD_OK);
+    run_until(p, 20, 60);
+    segd_pipeline_stats_t st;
+    segd_pipeline_get_stats(p, &st);
+    assert_int_equal(st.events, 20);
+    segd_policy_t *pol = segd_store_policy(s);
+    time_t end = time(NULL) + 30; /* W's bookkeeping runs every 10 s */
+    while (segd_policy_ts_floor(pol) == 0 && time(NULL) < end)
+        assert_int_equal(segd_pipeline_step(p, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_policy_ts_floor(pol), now - day);
+    assert_int_equal(segd_store_gc_watermark(s), 0); /* drops wait for grace */
+    make_event(&ev, "old-again", 2, 60 * 86400);
+    ev.ts_ms = now - 10 * day;
+    assert_int_equal(segd_avro_encode(codec, SEGD_FRAMING_SINGLE_OBJECT, 0, &ev, &buf), SEGD_OK);
+    produce_raw(rk, "old-again", buf.data, buf.len);
+    rd_kafka_flush(rk, 10000);
+    rd_kafka_destroy(rk);
+    run_until(p, 21, 60);
+    segd_pipeline_get_stats(p, &st);
+    segd_pipeline_destroy(p);
+    assert_int_equal(st.events, 20);
+    assert_int_equal(st.dlq[SEGD_DLQ_TOO_LATE], 1);
+    segd_store_close(s);
+    segd_config_free(&cfg);
+    segd_avro_codec_destroy(codec);
+    segd_buf_free(&buf);
+    segd_event_free(&ev);
+}
+
 /* ---------- faults ---------- */
 
 static void test_broker_outage_stalls_then_resumes(void **state)
@@ -645,6 +704,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_two_consumers_split, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dead_letters, setup, teardown),
         cmocka_unit_test_setup_teardown(test_time_refusals, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_history_then_floor, setup, teardown),
         cmocka_unit_test_setup_teardown(test_broker_outage_stalls_then_resumes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sigkill_and_restart, setup, teardown),
     };
