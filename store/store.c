@@ -239,6 +239,7 @@ static segd_err_t open_db(segd_store_t *s, const segd_store_opts_t *o, char *err
 #define GC_WATERMARK_KEY "gc_watermark_ms"
 #define GC_START_FLOOR_KEY "gc_start_floor_ms" /* W's start phase: its floor */
 #define GC_START_OPEN_KEY "gc_start_open_ms"   /* and the open time it has run */
+#define GC_GRACE_KEY "gc_grace_ms"             /* the largest grace W was moved with */
 
 static segd_err_t meta_get_i64(segd_store_t *s, const char *key, int64_t *out,
                                char *errstr, size_t n)
@@ -263,14 +264,21 @@ static segd_err_t meta_get_i64(segd_store_t *s, const char *key, int64_t *out,
  * age, which is always safe. */
 static segd_err_t load_gc_watermark(segd_store_t *s, char *errstr, size_t n)
 {
-    int64_t w, floor;
+    int64_t w, floor, grace;
     segd_err_t err = meta_get_i64(s, GC_WATERMARK_KEY, &w, errstr, n);
     if (!err)
         err = meta_get_i64(s, GC_START_FLOOR_KEY, &floor, errstr, n);
     if (!err)
+        err = meta_get_i64(s, GC_GRACE_KEY, &grace, errstr, n);
+    if (!err)
         err = meta_get_i64(s, GC_START_OPEN_KEY, &s->gc_start_open_ms, errstr, n);
     if (err)
         return err;
+    /* a grace once used stays: a smaller one here (segd compact with the
+     * default beside a segd run configured larger) would let W outrun
+     * operands that run accepted, and put run's floor above now - horizon */
+    if (grace > segd_policy_gc_grace_ms(s->policy))
+        segd_policy_set_gc_grace(s->policy, grace);
     segd_policy_set_gc_watermark(s->policy, w);
     segd_policy_set_gc_start_floor(s->policy, floor);
     s->gc_start_floor_ms = floor;
@@ -339,7 +347,8 @@ segd_err_t segd_store_gc_advance(segd_store_t *s, int flags, char *errstr, size_
         err = gc_start_phase(s, flags & SEGD_GC_CAUGHT_UP, now, elapsed, &next, errstr, n);
     if (err || next <= w)
         return err;
-    if ((err = put_gc_meta(s, GC_WATERMARK_KEY, next, errstr, n)))
+    if ((err = put_gc_meta(s, GC_GRACE_KEY, segd_policy_gc_grace_ms(s->policy), errstr, n)) ||
+        (err = put_gc_meta(s, GC_WATERMARK_KEY, next, errstr, n)))
         return err;
     segd_policy_set_gc_watermark(s->policy, next);
     return SEGD_OK;

@@ -125,6 +125,36 @@ static void test_watermark_lifecycle(void **state)
     remove_dir(dir);
 }
 
+/* The grace W was moved with is kept: a store run with 5 days, then
+ * compacted by a tool with the default 2, keeps 5 (W = now - 24 h - 5 d,
+ * floor now - 24 h) for both. */
+static void test_grace_is_kept(void **state)
+{
+    (void)state;
+    char dir[64], err[256];
+    make_dir(dir, sizeof(dir), "grace");
+    segd_store_opts_t o;
+    segd_store_opts_default(&o);
+    o.path = dir;
+    o.now_ms = T0;
+    o.block_cache_mb = 8;
+    o.gc_grace_ms = 5 * 24 * HOUR_MS;
+    segd_store_t *s = NULL;
+    assert_int_equal(segd_store_open(&s, &o, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_store_compact(s, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_store_gc_watermark(s), T0 - 24 * HOUR_MS - 5 * 24 * HOUR_MS);
+    segd_store_close(s);
+    o.gc_grace_ms = 2 * 24 * HOUR_MS;
+    o.now_ms = T0 + 10 * HOUR_MS;
+    assert_int_equal(segd_store_open(&s, &o, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_policy_gc_grace_ms(segd_store_policy(s)), 5 * 24 * HOUR_MS);
+    assert_int_equal(segd_store_compact(s, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_store_gc_watermark(s), T0 + 10 * HOUR_MS - 24 * HOUR_MS - 5 * 24 * HOUR_MS);
+    assert_int_equal(segd_policy_ts_floor(segd_store_policy(s)), T0 + 10 * HOUR_MS - 24 * HOUR_MS);
+    segd_store_close(s);
+    remove_dir(dir);
+}
+
 /* ---------- the same deltas into a store, two caches and a model ---------- */
 
 typedef struct delta {
@@ -530,6 +560,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_watermark_lifecycle),
+        cmocka_unit_test(test_grace_is_kept),
         cmocka_unit_test(test_operand_merged_within_period),
         cmocka_unit_test(test_store_snapshot_caches_agree),
     };
