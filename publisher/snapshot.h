@@ -17,8 +17,9 @@
  *    "changes": {"topic": "segments.changes",
  *                "positions": [{"partition": p, "offset": o}, ...]}}
  * gc_watermark_ms (added; 0 when absent) is the store's GC watermark when the
- * export began: a cache raises its own to it (edge.h) and drops dead
- * entries below it only, as the store does (DESIGN §3).
+ * scan ended (at least the one it pruned with): a cache raises its own to it
+ * (edge.h) and drops dead entries below it only, as the store does (DESIGN
+ * §3.1).
  * A cache tails each change-topic partition from its position, and from the
  * beginning for a partition the manifest does not list (nothing of this
  * store was published there before the snapshot). */
@@ -50,7 +51,7 @@ typedef struct segd_topic_offset {
 
 typedef struct segd_manifest {
     int64_t created_at_ms, now_ms, horizon_ms;
-    int64_t gc_watermark_ms; /* DESIGN §3's W at export; 0 = none */
+    int64_t gc_watermark_ms; /* DESIGN §3.1's W after the scan; 0 = none */
     uint32_t buckets;
     uint64_t records, segments;
     segd_snapshot_file_t *files;
