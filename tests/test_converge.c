@@ -300,6 +300,7 @@ static segd_edge_t *build_cache(const fixture_t *f, int from_beginning)
     loader_t l = {cache};
     assert_int_equal(segd_snapshot_load(f->snap, NULL, &m, load_cb, &l, err, sizeof(err)),
                      SEGD_OK);
+    segd_edge_raise_gc_watermark(cache, m.gc_watermark_ms); /* as segd cache does */
     segd_tail_t *t = NULL;
     segd_tail_opts_t to;
     segd_tail_opts_default(&to);
