@@ -1,4 +1,4 @@
-/* Clock, horizon and retirement markers shared by merge and compaction. */
+/* Clock, horizon, GC watermark and retirement markers shared by merge and compaction. */
 #include "policy.h"
 
 #include <pthread.h>

@@ -1,6 +1,7 @@
 /* The store's time and retention policy: the clock (wall clock, or a fixed
- * `--now` for tests and tools), the late-arrival horizon, and the store-wide
- * segment retirement markers. Shared, read-mostly, by the merge operator and
+ * `--now` for tests and tools), the late-arrival horizon, the GC watermark
+ * and the ingest floor it implies (DESIGN §3.1), and the store-wide segment
+ * retirement markers. Shared, read-mostly, by the merge operator and
  * the compaction filter on RocksDB's background threads; must outlive the DB. */
 #ifndef SEGD_POLICY_H
 #define SEGD_POLICY_H
