@@ -47,6 +47,7 @@ typedef struct retired {
 struct segd_edge {
     segd_edge_opts_t o;
     _Atomic int64_t now_ms;
+    _Atomic int64_t gc_watermark; /* W from the store; only raised */
     shard_t *shards;
     size_t nshards;
     _Atomic(retired_t *) retired;
@@ -185,6 +186,18 @@ segd_err_t segd_edge_retire(segd_edge_t *e, int64_t segment_id, int64_t before_m
     return SEGD_OK;
 }
 
+void segd_edge_raise_gc_watermark(segd_edge_t *e, int64_t w_ms)
+{
+    int64_t cur = atomic_load(&e->gc_watermark);
+    while (w_ms > cur && !atomic_compare_exchange_weak(&e->gc_watermark, &cur, w_ms))
+        ;
+}
+
+int64_t segd_edge_gc_watermark(const segd_edge_t *e)
+{
+    return atomic_load(&((segd_edge_t *)e)->gc_watermark);
+}
+
 static void prune_rule(segd_edge_t *e, segd_prune_t *rule)
 {
     retired_t *r = atomic_load(&e->retired);
@@ -193,6 +206,8 @@ static void prune_rule(segd_edge_t *e, segd_prune_t *rule)
     rule->complete = 1; /* the cache holds the key's whole history */
     rule->retired_before = r && r->n ? retired_before : NULL;
     rule->retired_ctx = r;
+    /* the store's W, never now - horizon: drops must match the store's */
+    rule->gc_before_ms = atomic_load(&e->gc_watermark);
 }
 
 /* ---------- records ---------- */
@@ -368,7 +383,7 @@ static void account(shard_t *s, const rec_t *r, int sign)
 }
 
 typedef struct join_scratch {
-    segd_profile_t cur, out;
+    segd_profile_t cur, out, recent;
     builder_t b;
 } join_scratch_t;
 
@@ -378,13 +393,37 @@ static void scratch_free(struct join_scratch *js)
         return;
     segd_profile_free(&js->cur);
     segd_profile_free(&js->out);
+    segd_profile_free(&js->recent);
     builder_free(&js->b);
     free(js);
 }
 
-/* Joins p into the user's profile under the shard's write lock. */
+/* A delta's entries older than W are skipped: the store accepted them before
+ * its W passed them + grace, so before any snapshot carrying that W, which
+ * holds their effect already; joining them again could resurrect an entry
+ * the snapshot dropped (a conservative tail re-delivers such deltas). */
+static const segd_profile_t *recent_part(const segd_profile_t *p, int64_t w,
+                                         segd_profile_t *recent)
+{
+    size_t old = 0;
+    for (size_t i = 0; i < p->n; i++)
+        old += p->entries[i].ts_ms < w;
+    if (!old)
+        return p;
+    segd_profile_clear(recent);
+    if (segd_profile_reserve(recent, p->n - old))
+        return NULL;
+    for (size_t i = 0; i < p->n; i++)
+        if (p->entries[i].ts_ms >= w)
+            recent->entries[recent->n++] = p->entries[i];
+    recent->erased_before_ms = p->erased_before_ms;
+    return recent;
+}
+
+/* Joins p into the user's profile under the shard's write lock; a delta
+ * (not a snapshot record) loses its entries older than W first. */
 static segd_err_t join_into(segd_edge_t *e, const char *user, size_t len,
-                            const segd_profile_t *p)
+                            const segd_profile_t *p, int delta)
 {
     if (len == 0 || len > UINT32_MAX)
         return SEGD_ERR_INVALID;
@@ -402,6 +441,10 @@ static segd_err_t join_into(segd_edge_t *e, const char *user, size_t len,
     join_scratch_t *js = s->js;
     if ((s->count + 1) * 10 > s->cap * 7 && (err = grow(s)))
         goto out;
+    if (delta && !(p = recent_part(p, rule.gc_before_ms, &js->recent))) {
+        err = SEGD_ERR_NOMEM;
+        goto out;
+    }
     size_t i = find_slot(s, h, user, len);
     rec_t *old = s->slots[i];
     if (old && (err = rec_expand(old, &js->cur)))
@@ -438,7 +481,7 @@ out:
 segd_err_t segd_edge_put(segd_edge_t *e, const char *user, size_t len, const segd_profile_t *p)
 {
     atomic_fetch_add(&e->puts, 1);
-    return join_into(e, user, len, p);
+    return join_into(e, user, len, p, 0);
 }
 
 segd_err_t segd_edge_apply(segd_edge_t *e, const segd_change_t *c)
@@ -454,7 +497,7 @@ segd_err_t segd_edge_apply(segd_edge_t *e, const segd_change_t *c)
         return SEGD_OK;
     }
     atomic_fetch_add(&e->deltas, 1);
-    return join_into(e, c->user_id, c->user_id_len, &c->profile);
+    return join_into(e, c->user_id, c->user_id_len, &c->profile, 1);
 }
 
 /* ---------- reads ---------- */

@@ -27,7 +27,8 @@
 typedef struct segd_edge segd_edge_t;
 
 typedef struct segd_edge_opts {
-    int64_t horizon_ms; /* late-arrival horizon, as the store's; default 24 h */
+    int64_t horizon_ms; /* informational: the store's GC watermark, not this,
+                         * decides what the cache drops (DESIGN §3) */
     int64_t now_ms;     /* 0 = wall clock */
     size_t shards;      /* power of two, default 64 */
 } segd_edge_opts_t;
@@ -49,12 +50,22 @@ void segd_edge_destroy(segd_edge_t *e);
 void segd_edge_set_now(segd_edge_t *e, int64_t now_ms);
 int64_t segd_edge_now_ms(const segd_edge_t *e);
 
+/* Raises the cache's GC watermark W (never lowers it): dead entries and
+ * erase markers with ts_ms < W are dropped by later joins. Take W from the
+ * store only (a snapshot manifest's gc_watermark_ms): the cache's own clock
+ * must never decide a drop, or a late delta the store still applies exactly
+ * could resurrect what the cache dropped. 0 (the default) drops nothing. */
+void segd_edge_raise_gc_watermark(segd_edge_t *e, int64_t w_ms);
+int64_t segd_edge_gc_watermark(const segd_edge_t *e);
+
 /* Joins a profile into the user's (a snapshot record; loading a snapshot
  * after some deltas is as correct as before them). */
 segd_err_t segd_edge_put(segd_edge_t *e, const char *user, size_t len,
                          const segd_profile_t *p);
-/* Applies one change event: a DELTA is joined into its user's profile; a
- * RETIRE raises the retirement markers. */
+/* Applies one change event: a DELTA is joined into its user's profile (its
+ * entries older than the cache's GC watermark are skipped: the snapshot that
+ * carried that W holds their effect); a RETIRE raises the retirement
+ * markers. */
 segd_err_t segd_edge_apply(segd_edge_t *e, const segd_change_t *c);
 /* Raises one retirement marker (entries with ts_ms <= before_ms are dead). */
 segd_err_t segd_edge_retire(segd_edge_t *e, int64_t segment_id, int64_t before_ms);

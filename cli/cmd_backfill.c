@@ -30,6 +30,9 @@ static void usage(FILE *f)
                "  FILE: JSON lines (one SegmentEvent per line) or an Avro object\n"
                "  container file of SegmentEvent. Exit 0 if every record applied,\n"
                "  3 if some were skipped (reported on stderr), 1 on failure.\n"
+               "  Events older than the store's GC watermark + grace (too_late) or more\n"
+               "  than 10 min after now (from_future) are skipped; a fresh store (no\n"
+               "  watermark yet) takes history of any age.\n"
                "  The changes go to the outbox, published by the next `segd run` to\n"
                "  the change stream; --no-changes skips that (caches reload a snapshot).\n");
 }
@@ -56,6 +59,19 @@ static int apply_one(backfill_t *b, const segd_event_t *ev, const char *where, l
     char err[256];
     if (segd_event_validate(ev, &b->limits, err, sizeof(err)) != SEGD_OK) {
         fprintf(stderr, "%s: %s\n", where, err);
+        b->skipped++;
+        return 0;
+    }
+    /* DESIGN §3, as segd run's too_late / from_future dead letters */
+    segd_policy_t *pol = segd_store_policy(b->ap.store);
+    segd_ts_verdict_t v = segd_policy_check_ts(pol, ev->ts_ms, b->limits.max_clock_skew_ms);
+    if (v != SEGD_TS_OK) {
+        if (v == SEGD_TS_TOO_LATE)
+            fprintf(stderr, "%s: too_late: ts_ms %lld is below %lld (GC watermark + grace)\n",
+                    where, (long long)ev->ts_ms, (long long)segd_policy_ts_floor(pol));
+        else
+            fprintf(stderr, "%s: from_future: ts_ms %lld is more than %lld ms after now\n",
+                    where, (long long)ev->ts_ms, (long long)b->limits.max_clock_skew_ms);
         b->skipped++;
         return 0;
     }

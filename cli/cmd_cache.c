@@ -32,7 +32,9 @@ static void usage(FILE *f)
             "  manifest's positions (slower, equally correct)\n"
             "  /healthz answers 200 once the snapshot is loaded and the tail reached\n"
             "  the change topic's end offsets seen at start. Exit 1 when the topic no\n"
-            "  longer holds deltas the snapshot needs (load a newer snapshot).\n");
+            "  longer holds deltas the snapshot needs (load a newer snapshot).\n\n"
+            "  --horizon-s: informational; what the cache drops is decided by the\n"
+            "  snapshot's GC watermark (DESIGN §3.1), never by its clock\n");
 }
 
 typedef struct cache_args {
@@ -149,6 +151,8 @@ static int load(const cache_args_t *a, cache_state_t *cs)
         if (segd_edge_retire(cs->edge, cs->manifest.retirements[i].segment_id,
                              cs->manifest.retirements[i].retired_before_ms))
             goto fail;
+    /* the store's GC watermark decides what joins may drop (DESIGN §3) */
+    segd_edge_raise_gc_watermark(cs->edge, cs->manifest.gc_watermark_ms);
     cs->load_s = segd_mono_s() - t0;
     fprintf(stderr, "segd cache: loaded %" PRIu64 " users, %" PRIu64 " entries in %.2f s\n",
             cs->manifest.records, cs->manifest.segments, cs->load_s);

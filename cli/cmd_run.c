@@ -30,7 +30,8 @@ static void usage(FILE *f)
             "    input.schema.registry.auth, input.schema.registry.ca, input.offset.reset,\n"
             "    dlq.topic, batch.max.messages, batch.max.ms, retry.max.ms,\n"
             "    limits.max.segments, limits.max.user.id, limits.max.message.bytes,\n"
-            "    store.granularity.s, store.horizon.s, store.block.cache.mb,\n"
+            "    limits.max.clock.skew.ms,\n"
+            "    store.granularity.s, store.horizon.s, store.gc.grace.s, store.block.cache.mb,\n"
             "    compaction.rate.mb, compaction.periodic.s,\n"
             "    changes.enable, changes.topic, changes.format (single-object|confluent),\n"
             "    changes.schema.registry.url, changes.compression (lz4|zstd),\n"
@@ -100,6 +101,7 @@ static segd_store_t *open_store(const segd_config_t *cfg)
     o.compaction_rate_mb = cfg->compaction_rate_mb;
     o.periodic_compaction_s = cfg->periodic_compaction_s;
     o.min_free_mb = cfg->min_free_mb;
+    o.gc_grace_ms = cfg->gc_grace_s * 1000;
     if (segd_store_open(&s, &o, err, sizeof(err)) != SEGD_OK)
         fprintf(stderr, "segd run: cannot open store: %s\n", err);
     return s;

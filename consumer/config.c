@@ -35,8 +35,10 @@ static const key_def_t keys[] = {
     {"limits.max.segments", K_INT, OFF(limits.max_segments), 1, 1 << 20},
     {"limits.max.user.id", K_INT, OFF(limits.max_user_id), 1, SEGD_MAX_USER_ID},
     {"limits.max.message.bytes", K_INT, OFF(limits.max_message), 64, 64 << 20},
+    {"limits.max.clock.skew.ms", K_INT, OFF(limits.max_clock_skew_ms), 0, 100LL * 365 * 86400000},
     {"store.granularity.s", K_INT, OFF(granularity_s), 1, 86400},
     {"store.horizon.s", K_INT, OFF(horizon_s), 0, 90 * 86400},
+    {"store.gc.grace.s", K_INT, OFF(gc_grace_s), 0, 90 * 86400},
     {"store.block.cache.mb", K_INT, OFF(block_cache_mb), 8, 1 << 20},
     {"store.min.free.mb", K_INT, OFF(min_free_mb), 0, 1 << 30},
     {"compaction.rate.mb", K_INT, OFF(compaction_rate_mb), 0, 1 << 20},
@@ -63,6 +65,7 @@ void segd_config_init(segd_config_t *c)
     segd_limits_default(&c->limits);
     c->granularity_s = 0; /* the store's (3600 for a new store) */
     c->horizon_s = 86400;
+    c->gc_grace_s = 2 * 86400;
     c->block_cache_mb = 256;
     c->min_free_mb = 256;
     c->periodic_compaction_s = 86400;

@@ -37,6 +37,7 @@ typedef struct segd_config {
     segd_limits_t limits;
     int64_t granularity_s;
     int64_t horizon_s;
+    int64_t gc_grace_s;       /* store.gc.grace.s: bound on unmerged operands */
     int64_t block_cache_mb;
     int64_t min_free_mb;         /* store writes wait below this much free disk */
     int64_t compaction_rate_mb;

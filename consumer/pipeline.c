@@ -56,10 +56,13 @@ struct segd_pipeline {
     size_t ndlq, capdlq;
     segd_pipeline_stats_t st;
     char last_fault[512];
+    int64_t gc_next_ms;    /* monotonic time of the next GC watermark advance */
+    int64_t flush_next_ms; /* and of the next forced flush of the profiles */
 };
 
 static const char *const reason_names[SEGD_DLQ_REASONS] = {
-    "decode", "unknown_schema", "oversize", "limit", "invalid", "key_mismatch", "bad_utf8"};
+    "decode", "unknown_schema", "oversize", "limit", "invalid", "key_mismatch", "bad_utf8",
+    "too_late", "from_future"};
 
 const char *segd_dlq_reason_name(int reason)
 {
@@ -262,6 +265,28 @@ static int decode_message(segd_pipeline_t *p, const rd_kafka_message_t *m, int *
     }
 }
 
+/* DESIGN §3: an event older than W + grace could need an entry a compaction
+ * already dropped, and one from the future would win for ever. */
+static int check_event_time(segd_pipeline_t *p, int *reason, char *why, size_t n)
+{
+    segd_policy_t *pol = segd_store_policy(p->store);
+    switch (segd_policy_check_ts(pol, p->ev.ts_ms, p->cfg->limits.max_clock_skew_ms)) {
+    case SEGD_TS_TOO_LATE:
+        snprintf(why, n, "too_late: ts_ms %" PRId64 " is below %" PRId64
+                 " (GC watermark + store.gc.grace.s)", p->ev.ts_ms, segd_policy_ts_floor(pol));
+        *reason = SEGD_DLQ_TOO_LATE;
+        return 0;
+    case SEGD_TS_FROM_FUTURE:
+        snprintf(why, n, "from_future: ts_ms %" PRId64 " is more than %" PRId64
+                 " ms after now (limits.max.clock.skew.ms)", p->ev.ts_ms,
+                 p->cfg->limits.max_clock_skew_ms);
+        *reason = SEGD_DLQ_FROM_FUTURE;
+        return 0;
+    default:
+        return 1;
+    }
+}
+
 static int check_event(segd_pipeline_t *p, const rd_kafka_message_t *m, int *reason,
                        char *why, size_t n)
 {
@@ -278,7 +303,7 @@ static int check_event(segd_pipeline_t *p, const rd_kafka_message_t *m, int *rea
         *reason = SEGD_DLQ_KEY_MISMATCH;
         return 0;
     }
-    return 1;
+    return check_event_time(p, reason, why, n);
 }
 
 /* Returns -1 when a stop interrupted a fault wait and -2 when memory ran out;
@@ -344,8 +369,55 @@ static void wait_for_publisher(segd_pipeline_t *p)
     rd_kafka_topic_partition_list_destroy(parts);
 }
 
+/* Whether every assigned partition has been read to within a few batches of
+ * the end offset librdkafka last saw (cached, no broker round trip): under
+ * steady load the position never sits exactly at the end. */
+static int caught_up(segd_pipeline_t *p)
+{
+    rd_kafka_topic_partition_list_t *parts = NULL;
+    if (rd_kafka_assignment(p->consumer, &parts))
+        return 0;
+    int64_t slack = 10 * p->cfg->batch_max_messages;
+    int ok = parts->cnt > 0 && !rd_kafka_position(p->consumer, parts);
+    for (int i = 0; ok && i < parts->cnt; i++) {
+        rd_kafka_topic_partition_t *tp = &parts->elems[i];
+        int64_t lo, hi;
+        ok = !rd_kafka_get_watermark_offsets(p->consumer, tp->topic, tp->partition, &lo, &hi) &&
+             hi >= 0 && (tp->offset >= 0 ? hi - tp->offset <= slack : hi == lo);
+    }
+    rd_kafka_topic_partition_list_destroy(parts);
+    return ok;
+}
+
+/* Moves the GC watermark at most every 10 s, and only here: between the
+ * time check of an event and the write of its batch W stays put. A fresh
+ * store starts W's phase only once caught up, so replaying the input's
+ * history into it is not refused (DESIGN §3, §7). A failure leaves W where
+ * it was, which is always safe. */
+static void advance_gc(segd_pipeline_t *p)
+{
+    char err[256];
+    if (segd_mono_ms() < p->gc_next_ms)
+        return;
+    p->gc_next_ms = segd_mono_ms() + 10000;
+    int flags = segd_policy_ts_floor(segd_store_policy(p->store)) == 0 && caught_up(p)
+                    ? SEGD_GC_CAUGHT_UP
+                    : 0;
+    if (segd_store_gc_advance(p->store, flags, err, sizeof(err)) != SEGD_OK)
+        fprintf(stderr, "segd: GC watermark not advanced: %s\n", err);
+    /* RocksDB only looks for files due for periodic compaction after a flush
+     * or compaction: on a quiet store an operand would stay in the memtable,
+     * unmerged, for ever. An hourly flush keeps the grace bound (§3.1). */
+    if (segd_mono_ms() >= p->flush_next_ms) {
+        p->flush_next_ms = segd_mono_ms() + 3600 * 1000;
+        if (segd_store_flush(p->store, err, sizeof(err)) != SEGD_OK)
+            fprintf(stderr, "segd: flush: %s\n", err);
+    }
+}
+
 segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
 {
+    advance_gc(p);
     wait_for_publisher(p);
     int64_t deadline = segd_mono_ms() + p->cfg->batch_max_ms;
     int64_t taken = 0;

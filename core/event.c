@@ -11,6 +11,7 @@ void segd_limits_default(segd_limits_t *l)
     l->max_segments = 4096;
     l->max_user_id = SEGD_MAX_USER_ID;
     l->max_message = 1 << 20;
+    l->max_clock_skew_ms = 600000;
 }
 
 void segd_event_init(segd_event_t *ev) { memset(ev, 0, sizeof(*ev)); }

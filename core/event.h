@@ -41,6 +41,7 @@ typedef struct segd_limits {
     size_t max_segments;   /* default 4096 */
     size_t max_user_id;    /* default 256 */
     size_t max_message;    /* default 1 MiB */
+    int64_t max_clock_skew_ms; /* ts_ms above now + this is refused; default 10 min */
 } segd_limits_t;
 
 void segd_limits_default(segd_limits_t *l);

@@ -1,4 +1,4 @@
-/* Clock, horizon and retirement markers shared by merge and compaction. */
+/* Clock, horizon, GC watermark and retirement markers shared by merge and compaction. */
 #include "core/policy.h"
 
 #include <pthread.h>
@@ -22,6 +22,9 @@ struct segd_policy {
     int64_t horizon_ms;
     _Atomic(retired_set_t *) retired;
     _Atomic uint64_t corrupt;
+    _Atomic int64_t gc_watermark; /* W; only raised */
+    _Atomic int64_t gc_grace_ms;
+    _Atomic int64_t gc_start_floor; /* W's start phase: refuse below this */
     pthread_mutex_t retire_lock; /* serializes writers of `retired` */
 };
 
@@ -34,6 +37,9 @@ segd_err_t segd_policy_new(segd_policy_t **out, int64_t horizon_ms)
     atomic_init(&p->now_ms, 0);
     atomic_init(&p->retired, NULL);
     atomic_init(&p->corrupt, 0);
+    atomic_init(&p->gc_watermark, 0);
+    atomic_init(&p->gc_grace_ms, 0);
+    atomic_init(&p->gc_start_floor, 0);
     pthread_mutex_init(&p->retire_lock, NULL);
     *out = p;
     return SEGD_OK;
@@ -74,6 +80,51 @@ void segd_policy_rule(segd_policy_t *p, segd_prune_t *rule, int complete)
     rule->complete = complete;
     rule->retired_before = atomic_load(&p->retired) ? segd_policy_retired_before : NULL;
     rule->retired_ctx = p;
+    rule->gc_before_ms = atomic_load(&p->gc_watermark);
+}
+
+int64_t segd_policy_gc_watermark(const segd_policy_t *p)
+{
+    return atomic_load(&((segd_policy_t *)p)->gc_watermark);
+}
+
+void segd_policy_set_gc_watermark(segd_policy_t *p, int64_t w_ms)
+{
+    int64_t cur = atomic_load(&p->gc_watermark);
+    while (w_ms > cur && !atomic_compare_exchange_weak(&p->gc_watermark, &cur, w_ms))
+        ;
+}
+
+void segd_policy_set_gc_grace(segd_policy_t *p, int64_t grace_ms)
+{
+    atomic_store(&p->gc_grace_ms, grace_ms);
+}
+
+int64_t segd_policy_gc_grace_ms(const segd_policy_t *p)
+{
+    return atomic_load(&((segd_policy_t *)p)->gc_grace_ms);
+}
+
+void segd_policy_set_gc_start_floor(segd_policy_t *p, int64_t floor_ms)
+{
+    atomic_store(&p->gc_start_floor, floor_ms);
+}
+
+int64_t segd_policy_ts_floor(const segd_policy_t *p)
+{
+    int64_t w = segd_policy_gc_watermark(p);
+    return w > 0 ? w + segd_policy_gc_grace_ms(p)
+                 : atomic_load(&((segd_policy_t *)p)->gc_start_floor);
+}
+
+segd_ts_verdict_t segd_policy_check_ts(const segd_policy_t *p, int64_t ts_ms,
+                                       int64_t max_skew_ms)
+{
+    if (ts_ms < segd_policy_ts_floor(p))
+        return SEGD_TS_TOO_LATE;
+    if (max_skew_ms >= 0 && ts_ms > segd_policy_now_ms(p) + max_skew_ms)
+        return SEGD_TS_FROM_FUTURE;
+    return SEGD_TS_OK;
 }
 
 int64_t segd_policy_retired_before(void *policy, int64_t segment_id)

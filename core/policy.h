@@ -1,6 +1,7 @@
 /* The store's time and retention policy: the clock (wall clock, or a fixed
- * `--now` for tests and tools), the late-arrival horizon, and the store-wide
- * segment retirement markers. Shared, read-mostly, by the merge operator and
+ * `--now` for tests and tools), the late-arrival horizon, the GC watermark
+ * and the ingest floor it implies (DESIGN §3.1), and the store-wide segment
+ * retirement markers. Shared, read-mostly, by the merge operator and
  * the compaction filter on RocksDB's background threads; must outlive the DB. */
 #ifndef SEGD_POLICY_H
 #define SEGD_POLICY_H
@@ -20,8 +21,32 @@ void segd_policy_set_now(segd_policy_t *p, int64_t now_ms);
 int64_t segd_policy_now_ms(const segd_policy_t *p);
 int64_t segd_policy_horizon_ms(const segd_policy_t *p);
 
-/* Fills a prune rule at the policy's current time. */
+/* Fills a prune rule at the policy's current time and GC watermark. */
 void segd_policy_rule(segd_policy_t *p, segd_prune_t *rule, int complete);
+
+/* The GC watermark W (DESIGN §3): dead entries with ts_ms < W may be dropped;
+ * 0 = none yet (fresh store). set_gc_watermark only raises it; the store
+ * persists a value before it sets it here (store.h: segd_store_gc_advance). */
+int64_t segd_policy_gc_watermark(const segd_policy_t *p);
+void segd_policy_set_gc_watermark(segd_policy_t *p, int64_t w_ms);
+/* grace: how long a merge operand may stay unmerged above its base (store
+ * open time). Events need ts_ms >= W + grace once W > 0. */
+void segd_policy_set_gc_grace(segd_policy_t *p, int64_t grace_ms);
+int64_t segd_policy_gc_grace_ms(const segd_policy_t *p);
+
+/* Whether an event time can be applied exactly (DESIGN §3). */
+typedef enum segd_ts_verdict {
+    SEGD_TS_OK = 0,
+    SEGD_TS_TOO_LATE,    /* ts_ms < W + grace: a dropped entry may be needed */
+    SEGD_TS_FROM_FUTURE, /* ts_ms > now + max_skew_ms */
+} segd_ts_verdict_t;
+segd_ts_verdict_t segd_policy_check_ts(const segd_policy_t *p, int64_t ts_ms,
+                                       int64_t max_skew_ms);
+/* Lower bound of accepted ts_ms (0 = none): W + grace once W > 0; before
+ * that, the floor of W's start phase (0 on a fresh store: bulk loads of any
+ * age are taken). */
+int64_t segd_policy_ts_floor(const segd_policy_t *p);
+void segd_policy_set_gc_start_floor(segd_policy_t *p, int64_t floor_ms);
 
 /* Raises segment_id's retirement marker to before_ms (copy-on-write; readers
  * on other threads keep using the old set, freed at destroy). */

@@ -97,9 +97,23 @@ static int tuple_cmp(const segd_entry_t *a, const segd_entry_t *b)
     return 0;
 }
 
+/* tuple_cmp orders the codec's dictionary (by ts first, which its deltas
+ * need); the join ranks a removal above an upsert of the same ts_ms, as
+ * Cassandra's tombstones win ties. Still a total order, so the join (its
+ * max) stays commutative, associative and idempotent. */
+static int join_cmp(const segd_entry_t *a, const segd_entry_t *b)
+{
+    if (a->ts_ms != b->ts_ms)
+        return a->ts_ms < b->ts_ms ? -1 : 1;
+    int ra = a->expiry_s <= 0, rb = b->expiry_s <= 0;
+    if (ra != rb)
+        return ra < rb ? -1 : 1;
+    return tuple_cmp(a, b);
+}
+
 const segd_entry_t *segd_entry_join(const segd_entry_t *a, const segd_entry_t *b)
 {
-    return tuple_cmp(a, b) >= 0 ? a : b;
+    return join_cmp(a, b) >= 0 ? a : b;
 }
 
 static int64_t retired_before(const segd_prune_t *rule, int64_t seg)
@@ -122,21 +136,22 @@ int segd_entry_live(const segd_entry_t *e, int64_t erased_before_ms,
 
 /* Whether a join result may be physically dropped. Entries under an erase
  * marker or a retirement go at once (the marker outlives them); other dead
- * entries only past the horizon, and only when the join saw the key's whole
- * history (rule->complete), since they must still beat an older base. */
+ * entries only below the GC watermark W (DESIGN §3: nothing older than W can
+ * still arrive or still sit unmerged above this base), and only when the
+ * join saw the key's whole history (rule->complete), since they must still
+ * beat an older base. */
 static int droppable(const segd_entry_t *e, int64_t erased, const segd_prune_t *rule)
 {
     if (covered(e, erased, rule))
         return 1;
     if (!rule->complete)
         return 0;
-    return e->expiry_s <= rule->now_ms / 1000 &&
-           e->ts_ms < rule->now_ms - rule->horizon_ms;
+    return e->expiry_s <= rule->now_ms / 1000 && e->ts_ms < rule->gc_before_ms;
 }
 
 static int64_t pruned_marker(int64_t erased, const segd_prune_t *rule)
 {
-    if (rule && rule->complete && erased < rule->now_ms - rule->horizon_ms)
+    if (rule && rule->complete && erased < rule->gc_before_ms)
         return 0;
     return erased;
 }

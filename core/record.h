@@ -35,11 +35,15 @@ typedef struct segd_prune {
     int64_t now_ms;
     int64_t horizon_ms;
     /* 1 when the join sees the key's whole history (full merge, compaction
-     * filter, reads): only then may dead entries and erase markers past the
-     * horizon be dropped. A partial merge must keep them to beat its base. */
+     * filter, reads): only then may dead entries and erase markers below the
+     * GC watermark be dropped. A partial merge must keep them to beat its base. */
     int complete;
     int64_t (*retired_before)(void *ctx, int64_t segment_id);
     void *retired_ctx;
+    /* The store-wide GC watermark W (DESIGN §3): dead entries and erase
+     * markers are dropped only when their ts_ms < W. 0 = drop nothing by
+     * age (a fresh store). horizon_ms no longer decides drops: W does. */
+    int64_t gc_before_ms;
 } segd_prune_t;
 
 void segd_profile_init(segd_profile_t *p);
@@ -52,7 +56,8 @@ segd_err_t segd_profile_push(segd_profile_t *p, const segd_entry_t *e);
 void segd_profile_normalize(segd_profile_t *p);
 
 /* The join of two entries of one segment: the larger of
- * (ts_ms, expiry_s, flags, partner_id) compared in that order. */
+ * (ts_ms, is_tombstone, expiry_s, flags, partner_id) compared in that order,
+ * so that at equal ts_ms a removal (expiry_s <= 0) beats an upsert. */
 const segd_entry_t *segd_entry_join(const segd_entry_t *a, const segd_entry_t *b);
 
 /* Encodes p (sorted, unique ids) into out, replacing its contents. An empty
@@ -65,9 +70,9 @@ segd_err_t segd_record_encode(const segd_profile_t *p, segd_buf_t *out);
 segd_err_t segd_record_decode(const uint8_t *data, size_t len, segd_profile_t *p);
 
 /* k-way join of sorted profiles into out (out must not alias an input).
- * With prune != NULL, dead entries past the horizon, entries covered by the
- * erase marker or a retirement, and an erase marker past the horizon are
- * dropped. Linear in the total input for small k, n log k otherwise. */
+ * With prune != NULL, dead entries below the GC watermark, entries covered by
+ * the erase marker or a retirement, and an erase marker below the watermark
+ * are dropped. Linear in the total input for small k, n log k otherwise. */
 segd_err_t segd_profile_join(segd_profile_t *out, const segd_profile_t *const *in,
                              size_t k, const segd_prune_t *prune);
 

@@ -329,6 +329,10 @@ static segd_err_t write_snapshot(exporter_t *x, segd_store_t *s, segd_store_view
     m->records = atomic_load(&x->records);
     m->segments = atomic_load(&x->entries);
     m->horizon_ms = segd_policy_horizon_ms(segd_store_policy(s));
+    /* read after the scan: at least the W it pruned with, so a cache skipping
+     * deltas older than this skips every one that could undo a drop, and
+     * none written after the view (those are newer than W + grace) */
+    m->gc_watermark_ms = segd_store_gc_watermark(s);
     err = publish_buckets(x, d, errstr, n);
     if (err)
         return err;

@@ -6,6 +6,9 @@ cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
 bash scripts/check-layers.sh   # before building: an upward include fails fast
 jobs=$(nproc)
+# stores in tests are small: do not let a nearly full CI disk stall every write
+# behind the 256 MiB production reserve (tests/disk_full.sh sets its own)
+export SEGD_STORE_MIN_FREE_MB=8
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSEGD_WERROR=ON >/dev/null
 cmake --build build -j"$jobs"
 (cd build && ctest --output-on-failure -j"$jobs")

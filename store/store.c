@@ -35,6 +35,9 @@ struct segd_store {
     char *path;               /* for the free-space check */
     uint64_t min_free_bytes;  /* writes wait below this much free disk */
     atomic_int broken;        /* a write failed: no more writes, no rocksdb_close */
+    int64_t gc_moved_ms; /* policy time of open or of the last gc_advance */
+    int64_t gc_start_floor_ms, gc_start_open_ms; /* W's start phase */
+    rocksdb_writeoptions_t *sync_wopts; /* W: durable before any drop uses it */
     _Atomic uint64_t outbox_seq; /* next outbox sequence number */
     atomic_ulong outbox_appender; /* the one thread that appends (store.h); 0 = none yet */
 };
@@ -58,6 +61,7 @@ void segd_store_opts_default(segd_store_opts_t *o)
     o->granularity_s = 0; /* the store's; SEGD_STORE_GRANULARITY_S for a new one */
     o->periodic_compaction_s = 86400;
     o->min_free_mb = 256;
+    o->gc_grace_ms = 2LL * 86400 * 1000;
 }
 
 static void put_be64(char *b, uint64_t v)
@@ -137,6 +141,8 @@ static segd_err_t make_options(segd_store_t *s, const segd_store_opts_t *o)
             configure_profiles(s, s->cf_opts[i]);
     }
     s->wopts = rocksdb_writeoptions_create();
+    s->sync_wopts = rocksdb_writeoptions_create();
+    rocksdb_writeoptions_set_sync(s->sync_wopts, 1);
     s->ropts = rocksdb_readoptions_create();
     return SEGD_OK;
 }
@@ -248,6 +254,124 @@ static segd_err_t open_db(segd_store_t *s, const segd_store_opts_t *o, char *err
     return SEGD_OK;
 }
 
+#define GC_WATERMARK_KEY "gc_watermark_ms"
+#define GC_START_FLOOR_KEY "gc_start_floor_ms" /* W's start phase: its floor */
+#define GC_START_OPEN_KEY "gc_start_open_ms"   /* and the open time it has run */
+#define GC_GRACE_KEY "gc_grace_ms"             /* the largest grace W was moved with */
+
+static segd_err_t meta_get_i64(segd_store_t *s, const char *key, int64_t *out,
+                               char *errstr, size_t n)
+{
+    char *v = NULL;
+    size_t vlen;
+    *out = 0;
+    segd_err_t err = meta_get(s, key, strlen(key), &v, &vlen, errstr, n);
+    if (err == SEGD_ERR_NOTFOUND)
+        return SEGD_OK;
+    if (err)
+        return err;
+    if (vlen == 8)
+        *out = (int64_t)get_be64(v);
+    else
+        err = segd_errf(SEGD_ERR_CORRUPT, errstr, n, "bad %s in meta", key);
+    rocksdb_free(v);
+    return err;
+}
+
+/* Until this runs the policy's W is 0: compactions at open drop nothing by
+ * age, which is always safe. */
+static segd_err_t load_gc_watermark(segd_store_t *s, char *errstr, size_t n)
+{
+    int64_t w, floor, grace;
+    segd_err_t err = meta_get_i64(s, GC_WATERMARK_KEY, &w, errstr, n);
+    if (!err)
+        err = meta_get_i64(s, GC_START_FLOOR_KEY, &floor, errstr, n);
+    if (!err)
+        err = meta_get_i64(s, GC_GRACE_KEY, &grace, errstr, n);
+    if (!err)
+        err = meta_get_i64(s, GC_START_OPEN_KEY, &s->gc_start_open_ms, errstr, n);
+    if (err)
+        return err;
+    /* a grace once used stays: a smaller one here (segd compact with the
+     * default beside a segd run configured larger) would let W outrun
+     * operands that run accepted, and put run's floor above now - horizon */
+    if (grace > segd_policy_gc_grace_ms(s->policy))
+        segd_policy_set_gc_grace(s->policy, grace);
+    segd_policy_set_gc_watermark(s->policy, w);
+    segd_policy_set_gc_start_floor(s->policy, floor);
+    s->gc_start_floor_ms = floor;
+    return SEGD_OK;
+}
+
+int64_t segd_store_gc_watermark(segd_store_t *s)
+{
+    return segd_policy_gc_watermark(s->policy);
+}
+
+/* Synced: W must be on disk before a compaction output that used it is. */
+static segd_err_t put_gc_meta(segd_store_t *s, const char *key, int64_t v, char *errstr,
+                              size_t n)
+{
+    char val[8], *rerr = NULL;
+    put_be64(val, (uint64_t)v);
+    rocksdb_put_cf(s->db, s->sync_wopts, s->cf[CF_META], key, strlen(key), val, 8, &rerr);
+    return rerr ? rocks_err(rerr, SEGD_ERR_IO, errstr, n, "write GC watermark") : SEGD_OK;
+}
+
+/* W = 0 with no start phase: nothing refused by age. The phase (begun once
+ * the caller has caught up) refuses ts_ms below F0 = now - horizon at once,
+ * but drops nothing until it has run for grace of open time: by then every
+ * operand written before it began is merged, and every later one has
+ * ts_ms >= F0, so W = F0 is safe. */
+static segd_err_t gc_start_phase(segd_store_t *s, int caught_up, int64_t now,
+                                 int64_t elapsed, int64_t *next, char *errstr, size_t n)
+{
+    segd_err_t err;
+    if (!s->gc_start_floor_ms) {
+        if (!caught_up)
+            return SEGD_OK;
+        int64_t f0 = now - segd_policy_horizon_ms(s->policy);
+        if (f0 <= 0)
+            return SEGD_OK;
+        if ((err = put_gc_meta(s, GC_START_OPEN_KEY, 0, errstr, n)) ||
+            (err = put_gc_meta(s, GC_START_FLOOR_KEY, f0, errstr, n)))
+            return err;
+        s->gc_start_floor_ms = f0;
+        s->gc_start_open_ms = 0;
+        segd_policy_set_gc_start_floor(s->policy, f0);
+        return SEGD_OK;
+    }
+    s->gc_start_open_ms += elapsed;
+    if (s->gc_start_open_ms >= segd_policy_gc_grace_ms(s->policy))
+        *next = s->gc_start_floor_ms;
+    return put_gc_meta(s, GC_START_OPEN_KEY, s->gc_start_open_ms, errstr, n);
+}
+
+segd_err_t segd_store_gc_advance(segd_store_t *s, int flags, char *errstr, size_t n)
+{
+    if (s->read_only)
+        return SEGD_OK;
+    int64_t now = segd_policy_now_ms(s->policy), w = segd_policy_gc_watermark(s->policy);
+    int64_t target = now - segd_policy_horizon_ms(s->policy) -
+                     segd_policy_gc_grace_ms(s->policy);
+    int64_t elapsed = now > s->gc_moved_ms ? now - s->gc_moved_ms : 0, next = 0;
+    s->gc_moved_ms = now;
+    segd_err_t err = SEGD_OK;
+    if (flags & SEGD_GC_MERGED_ALL)
+        next = target;
+    else if (w > 0)
+        next = w + elapsed < target ? w + elapsed : target;
+    else
+        err = gc_start_phase(s, flags & SEGD_GC_CAUGHT_UP, now, elapsed, &next, errstr, n);
+    if (err || next <= w)
+        return err;
+    if ((err = put_gc_meta(s, GC_GRACE_KEY, segd_policy_gc_grace_ms(s->policy), errstr, n)) ||
+        (err = put_gc_meta(s, GC_WATERMARK_KEY, next, errstr, n)))
+        return err;
+    segd_policy_set_gc_watermark(s->policy, next);
+    return SEGD_OK;
+}
+
 /* The next sequence number continues after the last entry left over. */
 static void load_outbox_seq(segd_store_t *s)
 {
@@ -268,7 +392,7 @@ segd_err_t segd_store_open(segd_store_t **out, const segd_store_opts_t *o, char 
                            size_t n)
 {
     *out = NULL;
-    if (!o->path || o->granularity_s < 0 || o->horizon_ms < 0)
+    if (!o->path || o->granularity_s < 0 || o->horizon_ms < 0 || o->gc_grace_ms < 0)
         return segd_errf(SEGD_ERR_CONFIG, errstr, n, "store: bad path or settings");
     segd_store_t *s = calloc(1, sizeof(*s));
     if (!s)
@@ -284,10 +408,12 @@ segd_err_t segd_store_open(segd_store_t **out, const segd_store_opts_t *o, char 
     if (err)
         goto out_close;
     segd_policy_set_now(s->policy, o->now_ms);
+    segd_policy_set_gc_grace(s->policy, o->gc_grace_ms);
     if ((err = make_options(s, o)) || (err = open_db(s, o, errstr, n)) ||
         (err = check_format(s, errstr, n)) || (err = check_settings(s, o, errstr, n)) ||
-        (err = load_retirements(s)))
+        (err = load_retirements(s)) || (err = load_gc_watermark(s, errstr, n)))
         goto out_close;
+    s->gc_moved_ms = segd_policy_now_ms(s->policy);
     load_outbox_seq(s);
     *out = s;
     return SEGD_OK;
@@ -320,6 +446,8 @@ void segd_store_close(segd_store_t *s)
         rocksdb_cache_destroy(s->cache);
     if (s->wopts)
         rocksdb_writeoptions_destroy(s->wopts);
+    if (s->sync_wopts)
+        rocksdb_writeoptions_destroy(s->sync_wopts);
     if (s->ropts)
         rocksdb_readoptions_destroy(s->ropts);
     segd_policy_destroy(s->policy);
@@ -557,8 +685,17 @@ segd_err_t segd_store_compact(segd_store_t *s, char *errstr, size_t n)
     rocksdb_compactoptions_t *co = rocksdb_compactoptions_create();
     rocksdb_compactoptions_set_bottommost_level_compaction(co, 2 /* force */);
     rocksdb_compactoptions_set_exclusive_manual_compaction(co, 1);
-    for (int pass = 0; pass < 2 && background_errors(s) == before; pass++)
+    for (int pass = 0; pass < 2 && background_errors(s) == before; pass++) {
         rocksdb_compact_range_cf_opt(s->db, s->cf[CF_PROFILES], co, NULL, 0, NULL, 0);
+        /* after the first pass every key is one merged value: W may take its target */
+        if (pass == 0 && background_errors(s) == before) {
+            segd_err_t gerr = segd_store_gc_advance(s, SEGD_GC_MERGED_ALL, errstr, n);
+            if (gerr) {
+                rocksdb_compactoptions_destroy(co);
+                return gerr;
+            }
+        }
+    }
     rocksdb_compactoptions_destroy(co);
     char *rerr = NULL;
     static const char probe[] = "compaction-probe";

@@ -50,6 +50,8 @@ typedef struct segd_store_opts {
      * policy at open (compactor/ plugs itself in with segd_compactor_install);
      * NULL = no filter: dead entries then go only through full merges. */
     rocksdb_compactionfilterfactory_t *(*filter_factory)(segd_policy_t *policy);
+    int64_t gc_grace_ms;           /* default 2 days: bound on how long a merge
+                                    * operand stays unmerged (DESIGN §3) */
 } segd_store_opts_t;
 
 typedef struct segd_store_stats {
@@ -123,8 +125,28 @@ segd_err_t segd_store_scan(segd_store_t *s, segd_scan_cb cb, void *ctx, char *er
 /* Flushes the memtables to SST files (operand chains become partial merges). */
 segd_err_t segd_store_flush(segd_store_t *s, char *errstr, size_t errstr_size);
 
-/* Full manual compaction of the profiles family at the policy's now. */
+/* Full manual compaction of the profiles family at the policy's now. Every
+ * operand is merged into its base by the first pass, so the GC watermark may
+ * then jump to its target (segd_store_gc_advance with SEGD_GC_MERGED_ALL) before
+ * the second pass drops what lies below it. Call without concurrent writers
+ * (segd compact, tests, segd run before it consumes). */
 segd_err_t segd_store_compact(segd_store_t *s, char *errstr, size_t errstr_size);
+
+/* Advances the GC watermark W (DESIGN §3) toward now - horizon - grace,
+ * writing it to `meta` (synced) before the merge operator and the filter may
+ * use it. W moves no faster than the policy clock has moved between calls
+ * (time the store was closed does not count: no compaction merged anything
+ * then). A fresh store (W = 0) takes history of any age until a caller that
+ * has caught up with its input passes SEGD_GC_CAUGHT_UP: from then on events
+ * below now - horizon are refused, and W starts once that has held for grace
+ * of open time. SEGD_GC_MERGED_ALL (every operand was just merged, no writer
+ * since) lets W jump to its target. A read-only store does nothing. */
+#define SEGD_GC_MERGED_ALL 1
+#define SEGD_GC_CAUGHT_UP 2
+segd_err_t segd_store_gc_advance(segd_store_t *s, int flags, char *errstr,
+                                 size_t errstr_size);
+/* The persisted GC watermark (0 = none yet). */
+int64_t segd_store_gc_watermark(segd_store_t *s);
 
 segd_err_t segd_store_stats(segd_store_t *s, segd_store_stats_t *st, char *errstr,
                             size_t errstr_size);

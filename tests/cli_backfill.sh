@@ -92,6 +92,34 @@ set -e
 "$segd" stats --db "$tmp/db" --json > "$tmp/stats"
 grep -q '"records":0,' "$tmp/stats" || fail "records left after compaction: $(cat "$tmp/stats")"
 
+# 4b. issue 9: the compaction started the GC watermark W (now - 72 h): events
+# older than W + grace (now - 24 h) are too_late, those more than 10 min
+# ahead are from_future; both reported with file:line, skipped, exit 3
+late=1900000000000
+cat > "$tmp/late.jsonl" <<JL
+{"user_id":"dave","ts_ms":$((late - 3600000)),"op":"UPSERT","segments":[{"segment_id":1,"ttl_s":86400}]}
+{"user_id":"dave","ts_ms":$((late - 30 * 3600000)),"op":"UPSERT","segments":[{"segment_id":2,"ttl_s":864000}]}
+{"user_id":"dave","ts_ms":$((late + 11 * 60000)),"op":"UPSERT","segments":[{"segment_id":3,"ttl_s":86400}]}
+{"user_id":"dave","ts_ms":$((late + 5 * 60000)),"op":"UPSERT","segments":[{"segment_id":4,"ttl_s":86400}]}
+{"user_id":"dave","ts_ms":$((late - 24 * 3600000)),"op":"UPSERT","segments":[{"segment_id":5,"ttl_s":864000}]}
+JL
+set +e
+"$segd" backfill --db "$tmp/db" --now 1900000000 "$tmp/late.jsonl" > "$tmp/out" 2> "$tmp/err"
+rc=$?
+set -e
+[ $rc = 3 ] || fail "late/future file: exit $rc, want 3: $(cat "$tmp/err")"
+grep -q "late.jsonl:2: too_late" "$tmp/err" || fail "too_late not reported: $(cat "$tmp/err")"
+grep -q "late.jsonl:3: from_future" "$tmp/err" || fail "from_future not reported: $(cat "$tmp/err")"
+[ "$(wc -l < "$tmp/err")" = 2 ] || fail "more than two lines refused: $(cat "$tmp/err")"
+grep -q "skipped 2" "$tmp/out" || fail "summary: $(cat "$tmp/out")"
+out=$("$segd" get --db "$tmp/db" --now 1900000000 --json dave)
+for id in 1 4 5; do echo "$out" | grep -q "\"id\":$id," || fail "segment $id not applied: $out"; done
+echo "$out" | grep -q '"id":2,\|"id":3,' && fail "a refused event was applied: $out"
+# a fresh store (no watermark yet) takes history of any age: a bulk load
+"$segd" backfill --db "$tmp/fresh" --now 1900000000 "$tmp/hand.jsonl" > "$tmp/out" ||
+  fail "bulk load of old history into a fresh store: exit $?"
+grep -q "skipped 0" "$tmp/out" || fail "fresh store refused history: $(cat "$tmp/out")"
+
 # 5. usage errors are exit 2
 set +e
 "$segd" get --db "$tmp/db" --now notanumber alice >/dev/null 2>&1; [ $? = 2 ] || fail "bad --now not exit 2"

@@ -22,6 +22,7 @@
 
 #include <cmocka.h>
 
+#include "app/app.h"
 #include "cache/edge.h"
 #include "cache/tail.h"
 #include "wire/avro_codec.h"
@@ -29,7 +30,6 @@
 #include "cache/snapshot_read.h"
 #include "publisher/snapshot.h"
 #include "core/query.h"
-#include "compactor/filter.h"
 #include "store/store.h"
 
 #define TOPIC "events"
@@ -181,8 +181,7 @@ static void stop_run(pid_t pid, int sig)
 static segd_store_t *open_ro(const fixture_t *f, int64_t now_ms)
 {
     segd_store_opts_t o;
-    segd_store_opts_default(&o);
-    segd_compactor_install(&o);
+    segd_app_store_opts(&o);
     o.path = f->db;
     o.read_only = 1;
     o.block_cache_mb = 8;
@@ -303,6 +302,7 @@ static segd_edge_t *build_cache(const fixture_t *f, int from_beginning)
     loader_t l = {cache};
     assert_int_equal(segd_snapshot_load(f->snap, NULL, &m, load_cb, &l, err, sizeof(err)),
                      SEGD_OK);
+    segd_edge_raise_gc_watermark(cache, m.gc_watermark_ms); /* as segd cache does */
     segd_tail_t *t = NULL;
     segd_tail_opts_t to;
     segd_tail_opts_default(&to);

@@ -37,9 +37,20 @@ static unsigned rnd(void)
     return (rng >> 8) & 0xffffff;
 }
 
+/* DESIGN §3's order, written out rather than taken from segd_entry_join:
+ * (ts, removal, expiry, flags, partner); a removal wins a tie of ts. */
 static int entry_less(const segd_entry_t *a, const segd_entry_t *b)
 {
-    return segd_entry_join(a, b) == b && memcmp(a, b, sizeof(*a));
+    int ra = a->expiry_s == 0, rb = b->expiry_s == 0;
+    if (a->ts_ms != b->ts_ms)
+        return a->ts_ms < b->ts_ms;
+    if (ra != rb)
+        return ra < rb;
+    if (a->expiry_s != b->expiry_s)
+        return a->expiry_s < b->expiry_s;
+    if (a->flags != b->flags)
+        return a->flags < b->flags;
+    return a->partner_id < b->partner_id;
 }
 
 /* A random change within 20 h before T (inside the 24 h horizon). */
@@ -57,8 +68,9 @@ static void random_change(segd_change_t *c, char *user, size_t cap)
         id += 1 + rnd() % 9;
         if (id >= SEGMENTS)
             break;
-        segd_entry_t e = {id, T_MS - (int64_t)(rnd() % (20 * 3600)) * 1000, 0,
-                          (int32_t)(rnd() % 3), (int32_t)(rnd() % 2)};
+        /* half on a coarse grid, so removals and upserts often tie */
+        int64_t ago_s = rnd() % 2 ? (int64_t)(rnd() % 40) * 1800 : (int64_t)(rnd() % (20 * 3600));
+        segd_entry_t e = {id, T_MS - ago_s * 1000, 0, (int32_t)(rnd() % 3), (int32_t)(rnd() % 2)};
         e.expiry_s = rnd() % 4 == 0 ? 0 /* tombstone */
                                      : e.ts_ms / 1000 + 3600 * (int64_t)(1 + rnd() % 48);
         segd_profile_push(&c->profile, &e);
@@ -196,7 +208,8 @@ static void test_short_buffer_and_profile(void **state)
     assert_int_equal(segd_edge_get_profile(e, "nobody", 6, &got), SEGD_ERR_NOTFOUND);
     assert_int_equal(segd_edge_lookup(e, "nobody", 6, out, 4, &n), SEGD_OK);
     assert_int_equal(n, 0);
-    /* an erase after everything: the user disappears once past the horizon */
+    /* an erase after everything: the user disappears once the store's GC
+     * watermark passes it, never by the cache's own clock */
     segd_profile_clear(&p);
     p.erased_before_ms = T_MS;
     assert_int_equal(segd_edge_put(e, "u", 1, &p), SEGD_OK);
@@ -207,9 +220,59 @@ static void test_short_buffer_and_profile(void **state)
     assert_int_equal(segd_edge_put(e, "u", 1, &p), SEGD_OK); /* a join that prunes */
     segd_edge_stats_t st;
     segd_edge_get_stats(e, &st);
+    assert_int_equal(st.users, 1);
+    segd_edge_raise_gc_watermark(e, T_MS + 1);
+    segd_edge_raise_gc_watermark(e, T_MS - HOUR_MS); /* never lowered */
+    assert_int_equal(segd_edge_gc_watermark(e), T_MS + 1);
+    assert_int_equal(segd_edge_put(e, "u", 1, &p), SEGD_OK);
+    segd_edge_get_stats(e, &st);
     assert_int_equal(st.users, 0);
     segd_profile_free(&p);
     segd_profile_free(&got);
+    segd_edge_destroy(e);
+}
+
+/* issue 9 defect 1 in the cache: a REMOVE, then the cache's clock passes the
+ * old horizon and a join prunes, then a late, older UPSERT arrives (the store
+ * still holds the tombstone and applies the upsert as dead). The cache must
+ * not have dropped the tombstone by its own clock. */
+static void test_late_delta_after_prune(void **state)
+{
+    (void)state;
+    segd_edge_t *e;
+    assert_int_equal(segd_edge_new(&e, NULL), SEGD_OK);
+    segd_edge_set_now(e, T_MS);
+    segd_profile_t p;
+    segd_profile_init(&p);
+    segd_entry_t up = {5, T_MS - 3 * HOUR_MS, T_MS / 1000 + 30 * 86400, 0, 0};
+    segd_entry_t rm = {5, T_MS - HOUR_MS, 0, 0, 0};
+    segd_entry_t late = {5, T_MS - 2 * HOUR_MS, T_MS / 1000 + 30 * 86400, 0, 0};
+    segd_entry_t other = {6, T_MS + 24 * HOUR_MS, T_MS / 1000 + 30 * 86400, 0, 0};
+    segd_profile_push(&p, &up);
+    assert_int_equal(segd_edge_put(e, "v", 1, &p), SEGD_OK);
+    segd_profile_clear(&p);
+    segd_profile_push(&p, &rm);
+    assert_int_equal(segd_edge_put(e, "v", 1, &p), SEGD_OK);
+    segd_edge_set_now(e, T_MS + 25 * HOUR_MS);
+    segd_profile_clear(&p);
+    segd_profile_push(&p, &other); /* a join that prunes */
+    assert_int_equal(segd_edge_put(e, "v", 1, &p), SEGD_OK);
+    segd_profile_clear(&p);
+    segd_profile_push(&p, &late);
+    assert_int_equal(segd_edge_put(e, "v", 1, &p), SEGD_OK);
+    segd_entry_t out[4];
+    size_t n = 0;
+    assert_int_equal(segd_edge_lookup(e, "v", 1, out, 4, &n), SEGD_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(out[0].segment_id, 6);
+    /* a tie of ts: the removal wins in the cache too (issue 9 defect 4) */
+    segd_entry_t tie = {6, T_MS + 24 * HOUR_MS, 0, 0, 0};
+    segd_profile_clear(&p);
+    segd_profile_push(&p, &tie);
+    assert_int_equal(segd_edge_put(e, "v", 1, &p), SEGD_OK);
+    assert_int_equal(segd_edge_lookup(e, "v", 1, out, 4, &n), SEGD_OK);
+    assert_int_equal(n, 0);
+    segd_profile_free(&p);
     segd_edge_destroy(e);
 }
 
@@ -281,6 +344,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_random_deltas_equal_model),
         cmocka_unit_test(test_short_buffer_and_profile),
+        cmocka_unit_test(test_late_delta_after_prune),
         cmocka_unit_test(test_concurrent_readers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

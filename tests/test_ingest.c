@@ -20,11 +20,11 @@
 
 #include <cmocka.h>
 
+#include "app/app.h"
 #include "consumer/apply.h"
 #include "workload/dev_broker.h"
 #include "consumer/pipeline.h"
 #include "workload/seed_producer.h"
-#include "compactor/filter.h"
 #include "store/store.h"
 
 #define TOPIC "events"
@@ -65,8 +65,7 @@ static segd_store_t *open_store(const char *dir, const char *name)
     char path[256], err[256];
     snprintf(path, sizeof(path), "%s/%s", dir, name);
     segd_store_opts_t o;
-    segd_store_opts_default(&o);
-    segd_compactor_install(&o);
+    segd_app_store_opts(&o);
     o.path = path;
     o.now_ms = NOW_S * 1000;
     o.block_cache_mb = 8;
@@ -509,6 +508,146 @@ static void test_bad_utf8_dead_letter(void **state)
     segd_event_free(&ev);
 }
 
+/* issue 9 defects 2 and 3: once the store has a GC watermark W, an event
+ * older than W + grace could need an entry a compaction dropped: it goes to
+ * the DLQ as too_late; one more than limits.max.clock.skew.ms ahead of now
+ * goes as from_future. Both are counted; good events around them apply. */
+static void test_time_refusals(void **state)
+{
+    fixture_t *f = *state;
+    volatile sig_atomic_t stop = 0;
+    char db[128], err[256];
+    const int64_t now = NOW_S * 1000, hour = 3600 * 1000LL;
+    segd_avro_codec_t *codec;
+    segd_event_t ev;
+    segd_buf_t buf = {0};
+    segd_event_init(&ev);
+    assert_int_equal(segd_avro_codec_new(&codec, NULL, NULL, err, sizeof(err)), SEGD_OK);
+    rd_kafka_t *rk = plain_producer(f);
+    static const struct { const char *user; int64_t ago_ms; } evs[] = {
+        {"good0", 5000},          {"late", 30 * hour},   {"future", -11 * 60000},
+        {"near-future", -300000}, {"edge", 24 * hour},   {"good1", 23 * hour}};
+    for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++) {
+        make_event(&ev, evs[i].user, 2, 7 * 86400);
+        ev.ts_ms = now - evs[i].ago_ms;
+        assert_int_equal(segd_avro_encode(codec, SEGD_FRAMING_SINGLE_OBJECT, 0, &ev, &buf),
+                         SEGD_OK);
+        produce_raw(rk, evs[i].user, buf.data, buf.len);
+    }
+    rd_kafka_flush(rk, 10000);
+    rd_kafka_destroy(rk);
+
+    segd_store_t *s = open_store(f->dir, "time");
+    snprintf(db, sizeof(db), "%s/time", f->dir);
+    /* a full compaction starts W at now - horizon - grace: floor now - 24 h */
+    assert_int_equal(segd_store_compact(s, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_store_gc_watermark(s), now - 72 * hour);
+    segd_config_t cfg;
+    base_config(&cfg, f, "g-time", db);
+    segd_pipeline_t *p;
+    assert_int_equal(segd_pipeline_new(&p, &cfg, s, &stop, err, sizeof(err)), SEGD_OK);
+    run_until(p, 6, 60);
+    segd_pipeline_stats_t st;
+    segd_pipeline_get_stats(p, &st);
+    segd_pipeline_destroy(p);
+    assert_int_equal(st.messages, 6);
+    assert_int_equal(st.events, 4);
+    assert_int_equal(st.dlq[SEGD_DLQ_TOO_LATE], 1);
+    assert_int_equal(st.dlq[SEGD_DLQ_FROM_FUTURE], 1);
+    assert_string_equal(segd_dlq_reason_name(SEGD_DLQ_TOO_LATE), "too_late");
+    assert_string_equal(segd_dlq_reason_name(SEGD_DLQ_FROM_FUTURE), "from_future");
+    assert_int_equal(stored_offsets_sum(s), 6);
+    char reasons[4][128];
+    assert_int_equal(read_dlq(f, reasons, 4), 2);
+    int late = 0, future = 0;
+    for (int i = 0; i < 2; i++) {
+        late += strncmp(reasons[i], "too_late:", 9) == 0;
+        future += strncmp(reasons[i], "from_future:", 12) == 0;
+    }
+    assert_int_equal(late, 1);
+    assert_int_equal(future, 1);
+    segd_profile_t prof;
+    segd_profile_init(&prof);
+    static const struct { const char *user; size_t n; } want[] = {
+        {"good0", 2}, {"late", 0}, {"future", 0}, {"near-future", 2}, {"edge", 2}, {"good1", 2}};
+    for (size_t i = 0; i < sizeof(want) / sizeof(want[0]); i++) {
+        assert_int_equal(segd_store_get(s, want[i].user, strlen(want[i].user), &prof, err,
+                                        sizeof(err)), SEGD_OK);
+        assert_int_equal(prof.n, want[i].n);
+    }
+    segd_profile_free(&prof);
+    segd_store_close(s);
+    /* W is persisted: a reopened store refuses the same */
+    s = open_store(f->dir, "time");
+    assert_int_equal(segd_store_gc_watermark(s), now - 72 * hour);
+    assert_int_equal(segd_policy_check_ts(segd_store_policy(s), now - 30 * hour, 600000),
+                     SEGD_TS_TOO_LATE);
+    segd_store_close(s);
+    segd_config_free(&cfg);
+    segd_avro_codec_destroy(codec);
+    segd_buf_free(&buf);
+    segd_event_free(&ev);
+}
+
+/* A fresh store takes history of any age (a replica replaying its input, a
+ * bulk load); once the consumer has caught up, the start phase of W begins:
+ * from then on events older than now - horizon are too_late. */
+static void test_history_then_floor(void **state)
+{
+    fixture_t *f = *state;
+    volatile sig_atomic_t stop = 0;
+    char db[128], err[256];
+    const int64_t now = NOW_S * 1000, day = 86400 * 1000LL;
+    segd_avro_codec_t *codec;
+    segd_event_t ev;
+    segd_buf_t buf = {0};
+    segd_event_init(&ev);
+    assert_int_equal(segd_avro_codec_new(&codec, NULL, NULL, err, sizeof(err)), SEGD_OK);
+    rd_kafka_t *rk = plain_producer(f);
+    for (int i = 0; i < 20; i++) { /* 10 to 29 days old */
+        char user[16];
+        snprintf(user, sizeof(user), "old%02d", i);
+        make_event(&ev, user, 2, 60 * 86400);
+        ev.ts_ms = now - (10 + i) * day;
+        assert_int_equal(segd_avro_encode(codec, SEGD_FRAMING_SINGLE_OBJECT, 0, &ev, &buf),
+                         SEGD_OK);
+        produce_raw(rk, user, buf.data, buf.len);
+    }
+    rd_kafka_flush(rk, 10000);
+    segd_store_t *s = open_store(f->dir, "history");
+    snprintf(db, sizeof(db), "%s/history", f->dir);
+    segd_config_t cfg;
+    base_config(&cfg, f, "g-history", db);
+    segd_pipeline_t *p;
+    assert_int_equal(segd_pipeline_new(&p, &cfg, s, &stop, err, sizeof(err)), SEGD_OK);
+    run_until(p, 20, 60);
+    segd_pipeline_stats_t st;
+    segd_pipeline_get_stats(p, &st);
+    assert_int_equal(st.events, 20);
+    segd_policy_t *pol = segd_store_policy(s);
+    time_t end = time(NULL) + 30; /* W's bookkeeping runs every 10 s */
+    while (segd_policy_ts_floor(pol) == 0 && time(NULL) < end)
+        assert_int_equal(segd_pipeline_step(p, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_policy_ts_floor(pol), now - day);
+    assert_int_equal(segd_store_gc_watermark(s), 0); /* drops wait for grace */
+    make_event(&ev, "old-again", 2, 60 * 86400);
+    ev.ts_ms = now - 10 * day;
+    assert_int_equal(segd_avro_encode(codec, SEGD_FRAMING_SINGLE_OBJECT, 0, &ev, &buf), SEGD_OK);
+    produce_raw(rk, "old-again", buf.data, buf.len);
+    rd_kafka_flush(rk, 10000);
+    rd_kafka_destroy(rk);
+    run_until(p, 21, 60);
+    segd_pipeline_get_stats(p, &st);
+    segd_pipeline_destroy(p);
+    assert_int_equal(st.events, 20);
+    assert_int_equal(st.dlq[SEGD_DLQ_TOO_LATE], 1);
+    segd_store_close(s);
+    segd_config_free(&cfg);
+    segd_avro_codec_destroy(codec);
+    segd_buf_free(&buf);
+    segd_event_free(&ev);
+}
+
 /* ---------- faults ---------- */
 
 static void test_broker_outage_stalls_then_resumes(void **state)
@@ -555,6 +694,8 @@ static pid_t spawn_run(const fixture_t *f, const char *db, const char *log)
     if (pid == 0) {
         FILE *out = freopen(log, "a", stderr);
         (void)out;
+        /* the seed's clock (NOW_S) may be ahead of the wall clock */
+        setenv("SEGD_LIMITS_MAX_CLOCK_SKEW_MS", "3000000000000", 1);
         execl(SEGD_BIN, "segd", "run", "--brokers", segd_dev_broker_bootstraps(f->broker),
               "--topic", TOPIC, "--group", "g-kill", "--db", db, "-X",
               "session.timeout.ms=6000", (char *)NULL);
@@ -566,8 +707,7 @@ static pid_t spawn_run(const fixture_t *f, const char *db, const char *log)
 static uint64_t offsets_of(const char *db)
 {
     segd_store_opts_t o;
-    segd_store_opts_default(&o);
-    segd_compactor_install(&o);
+    segd_app_store_opts(&o);
     o.path = db;
     o.read_only = 1;
     o.block_cache_mb = 8;
@@ -619,6 +759,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_two_consumers_split, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dead_letters, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_utf8_dead_letter, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_time_refusals, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_history_then_floor, setup, teardown),
         cmocka_unit_test_setup_teardown(test_broker_outage_stalls_then_resumes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sigkill_and_restart, setup, teardown),
     };

@@ -10,12 +10,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
+#include "app/app.h"
 #include "consumer/apply.h"
 #include "core/query.h"
-#include "compactor/filter.h"
 #include "store/store.h"
 
 #define T0 1800000000000LL
@@ -77,8 +78,11 @@ static int model_read(const segd_event_t *evs, size_t n, const char *user, int64
                 expiry = (ev->ts_ms / 1000 + u->ttl_s + 3599) / 3600 * 3600;
             segd_entry_t e = {u->segment_id, ev->ts_ms, expiry, u->flags, u->partner_id};
             segd_entry_t *b = &best[u->segment_id];
+            /* at equal ts a removal (expiry 0) wins over an upsert */
+            int e_rm = e.expiry_s == 0, b_rm = have[u->segment_id] && b->expiry_s == 0;
             int bigger = !have[u->segment_id] || e.ts_ms > b->ts_ms ||
-                         (e.ts_ms == b->ts_ms &&
+                         (e.ts_ms == b->ts_ms && e_rm != b_rm && e_rm) ||
+                         (e.ts_ms == b->ts_ms && e_rm == b_rm &&
                           (e.expiry_s > b->expiry_s ||
                            (e.expiry_s == b->expiry_s &&
                             (e.flags > b->flags ||
@@ -111,8 +115,7 @@ static void run_open(run_t *r)
     snprintf(r->dir, sizeof(r->dir), "/tmp/segd-test-merge-XXXXXX");
     assert_non_null(mkdtemp(r->dir));
     segd_store_opts_t o;
-    segd_store_opts_default(&o);
-    segd_compactor_install(&o);
+    segd_app_store_opts(&o);
     o.path = r->dir;
     o.now_ms = T0;
     o.block_cache_mb = 8;
@@ -216,12 +219,9 @@ static void test_orders_converge(void **state)
             run_t r;
             run_open(&r);
             apply_all(&r, order, m);
-            /* Merge every operand while the clock is still T0. Moving the clock
-             * past the horizon with operands unmerged lets a compaction drop a
-             * tombstone in the base that an unmerged older operand above it
-             * still needs (see the session note: a limit of DESIGN §3). */
-            char cerr[256];
-            assert_int_equal(segd_store_compact(r.store, cerr, sizeof(cerr)), SEGD_OK);
+            /* no compaction before the reads: the GC watermark, not a full
+             * merge, keeps compactions at later clocks from dropping what an
+             * unmerged operand still needs (issue 9 defect 1) */
             for (int c = 0; c < 3; c++) {
                 read_all(&r, evs, n, read_clocks[c], &cur);
                 if (o == 0)
@@ -291,9 +291,90 @@ static void test_compaction_empties_store(void **state)
     run_close(&r);
 }
 
+/* issue 9 defect 1, the exact repro: REMOVE at T0-1h, full compaction, an
+ * UPSERT stamped T0-2h arriving at T0 (unmerged, above the removal), then a
+ * reopen at T0+25h where periodic compaction rewrites the bottom file alone.
+ * Past the old horizon rule the tombstone went and the upsert came back. */
+static void open_at(const char *dir, int64_t now_ms, int64_t periodic_s, segd_store_t **s)
+{
+    segd_store_opts_t o;
+    segd_app_store_opts(&o);
+    o.path = dir;
+    o.now_ms = now_ms;
+    o.block_cache_mb = 8;
+    o.periodic_compaction_s = periodic_s;
+    char err[256];
+    assert_int_equal(segd_store_open(s, &o, err, sizeof(err)), SEGD_OK);
+}
+
+static size_t live_of(segd_store_t *s, const char *uid)
+{
+    segd_profile_t p;
+    segd_profile_init(&p);
+    char err[256];
+    assert_int_equal(segd_store_get(s, uid, strlen(uid), &p, err, sizeof(err)), SEGD_OK);
+    segd_prune_t rule;
+    segd_policy_rule(segd_store_policy(s), &rule, 1);
+    size_t live = 0;
+    for (size_t i = 0; i < p.n; i++)
+        live += (size_t)segd_entry_live(&p.entries[i], p.erased_before_ms, &rule);
+    segd_profile_free(&p);
+    return live;
+}
+
+static void apply_one(segd_store_t *s, segd_op_t op, int64_t ts_ms, int64_t seg)
+{
+    segd_event_t ev;
+    segd_event_init(&ev);
+    segd_event_set_user(&ev, "victim", 6);
+    ev.op = op;
+    ev.ts_ms = ts_ms;
+    segd_seg_update_t u = {seg, 30 * 86400, 0, 0};
+    if (op != SEGD_OP_ERASE_USER)
+        segd_event_add_segment(&ev, &u);
+    segd_applier_t ap;
+    char err[256];
+    assert_int_equal(segd_applier_init(&ap, s), SEGD_OK);
+    assert_int_equal(segd_applier_add(&ap, &ev), SEGD_OK);
+    assert_int_equal(segd_applier_flush(&ap, err, sizeof(err)), SEGD_OK);
+    segd_applier_free(&ap);
+    segd_event_free(&ev);
+}
+
+static void test_no_resurrection_under_unmerged_operand(void **state)
+{
+    (void)state;
+    for (int erase = 0; erase < 2; erase++) {
+        char dir[64], err[256], cmd[128];
+        snprintf(dir, sizeof(dir), "/tmp/segd-test-merge-XXXXXX");
+        assert_non_null(mkdtemp(dir));
+        segd_store_t *s;
+        open_at(dir, T0, 0, &s);
+        apply_one(s, SEGD_OP_UPSERT, T0 - 3 * HOUR_MS, 5);
+        apply_one(s, erase ? SEGD_OP_ERASE_USER : SEGD_OP_REMOVE, T0 - HOUR_MS, 5);
+        assert_int_equal(segd_store_compact(s, err, sizeof(err)), SEGD_OK);
+        apply_one(s, SEGD_OP_UPSERT, T0 - 2 * HOUR_MS, 5); /* late, older than the removal */
+        assert_int_equal(live_of(s, "victim"), 0);
+        segd_store_close(s);
+        sleep(2); /* the bottom file is now older than the periodic period */
+        open_at(dir, T0 + 25 * HOUR_MS, 1, &s);
+        /* let periodic compaction run (it rewrites the bottom file alone) */
+        size_t live = 0;
+        for (int i = 0; i < 40 && !live; i++) {
+            usleep(100000);
+            live = live_of(s, "victim");
+        }
+        assert_int_equal(live, 0);
+        segd_store_close(s);
+        snprintf(cmd, sizeof(cmd), "rm -rf %s", dir);
+        assert_int_equal(system(cmd), 0);
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_no_resurrection_under_unmerged_operand),
         cmocka_unit_test(test_orders_converge),
         cmocka_unit_test(test_compaction_empties_store),
     };

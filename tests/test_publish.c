@@ -19,11 +19,11 @@
 
 #include <cmocka.h>
 
+#include "app/app.h"
 #include "consumer/apply.h"
 #include "workload/dev_broker.h"
 #include "wire/outbox.h"
 #include "publisher/publisher.h"
-#include "compactor/filter.h"
 #include "store/store.h"
 #include "tests/nginx_util.h"
 
@@ -43,8 +43,7 @@ static segd_store_t *open_store(const fixture_t *f)
     char path[128], err[256];
     snprintf(path, sizeof(path), "%s/db", f->dir);
     segd_store_opts_t o;
-    segd_store_opts_default(&o);
-    segd_compactor_install(&o);
+    segd_app_store_opts(&o);
     o.path = path;
     o.now_ms = NOW_S * 1000;
     o.block_cache_mb = 8;

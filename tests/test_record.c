@@ -162,6 +162,49 @@ static void test_entry_join_order(void **state)
     assert_ptr_equal(segd_entry_join(&e, &d), &e); /* then partner */
 }
 
+/* issue 9 defect 4: a REMOVE and an UPSERT with the same ts_ms: the removal
+ * wins (as ERASE_USER does with <=), whatever the upsert's expiry or
+ * attributes, and the join stays a semilattice over such ties. */
+static void test_removal_wins_ties(void **state)
+{
+    (void)state;
+    segd_entry_t up = {1, 100, 7200, 3, 9}, tomb = {1, 100, 0, 0, 0};
+    assert_ptr_equal(segd_entry_join(&up, &tomb), &tomb);
+    assert_ptr_equal(segd_entry_join(&tomb, &up), &tomb);
+    segd_entry_t newer = {1, 101, 3600, 0, 0}; /* a newer upsert still wins */
+    assert_ptr_equal(segd_entry_join(&tomb, &newer), &newer);
+    segd_entry_t e[] = {{1, 100, 7200, 0, 0}, {1, 100, 0, 0, 0}, {1, 100, 0, 1, 0},
+                        {1, 100, 3600, 2, 2}, {1, 99, 0, 0, 0},  {1, 101, 3600, 0, 0}};
+    size_t n = sizeof(e) / sizeof(e[0]);
+    for (size_t i = 0; i < n; i++) {
+        assert_ptr_equal(segd_entry_join(&e[i], &e[i]), &e[i]);
+        for (size_t j = 0; j < n; j++) {
+            const segd_entry_t *x = segd_entry_join(&e[i], &e[j]);
+            const segd_entry_t *y = segd_entry_join(&e[j], &e[i]);
+            assert_memory_equal(x, y, sizeof(*x));
+            for (size_t k = 0; k < n; k++) {
+                const segd_entry_t *l = segd_entry_join(segd_entry_join(&e[i], &e[j]), &e[k]);
+                const segd_entry_t *r = segd_entry_join(&e[i], segd_entry_join(&e[j], &e[k]));
+                assert_memory_equal(l, r, sizeof(*l));
+            }
+        }
+    }
+    /* through the k-way join and the encoded record too */
+    segd_profile_t a, b, out;
+    segd_profile_init(&a);
+    segd_profile_init(&b);
+    segd_profile_init(&out);
+    segd_profile_push(&a, &up);
+    segd_profile_push(&b, &tomb);
+    const segd_profile_t *in[] = {&a, &b};
+    assert_int_equal(segd_profile_join(&out, in, 2, NULL), SEGD_OK);
+    assert_int_equal(out.n, 1);
+    assert_int_equal(out.entries[0].expiry_s, 0);
+    segd_profile_free(&a);
+    segd_profile_free(&b);
+    segd_profile_free(&out);
+}
+
 static void test_join_commutative_idempotent(void **state)
 {
     (void)state;
@@ -192,8 +235,9 @@ static void test_prune_rules(void **state)
 {
     (void)state;
     const int64_t now_ms = 1700000000000LL, hz = 24 * 3600 * 1000LL;
-    segd_prune_t partial = {now_ms, hz, 0, NULL, NULL};
-    segd_prune_t full = {now_ms, hz, 1, NULL, NULL};
+    /* the GC watermark W (not now - horizon) decides what may be dropped */
+    segd_prune_t partial = {now_ms, hz, 0, NULL, NULL, now_ms - hz};
+    segd_prune_t full = {now_ms, hz, 1, NULL, NULL, now_ms - hz};
     segd_profile_t p, out;
     segd_profile_init(&p);
     segd_profile_init(&out);
@@ -233,6 +277,23 @@ static void test_prune_rules(void **state)
     assert_int_equal(out.erased_before_ms, now_ms - 2 * hz);
     assert_int_equal(segd_profile_join(&out, in, 1, &full), SEGD_OK);
     assert_int_equal(out.erased_before_ms, 0);
+    /* W = 0 (a fresh store) or below them: nothing dead is dropped by age */
+    segd_profile_clear(&p);
+    segd_profile_push(&p, &old_tomb);
+    segd_profile_push(&p, &old_expired);
+    for (int w = 0; w < 2; w++) {
+        full.gc_before_ms = w ? now_ms - 2 * hz : 0;
+        assert_int_equal(segd_profile_join(&out, in, 1, &full), SEGD_OK);
+        assert_int_equal(out.n, 2);
+    }
+    full.gc_before_ms = now_ms - 2 * hz + 1;
+    assert_int_equal(segd_profile_join(&out, in, 1, &full), SEGD_OK);
+    assert_int_equal(out.n, 0);
+    segd_profile_clear(&p);
+    p.erased_before_ms = now_ms - 2 * hz;
+    full.gc_before_ms = 0;
+    assert_int_equal(segd_profile_join(&out, in, 1, &full), SEGD_OK);
+    assert_int_equal(out.erased_before_ms, now_ms - 2 * hz);
     segd_profile_free(&p);
     segd_profile_free(&out);
 }
@@ -254,6 +315,7 @@ int main(void)
         cmocka_unit_test(test_truncation_and_corruption_rejected),
         cmocka_unit_test(test_garbage_never_crashes),
         cmocka_unit_test(test_entry_join_order),
+        cmocka_unit_test(test_removal_wins_ties),
         cmocka_unit_test(test_join_commutative_idempotent),
         cmocka_unit_test(test_prune_rules),
         cmocka_unit_test(test_expiry_rounding),

@@ -10,8 +10,8 @@
 
 #include <cmocka.h>
 
+#include "app/app.h"
 #include "consumer/apply.h"
-#include "compactor/filter.h"
 #include "store/store.h"
 
 #define NOW_MS 1800000000000LL
@@ -43,8 +43,7 @@ static int teardown(void **state)
 static segd_store_t *open_store(const char *dir, int read_only, int64_t granularity)
 {
     segd_store_opts_t o;
-    segd_store_opts_default(&o);
-    segd_compactor_install(&o);
+    segd_app_store_opts(&o);
     o.path = dir;
     o.read_only = read_only;
     o.now_ms = NOW_MS;

@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 /* headers whose paths are the same before and after the layer moves */
+#include "app/app.h"
 #include "base/utf8.h"
 #include "consumer/apply.h"
 #include "publisher/snapshot.h"
@@ -225,7 +226,7 @@ static void test_snapshot_with_bad_utf8_fails_to_load(void **state)
     snprintf(good, sizeof(good), "%s/good", dir);
     snprintf(bad, sizeof(bad), "%s/bad", dir);
     segd_store_opts_t so;
-    segd_store_opts_default(&so);
+    segd_app_store_opts(&so);
     so.path = db;
     so.now_ms = NOW_MS;
     so.block_cache_mb = 8;

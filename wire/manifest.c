@@ -111,6 +111,7 @@ char *segd_manifest_dump(const segd_manifest_t *m, const char *codec)
         codec, "schema_fingerprint", fphex, "records", (json_int_t)m->records,
         "segments", (json_int_t)m->segments, "files", files_json(m), "input_offsets",
         positions_json(m->inputs, m->n_inputs, 1), "retirements", ret);
+    json_object_set_new(o, "gc_watermark_ms", json_integer((json_int_t)m->gc_watermark_ms));
     if (m->changes_topic)
         json_object_set_new(o, "changes",
                             json_pack("{s:s,s:o}", "topic", m->changes_topic, "positions",
@@ -213,6 +214,8 @@ segd_err_t segd_manifest_parse(const char *text, size_t len, segd_manifest_t *m,
     m->created_at_ms = created;
     m->now_ms = now;
     m->horizon_ms = horizon;
+    json_t *w = json_object_get(o, "gc_watermark_ms"); /* absent before issue 9 */
+    m->gc_watermark_ms = json_is_integer(w) ? (int64_t)json_integer_value(w) : 0;
     m->buckets = (uint32_t)buckets;
     m->records = (uint64_t)records;
     m->segments = (uint64_t)segments;

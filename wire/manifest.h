@@ -4,7 +4,7 @@
  *
  * manifest.json (format_version 1):
  *   {"format": "segd-snapshot", "format_version": 1, "created_at_ms": ...,
- *    "now_ms": ...,  "horizon_ms": ..., "buckets": 32,
+ *    "now_ms": ...,  "horizon_ms": ..., "gc_watermark_ms": W, "buckets": 32,
  *    "bucket_hash": "xxh64(user_id, seed 0) & (buckets - 1)",
  *    "codec": "deflate" | "zstandard", "schema_fingerprint": "<hex CRC-64-AVRO>",
  *    "records": N, "segments": M,
@@ -14,6 +14,10 @@
  *    "retirements": [{"segment_id": s, "retired_before_ms": ms}, ...],
  *    "changes": {"topic": "segments.changes",
  *                "positions": [{"partition": p, "offset": o}, ...]}}
+ * gc_watermark_ms (added; 0 when absent) is the store's GC watermark when the
+ * scan ended (at least the one it pruned with): a cache raises its own to it
+ * (edge.h) and drops dead entries below it only, as the store does (DESIGN
+ * §3.1).
  * A cache tails each change-topic partition from its position, and from the
  * beginning for a partition the manifest does not list (nothing of this
  * store was published there before the snapshot). */
@@ -43,6 +47,7 @@ typedef struct segd_topic_offset {
 
 typedef struct segd_manifest {
     int64_t created_at_ms, now_ms, horizon_ms;
+    int64_t gc_watermark_ms; /* DESIGN §3.1's W after the scan; 0 = none */
     uint32_t buckets;
     uint64_t records, segments;
     segd_snapshot_file_t *files;
