@@ -453,7 +453,6 @@ segd_err_t segd_publisher_cycle(segd_publisher_t *p, size_t *acked, char *errstr
     segd_err_t err = ensure_schema(p, errstr, n);
     if (err)
         return err;
-    uint64_t scan_end = segd_store_outbox_next_seq(p->store);
     read_ctx_t rc = {p, SEGD_OK};
     err = segd_store_outbox_scan(p->store, p->cursor, p->o.max_entries, read_entry, &rc,
                                  errstr, n);
@@ -461,14 +460,12 @@ segd_err_t segd_publisher_cycle(segd_publisher_t *p, size_t *acked, char *errstr
         err = segd_errf(rc.err, errstr, n, "outbox: %s", segd_err_str(rc.err));
     if (err || p->scanned == 0) {
         pthread_mutex_lock(&p->mu);
-        p->st.depth = err ? p->st.depth : 0;
         p->st.oldest_unacked_ms = err ? p->st.oldest_unacked_ms : 0;
         pthread_mutex_unlock(&p->mu);
         return err;
     }
     int64_t now = wall_ms();
     pthread_mutex_lock(&p->mu);
-    p->st.depth = scan_end > p->first_seq ? scan_end - p->first_seq : 0;
     p->st.oldest_unacked_ms = p->n_entries ? now - p->entries[0].committed_at_ms : 0;
     pthread_mutex_unlock(&p->mu);
     uint64_t events = 0, segments = 0;
@@ -640,6 +637,7 @@ void segd_publisher_get_stats(segd_publisher_t *p, segd_publisher_stats_t *st)
 {
     pthread_mutex_lock(&p->mu);
     *st = p->st;
+    st->depth = segd_store_outbox_depth(p->store); /* exact, whatever the cycles do */
     st->latency_p50_ms = percentile(p->lat, 0.50);
     st->latency_p99_ms = percentile(p->lat, 0.99);
     pthread_mutex_unlock(&p->mu);
