@@ -1,6 +1,7 @@
 /* The RocksDB store (DESIGN §4): column families `profiles` (user id ->
  * profile record, merge-only on ingest), `meta` (input offsets, retirement
- * markers, format and settings) and `outbox` (unacknowledged change deltas).
+ * markers, format and settings, the group instance id) and `outbox`
+ * (unacknowledged change deltas).
  * A segd_batch_t is the unit of exactly-once: merges, offsets and outbox
  * entries go into one WriteBatch written with the WAL on. */
 #ifndef SEGD_STORE_H
