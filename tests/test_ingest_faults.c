@@ -398,8 +398,9 @@ static void test_out_of_memory_rewinds(void **state)
     make_config(&cfg, f, "g-oom", db, kv);
     segd_pipeline_t *p;
     assert_int_equal(segd_pipeline_new(&p, &cfg, s, &stop, err, sizeof(err)), SEGD_OK);
-    /* the 500th event fails, and twice more when it comes again */
-    segd_store_fault_set(s, SEGD_FAULT_APPLY, 500, 3);
+    /* the 1500th event fails (past the group's first rebalance, which would
+     * re-read from the stored offsets), and twice more when it comes again */
+    segd_store_fault_set(s, SEGD_FAULT_APPLY, 1500, 3);
     int nomem = 0;
     time_t end = time(NULL) + 60;
     while (stored_offsets_sum(s) < users * 50 && time(NULL) < end) {
