@@ -29,6 +29,8 @@ void segd_applier_enable_outbox(segd_applier_t *a) { a->outbox = 1; }
 segd_err_t segd_applier_add_from(segd_applier_t *a, const segd_event_t *ev, const char *topic,
                                  int32_t partition, int64_t offset, int64_t event_ms)
 {
+    if (segd_store_fault_hit(a->store, SEGD_FAULT_APPLY))
+        return SEGD_ERR_NOMEM;
     segd_err_t err = segd_event_to_profile(ev, segd_store_granularity(a->store), &a->scratch);
     if (!err)
         err = segd_record_encode(&a->scratch, &a->operand);

@@ -22,6 +22,7 @@ static const key_def_t keys[] = {
     {"brokers", K_STR, OFF(brokers), 0, 0},
     {"topics", K_TOPICS, 0, 0, 0},
     {"group", K_STR, OFF(group), 0, 0},
+    {"group.instance.id", K_STR, OFF(group_instance_id), 0, 0},
     {"db", K_STR, OFF(db), 0, 0},
     {"dlq.topic", K_STR, OFF(dlq_topic), 0, 0},
     {"input.format", K_FRAMING, 0, 0, 0},
@@ -78,6 +79,7 @@ void segd_config_free(segd_config_t *c)
 {
     free(c->brokers);
     free(c->group);
+    free(c->group_instance_id);
     free(c->db);
     free(c->dlq_topic);
     free(c->registry_url);

@@ -24,6 +24,7 @@ typedef struct segd_config {
     char *topics[SEGD_MAX_TOPICS];
     size_t n_topics;
     char *group;
+    char *group_instance_id;  /* default: the store's (meta "instance_id"); "" = off */
     char *db;
     char *dlq_topic;          /* default "<first input topic>.dlq" */
     char *registry_url;       /* input.schema.registry.url */

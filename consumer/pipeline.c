@@ -22,6 +22,11 @@
  * than this would be refused forever and stall its partition. Longer ones
  * keep their head; segd.source points at the original, still in the topic. */
 #define DLQ_MAX_VALUE 900000
+#define SEEK_TIMEOUT_MS 5000
+/* librdkafka 2.0.2's cooperative-sticky assignor aborts in rd_kafka_destroy
+ * when a member that joined stops before its first assignment (upstream
+ * #4312, fixed in 2.3.0): close waits up to this long for it. */
+#define FIRST_ASSIGNMENT_WAIT_MS 30000
 
 typedef struct position {
     char topic[256];
@@ -29,14 +34,25 @@ typedef struct position {
     int64_t next;
 } position_t;
 
-/* A dead letter waiting to be delivered before its offset is written. */
+/* An assigned partition whose stored offset could not be read: it stays
+ * paused until a read succeeds (retry_unread). */
+typedef struct unread {
+    char topic[256];
+    int32_t partition;
+    int logged; /* the read error was reported */
+} unread_t;
+
+/* A dead letter waiting to be delivered before its offset is written. One in
+ * flight is never produced again: librdkafka retries it itself until its
+ * delivery report, and a second copy would be a duplicate dead letter. */
+enum { DL_PENDING, DL_IN_FLIGHT, DL_DELIVERED };
 typedef struct dead_letter {
     char *key, *value;
     size_t klen, vlen;
     char reason[256];
     char source[300];
     char original_size[24]; /* set when the value was truncated */
-    int delivered;          /* set by the delivery report */
+    int state;              /* DL_PENDING, DL_IN_FLIGHT, DL_DELIVERED (delivery report) */
 } dead_letter_t;
 
 struct segd_pipeline {
@@ -54,6 +70,10 @@ struct segd_pipeline {
     size_t npos;
     dead_letter_t *dlq;
     size_t ndlq, capdlq;
+    unread_t unread[MAX_POSITIONS];
+    size_t nunread;
+    int held;       /* back-pressure: every assigned partition is paused */
+    int rebalanced; /* the group has called the rebalance callback */
     segd_pipeline_stats_t st;
     char last_fault[512];
     int64_t gc_next_ms;    /* monotonic time of the next GC watermark advance */
@@ -160,8 +180,8 @@ static void clear_dead_letters(segd_pipeline_t *p)
 static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
     (void)rk, (void)opaque;
-    if (!m->err && m->_private)
-        ((dead_letter_t *)m->_private)->delivered = 1;
+    if (m->_private) /* a failed one is produced again by the next attempt */
+        ((dead_letter_t *)m->_private)->state = m->err ? DL_PENDING : DL_DELIVERED;
 }
 
 /* Produces every undelivered dead letter and waits for the broker's acks. */
@@ -169,12 +189,14 @@ static segd_err_t deliver_dead_letters(segd_pipeline_t *p, char *errstr, size_t 
 {
     int64_t wait = 100;
     for (;;) {
-        size_t pending = 0;
+        size_t undelivered = 0;
         for (size_t i = 0; i < p->ndlq; i++) {
             dead_letter_t *d = &p->dlq[i];
-            if (d->delivered)
+            if (d->state == DL_DELIVERED)
                 continue;
-            pending++;
+            undelivered++;
+            if (d->state == DL_IN_FLIGHT)
+                continue;
             rd_kafka_headers_t *h = rd_kafka_headers_new(3);
             rd_kafka_header_add(h, "segd.error", -1, d->reason, -1);
             rd_kafka_header_add(h, "segd.source", -1, d->source, -1);
@@ -185,13 +207,15 @@ static segd_err_t deliver_dead_letters(segd_pipeline_t *p, char *errstr, size_t 
                                   RD_KAFKA_V_VALUE(d->value, d->vlen),
                                   RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_OPAQUE(d), RD_KAFKA_V_END))
                 rd_kafka_headers_destroy(h); /* not enqueued: retried below */
+            else
+                d->state = DL_IN_FLIGHT;
         }
-        if (!pending)
+        if (!undelivered)
             return SEGD_OK;
         rd_kafka_flush(p->producer, 10000);
         int all = 1;
         for (size_t i = 0; i < p->ndlq; i++)
-            all &= p->dlq[i].delivered;
+            all &= p->dlq[i].state == DL_DELIVERED;
         if (all)
             return SEGD_OK;
         if (*p->stop)
@@ -232,6 +256,138 @@ static segd_err_t flush_batch(segd_pipeline_t *p, char *errstr, size_t n)
     p->st.batches++;
     fault_cleared(p);
     return SEGD_OK;
+}
+
+/* ---------- partition positions ----------
+ * No polled message is ever dropped without being applied or its partition
+ * being put back in front of it: librdkafka's position is already past
+ * every message it returned, and the next batch stores offsets past them. */
+
+static rd_kafka_topic_partition_list_t *one_partition(const char *topic, int32_t partition,
+                                                      int64_t offset)
+{
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(l, topic, partition)->offset = offset;
+    return l;
+}
+
+static int64_t reset_offset(const segd_pipeline_t *p)
+{
+    return strcmp(p->cfg->offset_reset, "latest") ? RD_KAFKA_OFFSET_BEGINNING
+                                                  : RD_KAFKA_OFFSET_END;
+}
+
+static int is_unread(const segd_pipeline_t *p, const char *topic, int32_t partition)
+{
+    for (size_t i = 0; i < p->nunread; i++)
+        if (p->unread[i].partition == partition && !strcmp(p->unread[i].topic, topic))
+            return 1;
+    return 0;
+}
+
+static void note_unread(segd_pipeline_t *p, const char *topic, int32_t partition)
+{
+    if (is_unread(p, topic, partition) || p->nunread == MAX_POSITIONS)
+        return; /* full: unreachable with sane partition counts */
+    unread_t *u = &p->unread[p->nunread++];
+    snprintf(u->topic, sizeof(u->topic), "%s", topic);
+    u->partition = partition;
+    u->logged = 0;
+}
+
+static void forget_unread(segd_pipeline_t *p, const rd_kafka_topic_partition_list_t *parts)
+{
+    for (size_t i = 0; i < p->nunread;) {
+        if (rd_kafka_topic_partition_list_find(parts, p->unread[i].topic,
+                                               p->unread[i].partition))
+            p->unread[i] = p->unread[--p->nunread];
+        else
+            i++;
+    }
+}
+
+/* Seeks to offset; 0 when librdkafka refused (e.g. the fetcher is not
+ * started yet). */
+static int seek_to(segd_pipeline_t *p, const char *topic, int32_t partition, int64_t offset)
+{
+    rd_kafka_topic_partition_list_t *l = one_partition(topic, partition, offset);
+    rd_kafka_error_t *e = rd_kafka_seek_partitions(p->consumer, l, SEEK_TIMEOUT_MS);
+    int ok = !e && !l->elems[0].err;
+    if (e)
+        rd_kafka_error_destroy(e);
+    rd_kafka_topic_partition_list_destroy(l);
+    return ok;
+}
+
+/* Makes m the next message of its partition again. If librdkafka refuses
+ * the seek, the partition waits paused and restarts from its stored offset
+ * (at worst re-applying part of the batch, which is harmless, DESIGN §3). */
+static void rewind_to(segd_pipeline_t *p, const rd_kafka_message_t *m)
+{
+    const char *topic = rd_kafka_topic_name(m->rkt);
+    if (seek_to(p, topic, m->partition, m->offset))
+        return;
+    fprintf(stderr, "segd: cannot rewind %s [%" PRId32 "] to %" PRId64
+                    "; it restarts from its stored offset\n", topic, m->partition, m->offset);
+    rd_kafka_topic_partition_list_t *l = one_partition(topic, m->partition, 0);
+    rd_kafka_pause_partitions(p->consumer, l);
+    rd_kafka_topic_partition_list_destroy(l);
+    note_unread(p, topic, m->partition);
+}
+
+/* Partitions whose stored offset could not be read were assigned paused;
+ * each step reads again, seeks and resumes them. Only "no offset stored"
+ * falls back to input.offset.reset: a read error would skip a backlog. */
+static void retry_unread(segd_pipeline_t *p)
+{
+    for (size_t i = 0; i < p->nunread;) {
+        unread_t *u = &p->unread[i];
+        char err[256];
+        int64_t next;
+        segd_err_t e =
+            segd_store_offset_get(p->store, u->topic, u->partition, &next, err, sizeof(err));
+        if (e == SEGD_ERR_NOTFOUND) {
+            next = reset_offset(p);
+            e = SEGD_OK;
+        }
+        if (e || !seek_to(p, u->topic, u->partition, next)) {
+            if (e && !u->logged)
+                fprintf(stderr, "segd: waiting: %s [%" PRId32 "]: stored offset unreadable: "
+                                "%s (partition paused, retrying)\n", u->topic, u->partition, err);
+            u->logged |= e != SEGD_OK;
+            i++;
+            continue;
+        }
+        if (u->logged)
+            fprintf(stderr, "segd: resumed %s [%" PRId32 "] at its stored offset\n", u->topic,
+                    u->partition);
+        if (!p->held) {
+            rd_kafka_topic_partition_list_t *l = one_partition(u->topic, u->partition, next);
+            rd_kafka_resume_partitions(p->consumer, l);
+            rd_kafka_topic_partition_list_destroy(l);
+        }
+        *u = p->unread[--p->nunread];
+    }
+}
+
+/* New partitions start paused while ingest is held or their offset is
+ * unknown; the others are resumed explicitly, since librdkafka keeps an
+ * application's pause across unassign and reassign. */
+static void pause_or_resume(segd_pipeline_t *p, const rd_kafka_topic_partition_list_t *parts)
+{
+    rd_kafka_topic_partition_list_t *pause = rd_kafka_topic_partition_list_new(parts->cnt);
+    rd_kafka_topic_partition_list_t *resume = rd_kafka_topic_partition_list_new(parts->cnt);
+    for (int i = 0; i < parts->cnt; i++) {
+        const rd_kafka_topic_partition_t *tp = &parts->elems[i];
+        int hold = p->held || is_unread(p, tp->topic, tp->partition);
+        rd_kafka_topic_partition_list_add(hold ? pause : resume, tp->topic, tp->partition);
+    }
+    if (pause->cnt)
+        rd_kafka_pause_partitions(p->consumer, pause);
+    if (resume->cnt)
+        rd_kafka_resume_partitions(p->consumer, resume);
+    rd_kafka_topic_partition_list_destroy(pause);
+    rd_kafka_topic_partition_list_destroy(resume);
 }
 
 /* ---------- messages ---------- */
@@ -348,25 +504,52 @@ static int publisher_behind(segd_pipeline_t *p)
     return p->hooks.backlog(p->hooks.ctx) > (uint64_t)p->cfg->changes_max_outbox;
 }
 
+/* A message polled while ingest is held goes back: its partition is paused
+ * and put in front of it again. */
+static void hold_message(segd_pipeline_t *p, const rd_kafka_message_t *m)
+{
+    rd_kafka_topic_partition_list_t *l =
+        one_partition(rd_kafka_topic_name(m->rkt), m->partition, m->offset);
+    rd_kafka_pause_partitions(p->consumer, l);
+    rd_kafka_topic_partition_list_destroy(l);
+    rewind_to(p, m);
+}
+
+/* Partitions polled again after a hold: the assignment as it is now (a
+ * rebalance may have run inside the hold), less those still unread. */
+static void resume_assignment(segd_pipeline_t *p)
+{
+    rd_kafka_topic_partition_list_t *parts = NULL;
+    if (rd_kafka_assignment(p->consumer, &parts))
+        return;
+    pause_or_resume(p, parts);
+    rd_kafka_topic_partition_list_destroy(parts);
+}
+
 static void wait_for_publisher(segd_pipeline_t *p)
 {
     if (!p->hooks.backlog || p->cfg->changes_max_outbox <= 0 || !publisher_behind(p))
         return;
-    /* paused partitions deliver nothing, and polling keeps the membership */
+    /* paused partitions deliver nothing, and polling keeps the membership;
+     * partitions assigned meanwhile start paused (rebalance_cb) */
     rd_kafka_topic_partition_list_t *parts = NULL;
     if (rd_kafka_assignment(p->consumer, &parts))
         return;
+    p->held = 1;
     rd_kafka_pause_partitions(p->consumer, parts);
+    rd_kafka_topic_partition_list_destroy(parts);
     int64_t wait = 100;
     while (!*p->stop && publisher_behind(p)) {
         rd_kafka_message_t *m = rd_kafka_consumer_poll(p->consumer, 0);
+        if (m && !m->err)
+            hold_message(p, m);
         if (m)
-            rd_kafka_message_destroy(m); /* only errors/events while paused */
+            rd_kafka_message_destroy(m);
         wait = backoff(p, wait, "change stream behind: outbox over changes.max.outbox");
     }
     fault_cleared(p);
-    rd_kafka_resume_partitions(p->consumer, parts);
-    rd_kafka_topic_partition_list_destroy(parts);
+    p->held = 0;
+    resume_assignment(p);
 }
 
 /* Whether every assigned partition has been read to within a few batches of
@@ -418,6 +601,7 @@ static void advance_gc(segd_pipeline_t *p)
 segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
 {
     advance_gc(p);
+    retry_unread(p);
     wait_for_publisher(p);
     int64_t deadline = segd_mono_ms() + p->cfg->batch_max_ms;
     int64_t taken = 0;
@@ -435,14 +619,20 @@ segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
             rd_kafka_message_destroy(m);
             continue;
         }
+        if (is_unread(p, rd_kafka_topic_name(m->rkt), m->partition)) {
+            rd_kafka_message_destroy(m); /* it restarts from its stored offset */
+            continue;
+        }
         rc = handle_message(p, m);
+        if (rc < 0) /* unapplied: the next poll must return it again */
+            rewind_to(p, m);
         rd_kafka_message_destroy(m);
         if (rc < 0)
             break;
         taken++;
     }
     segd_err_t err = flush_batch(p, errstr, n);
-    /* out of memory: stop before the unapplied message, which is redelivered */
+    /* out of memory: stop before the unapplied message, which comes again */
     if (!err && rc == -2)
         err = segd_errf(SEGD_ERR_NOMEM, errstr, n, "out of memory");
     return err;
@@ -450,19 +640,28 @@ segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
 
 /* ---------- assignment ---------- */
 
-/* Starting offsets come from the store, in the assign call itself. */
+/* Starting offsets come from the store, in the assign call itself. Only
+ * "no offset stored" means input.offset.reset; a partition whose offset
+ * cannot be read starts paused and is retried (retry_unread). */
 static void set_start_offsets(segd_pipeline_t *p, rd_kafka_topic_partition_list_t *parts)
 {
-    int64_t reset = strcmp(p->cfg->offset_reset, "latest") ? RD_KAFKA_OFFSET_BEGINNING
-                                                          : RD_KAFKA_OFFSET_END;
     char err[256];
     for (int i = 0; i < parts->cnt; i++) {
         rd_kafka_topic_partition_t *tp = &parts->elems[i];
         int64_t next;
-        tp->offset = segd_store_offset_get(p->store, tp->topic, tp->partition, &next, err,
-                                           sizeof(err)) == SEGD_OK
-                         ? next
-                         : reset;
+        segd_err_t e =
+            segd_store_offset_get(p->store, tp->topic, tp->partition, &next, err, sizeof(err));
+        if (e == SEGD_OK) {
+            tp->offset = next;
+        } else if (e == SEGD_ERR_NOTFOUND) {
+            tp->offset = reset_offset(p);
+        } else {
+            fprintf(stderr, "segd: waiting: %s [%" PRId32 "]: stored offset unreadable: %s "
+                            "(partition paused, retrying)\n", tp->topic, tp->partition, err);
+            note_unread(p, tp->topic, tp->partition);
+            p->unread[p->nunread - 1].logged = 1;
+            tp->offset = RD_KAFKA_OFFSET_END; /* never fetched: seeked before resuming */
+        }
     }
 }
 
@@ -473,16 +672,19 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     int coop = !strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE");
     rd_kafka_error_t *e = NULL;
     char msg[256];
+    p->rebalanced = 1;
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
         set_start_offsets(p, parts);
         if (coop)
             e = rd_kafka_incremental_assign(rk, parts);
         else
             rd_kafka_assign(rk, parts);
+        pause_or_resume(p, parts);
     } else {
         /* write what was read from these partitions while they are ours */
         if (flush_batch(p, msg, sizeof(msg)) != SEGD_OK)
             fprintf(stderr, "segd: batch not written before revoke: %s\n", msg);
+        forget_unread(p, parts);
         if (coop)
             e = rd_kafka_incremental_unassign(rk, parts);
         else
@@ -496,17 +698,37 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 
 /* ---------- construction ---------- */
 
+/* Static membership (KIP-345): a restarted member with the same
+ * group.instance.id takes its old place at once instead of waiting for the
+ * group to time the old one out. The id is the store's (one store, one
+ * member); group.instance.id overrides it, and an empty value turns static
+ * membership off. */
+static segd_err_t instance_id(segd_pipeline_t *p, char *out, size_t size, char *errstr,
+                              size_t n)
+{
+    if (p->cfg->group_instance_id) {
+        snprintf(out, size, "%s", p->cfg->group_instance_id);
+        return SEGD_OK;
+    }
+    return segd_store_instance_id(p->store, out, size, errstr, n);
+}
+
 static segd_err_t make_consumer(segd_pipeline_t *p, char *errstr, size_t n)
 {
     const segd_config_t *cfg = p->cfg;
+    char member[256];
+    segd_err_t err = instance_id(p, member, sizeof(member), errstr, n);
+    if (err)
+        return err;
     const char *const defaults[] = {
         "bootstrap.servers", cfg->brokers, "enable.auto.commit", "false",
         "enable.auto.offset.store", "false", "partition.assignment.strategy",
         "cooperative-sticky", "enable.partition.eof", "false", "group.id", cfg->group,
-        "auto.offset.reset", cfg->offset_reset, NULL};
+        "auto.offset.reset", cfg->offset_reset,
+        member[0] ? "group.instance.id" : NULL, member, NULL};
     char errbuf[512];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    segd_err_t err = segd_kconf_apply(conf, "consumer", defaults, errstr, n);
+    err = segd_kconf_apply(conf, "consumer", defaults, errstr, n);
     for (size_t i = 0; !err && i < cfg->n_kafka; i++) /* the operator's settings win */
         err = segd_kconf_set(conf, "consumer", cfg->kafka[i].key, cfg->kafka[i].value, errstr, n);
     if (err) {
@@ -628,14 +850,45 @@ int segd_pipeline_assigned(segd_pipeline_t *p)
     return n;
 }
 
+static int joined(segd_pipeline_t *p)
+{
+    char *member = rd_kafka_memberid(p->consumer);
+    int yes = member && *member;
+    if (member)
+        rd_kafka_mem_free(p->consumer, member);
+    return yes;
+}
+
+/* The workaround for upstream #4312 (see FIRST_ASSIGNMENT_WAIT_MS): a
+ * member that has joined (has a member id) but has had no rebalance
+ * callback polls, bounded, until the group assigns it something. Nothing
+ * polled here is applied or stored: the partitions are read again later.
+ * Returns 1 when the member is still joined and unassigned: destroying
+ * the consumer would then abort the process. */
+static int await_first_assignment(segd_pipeline_t *p)
+{
+    int64_t deadline = segd_mono_ms() + FIRST_ASSIGNMENT_WAIT_MS;
+    while (!p->rebalanced && joined(p) && segd_mono_ms() < deadline) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(p->consumer, 100);
+        if (m)
+            rd_kafka_message_destroy(m);
+    }
+    return !p->rebalanced && joined(p);
+}
+
 void segd_pipeline_close(segd_pipeline_t *p)
 {
     char err[256];
     if (p->consumer) {
+        int unassigned = await_first_assignment(p);
         rd_kafka_consumer_close(p->consumer); /* revokes: the batch is written */
         if (flush_batch(p, err, sizeof(err)) != SEGD_OK)
             fprintf(stderr, "segd: last batch not written: %s\n", err);
-        rd_kafka_destroy(p->consumer);
+        if (unassigned) /* the last resort: a leak instead of an abort */
+            fprintf(stderr, "segd: closing before the group's first assignment: the consumer "
+                            "handle is left to process exit (librdkafka 2.0.2 would abort)\n");
+        else
+            rd_kafka_destroy(p->consumer);
         p->consumer = NULL;
     }
     if (p->producer) {

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/statvfs.h>
+#include <sys/random.h>
 
 #include "store/merge.h"
 
@@ -40,6 +41,12 @@ struct segd_store {
     rocksdb_writeoptions_t *sync_wopts; /* W: durable before any drop uses it */
     _Atomic uint64_t outbox_seq; /* next outbox sequence number */
     atomic_ulong outbox_appender; /* the one thread that appends (store.h); 0 = none yet */
+    /* entries in the outbox family: counted at open, then moved by every
+     * successful write by the outbox puts and deletes it carried */
+    _Atomic int64_t outbox_depth;
+    struct {
+        _Atomic uint64_t calls, nth, times;
+    } fault[SEGD_FAULTS];
 };
 
 struct segd_store_view {
@@ -51,6 +58,7 @@ struct segd_store_view {
 struct segd_batch {
     segd_store_t *store;
     rocksdb_writebatch_t *wb;
+    int64_t outbox_delta; /* outbox entries added minus deleted */
 };
 
 void segd_store_opts_default(segd_store_opts_t *o)
@@ -372,7 +380,8 @@ segd_err_t segd_store_gc_advance(segd_store_t *s, int flags, char *errstr, size_
     return SEGD_OK;
 }
 
-/* The next sequence number continues after the last entry left over. */
+/* The next sequence number continues after the last entry left over; the
+ * depth counts what is left. */
 static void load_outbox_seq(segd_store_t *s)
 {
     rocksdb_iterator_t *it = rocksdb_create_iterator_cf(s->db, s->ropts, s->cf[CF_OUTBOX]);
@@ -384,8 +393,12 @@ static void load_outbox_seq(segd_store_t *s)
         if (klen == 8)
             next = get_be64(k) + 1;
     }
+    int64_t depth = 0;
+    for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it); rocksdb_iter_next(it))
+        depth++;
     rocksdb_iter_destroy(it);
     atomic_store(&s->outbox_seq, next);
+    atomic_store(&s->outbox_depth, depth);
 }
 
 segd_err_t segd_store_open(segd_store_t **out, const segd_store_opts_t *o, char *errstr,
@@ -479,7 +492,11 @@ void segd_batch_destroy(segd_batch_t *b)
     free(b);
 }
 
-void segd_batch_clear(segd_batch_t *b) { rocksdb_writebatch_clear(b->wb); }
+void segd_batch_clear(segd_batch_t *b)
+{
+    rocksdb_writebatch_clear(b->wb);
+    b->outbox_delta = 0;
+}
 size_t segd_batch_count(const segd_batch_t *b) { return (size_t)rocksdb_writebatch_count(b->wb); }
 
 void segd_batch_merge(segd_batch_t *b, const char *user, size_t user_len,
@@ -528,14 +545,24 @@ uint64_t segd_batch_outbox_append(segd_batch_t *b, const void *value, size_t vle
     char key[8];
     put_be64(key, seq);
     rocksdb_writebatch_put_cf(b->wb, b->store->cf[CF_OUTBOX], key, 8, value, vlen);
+    b->outbox_delta++;
     return seq;
 }
 
+/* Only the entries that exist count: the publisher deletes whole ranges of
+ * sequence numbers, and an abandoned batch leaves a gap in them. */
 void segd_batch_outbox_delete(segd_batch_t *b, uint64_t seq)
 {
-    char key[8];
+    segd_store_t *s = b->store;
+    char key[8], *rerr = NULL;
     put_be64(key, seq);
-    rocksdb_writebatch_delete_cf(b->wb, b->store->cf[CF_OUTBOX], key, 8);
+    rocksdb_pinnableslice_t *v =
+        rocksdb_get_pinned_cf(s->db, s->ropts, s->cf[CF_OUTBOX], key, 8, &rerr);
+    if (v || rerr) /* unreadable: assume present; the count is redone at open */
+        b->outbox_delta--;
+    rocksdb_pinnableslice_destroy(v);
+    rocksdb_free(rerr);
+    rocksdb_writebatch_delete_cf(b->wb, s->cf[CF_OUTBOX], key, 8);
 }
 
 /* Writes wait while the disk is nearly full: RocksDB 7.8 cannot be trusted
@@ -577,8 +604,13 @@ segd_err_t segd_store_write(segd_store_t *s, segd_batch_t *b, char *errstr, size
     if (err)
         return err;
     char *rerr = NULL;
+    if (segd_store_fault_hit(s, SEGD_FAULT_WRITE))
+        return segd_errf(SEGD_ERR_IO, errstr, n, "write batch: injected fault");
     rocksdb_write(s->db, s->wopts, b->wb, &rerr);
-    return rerr ? write_failed(s, rerr, errstr, n) : SEGD_OK;
+    if (rerr)
+        return write_failed(s, rerr, errstr, n);
+    atomic_fetch_add(&s->outbox_depth, b->outbox_delta);
+    return SEGD_OK;
 }
 
 segd_err_t segd_store_offset_get(segd_store_t *s, const char *topic, int32_t partition,
@@ -587,6 +619,8 @@ segd_err_t segd_store_offset_get(segd_store_t *s, const char *topic, int32_t par
     char key[512], *v = NULL;
     size_t vlen;
     size_t klen = position_key(key, sizeof(key), "offset", topic, partition);
+    if (segd_store_fault_hit(s, SEGD_FAULT_OFFSET_GET))
+        return segd_errf(SEGD_ERR_IO, errstr, n, "read meta: injected fault");
     segd_err_t err = meta_get(s, key, klen, &v, &vlen, errstr, n);
     if (err)
         return err;
@@ -761,8 +795,10 @@ segd_err_t segd_store_retire(segd_store_t *s, int64_t segment_id, int64_t before
     rocksdb_writebatch_t *wb = extra ? extra->wb : rocksdb_writebatch_create();
     rocksdb_writebatch_put_cf(wb, s->cf[CF_META], key, sizeof(key), val, 8);
     rocksdb_write(s->db, s->wopts, wb, &rerr);
+    if (!rerr && extra)
+        atomic_fetch_add(&s->outbox_depth, extra->outbox_delta);
     if (extra)
-        rocksdb_writebatch_clear(wb);
+        segd_batch_clear(extra);
     else
         rocksdb_writebatch_destroy(wb);
     if (rerr)
@@ -773,6 +809,12 @@ segd_err_t segd_store_retire(segd_store_t *s, int64_t segment_id, int64_t before
 /* ---------- outbox ---------- */
 
 uint64_t segd_store_outbox_next_seq(segd_store_t *s) { return atomic_load(&s->outbox_seq); }
+
+uint64_t segd_store_outbox_depth(segd_store_t *s)
+{
+    int64_t d = atomic_load(&s->outbox_depth);
+    return d > 0 ? (uint64_t)d : 0;
+}
 
 segd_err_t segd_store_outbox_scan(segd_store_t *s, uint64_t from_seq, size_t max,
                                   segd_outbox_cb cb, void *ctx, char *errstr, size_t n)
@@ -906,4 +948,64 @@ segd_err_t segd_store_view_retirements(segd_store_view_t *v, segd_retired_cb cb,
 {
     retired_ctx_t rc = {cb, ctx};
     return view_meta(v, RETIRED_PREFIX, retired_entry, &rc, errstr, n);
+}
+
+/* ---------- consumer-group instance id ---------- */
+
+#define INSTANCE_ID_KEY "instance_id"
+
+segd_err_t segd_store_instance_id(segd_store_t *s, char *out, size_t out_size, char *errstr,
+                                  size_t n)
+{
+    char *v = NULL, *rerr = NULL;
+    size_t vlen = 0;
+    segd_err_t err = meta_get(s, INSTANCE_ID_KEY, strlen(INSTANCE_ID_KEY), &v, &vlen, errstr, n);
+    if (err == SEGD_OK) {
+        int fits = vlen > 0 && vlen < out_size;
+        if (fits)
+            snprintf(out, out_size, "%.*s", (int)vlen, v);
+        rocksdb_free(v);
+        return fits ? SEGD_OK
+                    : segd_errf(SEGD_ERR_CORRUPT, errstr, n, "bad %s in meta", INSTANCE_ID_KEY);
+    }
+    if (err != SEGD_ERR_NOTFOUND)
+        return err;
+    if (s->read_only)
+        return segd_errf(SEGD_ERR_NOTFOUND, errstr, n, "no %s in a read-only store",
+                         INSTANCE_ID_KEY);
+    uint8_t r[8];
+    if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r))
+        return segd_errf(SEGD_ERR_IO, errstr, n, "getrandom failed");
+    char id[32];
+    int len = snprintf(id, sizeof(id), "segd-%02x%02x%02x%02x%02x%02x%02x%02x", r[0], r[1],
+                       r[2], r[3], r[4], r[5], r[6], r[7]);
+    if ((size_t)len >= out_size)
+        return segd_errf(SEGD_ERR_INVALID, errstr, n, "instance id buffer too small");
+    rocksdb_put_cf(s->db, s->wopts, s->cf[CF_META], INSTANCE_ID_KEY, strlen(INSTANCE_ID_KEY),
+                   id, (size_t)len, &rerr);
+    if (rerr)
+        return rocks_err(rerr, SEGD_ERR_IO, errstr, n, "write meta");
+    memcpy(out, id, (size_t)len + 1);
+    return SEGD_OK;
+}
+
+/* ---------- fault injection ---------- */
+
+void segd_store_fault_set(segd_store_t *s, segd_store_fault_t point, uint64_t nth,
+                          uint64_t times)
+{
+    atomic_store(&s->fault[point].nth, 0); /* off while the counters move */
+    atomic_store(&s->fault[point].calls, 0);
+    atomic_store(&s->fault[point].times, times);
+    atomic_store(&s->fault[point].nth, nth);
+}
+
+int segd_store_fault_hit(segd_store_t *s, segd_store_fault_t point)
+{
+    uint64_t nth = atomic_load_explicit(&s->fault[point].nth, memory_order_relaxed);
+    if (!nth)
+        return 0;
+    uint64_t call = atomic_fetch_add(&s->fault[point].calls, 1) + 1;
+    uint64_t times = atomic_load(&s->fault[point].times);
+    return call >= nth && call - nth < times;
 }

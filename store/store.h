@@ -1,6 +1,7 @@
 /* The RocksDB store (DESIGN §4): column families `profiles` (user id ->
  * profile record, merge-only on ingest), `meta` (input offsets, retirement
- * markers, format and settings) and `outbox` (unacknowledged change deltas).
+ * markers, format and settings, the group instance id) and `outbox`
+ * (unacknowledged change deltas).
  * A segd_batch_t is the unit of exactly-once: merges, offsets and outbox
  * entries go into one WriteBatch written with the WAL on.
  *
@@ -90,7 +91,7 @@ void segd_batch_set_offset(segd_batch_t *b, const char *topic, int32_t partition
  * retire) holding the store's lock; two concurrent appenders could write a
  * lower sequence after the publisher passed it. Returns the sequence. */
 uint64_t segd_batch_outbox_append(segd_batch_t *b, const void *value, size_t vlen);
-/* Deletes the outbox entry seq. */
+/* Deletes the outbox entry seq (an absent one is a no-op). */
 void segd_batch_outbox_delete(segd_batch_t *b, uint64_t seq);
 /* Records the change topic's next offset after the highest acknowledged
  * delta of a partition (a snapshot's "tail from here" position). */
@@ -167,6 +168,35 @@ segd_err_t segd_store_outbox_scan(segd_store_t *s, uint64_t from_seq, size_t max
                                   size_t errstr_size);
 /* The sequence number the next appended entry gets. */
 uint64_t segd_store_outbox_next_seq(segd_store_t *s);
+/* Entries in the outbox now, exactly: counted at open, then moved by every
+ * successful write by the entries it appended and deleted (thread-safe). */
+uint64_t segd_store_outbox_depth(segd_store_t *s);
+
+/* ---------- consumer-group instance id (static membership) ---------- */
+
+/* The store's group.instance.id, "segd-" + 16 hex digits: generated once
+ * and kept in `meta` under "instance_id", so a restarted `segd run` on the
+ * same store takes its old place in the group. SEGD_ERR_NOTFOUND from a
+ * read-only store that has none. */
+segd_err_t segd_store_instance_id(segd_store_t *s, char *out, size_t out_size, char *errstr,
+                                  size_t errstr_size);
+
+/* ---------- fault injection (tests) ---------- */
+
+/* SQLite-style: after segd_store_fault_set(s, point, nth, times), calls
+ * nth .. nth+times-1 (counted from 1 at the set) at that point fail;
+ * nth = 0 turns the point off. Always compiled in: an unset point costs one
+ * relaxed atomic load. */
+typedef enum segd_store_fault {
+    SEGD_FAULT_OFFSET_GET, /* segd_store_offset_get: SEGD_ERR_IO */
+    SEGD_FAULT_WRITE,      /* segd_store_write: SEGD_ERR_IO, nothing written */
+    SEGD_FAULT_APPLY,      /* the applier's allocations: SEGD_ERR_NOMEM */
+    SEGD_FAULTS
+} segd_store_fault_t;
+void segd_store_fault_set(segd_store_t *s, segd_store_fault_t point, uint64_t nth,
+                          uint64_t times);
+/* Counts a call at point; 1 when it must fail. */
+int segd_store_fault_hit(segd_store_t *s, segd_store_fault_t point);
 
 /* ---------- consistent views (snapshots) ---------- */
 

@@ -1,5 +1,6 @@
 /* Tests for store/store.c: offsets in the same batch as data, reopening,
- * read-only readers beside a writer, fixed settings, retirement markers. */
+ * read-only readers beside a writer, fixed settings, retirement markers,
+ * the exact outbox depth, the fault-injection points. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -184,6 +185,61 @@ static void test_retirement_persists(void **state)
     segd_store_close(s);
 }
 
+/* The depth moves only with written batches, counts only entries that
+ * exist, and is the same after reopen. */
+static void test_outbox_depth_is_exact(void **state)
+{
+    fixture_t *f = *state;
+    char err[512];
+    segd_store_t *s = open_store(f->dir, 0, 0);
+    assert_non_null(s);
+    segd_batch_t *b;
+    assert_int_equal(segd_batch_new(s, &b), SEGD_OK);
+    uint64_t first = segd_batch_outbox_append(b, "a", 1);
+    segd_batch_outbox_append(b, "b", 1);
+    segd_batch_outbox_append(b, "c", 1);
+    assert_int_equal(segd_store_outbox_depth(s), 0); /* not written yet */
+    assert_int_equal(segd_store_write(s, b, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_store_outbox_depth(s), 3);
+    segd_batch_clear(b);
+    segd_batch_outbox_append(b, "lost", 4); /* a batch never written: a gap */
+    segd_batch_clear(b);
+    segd_batch_outbox_append(b, "d", 1);
+    assert_int_equal(segd_store_write(s, b, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_store_outbox_depth(s), 4);
+    segd_batch_clear(b);
+    for (uint64_t seq = first; seq < first + 4; seq++) /* a range over the gap */
+        segd_batch_outbox_delete(b, seq);
+    segd_store_fault_set(s, SEGD_FAULT_WRITE, 1, 1);
+    assert_int_equal(segd_store_write(s, b, err, sizeof(err)), SEGD_ERR_IO);
+    assert_int_equal(segd_store_outbox_depth(s), 4); /* a failed write moves nothing */
+    assert_int_equal(segd_store_write(s, b, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_store_outbox_depth(s), 1);
+    segd_batch_destroy(b);
+    segd_store_close(s);
+    s = open_store(f->dir, 0, 0);
+    assert_int_equal(segd_store_outbox_depth(s), 1);
+    segd_store_close(s);
+}
+
+/* SQLite-style counters: exactly calls nth .. nth+times-1 fail. */
+static void test_fault_points(void **state)
+{
+    fixture_t *f = *state;
+    char err[512];
+    int64_t off;
+    segd_store_t *s = open_store(f->dir, 0, 0);
+    assert_non_null(s);
+    segd_store_fault_set(s, SEGD_FAULT_OFFSET_GET, 2, 2);
+    segd_err_t want[] = {SEGD_ERR_NOTFOUND, SEGD_ERR_IO, SEGD_ERR_IO, SEGD_ERR_NOTFOUND};
+    for (int i = 0; i < 4; i++)
+        assert_int_equal(segd_store_offset_get(s, "t", 0, &off, err, sizeof(err)), want[i]);
+    segd_store_fault_set(s, SEGD_FAULT_OFFSET_GET, 0, 0);
+    assert_int_equal(segd_store_offset_get(s, "t", 0, &off, err, sizeof(err)),
+                     SEGD_ERR_NOTFOUND);
+    segd_store_close(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -192,6 +248,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_granularity_is_fixed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_granularity_from_store, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retirement_persists, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_outbox_depth_is_exact, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fault_points, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
