@@ -37,3 +37,19 @@ segd_err_t segd_buf_append(segd_buf_t *b, const void *data, size_t n)
     b->len += n;
     return SEGD_OK;
 }
+
+void *segd_array_grow(void *arr, size_t *cap, size_t need, size_t item_size)
+{
+    if (need <= *cap)
+        return arr;
+    size_t c = *cap ? *cap : 8;
+    while (c < need) {
+        if (c > SIZE_MAX / 2 / item_size)
+            return NULL;
+        c *= 2;
+    }
+    void *a = realloc(arr, c * item_size);
+    if (a)
+        *cap = c;
+    return a;
+}

@@ -21,4 +21,9 @@ segd_err_t segd_buf_reserve(segd_buf_t *b, size_t extra);
 /* Appends n bytes. */
 segd_err_t segd_buf_append(segd_buf_t *b, const void *data, size_t n);
 
+/* Makes room for need items of item_size bytes in a malloc'd array whose
+ * capacity is *cap (doubling from 8). Returns the array, moved or not, and
+ * updates *cap; NULL when out of memory (the old array and *cap stay). */
+void *segd_array_grow(void *arr, size_t *cap, size_t need, size_t item_size);
+
 #endif

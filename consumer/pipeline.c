@@ -134,14 +134,10 @@ static void note_position(segd_pipeline_t *p, const char *topic, int32_t partiti
 static segd_err_t add_dead_letter(segd_pipeline_t *p, const rd_kafka_message_t *m,
                                   int reason, const char *why)
 {
-    if (p->ndlq == p->capdlq) {
-        size_t cap = p->capdlq ? p->capdlq * 2 : 16;
-        dead_letter_t *d = realloc(p->dlq, cap * sizeof(*d));
-        if (!d)
-            return SEGD_ERR_NOMEM;
-        p->dlq = d;
-        p->capdlq = cap;
-    }
+    dead_letter_t *arr = segd_array_grow(p->dlq, &p->capdlq, p->ndlq + 1, sizeof(*arr));
+    if (!arr)
+        return SEGD_ERR_NOMEM;
+    p->dlq = arr;
     dead_letter_t *d = &p->dlq[p->ndlq];
     memset(d, 0, sizeof(*d));
     size_t vlen = m->len < DLQ_MAX_VALUE ? m->len : DLQ_MAX_VALUE;

@@ -44,14 +44,11 @@ segd_err_t segd_event_set_user(segd_event_t *ev, const char *id, size_t len)
 
 segd_err_t segd_event_add_segment(segd_event_t *ev, const segd_seg_update_t *u)
 {
-    if (ev->n_segments == ev->cap_segments) {
-        size_t cap = ev->cap_segments ? ev->cap_segments * 2 : 32;
-        segd_seg_update_t *s = realloc(ev->segments, cap * sizeof(*s));
-        if (!s)
-            return SEGD_ERR_NOMEM;
-        ev->segments = s;
-        ev->cap_segments = cap;
-    }
+    segd_seg_update_t *s =
+        segd_array_grow(ev->segments, &ev->cap_segments, ev->n_segments + 1, sizeof(*s));
+    if (!s)
+        return SEGD_ERR_NOMEM;
+    ev->segments = s;
     ev->segments[ev->n_segments++] = *u;
     return SEGD_OK;
 }

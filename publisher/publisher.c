@@ -234,14 +234,10 @@ static segd_err_t collect_refs(segd_publisher_t *p)
     for (size_t i = 0; i < p->n_entries; i++) {
         const segd_outbox_entry_t *e = &p->entries[i];
         for (size_t j = 0; j < e->n_items; j++) {
-            if (p->n_refs == p->cap_refs) {
-                size_t cap = p->cap_refs ? p->cap_refs * 2 : 1024;
-                item_ref_t *r = realloc(p->refs, cap * sizeof(*r));
-                if (!r)
-                    return SEGD_ERR_NOMEM;
-                p->refs = r;
-                p->cap_refs = cap;
-            }
+            item_ref_t *r = segd_array_grow(p->refs, &p->cap_refs, p->n_refs + 1, sizeof(*r));
+            if (!r)
+                return SEGD_ERR_NOMEM;
+            p->refs = r;
             p->refs[p->n_refs++] = (item_ref_t){&e->items[j], e};
         }
     }

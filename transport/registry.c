@@ -2,6 +2,7 @@
  * failures and 5xx (curl_retry.h); any other status is an answer, not a fault. */
 #include "transport/registry.h"
 
+#include "base/buf.h"
 #include "transport/curl_retry.h"
 
 #include <curl/curl.h>
@@ -168,14 +169,10 @@ static const char *cache_find(const segd_registry_t *r, int32_t id)
 
 static segd_err_t cache_add(segd_registry_t *r, int32_t id, const char *json)
 {
-    if (r->ncache == r->capcache) {
-        size_t cap = r->capcache ? r->capcache * 2 : 8;
-        cached_schema_t *c = realloc(r->cache, cap * sizeof(*c));
-        if (!c)
-            return SEGD_ERR_NOMEM;
-        r->cache = c;
-        r->capcache = cap;
-    }
+    cached_schema_t *c = segd_array_grow(r->cache, &r->capcache, r->ncache + 1, sizeof(*c));
+    if (!c)
+        return SEGD_ERR_NOMEM;
+    r->cache = c;
     r->cache[r->ncache].id = id;
     r->cache[r->ncache].json = strdup(json);
     return r->cache[r->ncache++].json ? SEGD_OK : SEGD_ERR_NOMEM;

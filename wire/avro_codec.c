@@ -544,14 +544,10 @@ void segd_avro_codec_set_limits(segd_avro_codec_t *c, const segd_limits_t *lim)
 
 static resolver_t *cache_slot(segd_avro_codec_t *c)
 {
-    if (c->ncache == c->capcache) {
-        size_t cap = c->capcache ? c->capcache * 2 : 4;
-        resolver_t *r = realloc(c->cache, cap * sizeof(*r));
-        if (!r)
-            return NULL;
-        c->cache = r;
-        c->capcache = cap;
-    }
+    resolver_t *r = segd_array_grow(c->cache, &c->capcache, c->ncache + 1, sizeof(*r));
+    if (!r)
+        return NULL;
+    c->cache = r;
     return &c->cache[c->ncache];
 }
 

@@ -51,38 +51,25 @@ void segd_change_reset(segd_change_t *c)
     c->committed_at_ms = 0;
 }
 
-static segd_err_t grow(void **arr, size_t *cap, size_t need, size_t item)
-{
-    if (need <= *cap)
-        return SEGD_OK;
-    size_t cap2 = *cap ? *cap : 4;
-    while (cap2 < need)
-        cap2 *= 2;
-    void *a = realloc(*arr, cap2 * item);
-    if (!a)
-        return SEGD_ERR_NOMEM;
-    *arr = a;
-    *cap = cap2;
-    return SEGD_OK;
-}
-
 segd_err_t segd_change_add_source(segd_change_t *c, const char *topic, size_t topic_len,
                                   int32_t partition, int64_t first, int64_t last)
 {
-    segd_err_t err = grow((void **)&c->sources, &c->cap_sources, c->n_sources + 1,
-                          sizeof(*c->sources));
-    if (err)
-        return err;
+    segd_source_range_t *a =
+        segd_array_grow(c->sources, &c->cap_sources, c->n_sources + 1, sizeof(*a));
+    if (!a)
+        return SEGD_ERR_NOMEM;
+    c->sources = a;
     c->sources[c->n_sources++] = (segd_source_range_t){topic, topic_len, partition, first, last};
     return SEGD_OK;
 }
 
 segd_err_t segd_change_add_retirement(segd_change_t *c, int64_t segment_id, int64_t before_ms)
 {
-    segd_err_t err = grow((void **)&c->retirements, &c->cap_retirements,
-                          c->n_retirements + 1, sizeof(*c->retirements));
-    if (err)
-        return err;
+    segd_retirement_t *a =
+        segd_array_grow(c->retirements, &c->cap_retirements, c->n_retirements + 1, sizeof(*a));
+    if (!a)
+        return SEGD_ERR_NOMEM;
+    c->retirements = a;
     c->retirements[c->n_retirements++] = (segd_retirement_t){segment_id, before_ms};
     return SEGD_OK;
 }
