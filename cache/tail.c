@@ -198,14 +198,28 @@ void segd_tail_destroy(segd_tail_t *t)
 }
 
 /* Returns 1 when applied, 0 when skipped (bad message). */
+/* 1 = applied, 0 = not a change event (skipped and counted); a delta that
+ * decodes but cannot be joined (out of memory) is not skipped: the cache
+ * would silently lack it, so it stops like a gap (SEGD_TAIL_GAP). */
 static int apply_message(segd_tail_t *t, const rd_kafka_message_t *m)
 {
     const uint8_t *body;
     size_t blen;
-    if (segd_change_unframe(m->payload, m->len, t->o.schema_id, &body, &blen) ||
-        segd_change_decode(body, blen, &t->change) ||
-        (t->change.kind == SEGD_CHANGE_DELTA && t->change.user_id_len == 0) ||
-        segd_edge_apply(t->edge, &t->change)) {
+    segd_err_t err = segd_change_unframe(m->payload, m->len, t->o.schema_id, &body, &blen);
+    if (!err)
+        err = segd_change_decode(body, blen, &t->change);
+    if (!err && t->change.kind == SEGD_CHANGE_DELTA && t->change.user_id_len == 0)
+        err = SEGD_ERR_CORRUPT;
+    if (!err)
+        err = segd_edge_apply(t->edge, &t->change);
+    if (err == SEGD_ERR_NOMEM) {
+        snprintf(t->gap, sizeof(t->gap),
+                 "%s/%" PRId32 " at offset %" PRId64 ": out of memory joining a delta: "
+                 "restart the cache", rd_kafka_topic_name(m->rkt), m->partition, m->offset);
+        fprintf(stderr, "segd cache: %s\n", t->gap);
+        return -1;
+    }
+    if (err) {
         fprintf(stderr, "segd cache: skipped %s/%" PRId32 "/%" PRId64 ": not a change event\n",
                 rd_kafka_topic_name(m->rkt), m->partition, m->offset);
         return 0;
@@ -256,14 +270,15 @@ int segd_tail_poll(segd_tail_t *t, int timeout_ms)
                 errors++;
             }
         } else {
-            if (apply_message(t, m)) {
+            int rc = apply_message(t, m);
+            if (rc > 0) {
                 applied++;
                 if (t->change.committed_at_ms > newest)
                     newest = t->change.committed_at_ms;
-            } else {
+            } else if (rc == 0) {
                 skipped++;
             }
-            if (m->partition >= 0 && m->partition < t->partitions)
+            if (rc >= 0 && m->partition >= 0 && m->partition < t->partitions)
                 t->position[m->partition] = m->offset + 1;
         }
         rd_kafka_message_destroy(m);

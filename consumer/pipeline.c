@@ -39,7 +39,9 @@ typedef struct position {
 typedef struct unread {
     char topic[256];
     int32_t partition;
-    int logged; /* the read error was reported */
+    int logged;       /* the read error was reported */
+    int64_t fallback; /* where to start without a stored offset (a failed rewind's
+                         message); -1 = input.offset.reset */
 } unread_t;
 
 /* A dead letter waiting to be delivered before its offset is written. One in
@@ -281,14 +283,22 @@ static int is_unread(const segd_pipeline_t *p, const char *topic, int32_t partit
     return 0;
 }
 
-static void note_unread(segd_pipeline_t *p, const char *topic, int32_t partition)
+/* Returns the entry, or NULL when the table is full (more than
+ * MAX_POSITIONS unreadable partitions: unreachable with sane counts). */
+static unread_t *note_unread(segd_pipeline_t *p, const char *topic, int32_t partition,
+                             int64_t fallback)
 {
-    if (is_unread(p, topic, partition) || p->nunread == MAX_POSITIONS)
-        return; /* full: unreachable with sane partition counts */
+    for (size_t i = 0; i < p->nunread; i++)
+        if (p->unread[i].partition == partition && !strcmp(p->unread[i].topic, topic))
+            return &p->unread[i];
+    if (p->nunread == MAX_POSITIONS)
+        return NULL;
     unread_t *u = &p->unread[p->nunread++];
     snprintf(u->topic, sizeof(u->topic), "%s", topic);
     u->partition = partition;
     u->logged = 0;
+    u->fallback = fallback;
+    return u;
 }
 
 static void forget_unread(segd_pipeline_t *p, const rd_kafka_topic_partition_list_t *parts)
@@ -328,7 +338,9 @@ static void rewind_to(segd_pipeline_t *p, const rd_kafka_message_t *m)
     rd_kafka_topic_partition_list_t *l = one_partition(topic, m->partition, 0);
     rd_kafka_pause_partitions(p->consumer, l);
     rd_kafka_topic_partition_list_destroy(l);
-    note_unread(p, topic, m->partition);
+    /* without a stored offset yet, m is where it must start: a reset to
+     * latest would skip it and everything after it */
+    note_unread(p, topic, m->partition, m->offset);
 }
 
 /* Partitions whose stored offset could not be read were assigned paused;
@@ -343,7 +355,7 @@ static void retry_unread(segd_pipeline_t *p)
         segd_err_t e =
             segd_store_offset_get(p->store, u->topic, u->partition, &next, err, sizeof(err));
         if (e == SEGD_ERR_NOTFOUND) {
-            next = reset_offset(p);
+            next = u->fallback >= 0 ? u->fallback : reset_offset(p);
             e = SEGD_OK;
         }
         if (e || !seek_to(p, u->topic, u->partition, next)) {
@@ -654,9 +666,13 @@ static void set_start_offsets(segd_pipeline_t *p, rd_kafka_topic_partition_list_
         } else {
             fprintf(stderr, "segd: waiting: %s [%" PRId32 "]: stored offset unreadable: %s "
                             "(partition paused, retrying)\n", tp->topic, tp->partition, err);
-            note_unread(p, tp->topic, tp->partition);
-            p->unread[p->nunread - 1].logged = 1;
-            tp->offset = RD_KAFKA_OFFSET_END; /* never fetched: seeked before resuming */
+            unread_t *u = note_unread(p, tp->topic, tp->partition, -1);
+            if (u)
+                u->logged = 1;
+            /* never fetched: seeked before resuming; with no room to track it
+             * (over MAX_POSITIONS partitions) it stays at its stored offset's
+             * fallback, never at the end */
+            tp->offset = u ? RD_KAFKA_OFFSET_END : RD_KAFKA_OFFSET_STORED;
         }
     }
 }

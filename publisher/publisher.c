@@ -283,8 +283,11 @@ static segd_err_t build_delta(segd_publisher_t *p, size_t from, size_t to)
     for (size_t i = from; i < to; i++) {
         const segd_outbox_item_t *it = p->refs[i].item;
         const segd_outbox_entry_t *e = p->refs[i].entry;
-        if (segd_record_decode(it->operand, it->operand_len, &p->tmp) != SEGD_OK)
+        segd_err_t derr = segd_record_decode(it->operand, it->operand_len, &p->tmp);
+        if (derr == SEGD_ERR_CORRUPT)
             continue; /* written by us, so only a disk fault gets here */
+        if (derr) /* out of memory: the cycle fails and the entry stays */
+            return derr;
         const segd_profile_t *in[2] = {&p->acc, &p->tmp};
         segd_err_t err = segd_profile_join(&p->joined, in, 2, NULL);
         if (!err)

@@ -318,9 +318,17 @@ static segd_err_t write_snapshot(exporter_t *x, segd_store_t *s, segd_store_view
                                  segd_dest_t *d, char *errstr, size_t n)
 {
     segd_manifest_t *m = x->m;
+    /* the scan skips records that do not decode (and counts them): a snapshot
+     * without them would verify and load as if those users had nothing */
+    uint64_t corrupt = segd_policy_corrupt_count(segd_store_policy(s));
     segd_err_t err = open_writers(x, errstr, n);
     if (!err)
         err = scan_lanes(x, v, errstr, n);
+    uint64_t bad = segd_policy_corrupt_count(segd_store_policy(s)) - corrupt;
+    if (!err && bad)
+        err = segd_errf(SEGD_ERR_CORRUPT, errstr, n,
+                        "%" PRIu64 " records do not decode: no snapshot (segd get names them)",
+                        bad);
     if (!err) /* on failure the caller aborts the writers */
         err = close_writers(x, errstr, n);
     progress(x, 1);

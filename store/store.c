@@ -37,6 +37,7 @@ struct segd_store {
     uint64_t min_free_bytes;  /* writes wait below this much free disk */
     atomic_int broken;        /* a write failed: no more writes, no rocksdb_close */
     int64_t gc_moved_ms; /* policy time of open or of the last gc_advance */
+    int64_t gc_horizon_ms; /* the largest horizon W was moved with (meta) */
     int64_t gc_start_floor_ms, gc_start_open_ms; /* W's start phase */
     rocksdb_writeoptions_t *sync_wopts; /* W: durable before any drop uses it */
     _Atomic uint64_t outbox_seq; /* next outbox sequence number */
@@ -266,6 +267,7 @@ static segd_err_t open_db(segd_store_t *s, const segd_store_opts_t *o, char *err
 #define GC_START_FLOOR_KEY "gc_start_floor_ms" /* W's start phase: its floor */
 #define GC_START_OPEN_KEY "gc_start_open_ms"   /* and the open time it has run */
 #define GC_GRACE_KEY "gc_grace_ms"             /* the largest grace W was moved with */
+#define GC_HORIZON_KEY "gc_horizon_ms"         /* and the largest horizon */
 
 static segd_err_t meta_get_i64(segd_store_t *s, const char *key, int64_t *out,
                                char *errstr, size_t n)
@@ -290,8 +292,10 @@ static segd_err_t meta_get_i64(segd_store_t *s, const char *key, int64_t *out,
  * age, which is always safe. */
 static segd_err_t load_gc_watermark(segd_store_t *s, char *errstr, size_t n)
 {
-    int64_t w, floor, grace;
+    int64_t w, floor, grace, horizon;
     segd_err_t err = meta_get_i64(s, GC_WATERMARK_KEY, &w, errstr, n);
+    if (!err)
+        err = meta_get_i64(s, GC_HORIZON_KEY, &horizon, errstr, n);
     if (!err)
         err = meta_get_i64(s, GC_START_FLOOR_KEY, &floor, errstr, n);
     if (!err)
@@ -305,6 +309,11 @@ static segd_err_t load_gc_watermark(segd_store_t *s, char *errstr, size_t n)
      * operands that run accepted, and put run's floor above now - horizon */
     if (grace > segd_policy_gc_grace_ms(s->policy))
         segd_policy_set_gc_grace(s->policy, grace);
+    /* likewise the horizon: `segd compact` with the default 24 h beside a
+     * `segd run` configured with 7 days would move W six days too far */
+    s->gc_horizon_ms = segd_policy_horizon_ms(s->policy);
+    if (horizon > s->gc_horizon_ms)
+        s->gc_horizon_ms = horizon;
     segd_policy_set_gc_watermark(s->policy, w);
     segd_policy_set_gc_start_floor(s->policy, floor);
     s->gc_start_floor_ms = floor;
@@ -316,14 +325,70 @@ int64_t segd_store_gc_watermark(segd_store_t *s)
     return segd_policy_gc_watermark(s->policy);
 }
 
+/* Writes wait while the disk is nearly full: RocksDB 7.8 cannot be trusted
+ * past a failed WAL append (below), so the store stops short of one. */
+static segd_err_t check_space(segd_store_t *s, char *errstr, size_t n)
+{
+    struct statvfs fs;
+    if (!s->min_free_bytes || statvfs(s->path, &fs))
+        return SEGD_OK;
+    uint64_t avail = (uint64_t)fs.f_bavail * fs.f_frsize;
+    if (avail >= s->min_free_bytes)
+        return SEGD_OK;
+    return segd_errf(SEGD_ERR_IO, errstr, n,
+                     "disk nearly full: %" PRIu64 " MiB free under %s, writes wait for %" PRIu64
+                     " MiB (store.min.free.mb)",
+                     avail >> 20, s->path, s->min_free_bytes >> 20);
+}
+
+/* After a failed WAL append, RocksDB 7.8's log writer asserts on any later
+ * use (the next write, or the flush at close) in Debian's build, which
+ * keeps assertions: the process would abort. So the store refuses all
+ * further writes (SEGD_ERR_ABORTED: restart to recover) and close leaves
+ * the DB to the process exit. Nothing acknowledged is lost: RocksDB
+ * recovers every complete WAL record at the next open. */
+static segd_err_t write_failed(segd_store_t *s, char *rerr, char *errstr, size_t n)
+{
+    if (!atomic_exchange(&s->broken, 1)) /* flushes would reuse the failed log writer */
+        rocksdb_cancel_all_background_work(s->db, 1);
+    return rocks_err(rerr, SEGD_ERR_ABORTED, errstr, n,
+                     "write failed; store stopped (restart segd once the cause is fixed)");
+}
+
+/* Every write of the store goes through here: refused once the store is
+ * broken, held while the disk is nearly full, and a RocksDB failure breaks
+ * the store (write_failed) whatever was being written. */
+static segd_err_t write_wb(segd_store_t *s, const rocksdb_writeoptions_t *wo,
+                           rocksdb_writebatch_t *wb, char *errstr, size_t n)
+{
+    if (atomic_load(&s->broken))
+        return segd_errf(SEGD_ERR_ABORTED, errstr, n,
+                         "store stopped after a failed write (restart segd)");
+    segd_err_t err = check_space(s, errstr, n);
+    if (err)
+        return err;
+    char *rerr = NULL;
+    rocksdb_write(s->db, wo, wb, &rerr);
+    return rerr ? write_failed(s, rerr, errstr, n) : SEGD_OK;
+}
+
+static segd_err_t put_meta(segd_store_t *s, const rocksdb_writeoptions_t *wo, const char *key,
+                           const void *val, size_t vlen, char *errstr, size_t n)
+{
+    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
+    rocksdb_writebatch_put_cf(wb, s->cf[CF_META], key, strlen(key), val, vlen);
+    segd_err_t err = write_wb(s, wo, wb, errstr, n);
+    rocksdb_writebatch_destroy(wb);
+    return err;
+}
+
 /* Synced: W must be on disk before a compaction output that used it is. */
 static segd_err_t put_gc_meta(segd_store_t *s, const char *key, int64_t v, char *errstr,
                               size_t n)
 {
-    char val[8], *rerr = NULL;
+    char val[8];
     put_be64(val, (uint64_t)v);
-    rocksdb_put_cf(s->db, s->sync_wopts, s->cf[CF_META], key, strlen(key), val, 8, &rerr);
-    return rerr ? rocks_err(rerr, SEGD_ERR_IO, errstr, n, "write GC watermark") : SEGD_OK;
+    return put_meta(s, s->sync_wopts, key, val, 8, errstr, n);
 }
 
 /* W = 0 with no start phase: nothing refused by age. The phase (begun once
@@ -338,7 +403,7 @@ static segd_err_t gc_start_phase(segd_store_t *s, int caught_up, int64_t now,
     if (!s->gc_start_floor_ms) {
         if (!caught_up)
             return SEGD_OK;
-        int64_t f0 = now - segd_policy_horizon_ms(s->policy);
+        int64_t f0 = now - s->gc_horizon_ms;
         if (f0 <= 0)
             return SEGD_OK;
         if ((err = put_gc_meta(s, GC_START_OPEN_KEY, 0, errstr, n)) ||
@@ -360,7 +425,7 @@ segd_err_t segd_store_gc_advance(segd_store_t *s, int flags, char *errstr, size_
     if (s->read_only)
         return SEGD_OK;
     int64_t now = segd_policy_now_ms(s->policy), w = segd_policy_gc_watermark(s->policy);
-    int64_t target = now - segd_policy_horizon_ms(s->policy) -
+    int64_t target = now - s->gc_horizon_ms -
                      segd_policy_gc_grace_ms(s->policy);
     int64_t elapsed = now > s->gc_moved_ms ? now - s->gc_moved_ms : 0, next = 0;
     s->gc_moved_ms = now;
@@ -374,6 +439,7 @@ segd_err_t segd_store_gc_advance(segd_store_t *s, int flags, char *errstr, size_
     if (err || next <= w)
         return err;
     if ((err = put_gc_meta(s, GC_GRACE_KEY, segd_policy_gc_grace_ms(s->policy), errstr, n)) ||
+        (err = put_gc_meta(s, GC_HORIZON_KEY, s->gc_horizon_ms, errstr, n)) ||
         (err = put_gc_meta(s, GC_WATERMARK_KEY, next, errstr, n)))
         return err;
     segd_policy_set_gc_watermark(s->policy, next);
@@ -565,52 +631,14 @@ void segd_batch_outbox_delete(segd_batch_t *b, uint64_t seq)
     rocksdb_writebatch_delete_cf(b->wb, s->cf[CF_OUTBOX], key, 8);
 }
 
-/* Writes wait while the disk is nearly full: RocksDB 7.8 cannot be trusted
- * past a failed WAL append (below), so the store stops short of one. */
-static segd_err_t check_space(segd_store_t *s, char *errstr, size_t n)
-{
-    struct statvfs fs;
-    if (!s->min_free_bytes || statvfs(s->path, &fs))
-        return SEGD_OK;
-    uint64_t avail = (uint64_t)fs.f_bavail * fs.f_frsize;
-    if (avail >= s->min_free_bytes)
-        return SEGD_OK;
-    return segd_errf(SEGD_ERR_IO, errstr, n,
-                     "disk nearly full: %" PRIu64 " MiB free under %s, writes wait for %" PRIu64
-                     " MiB (store.min.free.mb)",
-                     avail >> 20, s->path, s->min_free_bytes >> 20);
-}
-
-/* After a failed WAL append, RocksDB 7.8's log writer asserts on any later
- * use (the next write, or the flush at close) in Debian's build, which
- * keeps assertions: the process would abort. So the store refuses all
- * further writes (SEGD_ERR_ABORTED: restart to recover) and close leaves
- * the DB to the process exit. Nothing acknowledged is lost: RocksDB
- * recovers every complete WAL record at the next open. */
-static segd_err_t write_failed(segd_store_t *s, char *rerr, char *errstr, size_t n)
-{
-    if (!atomic_exchange(&s->broken, 1)) /* flushes would reuse the failed log writer */
-        rocksdb_cancel_all_background_work(s->db, 1);
-    return rocks_err(rerr, SEGD_ERR_ABORTED, errstr, n,
-                     "write failed; store stopped (restart segd once the cause is fixed)");
-}
-
 segd_err_t segd_store_write(segd_store_t *s, segd_batch_t *b, char *errstr, size_t n)
 {
-    if (atomic_load(&s->broken))
-        return segd_errf(SEGD_ERR_ABORTED, errstr, n,
-                         "store stopped after a failed write (restart segd)");
-    segd_err_t err = check_space(s, errstr, n);
-    if (err)
-        return err;
-    char *rerr = NULL;
     if (segd_store_fault_hit(s, SEGD_FAULT_WRITE))
         return segd_errf(SEGD_ERR_IO, errstr, n, "write batch: injected fault");
-    rocksdb_write(s->db, s->wopts, b->wb, &rerr);
-    if (rerr)
-        return write_failed(s, rerr, errstr, n);
-    atomic_fetch_add(&s->outbox_depth, b->outbox_delta);
-    return SEGD_OK;
+    segd_err_t err = write_wb(s, s->wopts, b->wb, errstr, n);
+    if (!err)
+        atomic_fetch_add(&s->outbox_depth, b->outbox_delta);
+    return err;
 }
 
 segd_err_t segd_store_offset_get(segd_store_t *s, const char *topic, int32_t partition,
@@ -693,6 +721,8 @@ segd_err_t segd_store_scan(segd_store_t *s, segd_scan_cb cb, void *ctx, char *er
 
 segd_err_t segd_store_flush(segd_store_t *s, char *errstr, size_t n)
 {
+    if (atomic_load(&s->broken))
+        return segd_errf(SEGD_ERR_ABORTED, errstr, n, "store stopped after a failed write");
     char *rerr = NULL;
     rocksdb_flushoptions_t *fo = rocksdb_flushoptions_create();
     rocksdb_flushoptions_set_wait(fo, 1);
@@ -731,14 +761,9 @@ segd_err_t segd_store_compact(segd_store_t *s, char *errstr, size_t n)
         }
     }
     rocksdb_compactoptions_destroy(co);
-    char *rerr = NULL;
-    static const char probe[] = "compaction-probe";
-    rocksdb_put_cf(s->db, s->wopts, s->cf[CF_META], probe, sizeof(probe) - 1, "", 0, &rerr);
-    if (rerr)
-        return rocks_err(rerr, SEGD_ERR_IO, errstr, n, "compaction failed; store stopped");
-    rocksdb_delete_cf(s->db, s->wopts, s->cf[CF_META], probe, sizeof(probe) - 1, &rerr);
-    if (rerr)
-        return rocks_err(rerr, SEGD_ERR_IO, errstr, n, "compaction failed; store stopped");
+    char why[400];
+    if (put_meta(s, s->wopts, "compaction-probe", "", 0, why, sizeof(why)))
+        return segd_errf(SEGD_ERR_IO, errstr, n, "compaction failed; store stopped: %s", why);
     if (background_errors(s) != before)
         return segd_errf(SEGD_ERR_IO, errstr, n, "compaction failed (a background error)");
     uint64_t bad = segd_policy_corrupt_count(s->policy) - corrupt;
@@ -784,7 +809,7 @@ segd_err_t segd_store_stats(segd_store_t *s, segd_store_stats_t *st, char *errst
 segd_err_t segd_store_retire(segd_store_t *s, int64_t segment_id, int64_t before_ms,
                              segd_batch_t *extra, char *errstr, size_t n)
 {
-    char key[sizeof(RETIRED_PREFIX) - 1 + 8], val[8], *rerr = NULL;
+    char key[sizeof(RETIRED_PREFIX) - 1 + 8], val[8];
     size_t plen = strlen(RETIRED_PREFIX);
     int64_t cur = segd_policy_retired_before(s->policy, segment_id);
     if (before_ms < cur)
@@ -794,15 +819,15 @@ segd_err_t segd_store_retire(segd_store_t *s, int64_t segment_id, int64_t before
     put_be64(val, (uint64_t)before_ms);
     rocksdb_writebatch_t *wb = extra ? extra->wb : rocksdb_writebatch_create();
     rocksdb_writebatch_put_cf(wb, s->cf[CF_META], key, sizeof(key), val, 8);
-    rocksdb_write(s->db, s->wopts, wb, &rerr);
-    if (!rerr && extra)
+    segd_err_t err = write_wb(s, s->wopts, wb, errstr, n);
+    if (!err && extra)
         atomic_fetch_add(&s->outbox_depth, extra->outbox_delta);
     if (extra)
         segd_batch_clear(extra);
     else
         rocksdb_writebatch_destroy(wb);
-    if (rerr)
-        return rocks_err(rerr, SEGD_ERR_IO, errstr, n, "retire");
+    if (err)
+        return err;
     return segd_policy_retire(s->policy, segment_id, before_ms);
 }
 
@@ -957,7 +982,7 @@ segd_err_t segd_store_view_retirements(segd_store_view_t *v, segd_retired_cb cb,
 segd_err_t segd_store_instance_id(segd_store_t *s, char *out, size_t out_size, char *errstr,
                                   size_t n)
 {
-    char *v = NULL, *rerr = NULL;
+    char *v = NULL;
     size_t vlen = 0;
     segd_err_t err = meta_get(s, INSTANCE_ID_KEY, strlen(INSTANCE_ID_KEY), &v, &vlen, errstr, n);
     if (err == SEGD_OK) {
@@ -981,10 +1006,8 @@ segd_err_t segd_store_instance_id(segd_store_t *s, char *out, size_t out_size, c
                        r[2], r[3], r[4], r[5], r[6], r[7]);
     if ((size_t)len >= out_size)
         return segd_errf(SEGD_ERR_INVALID, errstr, n, "instance id buffer too small");
-    rocksdb_put_cf(s->db, s->wopts, s->cf[CF_META], INSTANCE_ID_KEY, strlen(INSTANCE_ID_KEY),
-                   id, (size_t)len, &rerr);
-    if (rerr)
-        return rocks_err(rerr, SEGD_ERR_IO, errstr, n, "write meta");
+    if ((err = put_meta(s, s->wopts, INSTANCE_ID_KEY, id, (size_t)len, errstr, n)))
+        return err;
     memcpy(out, id, (size_t)len + 1);
     return SEGD_OK;
 }

@@ -44,4 +44,12 @@ rc=$?
 set -e
 [ $rc = 1 ] && grep -q 'compaction failed.*Corruption' "$tmp/err" ||
   fail "compact over a corrupt SST: exit $rc: $(cat "$tmp/err")"
+# a snapshot would leave the unreadable users out and still verify: refused
+set +e
+"$segd" snapshot export --db "$tmp/db" --to "$tmp/snap" --now $now > "$tmp/out" 2> "$tmp/err"
+rc=$?
+set -e
+[ $rc = 1 ] && grep -qi 'corrupt\|do not decode' "$tmp/err" ||
+  fail "snapshot export over a corrupt store: exit $rc: $(cat "$tmp/err")"
+[ -e "$tmp/snap/manifest.json" ] && fail "a manifest was written for a partial snapshot"
 echo "corrupt_cli: $good users printed, $bad reported; compaction failure surfaced"

@@ -157,6 +157,35 @@ static void test_grace_is_kept(void **state)
     remove_dir(dir);
 }
 
+/* The horizon W was moved with is kept too: `segd compact` with the default
+ * 24 h beside a `segd run` configured with 7 days moved W six days past what
+ * run still accepts and keeps (review of issue 9). */
+static void test_horizon_is_kept(void **state)
+{
+    (void)state;
+    char dir[64], err[256];
+    make_dir(dir, sizeof(dir), "horizon");
+    segd_store_opts_t o;
+    segd_app_store_opts(&o);
+    o.path = dir;
+    o.now_ms = T0;
+    o.block_cache_mb = 8;
+    o.horizon_ms = 7 * 24 * HOUR_MS;
+    segd_store_t *s = NULL;
+    assert_int_equal(segd_store_open(&s, &o, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_store_compact(s, err, sizeof(err)), SEGD_OK);
+    int64_t grace = segd_policy_gc_grace_ms(segd_store_policy(s));
+    assert_int_equal(segd_store_gc_watermark(s), T0 - 7 * 24 * HOUR_MS - grace);
+    segd_store_close(s);
+    o.horizon_ms = 24 * HOUR_MS; /* segd compact's default */
+    o.now_ms = T0 + 10 * HOUR_MS;
+    assert_int_equal(segd_store_open(&s, &o, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_store_compact(s, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_store_gc_watermark(s), T0 + 10 * HOUR_MS - 7 * 24 * HOUR_MS - grace);
+    segd_store_close(s);
+    remove_dir(dir);
+}
+
 /* ---------- the same deltas into a store, two caches and a model ---------- */
 
 typedef struct delta {
@@ -563,6 +592,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_watermark_lifecycle),
         cmocka_unit_test(test_grace_is_kept),
+        cmocka_unit_test(test_horizon_is_kept),
         cmocka_unit_test(test_operand_merged_within_period),
         cmocka_unit_test(test_store_snapshot_caches_agree),
     };

@@ -8,11 +8,13 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
 #include "app/app.h"
 #include "consumer/apply.h"
+#include "publisher/snapshot.h"
 #include "store/store.h"
 
 #define NOW_MS 1800000000000LL
@@ -240,6 +242,33 @@ static void test_fault_points(void **state)
     segd_store_close(s);
 }
 
+/* A record that does not decode is skipped by scans (and counted): a
+ * snapshot exported over it would verify and load as if the user had no
+ * state at all (its tombstones and erase marker included). The export fails. */
+static void test_snapshot_refuses_undecodable(void **state)
+{
+    fixture_t *f = *state;
+    char err[512], snap[300];
+    segd_store_t *s = open_store(f->dir, 0, 0);
+    segd_batch_t *b;
+    assert_int_equal(segd_batch_new(s, &b), SEGD_OK);
+    static const uint8_t garbage[] = {0x01, 0x99, 0x42, 0x42, 0x42, 0x42, 0x42};
+    segd_batch_merge(b, "broken", 6, garbage, sizeof(garbage));
+    assert_int_equal(segd_store_write(s, b, err, sizeof(err)), SEGD_OK);
+    segd_batch_destroy(b);
+    segd_snapshot_opts_t o;
+    segd_snapshot_opts_default(&o);
+    o.buckets = 2;
+    snprintf(snap, sizeof(snap), "%s/snap", f->dir);
+    assert_int_equal(segd_snapshot_export(s, snap, &o, NULL, err, sizeof(err)),
+                     SEGD_ERR_CORRUPT);
+    assert_non_null(strstr(err, "do not decode"));
+    char manifest[400];
+    snprintf(manifest, sizeof(manifest), "%s/manifest.json", snap);
+    assert_int_equal(access(manifest, F_OK), -1);
+    segd_store_close(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -250,6 +279,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_retirement_persists, setup, teardown),
         cmocka_unit_test_setup_teardown(test_outbox_depth_is_exact, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fault_points, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_snapshot_refuses_undecodable, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

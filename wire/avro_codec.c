@@ -37,7 +37,7 @@ typedef struct resolver {
 } resolver_t;
 
 #define UNKNOWN_IDS 64
-#define UNKNOWN_TTL_MS 60000
+#define UNKNOWN_TTL_MS 5000 /* short: a registry follower may lag a new schema briefly */
 
 typedef struct defaults {
     int32_t flags, partner_id;
