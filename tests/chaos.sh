@@ -4,6 +4,7 @@
 # snapshot + tail cache and the whole change topic must equal an independent
 # model. Under ctest: one quick trial of each kind. Long runs:
 #   bash tests/chaos.sh SEGD_BIN SOURCE_DIR --trials 100 --kind kill
+# It starts `segd dev-broker` (librdkafka: label kafka, no TSan run).
 # usage: chaos.sh SEGD_BIN SOURCE_DIR [chaos.py options]
 set -euo pipefail
 segd=$1
