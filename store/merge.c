@@ -1,6 +1,10 @@
 /* RocksDB merge operator over segd profile records; see merge.h. Corrupt
- * inputs are skipped and counted rather than failing the merge, because a
- * failed merge stops every compaction of the column family. */
+ * inputs are counted rather than failing the merge, because a failed merge
+ * stops every compaction of the column family: a corrupt operand is
+ * skipped, a corrupt base is kept unchanged (as the compaction filter keeps
+ * it), so reads go on reporting the user as unreadable until it is repaired;
+ * rewriting the user without it would silently drop its entries, tombstones
+ * and erase marker. */
 #include "store/merge.h"
 
 #include <stdlib.h>
@@ -24,6 +28,11 @@ segd_err_t segd_merge_values(segd_policy_t *policy, const char *base, size_t bas
         err = segd_record_decode((const uint8_t *)v, len, &in[used]);
         if (err == SEGD_ERR_CORRUPT) {
             segd_policy_count_corrupt(policy);
+            if (base && i == 0) { /* keep it as it is; the operands wait for a repair */
+                out->len = 0;
+                err = segd_buf_append(out, base, base_len);
+                goto out_free;
+            }
             continue;
         }
         if (err)

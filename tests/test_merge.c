@@ -17,6 +17,7 @@
 #include "app/app.h"
 #include "consumer/apply.h"
 #include "core/query.h"
+#include "store/merge.h"
 #include "store/store.h"
 
 #define T0 1800000000000LL
@@ -371,9 +372,50 @@ static void test_no_resurrection_under_unmerged_operand(void **state)
     }
 }
 
+/* A base that does not decode is kept as it is and counted (issue 9, 19):
+ * the merge used to rewrite the user from the operands alone, silently
+ * dropping the base's entries, tombstones and erase marker. A corrupt operand
+ * is skipped and counted. */
+static void test_corrupt_base_kept(void **state)
+{
+    (void)state;
+    segd_policy_t *pol;
+    assert_int_equal(segd_policy_new(&pol, 24 * 3600 * 1000LL), SEGD_OK);
+    segd_profile_t p;
+    segd_profile_init(&p);
+    segd_entry_t e = {7, 1000, 3600, 0, 0};
+    assert_int_equal(segd_profile_push(&p, &e), SEGD_OK);
+    segd_buf_t op = {0}, out = {0};
+    assert_int_equal(segd_record_encode(&p, &op), SEGD_OK);
+    static const char bad[] = "\x01not a record";
+    const char *ops[] = {(const char *)op.data};
+    size_t lens[] = {op.len};
+    assert_int_equal(segd_merge_values(pol, bad, sizeof(bad) - 1, ops, lens, 1, 1, &out),
+                     SEGD_OK);
+    assert_int_equal(out.len, sizeof(bad) - 1);
+    assert_memory_equal(out.data, bad, out.len);
+    assert_int_equal(segd_policy_corrupt_count(pol), 1);
+    /* a corrupt operand beside a good base: skipped, counted */
+    const char *ops2[] = {bad, (const char *)op.data};
+    size_t lens2[] = {sizeof(bad) - 1, op.len};
+    assert_int_equal(segd_merge_values(pol, (const char *)op.data, op.len, ops2, lens2, 2, 1,
+                                       &out), SEGD_OK);
+    segd_profile_t got;
+    segd_profile_init(&got);
+    assert_int_equal(segd_record_decode(out.data, out.len, &got), SEGD_OK);
+    assert_int_equal(got.n, 1);
+    assert_int_equal(segd_policy_corrupt_count(pol), 2);
+    segd_profile_free(&got);
+    segd_profile_free(&p);
+    segd_buf_free(&op);
+    segd_buf_free(&out);
+    segd_policy_destroy(pol);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_corrupt_base_kept),
         cmocka_unit_test(test_no_resurrection_under_unmerged_operand),
         cmocka_unit_test(test_orders_converge),
         cmocka_unit_test(test_compaction_empties_store),

@@ -1,6 +1,7 @@
 /* Tests for store/store.c: offsets in the same batch as data, reopening,
  * read-only readers beside a writer, fixed settings, retirement markers,
  * the exact outbox depth, the fault-injection points. */
+#include <inttypes.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -108,6 +109,37 @@ static void test_offsets_travel_with_data(void **state)
     assert_int_equal(p.n, 0);
     segd_profile_free(&p);
     segd_store_close(s);
+}
+
+/* The batch is one write: whichever store write an injected failure hits,
+ * after a crash data and offset are there together or not at all (two
+ * writes, data then offsets or the reverse, fail this at nth 1 or 2). */
+static void test_offsets_and_data_fail_together(void **state)
+{
+    fixture_t *f = *state;
+    char err[512], dir[300];
+    for (uint64_t nth = 1; nth <= 2; nth++) {
+        snprintf(dir, sizeof(dir), "%s/fail%" PRIu64, f->dir, nth);
+        segd_store_t *s = open_store(dir, 0, 0);
+        segd_store_fault_set(s, SEGD_FAULT_WRITE, nth, 1);
+        segd_applier_t ap;
+        assert_int_equal(segd_applier_init(&ap, s), SEGD_OK);
+        add_upsert(&ap, "alice", 42);
+        segd_batch_set_offset(ap.batch, "events", 0, 77);
+        (void)segd_applier_flush(&ap, err, sizeof(err)); /* then the process dies */
+        segd_applier_free(&ap);
+        segd_store_close(s);
+        s = open_store(dir, 0, 0);
+        int64_t off = -1;
+        segd_err_t oe = segd_store_offset_get(s, "events", 0, &off, err, sizeof(err));
+        segd_profile_t p;
+        segd_profile_init(&p);
+        assert_int_equal(segd_store_get(s, "alice", 5, &p, err, sizeof(err)), SEGD_OK);
+        assert_int_equal(oe == SEGD_OK, p.n == 1);
+        assert_int_equal(oe == SEGD_OK, nth == 2); /* the first write is the batch */
+        segd_profile_free(&p);
+        segd_store_close(s);
+    }
 }
 
 static void test_reader_beside_writer(void **state)
@@ -273,6 +305,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_offsets_travel_with_data, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_offsets_and_data_fail_together, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reader_beside_writer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_granularity_is_fixed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_granularity_from_store, setup, teardown),
