@@ -359,12 +359,12 @@ static segd_err_t write_failed(segd_store_t *s, char *rerr, char *errstr, size_t
  * broken, held while the disk is nearly full, and a RocksDB failure breaks
  * the store (write_failed) whatever was being written. */
 static segd_err_t write_wb(segd_store_t *s, const rocksdb_writeoptions_t *wo,
-                           rocksdb_writebatch_t *wb, char *errstr, size_t n)
+                           rocksdb_writebatch_t *wb, int reserve, char *errstr, size_t n)
 {
     if (atomic_load(&s->broken))
         return segd_errf(SEGD_ERR_ABORTED, errstr, n,
                          "store stopped after a failed write (restart segd)");
-    segd_err_t err = check_space(s, errstr, n);
+    segd_err_t err = reserve ? check_space(s, errstr, n) : SEGD_OK;
     if (err)
         return err;
     char *rerr = NULL;
@@ -372,12 +372,14 @@ static segd_err_t write_wb(segd_store_t *s, const rocksdb_writeoptions_t *wo,
     return rerr ? write_failed(s, rerr, errstr, n) : SEGD_OK;
 }
 
+/* reserve: whether the write waits for store.min.free.mb (bulk data does;
+ * a few bytes of meta that start-up or a compaction check needs do not). */
 static segd_err_t put_meta(segd_store_t *s, const rocksdb_writeoptions_t *wo, const char *key,
-                           const void *val, size_t vlen, char *errstr, size_t n)
+                           const void *val, size_t vlen, int reserve, char *errstr, size_t n)
 {
     rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
     rocksdb_writebatch_put_cf(wb, s->cf[CF_META], key, strlen(key), val, vlen);
-    segd_err_t err = write_wb(s, wo, wb, errstr, n);
+    segd_err_t err = write_wb(s, wo, wb, reserve, errstr, n);
     rocksdb_writebatch_destroy(wb);
     return err;
 }
@@ -388,7 +390,7 @@ static segd_err_t put_gc_meta(segd_store_t *s, const char *key, int64_t v, char 
 {
     char val[8];
     put_be64(val, (uint64_t)v);
-    return put_meta(s, s->sync_wopts, key, val, 8, errstr, n);
+    return put_meta(s, s->sync_wopts, key, val, 8, 1, errstr, n); /* W can wait */
 }
 
 /* W = 0 with no start phase: nothing refused by age. The phase (begun once
@@ -635,7 +637,7 @@ segd_err_t segd_store_write(segd_store_t *s, segd_batch_t *b, char *errstr, size
 {
     if (segd_store_fault_hit(s, SEGD_FAULT_WRITE))
         return segd_errf(SEGD_ERR_IO, errstr, n, "write batch: injected fault");
-    segd_err_t err = write_wb(s, s->wopts, b->wb, errstr, n);
+    segd_err_t err = write_wb(s, s->wopts, b->wb, 1, errstr, n);
     if (!err)
         atomic_fetch_add(&s->outbox_depth, b->outbox_delta);
     return err;
@@ -762,7 +764,7 @@ segd_err_t segd_store_compact(segd_store_t *s, char *errstr, size_t n)
     }
     rocksdb_compactoptions_destroy(co);
     char why[400];
-    if (put_meta(s, s->wopts, "compaction-probe", "", 0, why, sizeof(why)))
+    if (put_meta(s, s->wopts, "compaction-probe", "", 0, 0, why, sizeof(why)))
         return segd_errf(SEGD_ERR_IO, errstr, n, "compaction failed; store stopped: %s", why);
     if (background_errors(s) != before)
         return segd_errf(SEGD_ERR_IO, errstr, n, "compaction failed (a background error)");
@@ -819,7 +821,7 @@ segd_err_t segd_store_retire(segd_store_t *s, int64_t segment_id, int64_t before
     put_be64(val, (uint64_t)before_ms);
     rocksdb_writebatch_t *wb = extra ? extra->wb : rocksdb_writebatch_create();
     rocksdb_writebatch_put_cf(wb, s->cf[CF_META], key, sizeof(key), val, 8);
-    segd_err_t err = write_wb(s, s->wopts, wb, errstr, n);
+    segd_err_t err = write_wb(s, s->wopts, wb, 1, errstr, n);
     if (!err && extra)
         atomic_fetch_add(&s->outbox_depth, extra->outbox_delta);
     if (extra)
@@ -1006,7 +1008,7 @@ segd_err_t segd_store_instance_id(segd_store_t *s, char *out, size_t out_size, c
                        r[2], r[3], r[4], r[5], r[6], r[7]);
     if ((size_t)len >= out_size)
         return segd_errf(SEGD_ERR_INVALID, errstr, n, "instance id buffer too small");
-    if ((err = put_meta(s, s->wopts, INSTANCE_ID_KEY, id, (size_t)len, errstr, n)))
+    if ((err = put_meta(s, s->wopts, INSTANCE_ID_KEY, id, (size_t)len, 0, errstr, n)))
         return err;
     memcpy(out, id, (size_t)len + 1);
     return SEGD_OK;
