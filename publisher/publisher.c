@@ -327,7 +327,10 @@ static segd_err_t build_retire(segd_publisher_t *p)
     return SEGD_OK;
 }
 
-/* Produces p->change; waits on a full queue by serving delivery reports. */
+/* Produces p->change; waits on a full queue by serving delivery reports,
+ * for at most ack_timeout_ms: with the brokers down the queue never drains,
+ * and an unbounded wait kept a stopping publisher (and segd run) hanging.
+ * Giving up fails the cycle; its entries stay in the outbox. */
 static segd_err_t produce_one(segd_publisher_t *p, const segd_change_t *c, char *errstr,
                               size_t n)
 {
@@ -337,6 +340,7 @@ static segd_err_t produce_one(segd_publisher_t *p, const segd_change_t *c, char 
         err = segd_change_encode(c, &p->msg);
     if (err)
         return segd_errf(err, errstr, n, "encode change event: %s", segd_err_str(err));
+    int64_t give_up = segd_mono_ms() + p->o.ack_timeout_ms;
     for (;;) {
         if (rd_kafka_produce(p->rkt, RD_KAFKA_PARTITION_UA, RD_KAFKA_MSG_F_COPY, p->msg.data,
                              p->msg.len, c->user_id_len ? (void *)c->user_id : NULL,
@@ -345,6 +349,9 @@ static segd_err_t produce_one(segd_publisher_t *p, const segd_change_t *c, char 
         rd_kafka_resp_err_t kerr = rd_kafka_last_error();
         if (kerr != RD_KAFKA_RESP_ERR__QUEUE_FULL)
             return segd_errf(SEGD_ERR_KAFKA, errstr, n, "produce: %s", rd_kafka_err2str(kerr));
+        if (segd_mono_ms() > give_up)
+            return segd_errf(SEGD_ERR_TIMEOUT, errstr, n, "produce: queue full for %" PRId64
+                             " ms (brokers unreachable?)", p->o.ack_timeout_ms);
         rd_kafka_poll(p->rk, 100);
     }
 }

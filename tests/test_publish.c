@@ -449,6 +449,38 @@ static void test_outage_keeps_outbox_then_resumes(void **state)
     free(j);
 }
 
+/* With the brokers down and the producer's queue full, a cycle gives up after
+ * ack_timeout_ms (it waited for ever, so a stopping segd run hung until a
+ * second signal) and keeps the outbox; once the brokers return, all of it is
+ * published. */
+static void test_full_queue_gives_up(void **state)
+{
+    fixture_t *f = *state;
+    write_batch(f->store, 0);
+    segd_publisher_opts_t o;
+    segd_publisher_opts_default(&o);
+    o.brokers = segd_dev_broker_bootstraps(f->broker);
+    o.topic = CHANGES;
+    o.ack_timeout_ms = 1000;
+    static const char *const props[] = {"queue.buffering.max.messages", "1",
+                                        "message.timeout.ms", "60000", NULL};
+    o.kafka_props = props;
+    segd_publisher_t *p = NULL;
+    char err[256];
+    assert_int_equal(segd_publisher_new(&p, f->store, &o, err, sizeof(err)), SEGD_OK);
+    segd_dev_broker_set_down(f->broker, 1, 1);
+    size_t acked = 99;
+    time_t t0 = time(NULL);
+    assert_int_not_equal(segd_publisher_cycle(p, &acked, err, sizeof(err)), SEGD_OK);
+    assert_true(time(NULL) - t0 < 30); /* bounded, not a hang: the old loop never returned */
+    assert_int_equal(acked, 0);
+    assert_int_equal(outbox_size(f->store), 1);
+    segd_dev_broker_set_down(f->broker, 1, 0);
+    assert_int_equal(segd_publisher_drain(p, 60000, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(outbox_size(f->store), 0);
+    segd_publisher_destroy(p);
+}
+
 static void test_crash_leftovers_republished(void **state)
 {
     fixture_t *f = *state;
@@ -550,6 +582,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_delta_parts_follow_message_max_bytes, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_outage_keeps_outbox_then_resumes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_full_queue_gives_up, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crash_leftovers_republished, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retirement_is_a_control_event, setup, teardown),
         cmocka_unit_test_setup_teardown(test_confluent_framing_registers, setup, teardown),
