@@ -127,33 +127,48 @@ static void test_watermark_lifecycle(void **state)
     remove_dir(dir);
 }
 
+/* What a store opened at dir with these settings shows after a full
+ * compaction (which moves W to its target). */
+typedef struct gc_seen {
+    int64_t w, grace, floor;
+} gc_seen_t;
+
+static gc_seen_t compact_with(const char *dir, int64_t now_ms, int64_t horizon_ms,
+                              int64_t grace_ms)
+{
+    char err[256];
+    segd_store_opts_t o;
+    segd_app_store_opts(&o);
+    o.path = dir;
+    o.now_ms = now_ms;
+    o.block_cache_mb = 8;
+    o.horizon_ms = horizon_ms;
+    o.gc_grace_ms = grace_ms;
+    segd_store_t *s = NULL;
+    assert_int_equal(segd_store_open(&s, &o, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_store_compact(s, err, sizeof(err)), SEGD_OK);
+    segd_policy_t *pol = segd_store_policy(s);
+    gc_seen_t seen = {segd_store_gc_watermark(s), segd_policy_gc_grace_ms(pol),
+                      segd_policy_ts_floor(pol)};
+    segd_store_close(s);
+    return seen;
+}
+
 /* The grace W was moved with is kept: a store run with 5 days, then
  * compacted by a tool with the default 2, keeps 5 (W = now - 24 h - 5 d,
  * floor now - 24 h) for both. */
 static void test_grace_is_kept(void **state)
 {
     (void)state;
-    char dir[64], err[256];
+    char dir[64];
     make_dir(dir, sizeof(dir), "grace");
-    segd_store_opts_t o;
-    segd_app_store_opts(&o);
-    o.path = dir;
-    o.now_ms = T0;
-    o.block_cache_mb = 8;
-    o.gc_grace_ms = 5 * 24 * HOUR_MS;
-    segd_store_t *s = NULL;
-    assert_int_equal(segd_store_open(&s, &o, err, sizeof(err)), SEGD_OK);
-    assert_int_equal(segd_store_compact(s, err, sizeof(err)), SEGD_OK);
-    assert_int_equal(segd_store_gc_watermark(s), T0 - 24 * HOUR_MS - 5 * 24 * HOUR_MS);
-    segd_store_close(s);
-    o.gc_grace_ms = 2 * 24 * HOUR_MS;
-    o.now_ms = T0 + 10 * HOUR_MS;
-    assert_int_equal(segd_store_open(&s, &o, err, sizeof(err)), SEGD_OK);
-    assert_int_equal(segd_policy_gc_grace_ms(segd_store_policy(s)), 5 * 24 * HOUR_MS);
-    assert_int_equal(segd_store_compact(s, err, sizeof(err)), SEGD_OK);
-    assert_int_equal(segd_store_gc_watermark(s), T0 + 10 * HOUR_MS - 24 * HOUR_MS - 5 * 24 * HOUR_MS);
-    assert_int_equal(segd_policy_ts_floor(segd_store_policy(s)), T0 + 10 * HOUR_MS - 24 * HOUR_MS);
-    segd_store_close(s);
+    const int64_t day = 24 * HOUR_MS;
+    gc_seen_t g = compact_with(dir, T0, day, 5 * day);
+    assert_int_equal(g.w, T0 - day - 5 * day);
+    g = compact_with(dir, T0 + 10 * HOUR_MS, day, 2 * day);
+    assert_int_equal(g.grace, 5 * day);
+    assert_int_equal(g.w, T0 + 10 * HOUR_MS - day - 5 * day);
+    assert_int_equal(g.floor, T0 + 10 * HOUR_MS - day);
     remove_dir(dir);
 }
 
@@ -163,26 +178,13 @@ static void test_grace_is_kept(void **state)
 static void test_horizon_is_kept(void **state)
 {
     (void)state;
-    char dir[64], err[256];
+    char dir[64];
     make_dir(dir, sizeof(dir), "horizon");
-    segd_store_opts_t o;
-    segd_app_store_opts(&o);
-    o.path = dir;
-    o.now_ms = T0;
-    o.block_cache_mb = 8;
-    o.horizon_ms = 7 * 24 * HOUR_MS;
-    segd_store_t *s = NULL;
-    assert_int_equal(segd_store_open(&s, &o, err, sizeof(err)), SEGD_OK);
-    assert_int_equal(segd_store_compact(s, err, sizeof(err)), SEGD_OK);
-    int64_t grace = segd_policy_gc_grace_ms(segd_store_policy(s));
-    assert_int_equal(segd_store_gc_watermark(s), T0 - 7 * 24 * HOUR_MS - grace);
-    segd_store_close(s);
-    o.horizon_ms = 24 * HOUR_MS; /* segd compact's default */
-    o.now_ms = T0 + 10 * HOUR_MS;
-    assert_int_equal(segd_store_open(&s, &o, err, sizeof(err)), SEGD_OK);
-    assert_int_equal(segd_store_compact(s, err, sizeof(err)), SEGD_OK);
-    assert_int_equal(segd_store_gc_watermark(s), T0 + 10 * HOUR_MS - 7 * 24 * HOUR_MS - grace);
-    segd_store_close(s);
+    const int64_t day = 24 * HOUR_MS, grace = 2 * day;
+    gc_seen_t g = compact_with(dir, T0, 7 * day, grace);
+    assert_int_equal(g.w, T0 - 7 * day - grace);
+    g = compact_with(dir, T0 + 10 * HOUR_MS, day, grace); /* segd compact's default */
+    assert_int_equal(g.w, T0 + 10 * HOUR_MS - 7 * day - grace);
     remove_dir(dir);
 }
 
