@@ -23,6 +23,7 @@ const char *segd_err_str(segd_err_t err)
     case SEGD_ERR_ABORTED: return "aborted";
     case SEGD_ERR_SCHEMA: return "unknown or incompatible schema";
     case SEGD_ERR_TOO_LATE: return "too late";
+    case SEGD_ERR_BUSY: return "store in use";
     }
     return "unknown error";
 }

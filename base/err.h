@@ -23,6 +23,7 @@ typedef enum segd_err {
     SEGD_ERR_ABORTED = -13, /* stopped on request (signal, shutdown) */
     SEGD_ERR_SCHEMA = -14,  /* unknown or incompatible writer schema */
     SEGD_ERR_TOO_LATE = -15,/* an event older than what can still be applied exactly */
+    SEGD_ERR_BUSY = -16,    /* the store is locked by another process */
 } segd_err_t;
 
 const char *segd_err_str(segd_err_t err);

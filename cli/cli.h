@@ -22,6 +22,7 @@ int segd_cmd_compact(int argc, char **argv);
 int segd_cmd_stats(int argc, char **argv);
 int segd_cmd_generate(int argc, char **argv);
 int segd_cmd_segments(int argc, char **argv);
+int segd_cmd_erase(int argc, char **argv);
 int segd_cmd_demo(int argc, char **argv);
 int segd_cmd_bench(int argc, char **argv);
 int segd_cmd_run(int argc, char **argv);

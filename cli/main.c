@@ -15,6 +15,7 @@ static const segd_cmd_t commands[] = {
     {"compact", segd_cmd_compact, "full manual compaction (drops dead entries)"},
     {"stats", segd_cmd_stats, "users, live segments, bytes on disk"},
     {"generate", segd_cmd_generate, "write a seed-workload file (JSON lines)"},
+    {"erase", segd_cmd_erase, "erase users by hand (ERASE_USER), carried to caches"},
     {"segments", segd_cmd_segments, "store-wide segment operations (retire)"},
     {"snapshot", segd_cmd_snapshot, "export / verify consistent bucketed snapshots for caches"},
     {"cache", segd_cmd_cache, "edge cache: snapshot + change stream, served over HTTP"},

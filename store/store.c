@@ -250,6 +250,17 @@ static segd_err_t open_db(segd_store_t *s, const segd_store_opts_t *o, char *err
     else
         s->db = rocksdb_open_column_families(s->db_opts, o->path, CF_COUNT, cf_names, cfo,
                                              s->cf, &rerr);
+    if (rerr && strstr(rerr, "While lock file")) {
+        /* RocksDB's LOCK (an fcntl lock) is held: the usual cause is a
+         * running writer, which an operator must be told by name */
+        segd_errf(SEGD_ERR_BUSY, errstr, n,
+                  "%s is in use: another process holds its RocksDB lock %s/LOCK (a running "
+                  "`segd run`, backfill, replay or compact?); stop it first, or use a "
+                  "read-only command (get, stats, snapshot export) beside it",
+                  o->path, o->path);
+        rocksdb_free(rerr);
+        return SEGD_ERR_BUSY;
+    }
     if (rerr)
         return rocks_err(rerr, SEGD_ERR_IO, errstr, n, o->path);
     if (!o->read_only && o->periodic_compaction_s > 0) {
