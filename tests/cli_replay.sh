@@ -31,7 +31,7 @@ set +e
 [ -e "$tmp/none" ] && fail "offsets show created a store"
 set -e
 
-"$segd" dev-broker --partitions 3 --topics ev,ev.dlq,segments.changes > "$tmp/broker.out" &
+"$segd" dev-broker --partitions 3 --topics ev,ev.dlq,segments.changes,reg > "$tmp/broker.out" &
 pids+=($!)
 for _ in $(seq 50); do grep -q '^bootstrap=' "$tmp/broker.out" 2>/dev/null && break; sleep 0.1; done
 b=$(sed -n 's/^bootstrap=//p' "$tmp/broker.out" | head -1)
@@ -124,6 +124,9 @@ summary "$tmp/t.log" | grep -q "^replayed $expect messages" || fail "time range:
 iso=$(date -u -d "@$((tfrom / 1000))" +%Y-%m-%dT%H:%M:%S).$(printf %03d $((tfrom % 1000)))Z
 "$segd" replay --brokers "$b" --topic ev --db "$tmp/t2" --from-time "$iso" --to-time "$tto" 2> "$tmp/t2.log"
 summary "$tmp/t2.log" | grep -q "^replayed $expect messages" || fail "ISO time: $(cat "$tmp/t2.log")"
+off=$(date -u -d "@$((tfrom / 1000 + 5400))" +%Y-%m-%dT%H:%M:%S).$(printf %03d $((tfrom % 1000)))+01:30
+"$segd" replay --brokers "$b" --topic ev --db "$tmp/t2" --from-time "$off" --to-time "$tto" 2> "$tmp/t2.log"
+summary "$tmp/t2.log" | grep -q "^replayed $expect messages" || fail "ISO time with offset: $(cat "$tmp/t2.log")"
 # a start below the log start, an end past the log's end: said, clamped
 "$segd" replay --brokers "$b" --topic ev --db "$tmp/t3" --from-offset 0:5 --to-offset 0:999999 2> "$tmp/t3.log"
 grep -q "beyond the end of the log $hi0" "$tmp/t3.log" || fail "no clamp note: $(cat "$tmp/t3.log")"
@@ -174,4 +177,24 @@ grep -q "final: $want" "$tmp/run2.log" || fail "run did not re-consume: want $wa
 cmp "$tmp/a.json" <(getall "$tmp/r") || fail "re-consuming changed the data"
 "$segd" offsets show --db "$tmp/r" --json | grep -q "{\"topic\":\"ev\",\"partition\":1,\"next_offset\":$((hi1 + 2))}" \
   || fail "offsets after the run: $("$segd" offsets show --db "$tmp/r" --json)"
+
+# (g) an unreachable schema registry is waited on, not dead-lettered; SIGINT
+# ends the replay with exit 1 and the summary
+printf '\x00\x00\x00\x00\x07\x02' | kcat -P -b "$b" -t reg -p 0 -k u1
+cat > "$tmp/reg.conf" <<CONF
+input.format = confluent
+input.schema.registry.url = http://127.0.0.1:1
+retry.max.ms = 200
+CONF
+"$segd" replay --brokers "$b" --topic reg --db "$tmp/g" --from-beginning --config "$tmp/reg.conf" \
+  --dlq-file "$tmp/g.dlq" 2> "$tmp/g.log" &
+rp=$!; pids+=($rp)
+for _ in $(seq 100); do grep -q "waiting: " "$tmp/g.log" && break; sleep 0.1; done
+grep -q "waiting: " "$tmp/g.log" || fail "no registry wait"
+kill -INT $rp
+set +e; wait $rp; rc=$?; set -e
+[ $rc = 1 ] || fail "interrupted replay: exit $rc"
+summary "$tmp/g.log" | grep -q "^replayed 0 messages (0 events, 0 segments, 0 dead-lettered) from 3 partitions" \
+  || fail "interrupted summary: $(cat "$tmp/g.log")"
+[ -s "$tmp/g.dlq" ] && fail "a registry outage was dead-lettered"
 echo "cli_replay: ok"
