@@ -55,6 +55,11 @@ grep -q '"id":' "$tmp/a.json" || fail "replay wrote nothing"
 "$segd" offsets show --db "$tmp/a" --json > "$tmp/a.offs"
 [ "$(cat "$tmp/a.offs")" = '{"offsets":[],"changes":[],"gc_watermark_ms":0}' ] \
   || fail "replay stored offsets: $(cat "$tmp/a.offs")"
+# its batches carry outbox entries for the change stream, unless --no-changes
+"$segd" stats --db "$tmp/a" --json | grep -q '"outbox_entries":[1-9]' || fail "replay wrote no outbox entries"
+"$segd" replay --brokers "$b" --topic ev --db "$tmp/nc" --from-beginning --no-changes 2>/dev/null || fail "--no-changes"
+"$segd" stats --db "$tmp/nc" --json | grep -q '"outbox_entries":0,' || fail "--no-changes wrote outbox entries"
+cmp "$tmp/a.json" <(getall "$tmp/nc") || fail "--no-changes changed the data"
 cat > "$tmp/run.conf" <<CONF
 batch.max.ms = 20
 kafka.session.timeout.ms = 6000
