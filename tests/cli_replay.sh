@@ -78,6 +78,8 @@ set -e
 grep -q "LOCK" "$tmp/lock.log" || fail "lock message: $(cat "$tmp/lock.log")"
 set +e; "$segd" offsets show --db "$tmp/r" > /dev/null 2>&1; rc=$?; set -e
 [ $rc = 1 ] || fail "offsets show of a locked store: exit $rc"
+set +e; "$segd" offsets set --db "$tmp/r" --topic ev 0:0 > /dev/null 2>&1; rc=$?; set -e
+[ $rc = 1 ] || fail "offsets set of a locked store: exit $rc"
 kill -TERM $run; wait $run || fail "segd run exited with $?"
 grep -q "final: consumed=600 events=600 " "$tmp/run1.log" || fail "run summary"
 cmp "$tmp/a.json" "$tmp/r.json" || fail "replay and run differ"
