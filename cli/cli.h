@@ -30,6 +30,8 @@ int segd_cmd_dev_broker(int argc, char **argv);
 int segd_cmd_produce(int argc, char **argv);
 int segd_cmd_snapshot(int argc, char **argv);
 int segd_cmd_cache(int argc, char **argv);
+int segd_cmd_replay(int argc, char **argv);
+int segd_cmd_offsets(int argc, char **argv);
 
 
 #endif

@@ -10,6 +10,8 @@ static const segd_cmd_t commands[] = {
     {"run", segd_cmd_run, "the daemon: Kafka -> store, exactly-once offsets, DLQ"},
     {"dev-broker", segd_cmd_dev_broker, "serve an in-process Kafka cluster on loopback"},
     {"produce", segd_cmd_produce, "synthetic DMP: produce the seed workload to Kafka"},
+    {"replay", segd_cmd_replay, "re-apply a topic range to a store; stored offsets untouched"},
+    {"offsets", segd_cmd_offsets, "show or set the stored input offsets (offline)"},
     {"backfill", segd_cmd_backfill, "apply SegmentEvents from JSON-lines or Avro files"},
     {"get", segd_cmd_get, "print a user's live segments as a bidder reads them"},
     {"compact", segd_cmd_compact, "full manual compaction (drops dead entries)"},

@@ -12,16 +12,11 @@
 #include <time.h>
 
 #include "consumer/apply.h"
+#include "consumer/dlq.h"
 #include "transport/kconf.h"
-#include "transport/registry.h"
 #include "base/clock.h"
-#include "base/utf8.h"
 
 #define MAX_POSITIONS 1024
-/* librdkafka's default message.max.bytes is 1000000: a dead letter larger
- * than this would be refused forever and stall its partition. Longer ones
- * keep their head; segd.source points at the original, still in the topic. */
-#define DLQ_MAX_VALUE 900000
 #define SEEK_TIMEOUT_MS 5000
 /* librdkafka 2.0.2's cooperative-sticky assignor aborts in rd_kafka_destroy
  * when a member that joined stops before its first assignment (upstream
@@ -44,74 +39,36 @@ typedef struct unread {
                          message); -1 = input.offset.reset */
 } unread_t;
 
-/* A dead letter waiting to be delivered before its offset is written. One in
- * flight is never produced again: librdkafka retries it itself until its
- * delivery report, and a second copy would be a duplicate dead letter. */
-enum { DL_PENDING, DL_IN_FLIGHT, DL_DELIVERED };
-typedef struct dead_letter {
-    char *key, *value;
-    size_t klen, vlen;
-    char reason[256];
-    char source[300];
-    char original_size[24]; /* set when the value was truncated */
-    int state;              /* DL_PENDING, DL_IN_FLIGHT, DL_DELIVERED (delivery report) */
-} dead_letter_t;
-
 struct segd_pipeline {
     const segd_config_t *cfg;
     segd_store_t *store;
     volatile sig_atomic_t *stop;
     rd_kafka_t *consumer;
-    rd_kafka_t *producer; /* dead letters */
+    segd_dlq_t *dlq;
     segd_pipeline_hooks_t hooks; /* the change publisher, through its owner */
-    segd_registry_t *registry;
-    segd_avro_codec_t *codec;
+    segd_ingest_t *ingest;
     segd_applier_t ap;
-    segd_event_t ev;
     position_t pos[MAX_POSITIONS];
     size_t npos;
-    dead_letter_t *dlq;
-    size_t ndlq, capdlq;
     unread_t unread[MAX_POSITIONS];
     size_t nunread;
     int held;       /* back-pressure: every assigned partition is paused */
     int rebalanced; /* the group has called the rebalance callback */
     segd_pipeline_stats_t st;
-    char last_fault[512];
+    segd_backoff_t bo; /* shared with ingest and dlq: one fault report at a time */
     int64_t gc_next_ms;    /* monotonic time of the next GC watermark advance */
     int64_t flush_next_ms; /* and of the next forced flush of the profiles */
 };
 
-static const char *const reason_names[SEGD_DLQ_REASONS] = {
-    "decode", "unknown_schema", "oversize", "limit", "invalid", "key_mismatch", "bad_utf8",
-    "too_late", "from_future"};
-
-const char *segd_dlq_reason_name(int reason)
-{
-    return reason >= 0 && reason < SEGD_DLQ_REASONS ? reason_names[reason] : "?";
-}
-
-
 /* Exponential backoff for fault waits; logs the fault once per change. */
 static int64_t backoff(segd_pipeline_t *p, int64_t wait_ms, const char *fault)
 {
-    if (strcmp(p->last_fault, fault) != 0) {
-        fprintf(stderr, "segd: waiting: %s (retrying with backoff, nothing committed)\n",
-                fault);
-        snprintf(p->last_fault, sizeof(p->last_fault), "%s", fault);
-    }
-    p->st.retries++;
-    segd_sleep_ms(wait_ms);
-    wait_ms *= 2;
-    return wait_ms > p->cfg->retry_max_ms ? p->cfg->retry_max_ms : wait_ms;
+    return segd_backoff_wait(&p->bo, wait_ms, p->cfg->retry_max_ms, fault);
 }
 
 static void fault_cleared(segd_pipeline_t *p)
 {
-    if (p->last_fault[0]) {
-        fprintf(stderr, "segd: resumed after: %s\n", p->last_fault);
-        p->last_fault[0] = 0;
-    }
+    segd_backoff_cleared(&p->bo);
 }
 
 /* ---------- batch state ---------- */
@@ -133,103 +90,13 @@ static void note_position(segd_pipeline_t *p, const char *topic, int32_t partiti
     q->next = next;
 }
 
-static segd_err_t add_dead_letter(segd_pipeline_t *p, const rd_kafka_message_t *m,
-                                  int reason, const char *why)
-{
-    dead_letter_t *arr = segd_array_grow(p->dlq, &p->capdlq, p->ndlq + 1, sizeof(*arr));
-    if (!arr)
-        return SEGD_ERR_NOMEM;
-    p->dlq = arr;
-    dead_letter_t *d = &p->dlq[p->ndlq];
-    memset(d, 0, sizeof(*d));
-    size_t vlen = m->len < DLQ_MAX_VALUE ? m->len : DLQ_MAX_VALUE;
-    if (vlen < m->len)
-        snprintf(d->original_size, sizeof(d->original_size), "%zu", m->len);
-    d->key = m->key_len ? malloc(m->key_len) : NULL;
-    d->value = vlen ? malloc(vlen) : NULL;
-    if ((m->key_len && !d->key) || (vlen && !d->value)) {
-        free(d->key);
-        free(d->value);
-        return SEGD_ERR_NOMEM;
-    }
-    if (m->key_len)
-        memcpy(d->key, m->key, m->key_len);
-    if (vlen)
-        memcpy(d->value, m->payload, vlen);
-    d->klen = m->key_len;
-    d->vlen = vlen;
-    snprintf(d->reason, sizeof(d->reason), "%s", why);
-    snprintf(d->source, sizeof(d->source), "%s/%" PRId32 "/%" PRId64,
-             rd_kafka_topic_name(m->rkt), m->partition, m->offset);
-    p->ndlq++;
-    p->st.dlq[reason]++;
-    return SEGD_OK;
-}
-
-static void clear_dead_letters(segd_pipeline_t *p)
-{
-    for (size_t i = 0; i < p->ndlq; i++) {
-        free(p->dlq[i].key);
-        free(p->dlq[i].value);
-    }
-    p->ndlq = 0;
-}
-
-static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
-{
-    (void)rk, (void)opaque;
-    if (m->_private) /* a failed one is produced again by the next attempt */
-        ((dead_letter_t *)m->_private)->state = m->err ? DL_PENDING : DL_DELIVERED;
-}
-
-/* Produces every undelivered dead letter and waits for the broker's acks. */
-static segd_err_t deliver_dead_letters(segd_pipeline_t *p, char *errstr, size_t n)
-{
-    int64_t wait = 100;
-    for (;;) {
-        size_t undelivered = 0;
-        for (size_t i = 0; i < p->ndlq; i++) {
-            dead_letter_t *d = &p->dlq[i];
-            if (d->state == DL_DELIVERED)
-                continue;
-            undelivered++;
-            if (d->state == DL_IN_FLIGHT)
-                continue;
-            rd_kafka_headers_t *h = rd_kafka_headers_new(3);
-            rd_kafka_header_add(h, "segd.error", -1, d->reason, -1);
-            rd_kafka_header_add(h, "segd.source", -1, d->source, -1);
-            if (d->original_size[0])
-                rd_kafka_header_add(h, "segd.original_size", -1, d->original_size, -1);
-            if (rd_kafka_producev(p->producer, RD_KAFKA_V_TOPIC(p->cfg->dlq_topic),
-                                  RD_KAFKA_V_KEY(d->key, d->klen),
-                                  RD_KAFKA_V_VALUE(d->value, d->vlen),
-                                  RD_KAFKA_V_HEADERS(h), RD_KAFKA_V_OPAQUE(d), RD_KAFKA_V_END))
-                rd_kafka_headers_destroy(h); /* not enqueued: retried below */
-            else
-                d->state = DL_IN_FLIGHT;
-        }
-        if (!undelivered)
-            return SEGD_OK;
-        rd_kafka_flush(p->producer, 10000);
-        int all = 1;
-        for (size_t i = 0; i < p->ndlq; i++)
-            all &= p->dlq[i].state == DL_DELIVERED;
-        if (all)
-            return SEGD_OK;
-        if (*p->stop)
-            return segd_errf(SEGD_ERR_KAFKA, errstr, n, "dead-letter topic %s unreachable",
-                             p->cfg->dlq_topic);
-        wait = backoff(p, wait, "dead-letter produce failed");
-    }
-}
-
 /* Dead letters first, then data + offsets in one WriteBatch, then the Kafka
  * commit. A failure leaves the batch intact for the next attempt. */
 static segd_err_t flush_batch(segd_pipeline_t *p, char *errstr, size_t n)
 {
     if (!p->npos)
         return SEGD_OK;
-    segd_err_t err = deliver_dead_letters(p, errstr, n);
+    segd_err_t err = segd_dlq_deliver(p->dlq, errstr, n);
     if (err)
         return err;
     for (size_t i = 0; i < p->npos; i++)
@@ -250,7 +117,7 @@ static segd_err_t flush_batch(segd_pipeline_t *p, char *errstr, size_t n)
     if (p->hooks.committed)
         p->hooks.committed(p->hooks.ctx);
     p->npos = 0;
-    clear_dead_letters(p);
+    segd_dlq_clear(p->dlq);
     p->st.batches++;
     fault_cleared(p);
     return SEGD_OK;
@@ -400,105 +267,33 @@ static void pause_or_resume(segd_pipeline_t *p, const rd_kafka_topic_partition_l
 
 /* ---------- messages ---------- */
 
-static int classify_decode_error(segd_err_t err)
-{
-    if (err == SEGD_ERR_LIMIT)
-        return SEGD_DLQ_LIMIT;
-    return err == SEGD_ERR_SCHEMA ? SEGD_DLQ_UNKNOWN_SCHEMA : SEGD_DLQ_DECODE;
-}
-
-/* Decodes, retrying while the registry is unreachable (not bad input).
- * Returns 1 when the message was decoded, 0 when it was dead-lettered with
- * *reason set, -1 when a stop interrupted the wait. */
-static int decode_message(segd_pipeline_t *p, const rd_kafka_message_t *m, int *reason,
-                          char *why, size_t n)
-{
-    int64_t wait = 100;
-    for (;;) {
-        segd_err_t err = segd_avro_decode(p->codec, p->cfg->framing, m->payload, m->len,
-                                          &p->ev, why, n);
-        if (err == SEGD_OK)
-            return 1;
-        if (err != SEGD_ERR_HTTP) {
-            *reason = classify_decode_error(err);
-            return 0;
-        }
-        if (*p->stop)
-            return -1;
-        wait = backoff(p, wait, why);
-    }
-}
-
-/* DESIGN §3: an event older than W + grace could need an entry a compaction
- * already dropped, and one from the future would win for ever. */
-static int check_event_time(segd_pipeline_t *p, int *reason, char *why, size_t n)
-{
-    segd_policy_t *pol = segd_store_policy(p->store);
-    switch (segd_policy_check_ts(pol, p->ev.ts_ms, p->cfg->limits.max_clock_skew_ms)) {
-    case SEGD_TS_TOO_LATE:
-        snprintf(why, n, "too_late: ts_ms %" PRId64 " is below %" PRId64
-                 " (GC watermark + store.gc.grace.s)", p->ev.ts_ms, segd_policy_ts_floor(pol));
-        *reason = SEGD_DLQ_TOO_LATE;
-        return 0;
-    case SEGD_TS_FROM_FUTURE:
-        snprintf(why, n, "from_future: ts_ms %" PRId64 " is more than %" PRId64
-                 " ms after now (limits.max.clock.skew.ms)", p->ev.ts_ms,
-                 p->cfg->limits.max_clock_skew_ms);
-        *reason = SEGD_DLQ_FROM_FUTURE;
-        return 0;
-    default:
-        return 1;
-    }
-}
-
-static int check_event(segd_pipeline_t *p, const rd_kafka_message_t *m, int *reason,
-                       char *why, size_t n)
-{
-    segd_err_t err = segd_event_validate(&p->ev, &p->cfg->limits, why, n);
-    if (err) {
-        *reason = err == SEGD_ERR_LIMIT ? SEGD_DLQ_LIMIT
-                  : segd_utf8_valid(p->ev.user_id, p->ev.user_id_len) ? SEGD_DLQ_INVALID
-                                                                      : SEGD_DLQ_BAD_UTF8;
-        return 0;
-    }
-    if (m->key && (m->key_len != p->ev.user_id_len ||
-                   memcmp(m->key, p->ev.user_id, m->key_len) != 0)) {
-        snprintf(why, n, "key does not match user_id");
-        *reason = SEGD_DLQ_KEY_MISMATCH;
-        return 0;
-    }
-    return check_event_time(p, reason, why, n);
-}
-
 /* Returns -1 when a stop interrupted a fault wait and -2 when memory ran out;
  * in both cases the message stays unapplied and its offset unwritten. */
 static int handle_message(segd_pipeline_t *p, const rd_kafka_message_t *m)
 {
     char why[256];
-    int reason = 0, ok;
+    int reason = 0;
+    const segd_event_t *ev = NULL;
     p->st.messages++;
-    if (m->len > p->cfg->limits.max_message) {
-        snprintf(why, sizeof(why), "message of %zu bytes exceeds %zu", m->len,
-                 p->cfg->limits.max_message);
-        reason = SEGD_DLQ_OVERSIZE;
-        ok = 0;
-    } else {
-        ok = decode_message(p, m, &reason, why, sizeof(why));
-        if (ok < 0)
-            return -1;
-        if (ok)
-            ok = check_event(p, m, &reason, why, sizeof(why));
-    }
+    int ok = segd_ingest_check(p->ingest, m->key, m->key_len, m->payload, m->len, &ev,
+                               &reason, why, sizeof(why));
+    if (ok < 0)
+        return -1;
     if (ok) {
         rd_kafka_timestamp_type_t tstype;
         int64_t ts = rd_kafka_message_timestamp(m, &tstype);
-        if (segd_applier_add_from(&p->ap, &p->ev, rd_kafka_topic_name(m->rkt), m->partition,
+        if (segd_applier_add_from(&p->ap, ev, rd_kafka_topic_name(m->rkt), m->partition,
                                   m->offset, ts > 0 ? ts : 0) != SEGD_OK)
             return -2;
         p->st.events++;
-        p->st.segments += p->ev.n_segments;
-    } else if (add_dead_letter(p, m, reason, why) != SEGD_OK) {
-        return -2;
+        p->st.segments += ev->n_segments;
+    } else {
+        /* an empty key or value goes out as none, as it always has */
+        if (segd_dlq_add(p->dlq, rd_kafka_topic_name(m->rkt), m->partition, m->offset,
+                         m->key_len ? m->key : NULL, m->key_len, m->len ? m->payload : NULL,
+                         m->len, segd_dlq_reason_name(reason), why) != SEGD_OK)
+            return -2;
+        p->st.dlq[reason]++;
     }
     note_position(p, rd_kafka_topic_name(m->rkt), m->partition, m->offset + 1);
     return 0;
@@ -765,47 +560,6 @@ static segd_err_t make_consumer(segd_pipeline_t *p, char *errstr, size_t n)
                 : SEGD_OK;
 }
 
-static segd_err_t make_producer(segd_pipeline_t *p, char *errstr, size_t n)
-{
-    const char *const defaults[] = {"bootstrap.servers", p->cfg->brokers, "enable.idempotence",
-                                    "true", "linger.ms", "5", "compression.codec", "lz4", NULL};
-    char errbuf[512];
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    /* consumer-only kafka.* settings would make the producer warn: use only ours */
-    segd_err_t err = segd_kconf_apply(conf, "dead-letter producer", defaults, errstr, n);
-    if (err) {
-        rd_kafka_conf_destroy(conf);
-        return err;
-    }
-    rd_kafka_conf_set_dr_msg_cb(conf, dr_cb);
-    p->producer = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errbuf, sizeof(errbuf));
-    if (!p->producer) {
-        rd_kafka_conf_destroy(conf);
-        return segd_errf(SEGD_ERR_KAFKA, errstr, n, "producer: %s", errbuf);
-    }
-    return SEGD_OK;
-}
-
-static segd_err_t make_codec(segd_pipeline_t *p, char *errstr, size_t n)
-{
-    const segd_config_t *cfg = p->cfg;
-    if (cfg->registry_url) {
-        segd_registry_opts_t ro;
-        segd_registry_opts_default(&ro);
-        ro.userpass = cfg->registry_auth;
-        ro.ca_file = cfg->registry_ca;
-        segd_err_t err = segd_registry_new(&p->registry, cfg->registry_url, &ro, errstr, n);
-        if (err)
-            return err;
-    }
-    segd_schema_source_t src = {segd_registry_lookup, p->registry};
-    segd_err_t err =
-        segd_avro_codec_new(&p->codec, NULL, p->registry ? &src : NULL, errstr, n);
-    if (!err) /* stop decoding an oversized array early, not after allocating it */
-        segd_avro_codec_set_limits(p->codec, &cfg->limits);
-    return err;
-}
-
 void segd_pipeline_set_hooks(segd_pipeline_t *p, const segd_pipeline_hooks_t *h)
 {
     p->hooks = *h;
@@ -821,12 +575,11 @@ segd_err_t segd_pipeline_new(segd_pipeline_t **out, const segd_config_t *cfg,
     p->cfg = cfg;
     p->store = store;
     p->stop = stop;
-    segd_event_init(&p->ev);
     segd_err_t err = segd_applier_init(&p->ap, store);
     if (!err)
-        err = make_codec(p, errstr, n);
+        err = segd_ingest_new(&p->ingest, cfg, store, stop, &p->bo, errstr, n);
     if (!err)
-        err = make_producer(p, errstr, n);
+        err = segd_dlq_new_topic(&p->dlq, cfg, stop, &p->bo, errstr, n);
     if (!err && cfg->changes_enable) /* every batch records its changes (DESIGN §5) */
         segd_applier_enable_outbox(&p->ap);
     if (!err)
@@ -850,6 +603,7 @@ segd_err_t segd_pipeline_run(segd_pipeline_t *p, char *errstr, size_t n)
 void segd_pipeline_get_stats(const segd_pipeline_t *p, segd_pipeline_stats_t *st)
 {
     *st = p->st;
+    st->retries = p->bo.retries;
 }
 
 int segd_pipeline_assigned(segd_pipeline_t *p)
@@ -903,11 +657,8 @@ void segd_pipeline_close(segd_pipeline_t *p)
             rd_kafka_destroy(p->consumer);
         p->consumer = NULL;
     }
-    if (p->producer) {
-        rd_kafka_flush(p->producer, 5000);
-        rd_kafka_destroy(p->producer);
-        p->producer = NULL;
-    }
+    if (p->dlq)
+        segd_dlq_close(p->dlq);
 }
 
 void segd_pipeline_destroy(segd_pipeline_t *p)
@@ -915,11 +666,8 @@ void segd_pipeline_destroy(segd_pipeline_t *p)
     if (!p)
         return;
     segd_pipeline_close(p);
-    clear_dead_letters(p);
-    free(p->dlq);
-    segd_avro_codec_destroy(p->codec);
-    segd_registry_destroy(p->registry);
+    segd_dlq_destroy(p->dlq);
+    segd_ingest_destroy(p->ingest);
     segd_applier_free(&p->ap);
-    segd_event_free(&p->ev);
     free(p);
 }

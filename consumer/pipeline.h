@@ -11,7 +11,8 @@
  * from any thread.
  * Ownership: cfg, store and stop are borrowed and must outlive the
  * pipeline (the config's strings are read at every step); the pipeline owns
- * its consumer, dead-letter producer, registry client, codec and batch. */
+ * its consumer, dead-letter queue (consumer/dlq.h), message checks
+ * (consumer/ingest.h: registry client, codec) and batch. */
 #ifndef SEGD_PIPELINE_H
 #define SEGD_PIPELINE_H
 
@@ -19,22 +20,10 @@
 #include <stdint.h>
 
 #include "consumer/config.h"
+#include "consumer/ingest.h" /* the dead-letter reasons */
 #include "store/store.h"
 
 typedef struct segd_pipeline segd_pipeline_t;
-
-enum segd_dlq_reason {
-    SEGD_DLQ_DECODE,       /* does not decode as SegmentEvent */
-    SEGD_DLQ_UNKNOWN_SCHEMA,
-    SEGD_DLQ_OVERSIZE,     /* message larger than limits.max.message.bytes */
-    SEGD_DLQ_LIMIT,        /* too many segments, user id too long */
-    SEGD_DLQ_INVALID,      /* breaks the contract (ttl, ids, ts) */
-    SEGD_DLQ_KEY_MISMATCH, /* Kafka key != user_id */
-    SEGD_DLQ_BAD_UTF8,     /* user_id is not strict UTF-8 */
-    SEGD_DLQ_TOO_LATE,     /* ts_ms below W + grace: can no longer apply exactly */
-    SEGD_DLQ_FROM_FUTURE,  /* ts_ms above now + limits.max.clock.skew.ms */
-    SEGD_DLQ_REASONS
-};
 
 typedef struct segd_pipeline_stats {
     uint64_t messages; /* consumed, good and bad */
@@ -44,8 +33,6 @@ typedef struct segd_pipeline_stats {
     uint64_t dlq[SEGD_DLQ_REASONS];
     uint64_t retries;  /* waits on a store, registry or broker fault */
 } segd_pipeline_stats_t;
-
-const char *segd_dlq_reason_name(int reason);
 
 /* store and stop are borrowed and must outlive the pipeline. stop is polled
  * between messages and during fault backoff (set by a signal handler). */

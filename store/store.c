@@ -644,14 +644,25 @@ void segd_batch_outbox_delete(segd_batch_t *b, uint64_t seq)
     rocksdb_writebatch_delete_cf(b->wb, s->cf[CF_OUTBOX], key, 8);
 }
 
-segd_err_t segd_store_write(segd_store_t *s, segd_batch_t *b, char *errstr, size_t n)
+static segd_err_t write_batch(segd_store_t *s, const rocksdb_writeoptions_t *wo,
+                              segd_batch_t *b, char *errstr, size_t n)
 {
     if (segd_store_fault_hit(s, SEGD_FAULT_WRITE))
         return segd_errf(SEGD_ERR_IO, errstr, n, "write batch: injected fault");
-    segd_err_t err = write_wb(s, s->wopts, b->wb, 1, errstr, n);
+    segd_err_t err = write_wb(s, wo, b->wb, 1, errstr, n);
     if (!err)
         atomic_fetch_add(&s->outbox_depth, b->outbox_delta);
     return err;
+}
+
+segd_err_t segd_store_write(segd_store_t *s, segd_batch_t *b, char *errstr, size_t n)
+{
+    return write_batch(s, s->wopts, b, errstr, n);
+}
+
+segd_err_t segd_store_write_sync(segd_store_t *s, segd_batch_t *b, char *errstr, size_t n)
+{
+    return write_batch(s, s->sync_wopts, b, errstr, n);
 }
 
 segd_err_t segd_store_offset_get(segd_store_t *s, const char *topic, int32_t partition,

@@ -106,6 +106,11 @@ void segd_batch_set_change_position(segd_batch_t *b, const char *topic, int32_t 
 segd_err_t segd_store_write(segd_store_t *s, segd_batch_t *b, char *errstr,
                             size_t errstr_size);
 
+/* As segd_store_write, with the WAL synced before it returns: for the rare
+ * offline writes an operator acts on at once (segd offsets set). */
+segd_err_t segd_store_write_sync(segd_store_t *s, segd_batch_t *b, char *errstr,
+                                 size_t errstr_size);
+
 /* SEGD_ERR_NOTFOUND when the partition has no stored offset. */
 segd_err_t segd_store_offset_get(segd_store_t *s, const char *topic, int32_t partition,
                                  int64_t *next_offset, char *errstr, size_t errstr_size);

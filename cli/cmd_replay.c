@@ -1,0 +1,341 @@
+/* `segd replay`: applies a range of an input topic to a store through segd
+ * run's checks, dead-letter queue and write path (consumer/replay.h),
+ * without touching the daemon's stored input offsets. Flags here, the
+ * engine in consumer/replay.c. Exit 0 all applied, 3 some dead-lettered,
+ * 1 failure or interrupted, 2 usage. */
+#define _GNU_SOURCE
+#include <ctype.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/clock.h"
+#include "base/progress.h"
+#include "cli/cli.h"
+#include "consumer/replay.h"
+
+extern char **environ;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: segd replay --brokers B --topic T --db DIR [--partitions P,P...]\n"
+        "                   (--from-beginning | --from-offset P:O[,P:O...] | --from-time T)\n"
+        "                   [--to-end | --to-offset P:O[,P:O...] | --to-time T]\n"
+        "                   [--config FILE] [-X kafka.prop=value ...] [--dlq-file F]\n"
+        "                   [--no-changes] [--now UNIX_SECONDS]\n"
+        "  Applies topic T's messages in the range to the store as `segd run` would\n"
+        "  (same decoding, checks, dead letters, one WriteBatch per batch with its\n"
+        "  outbox entry) but never moves the daemon's stored input offsets: replaying\n"
+        "  what the store already holds changes nothing. The store must not be in use\n"
+        "  (stop `segd run` first). No consumer group is joined, nothing committed.\n"
+        "  Ranges are [start, end) per partition:\n"
+        "    --from-beginning      the log start of every partition\n"
+        "    --from-offset P:O     offset O of partition P; only the partitions named\n"
+        "                          are replayed (unless --partitions)\n"
+        "    --from-time T         the first message with timestamp >= T\n"
+        "    --to-end              the end of the log when replay starts (default)\n"
+        "    --to-offset P:O       up to but NOT including offset O; partitions not\n"
+        "                          named run to the end\n"
+        "    --to-time T           up to but not including the first message with\n"
+        "                          timestamp >= T\n"
+        "  T is Unix milliseconds or ISO 8601 (2026-11-23T12:00:00Z, ...+01:00, .sss),\n"
+        "  compared with the messages' Kafka timestamps; where the broker cannot look a\n"
+        "  time up (the dev broker) the partition is read from its start.\n"
+        "  A start below the log start (deleted, compacted) begins at the log start and\n"
+        "  an end beyond the log's end stops there; both are said on stderr.\n"
+        "  --dlq-file F   bad messages as JSON lines {topic, partition, offset, reason,\n"
+        "                 error, key_b64, value_b64} appended to F and fsync'd before\n"
+        "                 their batch is written; default: the DLQ topic (dlq.topic)\n"
+        "  --no-changes   write no outbox entries (caches will not see the replay)\n"
+        "  --config FILE, -X, SEGD_* variables: as `segd run` (input.*, limits.*,\n"
+        "                 batch.*, store.*, dlq.topic, changes.enable, kafka.*)\n"
+        "  Prints a progress bar on a terminal and always a summary line on stderr.\n"
+        "  Exit: 0 all applied, 3 some dead-lettered, 1 failure or interrupted, 2 usage.\n");
+}
+
+/* Unix milliseconds, or ISO 8601 date-time with Z or an offset. */
+static int parse_time(const char *s, int64_t *out)
+{
+    char *end;
+    if (isdigit((unsigned char)s[0])) {
+        long long v = strtoll(s, &end, 10);
+        if (!*end && v >= 0) {
+            *out = v;
+            return 0;
+        }
+    }
+    struct tm tm = {0};
+    const char *p = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
+    if (!p)
+        return -1;
+    int64_t ms = 0;
+    if (*p == '.') {
+        int digits = 0;
+        for (p++; isdigit((unsigned char)*p); p++, digits++)
+            if (digits < 3)
+                ms = ms * 10 + (*p - '0');
+        if (!digits)
+            return -1;
+        for (; digits < 3; digits++)
+            ms *= 10;
+    }
+    int64_t off_s = 0;
+    if (*p == 'Z') {
+        p++;
+    } else if (*p == '+' || *p == '-') {
+        int h, m;
+        if (sscanf(p + 1, "%2d:%2d", &h, &m) != 2 || strlen(p) != 6 || h > 23 || m > 59)
+            return -1;
+        off_s = (h * 3600 + m * 60) * (*p == '-' ? -1 : 1);
+        p += 6;
+    } else {
+        return -1; /* a time without a zone is ambiguous */
+    }
+    if (*p)
+        return -1;
+    time_t t = timegm(&tm);
+    if (t == (time_t)-1 || t - off_s < 0)
+        return -1;
+    *out = ((int64_t)t - off_s) * 1000 + ms;
+    return 0;
+}
+
+/* "P:O,P:O" (offsets >= 0), or with offsets = NULL "P,P". */
+static int parse_list(const char *s, segd_replay_pos_t *pos, int32_t *ids, size_t *n)
+{
+    *n = 0;
+    for (const char *p = s; *p;) {
+        char *end;
+        long long part = strtoll(p, &end, 10), off = 0;
+        if (end == p || part < 0 || part > INT32_MAX || *n == SEGD_REPLAY_MAX_PARTITIONS)
+            return -1;
+        p = end;
+        if (pos) {
+            if (*p++ != ':')
+                return -1;
+            off = strtoll(p, &end, 10);
+            if (end == p || off < 0)
+                return -1;
+            p = end;
+            pos[*n].partition = (int32_t)part;
+            pos[*n].offset = off;
+        } else {
+            ids[*n] = (int32_t)part;
+        }
+        (*n)++;
+        if (*p == ',' && p[1])
+            p++;
+        else if (*p)
+            return -1;
+    }
+    return *n ? 0 : -1;
+}
+
+typedef struct args {
+    segd_config_t cfg;
+    segd_replay_opts_t o;
+    int32_t ids[SEGD_REPLAY_MAX_PARTITIONS];
+    segd_replay_pos_t from[SEGD_REPLAY_MAX_PARTITIONS], to[SEGD_REPLAY_MAX_PARTITIONS];
+    int64_t now_s;
+    int n_from_flags, n_to_flags;
+} args_t;
+
+static const struct option opts[] = {
+    {"brokers", required_argument, 0, 'b'},     {"topic", required_argument, 0, 't'},
+    {"db", required_argument, 0, 'd'},          {"partitions", required_argument, 0, 'p'},
+    {"from-beginning", no_argument, 0, 'B'},    {"from-offset", required_argument, 0, 'O'},
+    {"from-time", required_argument, 0, 'T'},   {"to-end", no_argument, 0, 'E'},
+    {"to-offset", required_argument, 0, 'o'},   {"to-time", required_argument, 0, 'u'},
+    {"config", required_argument, 0, 'c'},      {"dlq-file", required_argument, 0, 'q'},
+    {"no-changes", no_argument, 0, 'N'},        {"now", required_argument, 0, 'n'},
+    {"help", no_argument, 0, 'h'},              {0, 0, 0, 0}};
+
+/* One flag; 0 ok, -1 bad (err says why). */
+static int apply_flag(args_t *a, int c, char *err, size_t n)
+{
+    segd_replay_opts_t *o = &a->o;
+    switch (c) {
+    case 'b': return segd_config_set(&a->cfg, "brokers", optarg, err, n) ? -1 : 0;
+    case 't':
+        if (strchr(optarg, ','))
+            return snprintf(err, n, "--topic takes one topic"), -1;
+        return segd_config_set(&a->cfg, "topics", optarg, err, n) ? -1 : 0;
+    case 'd': return segd_config_set(&a->cfg, "db", optarg, err, n) ? -1 : 0;
+    case 'X': return segd_config_set_x(&a->cfg, optarg, err, n) ? -1 : 0;
+    case 'p':
+        o->partitions = a->ids;
+        if (parse_list(optarg, NULL, a->ids, &o->n_partitions))
+            return snprintf(err, n, "bad --partitions '%s' (want P,P,...)", optarg), -1;
+        return 0;
+    case 'B': a->n_from_flags++; o->from = SEGD_REPLAY_BEGINNING; return 0;
+    case 'O':
+        a->n_from_flags++;
+        o->from = SEGD_REPLAY_OFFSETS;
+        o->from_offsets = a->from;
+        if (parse_list(optarg, a->from, NULL, &o->n_from))
+            return snprintf(err, n, "bad --from-offset '%s' (want P:O,...)", optarg), -1;
+        return 0;
+    case 'T':
+        a->n_from_flags++;
+        o->from = SEGD_REPLAY_TIME;
+        if (parse_time(optarg, &o->from_ms))
+            return snprintf(err, n, "bad --from-time '%s' (ms or ISO 8601 with zone)", optarg), -1;
+        return 0;
+    case 'E': a->n_to_flags++; o->to = SEGD_REPLAY_END; return 0;
+    case 'o':
+        a->n_to_flags++;
+        o->to = SEGD_REPLAY_TO_OFFSETS;
+        o->to_offsets = a->to;
+        if (parse_list(optarg, a->to, NULL, &o->n_to))
+            return snprintf(err, n, "bad --to-offset '%s' (want P:O,...)", optarg), -1;
+        return 0;
+    case 'u':
+        a->n_to_flags++;
+        o->to = SEGD_REPLAY_TO_TIME;
+        if (parse_time(optarg, &o->to_ms))
+            return snprintf(err, n, "bad --to-time '%s' (ms or ISO 8601 with zone)", optarg), -1;
+        return 0;
+    case 'q': o->dlq_file = optarg; return 0;
+    case 'N': o->no_changes = 1; return 0;
+    case 'n':
+        return segd_arg_int("replay", "--now", optarg, 1, INT64_MAX / 1000, &a->now_s) ? -2 : 0;
+    default: return 0; /* --config: read first */
+    }
+}
+
+/* 0 ok, 1 --help, 2 usage error (said). Flags win over the file and the
+ * environment, as for segd run. */
+static int parse_args(int argc, char **argv, args_t *a)
+{
+    const char *file = NULL;
+    char err[512];
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "X:", opts, NULL)) != -1)
+        if (c == 'c')
+            file = optarg;
+        else if (c == 'h')
+            return usage(stdout), 1;
+        else if (c == '?')
+            return usage(stderr), 2;
+    if ((file && segd_config_load_file(&a->cfg, file, err, sizeof(err))) ||
+        segd_config_load_env(&a->cfg, environ, err, sizeof(err)))
+        goto bad;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "X:", opts, NULL)) != -1) {
+        int rc = apply_flag(a, c, err, sizeof(err));
+        if (rc == -2)
+            return 2;
+        if (rc)
+            goto bad;
+    }
+    if (optind < argc) {
+        snprintf(err, sizeof(err), "unexpected argument '%s'", argv[optind]);
+        goto bad;
+    }
+    if (a->n_from_flags != 1 || a->n_to_flags > 1) {
+        snprintf(err, sizeof(err), a->n_from_flags != 1
+                 ? "give one of --from-beginning, --from-offset, --from-time"
+                 : "give at most one of --to-end, --to-offset, --to-time");
+        goto bad;
+    }
+    if (a->o.from == SEGD_REPLAY_TIME && a->o.to == SEGD_REPLAY_TO_TIME &&
+        a->o.to_ms < a->o.from_ms) {
+        snprintf(err, sizeof(err), "--to-time is before --from-time");
+        goto bad;
+    }
+    /* segd run's config wants a group; replay joins none */
+    if (!a->cfg.group && segd_config_set(&a->cfg, "group", "segd-replay", err, sizeof(err)))
+        goto bad;
+    if (segd_config_finish(&a->cfg, err, sizeof(err)))
+        goto bad;
+    a->o.cfg = &a->cfg;
+    return 0;
+bad:
+    fprintf(stderr, "segd replay: %s\n", err);
+    return 2;
+}
+
+/* As segd run opens it (the config's store.* settings), read-write: a store
+ * another process holds is refused by RocksDB's LOCK. */
+static segd_store_t *open_store(const segd_config_t *cfg, int64_t now_s)
+{
+    segd_store_opts_t o;
+    char err[512];
+    segd_store_t *s = NULL;
+    segd_app_store_opts(&o);
+    o.path = cfg->db;
+    o.granularity_s = cfg->granularity_s;
+    o.horizon_ms = cfg->horizon_s * 1000;
+    o.block_cache_mb = (size_t)cfg->block_cache_mb;
+    o.compaction_rate_mb = cfg->compaction_rate_mb;
+    o.periodic_compaction_s = cfg->periodic_compaction_s;
+    o.min_free_mb = cfg->min_free_mb;
+    o.gc_grace_ms = cfg->gc_grace_s * 1000;
+    o.now_ms = now_s * 1000;
+    if (segd_store_open(&s, &o, err, sizeof(err)) != SEGD_OK)
+        fprintf(stderr, "segd replay: cannot open store: %s\n", err);
+    return s;
+}
+
+typedef struct bar {
+    segd_progress_t p;
+    int started;
+} bar_t;
+
+static void on_progress(void *ctx, const segd_replay_stats_t *st)
+{
+    bar_t *b = ctx;
+    if (!b->started) { /* the total is known once the ranges are */
+        segd_progress_init(&b->p, stderr, "messages", st->total, 0);
+        b->started = 1;
+    }
+    segd_progress_update(&b->p, st->done, st->messages, st->segments);
+}
+
+int segd_cmd_replay(int argc, char **argv)
+{
+    args_t *a = calloc(1, sizeof(*a));
+    if (!a)
+        return SEGD_EXIT_FAIL;
+    segd_config_init(&a->cfg);
+    int rc = parse_args(argc, argv, a);
+    if (rc) {
+        rc = rc == 1 ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
+        goto out_args;
+    }
+    volatile sig_atomic_t *stop = segd_app_stop_on_signals();
+    segd_store_t *store = open_store(&a->cfg, a->now_s);
+    rc = SEGD_EXIT_FAIL;
+    if (!store)
+        goto out_args;
+    bar_t bar = {0};
+    a->o.progress = on_progress;
+    a->o.progress_ctx = &bar;
+    segd_replay_stats_t st;
+    char err[512] = "";
+    double t0 = segd_mono_s();
+    segd_err_t e = segd_replay_run(&a->o, store, stop, &st, err, sizeof(err));
+    if (bar.started)
+        segd_progress_end(&bar.p);
+    if (e)
+        fprintf(stderr, "segd replay: %s\n", err);
+    fprintf(stderr, "replayed %" PRIu64 " messages (%" PRIu64 " events, %" PRIu64
+            " segments, %" PRIu64 " dead-lettered) from %" PRIu64 " partitions in %.2f s\n",
+            st.messages, st.events, st.segments, st.dead, st.partitions, segd_mono_s() - t0);
+    for (int i = 0; i < SEGD_DLQ_REASONS; i++)
+        if (st.dlq[i])
+            fprintf(stderr, "  dlq.%s=%" PRIu64 "\n", segd_dlq_reason_name(i), st.dlq[i]);
+    rc = e == SEGD_ERR_CONFIG ? SEGD_EXIT_USAGE
+         : e                  ? SEGD_EXIT_FAIL
+         : st.dead            ? SEGD_EXIT_PARTIAL
+                              : SEGD_EXIT_OK;
+    segd_store_close(store);
+out_args:
+    segd_config_free(&a->cfg);
+    free(a);
+    return rc;
+}

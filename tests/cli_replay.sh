@@ -1,0 +1,207 @@
+#!/usr/bin/env bash
+# segd replay and segd offsets against `segd dev-broker`: a replayed range
+# equals what `segd run` makes of it; a replay into a store that holds the
+# range changes neither data nor stored offsets; offset and time ranges pick
+# exactly their messages; bad messages go to --dlq-file or the DLQ topic
+# (exit 3); `offsets set` makes run re-consume; a store in use is refused.
+# usage: cli_replay.sh SEGD_BIN SOURCE_DIR
+set -euo pipefail
+segd=$1
+tmp=$(mktemp -d /tmp/segd-replay-XXXXXX)
+pids=()
+cleanup() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+fail() { echo "FAIL: $*" >&2; for f in "$tmp"/*.log; do [ -f "$f" ] && { echo "== $f" >&2; tail -20 "$f" >&2; }; done; exit 1; }
+command -v kcat >/dev/null || fail "kcat is not installed"
+export SEGD_STORE_MIN_FREE_MB=${SEGD_STORE_MIN_FREE_MB:-8}
+now=$(date +%s)
+
+"$segd" replay --help | grep -q "up to but NOT including" || fail "replay --help"
+"$segd" offsets --help | grep -q "offsets set --db DIR --topic T" || fail "offsets --help"
+set +e
+"$segd" replay --brokers x --topic ev --db "$tmp/x" 2>/dev/null; [ $? = 2 ] || fail "no --from-*: not exit 2"
+"$segd" replay --brokers x --topic ev --db "$tmp/x" --from-beginning --from-time 5 2>/dev/null
+[ $? = 2 ] || fail "two --from-*: not exit 2"
+"$segd" replay --brokers x --topic ev --db "$tmp/x" --from-time 2026-01-01T00:00:00 2>/dev/null
+[ $? = 2 ] || fail "a time without zone: not exit 2"
+"$segd" offsets show --db "$tmp/none" 2>/dev/null; [ $? = 1 ] || fail "offsets of no store: not exit 1"
+[ -e "$tmp/none" ] && fail "offsets show created a store"
+set -e
+
+"$segd" dev-broker --partitions 3 --topics ev,ev.dlq,segments.changes,reg > "$tmp/broker.out" &
+pids+=($!)
+for _ in $(seq 50); do grep -q '^bootstrap=' "$tmp/broker.out" 2>/dev/null && break; sleep 0.1; done
+b=$(sed -n 's/^bootstrap=//p' "$tmp/broker.out" | head -1)
+[ -n "$b" ] || fail "dev-broker printed no bootstrap line"
+"$segd" produce --brokers "$b" --topic ev --users 40 --events 600 --now "$now" >/dev/null
+# every message: partition, offset, timestamp, key
+kcat -C -b "$b" -t ev -e -q -f '%p %o %T %k\n' > "$tmp/msgs"
+[ "$(wc -l < "$tmp/msgs")" = 600 ] || fail "kcat read $(wc -l < "$tmp/msgs") messages"
+awk '{print $4}' "$tmp/msgs" | sort -u > "$tmp/users"
+hi() { awk -v p="$1" '$1 == p' "$tmp/msgs" | wc -l; }
+hi0=$(hi 0); hi1=$(hi 1); hi2=$(hi 2)
+getall() { "$segd" get --db "$1" --now "$now" --json $(cat "$tmp/users"); }
+summary() { grep '^replayed ' "$1"; }
+
+# (a) replay == run on the same topic, every user byte for byte
+"$segd" replay --brokers "$b" --topic ev --db "$tmp/a" --from-beginning 2> "$tmp/a.log" || fail "replay exit $?"
+summary "$tmp/a.log" | grep -q "^replayed 600 messages (600 events, [0-9]* segments, 0 dead-lettered) from 3 partitions in " \
+  || fail "summary: $(cat "$tmp/a.log")"
+getall "$tmp/a" > "$tmp/a.json"
+grep -q '"id":' "$tmp/a.json" || fail "replay wrote nothing"
+"$segd" offsets show --db "$tmp/a" --json > "$tmp/a.offs"
+[ "$(cat "$tmp/a.offs")" = '{"offsets":[],"changes":[],"gc_watermark_ms":0}' ] \
+  || fail "replay stored offsets: $(cat "$tmp/a.offs")"
+# its batches carry outbox entries for the change stream, unless --no-changes
+"$segd" stats --db "$tmp/a" --json | grep -q '"outbox_entries":[1-9]' || fail "replay wrote no outbox entries"
+"$segd" replay --brokers "$b" --topic ev --db "$tmp/nc" --from-beginning --no-changes 2>/dev/null || fail "--no-changes"
+"$segd" stats --db "$tmp/nc" --json | grep -q '"outbox_entries":0,' || fail "--no-changes wrote outbox entries"
+cmp "$tmp/a.json" <(getall "$tmp/nc") || fail "--no-changes changed the data"
+cat > "$tmp/run.conf" <<CONF
+batch.max.ms = 20
+kafka.session.timeout.ms = 6000
+CONF
+"$segd" run --brokers "$b" --topic ev --group g1 --db "$tmp/r" --config "$tmp/run.conf" 2> "$tmp/run1.log" &
+run=$!; pids+=($run)
+for _ in $(seq 150); do
+  getall "$tmp/r" > "$tmp/r.json" 2>/dev/null && cmp -s "$tmp/a.json" "$tmp/r.json" && break
+  sleep 0.2
+done
+# (f) a store in use is refused, naming RocksDB's lock
+set +e
+"$segd" replay --brokers "$b" --topic ev --db "$tmp/r" --from-beginning 2> "$tmp/lock.log"; rc=$?
+set -e
+[ $rc = 1 ] || fail "replay into a locked store: exit $rc"
+grep -q "LOCK" "$tmp/lock.log" || fail "lock message: $(cat "$tmp/lock.log")"
+set +e; "$segd" offsets show --db "$tmp/r" > /dev/null 2>&1; rc=$?; set -e
+[ $rc = 1 ] || fail "offsets show of a locked store: exit $rc"
+set +e; "$segd" offsets set --db "$tmp/r" --topic ev 0:0 > /dev/null 2>&1; rc=$?; set -e
+[ $rc = 1 ] || fail "offsets set of a locked store: exit $rc"
+kill -TERM $run; wait $run || fail "segd run exited with $?"
+grep -q "final: consumed=600 events=600 " "$tmp/run1.log" || fail "run summary"
+cmp "$tmp/a.json" "$tmp/r.json" || fail "replay and run differ"
+
+# (b) replaying what the store holds changes nothing: data and offsets
+"$segd" offsets show --db "$tmp/r" --json > "$tmp/r.offs.before"
+"$segd" offsets show --db "$tmp/r" > "$tmp/r.offs.txt"
+"$segd" replay --brokers "$b" --topic ev --db "$tmp/r" --from-beginning --to-end 2> "$tmp/b.log" || fail "replay (b)"
+getall "$tmp/r" > "$tmp/r.json.after"
+cmp "$tmp/r.json" "$tmp/r.json.after" || fail "replay changed the data"
+"$segd" offsets show --db "$tmp/r" --json > "$tmp/r.offs.after"
+cmp "$tmp/r.offs.before" "$tmp/r.offs.after" || fail "replay moved the stored offsets"
+/usr/bin/python3 - "$tmp/r.offs.before" "$tmp/r.offs.txt" "$hi0" "$hi1" "$hi2" <<'PY' || fail "offsets show"
+import json, sys
+j = json.load(open(sys.argv[1]))
+want = {(p, int(sys.argv[3 + p])) for p in range(3)}
+got = {(o["partition"], o["next_offset"]) for o in j["offsets"] if o["topic"] == "ev"}
+assert got == want, (got, want)
+assert len(j["offsets"]) == 3 and isinstance(j["changes"], list) and j["gc_watermark_ms"] >= 0, j
+rows = [l.split() for l in open(sys.argv[2]) if l.startswith("offset ")]
+assert {(int(r[2]), int(r[3])) for r in rows if r[1] == "ev"} == want, rows
+PY
+
+# (c) offset ranges: exactly [from, to) of the named partitions ...
+"$segd" replay --brokers "$b" --topic ev --db "$tmp/c" --from-offset 0:10 --to-offset 0:20 2> "$tmp/c.log" || fail "replay (c)"
+summary "$tmp/c.log" | grep -q "^replayed 10 messages (10 events, .* from 1 partitions" || fail "range: $(cat "$tmp/c.log")"
+awk '$1 == 0 && $2 >= 10 && $2 < 20 {print $4}' "$tmp/msgs" | sort -u > "$tmp/c.keys"
+getall "$tmp/c" | grep '"id":' | sed 's/^{"user_id":"\([^"]*\)".*/\1/' | sort -u > "$tmp/c.users"
+[ -s "$tmp/c.users" ] || fail "range applied nothing"
+comm -23 "$tmp/c.users" "$tmp/c.keys" | grep -q . && fail "users outside the range: $(comm -23 "$tmp/c.users" "$tmp/c.keys")"
+# ... and the rest of the topic in further replays makes the whole (no message lost at a bound)
+"$segd" replay --brokers "$b" --topic ev --db "$tmp/c" --from-offset 0:0,1:0,2:0 --to-offset 0:10 2>/dev/null
+"$segd" replay --brokers "$b" --topic ev --db "$tmp/c" --from-offset 0:20 --to-end 2>/dev/null
+"$segd" replay --brokers "$b" --topic ev --db "$tmp/c" --partitions 1,2 --from-beginning --to-offset 1:1 2> "$tmp/c2.log"
+summary "$tmp/c2.log" | grep -q "^replayed $((hi2 + 1)) messages" || fail "partitions: $(cat "$tmp/c2.log")"
+getall "$tmp/c" > "$tmp/c.json"
+cmp "$tmp/a.json" "$tmp/c.json" || fail "pieces of the topic differ from the whole"
+# time ranges: [first message at or after from, first at or after to)
+read -r tfrom tto expect < <(/usr/bin/python3 - "$tmp/msgs" <<'PY'
+import sys
+m = [tuple(map(int, l.split()[:3])) for l in open(sys.argv[1])]
+ts = sorted({t for _, _, t in m})
+tfrom, tto = ts[len(ts) // 4], ts[3 * len(ts) // 4]
+print(tfrom, tto, sum(1 for _, _, t in m if tfrom <= t < tto))
+PY
+)
+"$segd" replay --brokers "$b" --topic ev --db "$tmp/t" --from-time "$tfrom" --to-time "$tto" 2> "$tmp/t.log" || fail "replay time"
+summary "$tmp/t.log" | grep -q "^replayed $expect messages" || fail "time range: want $expect: $(cat "$tmp/t.log")"
+iso=$(date -u -d "@$((tfrom / 1000))" +%Y-%m-%dT%H:%M:%S).$(printf %03d $((tfrom % 1000)))Z
+"$segd" replay --brokers "$b" --topic ev --db "$tmp/t2" --from-time "$iso" --to-time "$tto" 2> "$tmp/t2.log"
+summary "$tmp/t2.log" | grep -q "^replayed $expect messages" || fail "ISO time: $(cat "$tmp/t2.log")"
+off=$(date -u -d "@$((tfrom / 1000 + 5400))" +%Y-%m-%dT%H:%M:%S).$(printf %03d $((tfrom % 1000)))+01:30
+"$segd" replay --brokers "$b" --topic ev --db "$tmp/t2" --from-time "$off" --to-time "$tto" 2> "$tmp/t2.log"
+summary "$tmp/t2.log" | grep -q "^replayed $expect messages" || fail "ISO time with offset: $(cat "$tmp/t2.log")"
+# a start below the log start, an end past the log's end: said, clamped
+"$segd" replay --brokers "$b" --topic ev --db "$tmp/t3" --from-offset 0:5 --to-offset 0:999999 2> "$tmp/t3.log"
+grep -q "beyond the end of the log $hi0" "$tmp/t3.log" || fail "no clamp note: $(cat "$tmp/t3.log")"
+set +e
+"$segd" replay --brokers "$b" --topic ev --db "$tmp/t3" --from-offset 7:0 2>/dev/null; rc=$?
+set -e
+[ $rc = 2 ] || fail "a partition the topic lacks: exit $rc"
+
+# (d) bad messages: two in partition 1 after the good ones
+printf 'garbage-one' | kcat -P -b "$b" -t ev -p 1 -k k1
+printf 'garbage-two' | kcat -P -b "$b" -t ev -p 1 -k k2
+set +e
+"$segd" replay --brokers "$b" --topic ev --db "$tmp/d" --from-beginning --dlq-file "$tmp/dlq.jsonl" 2> "$tmp/d.log"; rc=$?
+set -e
+[ $rc = 3 ] || fail "dead letters: exit $rc"
+summary "$tmp/d.log" | grep -q "^replayed 602 messages (600 events, .* 2 dead-lettered)" || fail "dlq summary: $(cat "$tmp/d.log")"
+/usr/bin/python3 - "$tmp/dlq.jsonl" "$hi1" <<'PY' || fail "dlq file: $(cat "$tmp/dlq.jsonl")"
+import base64, json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+hi1 = int(sys.argv[2])
+assert len(lines) == 2, lines
+for i, (d, k, v) in enumerate(zip(lines, [b"k1", b"k2"], [b"garbage-one", b"garbage-two"])):
+    assert d["topic"] == "ev" and d["partition"] == 1 and d["offset"] == hi1 + i, d
+    assert base64.b64decode(d["key_b64"]) == k and base64.b64decode(d["value_b64"]) == v, d
+    assert d["reason"] == "decode" and d["error"], d
+PY
+cmp "$tmp/a.json" <(getall "$tmp/d") || fail "dead letters changed the good data"
+set +e
+"$segd" replay --brokers "$b" --topic ev --db "$tmp/d" --from-offset 1:$hi1 2> "$tmp/d2.log"; rc=$?
+set -e
+[ $rc = 3 ] || fail "dead letters to the topic: exit $rc"
+kcat -C -b "$b" -t ev.dlq -e -q -f '%k %s %h\n' > "$tmp/dlq.topic"
+[ "$(wc -l < "$tmp/dlq.topic")" = 2 ] || fail "DLQ topic: $(cat "$tmp/dlq.topic")"
+grep -q "^k1 garbage-one .*segd.source=ev/1/$hi1" "$tmp/dlq.topic" || fail "DLQ topic: $(cat "$tmp/dlq.topic")"
+grep -q "^k2 garbage-two .*segd.source=ev/1/$((hi1 + 1))" "$tmp/dlq.topic" || fail "DLQ topic: $(cat "$tmp/dlq.topic")"
+
+# (e) offsets set rewinds segd run: it re-consumes partition 0 (and reads the
+# two new messages of partition 1), and the data stays the same
+"$segd" offsets set --db "$tmp/r" --topic ev 0:0 > "$tmp/set.out" || fail "offsets set"
+grep -qx "ev \[0\]: $hi0 -> 0" "$tmp/set.out" || fail "offsets set said: $(cat "$tmp/set.out")"
+"$segd" offsets show --db "$tmp/r" --json | grep -q '{"topic":"ev","partition":0,"next_offset":0}' || fail "offset not set"
+"$segd" run --brokers "$b" --topic ev --group g1 --db "$tmp/r" --config "$tmp/run.conf" 2> "$tmp/run2.log" &
+run=$!; pids+=($run)
+want="consumed=$((hi0 + 2)) events=$hi0 "
+for _ in $(seq 150); do grep -q "$want" "$tmp/run2.log" && break; sleep 0.2; done
+kill -TERM $run; wait $run || fail "segd run exited with $?"
+grep -q "final: $want" "$tmp/run2.log" || fail "run did not re-consume: want $want"
+cmp "$tmp/a.json" <(getall "$tmp/r") || fail "re-consuming changed the data"
+"$segd" offsets show --db "$tmp/r" --json | grep -q "{\"topic\":\"ev\",\"partition\":1,\"next_offset\":$((hi1 + 2))}" \
+  || fail "offsets after the run: $("$segd" offsets show --db "$tmp/r" --json)"
+
+# (g) an unreachable schema registry is waited on, not dead-lettered; SIGINT
+# ends the replay with exit 1 and the summary
+printf '\x00\x00\x00\x00\x07\x02' | kcat -P -b "$b" -t reg -p 0 -k u1
+cat > "$tmp/reg.conf" <<CONF
+input.format = confluent
+input.schema.registry.url = http://127.0.0.1:1
+retry.max.ms = 200
+CONF
+"$segd" replay --brokers "$b" --topic reg --db "$tmp/g" --from-beginning --config "$tmp/reg.conf" \
+  --dlq-file "$tmp/g.dlq" 2> "$tmp/g.log" &
+rp=$!; pids+=($rp)
+for _ in $(seq 100); do grep -q "waiting: " "$tmp/g.log" && break; sleep 0.1; done
+grep -q "waiting: " "$tmp/g.log" || fail "no registry wait"
+kill -INT $rp
+set +e; wait $rp; rc=$?; set -e
+[ $rc = 1 ] || fail "interrupted replay: exit $rc"
+summary "$tmp/g.log" | grep -q "^replayed 0 messages (0 events, 0 segments, 0 dead-lettered) from 3 partitions" \
+  || fail "interrupted summary: $(cat "$tmp/g.log")"
+[ -s "$tmp/g.dlq" ] && fail "a registry outage was dead-lettered"
+echo "cli_replay: ok"

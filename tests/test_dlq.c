@@ -1,0 +1,152 @@
+/* Tests for consumer/dlq.c's file sink (segd replay --dlq-file): every
+ * field of a line, null vs empty key and value, base64 against known
+ * answers, whole values (no truncation, unlike the topic), letters written
+ * once however often deliver is called, appending to an existing file, and
+ * a failed write (/dev/full) leaving the letters pending. The topic sink is
+ * driven by test_ingest (segd run) and tests/cli_replay.sh. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+#include <jansson.h>
+
+#include "consumer/dlq.h"
+
+static char *tmp_path(void)
+{
+    char *p = strdup("/tmp/segd-test-dlq-XXXXXX");
+    int fd = mkstemp(p);
+    assert_true(fd >= 0);
+    close(fd);
+    unlink(p); /* the sink creates it */
+    return p;
+}
+
+static json_t **read_lines(const char *path, size_t *n)
+{
+    FILE *f = fopen(path, "r");
+    assert_non_null(f);
+    json_t **out = calloc(64, sizeof(*out));
+    size_t cap = 4 * 1024 * 1024; /* the longest line: a 1.2 MB value in base64 */
+    char *buf = malloc(cap);
+    *n = 0;
+    while (fgets(buf, (int)cap, f)) {
+        assert_true(*n < 64);
+        assert_int_equal(buf[strlen(buf) - 1], '\n');
+        json_error_t e;
+        out[*n] = json_loads(buf, 0, &e);
+        assert_non_null(out[*n]);
+        (*n)++;
+    }
+    free(buf);
+    fclose(f);
+    return out;
+}
+
+static const char *str(json_t *o, const char *k)
+{
+    json_t *v = json_object_get(o, k);
+    return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+static void test_fields(void **state)
+{
+    (void)state;
+    char *path = tmp_path();
+    char err[256];
+    segd_dlq_t *d = NULL;
+    assert_int_equal(segd_dlq_new_file(&d, path, err, sizeof(err)), SEGD_OK);
+    /* base64 known answers: RFC 4648 §10 */
+    assert_int_equal(segd_dlq_add(d, "ev", 3, 41, "fo", 2, "foobar", 6, "decode", "bad"), 0);
+    assert_int_equal(segd_dlq_add(d, "ev", 3, 42, NULL, 0, "", 0, "invalid", "why \xff"), 0);
+    assert_int_equal(segd_dlq_add(d, "ev", 0, 7, "", 0, NULL, 0, "oversize", "x"), 0);
+    assert_int_equal(segd_dlq_count(d), 3);
+    assert_int_equal(segd_dlq_deliver(d, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_dlq_deliver(d, err, sizeof(err)), SEGD_OK); /* nothing twice */
+    segd_dlq_clear(d);
+    assert_int_equal(segd_dlq_count(d), 0);
+    segd_dlq_destroy(d);
+    size_t n;
+    json_t **l = read_lines(path, &n);
+    assert_int_equal(n, 3);
+    assert_string_equal(str(l[0], "topic"), "ev");
+    assert_int_equal(json_integer_value(json_object_get(l[0], "partition")), 3);
+    assert_int_equal(json_integer_value(json_object_get(l[0], "offset")), 41);
+    assert_string_equal(str(l[0], "reason"), "decode");
+    assert_string_equal(str(l[0], "error"), "bad");
+    assert_string_equal(str(l[0], "key_b64"), "Zm8=");
+    assert_string_equal(str(l[0], "value_b64"), "Zm9vYmFy");
+    assert_true(json_is_null(json_object_get(l[1], "key_b64")));
+    assert_string_equal(str(l[1], "value_b64"), "");
+    assert_string_equal(str(l[1], "error"), "why ?"); /* JSON is UTF-8; the bytes are in value_b64 */
+    assert_string_equal(str(l[2], "key_b64"), "");
+    assert_true(json_is_null(json_object_get(l[2], "value_b64")));
+    for (size_t i = 0; i < n; i++)
+        json_decref(l[i]);
+    free(l);
+    unlink(path);
+    free(path);
+}
+
+/* A second sink on the same file appends; a value over the DLQ topic's
+ * limit is kept whole. */
+static void test_append_whole_values(void **state)
+{
+    (void)state;
+    char *path = tmp_path();
+    char err[256];
+    size_t big = 1200000;
+    char *v = malloc(big);
+    for (size_t i = 0; i < big; i++)
+        v[i] = (char)(i * 7);
+    for (int round = 0; round < 2; round++) {
+        segd_dlq_t *d = NULL;
+        assert_int_equal(segd_dlq_new_file(&d, path, err, sizeof(err)), SEGD_OK);
+        assert_int_equal(segd_dlq_add(d, "ev", round, 1, "k", 1, v, big, "oversize", "big"), 0);
+        assert_int_equal(segd_dlq_deliver(d, err, sizeof(err)), SEGD_OK);
+        segd_dlq_destroy(d);
+    }
+    size_t n;
+    json_t **l = read_lines(path, &n);
+    assert_int_equal(n, 2);
+    assert_int_equal(json_integer_value(json_object_get(l[1], "partition")), 1);
+    assert_int_equal(strlen(str(l[0], "value_b64")), (big + 2) / 3 * 4);
+    for (size_t i = 0; i < n; i++)
+        json_decref(l[i]);
+    free(l);
+    free(v);
+    unlink(path);
+    free(path);
+}
+
+static void test_failed_write_stays_pending(void **state)
+{
+    (void)state;
+    if (access("/dev/full", W_OK))
+        skip();
+    char err[256];
+    segd_dlq_t *d = NULL;
+    assert_int_equal(segd_dlq_new_file(&d, "/dev/full", err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_dlq_add(d, "ev", 0, 1, "k", 1, "v", 1, "decode", "bad"), 0);
+    assert_int_equal(segd_dlq_deliver(d, err, sizeof(err)), SEGD_ERR_IO);
+    assert_non_null(strstr(err, "/dev/full"));
+    assert_int_equal(segd_dlq_count(d), 1);
+    segd_dlq_destroy(d);
+    assert_int_equal(segd_dlq_new_file(&d, "/nonexistent-dir/x", err, sizeof(err)), SEGD_ERR_IO);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fields),
+        cmocka_unit_test(test_append_whole_values),
+        cmocka_unit_test(test_failed_write_stays_pending),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
