@@ -146,6 +146,8 @@ static ssize_t step(segd_source_t *s, uint8_t *out, size_t cap, char *errstr, si
             return fail(s, errstr, n, "corrupt gzip data", s->z.msg ? s->z.msg : "error");
         return (ssize_t)made;
     }
+    if (!s->mid && s->in_pos == s->in_len)
+        return 0; /* between frames, nothing left: the end (a call would ask for more) */
     ZSTD_inBuffer ib = {s->in, s->in_len, s->in_pos};
     ZSTD_outBuffer ob = {out, cap, 0};
     size_t rc = ZSTD_decompressStream(s->zd, &ob, &ib);
