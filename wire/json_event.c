@@ -185,10 +185,9 @@ static int jp_enter(jp_t *j)
 #define FNV_PRIME 1099511628211ull
 
 typedef struct jp_out {
-    char *buf;     /* may be NULL: nothing kept */
-    size_t cap;    /* bytes of buf */
-    size_t len;    /* decoded length, even past cap */
-    uint64_t hash; /* FNV-1a of the decoded bytes */
+    char *buf;  /* may be NULL: nothing kept */
+    size_t cap; /* bytes of buf */
+    size_t len; /* decoded length, even past cap */
 } jp_out_t;
 
 static inline void out_byte(jp_out_t *o, uint8_t c)
@@ -196,7 +195,15 @@ static inline void out_byte(jp_out_t *o, uint8_t c)
     if (o->len < o->cap)
         o->buf[o->len] = (char)c;
     o->len++;
-    o->hash = (o->hash ^ c) * FNV_PRIME;
+}
+
+static uint64_t fnv1a(const void *p, size_t n)
+{
+    const uint8_t *b = p;
+    uint64_t h = FNV_OFFSET;
+    for (size_t i = 0; i < n; i++)
+        h = (h ^ b[i]) * FNV_PRIME;
+    return h;
 }
 
 static void out_utf8(jp_out_t *o, uint32_t cp)
@@ -298,9 +305,19 @@ static int jp_utf8(jp_t *j, jp_out_t *o)
 static int jp_string(jp_t *j, jp_out_t *o)
 {
     o->len = 0;
-    o->hash = FNV_OFFSET;
     j->p++;
     for (;;) {
+        /* the common case: a run of plain ASCII, copied at once */
+        const uint8_t *run = j->p;
+        while (j->p < j->end && *j->p >= 0x20 && *j->p < 0x80 && *j->p != '"' &&
+               *j->p != '\\')
+            j->p++;
+        if (j->p > run) {
+            size_t k = (size_t)(j->p - run);
+            if (o->len < o->cap)
+                memcpy(o->buf + o->len, run, o->cap - o->len < k ? o->cap - o->len : k);
+            o->len += k;
+        }
         if (j->p >= j->end)
             return jp_syntax(j, "premature end of input in string");
         uint8_t c = *j->p;
@@ -456,9 +473,25 @@ static char *key_decode(const jp_key_t *k)
     if (!buf)
         return NULL;
     jp_t j = {k->raw - 1, k->raw + k->rawlen + 1, 0, NULL, 0, SEGD_OK};
-    jp_out_t o = {buf, k->len, 0, 0};
+    jp_out_t o = {buf, k->len, 0};
     jp_string(&j, &o);
     return buf;
+}
+
+/* The decoded key's hash, for unknown keys only (known ones have a bit):
+ * 0, or -1 when out of memory. */
+static int key_hash(jp_key_t *k)
+{
+    if (k->rawlen == k->len) { /* no escape: the raw bytes are the key */
+        k->hash = fnv1a(k->raw, k->len);
+        return 0;
+    }
+    char *d = key_decode(k);
+    if (!d)
+        return -1;
+    k->hash = fnv1a(d, k->len);
+    free(d);
+    return 0;
 }
 
 /* 1 = equal decoded keys, 0 = not, -1 = out of memory */
@@ -561,12 +594,11 @@ static int jp_object(jp_t *j, jp_field_fn field, void *ctx)
             goto out_free_keys;
         }
         jp_key_t k = {0, j->p + 1, 0, 0};
-        jp_out_t o = {kb, sizeof(kb), 0, 0};
+        jp_out_t o = {kb, sizeof(kb), 0};
         if (jp_string(j, &o))
             goto out_free_keys;
         k.rawlen = (size_t)(j->p - 1 - k.raw);
         k.len = o.len;
-        k.hash = o.hash;
         jp_ws(j);
         if (j->p >= j->end || *j->p != ':') {
             jp_syntax(j, "':' expected");
@@ -578,7 +610,9 @@ static int jp_object(jp_t *j, jp_field_fn field, void *ctx)
         if (known < 0)
             goto out_free_keys;
         if (!known) {
-            int dup = keyset_add(&ks, &k);
+            int dup = key_hash(&k);
+            if (!dup)
+                dup = keyset_add(&ks, &k);
             if (dup) {
                 if (dup > 0)
                     jp_syntax(j, "duplicate object key");
@@ -654,7 +688,7 @@ static int jp_skip_value(jp_t *j)
     case '{': rc = jp_object(j, NULL, NULL); break;
     case '[': rc = jp_array(j, skip_elem, NULL); break;
     case '"': {
-        jp_out_t o = {NULL, 0, 0, 0};
+        jp_out_t o = {NULL, 0, 0};
         rc = jp_string(j, &o);
         break;
     }
@@ -813,7 +847,7 @@ static int ev_field(jp_t *j, const char *key, size_t len, void *ctx)
     e->seen |= bit;
     int is_null, rc;
     if (bit == F_USER) {
-        jp_out_t o = {ev->user_id, SEGD_MAX_USER_ID, 0, 0};
+        jp_out_t o = {ev->user_id, SEGD_MAX_USER_ID, 0};
         rc = jp_str_field(j, &o, &is_null);
         if (rc == -1)
             return -1;
@@ -830,7 +864,7 @@ static int ev_field(jp_t *j, const char *key, size_t len, void *ctx)
         ev->ts_ms = v;
     } else if (bit == F_OP) {
         char name[16];
-        jp_out_t o = {name, sizeof(name) - 1, 0, 0};
+        jp_out_t o = {name, sizeof(name) - 1, 0};
         rc = jp_str_field(j, &o, &is_null);
         if (rc == -1)
             return -1;
@@ -843,7 +877,7 @@ static int ev_field(jp_t *j, const char *key, size_t len, void *ctx)
         }
         return jp_fail(j, SEGD_ERR_DECODE, "op must be UPSERT, REMOVE or ERASE_USER", NULL);
     } else if (bit == F_SOURCE) {
-        jp_out_t o = {ev->source, sizeof(ev->source) - 1, 0, 0};
+        jp_out_t o = {ev->source, sizeof(ev->source) - 1, 0};
         rc = jp_str_field(j, &o, &is_null);
         if (rc == -1)
             return -1;
