@@ -115,7 +115,13 @@ static slot_t *q_pop(queue_t *q)
     return s;
 }
 
-static int stopping(loader_t *l) { return l->abort || (l->o->stop && *l->o->stop); }
+/* abort is written under mu but read anywhere: atomically */
+static int stopping(loader_t *l)
+{
+    return __atomic_load_n(&l->abort, __ATOMIC_RELAXED) || (l->o->stop && *l->o->stop);
+}
+
+static void set_abort(loader_t *l) { __atomic_store_n(&l->abort, 1, __ATOMIC_RELAXED); }
 
 /* A free slot for the producer, emptied; NULL once the load is stopping. */
 static slot_t *take_free(loader_t *l)
@@ -644,9 +650,11 @@ static int read_meta(br_t *b, char **schema, char *codec, size_t codec_cap)
             if (br_read(b, key, kl))
                 return -1;
             key[kl] = 0;
-            for (int64_t k = (int64_t)kl; k < klen; k++) /* a long key: not ours */
-                if (br_read(b, &key[sizeof(key) - 1], 1))
+            for (int64_t k = (int64_t)kl; k < klen; k++) { /* a long key: not ours */
+                char drop;
+                if (br_read(b, &drop, 1))
                     return -1;
+            }
             if (br_long(b, &vlen) || vlen < 0 || vlen > 16 << 20)
                 return -1;
             char *v = malloc((size_t)vlen + 1);
@@ -964,7 +972,7 @@ static segd_err_t consume(loader_t *l, segd_load_chunk_fn cb, void *ctx, segd_lo
         }
         pthread_mutex_lock(&l->mu);
         if (skip || err) {
-            l->abort = 1;
+            set_abort(l);
             st->stopped = 1;
             pthread_cond_broadcast(&l->cv_free);
         }
