@@ -224,7 +224,8 @@ static int add_event(worker_t *w, slot_t *s, int64_t no)
     if (segd_buf_reserve(&s->arena, ev->user_id_len + w->operand.len))
         return -1;
     memcpy(s->arena.data + at, ev->user_id, ev->user_id_len);
-    memcpy(s->arena.data + at + ev->user_id_len, w->operand.data, w->operand.len);
+    if (w->operand.len) /* an empty operand may have no buffer yet */
+        memcpy(s->arena.data + at + ev->user_id_len, w->operand.data, w->operand.len);
     s->arena.len += ev->user_id_len + w->operand.len;
     /* offsets for now: the arena may still move (finish_chunk makes pointers) */
     items[s->n_items++] = (segd_load_item_t){
@@ -516,7 +517,8 @@ static int produce_json(loader_t *l, segd_source_t *src, const char *path, uint6
             rc = -1;
             break;
         }
-        memcpy(s->in, carry.data, carry.len);
+        if (carry.len) /* carry.data is NULL before the first block */
+            memcpy(s->in, carry.data, carry.len);
         s->in_len = carry.len;
         carry.len = 0;
         ssize_t r = 1;
