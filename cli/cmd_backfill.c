@@ -34,8 +34,9 @@ static void usage(FILE *f)
                "  container file of SegmentEvent (codec null, deflate or zstandard), either\n"
                "  of them gzip- or zstd-compressed. The format is found by the file's\n"
                "  magic bytes, not its name (so .gz, .zst, .avro, .jsonl all work).\n"
-               "  --threads N: decode on N threads (default: the online cores); chunks\n"
-               "  are applied in any order, which the store's join does not mind.\n"
+               "  --threads N: decode on N threads (default: the online cores but one,\n"
+               "  for the writer); blocks are applied in any order, which the store's\n"
+               "  join does not mind.\n"
                "  Exit 0 if every record applied, 3 if some were skipped (reported on\n"
                "  stderr as file:line or file:#record), 1 on failure.\n"
                "  Events older than the store's GC watermark + grace (too_late) or more\n"
@@ -90,9 +91,12 @@ static int apply_chunk(void *ctx, const segd_load_chunk_t *c)
     return *b->stop ? -1 : 0;
 }
 
-static int online_cores(void)
+/* Decoding threads by default: the online cores but one, which the writer
+ * (this thread, RocksDB's memtable inserts) keeps busy; on 2 cores one
+ * decoder and the writer already use ~1.6 of them (bench/RESULTS.md). */
+static int default_threads(void)
 {
-    long n = sysconf(_SC_NPROCESSORS_ONLN);
+    long n = sysconf(_SC_NPROCESSORS_ONLN) - 1;
     return n < 1 ? 1 : n > 64 ? 64 : (int)n;
 }
 
@@ -105,7 +109,7 @@ int segd_cmd_backfill(int argc, char **argv)
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *db = NULL;
-    int64_t now_s = 0, threads = online_cores();
+    int64_t now_s = 0, threads = default_threads();
     int c, changes = 1;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
