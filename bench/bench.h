@@ -14,4 +14,8 @@ int segd_bench_snapshot(int argc, char **argv);
 /* argv[0] = "cache": edge table lookup latency vs the store's record decode. */
 int segd_bench_cache(int argc, char **argv);
 
+/* argv[0] = "backfill": the file merge path (JSON lines, OCF; 1 and 2
+ * threads) and the reader alone, each variant in a forked child. */
+int segd_bench_backfill(int argc, char **argv);
+
 #endif

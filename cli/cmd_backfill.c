@@ -1,40 +1,51 @@
-/* `segd backfill --db DIR [--now S] FILE...`: applies SegmentEvents from
- * JSON-lines files and Avro object container files. A bad record is reported
- * as file:line (or file:#record) with its reason, counted and skipped. */
+/* `segd backfill --db DIR [--now S] [--threads N] FILE...`: applies
+ * SegmentEvents from JSON-lines files and Avro object container files, plain
+ * or gzip/zstd-compressed (load/reader decodes them on N threads; this file
+ * is the one store writer). A bad record is reported as file:line (or
+ * file:#record) with its reason, counted and skipped. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
+#include "base/clock.h"
+#include "base/progress.h"
 #include "cli/cli.h"
 #include "consumer/apply.h"
-#include "wire/avro_codec.h"
-#include "wire/json_event.h"
-#include "base/clock.h"
+#include "load/reader.h"
 
 #define BACKFILL_BATCH 1000
 
 typedef struct backfill {
     segd_applier_t ap;
-    segd_limits_t limits;
-    const char *file;
-    uint64_t skipped;
+    segd_progress_t bar;
+    uint64_t bytes_done;
     int failed; /* a store write failed: stop */
     volatile sig_atomic_t *stop;
 } backfill_t;
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: segd backfill --db DIR [--now UNIX_SECONDS] [--no-changes] FILE...\n"
+    fprintf(f, "usage: segd backfill --db DIR [--now UNIX_SECONDS] [--no-changes] [--threads N]\n"
+               "                     FILE...\n"
                "  FILE: JSON lines (one SegmentEvent per line) or an Avro object\n"
-               "  container file of SegmentEvent. Exit 0 if every record applied,\n"
-               "  3 if some were skipped (reported on stderr), 1 on failure.\n"
+               "  container file of SegmentEvent (codec null, deflate or zstandard), either\n"
+               "  of them gzip- or zstd-compressed. The format is found by the file's\n"
+               "  magic bytes, not its name (so .gz, .zst, .avro, .jsonl all work).\n"
+               "  --threads N: decode on N threads (default: the online cores but one,\n"
+               "  for the writer); blocks are applied in any order, which the store's\n"
+               "  join does not mind.\n"
+               "  Exit 0 if every record applied, 3 if some were skipped (reported on\n"
+               "  stderr as file:line or file:#record), 1 on failure.\n"
                "  Events older than the store's GC watermark + grace (too_late) or more\n"
                "  than 10 min after now (from_future) are skipped; a fresh store (no\n"
                "  watermark yet) takes history of any age.\n"
                "  The changes go to the outbox, published by the next `segd run` to\n"
-               "  the change stream; --no-changes skips that (caches reload a snapshot).\n");
+               "  the change stream; --no-changes skips that (caches reload a snapshot).\n"
+               "  SIGINT/SIGTERM stop it cleanly: what was written stays (applying a file\n"
+               "  again is harmless: the join is idempotent).\n");
 }
 
 /* Writes the batch, waiting while the disk is nearly full (SEGD_ERR_IO from
@@ -53,134 +64,40 @@ static segd_err_t flush_waiting(backfill_t *b, char *err, size_t n)
     return e;
 }
 
-/* Validates and applies one event; flushes every BACKFILL_BATCH events. */
-static int apply_one(backfill_t *b, const segd_event_t *ev, const char *where, long record_no)
-{
-    char err[256];
-    if (segd_event_validate(ev, &b->limits, err, sizeof(err)) != SEGD_OK) {
-        fprintf(stderr, "%s: %s\n", where, err);
-        b->skipped++;
-        return 0;
-    }
-    /* DESIGN §3, as segd run's too_late / from_future dead letters */
-    segd_policy_t *pol = segd_store_policy(b->ap.store);
-    segd_ts_verdict_t v = segd_policy_check_ts(pol, ev->ts_ms, b->limits.max_clock_skew_ms);
-    if (v != SEGD_TS_OK) {
-        if (v == SEGD_TS_TOO_LATE)
-            fprintf(stderr, "%s: too_late: ts_ms %lld is below %lld (GC watermark + grace)\n",
-                    where, (long long)ev->ts_ms, (long long)segd_policy_ts_floor(pol));
-        else
-            fprintf(stderr, "%s: from_future: ts_ms %lld is more than %lld ms after now\n",
-                    where, (long long)ev->ts_ms, (long long)b->limits.max_clock_skew_ms);
-        b->skipped++;
-        return 0;
-    }
-    /* the change stream's source: the file, its line or record number */
-    segd_err_t e = segd_applier_add_from(&b->ap, ev, b->file, 0, record_no, 0);
-    if (e)
-        snprintf(err, sizeof(err), "%s", segd_err_str(e));
-    else if (segd_batch_count(b->ap.batch) >= BACKFILL_BATCH)
-        e = flush_waiting(b, err, sizeof(err));
-    if (e) {
-        fprintf(stderr, "segd backfill: store write failed: %s\n", err);
-        b->failed = 1;
-        return -1;
-    }
-    return 0;
-}
-
-static int backfill_json(backfill_t *b, FILE *f)
-{
-    segd_event_t ev;
-    segd_event_init(&ev);
-    char *line = NULL, where[512], err[256];
-    size_t cap = 0;
-    ssize_t len;
-    long lineno = 0;
-    while ((len = getline(&line, &cap, f)) >= 0) {
-        lineno++;
-        while (len > 0 && (line[len - 1] == '\n' || line[len - 1] == '\r'))
-            len--;
-        if (len == 0)
-            continue;
-        snprintf(where, sizeof(where), "%s:%ld", b->file, lineno);
-        if ((size_t)len > b->limits.max_message) {
-            fprintf(stderr, "%s: line of %zd bytes exceeds %zu\n", where, len,
-                    b->limits.max_message);
-            b->skipped++;
-            continue;
-        }
-        if (segd_json_event_parse(line, (size_t)len, &ev, err, sizeof(err)) != SEGD_OK) {
-            fprintf(stderr, "%s: %s\n", where, err);
-            b->skipped++;
-            continue;
-        }
-        if (apply_one(b, &ev, where, lineno))
-            break;
-    }
-    if (!b->failed && ferror(f)) {
-        fprintf(stderr, "%s: read error after line %ld: %s\n", b->file, lineno,
-                strerror(errno));
-        b->skipped++;
-    }
-    free(line);
-    segd_event_free(&ev);
-    return b->failed ? -1 : 0;
-}
-
-static int avro_record_cb(void *ctx, const segd_event_t *ev, long record_no,
-                          const char *decode_error)
+/* The store writer: one chunk of encoded events into WriteBatches of about
+ * BACKFILL_BATCH events, each with its outbox entry (the change stream's
+ * source is the file and the record's line or number). */
+static int apply_chunk(void *ctx, const segd_load_chunk_t *c)
 {
     backfill_t *b = ctx;
-    char where[512];
-    snprintf(where, sizeof(where), "%s:#%ld", b->file, record_no);
-    if (decode_error) {
-        fprintf(stderr, "%s: %s\n", where, decode_error);
-        b->skipped++;
-        return 0;
-    }
-    return apply_one(b, ev, where, record_no);
-}
-
-static int is_avro_container(FILE *f)
-{
-    char magic[4] = {0};
-    size_t n = fread(magic, 1, 4, f);
-    rewind(f);
-    return n == 4 && memcmp(magic, "Obj\x01", 4) == 0;
-}
-
-static int backfill_file(backfill_t *b, const char *path)
-{
-    FILE *f = fopen(path, "rb");
-    char err[512];
-    struct stat st;
-    if (!f) {
-        fprintf(stderr, "segd backfill: cannot open %s: %s\n", path, strerror(errno));
-        b->skipped++;
-        return 0;
-    }
-    if (fstat(fileno(f), &st) || !S_ISREG(st.st_mode)) { /* a directory reads as empty */
-        fprintf(stderr, "segd backfill: %s: not a regular file\n", path);
-        fclose(f);
-        b->skipped++;
-        return 0;
-    }
-    b->file = path;
-    int rc;
-    if (is_avro_container(f)) {
-        fclose(f);
-        if (segd_avro_file_foreach(path, avro_record_cb, b, err, sizeof(err)) != SEGD_OK &&
-            !b->failed) {
-            /* an unreadable tail: what was read is applied, the rest reported */
-            fprintf(stderr, "%s: %s\n", path, err);
-            b->skipped++;
+    char err[256];
+    for (size_t i = 0; i < c->n_items; i++) {
+        const segd_load_item_t *it = &c->items[i];
+        segd_err_t e = segd_applier_add_operand(&b->ap, it->user, it->user_len, it->operand,
+                                                it->operand_len, it->n_segments, c->file, 0,
+                                                it->record_no, 0);
+        if (e)
+            snprintf(err, sizeof(err), "%s", segd_err_str(e));
+        else if (segd_batch_count(b->ap.batch) >= BACKFILL_BATCH)
+            e = flush_waiting(b, err, sizeof(err));
+        if (e) {
+            fprintf(stderr, "segd backfill: store write failed: %s\n", err);
+            b->failed = 1;
+            return -1;
         }
-        return b->failed ? -1 : 0;
     }
-    rc = backfill_json(b, f);
-    fclose(f);
-    return rc;
+    b->bytes_done += c->bytes;
+    segd_progress_update(&b->bar, b->bytes_done, b->ap.events, b->ap.segments);
+    return *b->stop ? -1 : 0;
+}
+
+/* Decoding threads by default: the online cores but one, which the writer
+ * (this thread, RocksDB's memtable inserts) keeps busy; on 2 cores one
+ * decoder and the writer already use ~1.6 of them (bench/RESULTS.md). */
+static int default_threads(void)
+{
+    long n = sysconf(_SC_NPROCESSORS_ONLN) - 1;
+    return n < 1 ? 1 : n > 64 ? 64 : (int)n;
 }
 
 int segd_cmd_backfill(int argc, char **argv)
@@ -188,10 +105,11 @@ int segd_cmd_backfill(int argc, char **argv)
     static const struct option opts[] = {{"db", required_argument, 0, 'd'},
                                          {"now", required_argument, 0, 'n'},
                                          {"no-changes", no_argument, 0, 'x'},
+                                         {"threads", required_argument, 0, 't'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *db = NULL;
-    int64_t now_s = 0;
+    int64_t now_s = 0, threads = default_threads();
     int c, changes = 1;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -199,6 +117,10 @@ int segd_cmd_backfill(int argc, char **argv)
         case 'd': db = optarg; break;
         case 'n':
             if (segd_arg_int("backfill", "--now", optarg, 1, INT64_MAX / 1000, &now_s))
+                return SEGD_EXIT_USAGE;
+            break;
+        case 't':
+            if (segd_arg_int("backfill", "--threads", optarg, 1, 256, &threads))
                 return SEGD_EXIT_USAGE;
             break;
         case 'x': changes = 0; break;
@@ -216,25 +138,55 @@ int segd_cmd_backfill(int argc, char **argv)
     backfill_t b = {0};
     b.stop = segd_app_stop_on_signals();
     char err[512];
-    segd_limits_default(&b.limits);
     int rc = SEGD_EXIT_FAIL;
     double t0 = segd_mono_s();
+    segd_load_opts_t lo = {.prog = "segd backfill",
+                           .threads = (int)threads,
+                           .policy = segd_store_policy(store),
+                           .granularity_s = segd_store_granularity(store),
+                           .stop = b.stop,
+                           .errors = stderr};
+    segd_load_stats_t st;
+    segd_limits_default(&lo.limits);
     if (segd_applier_init(&b.ap, store) != SEGD_OK)
         goto out_close;
     if (changes)
         segd_applier_enable_outbox(&b.ap);
-    for (int i = optind; i < argc; i++)
-        if (backfill_file(&b, argv[i]))
-            goto out_free;
+    segd_progress_init(&b.bar, stderr, "bytes", 0, 0);
+    {
+        uint64_t total = 0;
+        struct stat sb;
+        for (int i = optind; i < argc; i++)
+            if (!stat(argv[i], &sb) && S_ISREG(sb.st_mode))
+                total += (uint64_t)sb.st_size;
+        b.bar.total = total;
+    }
+    segd_err_t le = segd_load_files(&lo, argv + optind, argc - optind, apply_chunk, &b, &st,
+                                    err, sizeof(err));
+    segd_progress_end(&b.bar);
+    if (le) {
+        fprintf(stderr, "segd backfill: %s\n", err);
+        goto out_free;
+    }
+    if (b.failed)
+        goto out_free;
+    /* what the readers delivered is written, even when a signal stopped them */
     if (flush_waiting(&b, err, sizeof(err)) != SEGD_OK) {
         fprintf(stderr, "segd backfill: store write failed: %s\n", err);
         goto out_free;
     }
+    if (st.stopped) {
+        fprintf(stderr, "segd backfill: stopped by a signal after %llu events\n",
+                (unsigned long long)b.ap.events);
+        goto out_free;
+    }
     double dt = segd_mono_s() - t0;
-    printf("applied %llu events (%llu segments), skipped %llu, %.2f s, %.0f segments/s\n",
+    printf("applied %llu events (%llu segments), skipped %llu, %.2f s, %.0f segments/s, "
+           "%d threads\n",
            (unsigned long long)b.ap.events, (unsigned long long)b.ap.segments,
-           (unsigned long long)b.skipped, dt, dt > 0 ? (double)b.ap.segments / dt : 0.0);
-    rc = b.skipped ? SEGD_EXIT_PARTIAL : SEGD_EXIT_OK;
+           (unsigned long long)st.skipped, dt, dt > 0 ? (double)b.ap.segments / dt : 0.0,
+           (int)threads);
+    rc = st.skipped ? SEGD_EXIT_PARTIAL : SEGD_EXIT_OK;
 out_free:
     segd_applier_free(&b.ap);
 out_close:

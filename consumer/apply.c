@@ -26,6 +26,23 @@ void segd_applier_free(segd_applier_t *a)
 
 void segd_applier_enable_outbox(segd_applier_t *a) { a->outbox = 1; }
 
+segd_err_t segd_applier_add_operand(segd_applier_t *a, const void *user, size_t user_len,
+                                    const void *operand, size_t operand_len,
+                                    size_t n_segments, const char *topic, int32_t partition,
+                                    int64_t offset, int64_t event_ms)
+{
+    if (a->outbox) {
+        segd_err_t err = segd_outbox_add(&a->ob, user, user_len, operand, operand_len, topic,
+                                         partition, offset, event_ms);
+        if (err)
+            return err;
+    }
+    segd_batch_merge(a->batch, user, user_len, operand, operand_len);
+    a->events++;
+    a->segments += n_segments;
+    return SEGD_OK;
+}
+
 segd_err_t segd_applier_add_from(segd_applier_t *a, const segd_event_t *ev, const char *topic,
                                  int32_t partition, int64_t offset, int64_t event_ms)
 {
@@ -34,16 +51,11 @@ segd_err_t segd_applier_add_from(segd_applier_t *a, const segd_event_t *ev, cons
     segd_err_t err = segd_event_to_profile(ev, segd_store_granularity(a->store), &a->scratch);
     if (!err)
         err = segd_record_encode(&a->scratch, &a->operand);
-    if (!err && a->outbox)
-        err = segd_outbox_add(&a->ob, ev->user_id, ev->user_id_len, a->operand.data,
-                              a->operand.len, topic, partition, offset, event_ms);
     if (err)
         return err;
-    segd_batch_merge(a->batch, ev->user_id, ev->user_id_len, a->operand.data,
-                     a->operand.len);
-    a->events++;
-    a->segments += ev->n_segments;
-    return SEGD_OK;
+    return segd_applier_add_operand(a, ev->user_id, ev->user_id_len, a->operand.data,
+                                    a->operand.len, ev->n_segments, topic, partition, offset,
+                                    event_ms);
 }
 
 segd_err_t segd_applier_add(segd_applier_t *a, const segd_event_t *ev)

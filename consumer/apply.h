@@ -34,6 +34,15 @@ segd_err_t segd_applier_add(segd_applier_t *a, const segd_event_t *ev);
 segd_err_t segd_applier_add_from(segd_applier_t *a, const segd_event_t *ev, const char *topic,
                                  int32_t partition, int64_t offset, int64_t event_ms);
 
+/* The same for an operand encoded elsewhere (segd_record_encode of
+ * segd_event_to_profile with this store's granularity, e.g. by the file
+ * reader's threads): appends it to the batch and, with the outbox on, to
+ * the batch's outbox entry. user and operand are copied. */
+segd_err_t segd_applier_add_operand(segd_applier_t *a, const void *user, size_t user_len,
+                                    const void *operand, size_t operand_len,
+                                    size_t n_segments, const char *topic, int32_t partition,
+                                    int64_t offset, int64_t event_ms);
+
 /* Writes the batch (with whatever offsets the caller set) and clears it. */
 segd_err_t segd_applier_flush(segd_applier_t *a, char *errstr, size_t errstr_size);
 

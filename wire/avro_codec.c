@@ -728,39 +728,63 @@ static int fast_segments(cursor_t *c, segd_event_t *ev, size_t max)
     }
 }
 
-static segd_err_t fast_decode(const uint8_t *b, size_t len, size_t max_segments,
-                              segd_event_t *ev, char *errstr, size_t n)
+/* Decodes one record at c->p, leaving c->p after it. A user id over
+ * SEGD_MAX_USER_ID bytes is SEGD_ERR_LIMIT once the record was read through
+ * (so that a container block can go on with the next record). */
+static segd_err_t fast_decode_at(cursor_t *c, size_t max_segments, segd_event_t *ev,
+                                 char *errstr, size_t n)
 {
-    cursor_t c = {b, b + len};
     const uint8_t *s;
     size_t slen;
     int32_t op;
     int64_t branch;
+    int too_long;
     segd_event_reset(ev);
-    if (cur_bytes(&c, &s, &slen))
+    if (cur_bytes(c, &s, &slen))
         return segd_errf(SEGD_ERR_DECODE, errstr, n, "truncated or malformed avro");
-    if (segd_event_set_user(ev, (const char *)s, slen))
-        return segd_errf(SEGD_ERR_LIMIT, errstr, n, "user_id longer than %d bytes",
-                         SEGD_MAX_USER_ID);
-    if (cur_long(&c, &ev->ts_ms) || cur_int(&c, &op))
+    too_long = segd_event_set_user(ev, (const char *)s, slen) != SEGD_OK;
+    if (cur_long(c, &ev->ts_ms) || cur_int(c, &op))
         return segd_errf(SEGD_ERR_DECODE, errstr, n, "truncated or malformed avro");
     if (op < 0 || op > SEGD_OP_ERASE_USER)
         return segd_errf(SEGD_ERR_DECODE, errstr, n, "truncated or malformed avro");
     ev->op = (segd_op_t)op;
-    int rc = fast_segments(&c, ev, max_segments);
+    int rc = fast_segments(c, ev, max_segments);
     if (rc == -2)
         return SEGD_ERR_NOMEM;
     if (rc == -3)
         return segd_errf(SEGD_ERR_LIMIT, errstr, n, "more than %zu segments", max_segments);
-    if (rc || cur_long(&c, &branch) || (branch != 0 && branch != 1) ||
-        (branch == 1 && cur_bytes(&c, &s, &slen)))
+    if (rc || cur_long(c, &branch) || (branch != 0 && branch != 1) ||
+        (branch == 1 && cur_bytes(c, &s, &slen)))
         return segd_errf(SEGD_ERR_DECODE, errstr, n, "truncated or malformed avro");
     if (branch == 1)
         snprintf(ev->source, sizeof(ev->source), "%.*s", (int)slen, (const char *)s);
-    if (c.p != c.end)
-        return segd_errf(SEGD_ERR_DECODE, errstr, n, "trailing bytes");
+    if (too_long)
+        return segd_errf(SEGD_ERR_LIMIT, errstr, n, "user_id longer than %d bytes",
+                         SEGD_MAX_USER_ID);
     return SEGD_OK;
 }
+
+static segd_err_t fast_decode(const uint8_t *b, size_t len, size_t max_segments,
+                              segd_event_t *ev, char *errstr, size_t n)
+{
+    cursor_t c = {b, b + len};
+    segd_err_t err = fast_decode_at(&c, max_segments, ev, errstr, n);
+    if (!err && c.p != c.end)
+        return segd_errf(SEGD_ERR_DECODE, errstr, n, "trailing bytes");
+    return err;
+}
+
+segd_err_t segd_avro_decode_local_prefix(segd_avro_codec_t *c, const void *buf, size_t len,
+                                         size_t *used, segd_event_t *ev, char *errstr,
+                                         size_t n)
+{
+    cursor_t cur = {buf, (const uint8_t *)buf + len};
+    segd_err_t err = fast_decode_at(&cur, c->max_segments, ev, errstr, n);
+    *used = !err || err == SEGD_ERR_LIMIT ? (size_t)(cur.p - (const uint8_t *)buf) : 0;
+    return err;
+}
+
+uint64_t segd_avro_codec_fingerprint(const segd_avro_codec_t *c) { return c->local.fp; }
 
 void segd_avro_codec_set_generic_only(segd_avro_codec_t *c, int on) { c->generic_only = on; }
 

@@ -66,6 +66,17 @@ segd_err_t segd_avro_codec_add_schema(segd_avro_codec_t *c, const char *writer_j
 segd_err_t segd_avro_decode(segd_avro_codec_t *c, segd_framing_t framing, const void *buf,
                             size_t len, segd_event_t *ev, char *errstr, size_t errstr_size);
 
+/* Decodes the record at the start of [buf, buf + len), written with the
+ * local schema itself (a container file whose writer schema has the local
+ * fingerprint), with the fast path; *used = its size in bytes when it could
+ * be read through (SEGD_OK, or SEGD_ERR_LIMIT for a too long user id: the
+ * next record follows), else 0 (the rest of the block cannot be framed). */
+segd_err_t segd_avro_decode_local_prefix(segd_avro_codec_t *c, const void *buf, size_t len,
+                                         size_t *used, segd_event_t *ev, char *errstr,
+                                         size_t errstr_size);
+/* CRC-64-AVRO fingerprint of the local (reader) schema. */
+uint64_t segd_avro_codec_fingerprint(const segd_avro_codec_t *c);
+
 /* Tests: decode the local schema through avro-c's generic values instead of
  * the hand-written fast path, to compare the two. */
 void segd_avro_codec_set_generic_only(segd_avro_codec_t *c, int on);
