@@ -15,6 +15,7 @@
 #include "core/event.h"
 #include "core/policy.h"
 #include "load/extsort.h"
+#include "load/handoff.h"
 #include "store/sst.h"
 #include "wire/outbox.h"
 
@@ -35,7 +36,6 @@ struct segd_bulk {
     segd_batch_t *batch;
     segd_outbox_builder_t ob;
     segd_buf_t obval, operand, record;
-    segd_profile_t pruned;
     segd_sst_writer_t *w;
     char **ssts;
     size_t nssts, ssts_cap;
@@ -125,7 +125,6 @@ segd_err_t segd_bulk_new(segd_bulk_t **out, segd_store_t *store, const segd_bulk
         b->o.sst_target_bytes = 256ull << 20;
     b->t0 = segd_mono_s();
     segd_outbox_builder_init(&b->ob);
-    segd_profile_init(&b->pruned);
     remove_stale(segd_store_path(store));
     int empty = 0;
     if ((err = segd_store_profiles_empty(store, &empty, errstr, n)) ||
@@ -174,8 +173,15 @@ void segd_bulk_destroy(segd_bulk_t *b)
     segd_buf_free(&b->obval);
     segd_buf_free(&b->operand);
     segd_buf_free(&b->record);
-    segd_profile_free(&b->pruned);
     free(b);
+}
+
+/* Each of the two handoff batches: a sixteenth of the budget, at most 4 MiB
+ * (the merge's read buffers take a quarter, the last arena a half). */
+static size_t handoff_bytes(const segd_bulk_t *b)
+{
+    uint64_t v = b->o.memory_bytes / 16;
+    return (size_t)(v > (4u << 20) ? (4u << 20) : v);
 }
 
 static void progress(segd_bulk_t *b, segd_bulk_phase_t phase, uint64_t done, uint64_t total)
@@ -222,8 +228,8 @@ static segd_err_t close_sst(segd_bulk_t *b, char *errstr, size_t n)
     return err;
 }
 
-static segd_err_t sst_put(segd_bulk_t *b, const char *user, size_t ulen, char *errstr,
-                          size_t n)
+static segd_err_t sst_put(segd_bulk_t *b, const char *user, size_t ulen, const segd_buf_t *rec,
+                          char *errstr, size_t n)
 {
     segd_err_t err;
     if (b->w && segd_sst_writer_bytes(b->w) >= b->o.sst_target_bytes &&
@@ -241,33 +247,36 @@ static segd_err_t sst_put(segd_bulk_t *b, const char *user, size_t ulen, char *e
         if ((err = segd_sst_writer_open(b->store, ssts[b->nssts++], &b->w, errstr, n)))
             return err;
     }
-    return segd_sst_writer_put(b->w, user, ulen, b->record.data, b->record.len, errstr, n);
+    return segd_sst_writer_put(b->w, user, ulen, rec->data, rec->len, errstr, n);
 }
 
-/* A new user's value: the record a full merge at the load's now stores. */
+/* A new user's value: the record a full merge at the load's now stores.
+ * joined is pruned in place; when that drops nothing (the common case) the
+ * operand already encoded (have_operand) is that record. */
 static segd_err_t write_new_user(segd_bulk_t *b, const char *user, size_t ulen,
-                                 const segd_profile_t *joined, char *errstr, size_t n)
+                                 segd_profile_t *joined, int have_operand, char *errstr,
+                                 size_t n)
 {
-    segd_err_t err = segd_profile_reserve(&b->pruned, joined->n);
-    if (err)
-        return segd_errf(err, errstr, n, "out of memory");
-    if (joined->n)
-        memcpy(b->pruned.entries, joined->entries, joined->n * sizeof(*joined->entries));
-    b->pruned.n = joined->n;
-    b->pruned.erased_before_ms = joined->erased_before_ms;
-    segd_profile_prune(&b->pruned, &b->rule);
-    if ((err = segd_record_encode(&b->pruned, &b->record)))
-        return segd_errf(err, errstr, n, "out of memory");
-    if (b->record.len == 0) { /* an empty record is "no such user" everywhere */
+    size_t before = joined->n;
+    int64_t erased = joined->erased_before_ms;
+    segd_profile_prune(joined, &b->rule);
+    const segd_buf_t *rec = &b->operand;
+    if (!have_operand || joined->n != before || joined->erased_before_ms != erased) {
+        segd_err_t err = segd_record_encode(joined, &b->record);
+        if (err)
+            return segd_errf(err, errstr, n, "out of memory");
+        rec = &b->record;
+    }
+    if (rec->len == 0) { /* an empty record is "no such user" everywhere */
         b->st.users_empty++;
         return SEGD_OK;
     }
     b->st.users_sst++;
-    return sst_put(b, user, ulen, errstr, n);
+    return sst_put(b, user, ulen, rec, errstr, n);
 }
 
 static segd_err_t write_user(segd_bulk_t *b, const char *user, size_t ulen,
-                             const segd_profile_t *joined, char *errstr, size_t n)
+                             segd_profile_t *joined, char *errstr, size_t n)
 {
     int present = 0;
     segd_err_t err;
@@ -275,10 +284,9 @@ static segd_err_t write_user(segd_bulk_t *b, const char *user, size_t ulen,
         (err = segd_store_user_present(b->store, user, ulen, &present, errstr, n)))
         return err;
     b->st.users++;
-    if (present || b->o.changes) { /* the operand the merge path would join */
-        if ((err = segd_record_encode(joined, &b->operand)))
-            return segd_errf(err, errstr, n, "out of memory");
-    }
+    int operand = present || b->o.changes; /* the one the merge path would join */
+    if (operand && (err = segd_record_encode(joined, &b->operand)))
+        return segd_errf(err, errstr, n, "out of memory");
     if (b->o.changes &&
         (err = segd_outbox_add(&b->ob, user, ulen, b->operand.data, b->operand.len, NULL, 0,
                                0, 0)))
@@ -286,7 +294,7 @@ static segd_err_t write_user(segd_bulk_t *b, const char *user, size_t ulen,
     if (present) {
         segd_batch_merge(b->batch, user, ulen, b->operand.data, b->operand.len);
         b->st.users_merged++;
-    } else if ((err = write_new_user(b, user, ulen, joined, errstr, n))) {
+    } else if ((err = write_new_user(b, user, ulen, joined, operand, errstr, n))) {
         return err;
     }
     if (b->ob.n_items >= BATCH_ITEMS || b->ob.items.len >= BATCH_BYTES ||
@@ -295,29 +303,34 @@ static segd_err_t write_user(segd_bulk_t *b, const char *user, size_t ulen,
     return SEGD_OK;
 }
 
+/* The merge runs on its own thread (load/handoff.h), the encoding and the
+ * writes on this one: the write phase takes both cores. */
 static segd_err_t write_all(segd_bulk_t *b, char *errstr, size_t n)
 {
     segd_policy_rule(segd_store_policy(b->store), &b->rule, 1);
+    segd_handoff_t *h = NULL;
+    segd_err_t err = segd_handoff_start(&h, b->sort, handoff_bytes(b), errstr, n);
     uint64_t pairs = 0;
-    for (;;) {
+    while (!err) {
         const char *user;
         size_t ulen;
-        const segd_profile_t *joined;
+        segd_profile_t *joined;
         uint64_t items;
         int done;
-        segd_err_t err =
-            segd_extsort_next(b->sort, &user, &ulen, &joined, &items, &done, errstr, n);
-        if (err || done)
-            return err;
+        if ((err = segd_handoff_next(h, &user, &ulen, &joined, &items, &done, errstr, n)) ||
+            done)
+            break;
         if ((err = write_user(b, user, ulen, joined, errstr, n)))
-            return err;
+            break;
         pairs += items;
         if (b->st.users % PROGRESS_EVERY == 0) {
             progress(b, SEGD_BULK_WRITE, pairs, b->st.pairs);
             if (b->o.stop && *b->o.stop)
-                return segd_errf(SEGD_ERR_ABORTED, errstr, n, "stopped");
+                err = segd_errf(SEGD_ERR_ABORTED, errstr, n, "stopped");
         }
     }
+    segd_handoff_stop(h);
+    return err;
 }
 
 segd_err_t segd_bulk_finish(segd_bulk_t *b, segd_bulk_stats_t *stats, char *errstr, size_t n)

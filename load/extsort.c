@@ -567,7 +567,7 @@ segd_err_t segd_extsort_finish(segd_extsort_t *x, char *errstr, size_t n)
 }
 
 segd_err_t segd_extsort_next(segd_extsort_t *x, const char **user, size_t *ulen,
-                             const segd_profile_t **joined, uint64_t *items, int *done,
+                             segd_profile_t **joined, uint64_t *items, int *done,
                              char *errstr, size_t n)
 {
     if (!x->finished)

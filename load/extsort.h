@@ -53,9 +53,10 @@ void segd_extsort_stats(const segd_extsort_t *x, segd_extsort_stats_t *st);
 
 /* The next user in increasing bytewise order: *user, *joined (the join of all
  * its operands, nothing pruned) and *items (how many pairs it joined) are
- * borrowed until the next call. *done = 1 (and nothing set) after the last. */
+ * borrowed until the next call; *joined is scratch the caller may change
+ * (prune) meanwhile. *done = 1 (and nothing set) after the last. */
 segd_err_t segd_extsort_next(segd_extsort_t *x, const char **user, size_t *user_len,
-                             const segd_profile_t **joined, uint64_t *items, int *done,
+                             segd_profile_t **joined, uint64_t *items, int *done,
                              char *errstr, size_t errstr_size);
 
 #endif
