@@ -294,10 +294,14 @@ static segd_err_t start_spill(segd_extsort_t *x, char *errstr, size_t n)
         return segd_errf(SEGD_ERR_NOMEM, errstr, n, "out of memory");
     snprintf(runs[x->nruns], plen, "%s/run-%06zu", x->dir, x->nruns);
     x->job = (spill_job_t){.x = x, .a = a, .path = runs[x->nruns++]};
-    if (pthread_create(&x->worker, NULL, spill_main, &x->job) == 0)
+    if (pthread_create(&x->worker, NULL, spill_main, &x->job) == 0) {
         x->worker_on = 1;
-    else if ((err = (spill_run(&x->job), wait_spill(x, errstr, n))))
-        return err; /* no thread: spilled here, in line */
+    } else { /* no thread: spilled here, in line */
+        spill_run(&x->job);
+        x->run_bytes += x->job.bytes;
+        if (x->job.err)
+            return segd_errf(x->job.err, errstr, n, "%s", x->job.errstr);
+    }
     x->cur = !x->cur;
     arena_t *b = &x->arena[x->cur];
     if (!b->block && !(b->block = malloc(b->cap)))

@@ -600,6 +600,56 @@ static void test_disk_reserve_refused(void **state)
     remove_dir(dir);
 }
 
+/* An operand that does not decode fails the load, naming its user, before
+ * anything of it is in the store, whether it was spilled in a run or is
+ * joined in the last arena; the temporary files go. */
+static void test_bad_operand_refused(void **state)
+{
+    (void)state;
+    char dir[64], err[256];
+    make_dir(dir, sizeof(dir), "badop");
+    segd_store_t *s = open_store(dir, NOW);
+    segd_buf_t op = {0};
+    one_entry_record(&op, 1, 20);
+    static const uint8_t junk[] = {1, 2, 3, 4, 5, 6, 7, 8, 9};
+    for (int where = 0; where < 2; where++) { /* first pair (spilled), last pair */
+        segd_bulk_opts_t o;
+        segd_bulk_opts_default(&o);
+        o.memory_bytes = 64 << 10;
+        o.changes = 0;
+        segd_bulk_t *b = NULL;
+        assert_int_equal(segd_bulk_new(&b, s, &o, err, sizeof(err)), SEGD_OK);
+        if (where == 0)
+            assert_int_equal(segd_bulk_add(b, "u99999", 6, junk, sizeof(junk), 1, err,
+                                           sizeof(err)),
+                             SEGD_OK);
+        /* a spill's failure comes back from the add that next needs its arena */
+        segd_err_t e = SEGD_OK;
+        char uid[16];
+        for (int u = 0; u < 2000 && !e; u++) {
+            user_id(u, uid, sizeof(uid));
+            e = segd_bulk_add(b, uid, strlen(uid), op.data, op.len, 1, err, sizeof(err));
+        }
+        if (where == 1)
+            assert_int_equal(segd_bulk_add(b, "u99999", 6, junk, sizeof(junk), 1, err,
+                                           sizeof(err)),
+                             SEGD_OK);
+        segd_bulk_stats_t st;
+        if (!e)
+            e = segd_bulk_finish(b, &st, err, sizeof(err));
+        assert_int_equal(e, SEGD_ERR_INVALID);
+        assert_non_null(strstr(err, "u99999 does not decode"));
+        segd_bulk_destroy(b);
+        assert_int_equal(tmp_dirs(dir), 0);
+        int empty = 0;
+        assert_int_equal(segd_store_profiles_empty(s, &empty, err, sizeof(err)), SEGD_OK);
+        assert_true(empty);
+    }
+    segd_store_close(s);
+    segd_buf_free(&op);
+    remove_dir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -609,6 +659,7 @@ int main(void)
         cmocka_unit_test(test_sst_key_order),
         cmocka_unit_test(test_failed_ingest_changes_nothing),
         cmocka_unit_test(test_disk_reserve_refused),
+        cmocka_unit_test(test_bad_operand_refused),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
