@@ -21,7 +21,7 @@
 
 #define TMP_PREFIX "bulk-"
 #define BATCH_ITEMS 1000           /* users per WriteBatch, as backfill's batches */
-#define BATCH_BYTES (4u << 20)     /* or fewer when their deltas are large */
+#define BATCH_BYTES (1u << 20)     /* or fewer when their deltas are large */
 #define PROGRESS_EVERY 4096
 
 struct segd_bulk {
@@ -36,6 +36,7 @@ struct segd_bulk {
     segd_batch_t *batch;
     segd_outbox_builder_t ob;
     segd_buf_t obval, operand, record;
+    uint64_t outbox_unflushed; /* outbox bytes written since its last flush */
     segd_sst_writer_t *w;
     char **ssts;
     size_t nssts, ssts_cap;
@@ -176,11 +177,11 @@ void segd_bulk_destroy(segd_bulk_t *b)
     free(b);
 }
 
-/* Each of the two handoff batches: a sixteenth of the budget, at most 4 MiB
- * (the merge's read buffers take a quarter, the last arena a half). */
+/* Each of the two handoff batches: a 32nd of the budget, at most 4 MiB (the
+ * merge's read buffers take a quarter, the last arena a half). */
 static size_t handoff_bytes(const segd_bulk_t *b)
 {
-    uint64_t v = b->o.memory_bytes / 16;
+    uint64_t v = b->o.memory_bytes / 32;
     return (size_t)(v > (4u << 20) ? (4u << 20) : v);
 }
 
@@ -208,6 +209,14 @@ static segd_err_t flush_batch(segd_bulk_t *b, char *errstr, size_t n)
     }
     segd_batch_clear(b->batch);
     segd_outbox_builder_reset(&b->ob);
+    /* the deltas of every user would sit in the outbox's memtables, outside
+     * the budget: flushed every eighth of it */
+    b->outbox_unflushed += b->obval.len;
+    b->obval.len = 0;
+    if (b->outbox_unflushed >= b->o.memory_bytes / 8) {
+        b->outbox_unflushed = 0;
+        return segd_store_outbox_flush(b->store, errstr, n);
+    }
     return SEGD_OK;
 }
 

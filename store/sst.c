@@ -5,6 +5,7 @@
 
 #include <inttypes.h>
 #include <rocksdb/c.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -24,6 +25,23 @@ static segd_err_t rocks_fail(char *rerr, segd_err_t code, char *errstr, size_t n
     segd_errf(code, errstr, n, "%s: %s", what, rerr);
     rocksdb_free(rerr);
     return code;
+}
+
+/* A failed RocksDB call that may have put it in its error state (a failed
+ * MANIFEST or flush write), where it refuses writes: the probe tells, and
+ * breaks the store then as write_failed does; otherwise nothing changed. */
+static segd_err_t failed_or_broken(segd_store_t *s, char *rerr, const char *what,
+                                   char *errstr, size_t n)
+{
+    char probe[256];
+    if (segd_store_probe_write(s, probe, sizeof(probe)) == SEGD_ERR_ABORTED) {
+        segd_errf(SEGD_ERR_ABORTED, errstr, n, "%s failed: %s; %s", what, rerr, probe);
+        rocksdb_free(rerr);
+        return SEGD_ERR_ABORTED;
+    }
+    char msg[128];
+    snprintf(msg, sizeof(msg), "%s failed, store unchanged", what);
+    return rocks_fail(rerr, SEGD_ERR_IO, errstr, n, msg);
 }
 
 segd_err_t segd_sst_writer_open(segd_store_t *s, const char *path, segd_sst_writer_t **out,
@@ -144,18 +162,22 @@ segd_err_t segd_store_ingest(segd_store_t *s, const char *const *paths, size_t c
     rocksdb_ingestexternalfileoptions_destroy(io);
     if (!rerr)
         return SEGD_OK;
-    /* A refusal before the MANIFEST record (a missing or bad file) changes
-     * nothing; a failed MANIFEST or flush write puts RocksDB in its error
-     * state, where it refuses writes: the probe tells which, and breaks the
-     * store in the second case as write_failed does. */
-    char probe[256];
-    segd_err_t perr = segd_store_probe_write(s, probe, sizeof(probe));
-    if (perr == SEGD_ERR_ABORTED) {
-        segd_errf(SEGD_ERR_ABORTED, errstr, n, "ingest failed: %s; %s", rerr, probe);
-        rocksdb_free(rerr);
-        return SEGD_ERR_ABORTED;
-    }
-    return rocks_fail(rerr, SEGD_ERR_IO, errstr, n, "ingest failed, store unchanged");
+    /* a refusal before the MANIFEST record (a missing or bad file) changes
+     * nothing */
+    return failed_or_broken(s, rerr, "ingest", errstr, n);
+}
+
+segd_err_t segd_store_outbox_flush(segd_store_t *s, char *errstr, size_t n)
+{
+    segd_err_t err = segd_store_check_writable(s, errstr, n);
+    if (err)
+        return err;
+    char *rerr = NULL;
+    rocksdb_flushoptions_t *fo = rocksdb_flushoptions_create();
+    rocksdb_flushoptions_set_wait(fo, 1);
+    rocksdb_flush_cf(segd_store_rocks(s), fo, segd_store_outbox_cf(s), &rerr);
+    rocksdb_flushoptions_destroy(fo);
+    return rerr ? failed_or_broken(s, rerr, "outbox flush", errstr, n) : SEGD_OK;
 }
 
 segd_err_t segd_store_user_present(segd_store_t *s, const char *user, size_t user_len,

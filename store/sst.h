@@ -57,6 +57,11 @@ segd_err_t segd_store_user_present(segd_store_t *s, const char *user, size_t use
 segd_err_t segd_store_profiles_empty(segd_store_t *s, int *empty, char *errstr,
                                      size_t errstr_size);
 
+/* Flushes the outbox family's memtable to a file and waits: a bulk load
+ * writes every user's delta there, which would otherwise stay in memtables
+ * (up to 2 x 64 MiB) outside the load's memory budget. */
+segd_err_t segd_store_outbox_flush(segd_store_t *s, char *errstr, size_t errstr_size);
+
 /* The store's directory (borrowed, valid until close). */
 const char *segd_store_path(segd_store_t *s);
 /* SEGD_ERR_IO unless the store's disk has store.min.free.mb + bytes free;

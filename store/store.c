@@ -1039,6 +1039,10 @@ rocksdb_column_family_handle_t *segd_store_profiles_cf(segd_store_t *s)
 {
     return s->cf[CF_PROFILES];
 }
+rocksdb_column_family_handle_t *segd_store_outbox_cf(segd_store_t *s)
+{
+    return s->cf[CF_OUTBOX];
+}
 const rocksdb_options_t *segd_store_profiles_options(segd_store_t *s)
 {
     return s->cf_opts[CF_PROFILES];

@@ -12,6 +12,7 @@
 /* Borrowed; valid until segd_store_close. */
 rocksdb_t *segd_store_rocks(segd_store_t *s);
 rocksdb_column_family_handle_t *segd_store_profiles_cf(segd_store_t *s);
+rocksdb_column_family_handle_t *segd_store_outbox_cf(segd_store_t *s);
 /* The profiles family's options (merge operator, table options, no
  * compression): an SST built with them is what the family writes itself. */
 const rocksdb_options_t *segd_store_profiles_options(segd_store_t *s);
