@@ -91,14 +91,45 @@ static int tmp_dirs(const char *store_dir)
     return n;
 }
 
-static void user_id(int u, char *buf, size_t n) { snprintf(buf, n, "u%05d", u); }
+/* Ids whose first 8 bytes are shared ("cookie:0...") and ids that are
+ * prefixes of others ("u00000" < "u00000-d"): the sort's 8-byte key prefix
+ * must fall back to whole-id order. */
+static void user_id(int u, char *buf, size_t n)
+{
+    if (u % 3 == 0)
+        snprintf(buf, n, "u%05d", u);
+    else if (u % 3 == 1)
+        snprintf(buf, n, "cookie:0123456789:%05d", u);
+    else
+        snprintf(buf, n, "u%05d-d", u - 2);
+}
+
+static int user_index(const char *id, size_t len)
+{
+    char buf[64];
+    assert_true(len > 0 && len < sizeof(buf));
+    memcpy(buf, id, len);
+    buf[len] = 0;
+    int u = -1;
+    if (!strncmp(buf, "cookie:0123456789:", 18))
+        u = atoi(buf + 18);
+    else if (len == 6 && buf[0] == 'u')
+        u = atoi(buf + 1);
+    else if (len == 8 && buf[0] == 'u' && !strcmp(buf + 6, "-d"))
+        u = atoi(buf + 1) + 2;
+    assert_true(u >= 0 && u < USERS);
+    char back[64];
+    user_id(u, back, sizeof(back));
+    assert_string_equal(back, buf);
+    return u;
+}
 
 /* Mostly recent events, a long tail of old ones, a coarse grid of times so
  * that equal-ts ties (removal vs upsert) are common; short TTLs expire. */
 static void random_event(segd_event_t *ev, int old_share)
 {
     static const int32_t ttls[] = {60, 3600, 86400, 7 * 86400, 30 * 86400};
-    char uid[16];
+    char uid[64];
     segd_event_reset(ev);
     user_id((int)(rnd() % USERS), uid, sizeof(uid));
     segd_event_set_user(ev, uid, strlen(uid));
@@ -141,7 +172,7 @@ static uint64_t compare_reads(segd_store_t *a, segd_store_t *b, int64_t now)
     segd_entry_t *la = calloc(SEGS, sizeof(*la)), *lb = calloc(SEGS, sizeof(*lb));
     segd_query_t q = {0};
     uint64_t live = 0;
-    char err[256], uid[16];
+    char err[256], uid[64];
     for (int u = 0; u < USERS; u++) {
         user_id(u, uid, sizeof(uid));
         assert_int_equal(segd_store_get(a, uid, strlen(uid), &pa, err, sizeof(err)), SEGD_OK);
@@ -179,9 +210,7 @@ static int outbox_cb(void *ctx, uint64_t seq, const uint8_t *value, size_t vlen)
     segd_profile_init(&op);
     for (size_t i = 0; e.kind == SEGD_OUTBOX_DATA && i < e.n_items; i++) {
         const segd_outbox_item_t *it = &e.items[i];
-        assert_true(it->user_len == 6 && it->user[0] == 'u');
-        int u = atoi((char[8]){it->user[1], it->user[2], it->user[3], it->user[4],
-                               it->user[5], 0});
+        int u = user_index(it->user, it->user_len);
         assert_int_equal(segd_record_decode(it->operand, it->operand_len, &op), SEGD_OK);
         const segd_profile_t *in[2] = {&oj->users[u], &op};
         assert_int_equal(segd_profile_join(&oj->tmp, in, 2, NULL), SEGD_OK);
@@ -219,7 +248,7 @@ static void compare_outboxes(segd_store_t *a, segd_store_t *b)
     outbox_join_t oa, ob;
     outbox_joined(a, &oa);
     outbox_joined(b, &ob);
-    char uid[16];
+    char uid[64];
     for (int u = 0; u < USERS; u++) {
         user_id(u, uid, sizeof(uid));
         assert_same_profile(&oa.users[u], &ob.users[u], "outbox", uid, 0);
@@ -475,7 +504,7 @@ static void remove_ssts(void *ctx, segd_bulk_phase_t phase, uint64_t done, uint6
 
 static void add_users(segd_bulk_t *b, int from, int to, const segd_buf_t *op)
 {
-    char uid[16], err[256];
+    char uid[64], err[256];
     for (int u = from; u < to; u++) {
         user_id(u, uid, sizeof(uid));
         assert_int_equal(segd_bulk_add(b, uid, strlen(uid), op->data, op->len, 1, err,
@@ -578,7 +607,7 @@ static void test_disk_reserve_refused(void **state)
     one_entry_record(&op, 1, 1000);
     int users = (int)((80u << 20) / op.len);
     assert_int_equal(segd_bulk_new(&b, s, &o, err, sizeof(err)), SEGD_OK);
-    char uid[16];
+    char uid[64];
     for (int u = 0; u < users; u++) {
         snprintf(uid, sizeof(uid), "u%07d", u);
         assert_int_equal(segd_bulk_add(b, uid, strlen(uid), op.data, op.len, 1000, err,
@@ -625,7 +654,7 @@ static void test_bad_operand_refused(void **state)
                              SEGD_OK);
         /* a spill's failure comes back from the add that next needs its arena */
         segd_err_t e = SEGD_OK;
-        char uid[16];
+        char uid[64];
         for (int u = 0; u < 2000 && !e; u++) {
             user_id(u, uid, sizeof(uid));
             e = segd_bulk_add(b, uid, strlen(uid), op.data, op.len, 1, err, sizeof(err));
