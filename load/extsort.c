@@ -3,7 +3,6 @@
  * the front, a 16-byte index entry per pair from the back, so the budget
  * holds exactly. A run file is a sequence of [varint user length][user]
  * [varint pairs joined][varint record length][record], users increasing. */
-#define _GNU_SOURCE /* qsort_r */
 #include "load/extsort.h"
 
 #include <errno.h>
@@ -128,10 +127,63 @@ static int idx_cmp(const void *pa, const void *pb, void *ctx)
     return user_cmp(pair_user(ar, a), a->ulen, pair_user(ar, b), b->ulen);
 }
 
-static void arena_sort(arena_t *a)
+/* The sort key's byte at depth d: 0 past the end (a shorter id first), else
+ * the byte + 1; the first 8 come from the index entry, without a lookup. */
+static unsigned key_byte(const arena_t *a, const idx_t *e, size_t d)
 {
-    qsort_r(arena_index(a), a->n, sizeof(idx_t), idx_cmp, a);
+    if (d >= e->ulen)
+        return 0;
+    if (d < 8)
+        return (unsigned)(e->prefix >> (56 - 8 * d) & 0xff) + 1;
+    return (unsigned)(uint8_t)pair_user(a, e)[d] + 1;
 }
+
+static void insertion_sort(idx_t *v, size_t n, const arena_t *a)
+{
+    for (size_t i = 1; i < n; i++) {
+        idx_t t = v[i];
+        size_t j = i;
+        for (; j > 0 && idx_cmp(&t, &v[j - 1], (void *)a) < 0; j--)
+            v[j] = v[j - 1];
+        v[j] = t;
+    }
+}
+
+/* In-place MSD radix sort (American flag sort) of v by user bytes from
+ * depth d: no memory beyond the arena (qsort's merge sort would allocate a
+ * copy of the index, outside the budget). */
+static void radix_sort(idx_t *v, size_t n, size_t d, const arena_t *a)
+{
+    if (n < 32) {
+        insertion_sort(v, n, a);
+        return;
+    }
+    size_t count[257] = {0}, next[257], end[257];
+    for (size_t i = 0; i < n; i++)
+        count[key_byte(a, &v[i], d)]++;
+    for (size_t b = 0, sum = 0; b < 257; b++) {
+        next[b] = sum;
+        sum += count[b];
+        end[b] = sum;
+    }
+    for (size_t b = 0; b < 257; b++)
+        while (next[b] < end[b]) {
+            unsigned c = key_byte(a, &v[next[b]], d);
+            if (c == b) {
+                next[b]++;
+                continue;
+            }
+            idx_t t = v[next[b]];
+            v[next[b]] = v[next[c]];
+            v[next[c]++] = t;
+        }
+    /* bucket 0: ids that ended at d are all equal */
+    for (size_t b = 1, start = count[0]; b < 257; start += count[b++])
+        if (count[b] > 1)
+            radix_sort(v + start, count[b], d + 1, a);
+}
+
+static void arena_sort(arena_t *a) { radix_sort(arena_index(a), a->n, 0, a); }
 
 /* The end of the group of entries with the same user as idx[i]. */
 static size_t group_end(const arena_t *a, const idx_t *idx, size_t i)
