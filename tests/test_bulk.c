@@ -679,6 +679,49 @@ static void test_bad_operand_refused(void **state)
     remove_dir(dir);
 }
 
+/* An empty operand (an event that changes nothing) is a valid record: a
+ * user with only such operands gets no value but its (empty) delta. */
+static void test_empty_operands(void **state)
+{
+    (void)state;
+    char dir[64], err[256];
+    make_dir(dir, sizeof(dir), "empty");
+    segd_store_t *s = open_store(dir, NOW);
+    segd_buf_t op = {0};
+    one_entry_record(&op, 4, 3);
+    segd_bulk_opts_t o;
+    segd_bulk_opts_default(&o);
+    o.memory_bytes = 64 << 10;
+    segd_bulk_t *b = NULL;
+    assert_int_equal(segd_bulk_new(&b, s, &o, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_bulk_add(b, "u00000", 6, NULL, 0, 0, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_bulk_add(b, "u00003", 6, NULL, 0, 0, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_bulk_add(b, "u00003", 6, op.data, op.len, 3, err, sizeof(err)),
+                     SEGD_OK);
+    segd_bulk_stats_t st;
+    assert_int_equal(segd_bulk_finish(b, &st, err, sizeof(err)), SEGD_OK);
+    segd_bulk_destroy(b);
+    assert_int_equal(st.users, 2);
+    assert_int_equal(st.users_empty, 1);
+    assert_int_equal(st.users_sst, 1);
+    int present;
+    assert_int_equal(segd_store_user_present(s, "u00000", 6, &present, err, sizeof(err)), 0);
+    assert_false(present);
+    segd_profile_t p;
+    segd_profile_init(&p);
+    assert_int_equal(segd_store_get(s, "u00003", 6, &p, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(p.n, 3);
+    outbox_join_t oj;
+    outbox_joined(s, &oj);
+    assert_int_equal(oj.items, 2);
+    assert_int_equal(oj.users[3].n, 3);
+    outbox_free(&oj);
+    segd_profile_free(&p);
+    segd_buf_free(&op);
+    segd_store_close(s);
+    remove_dir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -689,6 +732,7 @@ int main(void)
         cmocka_unit_test(test_failed_ingest_changes_nothing),
         cmocka_unit_test(test_disk_reserve_refused),
         cmocka_unit_test(test_bad_operand_refused),
+        cmocka_unit_test(test_empty_operands),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
