@@ -35,7 +35,7 @@ struct segd_bulk {
     segd_prune_t rule;
     segd_batch_t *batch;
     segd_outbox_builder_t ob;
-    segd_buf_t obval, record;
+    segd_buf_t obval, operand, record;
     uint64_t outbox_unflushed; /* outbox bytes written since its last flush */
     segd_sst_writer_t *w;
     char **ssts;
@@ -136,6 +136,12 @@ segd_err_t segd_bulk_new(segd_bulk_t **out, segd_store_t *store, const segd_bulk
     if ((err = segd_extsort_new(&b->sort, &so, errstr, n)) ||
         (err = segd_batch_new(store, &b->batch)))
         goto out_destroy;
+    /* an empty record encodes to no bytes; its buffer must still point
+     * somewhere, since the outbox and the batch copy from it */
+    if (segd_buf_reserve(&b->operand, 1) || segd_buf_reserve(&b->record, 1)) {
+        err = segd_errf(SEGD_ERR_NOMEM, errstr, n, "out of memory");
+        goto out_destroy;
+    }
     *out = b;
     return SEGD_OK;
 out_destroy:
@@ -172,6 +178,7 @@ void segd_bulk_destroy(segd_bulk_t *b)
     segd_batch_destroy(b->batch);
     segd_outbox_builder_free(&b->ob);
     segd_buf_free(&b->obval);
+    segd_buf_free(&b->operand);
     segd_buf_free(&b->record);
     free(b);
 }
@@ -259,17 +266,17 @@ static segd_err_t sst_put(segd_bulk_t *b, const char *user, size_t ulen, const s
 }
 
 /* A new user's value: the record a full merge at the load's now stores.
- * joined is pruned in place; when that drops nothing (the common case) its
- * operand's encoding is that record. */
+ * joined is pruned in place; when that drops nothing (the common case) the
+ * operand already encoded (have_operand) is that record. */
 static segd_err_t write_new_user(segd_bulk_t *b, const char *user, size_t ulen,
-                                 segd_profile_t *joined, const segd_buf_t *operand,
-                                 char *errstr, size_t n)
+                                 segd_profile_t *joined, int have_operand, char *errstr,
+                                 size_t n)
 {
     size_t before = joined->n;
     int64_t erased = joined->erased_before_ms;
     segd_profile_prune(joined, &b->rule);
-    const segd_buf_t *rec = operand;
-    if (joined->n != before || joined->erased_before_ms != erased) {
+    const segd_buf_t *rec = &b->operand;
+    if (!have_operand || joined->n != before || joined->erased_before_ms != erased) {
         segd_err_t err = segd_record_encode(joined, &b->record);
         if (err)
             return segd_errf(err, errstr, n, "out of memory");
@@ -283,11 +290,8 @@ static segd_err_t write_new_user(segd_bulk_t *b, const char *user, size_t ulen,
     return sst_put(b, user, ulen, rec, errstr, n);
 }
 
-/* operand: the encoding of joined, the one operand the merge path would
- * join for this user. */
 static segd_err_t write_user(segd_bulk_t *b, const char *user, size_t ulen,
-                             segd_profile_t *joined, const segd_buf_t *operand, char *errstr,
-                             size_t n)
+                             segd_profile_t *joined, char *errstr, size_t n)
 {
     int present = 0;
     segd_err_t err;
@@ -295,12 +299,15 @@ static segd_err_t write_user(segd_bulk_t *b, const char *user, size_t ulen,
         (err = segd_store_user_present(b->store, user, ulen, &present, errstr, n)))
         return err;
     b->st.users++;
+    int operand = present || b->o.changes; /* the one the merge path would join */
+    if (operand && (err = segd_record_encode(joined, &b->operand)))
+        return segd_errf(err, errstr, n, "out of memory");
     if (b->o.changes &&
-        (err = segd_outbox_add(&b->ob, user, ulen, operand->data, operand->len, NULL, 0, 0,
-                               0)))
+        (err = segd_outbox_add(&b->ob, user, ulen, b->operand.data, b->operand.len, NULL, 0,
+                               0, 0)))
         return segd_errf(err, errstr, n, "out of memory");
     if (present) {
-        segd_batch_merge(b->batch, user, ulen, operand->data, operand->len);
+        segd_batch_merge(b->batch, user, ulen, b->operand.data, b->operand.len);
         b->st.users_merged++;
     } else if ((err = write_new_user(b, user, ulen, joined, operand, errstr, n))) {
         return err;
@@ -323,14 +330,12 @@ static segd_err_t write_all(segd_bulk_t *b, char *errstr, size_t n)
         const char *user;
         size_t ulen;
         segd_profile_t *joined;
-        const segd_buf_t *operand;
         uint64_t items;
         int done;
-        if ((err = segd_handoff_next(h, &user, &ulen, &joined, &operand, &items, &done, errstr,
-                                     n)) ||
+        if ((err = segd_handoff_next(h, &user, &ulen, &joined, &items, &done, errstr, n)) ||
             done)
             break;
-        if ((err = write_user(b, user, ulen, joined, operand, errstr, n)))
+        if ((err = write_user(b, user, ulen, joined, errstr, n)))
             break;
         pairs += items;
         if (b->st.users % PROGRESS_EVERY == 0) {

@@ -1,8 +1,6 @@
 /* Merge thread -> writer thread in two batches; see handoff.h. A batch is
- * flat: the users' bytes, their entries, their encoded records and one
- * descriptor per user; the merge fills one while the writer empties the
- * other. The encoding is done here because the writer's thread has the
- * SST and outbox writes to do (measured: it was the busier one). */
+ * flat: the users' bytes, their entries, and one descriptor per user; the
+ * merge fills one while the writer empties the other. */
 #include "load/handoff.h"
 
 #include <pthread.h>
@@ -10,13 +8,13 @@
 #include <string.h>
 
 typedef struct user_desc {
-    size_t uoff, ulen, eoff, n, ooff, olen;
+    size_t uoff, ulen, eoff, n;
     int64_t erased;
     uint64_t items;
 } user_desc_t;
 
 typedef struct batch {
-    segd_buf_t users, ops;
+    segd_buf_t users;
     segd_entry_t *e;
     size_t ne, cap_e;
     user_desc_t *u;
@@ -38,13 +36,10 @@ struct segd_handoff {
     int ci, have; /* the writer's batch, and whether it holds it */
     size_t cu;    /* its next user */
     segd_profile_t view;
-    segd_buf_t op_view;
-    uint8_t none; /* what an empty operand points at */
-    segd_buf_t enc; /* the merge thread's */
 };
 
 static segd_err_t batch_add(batch_t *b, const char *user, size_t ulen,
-                            const segd_profile_t *p, const segd_buf_t *op, uint64_t items)
+                            const segd_profile_t *p, uint64_t items)
 {
     /* + 1: never an unallocated array, even for users without entries */
     segd_entry_t *e = segd_array_grow(b->e, &b->cap_e, b->ne + p->n + 1, sizeof(*e));
@@ -55,13 +50,12 @@ static segd_err_t batch_add(batch_t *b, const char *user, size_t ulen,
     if (!u)
         return SEGD_ERR_NOMEM;
     b->u = u;
-    size_t uoff = b->users.len, ooff = b->ops.len;
-    if (segd_buf_append(&b->users, user, ulen) || segd_buf_append(&b->ops, op->data, op->len))
+    size_t uoff = b->users.len;
+    if (segd_buf_append(&b->users, user, ulen))
         return SEGD_ERR_NOMEM;
     if (p->n)
         memcpy(b->e + b->ne, p->entries, p->n * sizeof(*p->entries));
-    b->u[b->nu++] = (user_desc_t){uoff, ulen, b->ne, p->n, ooff, op->len,
-                                  p->erased_before_ms, items};
+    b->u[b->nu++] = (user_desc_t){uoff, ulen, b->ne, p->n, p->erased_before_ms, items};
     b->ne += p->n;
     return SEGD_OK;
 }
@@ -69,9 +63,9 @@ static segd_err_t batch_add(batch_t *b, const char *user, size_t ulen,
 /* Fills b until it holds limit bytes or the merge ends (last) or fails. */
 static void fill(segd_handoff_t *h, batch_t *b)
 {
-    b->users.len = b->ops.len = 0;
+    b->users.len = 0;
     b->ne = b->nu = 0;
-    while (b->ne * sizeof(segd_entry_t) + b->users.len + b->ops.len < h->limit) {
+    while (b->ne * sizeof(segd_entry_t) + b->users.len < h->limit) {
         const char *user;
         size_t ulen;
         segd_profile_t *p;
@@ -79,9 +73,7 @@ static void fill(segd_handoff_t *h, batch_t *b)
         int done;
         b->err = segd_extsort_next(h->x, &user, &ulen, &p, &items, &done, b->errstr,
                                    sizeof(b->errstr));
-        if (!b->err && !done &&
-            ((b->err = segd_record_encode(p, &h->enc)) ||
-             (b->err = batch_add(b, user, ulen, p, &h->enc, items))))
+        if (!b->err && !done && (b->err = batch_add(b, user, ulen, p, items)))
             segd_errf(b->err, b->errstr, sizeof(b->errstr), "out of memory");
         if (b->err || done) {
             b->last = 1;
@@ -132,8 +124,8 @@ segd_err_t segd_handoff_start(segd_handoff_t **out, segd_extsort_t *x, size_t ba
 }
 
 segd_err_t segd_handoff_next(segd_handoff_t *h, const char **user, size_t *ulen,
-                             segd_profile_t **joined, const segd_buf_t **operand,
-                             uint64_t *items, int *done, char *errstr, size_t n)
+                             segd_profile_t **joined, uint64_t *items, int *done,
+                             char *errstr, size_t n)
 {
     for (;;) {
         batch_t *b = &h->b[h->ci];
@@ -144,10 +136,6 @@ segd_err_t segd_handoff_next(segd_handoff_t *h, const char **user, size_t *ulen,
             *items = u->items;
             h->view = (segd_profile_t){u->erased, b->e + u->eoff, u->n, u->n};
             *joined = &h->view;
-            /* never a NULL data pointer: callers memcpy from it */
-            h->op_view = (segd_buf_t){u->olen ? b->ops.data + u->ooff : &h->none, u->olen,
-                                      u->olen};
-            *operand = &h->op_view;
             *done = 0;
             return SEGD_OK;
         }
@@ -186,10 +174,8 @@ void segd_handoff_stop(segd_handoff_t *h)
     pthread_cond_destroy(&h->cv);
     for (int i = 0; i < 2; i++) {
         segd_buf_free(&h->b[i].users);
-        segd_buf_free(&h->b[i].ops);
         free(h->b[i].e);
         free(h->b[i].u);
     }
-    segd_buf_free(&h->enc);
     free(h);
 }

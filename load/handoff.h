@@ -1,8 +1,9 @@
 /* The bulk load's two-thread write phase: a thread runs the external sort's
- * merge (segd_extsort_next: reading runs, decoding, the §3 join) and encodes
- * each joined user, and hands them over in two alternating batches of
- * bounded size to the caller's thread, which writes them. The extsort
- * belongs to the handoff's thread until segd_handoff_stop. */
+ * merge (segd_extsort_next: reading runs, decoding, the §3 join) and hands
+ * the joined users over in two alternating batches of bounded size to the
+ * caller's thread, which encodes and writes them. Same contract as
+ * segd_extsort_next; the extsort belongs to the handoff's thread until
+ * segd_handoff_stop. */
 #ifndef SEGD_HANDOFF_H
 #define SEGD_HANDOFF_H
 
@@ -20,12 +21,10 @@ typedef struct segd_handoff segd_handoff_t;
  * finished. */
 segd_err_t segd_handoff_start(segd_handoff_t **out, segd_extsort_t *x, size_t batch_bytes,
                               char *errstr, size_t errstr_size);
-/* As segd_extsort_next, plus *operand: segd_record_encode of *joined as it
- * came (borrowed until the next call, like the rest). The merge's error
- * comes after the users before it. */
+/* As segd_extsort_next; the merge's error comes after the users before it. */
 segd_err_t segd_handoff_next(segd_handoff_t *h, const char **user, size_t *user_len,
-                             segd_profile_t **joined, const segd_buf_t **operand,
-                             uint64_t *items, int *done, char *errstr, size_t errstr_size);
+                             segd_profile_t **joined, uint64_t *items, int *done,
+                             char *errstr, size_t errstr_size);
 /* Stops the thread (at once, whatever is left) and frees h. */
 void segd_handoff_stop(segd_handoff_t *h);
 
