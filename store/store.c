@@ -16,6 +16,8 @@
 #include <sys/random.h>
 
 #include "store/merge.h"
+#include "store/sst.h"
+#include "store/store_int.h"
 
 enum { CF_DEFAULT, CF_PROFILES, CF_META, CF_OUTBOX, CF_COUNT };
 static const char *const cf_names[CF_COUNT] = {"default", "profiles", "meta", "outbox"};
@@ -364,6 +366,22 @@ static segd_err_t write_failed(segd_store_t *s, char *rerr, char *errstr, size_t
         rocksdb_cancel_all_background_work(s->db, 1);
     return rocks_err(rerr, SEGD_ERR_ABORTED, errstr, n,
                      "write failed; store stopped (restart segd once the cause is fixed)");
+}
+
+/* Extra room on top of the reserve: a bulk load asks for its SST bytes. */
+static segd_err_t check_space_for(segd_store_t *s, uint64_t extra, char *errstr, size_t n)
+{
+    struct statvfs fs;
+    if (!s->min_free_bytes || statvfs(s->path, &fs))
+        return SEGD_OK;
+    uint64_t avail = (uint64_t)fs.f_bavail * fs.f_frsize;
+    if (avail >= s->min_free_bytes + extra)
+        return SEGD_OK;
+    return segd_errf(SEGD_ERR_IO, errstr, n,
+                     "disk nearly full: %" PRIu64 " MiB free under %s, the load needs %" PRIu64
+                     " MiB above the %" PRIu64 " MiB reserve (store.min.free.mb)",
+                     avail >> 20, s->path, (extra + (1 << 20) - 1) >> 20,
+                     s->min_free_bytes >> 20);
 }
 
 /* Every write of the store goes through here: refused once the store is
@@ -1034,6 +1052,44 @@ segd_err_t segd_store_instance_id(segd_store_t *s, char *out, size_t out_size, c
         return err;
     memcpy(out, id, (size_t)len + 1);
     return SEGD_OK;
+}
+
+/* ---------- internals for the store layer (store_int.h) ---------- */
+
+rocksdb_t *segd_store_rocks(segd_store_t *s) { return s->db; }
+rocksdb_column_family_handle_t *segd_store_profiles_cf(segd_store_t *s)
+{
+    return s->cf[CF_PROFILES];
+}
+rocksdb_column_family_handle_t *segd_store_outbox_cf(segd_store_t *s)
+{
+    return s->cf[CF_OUTBOX];
+}
+const rocksdb_options_t *segd_store_profiles_options(segd_store_t *s)
+{
+    return s->cf_opts[CF_PROFILES];
+}
+const rocksdb_readoptions_t *segd_store_read_options(segd_store_t *s) { return s->ropts; }
+const char *segd_store_path(segd_store_t *s) { return s->path; }
+
+segd_err_t segd_store_check_writable(segd_store_t *s, char *errstr, size_t n)
+{
+    if (s->read_only)
+        return segd_errf(SEGD_ERR_INVALID, errstr, n, "store opened read-only");
+    if (atomic_load(&s->broken))
+        return segd_errf(SEGD_ERR_ABORTED, errstr, n,
+                         "store stopped after a failed write (restart segd)");
+    return SEGD_OK;
+}
+
+segd_err_t segd_store_check_space(segd_store_t *s, uint64_t extra, char *errstr, size_t n)
+{
+    return check_space_for(s, extra, errstr, n);
+}
+
+segd_err_t segd_store_probe_write(segd_store_t *s, char *errstr, size_t n)
+{
+    return put_meta(s, s->wopts, "write-probe", "", 0, 0, errstr, n);
 }
 
 /* ---------- fault injection ---------- */

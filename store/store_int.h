@@ -1,0 +1,33 @@
+/* The store's internals shared by the store layer's own modules (store.c
+ * owns them; sst.c writes and ingests SST files with them). Not for other
+ * layers: everything above the store goes through store.h and sst.h. */
+#ifndef SEGD_STORE_INT_H
+#define SEGD_STORE_INT_H
+
+#include <rocksdb/c.h>
+#include <stdint.h>
+
+#include "store/store.h"
+
+/* Borrowed; valid until segd_store_close. */
+rocksdb_t *segd_store_rocks(segd_store_t *s);
+rocksdb_column_family_handle_t *segd_store_profiles_cf(segd_store_t *s);
+rocksdb_column_family_handle_t *segd_store_outbox_cf(segd_store_t *s);
+/* The profiles family's options (merge operator, table options, no
+ * compression): an SST built with them is what the family writes itself. */
+const rocksdb_options_t *segd_store_profiles_options(segd_store_t *s);
+const rocksdb_readoptions_t *segd_store_read_options(segd_store_t *s);
+
+/* SEGD_ERR_ABORTED once a write has failed (write_failed in store.c). */
+segd_err_t segd_store_check_writable(segd_store_t *s, char *errstr, size_t errstr_size);
+/* SEGD_ERR_IO unless the disk has store.min.free.mb + extra_bytes free
+ * (nothing is checked when min_free_mb is 0). */
+segd_err_t segd_store_check_space(segd_store_t *s, uint64_t extra_bytes, char *errstr,
+                                  size_t errstr_size);
+/* After a RocksDB failure that may have left its state doubtful (a failed
+ * ingestion's manifest write): a tiny meta write, which RocksDB refuses once
+ * it holds a background error; a refusal breaks the store as a failed batch
+ * does (SEGD_ERR_ABORTED). SEGD_OK when the store still takes writes. */
+segd_err_t segd_store_probe_write(segd_store_t *s, char *errstr, size_t errstr_size);
+
+#endif
