@@ -3,9 +3,11 @@
  * (load/reader on T threads -> WriteBatches with outbox entries, as `segd
  * backfill` writes them) from each format on 1 and 2 threads into fresh
  * stores, and the reader alone (parse, validate, encode; no store) so that
- * the store's share shows. Each variant runs in a forked child: its peak RSS
- * is its own (wait4). Variants are a table of function pointers, so other
- * loaders (bulk SST ingestion) add rows. Prints a markdown report. */
+ * the store's share shows; then `--bulk` (load/bulk: sort, join, SST files,
+ * ingest) within a memory budget, beside the merge path followed by the full
+ * compaction that brings its store to the state a bulk load leaves. Each
+ * variant runs in a forked child: its peak RSS is its own (wait4). Variants
+ * are a table of function pointers. Prints a markdown report. */
 #define _GNU_SOURCE /* nftw */
 #include <errno.h>
 #include <ftw.h>
@@ -23,6 +25,7 @@
 #include "base/clock.h"
 #include "bench/bench.h"
 #include "consumer/apply.h"
+#include "load/bulk.h"
 #include "load/reader.h"
 #include "wire/avro_codec.h"
 #include "wire/json_event.h"
@@ -55,6 +58,8 @@ struct bf_variant {
     const char *format; /* "json" or "ocf": which input file */
     int threads;
     bf_run_fn run;
+    int compact;       /* merge: a full compaction before close */
+    int64_t memory_mb; /* bulk: the sort's budget */
 };
 
 static int fail(const char *what, const char *why)
@@ -189,6 +194,10 @@ static int run_merge(const bf_variant_t *v, const char *input, const char *db, b
         fail("merge", m.failed ? "store write failed" : err);
         goto out_free;
     }
+    if (v->compact && segd_store_compact(store, err, sizeof(err))) {
+        fail("merge + compact", err);
+        goto out_free;
+    }
     r->events = st.events;
     r->segments = st.segments;
     r->skipped = st.skipped;
@@ -201,15 +210,74 @@ out_close:
     return rc;
 }
 
+typedef struct bulk_ctx {
+    segd_bulk_t *bulk;
+    char err[256];
+} bulk_ctx_t;
+
+/* As segd backfill --bulk: every item to the sort. */
+static int bulk_chunk(void *ctx, const segd_load_chunk_t *c)
+{
+    bulk_ctx_t *b = ctx;
+    for (size_t i = 0; i < c->n_items; i++) {
+        const segd_load_item_t *it = &c->items[i];
+        if (segd_bulk_add(b->bulk, (const char *)it->user, it->user_len, it->operand,
+                          it->operand_len, it->n_segments, b->err, sizeof(b->err)))
+            return -1;
+    }
+    return 0;
+}
+
+/* Bulk into a fresh store with outbox entries, timed from open to close. */
+static int run_bulk(const bf_variant_t *v, const char *input, const char *db, bf_result_t *r)
+{
+    bulk_ctx_t b = {0};
+    segd_load_stats_t st;
+    segd_bulk_opts_t bo;
+    char *paths[1] = {(char *)input};
+    int rc = -1;
+    double t0 = segd_mono_s();
+    segd_store_t *store = segd_app_open_store("bench backfill", db, NOW_S, 0);
+    if (!store)
+        return -1;
+    segd_load_opts_t o = load_opts(v->threads, store);
+    segd_bulk_opts_default(&bo);
+    bo.memory_bytes = (uint64_t)v->memory_mb << 20;
+    if (segd_bulk_new(&b.bulk, store, &bo, b.err, sizeof(b.err)) ||
+        segd_load_files(&o, paths, 1, bulk_chunk, &b, &st, b.err, sizeof(b.err)) ||
+        segd_bulk_finish(b.bulk, NULL, b.err, sizeof(b.err))) {
+        fail("bulk", b.err);
+        goto out_close;
+    }
+    r->events = st.events;
+    r->segments = st.segments;
+    r->skipped = st.skipped;
+    rc = 0;
+out_close:
+    if (b.bulk)
+        segd_bulk_destroy(b.bulk);
+    segd_store_close(store);
+    r->wall_s = segd_mono_s() - t0;
+    return rc;
+}
+
 static const bf_variant_t VARIANTS[] = {
-    {"parse only", "json", 1, run_parse_only},
-    {"parse only", "json", 2, run_parse_only},
-    {"parse only", "ocf", 1, run_parse_only},
-    {"parse only", "ocf", 2, run_parse_only},
-    {"merge", "json", 1, run_merge},
-    {"merge", "json", 2, run_merge},
-    {"merge", "ocf", 1, run_merge},
-    {"merge", "ocf", 2, run_merge},
+    {"parse only", "json", 1, run_parse_only, 0, 0},
+    {"parse only", "json", 2, run_parse_only, 0, 0},
+    {"parse only", "ocf", 1, run_parse_only, 0, 0},
+    {"parse only", "ocf", 2, run_parse_only, 0, 0},
+    {"merge", "json", 1, run_merge, 0, 0},
+    {"merge", "json", 2, run_merge, 0, 0},
+    {"merge", "ocf", 1, run_merge, 0, 0},
+    {"merge", "ocf", 2, run_merge, 0, 0},
+    {"merge + compact", "json", 2, run_merge, 1, 0},
+    {"merge + compact", "ocf", 2, run_merge, 1, 0},
+    {"bulk 1024 MiB", "json", 1, run_bulk, 0, 1024},
+    {"bulk 1024 MiB", "json", 2, run_bulk, 0, 1024},
+    {"bulk 1024 MiB", "ocf", 1, run_bulk, 0, 1024},
+    {"bulk 1024 MiB", "ocf", 2, run_bulk, 0, 1024},
+    {"bulk 64 MiB", "json", 2, run_bulk, 0, 64},
+    {"bulk 64 MiB", "ocf", 2, run_bulk, 0, 64},
 };
 
 /* ---------- the driver ---------- */
@@ -332,7 +400,11 @@ int segd_bench_backfill(int argc, char **argv)
         print_row(v, &r, rss, base);
     }
     printf("\nmerge: from the file to a closed store (open, WriteBatches of 1000 events "
-           "with outbox entries, close); parse only: the reader's threads alone.\n");
+           "with outbox entries, close); merge + compact: the same and a full compaction "
+           "before close (the state a bulk load leaves: one joined record per user); "
+           "bulk N MiB: sort within N MiB, join, outbox entries, SST files, ingest, close; "
+           "parse only: the reader's threads alone. \"vs 1 thread\" compares with the row "
+           "above it that has 1 thread.\n");
     rc = SEGD_EXIT_OK;
 out_rm:
     if (!a.keep)

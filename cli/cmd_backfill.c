@@ -1,8 +1,10 @@
-/* `segd backfill --db DIR [--now S] [--threads N] FILE...`: applies
- * SegmentEvents from JSON-lines files and Avro object container files, plain
- * or gzip/zstd-compressed (load/reader decodes them on N threads; this file
- * is the one store writer). A bad record is reported as file:line (or
- * file:#record) with its reason, counted and skipped. */
+/* `segd backfill --db DIR [--now S] [--threads N] [--bulk [--memory-mb M]]
+ * FILE...`: applies SegmentEvents from JSON-lines files and Avro object
+ * container files, plain or gzip/zstd-compressed (load/reader decodes them
+ * on N threads; this file is the one store writer): through the merge path
+ * (WriteBatches of merge operands), or with --bulk sorted, joined per user
+ * and ingested as SST files (load/bulk.h). A bad record is reported as
+ * file:line (or file:#record) with its reason, counted and skipped. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdlib.h>
@@ -14,12 +16,16 @@
 #include "base/progress.h"
 #include "cli/cli.h"
 #include "consumer/apply.h"
+#include "load/bulk.h"
 #include "load/reader.h"
 
 #define BACKFILL_BATCH 1000
 
 typedef struct backfill {
     segd_applier_t ap;
+    segd_bulk_t *bulk; /* --bulk: chunks go to the sort instead of batches */
+    uint64_t bulk_events, bulk_segments;
+    int bulk_phase;    /* the phase the bar shows; -1 = reading */
     segd_progress_t bar;
     uint64_t bytes_done;
     int failed; /* a store write failed: stop */
@@ -29,7 +35,7 @@ typedef struct backfill {
 static void usage(FILE *f)
 {
     fprintf(f, "usage: segd backfill --db DIR [--now UNIX_SECONDS] [--no-changes] [--threads N]\n"
-               "                     FILE...\n"
+               "                     [--bulk [--memory-mb M]] FILE...\n"
                "  FILE: JSON lines (one SegmentEvent per line) or an Avro object\n"
                "  container file of SegmentEvent (codec null, deflate or zstandard), either\n"
                "  of them gzip- or zstd-compressed. The format is found by the file's\n"
@@ -45,7 +51,16 @@ static void usage(FILE *f)
                "  The changes go to the outbox, published by the next `segd run` to\n"
                "  the change stream; --no-changes skips that (caches reload a snapshot).\n"
                "  SIGINT/SIGTERM stop it cleanly: what was written stays (applying a file\n"
-               "  again is harmless: the join is idempotent).\n");
+               "  again is harmless: the join is idempotent).\n"
+               "  --bulk: for large dumps into an empty store or new users: events are\n"
+               "  sorted by user (spilling sorted runs next to the store beyond\n"
+               "  --memory-mb, default 1024), joined per user and written as SST files\n"
+               "  that RocksDB ingests whole (no WAL, no memtable, nothing to compact\n"
+               "  later). Users the store already holds go through the merge path, one\n"
+               "  joined operand each; the result is the same as without --bulk. Nothing\n"
+               "  is written before all input is read; outbox entries (one delta per\n"
+               "  user) are written before the SST files are ingested. Below the\n"
+               "  free-disk reserve plus the expected SST bytes it refuses (exit 1).\n");
 }
 
 /* Writes the batch, waiting while the disk is nearly full (SEGD_ERR_IO from
@@ -91,6 +106,72 @@ static int apply_chunk(void *ctx, const segd_load_chunk_t *c)
     return *b->stop ? -1 : 0;
 }
 
+/* --bulk: the chunk's pairs go to the external sort (load/bulk.h), which
+ * writes nothing to the store before segd_bulk_finish. */
+static int bulk_chunk(void *ctx, const segd_load_chunk_t *c)
+{
+    backfill_t *b = ctx;
+    char err[256];
+    for (size_t i = 0; i < c->n_items; i++) {
+        const segd_load_item_t *it = &c->items[i];
+        if (segd_bulk_add(b->bulk, (const char *)it->user, it->user_len, it->operand,
+                          it->operand_len, it->n_segments, err, sizeof(err)) != SEGD_OK) {
+            fprintf(stderr, "segd backfill: bulk load failed: %s\n", err);
+            b->failed = 1;
+            return -1;
+        }
+    }
+    b->bulk_events += c->n_items;
+    b->bulk_segments += c->segments;
+    b->bytes_done += c->bytes;
+    segd_progress_update(&b->bar, b->bytes_done, b->bulk_events, b->bulk_segments);
+    return *b->stop ? -1 : 0;
+}
+
+/* The bar follows finish's phases (sort, write, ingest), each with its own
+ * total, so its ETA is the phase's. */
+static void bulk_progress(void *ctx, segd_bulk_phase_t phase, uint64_t done, uint64_t total)
+{
+    backfill_t *b = ctx;
+    if (b->bulk_phase != (int)phase) {
+        int off = b->bar.out == NULL;
+        segd_progress_end(&b->bar);
+        segd_progress_init(&b->bar, stderr, segd_bulk_phase_name(phase), total, off);
+        b->bulk_phase = (int)phase;
+    }
+    b->bar.total = total;
+    segd_progress_update(&b->bar, done, b->bulk_events, b->bulk_segments);
+}
+
+/* Sorts, joins, writes and ingests what the reader delivered; prints the
+ * bulk line of the summary. */
+static int bulk_finish(backfill_t *b, double t0, const segd_load_stats_t *st, int threads)
+{
+    segd_bulk_stats_t bs;
+    char err[512];
+    if (segd_bulk_finish(b->bulk, &bs, err, sizeof(err)) != SEGD_OK) {
+        segd_progress_end(&b->bar);
+        fprintf(stderr, "segd backfill: bulk load failed: %s\n", err);
+        return SEGD_EXIT_FAIL;
+    }
+    segd_progress_end(&b->bar);
+    double dt = segd_mono_s() - t0;
+    printf("applied %llu events (%llu segments), skipped %llu, %.2f s, %.0f segments/s, "
+           "%d threads\n",
+           (unsigned long long)b->bulk_events, (unsigned long long)b->bulk_segments,
+           (unsigned long long)st->skipped, dt, dt > 0 ? (double)b->bulk_segments / dt : 0.0,
+           threads);
+    printf("bulk: %llu users: %llu new (%llu SST files, %llu bytes), %llu already in the "
+           "store (merge path), %llu with nothing left; %llu sort runs spilled; %llu outbox "
+           "entries; sort %.2f s, write %.2f s, ingest %.2f s\n",
+           (unsigned long long)bs.users, (unsigned long long)bs.users_sst,
+           (unsigned long long)bs.sst_files, (unsigned long long)bs.sst_bytes,
+           (unsigned long long)bs.users_merged, (unsigned long long)bs.users_empty,
+           (unsigned long long)bs.runs, (unsigned long long)bs.outbox_entries, bs.sort_s,
+           bs.write_s, bs.ingest_s);
+    return st->skipped ? SEGD_EXIT_PARTIAL : SEGD_EXIT_OK;
+}
+
 /* Decoding threads by default: the online cores but one, which the writer
  * (this thread, RocksDB's memtable inserts) keeps busy; on 2 cores one
  * decoder and the writer already use ~1.6 of them (bench/RESULTS.md). */
@@ -106,11 +187,13 @@ int segd_cmd_backfill(int argc, char **argv)
                                          {"now", required_argument, 0, 'n'},
                                          {"no-changes", no_argument, 0, 'x'},
                                          {"threads", required_argument, 0, 't'},
+                                         {"bulk", no_argument, 0, 'b'},
+                                         {"memory-mb", required_argument, 0, 'm'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *db = NULL;
-    int64_t now_s = 0, threads = default_threads();
-    int c, changes = 1;
+    int64_t now_s = 0, threads = default_threads(), memory_mb = 0;
+    int c, changes = 1, bulk = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
@@ -124,12 +207,22 @@ int segd_cmd_backfill(int argc, char **argv)
                 return SEGD_EXIT_USAGE;
             break;
         case 'x': changes = 0; break;
+        case 'b': bulk = 1; break;
+        case 'm':
+            /* below 16 MiB the sort's fixed buffers dominate its budget */
+            if (segd_arg_int("backfill", "--memory-mb", optarg, 16, 1 << 20, &memory_mb))
+                return SEGD_EXIT_USAGE;
+            break;
         case 'h': usage(stdout); return SEGD_EXIT_OK;
         default: usage(stderr); return SEGD_EXIT_USAGE;
         }
     }
     if (!db || optind >= argc) {
         usage(stderr);
+        return SEGD_EXIT_USAGE;
+    }
+    if (memory_mb && !bulk) {
+        fprintf(stderr, "segd backfill: --memory-mb applies to --bulk only\n");
         return SEGD_EXIT_USAGE;
     }
     segd_store_t *store = segd_app_open_store("backfill", db, now_s, 0);
@@ -152,6 +245,21 @@ int segd_cmd_backfill(int argc, char **argv)
         goto out_close;
     if (changes)
         segd_applier_enable_outbox(&b.ap);
+    b.bulk_phase = -1;
+    if (bulk) {
+        segd_bulk_opts_t bo;
+        segd_bulk_opts_default(&bo);
+        if (memory_mb)
+            bo.memory_bytes = (uint64_t)memory_mb << 20;
+        bo.changes = changes;
+        bo.stop = b.stop;
+        bo.progress = bulk_progress;
+        bo.progress_ctx = &b;
+        if (segd_bulk_new(&b.bulk, store, &bo, err, sizeof(err)) != SEGD_OK) {
+            fprintf(stderr, "segd backfill: bulk load: %s\n", err);
+            goto out_free;
+        }
+    }
     segd_progress_init(&b.bar, stderr, "bytes", 0, 0);
     {
         uint64_t total = 0;
@@ -161,15 +269,26 @@ int segd_cmd_backfill(int argc, char **argv)
                 total += (uint64_t)sb.st_size;
         b.bar.total = total;
     }
-    segd_err_t le = segd_load_files(&lo, argv + optind, argc - optind, apply_chunk, &b, &st,
-                                    err, sizeof(err));
-    segd_progress_end(&b.bar);
+    segd_err_t le = segd_load_files(&lo, argv + optind, argc - optind,
+                                    bulk ? bulk_chunk : apply_chunk, &b, &st, err, sizeof(err));
+    if (!bulk)
+        segd_progress_end(&b.bar);
     if (le) {
         fprintf(stderr, "segd backfill: %s\n", err);
         goto out_free;
     }
     if (b.failed)
         goto out_free;
+    if (bulk) {
+        if (st.stopped) { /* the sort has written nothing yet */
+            segd_progress_end(&b.bar);
+            fprintf(stderr, "segd backfill: stopped by a signal while reading: nothing "
+                            "loaded\n");
+            goto out_free;
+        }
+        rc = bulk_finish(&b, t0, &st, (int)threads);
+        goto out_free;
+    }
     /* what the readers delivered is written, even when a signal stopped them */
     if (flush_waiting(&b, err, sizeof(err)) != SEGD_OK) {
         fprintf(stderr, "segd backfill: store write failed: %s\n", err);
@@ -188,6 +307,8 @@ int segd_cmd_backfill(int argc, char **argv)
            (int)threads);
     rc = st.skipped ? SEGD_EXIT_PARTIAL : SEGD_EXIT_OK;
 out_free:
+    if (b.bulk) /* removes its temporary files on every path */
+        segd_bulk_destroy(b.bulk);
     segd_applier_free(&b.ap);
 out_close:
     segd_store_close(store);
