@@ -3,6 +3,7 @@
 
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "compactor/filter.h"
@@ -35,6 +36,20 @@ segd_store_t *segd_app_open_store(const char *cmd, const char *dir, int64_t now_
         return NULL;
     }
     return s;
+}
+
+segd_store_t *segd_app_open_existing_store(const char *cmd, const char *dir, int64_t now_s)
+{
+    /* RocksDB creates a store where there is none: a mistyped --db would
+     * take the command's writes and report success */
+    char current[4096];
+    struct stat st;
+    snprintf(current, sizeof(current), "%s/CURRENT", dir);
+    if (stat(current, &st)) {
+        fprintf(stderr, "segd %s: %s is not a segd store (no %s)\n", cmd, dir, current);
+        return NULL;
+    }
+    return segd_app_open_store(cmd, dir, now_s, 0);
 }
 
 /* The one piece of global state: a signal handler can reach nothing else. */

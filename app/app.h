@@ -20,6 +20,11 @@ void segd_app_store_opts(segd_store_opts_t *o);
 segd_store_t *segd_app_open_store(const char *cmd, const char *dir, int64_t now_s,
                                   int read_only);
 
+/* The same, writable, for commands that must not create a store (erase,
+ * compact): a directory without RocksDB's CURRENT file is refused with
+ * "segd CMD: DIR is not a segd store". */
+segd_store_t *segd_app_open_existing_store(const char *cmd, const char *dir, int64_t now_s);
+
 /* Makes SIGINT/SIGTERM set the returned flag (finish and exit cleanly); a
  * second signal exits at once with status 130. */
 volatile sig_atomic_t *segd_app_stop_on_signals(void);

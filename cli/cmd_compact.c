@@ -95,7 +95,7 @@ int segd_cmd_compact(int argc, char **argv)
     int rc = parse_db_now("compact", argc, argv, &db, &now_s, NULL);
     if (rc)
         return rc < 0 ? SEGD_EXIT_OK : rc;
-    segd_store_t *s = segd_app_open_store("compact", db, now_s, 0);
+    segd_store_t *s = segd_app_open_existing_store("compact", db, now_s);
     if (!s)
         return SEGD_EXIT_FAIL;
     char err[512];

@@ -149,7 +149,7 @@ int segd_cmd_erase(int argc, char **argv)
         usage(stderr);
         return SEGD_EXIT_USAGE;
     }
-    segd_store_t *store = segd_app_open_store("erase", db, now_s, 0);
+    segd_store_t *store = segd_app_open_existing_store("erase", db, now_s);
     if (!store)
         return SEGD_EXIT_FAIL;
     erase_job_t j = {0};
@@ -160,6 +160,7 @@ int segd_cmd_erase(int argc, char **argv)
     if (segd_applier_init(&j.ap, store) != SEGD_OK)
         goto out_close;
     segd_applier_enable_outbox(&j.ap);
+    segd_applier_set_sync(&j.ap); /* "erased" must survive a power loss */
     rc = erase_all(&j, file, argc - optind, argv + optind);
     segd_applier_free(&j.ap);
 out_close:

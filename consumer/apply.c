@@ -26,6 +26,8 @@ void segd_applier_free(segd_applier_t *a)
 
 void segd_applier_enable_outbox(segd_applier_t *a) { a->outbox = 1; }
 
+void segd_applier_set_sync(segd_applier_t *a) { a->sync = 1; }
+
 segd_err_t segd_applier_add_operand(segd_applier_t *a, const void *user, size_t user_len,
                                     const void *operand, size_t operand_len,
                                     size_t n_segments, const char *topic, int32_t partition,
@@ -84,7 +86,8 @@ segd_err_t segd_applier_flush(segd_applier_t *a, char *errstr, size_t errstr_siz
     segd_err_t err = add_outbox_entry(a);
     if (err)
         return segd_errf(err, errstr, errstr_size, "outbox entry: %s", segd_err_str(err));
-    err = segd_store_write(a->store, a->batch, errstr, errstr_size);
+    err = a->sync ? segd_store_write_sync(a->store, a->batch, errstr, errstr_size)
+                  : segd_store_write(a->store, a->batch, errstr, errstr_size);
     if (!err) {
         segd_batch_clear(a->batch);
         segd_outbox_builder_reset(&a->ob);

@@ -15,6 +15,7 @@ typedef struct segd_applier {
     uint64_t events, segments; /* applied to the batch since creation */
     int outbox;                /* record each batch's operands in the outbox */
     int outbox_in_batch;       /* the pending batch holds its outbox entry */
+    int sync;                  /* flush syncs the WAL (segd_store_write_sync) */
     segd_outbox_builder_t ob;
     segd_buf_t outbox_value;
 } segd_applier_t;
@@ -42,6 +43,11 @@ segd_err_t segd_applier_add_operand(segd_applier_t *a, const void *user, size_t 
                                     const void *operand, size_t operand_len,
                                     size_t n_segments, const char *topic, int32_t partition,
                                     int64_t offset, int64_t event_ms);
+
+/* Makes every flush sync the WAL before it returns: for offline writes an
+ * operator is told are done (segd erase), not for the ingest path, whose
+ * input stays in Kafka until its offsets are durable. */
+void segd_applier_set_sync(segd_applier_t *a);
 
 /* Writes the batch (with whatever offsets the caller set) and clears it. */
 segd_err_t segd_applier_flush(segd_applier_t *a, char *errstr, size_t errstr_size);

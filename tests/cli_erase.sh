@@ -43,6 +43,13 @@ set -e
 [ $rc -eq 2 ] || fail "invalid user id: exit $rc, want 2"
 grep -q "not valid UTF-8" "$tmp/bad.log" || fail "no reason for the bad id: $(cat "$tmp/bad.log")"
 [ $rc2 -eq 2 ] || fail "no user: exit $rc2, want 2"
+# a mistyped --db is refused, not turned into a new store that takes the erasure
+set +e
+"$segd" erase --db "$tmp/typo" u0000000003 2> "$tmp/typo.log"; rc=$?
+set -e
+[ $rc -eq 1 ] || fail "missing store: exit $rc, want 1"
+grep -q "is not a segd store" "$tmp/typo.log" || fail "missing store: $(cat "$tmp/typo.log")"
+[ ! -e "$tmp/typo" ] || fail "erase created a store at a mistyped --db"
 # a store held by another writer (RocksDB's LOCK) is refused by name
 /usr/bin/python3 -c 'import fcntl,sys,time
 f = open(sys.argv[1], "r+"); fcntl.lockf(f, fcntl.LOCK_EX); print("locked", flush=True); time.sleep(60)' \
