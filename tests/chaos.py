@@ -224,7 +224,10 @@ class Trial:
         topic from its beginning."""
         results = {"snapshot+tail": []}
         empty = os.path.join(self.dir, "empty-snap")
-        subprocess.run([self.segd, "compact", "--db", os.path.join(self.dir, "emptydb")],
+        nothing = os.path.join(self.dir, "nothing.jsonl")
+        open(nothing, "w").close()
+        subprocess.run([self.segd, "backfill", "--no-changes", "--db",
+                        os.path.join(self.dir, "emptydb"), nothing],
                        check=True, capture_output=True)  # creates the empty store
         subprocess.run([self.segd, "snapshot", "export", "--db", os.path.join(self.dir, "emptydb"),
                         "--to", empty, "--buckets", "4", "--now", str(NOW_S)],
