@@ -41,8 +41,8 @@ static void usage(FILE *f)
                "  of them gzip- or zstd-compressed. The format is found by the file's\n"
                "  magic bytes, not its name (so .gz, .zst, .avro, .jsonl all work).\n"
                "  --threads N: decode on N threads (default: the online cores but one,\n"
-               "  for the writer); blocks are applied in any order, which the store's\n"
-               "  join does not mind.\n"
+               "  for the writer; with --bulk every core); blocks are applied in any\n"
+               "  order, which the store's join does not mind.\n"
                "  Exit 0 if every record applied, 3 if some were skipped (reported on\n"
                "  stderr as file:line or file:#record), 1 on failure.\n"
                "  Events older than the store's GC watermark + grace (too_late) or more\n"
@@ -174,10 +174,12 @@ static int bulk_finish(backfill_t *b, double t0, const segd_load_stats_t *st, in
 
 /* Decoding threads by default: the online cores but one, which the writer
  * (this thread, RocksDB's memtable inserts) keeps busy; on 2 cores one
- * decoder and the writer already use ~1.6 of them (bench/RESULTS.md). */
-static int default_threads(void)
+ * decoder and the writer already use ~1.6 of them (bench/RESULTS.md). A bulk
+ * load writes nothing while it reads (its sort only copies), so it decodes
+ * on every core. */
+static int default_threads(int bulk)
 {
-    long n = sysconf(_SC_NPROCESSORS_ONLN) - 1;
+    long n = sysconf(_SC_NPROCESSORS_ONLN) - (bulk ? 0 : 1);
     return n < 1 ? 1 : n > 64 ? 64 : (int)n;
 }
 
@@ -192,7 +194,7 @@ int segd_cmd_backfill(int argc, char **argv)
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *db = NULL;
-    int64_t now_s = 0, threads = default_threads(), memory_mb = 0;
+    int64_t now_s = 0, threads = 0, memory_mb = 0;
     int c, changes = 1, bulk = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -221,6 +223,8 @@ int segd_cmd_backfill(int argc, char **argv)
         usage(stderr);
         return SEGD_EXIT_USAGE;
     }
+    if (!threads)
+        threads = default_threads(bulk);
     if (memory_mb && !bulk) {
         fprintf(stderr, "segd backfill: --memory-mb applies to --bulk only\n");
         return SEGD_EXIT_USAGE;
