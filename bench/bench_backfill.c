@@ -327,6 +327,7 @@ static int parse_args(int argc, char **argv, bf_args_t *a)
     static const struct option opts[] = {{"users", required_argument, 0, 'u'},
                                          {"dir", required_argument, 0, 'd'},
                                          {"keep", no_argument, 0, 'k'},
+                                         {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     int c, have_dir = 0;
     a->users = 10000;
@@ -344,8 +345,12 @@ static int parse_args(int argc, char **argv, bf_args_t *a)
             break;
         case 'k': a->keep = 1; break;
         default:
-            fprintf(stderr, "usage: segd bench backfill [--users N] [--dir DIR] [--keep]\n");
-            return -1;
+            fprintf(c == 'h' ? stdout : stderr,
+                    "usage: segd bench backfill [--users N] [--dir DIR] [--keep]\n"
+                    "  the seed workload for N users (default 10000: 10^7 segment facts) as\n"
+                    "  JSON lines and OCF; parse only, merge path, merge + compact and bulk\n"
+                    "  loads side by side, each in its own process (peak RSS); markdown out\n");
+            return c == 'h' ? 1 : -1;
         }
     }
     if (have_dir ? mkdir(a->dir, 0755) && errno != EEXIST : !mkdtemp(a->dir))
@@ -370,8 +375,9 @@ int segd_bench_backfill(int argc, char **argv)
     uint64_t events = 0;
     struct stat js, os;
     int rc = SEGD_EXIT_FAIL;
-    if (parse_args(argc, argv, &a))
-        return SEGD_EXIT_USAGE;
+    int pa = parse_args(argc, argv, &a);
+    if (pa)
+        return pa > 0 ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
     double t0 = segd_mono_s();
     if (write_inputs(&a, &events) || stat(a.json, &js) || stat(a.ocf, &os))
         goto out_rm;
