@@ -235,27 +235,48 @@ static segd_err_t decode_operand(const uint8_t *op, size_t len, segd_profile_t *
     return err ? segd_errf(err, errstr, n, "decode: %s", segd_err_str(err)) : SEGD_OK;
 }
 
+/* Operands decoded at once per join step: a user with many events is
+ * joined in steps into an accumulator, so at most this many decoded
+ * profiles are alive whatever the group's size (decoded profiles are
+ * several times the encoded bytes the budget counts). */
+#define JOIN_FANIN 64
+
 /* Joins the operands of idx[i..j) (one user) into out, nothing pruned. */
 static segd_err_t join_group(joiner_t *jn, const arena_t *a, const idx_t *idx, size_t i,
                              size_t j, segd_profile_t *out, char *errstr, size_t n)
 {
     const char *user = pair_user(a, &idx[i]);
     size_t k = j - i;
-    segd_err_t err = joiner_reserve(jn, k);
+    segd_err_t err = joiner_reserve(jn, (k < JOIN_FANIN ? k : JOIN_FANIN) + 1);
     if (err)
         return segd_errf(err, errstr, n, "out of memory");
-    for (size_t m = 0; m < k; m++) {
-        const uint8_t *p = a->block + idx[i + m].off;
-        uint32_t olen;
-        memcpy(&olen, p, 4);
-        segd_profile_t *dst = k == 1 ? out : &jn->pool[m];
-        if ((err = decode_operand(p + 4 + idx[i + m].ulen, olen, dst, user, idx[i].ulen,
-                                  errstr, n)))
-            return err;
-        jn->refs[m] = dst;
+    int have_acc = 0;
+    for (size_t m0 = 0; m0 < k; m0 += JOIN_FANIN) {
+        size_t cnt = k - m0 < JOIN_FANIN ? k - m0 : JOIN_FANIN, r = 0;
+        if (have_acc) /* the previous steps' join: pool[JOIN_FANIN] */
+            jn->refs[r++] = &jn->pool[cnt];
+        for (size_t m = 0; m < cnt; m++) {
+            const uint8_t *p = a->block + idx[i + m0 + m].off;
+            uint32_t olen;
+            memcpy(&olen, p, 4);
+            segd_profile_t *dst = k == 1 ? out : &jn->pool[m];
+            if ((err = decode_operand(p + 4 + idx[i + m0 + m].ulen, olen, dst, user,
+                                      idx[i].ulen, errstr, n)))
+                return err;
+            jn->refs[r++] = dst;
+        }
+        if (k == 1)
+            return SEGD_OK;
+        if ((err = segd_profile_join(out, jn->refs, r, NULL)))
+            return segd_errf(err, errstr, n, "out of memory");
+        if (m0 + cnt < k) { /* out becomes the accumulator of the next step */
+            size_t next = k - m0 - cnt < JOIN_FANIN ? k - m0 - cnt : JOIN_FANIN;
+            segd_profile_t t = jn->pool[next];
+            jn->pool[next] = *out;
+            *out = t;
+            have_acc = 1;
+        }
     }
-    if (k > 1 && (err = segd_profile_join(out, jn->refs, k, NULL)))
-        return segd_errf(err, errstr, n, "out of memory");
     return SEGD_OK;
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `segd backfill --bulk` is exact (issue 10): for the same random inputs
 # (duplicates, UPSERT/REMOVE/ERASE_USER, equal timestamps, TTLs already
-# expired, retirements before and after the load), a store bulk-loaded into
+# expired, retirements before and after the load, a hot user with ~700 events), a store bulk-loaded into
 # SST files answers `segd get --json` exactly as one loaded through the merge
 # path, for every user at several clocks; also when the bulk store already
 # holds some of the users (they go through the merge path), when a small
@@ -20,7 +20,7 @@ for seed in 1 2 3; do
 import gzip, json, random, sys
 tmp, now, seed = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
 rnd = random.Random(seed)
-users = ["u%05d" % i for i in range(400)] + ["ü-%d" % i for i in range(20)]
+users = ["u%05d" % i for i in range(400)] + ["ü-%d" % i for i in range(20)] + ["hot"]
 lines = []
 for _ in range(6000):
     u = rnd.choice(users)
@@ -39,6 +39,11 @@ for _ in range(6000):
             segs.append(s)
         ev = {"user_id": u, "ts_ms": ts, "op": op, "segments": segs}
     lines.append(json.dumps(ev, ensure_ascii=False))
+    if rnd.random() < 0.12:  # a hot user: hundreds of events, joined in steps of 64
+        hot = dict(ev, user_id="hot", ts_ms=ts + 1)
+        if hot["op"] == "ERASE_USER" and rnd.random() < 0.8:
+            hot["op"], hot["segments"] = "UPSERT", [{"segment_id": rnd.randint(0, 60), "ttl_s": 86400}]
+        lines.append(json.dumps(hot, ensure_ascii=False))
     if rnd.random() < 0.1:  # duplicates, also of the same event far apart
         lines.append(rnd.choice(lines))
 rnd.shuffle(lines)
