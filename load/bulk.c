@@ -37,6 +37,10 @@ struct segd_bulk {
     segd_outbox_builder_t ob;
     segd_buf_t obval, operand, record;
     uint64_t outbox_unflushed; /* outbox bytes written since its last flush */
+    uint64_t committed;        /* store writes made (outbox entries, present users'
+                                * merges): from the first on, a stop no longer ends
+                                * the load before its ingest (the deltas announce
+                                * users that only the ingest brings) */
     segd_sst_writer_t *w;
     char **ssts;
     size_t nssts, ssts_cap;
@@ -212,6 +216,7 @@ static segd_err_t flush_batch(segd_bulk_t *b, char *errstr, size_t n)
         segd_err_t err = segd_store_write(b->store, b->batch, errstr, n);
         if (err)
             return err;
+        b->committed++;
     }
     segd_batch_clear(b->batch);
     segd_outbox_builder_reset(&b->ob);
@@ -340,7 +345,7 @@ static segd_err_t write_all(segd_bulk_t *b, char *errstr, size_t n)
         pairs += items;
         if (b->st.users % PROGRESS_EVERY == 0) {
             progress(b, SEGD_BULK_WRITE, pairs, b->st.pairs);
-            if (b->o.stop && *b->o.stop)
+            if (b->o.stop && *b->o.stop && !b->committed)
                 err = segd_errf(SEGD_ERR_ABORTED, errstr, n, "stopped");
         }
     }
@@ -373,7 +378,7 @@ segd_err_t segd_bulk_finish(segd_bulk_t *b, segd_bulk_stats_t *stats, char *errs
     double t2 = segd_mono_s();
     b->st.write_s = t2 - t1;
     progress(b, SEGD_BULK_INGEST, 0, b->nssts);
-    if (b->o.stop && *b->o.stop) {
+    if (b->o.stop && *b->o.stop && !b->committed) {
         err = segd_errf(SEGD_ERR_ABORTED, errstr, n, "stopped");
         goto out;
     }
@@ -382,6 +387,16 @@ segd_err_t segd_bulk_finish(segd_bulk_t *b, segd_bulk_stats_t *stats, char *errs
     progress(b, SEGD_BULK_INGEST, b->nssts, b->nssts);
     b->st.ingest_s = segd_mono_s() - t2;
 out:
+    if (err && b->committed) {
+        /* the operator must know the change stream is ahead of the store */
+        char why[512];
+        snprintf(why, sizeof(why), "%s", errstr);
+        segd_errf(err, errstr, n,
+                  "%s; %llu outbox entries and present users' merges were already written "
+                  "(deltas of users the store lacks until the load completes): rerun the "
+                  "same load before `segd run` publishes the outbox",
+                  why, (unsigned long long)b->st.outbox_entries);
+    }
     if (stats)
         *stats = b->st;
     return err;

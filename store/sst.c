@@ -40,7 +40,7 @@ static segd_err_t failed_or_broken(segd_store_t *s, char *rerr, const char *what
         return SEGD_ERR_ABORTED;
     }
     char msg[128];
-    snprintf(msg, sizeof(msg), "%s failed, store unchanged", what);
+    snprintf(msg, sizeof(msg), "%s failed (it changed nothing)", what);
     return rocks_fail(rerr, SEGD_ERR_IO, errstr, n, msg);
 }
 

@@ -554,7 +554,8 @@ static void test_failed_ingest_changes_nothing(void **state)
     segd_bulk_stats_t st;
     assert_int_equal(segd_bulk_finish(b, &st, err, sizeof(err)), SEGD_ERR_IO);
     assert_true(sb.removed);
-    assert_non_null(strstr(err, "ingest failed, store unchanged"));
+    assert_non_null(strstr(err, "ingest failed (it changed nothing)"));
+    assert_null(strstr(err, "rerun")); /* nothing was written before it */
     assert_true(st.runs > 0 && st.users_sst == 2999);
     segd_bulk_destroy(b);
     assert_int_equal(tmp_dirs(dir), 0);
@@ -572,6 +573,61 @@ static void test_failed_ingest_changes_nothing(void **state)
     assert_int_equal(segd_store_stats(s, &ss, err, sizeof(err)), SEGD_OK);
     assert_int_equal(ss.records, 3000);
     assert_int_equal(tmp_dirs(dir), 0);
+    segd_store_close(s);
+    segd_buf_free(&op);
+    remove_dir(dir);
+}
+
+/* Sets the stop flag as the ingest begins (a SIGINT at the worst moment). */
+static void stop_at_ingest(void *ctx, segd_bulk_phase_t phase, uint64_t done, uint64_t total)
+{
+    (void)total;
+    if (phase == SEGD_BULK_INGEST && done == 0)
+        *(volatile sig_atomic_t *)ctx = 1;
+}
+
+/* With changes on, the outbox entries are written before the ingest: from
+ * then on a stop must not end the load short of its ingest (the deltas would
+ * announce users the store never gets), and a failed ingest must say that a
+ * rerun is needed. */
+static void test_outbox_written_means_ingest(void **state)
+{
+    (void)state;
+    char dir[64], err[512];
+    make_dir(dir, sizeof(dir), "stopingest");
+    segd_store_t *s = open_store(dir, NOW);
+    segd_buf_t op = {0};
+    one_entry_record(&op, 1, 1);
+    volatile sig_atomic_t stop = 0;
+    segd_bulk_opts_t o;
+    segd_bulk_opts_default(&o);
+    o.memory_bytes = 64 << 10;
+    o.stop = &stop;
+    o.progress = stop_at_ingest;
+    o.progress_ctx = (void *)&stop;
+    segd_bulk_t *b = NULL;
+    assert_int_equal(segd_bulk_new(&b, s, &o, err, sizeof(err)), SEGD_OK);
+    add_users(b, 0, 500, &op);
+    segd_bulk_stats_t st;
+    assert_int_equal(segd_bulk_finish(b, &st, err, sizeof(err)), SEGD_OK);
+    assert_true(stop);
+    assert_true(st.outbox_entries > 0);
+    assert_int_equal(st.users_sst, 500);
+    segd_bulk_destroy(b);
+    segd_store_stats_t ss;
+    assert_int_equal(segd_store_stats(s, &ss, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(ss.records, 500);
+    /* a failed ingest after the outbox entries: the error says to rerun */
+    sabotage_t sb = {dir, 0};
+    o.stop = NULL;
+    o.progress = remove_ssts;
+    o.progress_ctx = &sb;
+    assert_int_equal(segd_bulk_new(&b, s, &o, err, sizeof(err)), SEGD_OK);
+    add_users(b, 1000, 1500, &op);
+    assert_int_equal(segd_bulk_finish(b, &st, err, sizeof(err)), SEGD_ERR_IO);
+    assert_true(sb.removed);
+    assert_non_null(strstr(err, "rerun the same load"));
+    segd_bulk_destroy(b);
     segd_store_close(s);
     segd_buf_free(&op);
     remove_dir(dir);
@@ -730,6 +786,7 @@ int main(void)
         cmocka_unit_test(test_bulk_equals_merge_path_with_watermark),
         cmocka_unit_test(test_sst_key_order),
         cmocka_unit_test(test_failed_ingest_changes_nothing),
+        cmocka_unit_test(test_outbox_written_means_ingest),
         cmocka_unit_test(test_disk_reserve_refused),
         cmocka_unit_test(test_bad_operand_refused),
         cmocka_unit_test(test_empty_operands),
