@@ -60,7 +60,10 @@ static void usage(FILE *f)
                "  joined operand each; the result is the same as without --bulk. Nothing\n"
                "  is written before all input is read; outbox entries (one delta per\n"
                "  user) are written before the SST files are ingested. Below the\n"
-               "  free-disk reserve plus the expected SST bytes it refuses (exit 1).\n");
+               "  free-disk reserve plus the expected SST bytes it refuses (exit 1).\n"
+               "  --memory-mb bounds the sort; the readers add about 2 MiB per thread.\n"
+               "  A signal stops it while it reads (nothing written); once the outbox\n"
+               "  entries are written it completes the ingest first.\n");
 }
 
 /* Writes the batch, waiting while the disk is nearly full (SEGD_ERR_IO from

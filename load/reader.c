@@ -770,7 +770,11 @@ static int produce_ocf_blocks(loader_t *l, br_t *b, const char *path, ocf_codec_
                 ocf_tail_error(l, path, b, rec, "unreadable container block");
             break;
         }
-        if (br_long(b, &size) || count < 0 || size < 0 || size > OCF_MAX_BLOCK) {
+        /* a record takes at least a byte of the (at most OCF_MAX_BLOCK)
+         * decompressed block: a larger count is damage, and would overflow
+         * the record numbers */
+        if (br_long(b, &size) || count < 0 || count > OCF_MAX_BLOCK || size < 0 ||
+            size > OCF_MAX_BLOCK) {
             ocf_tail_error(l, path, b, rec, b->err == 2 ? "truncated container block"
                                                          : "corrupt container block");
             break;
