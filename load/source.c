@@ -128,6 +128,10 @@ static ssize_t step(segd_source_t *s, uint8_t *out, size_t cap, char *errstr, si
 {
     if (s->kind == SEGD_SOURCE_GZIP) {
         if (!s->mid) {
+            /* zero padding after a member (tape and block devices write it):
+             * gzip -t accepts it as the end, so do we */
+            while (s->in_pos < s->in_len && s->in[s->in_pos] == 0)
+                s->in_pos++;
             if (s->in_pos == s->in_len)
                 return 0; /* between members, nothing left: the end */
             inflateReset(&s->z);

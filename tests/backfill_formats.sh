@@ -44,6 +44,8 @@ tail -n +1501 "$tmp/in.jsonl" | gzip -c >> "$tmp/in.jsonl.gz" # a second member
 zstd -q -c "$tmp/in.jsonl" > "$tmp/in.jsonl.zst"
 zstd -q -c "$tmp/in.avro" > "$tmp/in.avro.zst"
 cp "$tmp/in.jsonl.gz" "$tmp/no_extension" # the magic decides, not the name
+# zero padding after the last member (block devices, tapes) ends the stream, as for gzip -t
+{ cat "$tmp/in.jsonl.gz"; head -c 512 /dev/zero; } > "$tmp/padded.gz"
 
 users=$(/usr/bin/python3 -c '
 import json, sys
@@ -51,7 +53,7 @@ print(" ".join(sorted({json.loads(l)["user_id"] for l in open(sys.argv[1])} - {"
 [ "$(echo $users | wc -w)" = 60 ] || fail "user list"
 
 ref=""
-for f in in.jsonl in.avro in.jsonl.gz in.jsonl.zst in.avro.zst no_extension; do
+for f in in.jsonl in.avro in.jsonl.gz in.jsonl.zst in.avro.zst no_extension padded.gz; do
   for t in 1 3; do
     db="$tmp/db-$f-$t"
     rc=0
