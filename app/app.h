@@ -8,6 +8,7 @@
 #include <signal.h>
 #include <stdint.h>
 
+#include "consumer/config.h"
 #include "store/store.h"
 
 /* Fills o with the store defaults plus segd's compaction filter: what every
@@ -19,6 +20,12 @@ void segd_app_store_opts(segd_store_opts_t *o);
  * read-only or not; prints "segd CMD: cannot open store: ..." on failure. */
 segd_store_t *segd_app_open_store(const char *cmd, const char *dir, int64_t now_s,
                                   int read_only);
+
+/* Opens cfg->db read-write with the config's store.* settings (granularity,
+ * horizon, grace, block cache, compaction, free-disk reserve), as `segd run`
+ * and `segd replay` do; now_s as for segd_app_open_store. */
+segd_store_t *segd_app_open_config_store(const char *cmd, const segd_config_t *cfg,
+                                         int64_t now_s);
 
 /* The same, writable, for commands that must not create a store (erase,
  * compact): a directory without RocksDB's CURRENT file is refused with

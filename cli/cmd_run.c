@@ -88,25 +88,6 @@ bad:
     return 2;
 }
 
-static segd_store_t *open_store(const segd_config_t *cfg)
-{
-    segd_store_opts_t o;
-    char err[512];
-    segd_store_t *s = NULL;
-    segd_app_store_opts(&o);
-    o.path = cfg->db;
-    o.granularity_s = cfg->granularity_s;
-    o.horizon_ms = cfg->horizon_s * 1000;
-    o.block_cache_mb = (size_t)cfg->block_cache_mb;
-    o.compaction_rate_mb = cfg->compaction_rate_mb;
-    o.periodic_compaction_s = cfg->periodic_compaction_s;
-    o.min_free_mb = cfg->min_free_mb;
-    o.gc_grace_ms = cfg->gc_grace_s * 1000;
-    if (segd_store_open(&s, &o, err, sizeof(err)) != SEGD_OK)
-        fprintf(stderr, "segd run: cannot open store: %s\n", err);
-    return s;
-}
-
 /* Periodic snapshots run on their own thread: an export reads the whole
  * store through a RocksDB snapshot while ingestion goes on. */
 typedef struct snapshotter {
@@ -203,7 +184,7 @@ int segd_cmd_run(int argc, char **argv)
     volatile sig_atomic_t *stop = segd_app_stop_on_signals();
     char err[512];
     segd_daemon_t *d = NULL;
-    segd_store_t *store = open_store(&cfg);
+    segd_store_t *store = segd_app_open_config_store("run", &cfg, 0);
     rc = SEGD_EXIT_FAIL;
     if (!store)
         goto out_config;
