@@ -4,7 +4,6 @@
  * engine in consumer/replay.c. Exit 0 all applied, 3 some dead-lettered,
  * 1 failure or interrupted, 2 usage. */
 #define _GNU_SOURCE
-#include <ctype.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -13,6 +12,7 @@
 
 #include "base/clock.h"
 #include "base/progress.h"
+#include "base/timeparse.h"
 #include "cli/cli.h"
 #include "consumer/replay.h"
 
@@ -41,7 +41,8 @@ static void usage(FILE *f)
         "                          named run to the end\n"
         "    --to-time T           up to but not including the first message with\n"
         "                          timestamp >= T\n"
-        "  T is Unix milliseconds or ISO 8601 (2026-11-23T12:00:00Z, ...+01:00, .sss),\n"
+        "  T is Unix milliseconds or RFC 3339 (2026-11-23T12:00:00Z, a fraction\n"
+        "  .sss..., a zone +01:00, +0100 or +01 instead of Z; T and Z in any case),\n"
         "  compared with the messages' Kafka timestamps; where the broker cannot look a\n"
         "  time up (the dev broker) the partition is read from its start.\n"
         "  A start below the log start (deleted, compacted) begins at the log start and\n"
@@ -56,50 +57,16 @@ static void usage(FILE *f)
         "  Exit: 0 all applied, 3 some dead-lettered, 1 failure or interrupted, 2 usage.\n");
 }
 
-/* Unix milliseconds, or ISO 8601 date-time with Z or an offset. */
-static int parse_time(const char *s, int64_t *out)
+/* --from-time / --to-time (base/timeparse.h); a bare number small enough
+ * to be seconds is taken as milliseconds as documented, but said. */
+static int parse_time(const char *flag, const char *s, int64_t *out)
 {
-    char *end;
-    if (isdigit((unsigned char)s[0])) {
-        long long v = strtoll(s, &end, 10);
-        if (!*end && v >= 0) {
-            *out = v;
-            return 0;
-        }
-    }
-    struct tm tm = {0};
-    const char *p = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
-    if (!p)
+    int secs = 0;
+    if (segd_time_parse_ms(s, out, &secs))
         return -1;
-    int64_t ms = 0;
-    if (*p == '.') {
-        int digits = 0;
-        for (p++; isdigit((unsigned char)*p); p++, digits++)
-            if (digits < 3)
-                ms = ms * 10 + (*p - '0');
-        if (!digits)
-            return -1;
-        for (; digits < 3; digits++)
-            ms *= 10;
-    }
-    int64_t off_s = 0;
-    if (*p == 'Z') {
-        p++;
-    } else if (*p == '+' || *p == '-') {
-        int h, m;
-        if (sscanf(p + 1, "%2d:%2d", &h, &m) != 2 || strlen(p) != 6 || h > 23 || m > 59)
-            return -1;
-        off_s = (h * 3600 + m * 60) * (*p == '-' ? -1 : 1);
-        p += 6;
-    } else {
-        return -1; /* a time without a zone is ambiguous */
-    }
-    if (*p)
-        return -1;
-    time_t t = timegm(&tm);
-    if (t == (time_t)-1 || t - off_s < 0)
-        return -1;
-    *out = ((int64_t)t - off_s) * 1000 + ms;
+    if (secs)
+        fprintf(stderr, "segd replay: warning: %s %s is read as Unix milliseconds (%s"
+                " looks like seconds)\n", flag, s, s);
     return 0;
 }
 
@@ -181,7 +148,7 @@ static int apply_flag(args_t *a, int c, char *err, size_t n)
     case 'T':
         a->n_from_flags++;
         o->from = SEGD_REPLAY_TIME;
-        if (parse_time(optarg, &o->from_ms))
+        if (parse_time("--from-time", optarg, &o->from_ms))
             return snprintf(err, n, "bad --from-time '%s' (ms or ISO 8601 with zone)", optarg), -1;
         return 0;
     case 'E': a->n_to_flags++; o->to = SEGD_REPLAY_END; return 0;
@@ -195,7 +162,7 @@ static int apply_flag(args_t *a, int c, char *err, size_t n)
     case 'u':
         a->n_to_flags++;
         o->to = SEGD_REPLAY_TO_TIME;
-        if (parse_time(optarg, &o->to_ms))
+        if (parse_time("--to-time", optarg, &o->to_ms))
             return snprintf(err, n, "bad --to-time '%s' (ms or ISO 8601 with zone)", optarg), -1;
         return 0;
     case 'q': o->dlq_file = optarg; return 0;

@@ -27,6 +27,8 @@ set +e
 [ $? = 2 ] || fail "two --from-*: not exit 2"
 "$segd" replay --brokers x --topic ev --db "$tmp/x" --from-time 2026-01-01T00:00:00 2>/dev/null
 [ $? = 2 ] || fail "a time without zone: not exit 2"
+"$segd" replay --brokers x --topic ev --db "$tmp/x" --from-time 2026-02-31T00:00:00Z 2>/dev/null
+[ $? = 2 ] || fail "February 31: not exit 2"
 "$segd" offsets show --db "$tmp/none" 2>/dev/null; [ $? = 1 ] || fail "offsets of no store: not exit 1"
 [ -e "$tmp/none" ] && fail "offsets show created a store"
 set -e
