@@ -70,7 +70,8 @@ static int parse_time(const char *flag, const char *s, int64_t *out)
     return 0;
 }
 
-/* "P:O,P:O" (offsets >= 0), or with offsets = NULL "P,P". */
+/* "P:O,P:O" (offsets >= 0), or with offsets = NULL "P,P"; each partition
+ * once (a second offset for one would otherwise be ignored silently). */
 static int parse_list(const char *s, segd_replay_pos_t *pos, int32_t *ids, size_t *n)
 {
     *n = 0;
@@ -87,6 +88,9 @@ static int parse_list(const char *s, segd_replay_pos_t *pos, int32_t *ids, size_
             if (end == p || off < 0)
                 return -1;
             p = end;
+            for (size_t i = 0; i < *n; i++)
+                if (pos[i].partition == part)
+                    return -1;
             pos[*n].partition = (int32_t)part;
             pos[*n].offset = off;
         } else {
@@ -143,7 +147,8 @@ static int apply_flag(args_t *a, int c, char *err, size_t n)
         o->from = SEGD_REPLAY_OFFSETS;
         o->from_offsets = a->from;
         if (parse_list(optarg, a->from, NULL, &o->n_from))
-            return snprintf(err, n, "bad --from-offset '%s' (want P:O,...)", optarg), -1;
+            return snprintf(err, n, "bad --from-offset '%s' (want P:O,..., each partition once)",
+                            optarg), -1;
         return 0;
     case 'T':
         a->n_from_flags++;
@@ -157,7 +162,8 @@ static int apply_flag(args_t *a, int c, char *err, size_t n)
         o->to = SEGD_REPLAY_TO_OFFSETS;
         o->to_offsets = a->to;
         if (parse_list(optarg, a->to, NULL, &o->n_to))
-            return snprintf(err, n, "bad --to-offset '%s' (want P:O,...)", optarg), -1;
+            return snprintf(err, n, "bad --to-offset '%s' (want P:O,..., each partition once)",
+                            optarg), -1;
         return 0;
     case 'u':
         a->n_to_flags++;

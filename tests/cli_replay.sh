@@ -143,6 +143,9 @@ set +e
 "$segd" replay --brokers "$b" --topic ev --db "$tmp/t3" --from-offset 7:0 2>/dev/null; rc=$?
 set -e
 [ $rc = 2 ] || fail "a partition the topic lacks: exit $rc"
+"$segd" replay --brokers "$b" --topic ev --db "$tmp/t3" --from-offset 0:999999 2> "$tmp/t4.log" || fail "start past the end: exit $?"
+grep -q "offset 999999 is beyond the end of the log $hi0: nothing to replay" "$tmp/t4.log" || fail "no note: $(cat "$tmp/t4.log")"
+summary "$tmp/t4.log" | grep -q "^replayed 0 messages" || fail "start past the end: $(cat "$tmp/t4.log")"
 
 # (d) bad messages: two in partition 1 after the good ones
 printf 'garbage-one' | kcat -P -b "$b" -t ev -p 1 -k k1
