@@ -46,14 +46,24 @@ static void usage(FILE *f)
         "  compared with the messages' Kafka timestamps; where the broker cannot look a\n"
         "  time up (the dev broker) the partition is read from its start.\n"
         "  A start below the log start (deleted, compacted) begins at the log start and\n"
-        "  an end beyond the log's end stops there; both are said on stderr.\n"
+        "  an end beyond the log's end stops there; a range wholly outside the log\n"
+        "  replays nothing; offsets that retention deletes during the replay are\n"
+        "  skipped (auto.offset.reset is always `error`): all said on stderr.\n"
+        "  --topic T      required: the one topic replayed (a config's topics are not\n"
+        "                 read for it)\n"
         "  --dlq-file F   bad messages as JSON lines {topic, partition, offset, reason,\n"
         "                 error, key_b64, value_b64} appended to F and fsync'd before\n"
-        "                 their batch is written; default: the DLQ topic (dlq.topic)\n"
-        "  --no-changes   write no outbox entries (caches will not see the replay)\n"
+        "                 their batch is written; default: the DLQ topic `segd run`\n"
+        "                 uses with the same config (dlq.topic, else the config's first\n"
+        "                 topic + .dlq, else T.dlq)\n"
+        "  --no-changes   write no outbox entries (caches will not see the replay);\n"
+        "                 without it replay stops (exit 1) before a batch once the\n"
+        "                 outbox holds more than changes.max.outbox entries\n"
         "  --config FILE, -X, SEGD_* variables: as `segd run` (input.*, limits.*,\n"
-        "                 batch.*, store.*, dlq.topic, changes.enable, kafka.*)\n"
-        "  Prints a progress bar on a terminal and always a summary line on stderr.\n"
+        "                 batch.*, store.*, dlq.topic, changes.enable,\n"
+        "                 changes.max.outbox, kafka.*)\n"
+        "  Prints a progress bar on a terminal and always a summary line on stderr,\n"
+        "  then the outbox's depth (entries `segd run` has yet to publish).\n"
         "  Exit: 0 all applied, 3 some dead-lettered, 1 failure or interrupted, 2 usage.\n");
 }
 
@@ -111,7 +121,7 @@ typedef struct args {
     int32_t ids[SEGD_REPLAY_MAX_PARTITIONS];
     segd_replay_pos_t from[SEGD_REPLAY_MAX_PARTITIONS], to[SEGD_REPLAY_MAX_PARTITIONS];
     int64_t now_s;
-    int n_from_flags, n_to_flags;
+    int n_from_flags, n_to_flags, topic_flag;
 } args_t;
 
 static const struct option opts[] = {
@@ -133,6 +143,7 @@ static int apply_flag(args_t *a, int c, char *err, size_t n)
     case 't':
         if (strchr(optarg, ','))
             return snprintf(err, n, "--topic takes one topic"), -1;
+        a->topic_flag = 1;
         return segd_config_set(&a->cfg, "topics", optarg, err, n) ? -1 : 0;
     case 'd': return segd_config_set(&a->cfg, "db", optarg, err, n) ? -1 : 0;
     case 'X': return segd_config_set_x(&a->cfg, optarg, err, n) ? -1 : 0;
@@ -179,6 +190,18 @@ static int apply_flag(args_t *a, int c, char *err, size_t n)
     }
 }
 
+/* Dead letters go where segd run with the same file and environment sends
+ * them: dlq.topic, else the first configured topic's ".dlq" (config.c's
+ * finish), fixed here before --topic replaces the topic list. */
+static int run_dlq_topic(segd_config_t *c, char *err, size_t n)
+{
+    char name[300];
+    if (c->dlq_topic || !c->n_topics)
+        return 0;
+    snprintf(name, sizeof(name), "%s.dlq", c->topics[0]);
+    return segd_config_set(c, "dlq.topic", name, err, n) ? -1 : 0;
+}
+
 /* 0 ok, 1 --help, 2 usage error (said). Flags win over the file and the
  * environment, as for segd run. */
 static int parse_args(int argc, char **argv, args_t *a)
@@ -195,7 +218,8 @@ static int parse_args(int argc, char **argv, args_t *a)
         else if (c == '?')
             return usage(stderr), 2;
     if ((file && segd_config_load_file(&a->cfg, file, err, sizeof(err))) ||
-        segd_config_load_env(&a->cfg, environ, err, sizeof(err)))
+        segd_config_load_env(&a->cfg, environ, err, sizeof(err)) ||
+        run_dlq_topic(&a->cfg, err, sizeof(err)))
         goto bad;
     optind = 1;
     while ((c = getopt_long(argc, argv, "X:", opts, NULL)) != -1) {
@@ -207,6 +231,11 @@ static int parse_args(int argc, char **argv, args_t *a)
     }
     if (optind < argc) {
         snprintf(err, sizeof(err), "unexpected argument '%s'", argv[optind]);
+        goto bad;
+    }
+    if (!a->topic_flag) {
+        snprintf(err, sizeof(err), "--topic is required (a config file's topics are not "
+                 "read for it: replay reads one topic, named)");
         goto bad;
     }
     if (a->n_from_flags != 1 || a->n_to_flags > 1) {

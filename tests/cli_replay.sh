@@ -29,11 +29,19 @@ set +e
 [ $? = 2 ] || fail "a time without zone: not exit 2"
 "$segd" replay --brokers x --topic ev --db "$tmp/x" --from-time 2026-02-31T00:00:00Z 2>/dev/null
 [ $? = 2 ] || fail "February 31: not exit 2"
+"$segd" replay --brokers x --topic ev --db "$tmp/x" --from-offset 0:1,0:2 2>/dev/null
+[ $? = 2 ] || fail "a partition twice in --from-offset: not exit 2"
+"$segd" replay --brokers x --topic ev --db "$tmp/x" --from-beginning --to-offset 1:5,1:3 2>/dev/null
+[ $? = 2 ] || fail "a partition twice in --to-offset: not exit 2"
+printf 'topics = reg,ev\n' > "$tmp/two.conf"
+"$segd" replay --brokers x --config "$tmp/two.conf" --db "$tmp/x" --from-beginning 2> "$tmp/notopic.log"
+[ $? = 2 ] || fail "no --topic: not exit 2"
+grep -q -- "--topic is required" "$tmp/notopic.log" || fail "no --topic: $(cat "$tmp/notopic.log")"
 "$segd" offsets show --db "$tmp/none" 2>/dev/null; [ $? = 1 ] || fail "offsets of no store: not exit 1"
 [ -e "$tmp/none" ] && fail "offsets show created a store"
 set -e
 
-"$segd" dev-broker --partitions 3 --topics ev,ev.dlq,segments.changes,reg > "$tmp/broker.out" &
+"$segd" dev-broker --partitions 3 --topics ev,ev.dlq,segments.changes,reg,reg.dlq > "$tmp/broker.out" &
 pids+=($!)
 for _ in $(seq 50); do grep -q '^bootstrap=' "$tmp/broker.out" 2>/dev/null && break; sleep 0.1; done
 b=$(sed -n 's/^bootstrap=//p' "$tmp/broker.out" | head -1)
@@ -174,6 +182,14 @@ kcat -C -b "$b" -t ev.dlq -e -q -f '%k %s %h\n' > "$tmp/dlq.topic"
 [ "$(wc -l < "$tmp/dlq.topic")" = 2 ] || fail "DLQ topic: $(cat "$tmp/dlq.topic")"
 grep -q "^k1 garbage-one .*segd.source=ev/1/$hi1" "$tmp/dlq.topic" || fail "DLQ topic: $(cat "$tmp/dlq.topic")"
 grep -q "^k2 garbage-two .*segd.source=ev/1/$((hi1 + 1))" "$tmp/dlq.topic" || fail "DLQ topic: $(cat "$tmp/dlq.topic")"
+# the default DLQ topic is segd run's for the same config: its first topic's
+set +e
+"$segd" replay --brokers "$b" --config "$tmp/two.conf" --topic ev --db "$tmp/d" --from-offset 1:$hi1 2> "$tmp/d3.log"; rc=$?
+set -e
+[ $rc = 3 ] || fail "dead letters to the config's DLQ topic: exit $rc"
+kcat -C -b "$b" -t reg.dlq -e -q -f '%k %s\n' > "$tmp/dlq.reg"
+[ "$(wc -l < "$tmp/dlq.reg")" = 2 ] || fail "DLQ of the config's first topic: $(cat "$tmp/dlq.reg")"
+[ "$(kcat -C -b "$b" -t ev.dlq -e -q | wc -l)" = 2 ] || fail "dead letters went to ev.dlq"
 
 # (e) offsets set rewinds segd run: it re-consumes partition 0 (and reads the
 # two new messages of partition 1), and the data stays the same
