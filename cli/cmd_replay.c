@@ -310,24 +310,28 @@ int segd_cmd_replay(int argc, char **argv)
         goto out_args;
     }
     volatile sig_atomic_t *stop = segd_app_stop_on_signals();
-    segd_store_t *store = open_store(&a->cfg, a->now_s);
-    rc = SEGD_EXIT_FAIL;
-    if (!store)
-        goto out_args;
-    bar_t bar = {0};
-    a->o.progress = on_progress;
-    a->o.progress_ctx = &bar;
-    segd_replay_stats_t st;
-    char err[512] = "";
     double t0 = segd_mono_s();
-    segd_err_t e = segd_replay_run(&a->o, store, stop, &st, err, sizeof(err));
-    if (bar.started)
-        segd_progress_end(&bar.p);
-    if (e)
-        fprintf(stderr, "segd replay: %s\n", err);
+    segd_replay_stats_t st = {0};
+    segd_store_t *store = open_store(&a->cfg, a->now_s);
+    segd_err_t e = SEGD_ERR_STORE; /* said by open_store */
+    if (store) {
+        bar_t bar = {0};
+        a->o.progress = on_progress;
+        a->o.progress_ctx = &bar;
+        char err[512] = "";
+        e = segd_replay_run(&a->o, store, stop, &st, err, sizeof(err));
+        if (bar.started)
+            segd_progress_end(&bar.p);
+        if (e)
+            fprintf(stderr, "segd replay: %s\n", err);
+    }
+    /* the summary also when nothing could start: scripts read it */
     fprintf(stderr, "replayed %" PRIu64 " messages (%" PRIu64 " events, %" PRIu64
             " segments, %" PRIu64 " dead-lettered) from %" PRIu64 " partitions in %.2f s\n",
             st.messages, st.events, st.segments, st.dead, st.partitions, segd_mono_s() - t0);
+    if (store)
+        fprintf(stderr, "outbox: %" PRIu64 " entries not yet published (segd run publishes "
+                "them)\n", segd_store_outbox_depth(store));
     for (int i = 0; i < SEGD_DLQ_REASONS; i++)
         if (st.dlq[i])
             fprintf(stderr, "  dlq.%s=%" PRIu64 "\n", segd_dlq_reason_name(i), st.dlq[i]);
@@ -335,7 +339,8 @@ int segd_cmd_replay(int argc, char **argv)
          : e                  ? SEGD_EXIT_FAIL
          : st.dead            ? SEGD_EXIT_PARTIAL
                               : SEGD_EXIT_OK;
-    segd_store_close(store);
+    if (store)
+        segd_store_close(store);
 out_args:
     segd_config_free(&a->cfg);
     free(a);

@@ -53,6 +53,7 @@ typedef struct replay {
     size_t nparts, active;
     pending_t pend;
     segd_replay_stats_t *st;
+    int outbox; /* batches carry outbox entries */
 } replay_t;
 
 /* ---------- set-up ---------- */
@@ -545,11 +546,27 @@ static void report(replay_t *r)
         r->o->progress(r->o->progress_ctx, r->st);
 }
 
+/* As segd run's ingest waits while its publisher is behind, replay stops
+ * before a batch once the outbox holds more than changes.max.outbox entries:
+ * no publisher runs to drain it. Everything before is written. */
+static segd_err_t outbox_full(replay_t *r, char *errstr, size_t n)
+{
+    int64_t max = r->o->cfg->changes_max_outbox;
+    if (!r->outbox || max <= 0) /* 0: no bound, as for segd run */
+        return SEGD_OK;
+    uint64_t depth = segd_store_outbox_depth(r->store);
+    if (depth <= (uint64_t)max)
+        return SEGD_OK;
+    return segd_errf(SEGD_ERR_LIMIT, errstr, n, "the outbox holds %" PRIu64 " entries, over "
+                     "changes.max.outbox %" PRId64 ": run `segd run` to publish them, or "
+                     "replay with --no-changes", depth, max);
+}
+
 static segd_err_t replay_loop(replay_t *r, char *errstr, size_t n)
 {
     segd_err_t err = SEGD_OK;
     report(r);
-    while (!err && r->active && !*r->stop) {
+    while (!err && r->active && !*r->stop && !(err = outbox_full(r, errstr, n))) {
         int rc = read_batch(r, errstr, n);
         char ferr[512] = "";
         /* what was read before a stop or a failure is still written */
@@ -588,7 +605,8 @@ segd_err_t segd_replay_run(const segd_replay_opts_t *o, segd_store_t *store,
         segd_errf(err, errstr, n, "out of memory");
         goto out_free;
     }
-    if (!o->no_changes && o->cfg->changes_enable)
+    r->outbox = !o->no_changes && o->cfg->changes_enable;
+    if (r->outbox)
         segd_applier_enable_outbox(&r->ap);
     if ((err = segd_ingest_new(&r->ingest, o->cfg, store, stop, &r->bo, errstr, n)))
         goto out_applier;

@@ -67,6 +67,24 @@ grep -q '"id":' "$tmp/a.json" || fail "replay wrote nothing"
   || fail "replay stored offsets: $(cat "$tmp/a.offs")"
 # its batches carry outbox entries for the change stream, unless --no-changes
 "$segd" stats --db "$tmp/a" --json | grep -q '"outbox_entries":[1-9]' || fail "replay wrote no outbox entries"
+grep -A1 '^replayed ' "$tmp/a.log" | grep -q '^outbox: [1-9][0-9]* entries not yet published' \
+  || fail "no outbox line: $(cat "$tmp/a.log")"
+# changes.max.outbox bounds what replay leaves unpublished: with 1, two
+# batches are written (the second sees 1 entry), the third is refused, exit 1
+printf 'changes.max.outbox = 1\nbatch.max.messages = 50\n' > "$tmp/ob.conf"
+set +e
+"$segd" replay --brokers "$b" --topic ev --db "$tmp/ob" --from-beginning --config "$tmp/ob.conf" 2> "$tmp/ob.log"; rc=$?
+set -e
+[ $rc = 1 ] || fail "outbox over changes.max.outbox: exit $rc: $(cat "$tmp/ob.log")"
+grep -q "the outbox holds 2 entries, over changes.max.outbox 1: run \`segd run\` to publish them, or replay with --no-changes" \
+  "$tmp/ob.log" || fail "outbox bound message: $(cat "$tmp/ob.log")"
+grep -q '^outbox: 2 entries not yet published' "$tmp/ob.log" || fail "outbox line: $(cat "$tmp/ob.log")"
+n=$(summary "$tmp/ob.log" | sed 's/^replayed \([0-9]*\) messages.*/\1/')
+[ "$n" -gt 0 ] && [ "$n" -le 100 ] || fail "outbox bound: replayed $n"
+"$segd" stats --db "$tmp/ob" --json | grep -q '"outbox_entries":2,' || fail "outbox bound: entries"
+"$segd" replay --brokers "$b" --topic ev --db "$tmp/ob" --from-beginning --config "$tmp/ob.conf" --no-changes 2>/dev/null \
+  || fail "--no-changes is not bound by the outbox"
+cmp "$tmp/a.json" <(getall "$tmp/ob") || fail "bounded replay + --no-changes differ from the whole"
 "$segd" replay --brokers "$b" --topic ev --db "$tmp/nc" --from-beginning --no-changes 2>/dev/null || fail "--no-changes"
 "$segd" stats --db "$tmp/nc" --json | grep -q '"outbox_entries":0,' || fail "--no-changes wrote outbox entries"
 cmp "$tmp/a.json" <(getall "$tmp/nc") || fail "--no-changes changed the data"
@@ -86,6 +104,8 @@ set +e
 set -e
 [ $rc = 1 ] || fail "replay into a locked store: exit $rc"
 grep -q "LOCK" "$tmp/lock.log" || fail "lock message: $(cat "$tmp/lock.log")"
+summary "$tmp/lock.log" | grep -q "^replayed 0 messages (0 events, 0 segments, 0 dead-lettered) from 0 partitions in " \
+  || fail "no summary when the store is locked: $(cat "$tmp/lock.log")"
 set +e; "$segd" offsets show --db "$tmp/r" > /dev/null 2>&1; rc=$?; set -e
 [ $rc = 1 ] || fail "offsets show of a locked store: exit $rc"
 set +e; "$segd" offsets set --db "$tmp/r" --topic ev 0:0 > /dev/null 2>&1; rc=$?; set -e
