@@ -246,6 +246,34 @@ static void clamp_range(replay_t *r, part_t *pt, int64_t lo, int64_t hi)
     pt->next = pt->start;
 }
 
+/* Where --from-time starts each partition. A broker answers -1 both for "no
+ * message at or after the time" and, when it cannot look times up (the dev
+ * broker), for every time; asking for time 0, which any message with a
+ * timestamp satisfies, tells them apart on a partition that holds messages.
+ * Without lookups the partition is read from its start and read_batch skips
+ * the messages before the time. */
+static segd_err_t time_starts(replay_t *r, const int64_t *lo, const int64_t *hi, int64_t *start,
+                              char *errstr, size_t n)
+{
+    int64_t t[SEGD_REPLAY_MAX_PARTITIONS], any[SEGD_REPLAY_MAX_PARTITIONS];
+    segd_err_t err = offsets_for_time(r, r->o->from_ms, t, errstr, n);
+    int probe = 0;
+    for (size_t i = 0; !err && i < r->nparts; i++)
+        probe |= t[i] < 0 && lo[i] < hi[i];
+    if (!err && probe)
+        err = offsets_for_time(r, 0, any, errstr, n);
+    for (size_t i = 0; !err && i < r->nparts; i++) {
+        start[i] = t[i] >= 0 ? t[i] : lo[i];
+        if (t[i] < 0 && lo[i] < hi[i] && any[i] >= 0) {
+            fprintf(stderr, "segd replay: %s [%" PRId32 "]: no message at or after %" PRId64
+                    ": nothing to replay\n", r->topic, r->parts[i].partition,
+                    r->o->from_ms);
+            start[i] = hi[i];
+        }
+    }
+    return err;
+}
+
 static segd_err_t set_ranges(replay_t *r, char *errstr, size_t n)
 {
     const segd_replay_opts_t *o = r->o;
@@ -259,16 +287,13 @@ static segd_err_t set_ranges(replay_t *r, char *errstr, size_t n)
                              r->topic, r->parts[i].partition, rd_kafka_err2str(kerr));
     }
     segd_err_t err =
-        o->from == SEGD_REPLAY_TIME ? offsets_for_time(r, o->from_ms, t, errstr, n) : SEGD_OK;
+        o->from == SEGD_REPLAY_TIME ? time_starts(r, lo, hi, t, errstr, n) : SEGD_OK;
     for (size_t i = 0; !err && i < r->nparts; i++) {
         part_t *pt = &r->parts[i];
-        /* "none" may also be a broker that cannot look times up (the dev
-         * broker): the partition is then read from its start, and messages
-         * before the time are skipped here (read_batch) */
         pt->seeking = o->from == SEGD_REPLAY_TIME;
         pt->start = o->from == SEGD_REPLAY_BEGINNING ? lo[i]
                     : o->from == SEGD_REPLAY_TIME
-                        ? (t[i] < 0 ? lo[i] : t[i])
+                        ? t[i]
                         : find_pos(o->from_offsets, o->n_from, pt->partition)->offset;
     }
     if (!err && o->to == SEGD_REPLAY_TO_TIME)
