@@ -217,6 +217,22 @@ kcat -C -b "$b" -t reg.dlq -e -q -f '%k %s\n' > "$tmp/dlq.reg"
 [ "$(wc -l < "$tmp/dlq.reg")" = 2 ] || fail "DLQ of the config's first topic: $(cat "$tmp/dlq.reg")"
 [ "$(kcat -C -b "$b" -t ev.dlq -e -q | wc -l)" = 2 ] || fail "dead letters went to ev.dlq"
 
+# offsets set refuses a topic or partition with no stored offset (a typo?)
+# unless --force, and a name Kafka would not allow
+set +e
+"$segd" offsets set --db "$tmp/r" --topic bb 0:5 > "$tmp/force.out" 2> "$tmp/force.log"; rc=$?
+set -e
+[ $rc = 2 ] || fail "offsets set of a topic never consumed: exit $rc"
+grep -q "no stored offset for bb \[0\]: the daemon never consumed it; --force to set it anyway" "$tmp/force.log" \
+  || fail "offsets set message: $(cat "$tmp/force.log")"
+set +e; "$segd" offsets set --db "$tmp/r" --topic ev 0:5,7:5 >/dev/null 2>&1; rc=$?; set -e
+[ $rc = 2 ] || fail "offsets set of a partition never consumed: exit $rc"
+set +e; "$segd" offsets set --db "$tmp/r" --topic 'e v' 0:5 >/dev/null 2>&1; rc=$?; set -e
+[ $rc = 2 ] || fail "offsets set of a bad topic name: exit $rc"
+cmp "$tmp/r.offs.before" <("$segd" offsets show --db "$tmp/r" --json) || fail "a refused offsets set wrote"
+"$segd" offsets set --db "$tmp/a" --topic bb --force 0:5 > "$tmp/force.out" || fail "offsets set --force"
+grep -qx "bb \[0\]: (none) -> 5" "$tmp/force.out" || fail "offsets set --force said: $(cat "$tmp/force.out")"
+
 # (e) offsets set rewinds segd run: it re-consumes partition 0 (and reads the
 # two new messages of partition 1), and the data stays the same
 "$segd" offsets set --db "$tmp/r" --topic ev 0:0 > "$tmp/set.out" || fail "offsets set"
