@@ -215,10 +215,10 @@ static segd_err_t offsets_for_time(replay_t *r, int64_t ms, int64_t *out, char *
  * part above the watermark does not exist yet. Both are said. */
 static void clamp_range(replay_t *r, part_t *pt, int64_t lo, int64_t hi)
 {
-    if (pt->start < pt->end && pt->end <= lo) {
-        fprintf(stderr, "segd replay: %s [%" PRId32 "]: the range [%" PRId64 ", %" PRId64
-                ") is below the log start %" PRId64 " (deleted or compacted away): nothing "
-                "to replay\n", r->topic, pt->partition, pt->start, pt->end, lo);
+    if (pt->end < lo || (pt->start < pt->end && pt->end == lo)) {
+        fprintf(stderr, "segd replay: %s [%" PRId32 "]: end offset %" PRId64 " is at or below "
+                "the log start %" PRId64 " (deleted or compacted away): nothing to replay\n",
+                r->topic, pt->partition, pt->end, lo);
         pt->start = pt->end = pt->next = lo;
         return;
     }
