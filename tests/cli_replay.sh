@@ -29,6 +29,9 @@ set +e
 [ $? = 2 ] || fail "a time without zone: not exit 2"
 "$segd" replay --brokers x --topic ev --db "$tmp/x" --from-time 2026-02-31T00:00:00Z 2>/dev/null
 [ $? = 2 ] || fail "February 31: not exit 2"
+"$segd" replay --brokers x --topic ev --db "$tmp/x" --from-time 1795435200 --from-beginning 2> "$tmp/secs.log"
+grep -q "warning: --from-time 1795435200 is read as Unix milliseconds (1795435200 looks like seconds)" "$tmp/secs.log" \
+  || fail "no seconds warning: $(cat "$tmp/secs.log")"
 "$segd" replay --brokers x --topic ev --db "$tmp/x" --from-offset 0:1,0:2 2>/dev/null
 [ $? = 2 ] || fail "a partition twice in --from-offset: not exit 2"
 "$segd" replay --brokers x --topic ev --db "$tmp/x" --from-beginning --to-offset 1:5,1:3 2>/dev/null
