@@ -5,6 +5,7 @@
 
 #include "base/clock.h"
 
+#define ETA_MAX_S (99.0 * 86400) /* shown as 142560m00s at most */
 #define REDRAW_S 0.25
 
 void segd_progress_init(segd_progress_t *p, FILE *f, const char *unit, uint64_t total,
@@ -45,6 +46,10 @@ void segd_progress_update(segd_progress_t *p, uint64_t done, uint64_t messages,
     human(rate, sizeof(rate), dt > 0 ? (double)segments / dt : 0.0);
     if (p->total && done > 0 && done <= p->total && dt > 0) {
         double left = dt * (double)(p->total - done) / (double)done;
+        /* a first slow message can make the estimate absurd; beyond INT_MAX
+         * seconds the int conversions below would be undefined */
+        if (left > ETA_MAX_S)
+            left = ETA_MAX_S;
         snprintf(eta, sizeof(eta), " %3.0f%% ETA %dm%02ds", 100.0 * (double)done / (double)p->total,
                  (int)(left / 60), (int)left % 60);
     }

@@ -17,13 +17,15 @@ static void usage(FILE *f)
 {
     fprintf(f,
         "usage: segd offsets show --db DIR [--json]\n"
-        "       segd offsets set --db DIR --topic T P:O[,P:O...]\n"
+        "       segd offsets set --db DIR --topic T [--force] P:O[,P:O...]\n"
         "  show: every stored input offset (the next offset `segd run` reads per\n"
         "        topic and partition), every change-topic position and the GC\n"
         "        watermark; a table, or one JSON object with --json.\n"
         "  set:  rewinds or advances `segd run`'s input offsets of topic T to O\n"
         "        (the next offset it will read) in one synced write; applying a\n"
         "        range twice changes nothing, so rewinding re-consumes it safely.\n"
+        "        A topic or partition with no stored offset (the daemon never consumed\n"
+        "        it; a typo?) is refused (exit 2) unless --force.\n"
         "  Offline: the store must not be in use (stop `segd run` first).\n");
 }
 
@@ -157,8 +159,18 @@ static int parse_positions(const char *s, int32_t *parts, int64_t *offs, size_t 
     return *n ? 0 : -1;
 }
 
+/* Kafka's rule for topic names: 1..249 of [a-zA-Z0-9._-]. */
+static int valid_topic(const char *t)
+{
+    size_t len = strlen(t);
+    return len >= 1 && len <= 249 &&
+           strspn(t, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == len;
+}
+
+/* Nothing is written unless every partition has a stored offset or force:
+ * setting one the daemon never consumed is most likely a typo in T or P. */
 static int cmd_set(segd_store_t *s, const char *topic, const int32_t *parts,
-                   const int64_t *offs, size_t n)
+                   const int64_t *offs, size_t n, int force)
 {
     char err[512];
     segd_batch_t *b = NULL;
@@ -178,8 +190,15 @@ static int cmd_set(segd_store_t *s, const char *topic, const int32_t *parts,
             fprintf(stderr, "segd offsets: %s\n", err);
             goto out_old;
         }
+        if (old[i] < 0 && !force) {
+            fprintf(stderr, "segd offsets: no stored offset for %s [%" PRId32 "]: the daemon "
+                    "never consumed it; --force to set it anyway\n", topic, parts[i]);
+            rc = SEGD_EXIT_USAGE;
+        }
         segd_batch_set_offset(b, topic, parts[i], offs[i]);
     }
+    if (rc == SEGD_EXIT_USAGE)
+        goto out_old;
     if (segd_store_write_sync(s, b, err, sizeof(err))) {
         fprintf(stderr, "segd offsets: nothing written: %s\n", err);
         goto out_old;
@@ -204,15 +223,17 @@ int segd_cmd_offsets(int argc, char **argv)
     static const struct option opts[] = {{"db", required_argument, 0, 'd'},
                                          {"json", no_argument, 0, 'j'},
                                          {"topic", required_argument, 0, 't'},
+                                         {"force", no_argument, 0, 'f'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *db = NULL, *topic = NULL;
-    int json = 0, c;
+    int json = 0, force = 0, c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         if (c == 'd') db = optarg;
         else if (c == 'j') json = 1;
         else if (c == 't') topic = optarg;
+        else if (c == 'f') force = 1;
         else if (c == 'h') return usage(stdout), SEGD_EXIT_OK;
         else return usage(stderr), SEGD_EXIT_USAGE;
     }
@@ -222,9 +243,14 @@ int segd_cmd_offsets(int argc, char **argv)
     int32_t parts[MAXP];
     int64_t offs[MAXP];
     size_t n = 0;
-    if (!db || (!show && !set) || (show && (topic || optind != argc)) ||
+    if (!db || (!show && !set) || (show && (topic || force || optind != argc)) ||
         (set && (json || !topic || !*topic || optind + 1 != argc))) {
         usage(stderr);
+        return SEGD_EXIT_USAGE;
+    }
+    if (set && !valid_topic(topic)) {
+        fprintf(stderr, "segd offsets: bad topic name '%s' (Kafka's: 1 to 249 of "
+                        "a-z A-Z 0-9 . _ -)\n", topic);
         return SEGD_EXIT_USAGE;
     }
     if (set && parse_positions(argv[optind], parts, offs, MAXP, &n)) {
@@ -243,7 +269,7 @@ int segd_cmd_offsets(int argc, char **argv)
     segd_store_t *s = segd_app_open_store("offsets", db, 0, 0);
     if (!s)
         return SEGD_EXIT_FAIL;
-    int rc = show ? cmd_show(s, json) : cmd_set(s, topic, parts, offs, n);
+    int rc = show ? cmd_show(s, json) : cmd_set(s, topic, parts, offs, n, force);
     segd_store_close(s);
     return rc;
 }

@@ -4,7 +4,6 @@
  * engine in consumer/replay.c. Exit 0 all applied, 3 some dead-lettered,
  * 1 failure or interrupted, 2 usage. */
 #define _GNU_SOURCE
-#include <ctype.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -13,6 +12,7 @@
 
 #include "base/clock.h"
 #include "base/progress.h"
+#include "base/timeparse.h"
 #include "cli/cli.h"
 #include "consumer/replay.h"
 
@@ -41,69 +41,47 @@ static void usage(FILE *f)
         "                          named run to the end\n"
         "    --to-time T           up to but not including the first message with\n"
         "                          timestamp >= T\n"
-        "  T is Unix milliseconds or ISO 8601 (2026-11-23T12:00:00Z, ...+01:00, .sss),\n"
+        "  T is Unix milliseconds or RFC 3339 (2026-11-23T12:00:00Z, a fraction\n"
+        "  .sss..., a zone +01:00, +0100 or +01 instead of Z; T and Z in any case),\n"
         "  compared with the messages' Kafka timestamps; where the broker cannot look a\n"
         "  time up (the dev broker) the partition is read from its start.\n"
         "  A start below the log start (deleted, compacted) begins at the log start and\n"
-        "  an end beyond the log's end stops there; both are said on stderr.\n"
+        "  an end beyond the log's end stops there; a range wholly outside the log\n"
+        "  replays nothing; offsets that retention deletes during the replay are\n"
+        "  skipped (auto.offset.reset is always `error`): all said on stderr.\n"
+        "  --topic T      required: the one topic replayed (a config's topics are not\n"
+        "                 read for it)\n"
         "  --dlq-file F   bad messages as JSON lines {topic, partition, offset, reason,\n"
         "                 error, key_b64, value_b64} appended to F and fsync'd before\n"
-        "                 their batch is written; default: the DLQ topic (dlq.topic)\n"
-        "  --no-changes   write no outbox entries (caches will not see the replay)\n"
+        "                 their batch is written; default: the DLQ topic `segd run`\n"
+        "                 uses with the same config (dlq.topic, else the config's first\n"
+        "                 topic + .dlq, else T.dlq)\n"
+        "  --no-changes   write no outbox entries (caches will not see the replay);\n"
+        "                 without it replay stops (exit 1) before a batch once the\n"
+        "                 outbox holds more than changes.max.outbox entries\n"
         "  --config FILE, -X, SEGD_* variables: as `segd run` (input.*, limits.*,\n"
-        "                 batch.*, store.*, dlq.topic, changes.enable, kafka.*)\n"
-        "  Prints a progress bar on a terminal and always a summary line on stderr.\n"
+        "                 batch.*, store.*, dlq.topic, changes.enable,\n"
+        "                 changes.max.outbox, kafka.*)\n"
+        "  Prints a progress bar on a terminal and always a summary line on stderr,\n"
+        "  then the outbox's depth (entries `segd run` has yet to publish).\n"
         "  Exit: 0 all applied, 3 some dead-lettered, 1 failure or interrupted, 2 usage.\n");
 }
 
-/* Unix milliseconds, or ISO 8601 date-time with Z or an offset. */
-static int parse_time(const char *s, int64_t *out)
+/* --from-time / --to-time (base/timeparse.h); a bare number small enough
+ * to be seconds is taken as milliseconds as documented, but said. */
+static int parse_time(const char *flag, const char *s, int64_t *out)
 {
-    char *end;
-    if (isdigit((unsigned char)s[0])) {
-        long long v = strtoll(s, &end, 10);
-        if (!*end && v >= 0) {
-            *out = v;
-            return 0;
-        }
-    }
-    struct tm tm = {0};
-    const char *p = strptime(s, "%Y-%m-%dT%H:%M:%S", &tm);
-    if (!p)
+    int secs = 0;
+    if (segd_time_parse_ms(s, out, &secs))
         return -1;
-    int64_t ms = 0;
-    if (*p == '.') {
-        int digits = 0;
-        for (p++; isdigit((unsigned char)*p); p++, digits++)
-            if (digits < 3)
-                ms = ms * 10 + (*p - '0');
-        if (!digits)
-            return -1;
-        for (; digits < 3; digits++)
-            ms *= 10;
-    }
-    int64_t off_s = 0;
-    if (*p == 'Z') {
-        p++;
-    } else if (*p == '+' || *p == '-') {
-        int h, m;
-        if (sscanf(p + 1, "%2d:%2d", &h, &m) != 2 || strlen(p) != 6 || h > 23 || m > 59)
-            return -1;
-        off_s = (h * 3600 + m * 60) * (*p == '-' ? -1 : 1);
-        p += 6;
-    } else {
-        return -1; /* a time without a zone is ambiguous */
-    }
-    if (*p)
-        return -1;
-    time_t t = timegm(&tm);
-    if (t == (time_t)-1 || t - off_s < 0)
-        return -1;
-    *out = ((int64_t)t - off_s) * 1000 + ms;
+    if (secs)
+        fprintf(stderr, "segd replay: warning: %s %s is read as Unix milliseconds (%s"
+                " looks like seconds)\n", flag, s, s);
     return 0;
 }
 
-/* "P:O,P:O" (offsets >= 0), or with offsets = NULL "P,P". */
+/* "P:O,P:O" (offsets >= 0), or with offsets = NULL "P,P"; each partition
+ * once (a second offset for one would otherwise be ignored silently). */
 static int parse_list(const char *s, segd_replay_pos_t *pos, int32_t *ids, size_t *n)
 {
     *n = 0;
@@ -120,6 +98,9 @@ static int parse_list(const char *s, segd_replay_pos_t *pos, int32_t *ids, size_
             if (end == p || off < 0)
                 return -1;
             p = end;
+            for (size_t i = 0; i < *n; i++)
+                if (pos[i].partition == part)
+                    return -1;
             pos[*n].partition = (int32_t)part;
             pos[*n].offset = off;
         } else {
@@ -140,7 +121,7 @@ typedef struct args {
     int32_t ids[SEGD_REPLAY_MAX_PARTITIONS];
     segd_replay_pos_t from[SEGD_REPLAY_MAX_PARTITIONS], to[SEGD_REPLAY_MAX_PARTITIONS];
     int64_t now_s;
-    int n_from_flags, n_to_flags;
+    int n_from_flags, n_to_flags, topic_flag;
 } args_t;
 
 static const struct option opts[] = {
@@ -162,6 +143,7 @@ static int apply_flag(args_t *a, int c, char *err, size_t n)
     case 't':
         if (strchr(optarg, ','))
             return snprintf(err, n, "--topic takes one topic"), -1;
+        a->topic_flag = 1;
         return segd_config_set(&a->cfg, "topics", optarg, err, n) ? -1 : 0;
     case 'd': return segd_config_set(&a->cfg, "db", optarg, err, n) ? -1 : 0;
     case 'X': return segd_config_set_x(&a->cfg, optarg, err, n) ? -1 : 0;
@@ -176,12 +158,13 @@ static int apply_flag(args_t *a, int c, char *err, size_t n)
         o->from = SEGD_REPLAY_OFFSETS;
         o->from_offsets = a->from;
         if (parse_list(optarg, a->from, NULL, &o->n_from))
-            return snprintf(err, n, "bad --from-offset '%s' (want P:O,...)", optarg), -1;
+            return snprintf(err, n, "bad --from-offset '%s' (want P:O,..., each partition once)",
+                            optarg), -1;
         return 0;
     case 'T':
         a->n_from_flags++;
         o->from = SEGD_REPLAY_TIME;
-        if (parse_time(optarg, &o->from_ms))
+        if (parse_time("--from-time", optarg, &o->from_ms))
             return snprintf(err, n, "bad --from-time '%s' (ms or ISO 8601 with zone)", optarg), -1;
         return 0;
     case 'E': a->n_to_flags++; o->to = SEGD_REPLAY_END; return 0;
@@ -190,12 +173,13 @@ static int apply_flag(args_t *a, int c, char *err, size_t n)
         o->to = SEGD_REPLAY_TO_OFFSETS;
         o->to_offsets = a->to;
         if (parse_list(optarg, a->to, NULL, &o->n_to))
-            return snprintf(err, n, "bad --to-offset '%s' (want P:O,...)", optarg), -1;
+            return snprintf(err, n, "bad --to-offset '%s' (want P:O,..., each partition once)",
+                            optarg), -1;
         return 0;
     case 'u':
         a->n_to_flags++;
         o->to = SEGD_REPLAY_TO_TIME;
-        if (parse_time(optarg, &o->to_ms))
+        if (parse_time("--to-time", optarg, &o->to_ms))
             return snprintf(err, n, "bad --to-time '%s' (ms or ISO 8601 with zone)", optarg), -1;
         return 0;
     case 'q': o->dlq_file = optarg; return 0;
@@ -204,6 +188,18 @@ static int apply_flag(args_t *a, int c, char *err, size_t n)
         return segd_arg_int("replay", "--now", optarg, 1, INT64_MAX / 1000, &a->now_s) ? -2 : 0;
     default: return 0; /* --config: read first */
     }
+}
+
+/* Dead letters go where segd run with the same file and environment sends
+ * them: dlq.topic, else the first configured topic's ".dlq" (config.c's
+ * finish), fixed here before --topic replaces the topic list. */
+static int run_dlq_topic(segd_config_t *c, char *err, size_t n)
+{
+    char name[300];
+    if (c->dlq_topic || !c->n_topics)
+        return 0;
+    snprintf(name, sizeof(name), "%s.dlq", c->topics[0]);
+    return segd_config_set(c, "dlq.topic", name, err, n) ? -1 : 0;
 }
 
 /* 0 ok, 1 --help, 2 usage error (said). Flags win over the file and the
@@ -222,7 +218,8 @@ static int parse_args(int argc, char **argv, args_t *a)
         else if (c == '?')
             return usage(stderr), 2;
     if ((file && segd_config_load_file(&a->cfg, file, err, sizeof(err))) ||
-        segd_config_load_env(&a->cfg, environ, err, sizeof(err)))
+        segd_config_load_env(&a->cfg, environ, err, sizeof(err)) ||
+        run_dlq_topic(&a->cfg, err, sizeof(err)))
         goto bad;
     optind = 1;
     while ((c = getopt_long(argc, argv, "X:", opts, NULL)) != -1) {
@@ -234,6 +231,11 @@ static int parse_args(int argc, char **argv, args_t *a)
     }
     if (optind < argc) {
         snprintf(err, sizeof(err), "unexpected argument '%s'", argv[optind]);
+        goto bad;
+    }
+    if (!a->topic_flag) {
+        snprintf(err, sizeof(err), "--topic is required (a config file's topics are not "
+                 "read for it: replay reads one topic, named)");
         goto bad;
     }
     if (a->n_from_flags != 1 || a->n_to_flags > 1) {
@@ -308,24 +310,28 @@ int segd_cmd_replay(int argc, char **argv)
         goto out_args;
     }
     volatile sig_atomic_t *stop = segd_app_stop_on_signals();
-    segd_store_t *store = open_store(&a->cfg, a->now_s);
-    rc = SEGD_EXIT_FAIL;
-    if (!store)
-        goto out_args;
-    bar_t bar = {0};
-    a->o.progress = on_progress;
-    a->o.progress_ctx = &bar;
-    segd_replay_stats_t st;
-    char err[512] = "";
     double t0 = segd_mono_s();
-    segd_err_t e = segd_replay_run(&a->o, store, stop, &st, err, sizeof(err));
-    if (bar.started)
-        segd_progress_end(&bar.p);
-    if (e)
-        fprintf(stderr, "segd replay: %s\n", err);
+    segd_replay_stats_t st = {0};
+    segd_store_t *store = open_store(&a->cfg, a->now_s);
+    segd_err_t e = SEGD_ERR_STORE; /* said by open_store */
+    if (store) {
+        bar_t bar = {0};
+        a->o.progress = on_progress;
+        a->o.progress_ctx = &bar;
+        char err[512] = "";
+        e = segd_replay_run(&a->o, store, stop, &st, err, sizeof(err));
+        if (bar.started)
+            segd_progress_end(&bar.p);
+        if (e)
+            fprintf(stderr, "segd replay: %s\n", err);
+    }
+    /* the summary also when nothing could start: scripts read it */
     fprintf(stderr, "replayed %" PRIu64 " messages (%" PRIu64 " events, %" PRIu64
             " segments, %" PRIu64 " dead-lettered) from %" PRIu64 " partitions in %.2f s\n",
             st.messages, st.events, st.segments, st.dead, st.partitions, segd_mono_s() - t0);
+    if (store)
+        fprintf(stderr, "outbox: %" PRIu64 " entries not yet published (segd run publishes "
+                "them)\n", segd_store_outbox_depth(store));
     for (int i = 0; i < SEGD_DLQ_REASONS; i++)
         if (st.dlq[i])
             fprintf(stderr, "  dlq.%s=%" PRIu64 "\n", segd_dlq_reason_name(i), st.dlq[i]);
@@ -333,7 +339,8 @@ int segd_cmd_replay(int argc, char **argv)
          : e                  ? SEGD_EXIT_FAIL
          : st.dead            ? SEGD_EXIT_PARTIAL
                               : SEGD_EXIT_OK;
-    segd_store_close(store);
+    if (store)
+        segd_store_close(store);
 out_args:
     segd_config_free(&a->cfg);
     free(a);

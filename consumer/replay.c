@@ -19,6 +19,9 @@
 #include "transport/kconf.h"
 
 #define QUERY_TIMEOUT_MS 10000
+/* "Out of range" answers for an offset the log holds, in a row, before the
+ * replay gives up: a leader change can give a few (a lagging follower). */
+#define MAX_RESETS 5
 
 typedef struct part {
     int32_t partition;
@@ -26,7 +29,9 @@ typedef struct part {
     int64_t next;       /* first offset not yet passed */
     int done;
     int seeking;        /* --from-time: skipping messages until one at or after it */
+    int resets;         /* out-of-range answers since next last moved */
 } part_t;
+
 
 /* What a batch did, added to the stats only once it is written. */
 typedef struct pending {
@@ -48,6 +53,7 @@ typedef struct replay {
     size_t nparts, active;
     pending_t pend;
     segd_replay_stats_t *st;
+    int outbox; /* batches carry outbox entries */
 } replay_t;
 
 /* ---------- set-up ---------- */
@@ -58,11 +64,14 @@ static segd_err_t make_consumer(replay_t *r, char *errstr, size_t n)
     /* librdkafka's KafkaConsumer API wants a group.id even for assign(); no
      * group is joined and nothing is committed to it */
     const char *const defaults[] = {"bootstrap.servers", cfg->brokers, "group.id", "segd-replay",
-                                    "auto.offset.reset", "earliest", NULL};
-    /* applied last: whatever the operator's file says, replay never commits
-     * and must see where each partition ends */
+                                    NULL};
+    /* applied last: whatever the operator's file says, replay never commits,
+     * must see where each partition ends, and must hear of an offset that
+     * retention deleted under it (offset_reset) rather than have librdkafka
+     * jump to either end of the log without a word */
     const char *const forced[] = {"enable.auto.commit", "false", "enable.auto.offset.store",
-                                  "false", "enable.partition.eof", "true", NULL};
+                                  "false", "enable.partition.eof", "true",
+                                  "auto.offset.reset", "error", NULL};
     char errbuf[512];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     segd_err_t err = segd_kconf_apply(conf, "replay consumer", defaults, errstr, n);
@@ -206,6 +215,20 @@ static segd_err_t offsets_for_time(replay_t *r, int64_t ms, int64_t *out, char *
  * part above the watermark does not exist yet. Both are said. */
 static void clamp_range(replay_t *r, part_t *pt, int64_t lo, int64_t hi)
 {
+    if (pt->end < lo || (pt->start < pt->end && pt->end == lo)) {
+        fprintf(stderr, "segd replay: %s [%" PRId32 "]: end offset %" PRId64 " is at or below "
+                "the log start %" PRId64 " (deleted or compacted away): nothing to replay\n",
+                r->topic, pt->partition, pt->end, lo);
+        pt->start = pt->end = pt->next = lo;
+        return;
+    }
+    if (pt->start > hi) {
+        fprintf(stderr, "segd replay: %s [%" PRId32 "]: offset %" PRId64 " is beyond the end "
+                "of the log %" PRId64 ": nothing to replay\n", r->topic, pt->partition,
+                pt->start, hi);
+        pt->start = pt->end = pt->next = hi;
+        return;
+    }
     if (pt->start < lo) {
         fprintf(stderr, "segd replay: %s [%" PRId32 "]: offset %" PRId64 " is below the log "
                 "start %" PRId64 " (deleted or compacted away): starting at %" PRId64 "\n",
@@ -223,6 +246,34 @@ static void clamp_range(replay_t *r, part_t *pt, int64_t lo, int64_t hi)
     pt->next = pt->start;
 }
 
+/* Where --from-time starts each partition. A broker answers -1 both for "no
+ * message at or after the time" and, when it cannot look times up (the dev
+ * broker), for every time; asking for time 0, which any message with a
+ * timestamp satisfies, tells them apart on a partition that holds messages.
+ * Without lookups the partition is read from its start and read_batch skips
+ * the messages before the time. */
+static segd_err_t time_starts(replay_t *r, const int64_t *lo, const int64_t *hi, int64_t *start,
+                              char *errstr, size_t n)
+{
+    int64_t t[SEGD_REPLAY_MAX_PARTITIONS], any[SEGD_REPLAY_MAX_PARTITIONS];
+    segd_err_t err = offsets_for_time(r, r->o->from_ms, t, errstr, n);
+    int probe = 0;
+    for (size_t i = 0; !err && i < r->nparts; i++)
+        probe |= t[i] < 0 && lo[i] < hi[i];
+    if (!err && probe)
+        err = offsets_for_time(r, 0, any, errstr, n);
+    for (size_t i = 0; !err && i < r->nparts; i++) {
+        start[i] = t[i] >= 0 ? t[i] : lo[i];
+        if (t[i] < 0 && lo[i] < hi[i] && any[i] >= 0) {
+            fprintf(stderr, "segd replay: %s [%" PRId32 "]: no message at or after %" PRId64
+                    ": nothing to replay\n", r->topic, r->parts[i].partition,
+                    r->o->from_ms);
+            start[i] = hi[i];
+        }
+    }
+    return err;
+}
+
 static segd_err_t set_ranges(replay_t *r, char *errstr, size_t n)
 {
     const segd_replay_opts_t *o = r->o;
@@ -236,16 +287,13 @@ static segd_err_t set_ranges(replay_t *r, char *errstr, size_t n)
                              r->topic, r->parts[i].partition, rd_kafka_err2str(kerr));
     }
     segd_err_t err =
-        o->from == SEGD_REPLAY_TIME ? offsets_for_time(r, o->from_ms, t, errstr, n) : SEGD_OK;
+        o->from == SEGD_REPLAY_TIME ? time_starts(r, lo, hi, t, errstr, n) : SEGD_OK;
     for (size_t i = 0; !err && i < r->nparts; i++) {
         part_t *pt = &r->parts[i];
-        /* "none" may also be a broker that cannot look times up (the dev
-         * broker): the partition is then read from its start, and messages
-         * before the time are skipped here (read_batch) */
         pt->seeking = o->from == SEGD_REPLAY_TIME;
         pt->start = o->from == SEGD_REPLAY_BEGINNING ? lo[i]
                     : o->from == SEGD_REPLAY_TIME
-                        ? (t[i] < 0 ? lo[i] : t[i])
+                        ? t[i]
                         : find_pos(o->from_offsets, o->n_from, pt->partition)->offset;
     }
     if (!err && o->to == SEGD_REPLAY_TO_TIME)
@@ -268,17 +316,16 @@ static segd_err_t set_ranges(replay_t *r, char *errstr, size_t n)
     return err;
 }
 
-/* Partitions with something to read are assigned at their start; the
- * others are done at once. */
-static segd_err_t assign(replay_t *r, char *errstr, size_t n)
+/* The partitions not done, each at its next offset (at first its start):
+ * also after an offset reset, which leaves librdkafka's fetcher of that
+ * partition stopped until it is assigned again. */
+static segd_err_t assign_active(replay_t *r, char *errstr, size_t n)
 {
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new((int)r->nparts);
-    for (size_t i = 0; i < r->nparts; i++) {
-        part_t *pt = &r->parts[i];
-        pt->done = pt->start >= pt->end;
-        if (!pt->done)
-            rd_kafka_topic_partition_list_add(l, r->topic, pt->partition)->offset = pt->start;
-    }
+    for (size_t i = 0; i < r->nparts; i++)
+        if (!r->parts[i].done)
+            rd_kafka_topic_partition_list_add(l, r->topic, r->parts[i].partition)->offset =
+                r->parts[i].next;
     r->active = (size_t)l->cnt;
     rd_kafka_resp_err_t kerr = l->cnt ? rd_kafka_assign(r->rk, l) : RD_KAFKA_RESP_ERR_NO_ERROR;
     rd_kafka_topic_partition_list_destroy(l);
@@ -286,11 +333,20 @@ static segd_err_t assign(replay_t *r, char *errstr, size_t n)
                 : SEGD_OK;
 }
 
+/* Partitions with something to read are assigned at their start; the
+ * others are done at once. */
+static segd_err_t assign(replay_t *r, char *errstr, size_t n)
+{
+    for (size_t i = 0; i < r->nparts; i++)
+        r->parts[i].done = r->parts[i].start >= r->parts[i].end;
+    return assign_active(r, errstr, n);
+}
+
 /* ---------- batches ---------- */
 
 static part_t *find_part(replay_t *r, const rd_kafka_message_t *m)
 {
-    if (strcmp(rd_kafka_topic_name(m->rkt), r->topic))
+    if (!m->rkt || strcmp(rd_kafka_topic_name(m->rkt), r->topic))
         return NULL;
     for (size_t i = 0; i < r->nparts; i++)
         if (r->parts[i].partition == m->partition)
@@ -307,6 +363,7 @@ static void pass(replay_t *r, part_t *pt, int64_t next)
         next = pt->end;
     r->pend.done += (uint64_t)(next - pt->next);
     pt->next = next;
+    pt->resets = 0;
     if (next < pt->end)
         return;
     pt->done = 1;
@@ -352,6 +409,50 @@ static int handle_message(replay_t *r, const rd_kafka_message_t *m)
     return 0;
 }
 
+/* The next offset of a partition is out of range (auto.offset.reset=error):
+ * retention deleted it under the replay, or the log was truncated. From the
+ * log's watermarks now: the deleted part is skipped with a note (those
+ * messages cannot be replayed), the partition ends if nothing of its range
+ * is left, and it is assigned again where it can go on. An offset inside
+ * the log is asked for again, MAX_RESETS times in a row at most. */
+static segd_err_t offset_reset(replay_t *r, const rd_kafka_message_t *m, char *errstr,
+                               size_t n)
+{
+    part_t *pt = find_part(r, m);
+    if (!pt || pt->done)
+        return SEGD_OK;
+    int64_t lo, hi, at = pt->next;
+    rd_kafka_resp_err_t kerr = rd_kafka_query_watermark_offsets(
+        r->rk, r->topic, pt->partition, &lo, &hi, QUERY_TIMEOUT_MS);
+    if (kerr)
+        return segd_errf(SEGD_ERR_KAFKA, errstr, n, "%s [%" PRId32 "]: offset %" PRId64
+                         " is out of range and the watermarks cannot be read: %s", r->topic,
+                         pt->partition, at, rd_kafka_err2str(kerr));
+    if (lo > at) {
+        int64_t to = lo < pt->end ? lo : pt->end;
+        fprintf(stderr, "segd replay: %s [%" PRId32 "]: offsets %" PRId64 "..%" PRId64
+                " were deleted while replaying (the log starts at %" PRId64 " now): messages "
+                "lost to retention cannot be replayed; %" PRId64 " offsets skipped%s\n",
+                r->topic, pt->partition, at, to - 1, lo, to - at,
+                to == pt->end ? ", nothing of the range is left" : "");
+        pass(r, pt, to);
+    } else if (at >= hi) {
+        fprintf(stderr, "segd replay: %s [%" PRId32 "]: offset %" PRId64 " is beyond the end "
+                "of the log %" PRId64 " now (truncated): stopping there\n", r->topic,
+                pt->partition, at, hi);
+        pass(r, pt, pt->end);
+    } else if (++pt->resets > MAX_RESETS) {
+        return segd_errf(SEGD_ERR_KAFKA, errstr, n, "%s [%" PRId32 "]: offset %" PRId64
+                         " is out of range though the log holds [%" PRId64 ", %" PRId64 "): %s",
+                         r->topic, pt->partition, at, lo, hi, rd_kafka_message_errstr(m));
+    } else {
+        fprintf(stderr, "segd replay: %s [%" PRId32 "]: offset %" PRId64 " was refused as out "
+                "of range though the log holds [%" PRId64 ", %" PRId64 "): asking again\n",
+                r->topic, pt->partition, at, lo, hi);
+    }
+    return pt->done ? SEGD_OK : assign_active(r, errstr, n);
+}
+
 /* Errors that no wait cures end the replay; the others (a broker away) are
  * said and librdkafka retries them. */
 static segd_err_t consumer_event(replay_t *r, const rd_kafka_message_t *m, char *errstr,
@@ -363,6 +464,8 @@ static segd_err_t consumer_event(replay_t *r, const rd_kafka_message_t *m, char 
             pass(r, pt, m->offset);
         return SEGD_OK;
     }
+    if (m->err == RD_KAFKA_RESP_ERR__AUTO_OFFSET_RESET)
+        return offset_reset(r, m, errstr, n);
     switch (m->err) {
     case RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC:
     case RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART:
@@ -468,11 +571,27 @@ static void report(replay_t *r)
         r->o->progress(r->o->progress_ctx, r->st);
 }
 
+/* As segd run's ingest waits while its publisher is behind, replay stops
+ * before a batch once the outbox holds more than changes.max.outbox entries:
+ * no publisher runs to drain it. Everything before is written. */
+static segd_err_t outbox_full(replay_t *r, char *errstr, size_t n)
+{
+    int64_t max = r->o->cfg->changes_max_outbox;
+    if (!r->outbox || max <= 0) /* 0: no bound, as for segd run */
+        return SEGD_OK;
+    uint64_t depth = segd_store_outbox_depth(r->store);
+    if (depth <= (uint64_t)max)
+        return SEGD_OK;
+    return segd_errf(SEGD_ERR_LIMIT, errstr, n, "the outbox holds %" PRIu64 " entries, over "
+                     "changes.max.outbox %" PRId64 ": run `segd run` to publish them, or "
+                     "replay with --no-changes", depth, max);
+}
+
 static segd_err_t replay_loop(replay_t *r, char *errstr, size_t n)
 {
     segd_err_t err = SEGD_OK;
     report(r);
-    while (!err && r->active && !*r->stop) {
+    while (!err && r->active && !*r->stop && !(err = outbox_full(r, errstr, n))) {
         int rc = read_batch(r, errstr, n);
         char ferr[512] = "";
         /* what was read before a stop or a failure is still written */
@@ -511,7 +630,8 @@ segd_err_t segd_replay_run(const segd_replay_opts_t *o, segd_store_t *store,
         segd_errf(err, errstr, n, "out of memory");
         goto out_free;
     }
-    if (!o->no_changes && o->cfg->changes_enable)
+    r->outbox = !o->no_changes && o->cfg->changes_enable;
+    if (r->outbox)
         segd_applier_enable_outbox(&r->ap);
     if ((err = segd_ingest_new(&r->ingest, o->cfg, store, stop, &r->bo, errstr, n)))
         goto out_applier;

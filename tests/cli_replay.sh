@@ -27,11 +27,24 @@ set +e
 [ $? = 2 ] || fail "two --from-*: not exit 2"
 "$segd" replay --brokers x --topic ev --db "$tmp/x" --from-time 2026-01-01T00:00:00 2>/dev/null
 [ $? = 2 ] || fail "a time without zone: not exit 2"
+"$segd" replay --brokers x --topic ev --db "$tmp/x" --from-time 2026-02-31T00:00:00Z 2>/dev/null
+[ $? = 2 ] || fail "February 31: not exit 2"
+"$segd" replay --brokers x --topic ev --db "$tmp/x" --from-time 1795435200 --from-beginning 2> "$tmp/secs.log"
+grep -q "warning: --from-time 1795435200 is read as Unix milliseconds (1795435200 looks like seconds)" "$tmp/secs.log" \
+  || fail "no seconds warning: $(cat "$tmp/secs.log")"
+"$segd" replay --brokers x --topic ev --db "$tmp/x" --from-offset 0:1,0:2 2>/dev/null
+[ $? = 2 ] || fail "a partition twice in --from-offset: not exit 2"
+"$segd" replay --brokers x --topic ev --db "$tmp/x" --from-beginning --to-offset 1:5,1:3 2>/dev/null
+[ $? = 2 ] || fail "a partition twice in --to-offset: not exit 2"
+printf 'topics = reg,ev\n' > "$tmp/two.conf"
+"$segd" replay --brokers x --config "$tmp/two.conf" --db "$tmp/x" --from-beginning 2> "$tmp/notopic.log"
+[ $? = 2 ] || fail "no --topic: not exit 2"
+grep -q -- "--topic is required" "$tmp/notopic.log" || fail "no --topic: $(cat "$tmp/notopic.log")"
 "$segd" offsets show --db "$tmp/none" 2>/dev/null; [ $? = 1 ] || fail "offsets of no store: not exit 1"
 [ -e "$tmp/none" ] && fail "offsets show created a store"
 set -e
 
-"$segd" dev-broker --partitions 3 --topics ev,ev.dlq,segments.changes,reg > "$tmp/broker.out" &
+"$segd" dev-broker --partitions 3 --topics ev,ev.dlq,segments.changes,reg,reg.dlq > "$tmp/broker.out" &
 pids+=($!)
 for _ in $(seq 50); do grep -q '^bootstrap=' "$tmp/broker.out" 2>/dev/null && break; sleep 0.1; done
 b=$(sed -n 's/^bootstrap=//p' "$tmp/broker.out" | head -1)
@@ -57,6 +70,24 @@ grep -q '"id":' "$tmp/a.json" || fail "replay wrote nothing"
   || fail "replay stored offsets: $(cat "$tmp/a.offs")"
 # its batches carry outbox entries for the change stream, unless --no-changes
 "$segd" stats --db "$tmp/a" --json | grep -q '"outbox_entries":[1-9]' || fail "replay wrote no outbox entries"
+grep -A1 '^replayed ' "$tmp/a.log" | grep -q '^outbox: [1-9][0-9]* entries not yet published' \
+  || fail "no outbox line: $(cat "$tmp/a.log")"
+# changes.max.outbox bounds what replay leaves unpublished: with 1, two
+# batches are written (the second sees 1 entry), the third is refused, exit 1
+printf 'changes.max.outbox = 1\nbatch.max.messages = 50\n' > "$tmp/ob.conf"
+set +e
+"$segd" replay --brokers "$b" --topic ev --db "$tmp/ob" --from-beginning --config "$tmp/ob.conf" 2> "$tmp/ob.log"; rc=$?
+set -e
+[ $rc = 1 ] || fail "outbox over changes.max.outbox: exit $rc: $(cat "$tmp/ob.log")"
+grep -q "the outbox holds 2 entries, over changes.max.outbox 1: run \`segd run\` to publish them, or replay with --no-changes" \
+  "$tmp/ob.log" || fail "outbox bound message: $(cat "$tmp/ob.log")"
+grep -q '^outbox: 2 entries not yet published' "$tmp/ob.log" || fail "outbox line: $(cat "$tmp/ob.log")"
+n=$(summary "$tmp/ob.log" | sed 's/^replayed \([0-9]*\) messages.*/\1/')
+[ "$n" -gt 0 ] && [ "$n" -le 100 ] || fail "outbox bound: replayed $n"
+"$segd" stats --db "$tmp/ob" --json | grep -q '"outbox_entries":2,' || fail "outbox bound: entries"
+"$segd" replay --brokers "$b" --topic ev --db "$tmp/ob" --from-beginning --config "$tmp/ob.conf" --no-changes 2>/dev/null \
+  || fail "--no-changes is not bound by the outbox"
+cmp "$tmp/a.json" <(getall "$tmp/ob") || fail "bounded replay + --no-changes differ from the whole"
 "$segd" replay --brokers "$b" --topic ev --db "$tmp/nc" --from-beginning --no-changes 2>/dev/null || fail "--no-changes"
 "$segd" stats --db "$tmp/nc" --json | grep -q '"outbox_entries":0,' || fail "--no-changes wrote outbox entries"
 cmp "$tmp/a.json" <(getall "$tmp/nc") || fail "--no-changes changed the data"
@@ -76,6 +107,8 @@ set +e
 set -e
 [ $rc = 1 ] || fail "replay into a locked store: exit $rc"
 grep -q "LOCK" "$tmp/lock.log" || fail "lock message: $(cat "$tmp/lock.log")"
+summary "$tmp/lock.log" | grep -q "^replayed 0 messages (0 events, 0 segments, 0 dead-lettered) from 0 partitions in " \
+  || fail "no summary when the store is locked: $(cat "$tmp/lock.log")"
 set +e; "$segd" offsets show --db "$tmp/r" > /dev/null 2>&1; rc=$?; set -e
 [ $rc = 1 ] || fail "offsets show of a locked store: exit $rc"
 set +e; "$segd" offsets set --db "$tmp/r" --topic ev 0:0 > /dev/null 2>&1; rc=$?; set -e
@@ -111,10 +144,16 @@ getall "$tmp/c" | grep '"id":' | sed 's/^{"user_id":"\([^"]*\)".*/\1/' | sort -u
 [ -s "$tmp/c.users" ] || fail "range applied nothing"
 comm -23 "$tmp/c.users" "$tmp/c.keys" | grep -q . && fail "users outside the range: $(comm -23 "$tmp/c.users" "$tmp/c.keys")"
 # ... and the rest of the topic in further replays makes the whole (no message lost at a bound)
-"$segd" replay --brokers "$b" --topic ev --db "$tmp/c" --from-offset 0:0,1:0,2:0 --to-offset 0:10 2>/dev/null
-"$segd" replay --brokers "$b" --topic ev --db "$tmp/c" --from-offset 0:20 --to-end 2>/dev/null
-"$segd" replay --brokers "$b" --topic ev --db "$tmp/c" --partitions 1,2 --from-beginning --to-offset 1:1 2> "$tmp/c2.log"
-summary "$tmp/c2.log" | grep -q "^replayed $((hi2 + 1)) messages" || fail "partitions: $(cat "$tmp/c2.log")"
+# (an operator's auto.offset.reset cannot change what is read: replay forces `error`)
+partial() { # want-messages args...
+  local want=$1 rc; shift
+  set +e; "$segd" replay --brokers "$b" --topic ev --db "$tmp/c" "$@" 2> "$tmp/cp.log"; rc=$?; set -e
+  [ $rc = 0 ] || fail "partial replay $*: exit $rc: $(cat "$tmp/cp.log")"
+  summary "$tmp/cp.log" | grep -q "^replayed $want messages ($want events" || fail "partial replay $*: want $want: $(cat "$tmp/cp.log")"
+}
+partial $((10 + hi1 + hi2)) --from-offset 0:0,1:0,2:0 --to-offset 0:10 -X auto.offset.reset=latest
+partial $((hi0 - 20)) --from-offset 0:20 --to-end -X auto.offset.reset=error
+partial $((hi2 + 1)) --partitions 1,2 --from-beginning --to-offset 1:1
 getall "$tmp/c" > "$tmp/c.json"
 cmp "$tmp/a.json" "$tmp/c.json" || fail "pieces of the topic differ from the whole"
 # time ranges: [first message at or after from, first at or after to)
@@ -141,6 +180,9 @@ set +e
 "$segd" replay --brokers "$b" --topic ev --db "$tmp/t3" --from-offset 7:0 2>/dev/null; rc=$?
 set -e
 [ $rc = 2 ] || fail "a partition the topic lacks: exit $rc"
+"$segd" replay --brokers "$b" --topic ev --db "$tmp/t3" --from-offset 0:999999 2> "$tmp/t4.log" || fail "start past the end: exit $?"
+grep -q "offset 999999 is beyond the end of the log $hi0: nothing to replay" "$tmp/t4.log" || fail "no note: $(cat "$tmp/t4.log")"
+summary "$tmp/t4.log" | grep -q "^replayed 0 messages" || fail "start past the end: $(cat "$tmp/t4.log")"
 
 # (d) bad messages: two in partition 1 after the good ones
 printf 'garbage-one' | kcat -P -b "$b" -t ev -p 1 -k k1
@@ -169,6 +211,30 @@ kcat -C -b "$b" -t ev.dlq -e -q -f '%k %s %h\n' > "$tmp/dlq.topic"
 [ "$(wc -l < "$tmp/dlq.topic")" = 2 ] || fail "DLQ topic: $(cat "$tmp/dlq.topic")"
 grep -q "^k1 garbage-one .*segd.source=ev/1/$hi1" "$tmp/dlq.topic" || fail "DLQ topic: $(cat "$tmp/dlq.topic")"
 grep -q "^k2 garbage-two .*segd.source=ev/1/$((hi1 + 1))" "$tmp/dlq.topic" || fail "DLQ topic: $(cat "$tmp/dlq.topic")"
+# the default DLQ topic is segd run's for the same config: its first topic's
+set +e
+"$segd" replay --brokers "$b" --config "$tmp/two.conf" --topic ev --db "$tmp/d" --from-offset 1:$hi1 2> "$tmp/d3.log"; rc=$?
+set -e
+[ $rc = 3 ] || fail "dead letters to the config's DLQ topic: exit $rc"
+kcat -C -b "$b" -t reg.dlq -e -q -f '%k %s\n' > "$tmp/dlq.reg"
+[ "$(wc -l < "$tmp/dlq.reg")" = 2 ] || fail "DLQ of the config's first topic: $(cat "$tmp/dlq.reg")"
+[ "$(kcat -C -b "$b" -t ev.dlq -e -q | wc -l)" = 2 ] || fail "dead letters went to ev.dlq"
+
+# offsets set refuses a topic or partition with no stored offset (a typo?)
+# unless --force, and a name Kafka would not allow
+set +e
+"$segd" offsets set --db "$tmp/r" --topic bb 0:5 > "$tmp/force.out" 2> "$tmp/force.log"; rc=$?
+set -e
+[ $rc = 2 ] || fail "offsets set of a topic never consumed: exit $rc"
+grep -q "no stored offset for bb \[0\]: the daemon never consumed it; --force to set it anyway" "$tmp/force.log" \
+  || fail "offsets set message: $(cat "$tmp/force.log")"
+set +e; "$segd" offsets set --db "$tmp/r" --topic ev 0:5,7:5 >/dev/null 2>&1; rc=$?; set -e
+[ $rc = 2 ] || fail "offsets set of a partition never consumed: exit $rc"
+set +e; "$segd" offsets set --db "$tmp/r" --topic 'e v' 0:5 >/dev/null 2>&1; rc=$?; set -e
+[ $rc = 2 ] || fail "offsets set of a bad topic name: exit $rc"
+cmp "$tmp/r.offs.before" <("$segd" offsets show --db "$tmp/r" --json) || fail "a refused offsets set wrote"
+"$segd" offsets set --db "$tmp/a" --topic bb --force 0:5 > "$tmp/force.out" || fail "offsets set --force"
+grep -qx "bb \[0\]: (none) -> 5" "$tmp/force.out" || fail "offsets set --force said: $(cat "$tmp/force.out")"
 
 # (e) offsets set rewinds segd run: it re-consumes partition 0 (and reads the
 # two new messages of partition 1), and the data stays the same

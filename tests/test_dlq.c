@@ -2,8 +2,8 @@
  * field of a line, null vs empty key and value, base64 against known
  * answers, whole values (no truncation, unlike the topic), letters written
  * once however often deliver is called, appending to an existing file, and
- * a failed write (/dev/full) leaving the letters pending. The topic sink is
- * driven by test_ingest (segd run) and tests/cli_replay.sh. */
+ * a write failing part-way (RLIMIT_FSIZE) cut back, then retried once.
+ * The topic sink is driven by test_ingest (segd run) and cli_replay.sh. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -11,6 +11,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <signal.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -125,19 +128,64 @@ static void test_append_whole_values(void **state)
     free(path);
 }
 
-static void test_failed_write_stays_pending(void **state)
+static off_t file_size(const char *path)
+{
+    struct stat st;
+    assert_int_equal(stat(path, &st), 0);
+    return st.st_size;
+}
+
+/* A write that fails part-way (RLIMIT_FSIZE, SIGXFSZ ignored: write()
+ * writes up to the limit, then EFBIG) is cut back to the file's size
+ * before it, and a retry after the limit is raised writes each letter
+ * exactly once: no half line, no duplicate. */
+static void test_failed_write_is_cut_back(void **state)
 {
     (void)state;
-    if (access("/dev/full", W_OK))
-        skip();
+    char *path = tmp_path();
+    char err[256], v[2000];
+    memset(v, 'v', sizeof(v));
+    segd_dlq_t *d = NULL;
+    assert_int_equal(segd_dlq_new_file(&d, path, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_dlq_add(d, "ev", 0, 1, "k0", 2, "v", 1, "decode", "bad"), 0);
+    assert_int_equal(segd_dlq_deliver(d, err, sizeof(err)), SEGD_OK);
+    segd_dlq_clear(d);
+    off_t before = file_size(path);
+    assert_int_equal(segd_dlq_add(d, "ev", 0, 2, "k1", 2, v, sizeof(v), "decode", "bad"), 0);
+    assert_int_equal(segd_dlq_add(d, "ev", 0, 3, "k2", 2, v, sizeof(v), "decode", "bad"), 0);
+
+    struct rlimit old, lim;
+    assert_int_equal(getrlimit(RLIMIT_FSIZE, &old), 0);
+    void (*saved)(int) = signal(SIGXFSZ, SIG_IGN);
+    lim = old;
+    lim.rlim_cur = (rlim_t)before + 1000; /* inside the first new line */
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &lim), 0);
+    segd_err_t e = segd_dlq_deliver(d, err, sizeof(err));
+    assert_int_equal(setrlimit(RLIMIT_FSIZE, &old), 0);
+    signal(SIGXFSZ, saved);
+    assert_int_equal(e, SEGD_ERR_IO);
+    assert_non_null(strstr(err, path));
+    assert_int_equal(file_size(path), before);
+
+    assert_int_equal(segd_dlq_deliver(d, err, sizeof(err)), SEGD_OK);
+    segd_dlq_destroy(d);
+    size_t n;
+    json_t **l = read_lines(path, &n);
+    assert_int_equal(n, 3);
+    for (size_t i = 0; i < n; i++) {
+        assert_int_equal(json_integer_value(json_object_get(l[i], "offset")), (json_int_t)i + 1);
+        json_decref(l[i]);
+    }
+    free(l);
+    unlink(path);
+    free(path);
+}
+
+static void test_unwritable(void **state)
+{
+    (void)state;
     char err[256];
     segd_dlq_t *d = NULL;
-    assert_int_equal(segd_dlq_new_file(&d, "/dev/full", err, sizeof(err)), SEGD_OK);
-    assert_int_equal(segd_dlq_add(d, "ev", 0, 1, "k", 1, "v", 1, "decode", "bad"), 0);
-    assert_int_equal(segd_dlq_deliver(d, err, sizeof(err)), SEGD_ERR_IO);
-    assert_non_null(strstr(err, "/dev/full"));
-    assert_int_equal(segd_dlq_count(d), 1);
-    segd_dlq_destroy(d);
     assert_int_equal(segd_dlq_new_file(&d, "/nonexistent-dir/x", err, sizeof(err)), SEGD_ERR_IO);
 }
 
@@ -146,7 +194,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fields),
         cmocka_unit_test(test_append_whole_values),
-        cmocka_unit_test(test_failed_write_stays_pending),
+        cmocka_unit_test(test_failed_write_is_cut_back),
+        cmocka_unit_test(test_unwritable),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
