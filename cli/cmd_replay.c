@@ -261,28 +261,6 @@ bad:
     return 2;
 }
 
-/* As segd run opens it (the config's store.* settings), read-write: a store
- * another process holds is refused by RocksDB's LOCK. */
-static segd_store_t *open_store(const segd_config_t *cfg, int64_t now_s)
-{
-    segd_store_opts_t o;
-    char err[512];
-    segd_store_t *s = NULL;
-    segd_app_store_opts(&o);
-    o.path = cfg->db;
-    o.granularity_s = cfg->granularity_s;
-    o.horizon_ms = cfg->horizon_s * 1000;
-    o.block_cache_mb = (size_t)cfg->block_cache_mb;
-    o.compaction_rate_mb = cfg->compaction_rate_mb;
-    o.periodic_compaction_s = cfg->periodic_compaction_s;
-    o.min_free_mb = cfg->min_free_mb;
-    o.gc_grace_ms = cfg->gc_grace_s * 1000;
-    o.now_ms = now_s * 1000;
-    if (segd_store_open(&s, &o, err, sizeof(err)) != SEGD_OK)
-        fprintf(stderr, "segd replay: cannot open store: %s\n", err);
-    return s;
-}
-
 typedef struct bar {
     segd_progress_t p;
     int started;
@@ -312,8 +290,10 @@ int segd_cmd_replay(int argc, char **argv)
     volatile sig_atomic_t *stop = segd_app_stop_on_signals();
     double t0 = segd_mono_s();
     segd_replay_stats_t st = {0};
-    segd_store_t *store = open_store(&a->cfg, a->now_s);
-    segd_err_t e = SEGD_ERR_STORE; /* said by open_store */
+    /* as segd run opens it (the config's store.* settings), read-write: a
+     * store another process holds is refused by RocksDB's LOCK */
+    segd_store_t *store = segd_app_open_config_store("replay", &a->cfg, a->now_s);
+    segd_err_t e = SEGD_ERR_STORE; /* said by segd_app_open_config_store */
     if (store) {
         bar_t bar = {0};
         a->o.progress = on_progress;
