@@ -9,7 +9,6 @@
 #include <jansson.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 
 #include "cli/cli.h"
 
@@ -258,15 +257,7 @@ int segd_cmd_offsets(int argc, char **argv)
                         "partition once)\n", argv[optind]);
         return SEGD_EXIT_USAGE;
     }
-    /* RocksDB would create a store where there is none */
-    char current[4096];
-    struct stat st;
-    snprintf(current, sizeof(current), "%s/CURRENT", db);
-    if (stat(current, &st)) {
-        fprintf(stderr, "segd offsets: %s is not a segd store\n", db);
-        return SEGD_EXIT_FAIL;
-    }
-    segd_store_t *s = segd_app_open_store("offsets", db, 0, 0);
+    segd_store_t *s = segd_app_open_existing_store("offsets", db, 0);
     if (!s)
         return SEGD_EXIT_FAIL;
     int rc = show ? cmd_show(s, json) : cmd_set(s, topic, parts, offs, n, force);
