@@ -158,11 +158,11 @@ static int parse_positions(const char *s, int32_t *parts, int64_t *offs, size_t 
     return *n ? 0 : -1;
 }
 
-/* Kafka's rule for topic names: 1..249 of [a-zA-Z0-9._-]. */
+/* Kafka's rule for topic names: 1..249 of [a-zA-Z0-9._-], not "." or "..". */
 static int valid_topic(const char *t)
 {
     size_t len = strlen(t);
-    return len >= 1 && len <= 249 &&
+    return len >= 1 && len <= 249 && strcmp(t, ".") && strcmp(t, "..") &&
            strspn(t, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == len;
 }
 
@@ -187,6 +187,7 @@ static int cmd_set(segd_store_t *s, const char *topic, const int32_t *parts,
             old[i] = -1;
         } else if (e) {
             fprintf(stderr, "segd offsets: %s\n", err);
+            rc = SEGD_EXIT_FAIL; /* not a usage error, whatever came before */
             goto out_old;
         }
         if (old[i] < 0 && !force) {

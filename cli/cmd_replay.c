@@ -1,8 +1,8 @@
 /* `segd replay`: applies a range of an input topic to a store through segd
  * run's checks, dead-letter queue and write path (consumer/replay.h),
  * without touching the daemon's stored input offsets. Flags here, the
- * engine in consumer/replay.c. Exit 0 all applied, 3 some dead-lettered,
- * 1 failure or interrupted, 2 usage. */
+ * engine in consumer/replay.c. Exit 0 all applied, 3 some dead-lettered (or
+ * lost to retention while replaying), 1 failure or interrupted, 2 usage. */
 #define _GNU_SOURCE
 #include <getopt.h>
 #include <inttypes.h>
@@ -64,7 +64,8 @@ static void usage(FILE *f)
         "                 changes.max.outbox, kafka.*)\n"
         "  Prints a progress bar on a terminal and always a summary line on stderr,\n"
         "  then the outbox's depth (entries `segd run` has yet to publish).\n"
-        "  Exit: 0 all applied, 3 some dead-lettered, 1 failure or interrupted, 2 usage.\n");
+        "  Exit: 0 all applied, 3 some dead-lettered or lost to retention while\n"
+        "  replaying, 1 failure or interrupted, 2 usage.\n");
 }
 
 /* --from-time / --to-time (base/timeparse.h); a bare number small enough
@@ -312,12 +313,15 @@ int segd_cmd_replay(int argc, char **argv)
     if (store)
         fprintf(stderr, "outbox: %" PRIu64 " entries not yet published (segd run publishes "
                 "them)\n", segd_store_outbox_depth(store));
+    if (st.lost)
+        fprintf(stderr, "lost: %" PRIu64 " offsets of the ranges were deleted by retention or "
+                "truncated while replaying (not applied)\n", st.lost);
     for (int i = 0; i < SEGD_DLQ_REASONS; i++)
         if (st.dlq[i])
             fprintf(stderr, "  dlq.%s=%" PRIu64 "\n", segd_dlq_reason_name(i), st.dlq[i]);
     rc = e == SEGD_ERR_CONFIG ? SEGD_EXIT_USAGE
          : e                  ? SEGD_EXIT_FAIL
-         : st.dead            ? SEGD_EXIT_PARTIAL
+         : st.dead || st.lost ? SEGD_EXIT_PARTIAL
                               : SEGD_EXIT_OK;
     if (store)
         segd_store_close(store);

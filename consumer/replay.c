@@ -19,9 +19,10 @@
 #include "transport/kconf.h"
 
 #define QUERY_TIMEOUT_MS 10000
-/* "Out of range" answers for an offset the log holds, in a row, before the
- * replay gives up: a leader change can give a few (a lagging follower). */
-#define MAX_RESETS 5
+/* "Out of range" answers for an offset the log holds are asked again with a
+ * backoff (a leader change gives them until a follower catches up) for this
+ * long since the partition last moved, then the replay gives up. */
+#define RESET_GIVE_UP_MS 60000
 
 typedef struct part {
     int32_t partition;
@@ -29,7 +30,9 @@ typedef struct part {
     int64_t next;       /* first offset not yet passed */
     int done;
     int seeking;        /* --from-time: skipping messages until one at or after it */
-    int resets;         /* out-of-range answers since next last moved */
+    int64_t reset_since;  /* monotonic ms of the first out-of-range answer since
+                           * next last moved; 0 = none */
+    int64_t reset_wait;   /* the backoff before asking again */
 } part_t;
 
 
@@ -363,7 +366,7 @@ static void pass(replay_t *r, part_t *pt, int64_t next)
         next = pt->end;
     r->pend.done += (uint64_t)(next - pt->next);
     pt->next = next;
-    pt->resets = 0;
+    pt->reset_since = 0;
     if (next < pt->end)
         return;
     pt->done = 1;
@@ -414,7 +417,7 @@ static int handle_message(replay_t *r, const rd_kafka_message_t *m)
  * log's watermarks now: the deleted part is skipped with a note (those
  * messages cannot be replayed), the partition ends if nothing of its range
  * is left, and it is assigned again where it can go on. An offset inside
- * the log is asked for again, MAX_RESETS times in a row at most. */
+ * the log is asked for again after a backoff, for RESET_GIVE_UP_MS at most. */
 static segd_err_t offset_reset(replay_t *r, const rd_kafka_message_t *m, char *errstr,
                                size_t n)
 {
@@ -435,20 +438,29 @@ static segd_err_t offset_reset(replay_t *r, const rd_kafka_message_t *m, char *e
                 "lost to retention cannot be replayed; %" PRId64 " offsets skipped%s\n",
                 r->topic, pt->partition, at, to - 1, lo, to - at,
                 to == pt->end ? ", nothing of the range is left" : "");
+        r->st->lost += (uint64_t)(to - at);
         pass(r, pt, to);
     } else if (at >= hi) {
         fprintf(stderr, "segd replay: %s [%" PRId32 "]: offset %" PRId64 " is beyond the end "
                 "of the log %" PRId64 " now (truncated): stopping there\n", r->topic,
                 pt->partition, at, hi);
+        r->st->lost += (uint64_t)(pt->end - at);
         pass(r, pt, pt->end);
-    } else if (++pt->resets > MAX_RESETS) {
+    } else if (pt->reset_since &&
+               segd_mono_ms() - pt->reset_since > RESET_GIVE_UP_MS) {
         return segd_errf(SEGD_ERR_KAFKA, errstr, n, "%s [%" PRId32 "]: offset %" PRId64
                          " is out of range though the log holds [%" PRId64 ", %" PRId64 "): %s",
                          r->topic, pt->partition, at, lo, hi, rd_kafka_message_errstr(m));
     } else {
-        fprintf(stderr, "segd replay: %s [%" PRId32 "]: offset %" PRId64 " was refused as out "
-                "of range though the log holds [%" PRId64 ", %" PRId64 "): asking again\n",
-                r->topic, pt->partition, at, lo, hi);
+        char why[256];
+        snprintf(why, sizeof(why), "%s [%" PRId32 "]: offset %" PRId64 " was refused as out "
+                 "of range though the log holds [%" PRId64 ", %" PRId64 "): asking again",
+                 r->topic, pt->partition, at, lo, hi);
+        if (!pt->reset_since) {
+            pt->reset_since = segd_mono_ms();
+            pt->reset_wait = 100;
+        }
+        pt->reset_wait = segd_backoff_wait(&r->bo, pt->reset_wait, r->o->cfg->retry_max_ms, why);
     }
     return pt->done ? SEGD_OK : assign_active(r, errstr, n);
 }

@@ -42,6 +42,8 @@ typedef struct segd_replay_stats {
     uint64_t total;      /* offsets in the ranges: sum of end - start */
     uint64_t done;       /* offsets passed (gaps of compacted topics count) */
     uint64_t retries;    /* fault waits */
+    uint64_t lost;       /* offsets of the ranges deleted (retention) or truncated
+                          * away while replaying: never applied */
 } segd_replay_stats_t;
 
 typedef struct segd_replay_opts {

@@ -37,10 +37,11 @@ struct segd_bulk {
     segd_outbox_builder_t ob;
     segd_buf_t obval, operand, record;
     uint64_t outbox_unflushed; /* outbox bytes written since its last flush */
-    uint64_t committed;        /* store writes made (outbox entries, present users'
-                                * merges): from the first on, a stop no longer ends
-                                * the load before its ingest (the deltas announce
-                                * users that only the ingest brings) */
+    uint64_t committed;        /* store writes that carried outbox entries: from the
+                                * first on, a stop no longer ends the load before its
+                                * ingest (the deltas announce users that only the
+                                * ingest brings); present users' merges alone are
+                                * exact by themselves */
     segd_sst_writer_t *w;
     char **ssts;
     size_t nssts, ssts_cap;
@@ -216,7 +217,7 @@ static segd_err_t flush_batch(segd_bulk_t *b, char *errstr, size_t n)
         segd_err_t err = segd_store_write(b->store, b->batch, errstr, n);
         if (err)
             return err;
-        b->committed++;
+        b->committed += b->ob.n_items > 0; /* deltas now announce users */
     }
     segd_batch_clear(b->batch);
     segd_outbox_builder_reset(&b->ob);
@@ -392,9 +393,9 @@ out:
         char why[512];
         snprintf(why, sizeof(why), "%s", errstr);
         segd_errf(err, errstr, n,
-                  "%s; %llu outbox entries and present users' merges were already written "
-                  "(deltas of users the store lacks until the load completes): rerun the "
-                  "same load before `segd run` publishes the outbox",
+                  "%s; %llu outbox entries were already written (deltas of users the "
+                  "store lacks until the load completes): rerun the same load before "
+                  "`segd run` publishes the outbox",
                   why, (unsigned long long)b->st.outbox_entries);
     }
     if (stats)

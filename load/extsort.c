@@ -253,7 +253,7 @@ static segd_err_t join_group(joiner_t *jn, const arena_t *a, const idx_t *idx, s
     int have_acc = 0;
     for (size_t m0 = 0; m0 < k; m0 += JOIN_FANIN) {
         size_t cnt = k - m0 < JOIN_FANIN ? k - m0 : JOIN_FANIN, r = 0;
-        if (have_acc) /* the previous steps' join: pool[JOIN_FANIN] */
+        if (have_acc) /* the previous steps' join, swapped into pool[cnt] */
             jn->refs[r++] = &jn->pool[cnt];
         for (size_t m = 0; m < cnt; m++) {
             const uint8_t *p = a->block + idx[i + m0 + m].off;

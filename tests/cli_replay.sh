@@ -232,6 +232,8 @@ set +e; "$segd" offsets set --db "$tmp/r" --topic ev 0:5,7:5 >/dev/null 2>&1; rc
 [ $rc = 2 ] || fail "offsets set of a partition never consumed: exit $rc"
 set +e; "$segd" offsets set --db "$tmp/r" --topic 'e v' 0:5 >/dev/null 2>&1; rc=$?; set -e
 [ $rc = 2 ] || fail "offsets set of a bad topic name: exit $rc"
+set +e; "$segd" offsets set --db "$tmp/r" --topic .. --force 0:5 >/dev/null 2>&1; rc=$?; set -e
+[ $rc = 2 ] || fail "offsets set of topic '..' (Kafka refuses it): exit $rc"
 cmp "$tmp/r.offs.before" <("$segd" offsets show --db "$tmp/r" --json) || fail "a refused offsets set wrote"
 "$segd" offsets set --db "$tmp/a" --topic bb --force 0:5 > "$tmp/force.out" || fail "offsets set --force"
 grep -qx "bb \[0\]: (none) -> 5" "$tmp/force.out" || fail "offsets set --force said: $(cat "$tmp/force.out")"

@@ -105,10 +105,11 @@ static void replay_through_faults(fixture_t *f, const char *policy, int faults)
     segd_store_t *s = NULL;
     assert_int_equal(segd_store_open(&s, &so, err, sizeof(err)), SEGD_OK);
 
-    rd_kafka_mock_push_request_errors(f->mcl, FETCH, faults,
-                                      RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE,
-                                      RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE,
-                                      RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE);
+    rd_kafka_resp_err_t errs[16];
+    assert_true(faults <= 16);
+    for (int i = 0; i < faults; i++)
+        errs[i] = RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE;
+    rd_kafka_mock_push_request_errors_array(f->mcl, FETCH, (size_t)faults, errs);
     segd_replay_opts_t o = {0};
     o.cfg = &cfg;
     o.from = SEGD_REPLAY_BEGINNING;
@@ -126,6 +127,7 @@ static void replay_through_faults(fixture_t *f, const char *policy, int faults)
     assert_int_equal(st.done, USERS * 50);
     assert_int_equal(st.messages, USERS * 50); /* none skipped, none read twice */
     assert_int_equal(st.events, USERS * 50);
+    assert_int_equal(st.lost, 0); /* the log held every offset it refused */
     segd_store_close(s);
     segd_config_free(&cfg);
 }
@@ -140,6 +142,13 @@ static void test_out_of_range_earliest(void **state)
     replay_through_faults(*state, "earliest", 2);
 }
 
+/* A dozen refusals in a row (a leader settling): asked again with a
+ * backoff, not given up after a handful of immediate retries. */
+static void test_out_of_range_many(void **state)
+{
+    replay_through_faults(*state, "error", 12);
+}
+
 static void test_out_of_range_error(void **state)
 {
     replay_through_faults(*state, "error", 1);
@@ -151,6 +160,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_out_of_range_latest, setup, teardown),
         cmocka_unit_test_setup_teardown(test_out_of_range_earliest, setup, teardown),
         cmocka_unit_test_setup_teardown(test_out_of_range_error, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_out_of_range_many, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
