@@ -369,8 +369,10 @@ segd_err_t segd_bulk_finish(segd_bulk_t *b, segd_bulk_stats_t *stats, char *errs
     double t1 = segd_mono_s();
     b->st.sort_s = t1 - b->t0;
     /* the SST files take about what the joined runs and the rest take,
-     * while the runs are still on the same disk */
-    if ((err = segd_store_reserve_check(b->store, xs.run_bytes + xs.remainder_bytes, errstr,
+     * while the runs are still on the same disk; with changes on, the
+     * outbox holds every user's delta again until segd run publishes it */
+    uint64_t need = (xs.run_bytes + xs.remainder_bytes) * (b->o.changes ? 2 : 1);
+    if ((err = segd_store_reserve_check(b->store, need, errstr,
                                         n)) ||
         (err = write_all(b, errstr, n)) || (err = close_sst(b, errstr, n)) ||
         (err = flush_batch(b, errstr, n)))

@@ -657,7 +657,10 @@ static void test_disk_reserve_refused(void **state)
     assert_int_equal(segd_bulk_new(&b, s, &o, err, sizeof(err)), SEGD_ERR_IO);
     assert_non_null(strstr(err, "disk nearly full"));
     segd_store_close(s);
-    /* 40 MiB of headroom above the reserve, ~80 MiB of pairs to load */
+    /* 40 MiB of headroom above the reserve, ~80 MiB of pairs to load:
+     * ~160 MiB with their outbox deltas, a margin wide enough for the other
+     * tests that write and delete files on this disk meanwhile */
+    o.changes = 1;
     s = open_store_reserve(dir, NOW, avail_mb - 40);
     segd_buf_t op = {0};
     one_entry_record(&op, 1, 1000);

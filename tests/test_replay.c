@@ -90,7 +90,8 @@ static void replay_through_faults(fixture_t *f, const char *policy, int faults)
     segd_config_t cfg;
     segd_config_init(&cfg);
     const char *const kv[] = {"brokers", rd_kafka_mock_cluster_bootstraps(f->mcl), "topics",
-                              TOPIC, "group", "g", "db", db, "batch.max.messages", "50", NULL};
+                              TOPIC, "group", "g", "db", db, "batch.max.messages", "50",
+                              "retry.max.ms", "400", NULL};
     for (size_t i = 0; kv[i]; i += 2)
         assert_int_equal(segd_config_set(&cfg, kv[i], kv[i + 1], err, sizeof(err)), SEGD_OK);
     snprintf(x, sizeof(x), "auto.offset.reset=%s", policy);
