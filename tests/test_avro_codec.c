@@ -304,6 +304,27 @@ static void test_segment_limit(void **state)
                                           sizeof(err)), SEGD_ERR_LIMIT);
         assert_string_equal(err, "more than 2 segments");
     }
+    /* in a container block (records back to back), a record over the limit is
+     * refused as a whole: the next one decodes from where it ended */
+    size_t one = buf.len, used = 0;
+    segd_buf_t second = {0};
+    sample(&ev, SEGD_OP_REMOVE, "next");
+    assert_int_equal(segd_avro_encode(c, SEGD_FRAMING_RAW, 0, &ev, &second), SEGD_OK);
+    assert_int_equal(segd_buf_append(&buf, second.data, second.len), SEGD_OK);
+    segd_buf_free(&second);
+    segd_avro_codec_set_generic_only(c, 0);
+    assert_int_equal(segd_avro_decode_local_prefix(c, buf.data, buf.len, &used, &out, err,
+                                                   sizeof(err)), SEGD_ERR_LIMIT);
+    assert_int_equal(used, one);
+    assert_true(out.n_segments <= 2); /* nothing past the limit is kept */
+    assert_int_equal(segd_avro_decode_local_prefix(c, buf.data + one, buf.len - one, &used,
+                                                   &out, err, sizeof(err)), SEGD_ERR_LIMIT);
+    lim.max_segments = 3;
+    segd_avro_codec_set_limits(c, &lim);
+    assert_int_equal(segd_avro_decode_local_prefix(c, buf.data + one, buf.len - one, &used,
+                                                   &out, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(used, buf.len - one);
+    assert_events_equal(&out, &ev);
     segd_buf_free(&buf);
     segd_event_free(&ev);
     segd_event_free(&out);

@@ -699,15 +699,18 @@ static int cur_bytes(cursor_t *c, const uint8_t **s, size_t *len)
     return 0;
 }
 
-/* 0 = ok, -1 = malformed, -2 = out of memory, -3 = more than max segments. */
+/* 0 = ok, -1 = malformed, -2 = out of memory, -3 = more than max segments.
+ * Past max the items are still read (not kept), so the cursor ends at the
+ * array's end either way: a container block's next record starts there. */
 static int fast_segments(cursor_t *c, segd_event_t *ev, size_t max)
 {
+    int over = 0;
     for (;;) {
         int64_t count, block_bytes;
         if (cur_long(c, &count))
             return -1;
         if (count == 0)
-            return 0;
+            return over ? -3 : 0;
         if (count < 0) { /* a block with its byte size */
             if (count == INT64_MIN || cur_long(c, &block_bytes) || block_bytes < 0)
                 return -1;
@@ -715,14 +718,14 @@ static int fast_segments(cursor_t *c, segd_event_t *ev, size_t max)
         }
         if (count > c->end - c->p) /* every item takes at least one byte */
             return -1;
-        if ((uint64_t)count > max - ev->n_segments)
-            return -3;
+        if (!over && (uint64_t)count > max - ev->n_segments)
+            over = 1;
         for (int64_t i = 0; i < count; i++) {
             segd_seg_update_t u;
             if (cur_long(c, &u.segment_id) || cur_int(c, &u.ttl_s) || cur_int(c, &u.flags) ||
                 cur_int(c, &u.partner_id))
                 return -1;
-            if (segd_event_add_segment(ev, &u))
+            if (!over && segd_event_add_segment(ev, &u))
                 return -2;
         }
     }
@@ -751,13 +754,13 @@ static segd_err_t fast_decode_at(cursor_t *c, size_t max_segments, segd_event_t 
     int rc = fast_segments(c, ev, max_segments);
     if (rc == -2)
         return SEGD_ERR_NOMEM;
-    if (rc == -3)
-        return segd_errf(SEGD_ERR_LIMIT, errstr, n, "more than %zu segments", max_segments);
-    if (rc || cur_long(c, &branch) || (branch != 0 && branch != 1) ||
+    if (rc == -1 || cur_long(c, &branch) || (branch != 0 && branch != 1) ||
         (branch == 1 && cur_bytes(c, &s, &slen)))
         return segd_errf(SEGD_ERR_DECODE, errstr, n, "truncated or malformed avro");
     if (branch == 1)
         snprintf(ev->source, sizeof(ev->source), "%.*s", (int)slen, (const char *)s);
+    if (rc == -3) /* the whole record was read: a prefix decode may go on after it */
+        return segd_errf(SEGD_ERR_LIMIT, errstr, n, "more than %zu segments", max_segments);
     if (too_long)
         return segd_errf(SEGD_ERR_LIMIT, errstr, n, "user_id longer than %d bytes",
                          SEGD_MAX_USER_ID);
