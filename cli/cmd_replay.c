@@ -191,18 +191,6 @@ static int apply_flag(args_t *a, int c, char *err, size_t n)
     }
 }
 
-/* Dead letters go where segd run with the same file and environment sends
- * them: dlq.topic, else the first configured topic's ".dlq" (config.c's
- * finish), fixed here before --topic replaces the topic list. */
-static int run_dlq_topic(segd_config_t *c, char *err, size_t n)
-{
-    char name[300];
-    if (c->dlq_topic || !c->n_topics)
-        return 0;
-    snprintf(name, sizeof(name), "%s.dlq", c->topics[0]);
-    return segd_config_set(c, "dlq.topic", name, err, n) ? -1 : 0;
-}
-
 /* 0 ok, 1 --help, 2 usage error (said). Flags win over the file and the
  * environment, as for segd run. */
 static int parse_args(int argc, char **argv, args_t *a)
@@ -219,9 +207,14 @@ static int parse_args(int argc, char **argv, args_t *a)
         else if (c == '?')
             return usage(stderr), 2;
     if ((file && segd_config_load_file(&a->cfg, file, err, sizeof(err))) ||
-        segd_config_load_env(&a->cfg, environ, err, sizeof(err)) ||
-        run_dlq_topic(&a->cfg, err, sizeof(err)))
+        segd_config_load_env(&a->cfg, environ, err, sizeof(err)))
         goto bad;
+    /* dead letters go where segd run's would: fixed before --topic replaces
+     * the topic list */
+    if (segd_config_default_dlq(&a->cfg)) {
+        snprintf(err, sizeof(err), "out of memory");
+        goto bad;
+    }
     optind = 1;
     while ((c = getopt_long(argc, argv, "X:", opts, NULL)) != -1) {
         int rc = apply_flag(a, c, err, sizeof(err));

@@ -343,6 +343,18 @@ static segd_err_t finish_outputs(segd_config_t *c, char *errstr, size_t n)
     return SEGD_OK;
 }
 
+segd_err_t segd_config_default_dlq(segd_config_t *c)
+{
+    if (c->dlq_topic || !c->n_topics)
+        return SEGD_OK;
+    size_t len = strlen(c->topics[0]) + 5;
+    c->dlq_topic = malloc(len);
+    if (!c->dlq_topic)
+        return SEGD_ERR_NOMEM;
+    snprintf(c->dlq_topic, len, "%s.dlq", c->topics[0]);
+    return SEGD_OK;
+}
+
 segd_err_t segd_config_finish(segd_config_t *c, char *errstr, size_t n)
 {
     const char *missing = !c->brokers ? "brokers (--brokers)"
@@ -358,12 +370,5 @@ segd_err_t segd_config_finish(segd_config_t *c, char *errstr, size_t n)
     segd_err_t err = finish_outputs(c, errstr, n);
     if (err)
         return err;
-    if (!c->dlq_topic) {
-        size_t len = strlen(c->topics[0]) + 5;
-        c->dlq_topic = malloc(len);
-        if (!c->dlq_topic)
-            return SEGD_ERR_NOMEM;
-        snprintf(c->dlq_topic, len, "%s.dlq", c->topics[0]);
-    }
-    return SEGD_OK;
+    return segd_config_default_dlq(c);
 }

@@ -75,6 +75,10 @@ segd_err_t segd_config_load_file(segd_config_t *c, const char *path, char *errst
  * SEGD_KAFKA_<NAME> sets kafka.<name> with underscores as dots. */
 segd_err_t segd_config_load_env(segd_config_t *c, char *const *envp, char *errstr,
                                 size_t errstr_size);
+/* Sets dlq.topic to the first topic + ".dlq" unless it is set or no topic
+ * is (finish calls it; segd replay calls it before --topic replaces the
+ * topics, so its dead letters go where segd run's do). */
+segd_err_t segd_config_default_dlq(segd_config_t *c);
 /* Final checks (required keys, derived defaults). */
 segd_err_t segd_config_finish(segd_config_t *c, char *errstr, size_t errstr_size);
 
