@@ -593,6 +593,19 @@ static void heap_up(source_t **h, size_t i)
     }
 }
 
+/* Moves s to its next user and back into the heap, unless it is drained. */
+static segd_err_t source_refill(segd_extsort_t *x, source_t *s, char *errstr, size_t n)
+{
+    segd_err_t err = source_advance(x, s, errstr, n);
+    if (err)
+        return err;
+    if (s->user) {
+        x->heap[x->nheap] = s;
+        heap_up(x->heap, x->nheap++);
+    }
+    return SEGD_OK;
+}
+
 /* The runs' read buffers share a quarter of the budget. */
 static segd_err_t open_sources(segd_extsort_t *x, char *errstr, size_t n)
 {
@@ -616,13 +629,9 @@ static segd_err_t open_sources(segd_extsort_t *x, char *errstr, size_t n)
             if (segd_buf_reserve(&s->buf, bufsize))
                 return segd_errf(SEGD_ERR_NOMEM, errstr, n, "out of memory");
         }
-        segd_err_t err = source_advance(x, s, errstr, n);
+        segd_err_t err = source_refill(x, s, errstr, n);
         if (err)
             return err;
-        if (s->user) {
-            x->heap[x->nheap] = s;
-            heap_up(x->heap, x->nheap++);
-        }
     }
     return SEGD_OK;
 }
@@ -652,14 +661,9 @@ segd_err_t segd_extsort_next(segd_extsort_t *x, const char **user, size_t *ulen,
     /* the sources that gave the last user move on only now: what was
      * returned points into them */
     for (size_t i = 0; i < x->npopped; i++) {
-        source_t *s = x->popped[i];
-        segd_err_t err = source_advance(x, s, errstr, n);
+        segd_err_t err = source_refill(x, x->popped[i], errstr, n);
         if (err)
             return err;
-        if (s->user) {
-            x->heap[x->nheap] = s;
-            heap_up(x->heap, x->nheap++);
-        }
     }
     x->npopped = 0;
     if (x->nheap == 0) {
