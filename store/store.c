@@ -37,6 +37,8 @@ struct segd_store {
     int read_only;
     char *path;               /* for the free-space check */
     uint64_t min_free_bytes;  /* writes wait below this much free disk */
+    int (*disk_avail)(void *ctx, const char *path, uint64_t *avail_bytes);
+    void *disk_avail_ctx;
     atomic_int broken;        /* a write failed: no more writes, no rocksdb_close */
     int64_t gc_moved_ms; /* policy time of open or of the last gc_advance */
     int64_t gc_horizon_ms; /* the largest horizon W was moved with (meta) */
@@ -340,13 +342,24 @@ int64_t segd_store_gc_watermark(segd_store_t *s)
 
 /* Writes wait while the disk is nearly full: RocksDB 7.8 cannot be trusted
  * past a failed WAL append (below), so the store stops short of one. */
+/* Free bytes under the store; 0 when unknown (nothing is then checked). */
+static int disk_avail(segd_store_t *s, uint64_t *avail)
+{
+    if (!s->min_free_bytes)
+        return 0;
+    if (s->disk_avail)
+        return s->disk_avail(s->disk_avail_ctx, s->path, avail) == 0;
+    struct statvfs fs;
+    if (statvfs(s->path, &fs))
+        return 0;
+    *avail = (uint64_t)fs.f_bavail * fs.f_frsize;
+    return 1;
+}
+
 static segd_err_t check_space(segd_store_t *s, char *errstr, size_t n)
 {
-    struct statvfs fs;
-    if (!s->min_free_bytes || statvfs(s->path, &fs))
-        return SEGD_OK;
-    uint64_t avail = (uint64_t)fs.f_bavail * fs.f_frsize;
-    if (avail >= s->min_free_bytes)
+    uint64_t avail;
+    if (!disk_avail(s, &avail) || avail >= s->min_free_bytes)
         return SEGD_OK;
     return segd_errf(SEGD_ERR_IO, errstr, n,
                      "disk nearly full: %" PRIu64 " MiB free under %s, writes wait for %" PRIu64
@@ -371,11 +384,8 @@ static segd_err_t write_failed(segd_store_t *s, char *rerr, char *errstr, size_t
 /* Extra room on top of the reserve: a bulk load asks for its SST bytes. */
 static segd_err_t check_space_for(segd_store_t *s, uint64_t extra, char *errstr, size_t n)
 {
-    struct statvfs fs;
-    if (!s->min_free_bytes || statvfs(s->path, &fs))
-        return SEGD_OK;
-    uint64_t avail = (uint64_t)fs.f_bavail * fs.f_frsize;
-    if (avail >= s->min_free_bytes + extra)
+    uint64_t avail;
+    if (!disk_avail(s, &avail) || avail >= s->min_free_bytes + extra)
         return SEGD_OK;
     return segd_errf(SEGD_ERR_IO, errstr, n,
                      "disk nearly full: %" PRIu64 " MiB free under %s, the load needs %" PRIu64
@@ -510,6 +520,8 @@ segd_err_t segd_store_open(segd_store_t **out, const segd_store_opts_t *o, char 
     s->read_only = o->read_only;
     s->filter_factory = o->filter_factory;
     s->min_free_bytes = o->min_free_mb > 0 ? (uint64_t)o->min_free_mb << 20 : 0;
+    s->disk_avail = o->disk_avail;
+    s->disk_avail_ctx = o->disk_avail_ctx;
     if (!(s->path = strdup(o->path))) {
         free(s);
         return SEGD_ERR_NOMEM;

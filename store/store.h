@@ -47,6 +47,10 @@ typedef struct segd_store_opts {
     int64_t now_ms;                /* 0 = wall clock; tests and --now set it */
     int64_t min_free_mb;           /* writes wait (SEGD_ERR_IO) below this much free
                                       disk; default 256, 0 = no check */
+    /* Free bytes on the store's file system; NULL = statvfs(path). Tests set
+     * it: a real disk shared with parallel tests moves under a threshold. */
+    int (*disk_avail)(void *ctx, const char *path, uint64_t *avail_bytes);
+    void *disk_avail_ctx;
     /* The profiles family's compaction filter factory, made for the store's
      * policy at open (compactor/ plugs itself in with segd_compactor_install);
      * NULL = no filter: dead entries then go only through full merges. */

@@ -16,7 +16,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -633,6 +632,33 @@ static void test_outbox_written_means_ingest(void **state)
     remove_dir(dir);
 }
 
+/* The disk as the store sees it: a fixed free size, so that the other tests
+ * writing and deleting files on the real disk meanwhile cannot move the
+ * outcome (they did, in CI). */
+static int fake_avail(void *ctx, const char *path, uint64_t *avail)
+{
+    (void)path;
+    *avail = *(const uint64_t *)ctx;
+    return 0;
+}
+
+static segd_store_t *open_store_fake_disk(const char *dir, int64_t min_free_mb, uint64_t *avail)
+{
+    segd_store_opts_t o;
+    segd_app_store_opts(&o);
+    o.path = dir;
+    o.now_ms = NOW;
+    o.block_cache_mb = 8;
+    o.min_free_mb = min_free_mb;
+    o.disk_avail = fake_avail;
+    o.disk_avail_ctx = avail;
+    segd_store_t *s = NULL;
+    char err[256];
+    if (segd_store_open(&s, &o, err, sizeof(err)) != SEGD_OK)
+        fail_msg("open %s: %s", dir, err);
+    return s;
+}
+
 /* Below store.min.free.mb + the SST bytes the load needs, the load is
  * refused before any file is written; below the reserve alone, at once. */
 static void test_disk_reserve_refused(void **state)
@@ -640,28 +666,19 @@ static void test_disk_reserve_refused(void **state)
     (void)state;
     char dir[64], err[256];
     make_dir(dir, sizeof(dir), "reserve");
-    /* measured with the store open as it will be: created (whose first
-     * write preallocated a WAL file) and reopened without writing */
-    segd_store_t *s = open_store(dir, NOW);
-    segd_store_close(s);
-    s = open_store(dir, NOW);
-    struct statvfs fs;
-    assert_int_equal(statvfs(dir, &fs), 0);
-    int64_t avail_mb = (int64_t)((uint64_t)fs.f_bavail * fs.f_frsize >> 20);
-    segd_store_close(s);
-    s = open_store_reserve(dir, NOW, avail_mb + 1024);
+    uint64_t avail = 1000ull << 20;
+    segd_store_t *s = open_store_fake_disk(dir, 1001, &avail);
     segd_bulk_opts_t o;
     segd_bulk_opts_default(&o);
-    o.memory_bytes = 512ull << 20; /* all in memory: the disk stays as it is */
+    o.memory_bytes = 512ull << 20; /* all in memory */
     segd_bulk_t *b = NULL;
     assert_int_equal(segd_bulk_new(&b, s, &o, err, sizeof(err)), SEGD_ERR_IO);
     assert_non_null(strstr(err, "disk nearly full"));
     segd_store_close(s);
-    /* 40 MiB of headroom above the reserve, ~80 MiB of pairs to load:
-     * ~160 MiB with their outbox deltas, a margin wide enough for the other
-     * tests that write and delete files on this disk meanwhile */
+    /* 100 MiB of headroom above the reserve, ~80 MiB of pairs to load:
+     * ~160 MiB with their outbox deltas */
     o.changes = 1;
-    s = open_store_reserve(dir, NOW, avail_mb - 40);
+    s = open_store_fake_disk(dir, 900, &avail);
     segd_buf_t op = {0};
     one_entry_record(&op, 1, 1000);
     int users = (int)((80u << 20) / op.len);
