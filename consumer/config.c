@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { K_STR, K_INT, K_TOPICS, K_FRAMING, K_RESET } key_type_t;
+typedef enum { K_STR, K_INT, K_TOPICS, K_FRAMING, K_RESET, K_PARTITIONER, K_SNAPFMT } key_type_t;
 
 typedef struct key_def {
     const char *key;
@@ -30,6 +30,7 @@ static const key_def_t keys[] = {
     {"input.schema.registry.auth", K_STR, OFF(registry_auth), 0, 0},
     {"input.schema.registry.ca", K_STR, OFF(registry_ca), 0, 0},
     {"input.offset.reset", K_RESET, 0, 0, 0},
+    {"input.partitioner", K_PARTITIONER, 0, 0, 0},
     {"batch.max.messages", K_INT, OFF(batch_max_messages), 1, 1000000},
     {"batch.max.ms", K_INT, OFF(batch_max_ms), 1, 60000},
     {"retry.max.ms", K_INT, OFF(retry_max_ms), 10, 600000},
@@ -53,6 +54,7 @@ static const key_def_t keys[] = {
     {"snapshot.buckets", K_INT, OFF(snapshot_buckets), 1, 1 << 16},
     {"snapshot.interval", K_INT, OFF(snapshot_interval_s), 0, 30 * 86400},
     {"snapshot.to", K_STR, OFF(snapshot_to), 0, 0},
+    {"snapshot.format", K_SNAPFMT, 0, 0, 0},
 };
 
 void segd_config_init(segd_config_t *c)
@@ -193,6 +195,22 @@ segd_err_t segd_config_set(segd_config_t *c, const char *key, const char *value,
                                  "input.offset.reset: '%s' is not earliest or latest", value);
             free(c->offset_reset);
             c->offset_reset = strdup(value);
+            return SEGD_OK;
+        case K_PARTITIONER:
+            if (segd_partitioner_parse(value, &c->partitioner))
+                return segd_errf(SEGD_ERR_CONFIG, errstr, n,
+                                 "input.partitioner: '%s' is not murmur2_random, "
+                                 "consistent_random or fnv1a_random",
+                                 value);
+            return SEGD_OK;
+        case K_SNAPFMT:
+            if (!strcmp(value, "avro"))
+                c->snapshot_native = 0;
+            else if (!strcmp(value, "native"))
+                c->snapshot_native = 1;
+            else
+                return segd_errf(SEGD_ERR_CONFIG, errstr, n,
+                                 "snapshot.format: '%s' is not avro or native", value);
             return SEGD_OK;
         }
     }

@@ -10,6 +10,7 @@
 
 #include "wire/avro_codec.h"
 #include "core/event.h"
+#include "core/partition.h"
 
 #define SEGD_MAX_TOPICS 16
 #define SEGD_MAX_KAFKA_PROPS 64
@@ -32,6 +33,8 @@ typedef struct segd_config {
     char *registry_ca;        /* CA file for https */
     segd_framing_t framing;   /* input.format */
     char *offset_reset;       /* earliest | latest */
+    segd_partitioner_t partitioner; /* input.partitioner: how producers key users
+                                     * to partitions (default murmur2_random) */
     int64_t batch_max_messages;
     int64_t batch_max_ms;
     int64_t retry_max_ms;     /* cap of the backoff on store/broker/registry faults */
@@ -52,6 +55,7 @@ typedef struct segd_config {
     int64_t snapshot_buckets;    /* power of two, default 32 */
     int64_t snapshot_interval_s; /* periodic export from run; 0 = off */
     char *snapshot_to;           /* directory, http(s):// or s3:// */
+    int64_t snapshot_native;     /* snapshot.format: 0 = avro (default), 1 = native */
     segd_kv_t kafka[SEGD_MAX_KAFKA_PROPS];
     size_t n_kafka;
 } segd_config_t;

@@ -81,6 +81,18 @@ static void test_errors_name_the_key(void **state)
     assert_int_equal(segd_config_set(&c, "input.format", "json", err, sizeof(err)),
                      SEGD_ERR_CONFIG);
     assert_non_null(strstr(err, "input.format"));
+    assert_int_equal(c.partitioner, SEGD_PARTITIONER_MURMUR2); /* the default */
+    assert_int_equal(segd_config_set(&c, "input.partitioner", "random", err, sizeof(err)),
+                     SEGD_ERR_CONFIG);
+    assert_non_null(strstr(err, "input.partitioner"));
+    assert_int_equal(segd_config_set(&c, "input.partitioner", "fnv1a_random", err, sizeof(err)),
+                     SEGD_OK);
+    assert_int_equal(c.partitioner, SEGD_PARTITIONER_FNV1A);
+    assert_int_equal(segd_config_set(&c, "snapshot.format", "parquet", err, sizeof(err)),
+                     SEGD_ERR_CONFIG);
+    assert_non_null(strstr(err, "snapshot.format"));
+    assert_int_equal(segd_config_set(&c, "snapshot.format", "native", err, sizeof(err)), SEGD_OK);
+    assert_int_equal(c.snapshot_native, 1);
     char *env[] = {"SEGD_NO_SUCH_THING=1", NULL};
     assert_int_equal(segd_config_load_env(&c, env, err, sizeof(err)), SEGD_ERR_CONFIG);
     assert_non_null(strstr(err, "SEGD_NO_SUCH_THING"));
