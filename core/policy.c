@@ -25,6 +25,7 @@ struct segd_policy {
     _Atomic int64_t gc_watermark; /* W; only raised */
     _Atomic int64_t gc_grace_ms;
     _Atomic int64_t gc_start_floor; /* W's start phase: refuse below this */
+    _Atomic int64_t import_floor;   /* restored state's: refuse below this */
     pthread_mutex_t retire_lock; /* serializes writers of `retired` */
 };
 
@@ -112,9 +113,18 @@ void segd_policy_set_gc_start_floor(segd_policy_t *p, int64_t floor_ms)
 
 int64_t segd_policy_ts_floor(const segd_policy_t *p)
 {
+    segd_policy_t *q = (segd_policy_t *)p;
     int64_t w = segd_policy_gc_watermark(p);
-    return w > 0 ? w + segd_policy_gc_grace_ms(p)
-                 : atomic_load(&((segd_policy_t *)p)->gc_start_floor);
+    int64_t own = w > 0 ? w + segd_policy_gc_grace_ms(p) : atomic_load(&q->gc_start_floor);
+    int64_t imported = atomic_load(&q->import_floor);
+    return own > imported ? own : imported;
+}
+
+void segd_policy_raise_import_floor(segd_policy_t *p, int64_t floor_ms)
+{
+    int64_t cur = atomic_load(&p->import_floor);
+    while (floor_ms > cur && !atomic_compare_exchange_weak(&p->import_floor, &cur, floor_ms))
+        ;
 }
 
 segd_ts_verdict_t segd_policy_check_ts(const segd_policy_t *p, int64_t ts_ms,

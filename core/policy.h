@@ -47,6 +47,10 @@ segd_ts_verdict_t segd_policy_check_ts(const segd_policy_t *p, int64_t ts_ms,
  * age are taken). */
 int64_t segd_policy_ts_floor(const segd_policy_t *p);
 void segd_policy_set_gc_start_floor(segd_policy_t *p, int64_t floor_ms);
+/* A floor taken over with restored state (a snapshot unit pruned below its
+ * store's W): the ingest floor is never below it, whatever this store's own
+ * W. Only raised; the store persists a value before it sets it here. */
+void segd_policy_raise_import_floor(segd_policy_t *p, int64_t floor_ms);
 
 /* Raises segment_id's retirement marker to before_ms (copy-on-write; readers
  * on other threads keep using the old set, freed at destroy). */

@@ -283,6 +283,7 @@ static segd_err_t open_db(segd_store_t *s, const segd_store_opts_t *o, char *err
 #define GC_START_OPEN_KEY "gc_start_open_ms"   /* and the open time it has run */
 #define GC_GRACE_KEY "gc_grace_ms"             /* the largest grace W was moved with */
 #define GC_HORIZON_KEY "gc_horizon_ms"         /* and the largest horizon */
+#define IMPORT_FLOOR_KEY "import_floor_ms"     /* restored state's ingest floor */
 
 static segd_err_t meta_get_i64(segd_store_t *s, const char *key, int64_t *out,
                                char *errstr, size_t n)
@@ -332,6 +333,10 @@ static segd_err_t load_gc_watermark(segd_store_t *s, char *errstr, size_t n)
     segd_policy_set_gc_watermark(s->policy, w);
     segd_policy_set_gc_start_floor(s->policy, floor);
     s->gc_start_floor_ms = floor;
+    int64_t imported;
+    if ((err = meta_get_i64(s, IMPORT_FLOOR_KEY, &imported, errstr, n)))
+        return err;
+    segd_policy_raise_import_floor(s->policy, imported);
     return SEGD_OK;
 }
 
@@ -484,6 +489,21 @@ segd_err_t segd_store_gc_advance(segd_store_t *s, int flags, char *errstr, size_
         (err = put_gc_meta(s, GC_WATERMARK_KEY, next, errstr, n)))
         return err;
     segd_policy_set_gc_watermark(s->policy, next);
+    return SEGD_OK;
+}
+
+segd_err_t segd_store_raise_import_floor(segd_store_t *s, int64_t floor_ms, char *errstr,
+                                         size_t n)
+{
+    if (s->read_only)
+        return segd_errf(SEGD_ERR_INVALID, errstr, n, "store opened read-only");
+    int64_t cur;
+    segd_err_t err = meta_get_i64(s, IMPORT_FLOOR_KEY, &cur, errstr, n);
+    if (err || floor_ms <= cur)
+        return err;
+    if ((err = put_gc_meta(s, IMPORT_FLOOR_KEY, floor_ms, errstr, n)))
+        return err;
+    segd_policy_raise_import_floor(s->policy, floor_ms);
     return SEGD_OK;
 }
 

@@ -1,0 +1,138 @@
+/* Restore of a snapshot unit into a store (load/restore.h). */
+#include "load/restore.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/buf.h"
+
+struct segd_restore {
+    segd_store_t *store;
+    segd_bulk_t *bulk;
+    char *topic;
+    int32_t partition;
+    int64_t next_offset;
+    segd_buf_t op;
+    segd_restore_stats_t st;
+    struct timespec t0;
+};
+
+void segd_restore_opts_default(segd_restore_opts_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->memory_bytes = 1ull << 30;
+}
+
+static segd_err_t take_markers(segd_store_t *s, const segd_restore_unit_t *u, char *errstr,
+                               size_t n)
+{
+    segd_err_t err = SEGD_OK;
+    if (u->gc_watermark_ms > 0)
+        err = segd_store_raise_import_floor(s, u->gc_watermark_ms, errstr, n);
+    for (size_t i = 0; !err && i < u->n_retirements; i++)
+        err = segd_store_retire(s, u->retirements[i].segment_id,
+                                u->retirements[i].retired_before_ms, NULL, errstr, n);
+    return err;
+}
+
+segd_err_t segd_restore_new(segd_restore_t **out, segd_store_t *store,
+                            const segd_restore_unit_t *unit, const segd_restore_opts_t *o,
+                            char *errstr, size_t n)
+{
+    *out = NULL;
+    segd_restore_t *r = calloc(1, sizeof(*r));
+    if (!r || (unit->topic && !(r->topic = strdup(unit->topic)))) {
+        free(r);
+        return segd_errf(SEGD_ERR_NOMEM, errstr, n, "restore: out of memory");
+    }
+    clock_gettime(CLOCK_MONOTONIC, &r->t0);
+    r->store = store;
+    r->partition = unit->partition;
+    r->next_offset = unit->next_offset;
+    r->st.offset_before = -1;
+    segd_bulk_opts_t bo;
+    segd_bulk_opts_default(&bo);
+    bo.memory_bytes = o->memory_bytes;
+    bo.changes = o->changes;
+    bo.stop = o->stop;
+    segd_err_t err = take_markers(store, unit, errstr, n);
+    if (!err)
+        err = segd_bulk_new(&r->bulk, store, &bo, errstr, n);
+    if (err) {
+        segd_restore_destroy(r);
+        return err;
+    }
+    *out = r;
+    return SEGD_OK;
+}
+
+segd_err_t segd_restore_add(segd_restore_t *r, const char *user, size_t user_len,
+                            const segd_profile_t *p, char *errstr, size_t n)
+{
+    r->op.len = 0;
+    segd_err_t err = segd_record_encode(p, &r->op);
+    if (err)
+        return segd_errf(err, errstr, n, "restore: cannot encode user %.*s", (int)user_len,
+                         user);
+    if (!r->op.len) /* no entries, no erase marker: nothing to hold */
+        return SEGD_OK;
+    if ((err = segd_bulk_add(r->bulk, user, user_len, r->op.data, r->op.len, p->n, errstr, n)))
+        return err;
+    r->st.users++;
+    r->st.segments += p->n;
+    return SEGD_OK;
+}
+
+/* The store's offset for the partition becomes the unit's unless the store
+ * is already further (it then holds everything the unit does, by §3). */
+static segd_err_t set_offset(segd_restore_t *r, char *errstr, size_t n)
+{
+    if (!r->topic || r->next_offset < 0)
+        return SEGD_OK;
+    int64_t cur = -1;
+    segd_err_t err = segd_store_offset_get(r->store, r->topic, r->partition, &cur, errstr, n);
+    if (err == SEGD_ERR_NOTFOUND)
+        cur = -1;
+    else if (err)
+        return err;
+    r->st.offset_before = cur;
+    if (cur >= r->next_offset)
+        return SEGD_OK;
+    segd_batch_t *b = NULL;
+    if ((err = segd_batch_new(r->store, &b)))
+        return segd_errf(err, errstr, n, "restore: out of memory");
+    segd_batch_set_offset(b, r->topic, r->partition, r->next_offset);
+    err = segd_store_write_sync(r->store, b, errstr, n);
+    segd_batch_destroy(b);
+    r->st.offset_set = !err;
+    return err;
+}
+
+segd_err_t segd_restore_finish(segd_restore_t *r, segd_restore_stats_t *stats, char *errstr,
+                               size_t n)
+{
+    segd_bulk_stats_t bs;
+    segd_err_t err = segd_bulk_finish(r->bulk, &bs, errstr, n);
+    if (!err) {
+        r->st.users_sst = bs.users_sst;
+        r->st.users_merged = bs.users_merged;
+        err = set_offset(r, errstr, n);
+    }
+    struct timespec t1;
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    r->st.seconds = (double)(t1.tv_sec - r->t0.tv_sec) + (t1.tv_nsec - r->t0.tv_nsec) / 1e9;
+    if (stats)
+        *stats = r->st;
+    return err;
+}
+
+void segd_restore_destroy(segd_restore_t *r)
+{
+    if (!r)
+        return;
+    segd_bulk_destroy(r->bulk);
+    segd_buf_free(&r->op);
+    free(r->topic);
+    free(r);
+}

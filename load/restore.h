@@ -1,0 +1,74 @@
+/* Restore (issue 11, DESIGN §7): loads one snapshot unit (the state of one
+ * input partition, exported by another instance) into a store, so that a
+ * partition assigned to an instance without its history resumes from the
+ * unit's input offset instead of replaying the input from the beginning.
+ *
+ * The unit's profiles are merge operands of the store's own join (§3), so a
+ * restore is exact whatever the store holds: users absent from the store
+ * go in as SST values, present ones are merged (load/bulk.h). Before any
+ * data, the store takes the unit's markers: its retirements, and its GC
+ * watermark as an ingest floor (segd_store_raise_import_floor), because the
+ * unit lacks the dead entries its store dropped below that W, so an older
+ * event would resurrect what they removed here while it is refused there.
+ * After the data, the partition's input offset becomes the unit's (or stays
+ * where it is if the store is already further): a crash before that point
+ * leaves no offset, and the next restore or replay repeats harmlessly.
+ *
+ * Threads: one thread per restore; nothing else may write the store between
+ * new and finish (load/bulk.h). */
+#ifndef SEGD_RESTORE_H
+#define SEGD_RESTORE_H
+
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+#include "core/record.h"
+#include "load/bulk.h"
+#include "store/store.h"
+#include "wire/change.h"
+
+/* What a unit's manifest says about the state it holds. */
+typedef struct segd_restore_unit {
+    const char *topic;       /* input topic; NULL = set no offset */
+    int32_t partition;
+    int64_t next_offset;     /* the next input offset to apply; < 0 = none */
+    int64_t gc_watermark_ms; /* the exporting store's W */
+    const segd_retirement_t *retirements;
+    size_t n_retirements;
+} segd_restore_unit_t;
+
+typedef struct segd_restore_opts {
+    uint64_t memory_bytes;       /* the sort's budget; default 1 GiB */
+    int changes;                 /* outbox deltas for the restored users; default 0:
+                                  * the exporter published them already */
+    volatile sig_atomic_t *stop; /* may be NULL */
+} segd_restore_opts_t;
+
+typedef struct segd_restore_stats {
+    uint64_t users, segments;    /* profiles added, their entries */
+    uint64_t users_sst, users_merged;
+    int offset_set;              /* the partition's offset moved to the unit's */
+    int64_t offset_before;       /* the store's offset before (-1 = none) */
+    double seconds;
+} segd_restore_stats_t;
+
+typedef struct segd_restore segd_restore_t;
+
+void segd_restore_opts_default(segd_restore_opts_t *o);
+
+/* Takes the unit's markers (retirements, import floor; synced) and starts
+ * the load. unit and its strings are copied. */
+segd_err_t segd_restore_new(segd_restore_t **out, segd_store_t *store,
+                            const segd_restore_unit_t *unit, const segd_restore_opts_t *o,
+                            char *errstr, size_t errstr_size);
+/* One profile of the unit (as a snapshot reader yields it). */
+segd_err_t segd_restore_add(segd_restore_t *r, const char *user, size_t user_len,
+                            const segd_profile_t *p, char *errstr, size_t errstr_size);
+/* Loads everything added, then sets the partition's offset. stats may be NULL. */
+segd_err_t segd_restore_finish(segd_restore_t *r, segd_restore_stats_t *stats, char *errstr,
+                               size_t errstr_size);
+void segd_restore_destroy(segd_restore_t *r);
+
+#endif
