@@ -131,9 +131,10 @@ segd_err_t segd_bulk_new(segd_bulk_t **out, segd_store_t *store, const segd_bulk
         b->o.sst_target_bytes = 256ull << 20;
     b->t0 = segd_mono_s();
     segd_outbox_builder_init(&b->ob);
-    remove_stale(segd_store_path(store));
+    if (!o->shared) /* a shared store may have another load under way */
+        remove_stale(segd_store_path(store));
     int empty = 0;
-    if ((err = segd_store_profiles_empty(store, &empty, errstr, n)) ||
+    if ((!o->shared && (err = segd_store_profiles_empty(store, &empty, errstr, n))) ||
         (err = make_dir(b, errstr, n)))
         goto out_destroy;
     b->st.store_was_empty = empty;
@@ -268,6 +269,8 @@ static segd_err_t sst_put(segd_bulk_t *b, const char *user, size_t ulen, const s
         if ((err = segd_sst_writer_open(b->store, ssts[b->nssts++], &b->w, errstr, n)))
             return err;
     }
+    if (b->o.shared)
+        return segd_sst_writer_merge(b->w, user, ulen, rec->data, rec->len, errstr, n);
     return segd_sst_writer_put(b->w, user, ulen, rec->data, rec->len, errstr, n);
 }
 
@@ -301,18 +304,27 @@ static segd_err_t write_user(segd_bulk_t *b, const char *user, size_t ulen,
 {
     int present = 0;
     segd_err_t err;
-    if (!b->st.store_was_empty &&
+    if (!b->o.shared && !b->st.store_was_empty &&
         (err = segd_store_user_present(b->store, user, ulen, &present, errstr, n)))
         return err;
     b->st.users++;
-    int operand = present || b->o.changes; /* the one the merge path would join */
+    /* the operand the merge path would join */
+    int operand = present || b->o.changes || b->o.shared;
     if (operand && (err = segd_record_encode(joined, &b->operand)))
         return segd_errf(err, errstr, n, "out of memory");
     if (b->o.changes &&
         (err = segd_outbox_add(&b->ob, user, ulen, b->operand.data, b->operand.len, NULL, 0,
                                0, 0)))
         return segd_errf(err, errstr, n, "out of memory");
-    if (present) {
+    if (b->o.shared) { /* unpruned: the store's merges prune at read and compaction */
+        if (b->operand.len == 0) {
+            b->st.users_empty++;
+            return SEGD_OK;
+        }
+        b->st.users_sst++;
+        if ((err = sst_put(b, user, ulen, &b->operand, errstr, n)))
+            return err;
+    } else if (present) {
         segd_batch_merge(b->batch, user, ulen, b->operand.data, b->operand.len);
         b->st.users_merged++;
     } else if ((err = write_new_user(b, user, ulen, joined, operand, errstr, n))) {

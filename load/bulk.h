@@ -26,8 +26,9 @@
  * for the merge path; retirements are store-wide markers that reads apply
  * to both paths. The store's lock keeps other processes out; within the
  * process nothing else may write the store between new and finish (the
- * present check and the ingest must see the same store). So no case needs
- * the whole load to go through the merge path.
+ * present check and the ingest must see the same store), unless the load
+ * is `shared` (see the option). So no case needs the whole load to go
+ * through the merge path.
  *
  * Threads: new/add/finish/destroy from one thread; the sort spills on one
  * background thread of its own. */
@@ -64,6 +65,11 @@ typedef struct segd_bulk_opts {
     segd_bulk_progress_cb progress; /* may be NULL */
     void *progress_ctx;
     volatile sig_atomic_t *stop; /* may be NULL; set: finish stops (SEGD_ERR_ABORTED) */
+    int shared;                /* other writers may write the store meanwhile (a
+                                * restore inside segd run): every user goes into the
+                                * SST files as ONE merge operand, no presence check,
+                                * which commutes with their merges (§3); no temporary
+                                * directories of other loads are removed */
 } segd_bulk_opts_t;
 
 typedef struct segd_bulk_stats {

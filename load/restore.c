@@ -56,6 +56,9 @@ segd_err_t segd_restore_new(segd_restore_t **out, segd_store_t *store,
     bo.memory_bytes = o->memory_bytes;
     bo.changes = o->changes;
     bo.stop = o->stop;
+    bo.shared = o->shared;
+    bo.progress = o->progress;
+    bo.progress_ctx = o->progress_ctx;
     segd_err_t err = take_markers(store, unit, errstr, n);
     if (!err)
         err = segd_bulk_new(&r->bulk, store, &bo, errstr, n);

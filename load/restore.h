@@ -14,8 +14,9 @@
  * where it is if the store is already further): a crash before that point
  * leaves no offset, and the next restore or replay repeats harmlessly.
  *
- * Threads: one thread per restore; nothing else may write the store between
- * new and finish (load/bulk.h). */
+ * Threads: one thread per restore, and one restore at a time per store;
+ * nothing else may write the store between new and finish unless the
+ * restore is `shared` (load/bulk.h). */
 #ifndef SEGD_RESTORE_H
 #define SEGD_RESTORE_H
 
@@ -44,6 +45,10 @@ typedef struct segd_restore_opts {
     int changes;                 /* outbox deltas for the restored users; default 0:
                                   * the exporter published them already */
     volatile sig_atomic_t *stop; /* may be NULL */
+    int shared;                  /* other writers meanwhile (segd run): see
+                                  * segd_bulk_opts_t.shared */
+    segd_bulk_progress_cb progress; /* may be NULL */
+    void *progress_ctx;
 } segd_restore_opts_t;
 
 typedef struct segd_restore_stats {

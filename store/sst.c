@@ -71,8 +71,8 @@ static int key_cmp(const uint8_t *a, size_t alen, const char *b, size_t blen)
     return c ? c : (alen > blen) - (alen < blen);
 }
 
-segd_err_t segd_sst_writer_put(segd_sst_writer_t *w, const char *key, size_t klen,
-                               const uint8_t *val, size_t vlen, char *errstr, size_t n)
+static segd_err_t add(segd_sst_writer_t *w, int merge, const char *key, size_t klen,
+                      const uint8_t *val, size_t vlen, char *errstr, size_t n)
 {
     /* RocksDB would refuse too, but segd says which key and checks before
      * anything reaches the file */
@@ -84,7 +84,10 @@ segd_err_t segd_sst_writer_put(segd_sst_writer_t *w, const char *key, size_t kle
     if (segd_buf_append(&w->last, key, klen))
         return segd_errf(SEGD_ERR_NOMEM, errstr, n, "out of memory");
     char *rerr = NULL;
-    rocksdb_sstfilewriter_put(w->w, key, klen, (const char *)val, vlen, &rerr);
+    if (merge)
+        rocksdb_sstfilewriter_merge(w->w, key, klen, (const char *)val, vlen, &rerr);
+    else
+        rocksdb_sstfilewriter_put(w->w, key, klen, (const char *)val, vlen, &rerr);
     if (rerr) {
         w->last.len = 0; /* the file is unusable: the caller drops it */
         return rocks_fail(rerr, SEGD_ERR_IO, errstr, n, "SST write");
@@ -92,6 +95,18 @@ segd_err_t segd_sst_writer_put(segd_sst_writer_t *w, const char *key, size_t kle
     w->entries++;
     w->bytes += klen + vlen;
     return SEGD_OK;
+}
+
+segd_err_t segd_sst_writer_put(segd_sst_writer_t *w, const char *key, size_t klen,
+                               const uint8_t *val, size_t vlen, char *errstr, size_t n)
+{
+    return add(w, 0, key, klen, val, vlen, errstr, n);
+}
+
+segd_err_t segd_sst_writer_merge(segd_sst_writer_t *w, const char *key, size_t klen,
+                                 const uint8_t *val, size_t vlen, char *errstr, size_t n)
+{
+    return add(w, 1, key, klen, val, vlen, errstr, n);
 }
 
 uint64_t segd_sst_writer_entries(const segd_sst_writer_t *w) { return w->entries; }

@@ -26,6 +26,11 @@ segd_err_t segd_sst_writer_open(segd_store_t *s, const char *path, segd_sst_writ
 segd_err_t segd_sst_writer_put(segd_sst_writer_t *w, const char *key, size_t klen,
                                const uint8_t *val, size_t vlen, char *errstr,
                                size_t errstr_size);
+/* The same, but key gets value as a merge operand (joined with whatever the
+ * store holds or gets meanwhile, §3): for loads beside other writers. */
+segd_err_t segd_sst_writer_merge(segd_sst_writer_t *w, const char *key, size_t klen,
+                                 const uint8_t *val, size_t vlen, char *errstr,
+                                 size_t errstr_size);
 /* Entries and key + value bytes added so far. */
 uint64_t segd_sst_writer_entries(const segd_sst_writer_t *w);
 uint64_t segd_sst_writer_bytes(const segd_sst_writer_t *w);
@@ -38,9 +43,9 @@ void segd_sst_writer_destroy(segd_sst_writer_t *w);
 
 /* Ingests finished SST files (sorted, non-overlapping) into the profiles
  * family in one atomic step, moving (hard-linking) them into the store.
- * Their keys must not be present in the store (a file's value replaces what
- * the store has: only users segd_store_user_present called absent, with no
- * writer in between). Refused like a write: SEGD_ERR_ABORTED on a broken
+ * Keys written with put must not be present in the store (a put replaces
+ * what the store has: only users segd_store_user_present called absent,
+ * with no writer in between); keys written with merge may be anywhere. Refused like a write: SEGD_ERR_ABORTED on a broken
  * store, SEGD_ERR_IO below the free-disk reserve. A failure leaves the store
  * as it was (SEGD_ERR_IO) unless RocksDB went into its error state, which
  * breaks the store as a failed batch does (SEGD_ERR_ABORTED). On success

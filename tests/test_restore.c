@@ -121,18 +121,53 @@ static int feed(void *ctx, const char *user, size_t len, const segd_profile_t *p
     return 0;
 }
 
+/* Another writer's merges, made as the ingest begins: after a load's
+ * presence checks, before its files go in (segd run's other partitions
+ * while a partition restores). */
+typedef struct {
+    segd_store_t *store;
+    uint64_t seed;
+    int users, done;
+} meanwhile_t;
+
+static void fill(segd_store_t *s, int users, int ops_per_user, uint64_t seed);
+
+static void write_meanwhile(void *ctx, segd_bulk_phase_t phase, uint64_t done, uint64_t total)
+{
+    (void)total;
+    meanwhile_t *m = ctx;
+    if (phase != SEGD_BULK_INGEST || done != 0 || m->done)
+        return;
+    m->done = 1;
+    uint64_t saved = rng;
+    fill(m->store, m->users, 1, m->seed);
+    rng = saved;
+}
+
+static segd_err_t restore_opts(segd_store_t *src, segd_store_t *dst, int64_t next_offset,
+                               int64_t w, const segd_restore_opts_t *o,
+                               segd_restore_stats_t *st, char *err, size_t n);
+
 /* Restores everything src holds as one unit of partition 3. */
 static segd_err_t restore_from(segd_store_t *src, segd_store_t *dst, int64_t next_offset,
                                int64_t w, volatile sig_atomic_t *stop,
                                segd_restore_stats_t *st, char *err, size_t n)
 {
+    segd_restore_opts_t o;
+    segd_restore_opts_default(&o);
+    o.stop = stop;
+    return restore_opts(src, dst, next_offset, w, &o, st, err, n);
+}
+
+static segd_err_t restore_opts(segd_store_t *src, segd_store_t *dst, int64_t next_offset,
+                               int64_t w, const segd_restore_opts_t *opts,
+                               segd_restore_stats_t *st, char *err, size_t n)
+{
     static const segd_retirement_t ret[] = {{7, NOW - 3 * DAY_MS}};
     segd_restore_unit_t u = {.topic = "segments", .partition = 3, .next_offset = next_offset,
                              .gc_watermark_ms = w, .retirements = ret, .n_retirements = 1};
-    segd_restore_opts_t o;
-    segd_restore_opts_default(&o);
+    segd_restore_opts_t o = *opts;
     o.memory_bytes = 256 << 10; /* spilled runs */
-    o.stop = stop;
     feed_t f = {0};
     segd_err_t e = segd_restore_new(&f.r, dst, &u, &o, err, n);
     if (e)
@@ -248,6 +283,46 @@ static void test_restore_into_present_users(void **state)
     remove_dir(dc);
 }
 
+/* Beside another writer (shared): merges made between the load's start and
+ * its ingest, for users of the unit, are joined, not replaced. Without
+ * `shared` the ingested values would hide them (the test's check). */
+static void test_restore_beside_writer(void **state)
+{
+    (void)state;
+    char da[64], db[64], dc[64], err[256];
+    make_dir(da, sizeof(da), "src");
+    make_dir(db, sizeof(db), "dst");
+    make_dir(dc, sizeof(dc), "ref");
+    segd_store_t *a = open_store(da, NOW), *b = open_store(db, NOW), *c = open_store(dc, NOW);
+    fill(a, USERS, 2, 31);
+    fill(c, USERS, 2, 31);
+    fill(c, USERS / 4, 1, 32);
+    assert_int_equal(segd_store_retire(c, 7, NOW - 3 * DAY_MS, NULL, err, sizeof(err)), 0);
+    meanwhile_t m = {b, 32, USERS / 4, 0};
+    segd_restore_opts_t o;
+    segd_restore_opts_default(&o);
+    o.shared = 1;
+    o.progress = write_meanwhile;
+    o.progress_ctx = &m;
+    segd_restore_stats_t st;
+    assert_int_equal(restore_opts(a, b, 10, 0, &o, &st, err, sizeof(err)), SEGD_OK);
+    assert_true(m.done);
+    assert_int_equal(st.users_sst, USERS);
+    assert_int_equal(compare_stores(b, c) > 0, 1);
+    /* and after full compactions fold the ingested operands in (and move
+     * W to its target in both) */
+    assert_int_equal(segd_store_compact(b, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_store_compact(c, err, sizeof(err)), SEGD_OK);
+    assert_true(segd_store_gc_watermark(b) > 0);
+    assert_true(compare_stores(b, c) > 0);
+    segd_store_close(a);
+    segd_store_close(b);
+    segd_store_close(c);
+    remove_dir(da);
+    remove_dir(db);
+    remove_dir(dc);
+}
+
 /* The unit's W is a floor for ingest here, for good; a stopped restore
  * leaves no offset (the next one repeats). */
 static void test_floor_and_stop(void **state)
@@ -290,6 +365,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_restore_equals_source),
         cmocka_unit_test(test_restore_into_present_users),
+        cmocka_unit_test(test_restore_beside_writer),
         cmocka_unit_test(test_floor_and_stop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
