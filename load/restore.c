@@ -10,9 +10,6 @@
 struct segd_restore {
     segd_store_t *store;
     segd_bulk_t *bulk;
-    char *topic;
-    int32_t partition;
-    int64_t next_offset;
     segd_buf_t op;
     segd_restore_stats_t st;
     struct timespec t0;
@@ -37,19 +34,14 @@ static segd_err_t take_markers(segd_store_t *s, const segd_restore_unit_t *u, ch
 }
 
 segd_err_t segd_restore_new(segd_restore_t **out, segd_store_t *store,
-                            const segd_restore_unit_t *unit, const segd_restore_opts_t *o,
-                            char *errstr, size_t n)
+                            const segd_restore_opts_t *o, char *errstr, size_t n)
 {
     *out = NULL;
     segd_restore_t *r = calloc(1, sizeof(*r));
-    if (!r || (unit->topic && !(r->topic = strdup(unit->topic)))) {
-        free(r);
+    if (!r)
         return segd_errf(SEGD_ERR_NOMEM, errstr, n, "restore: out of memory");
-    }
     clock_gettime(CLOCK_MONOTONIC, &r->t0);
     r->store = store;
-    r->partition = unit->partition;
-    r->next_offset = unit->next_offset;
     r->st.offset_before = -1;
     segd_bulk_opts_t bo;
     segd_bulk_opts_default(&bo);
@@ -59,9 +51,7 @@ segd_err_t segd_restore_new(segd_restore_t **out, segd_store_t *store,
     bo.shared = o->shared;
     bo.progress = o->progress;
     bo.progress_ctx = o->progress_ctx;
-    segd_err_t err = take_markers(store, unit, errstr, n);
-    if (!err)
-        err = segd_bulk_new(&r->bulk, store, &bo, errstr, n);
+    segd_err_t err = segd_bulk_new(&r->bulk, store, &bo, errstr, n);
     if (err) {
         segd_restore_destroy(r);
         return err;
@@ -89,38 +79,41 @@ segd_err_t segd_restore_add(segd_restore_t *r, const char *user, size_t user_len
 
 /* The store's offset for the partition becomes the unit's unless the store
  * is already further (it then holds everything the unit does, by §3). */
-static segd_err_t set_offset(segd_restore_t *r, char *errstr, size_t n)
+static segd_err_t set_offset(segd_restore_t *r, const segd_restore_unit_t *u, char *errstr,
+                             size_t n)
 {
-    if (!r->topic || r->next_offset < 0)
+    if (!u->topic || u->next_offset < 0)
         return SEGD_OK;
     int64_t cur = -1;
-    segd_err_t err = segd_store_offset_get(r->store, r->topic, r->partition, &cur, errstr, n);
+    segd_err_t err = segd_store_offset_get(r->store, u->topic, u->partition, &cur, errstr, n);
     if (err == SEGD_ERR_NOTFOUND)
         cur = -1;
     else if (err)
         return err;
     r->st.offset_before = cur;
-    if (cur >= r->next_offset)
+    if (cur >= u->next_offset)
         return SEGD_OK;
     segd_batch_t *b = NULL;
     if ((err = segd_batch_new(r->store, &b)))
         return segd_errf(err, errstr, n, "restore: out of memory");
-    segd_batch_set_offset(b, r->topic, r->partition, r->next_offset);
+    segd_batch_set_offset(b, u->topic, u->partition, u->next_offset);
     err = segd_store_write_sync(r->store, b, errstr, n);
     segd_batch_destroy(b);
     r->st.offset_set = !err;
     return err;
 }
 
-segd_err_t segd_restore_finish(segd_restore_t *r, segd_restore_stats_t *stats, char *errstr,
-                               size_t n)
+segd_err_t segd_restore_finish(segd_restore_t *r, const segd_restore_unit_t *unit,
+                               segd_restore_stats_t *stats, char *errstr, size_t n)
 {
     segd_bulk_stats_t bs;
-    segd_err_t err = segd_bulk_finish(r->bulk, &bs, errstr, n);
+    segd_err_t err = take_markers(r->store, unit, errstr, n);
+    if (!err)
+        err = segd_bulk_finish(r->bulk, &bs, errstr, n);
     if (!err) {
         r->st.users_sst = bs.users_sst;
         r->st.users_merged = bs.users_merged;
-        err = set_offset(r, errstr, n);
+        err = set_offset(r, unit, errstr, n);
     }
     struct timespec t1;
     clock_gettime(CLOCK_MONOTONIC, &t1);
@@ -136,6 +129,5 @@ void segd_restore_destroy(segd_restore_t *r)
         return;
     segd_bulk_destroy(r->bulk);
     segd_buf_free(&r->op);
-    free(r->topic);
     free(r);
 }

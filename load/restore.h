@@ -5,8 +5,8 @@
  *
  * The unit's profiles are merge operands of the store's own join (§3), so a
  * restore is exact whatever the store holds: users absent from the store
- * go in as SST values, present ones are merged (load/bulk.h). Before any
- * data, the store takes the unit's markers: its retirements, and its GC
+ * go in as SST values, present ones are merged (load/bulk.h). Before the
+ * data goes in, the store takes the unit's markers: its retirements, and its GC
  * watermark as an ingest floor (segd_store_raise_import_floor), because the
  * unit lacks the dead entries its store dropped below that W, so an older
  * event would resurrect what they removed here while it is refused there.
@@ -63,17 +63,17 @@ typedef struct segd_restore segd_restore_t;
 
 void segd_restore_opts_default(segd_restore_opts_t *o);
 
-/* Takes the unit's markers (retirements, import floor; synced) and starts
- * the load. unit and its strings are copied. */
+/* Starts a load (the profiles wait in its sort until finish). */
 segd_err_t segd_restore_new(segd_restore_t **out, segd_store_t *store,
-                            const segd_restore_unit_t *unit, const segd_restore_opts_t *o,
-                            char *errstr, size_t errstr_size);
+                            const segd_restore_opts_t *o, char *errstr, size_t errstr_size);
 /* One profile of the unit (as a snapshot reader yields it). */
 segd_err_t segd_restore_add(segd_restore_t *r, const char *user, size_t user_len,
                             const segd_profile_t *p, char *errstr, size_t errstr_size);
-/* Loads everything added, then sets the partition's offset. stats may be NULL. */
-segd_err_t segd_restore_finish(segd_restore_t *r, segd_restore_stats_t *stats, char *errstr,
-                               size_t errstr_size);
+/* Takes the unit's markers (retirements, import floor; synced), loads
+ * everything added, then sets the partition's offset (synced). A unit is
+ * known in full only once read and verified, hence here. stats may be NULL. */
+segd_err_t segd_restore_finish(segd_restore_t *r, const segd_restore_unit_t *unit,
+                               segd_restore_stats_t *stats, char *errstr, size_t errstr_size);
 void segd_restore_destroy(segd_restore_t *r);
 
 #endif

@@ -169,11 +169,11 @@ static segd_err_t restore_opts(segd_store_t *src, segd_store_t *dst, int64_t nex
     segd_restore_opts_t o = *opts;
     o.memory_bytes = 256 << 10; /* spilled runs */
     feed_t f = {0};
-    segd_err_t e = segd_restore_new(&f.r, dst, &u, &o, err, n);
+    segd_err_t e = segd_restore_new(&f.r, dst, &o, err, n);
     if (e)
         return e;
     assert_int_equal(segd_store_scan(src, feed, &f, err, n), SEGD_OK);
-    e = segd_restore_finish(f.r, st, err, n);
+    e = segd_restore_finish(f.r, &u, st, err, n);
     segd_restore_destroy(f.r);
     return e;
 }
@@ -341,7 +341,7 @@ static void test_floor_and_stop(void **state)
     int64_t off = 0;
     assert_int_equal(segd_store_offset_get(b, "segments", 3, &off, err, sizeof(err)),
                      SEGD_ERR_NOTFOUND);
-    /* the floor was taken first, and holds across a reopen */
+    /* the floor was taken before the data, and holds across a reopen */
     segd_store_close(b);
     b = open_store(db, NOW);
     assert_int_equal(segd_policy_check_ts(segd_store_policy(b), w - 1, -1), SEGD_TS_TOO_LATE);
