@@ -8,7 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { K_STR, K_INT, K_TOPICS, K_FRAMING, K_RESET, K_PARTITIONER, K_SNAPFMT } key_type_t;
+typedef enum { K_STR, K_INT, K_TOPICS, K_FRAMING, K_RESET, K_PARTITIONER, K_SNAPFMT,
+               K_FALLBACK } key_type_t;
 
 typedef struct key_def {
     const char *key;
@@ -55,6 +56,9 @@ static const key_def_t keys[] = {
     {"snapshot.interval", K_INT, OFF(snapshot_interval_s), 0, 30 * 86400},
     {"snapshot.to", K_STR, OFF(snapshot_to), 0, 0},
     {"snapshot.format", K_SNAPFMT, 0, 0, 0},
+    {"restore.from", K_STR, OFF(restore_from), 0, 0},
+    {"restore.fallback", K_FALLBACK, 0, 0, 0},
+    {"restore.retries", K_INT, OFF(restore_retries), 1, 1000},
 };
 
 void segd_config_init(segd_config_t *c)
@@ -75,6 +79,8 @@ void segd_config_init(segd_config_t *c)
     c->changes_enable = 1;
     c->changes_max_outbox = 100000;
     c->snapshot_buckets = 32;
+    c->restore_fallback_replay = 1;
+    c->restore_retries = 5;
 }
 
 void segd_config_free(segd_config_t *c)
@@ -93,6 +99,7 @@ void segd_config_free(segd_config_t *c)
     free(c->changes_registry_url);
     free(c->changes_compression);
     free(c->snapshot_to);
+    free(c->restore_from);
     for (size_t i = 0; i < c->n_topics; i++)
         free(c->topics[i]);
     for (size_t i = 0; i < c->n_kafka; i++) {
@@ -211,6 +218,12 @@ segd_err_t segd_config_set(segd_config_t *c, const char *key, const char *value,
             else
                 return segd_errf(SEGD_ERR_CONFIG, errstr, n,
                                  "snapshot.format: '%s' is not avro or native", value);
+            return SEGD_OK;
+        case K_FALLBACK:
+            if (strcmp(value, "replay") && strcmp(value, "wait"))
+                return segd_errf(SEGD_ERR_CONFIG, errstr, n,
+                                 "restore.fallback: '%s' is not replay or wait", value);
+            c->restore_fallback_replay = !strcmp(value, "replay");
             return SEGD_OK;
         }
     }

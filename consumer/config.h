@@ -56,6 +56,10 @@ typedef struct segd_config {
     int64_t snapshot_interval_s; /* periodic export from run; 0 = off */
     char *snapshot_to;           /* directory, http(s):// or s3:// */
     int64_t snapshot_native;     /* snapshot.format: 0 = avro (default), 1 = native */
+    char *restore_from;          /* restore a partition assigned without an offset
+                                  * from DEST/<topic>/p-PPPPP (DESIGN §7); NULL = off */
+    int64_t restore_fallback_replay; /* restore.fallback: replay (1, default) | wait */
+    int64_t restore_retries;     /* failed attempts before the fallback; default 5 */
     segd_kv_t kafka[SEGD_MAX_KAFKA_PROPS];
     size_t n_kafka;
 } segd_config_t;
