@@ -79,7 +79,8 @@ segd_err_t segd_daemon_new(segd_daemon_t **out, const segd_config_t *cfg, segd_s
         return err;
     }
     if (d->publisher) {
-        segd_pipeline_hooks_t h = {on_committed, outbox_backlog, d->publisher};
+        segd_pipeline_hooks_t h = {
+            .committed = on_committed, .backlog = outbox_backlog, .ctx = d->publisher};
         segd_pipeline_set_hooks(d->pipeline, &h);
     }
     *out = d;

@@ -34,6 +34,7 @@ typedef struct position {
 typedef struct unread {
     char topic[256];
     int32_t partition;
+    int restoring;    /* handed to the restore hook, which has not finished */
     int logged;       /* the read error was reported */
     int64_t fallback; /* where to start without a stored offset (a failed rewind's
                          message); -1 = input.offset.reset */
@@ -163,6 +164,7 @@ static unread_t *note_unread(segd_pipeline_t *p, const char *topic, int32_t part
     unread_t *u = &p->unread[p->nunread++];
     snprintf(u->topic, sizeof(u->topic), "%s", topic);
     u->partition = partition;
+    u->restoring = 0;
     u->logged = 0;
     u->fallback = fallback;
     return u;
@@ -213,12 +215,30 @@ static void rewind_to(segd_pipeline_t *p, const rd_kafka_message_t *m)
 /* Partitions whose stored offset could not be read were assigned paused;
  * each step reads again, seeks and resumes them. Only "no offset stored"
  * falls back to input.offset.reset: a read error would skip a backlog. */
+/* Whether a restoring partition is still restoring; once its restore has
+ * finished it goes on as an unread partition: its offset is in the store
+ * (restored) or absent (replay from input.offset.reset). */
+static int still_restoring(segd_pipeline_t *p, unread_t *u)
+{
+    if (!u->restoring)
+        return 0;
+    int state = p->hooks.restore_state(p->hooks.restore_ctx, u->topic, u->partition);
+    if (state == SEGD_PIPELINE_RESTORING)
+        return 1;
+    u->restoring = 0;
+    return 0;
+}
+
 static void retry_unread(segd_pipeline_t *p)
 {
     for (size_t i = 0; i < p->nunread;) {
         unread_t *u = &p->unread[i];
         char err[256];
         int64_t next;
+        if (still_restoring(p, u)) {
+            i++;
+            continue;
+        }
         segd_err_t e =
             segd_store_offset_get(p->store, u->topic, u->partition, &next, err, sizeof(err));
         if (e == SEGD_ERR_NOTFOUND) {
@@ -443,6 +463,26 @@ segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
 
 /* ---------- assignment ---------- */
 
+/* A partition without a stored offset goes to the restore hook, if any,
+ * and waits paused (as an unread partition) until the restore finished. */
+static int start_restore(segd_pipeline_t *p, const rd_kafka_topic_partition_t *tp)
+{
+    if (!p->hooks.restore_begin || is_unread(p, tp->topic, tp->partition))
+        return 0;
+    unread_t *u = note_unread(p, tp->topic, tp->partition, -1);
+    if (!u)
+        return 0;
+    if (p->hooks.restore_begin(p->hooks.restore_ctx, tp->topic, tp->partition)) {
+        p->nunread--; /* the entry just added is the last one */
+        return 0;
+    }
+    u->restoring = 1;
+    u->logged = 1;
+    fprintf(stderr, "segd: %s [%" PRId32 "] has no stored offset: restoring it from a "
+                    "snapshot unit (partition paused)\n", tp->topic, tp->partition);
+    return 1;
+}
+
 /* Starting offsets come from the store, in the assign call itself. Only
  * "no offset stored" means input.offset.reset; a partition whose offset
  * cannot be read starts paused and is retried (retry_unread). */
@@ -456,6 +496,8 @@ static void set_start_offsets(segd_pipeline_t *p, rd_kafka_topic_partition_list_
             segd_store_offset_get(p->store, tp->topic, tp->partition, &next, err, sizeof(err));
         if (e == SEGD_OK) {
             tp->offset = next;
+        } else if (e == SEGD_ERR_NOTFOUND && start_restore(p, tp)) {
+            tp->offset = RD_KAFKA_OFFSET_END; /* paused; seeked before it resumes */
         } else if (e == SEGD_ERR_NOTFOUND) {
             tp->offset = reset_offset(p);
         } else {

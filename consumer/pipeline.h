@@ -57,7 +57,19 @@ typedef struct segd_pipeline_hooks {
     uint64_t (*backlog)(void *ctx); /* unpublished outbox entries; ingest pauses
                                        while this exceeds changes.max.outbox */
     void *ctx;                      /* borrowed; must outlive the pipeline */
+    /* Restore on assignment (app/restorer.h): a partition assigned with no
+     * stored offset is handed to restore_begin (0 = taken; it then stays
+     * paused) and polled with restore_state until it says
+     * SEGD_PIPELINE_RESTORED (its offset is now in the store) or
+     * SEGD_PIPELINE_REPLAY (input.offset.reset). NULL = no restore. */
+    int (*restore_begin)(void *ctx, const char *topic, int32_t partition);
+    int (*restore_state)(void *ctx, const char *topic, int32_t partition);
+    void *restore_ctx;
 } segd_pipeline_hooks_t;
+
+#define SEGD_PIPELINE_RESTORING 0
+#define SEGD_PIPELINE_RESTORED 1
+#define SEGD_PIPELINE_REPLAY 2
 
 /* Call before the first step; h is copied. Without hooks nothing waits for
  * the change stream (the outbox is still written when changes.enable = 1). */
