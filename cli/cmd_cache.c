@@ -33,7 +33,7 @@ static void usage(FILE *f)
             "  --now: a fixed clock instead of the wall clock (tests, replays)\n"
             "  --from-beginning: tail every partition from its start, not from the\n"
             "  units' positions (slower, equally correct)\n"
-            "  /healthz answers 200 once the snapshot is loaded and the tail reached\n"
+            "  /healthz answers 200 once every unit is loaded and the tail reached\n"
             "  the change topic's end offsets seen at start. Exit 1 when the topic no\n"
             "  longer holds deltas the snapshot needs (load a newer snapshot).\n\n"
             "  --horizon-s: informational; what the cache drops is decided by the\n"
@@ -126,6 +126,7 @@ static void health(void *ctx, json_t *o)
     json_object_set_new(o, "snapshot_created_at_ms",
                         json_integer((json_int_t)cs->manifest.created_at_ms));
     json_object_set_new(o, "snapshot_load_s", json_real(cs->load_s));
+    json_object_set_new(o, "snapshot_units", json_integer((json_int_t)cs->manifest.units));
     json_object_set_new(o, "caught_up", json_boolean(ts.caught_up));
     json_object_set_new(o, "changes_applied", json_integer((json_int_t)ts.applied));
     json_object_set_new(o, "changes_skipped", json_integer((json_int_t)ts.skipped));

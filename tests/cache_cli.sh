@@ -70,6 +70,7 @@ done
 grep -q '"status":"ok"' "$tmp/health.json" || fail "healthz: $(cat "$tmp/health.json" 2>/dev/null)"
 grep -q "\"users\":$users" "$tmp/health.json" || fail "healthz users: $(cat "$tmp/health.json")"
 grep -q "loaded 4 units of events, $users users" "$tmp/cache.log" || fail "cache load: $(cat "$tmp/cache.log")"
+grep -q '"snapshot_units":4' "$tmp/health.json" || fail "healthz units: $(cat "$tmp/health.json")"
 
 compare() { # every user: cache == store at the same clock, once both caught up
   /usr/bin/python3 - "$port" "$segd" "$tmp/db" $now $users "$1" <<'PY'
