@@ -74,6 +74,7 @@ typedef struct unit {
     char url[4200];         /* DEST/<topic>/p-PPPPP */
     char staged[4400];      /* where its file is written */
     char name[64];          /* its file's final name */
+    int64_t gen;            /* in that name, and the manifest's created_at_ms */
     segd_dest_t *d;
     int lock_fd;            /* the unit directory's export lock; -1 = none */
     segd_manifest_t old;    /* the manifest it replaces (empty if none) */
@@ -246,20 +247,23 @@ static segd_err_t unit_open(exporter_t *x, unit_t *u, char *errstr, size_t n)
     int remote = is_remote(x->topic_url);
     segd_unit_dir_name(dir, sizeof(dir), u->partition);
     join_url(u->url, sizeof(u->url), x->topic_url, dir);
-    snprintf(u->name, sizeof(u->name), "%s-%" PRId64 ".avro", dir, x->gen);
+    segd_err_t err = segd_dest_open(&u->d, u->url, &x->o->dest, errstr, n);
+    if (!err && !remote)
+        err = lock_dir(u, errstr, n);
+    if (err)
+        return err;
+    read_manifest(u->d, &u->old);
+    /* a unit never reuses its previous file's name (two exports within a
+     * millisecond, or a clock stepped back): a reader of the previous
+     * manifest would find that file rewritten under it */
+    u->gen = u->old.created_at_ms >= x->gen ? u->old.created_at_ms + 1 : x->gen;
+    snprintf(u->name, sizeof(u->name), "%s-%" PRId64 ".avro", dir, u->gen);
     if (remote)
         snprintf(u->staged, sizeof(u->staged), "%s/%s", x->staging, u->name);
     else
         snprintf(u->staged, sizeof(u->staged), "%s/%s.partial", u->url, u->name);
-    segd_err_t err = segd_dest_open(&u->d, u->url, &x->o->dest, errstr, n);
-    if (!err && !remote)
-        err = lock_dir(u, errstr, n);
-    if (!err)
-        read_manifest(u->d, &u->old);
-    if (!err)
-        err = segd_ocf_writer_open_codec(&u->w, u->staged, segd_snapshot_schema_json(),
-                                         x->o->codec, x->o->level, errstr, n);
-    return err;
+    return segd_ocf_writer_open_codec(&u->w, u->staged, segd_snapshot_schema_json(),
+                                      x->o->codec, x->o->level, errstr, n);
 }
 
 /* The unit's manifest: the view's metadata, its own offset, its file. */
@@ -276,7 +280,7 @@ static segd_err_t unit_manifest(const exporter_t *x, unit_t *u, const segd_ocf_i
     m->partitions = x->plan.partitions;
     m->partitioner = x->o->partitioner;
     m->units = 1;
-    m->created_at_ms = b->created_at_ms;
+    m->created_at_ms = u->gen;
     m->now_ms = b->now_ms;
     m->horizon_ms = b->horizon_ms;
     m->gc_watermark_ms = b->gc_watermark_ms;
