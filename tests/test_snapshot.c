@@ -3,7 +3,8 @@
  * and by buckets, every user in exactly the unit of its partition
  * (core/partition.h against the manifests), what each unit manifest
  * records, a unit that cannot be written failing alone, the fold of unit
- * manifests (the minimum-position rule) and the planning rules. */
+ * manifests (the minimum-position rule), a fleet of two instances whose
+ * units make one snapshot, and the planning rules. */
 #include <fcntl.h>
 #include <inttypes.h>
 #include <setjmp.h>
@@ -288,6 +289,94 @@ static void test_failed_unit_keeps_previous(void **state)
     segd_manifest_free(&m);
 }
 
+/* One instance of a fleet: a store holding the users of its partitions of
+ * "in" (P = 4) and offsets of those partitions only. */
+static segd_store_t *instance(const char *dir, const char *name, const int32_t *own,
+                              size_t n_own, int64_t change0)
+{
+    char db[160], err[512], user[32];
+    snprintf(db, sizeof(db), "%s/%s", dir, name);
+    segd_store_opts_t o;
+    segd_app_store_opts(&o);
+    o.path = db;
+    o.now_ms = NOW_MS;
+    o.block_cache_mb = 8;
+    segd_store_t *s = NULL;
+    assert_int_equal(segd_store_open(&s, &o, err, sizeof(err)), SEGD_OK);
+    segd_profile_t p;
+    segd_buf_t buf = {0};
+    segd_batch_t *b;
+    segd_profile_init(&p);
+    assert_int_equal(segd_batch_new(s, &b), SEGD_OK);
+    for (int i = 0; i < USERS; i++) {
+        user_id(user, sizeof(user), i);
+        int32_t part = segd_partition_of(SEGD_PARTITIONER_MURMUR2, user, strlen(user), 4);
+        int ours = 0;
+        for (size_t k = 0; k < n_own; k++)
+            ours |= own[k] == part;
+        if (!ours)
+            continue;
+        segd_profile_clear(&p);
+        segd_entry_t e = {.segment_id = i, .ts_ms = NOW_MS - 1000,
+                          .expiry_s = NOW_MS / 1000 + 86400};
+        assert_int_equal(segd_profile_push(&p, &e), SEGD_OK);
+        assert_int_equal(segd_record_encode(&p, &buf), SEGD_OK);
+        segd_batch_merge(b, user, strlen(user), buf.data, buf.len);
+    }
+    for (size_t k = 0; k < n_own; k++)
+        segd_batch_set_offset(b, "in", own[k], 1000 + own[k]);
+    segd_batch_set_change_position(b, "segments.changes", 0, change0);
+    segd_batch_set_change_position(b, "segments.changes", own[1], 500 + own[1]);
+    assert_int_equal(segd_store_write(s, b, err, sizeof(err)), SEGD_OK);
+    segd_batch_destroy(b);
+    segd_buf_free(&buf);
+    segd_profile_free(&p);
+    return s;
+}
+
+/* Two instances, one owning partitions 1 and 3, the other 0 and 2, export
+ * into one destination: the second takes P = 4 from the topology the first
+ * wrote (its own offsets say 3); the four units load as one snapshot holding
+ * every user once, tailing each change partition from the minimum over the
+ * units (3 and 2, each listed by one instance's units only: from the
+ * beginning). */
+static void test_fleet_units(void **state)
+{
+    fixture_t *f = *state;
+    const int32_t own_a[] = {1, 3}, own_b[] = {0, 2};
+    segd_store_t *a = instance(f->dir, "a", own_a, 2, 90);
+    segd_store_t *b = instance(f->dir, "b", own_b, 2, 70);
+    segd_snapshot_opts_t o;
+    segd_snapshot_opts_default(&o);
+    segd_manifest_t m;
+    char err[512] = "";
+    assert_int_equal(segd_snapshot_export(a, f->snap, &o, &m, NULL, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(m.partitions, 4); /* largest stored + 1 */
+    segd_manifest_free(&m);
+    assert_int_equal(segd_snapshot_export(b, f->snap, &o, &m, NULL, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(m.partitions, 4); /* from a's topology, not 3 */
+    assert_int_equal(m.units, 2);
+    segd_manifest_free(&m);
+    segd_store_close(a);
+    segd_store_close(b);
+    seen_t s;
+    seen_init(&s, SEGD_PARTITIONER_MURMUR2, 4);
+    assert_int_equal(segd_snapshot_read(f->snap, NULL, &m, seen_cb, &s, err, sizeof(err)),
+                     SEGD_OK);
+    assert_int_equal(m.units, 4);
+    assert_int_equal(m.records, USERS);
+    assert_int_equal(m.n_inputs, 4);
+    assert_int_equal(s.twice, 0);
+    assert_int_equal(s.wrong, 0);
+    for (int i = 0; i < USERS; i++)
+        assert_true(s.unit[i] >= 0);
+    /* change partition 0: min(90, 70); 3 only in a's units, 2 only in b's: gone */
+    assert_int_equal(m.n_changes, 1);
+    assert_int_equal(m.changes[0].partition, 0);
+    assert_int_equal(m.changes[0].offset, 70);
+    segd_manifest_free(&m);
+}
+
 static void unit(segd_manifest_t *m, int32_t p, int64_t w, const int64_t *pos, size_t n)
 {
     segd_manifest_init(m);
@@ -403,6 +492,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_units_by_offsets, setup, teardown),
         cmocka_unit_test_setup_teardown(test_units_by_buckets, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failed_unit_keeps_previous, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fleet_units, setup, teardown),
         cmocka_unit_test(test_fold_min_positions),
         cmocka_unit_test(test_plan),
     };
