@@ -661,7 +661,7 @@ segd_err_t segd_pipeline_assignment(segd_pipeline_t *p, const char *topic, int32
     rd_kafka_topic_partition_list_destroy(l);
     if (!err)
         qsort(*parts, *n_parts, sizeof(**parts), cmp_i32);
-    if (!err)
+    if (!err && *n_parts) /* a broker round trip only when there is something to export */
         err = topic_partition_count(p->consumer, topic, partition_count, errstr, n);
     if (err || !*n_parts) {
         free(*parts);
