@@ -52,10 +52,10 @@ static int scan_cb(void *ctx, const char *user, size_t len, const segd_profile_t
     return 0;
 }
 
-static int load_cb(void *ctx, uint32_t bucket, const char *user, size_t len,
+static int load_cb(void *ctx, int32_t partition, const char *user, size_t len,
                    const segd_profile_t *p)
 {
-    (void)bucket;
+    (void)partition;
     return scan_cb(ctx, user, len, p);
 }
 
@@ -108,13 +108,16 @@ static int one_export(segd_store_t *s, const snap_args_t *a, int i, timing_t *t)
     segd_snapshot_opts_t o;
     segd_manifest_t m;
     segd_snapshot_opts_default(&o);
+    o.topic = "bench"; /* the store has no offsets: --buckets units of this topic */
     o.buckets = (uint32_t)a->buckets;
     o.codec = variants[i].codec;
     o.level = variants[i].level;
     snprintf(dest, sizeof(dest), "%s/snap-%d", a->dir, i);
     double t0 = segd_mono_s();
-    if (segd_snapshot_export(s, dest, &o, &m, err, sizeof(err)))
+    if (segd_snapshot_export(s, dest, &o, &m, NULL, err, sizeof(err))) {
+        segd_manifest_free(&m);
         return fail("export", err);
+    }
     double dt = segd_mono_s() - t0;
     if (t->export_s[i] == 0 || dt < t->export_s[i])
         t->export_s[i] = dt;
@@ -125,10 +128,10 @@ static int one_export(segd_store_t *s, const snap_args_t *a, int i, timing_t *t)
     return 0;
 }
 
-static int edge_cb(void *ctx, uint32_t bucket, const char *user, size_t len,
+static int edge_cb(void *ctx, int32_t partition, const char *user, size_t len,
                    const segd_profile_t *p)
 {
-    (void)bucket;
+    (void)partition;
     return segd_edge_put(ctx, user, len, p) != SEGD_OK;
 }
 
@@ -145,11 +148,10 @@ static int one_cache_load(const snap_args_t *a, int64_t now_ms, timing_t *t)
     if (segd_edge_new(&e, &eo))
         return fail("edge", "out of memory");
     double t0 = segd_mono_s();
-    int rc = segd_snapshot_manifest(src, NULL, &m, err, sizeof(err)) ||
-             segd_snapshot_load(src, NULL, &m, edge_cb, e, err, sizeof(err));
+    segd_snapshot_read_opts_t ro = {.threads = 2}; /* as segd cache */
+    int rc = segd_snapshot_read(src, &ro, &m, edge_cb, e, err, sizeof(err)) != SEGD_OK;
     double dt = segd_mono_s() - t0;
-    if (!rc)
-        segd_manifest_free(&m);
+    segd_manifest_free(&m);
     segd_edge_destroy(e);
     if (rc)
         return fail("cache load", err);
@@ -165,10 +167,12 @@ static int one_load(const snap_args_t *a, timing_t *t)
     snprintf(src, sizeof(src), "%s/snap-0", a->dir);
     memset(&t->load, 0, sizeof(t->load));
     double t0 = segd_mono_s();
-    if (segd_snapshot_manifest(src, NULL, &m, err, sizeof(err)) ||
-        segd_snapshot_load(src, NULL, &m, load_cb, &t->load, err, sizeof(err)))
-        return fail("load", err);
+    segd_err_t e = segd_snapshot_read(src, NULL, &m, load_cb, &t->load, err, sizeof(err));
     double dt = segd_mono_s() - t0;
+    if (e) {
+        segd_manifest_free(&m);
+        return fail("load", err);
+    }
     if (t->load_s == 0 || dt < t->load_s)
         t->load_s = dt;
     segd_manifest_free(&m);

@@ -1,7 +1,10 @@
-/* Consistent snapshots (DESIGN §6), the reading half: fetch a manifest
- * from a directory, http(s):// or s3:// source and load or verify its
- * bucket files (the edge cache's start, `segd snapshot verify`). Not
- * thread-safe per call; calls on different threads are independent. */
+/* Consistent snapshots (DESIGN §6), the reading half: find a snapshot's
+ * topology (SRC = DEST/<topic>, or DEST holding one topic), then load or
+ * verify every unit p-00000 .. p-(P-1) from a directory, http(s):// or
+ * s3:// source (the edge cache's start, `segd snapshot verify`), and fold
+ * their manifests into one (wire/manifest.h: per change partition the
+ * minimum position) from which a tail starts. Calls on different threads
+ * are independent. */
 #ifndef SEGD_SNAPSHOT_READ_H
 #define SEGD_SNAPSHOT_READ_H
 
@@ -11,26 +14,49 @@
 #include "core/record.h"
 #include "transport/dest.h"
 #include "wire/manifest.h"
+#include "wire/topology.h"
 
-/* Fetches and parses SRC's manifest. */
-segd_err_t segd_snapshot_manifest(const char *src_url, const segd_dest_opts_t *dopts,
-                                  segd_manifest_t *m, char *errstr, size_t errstr_size);
+/* Finds SRC's topology.json: SRC/topology.json, else (a local directory)
+ * the one subdirectory of SRC that holds one. topic_url receives the
+ * directory of the units. SEGD_ERR_NOTFOUND when there is none; SRC holding
+ * several topics is SEGD_ERR_INVALID (name one: SRC/<topic>). */
+segd_err_t segd_snapshot_topology(const char *src_url, const segd_dest_opts_t *dopts,
+                                  char *topic_url, size_t cap, segd_topology_t *t,
+                                  char *errstr, size_t errstr_size);
 
-/* Calls cb for every record of every bucket, after checking each file's size
- * and SHA-256 against the manifest and each bucket's record count; a
- * mismatch is SEGD_ERR_CORRUPT naming the file. cb == NULL only verifies.
- * The profile and user are borrowed for the call; cb returns non-zero to
- * stop (an error: SEGD_ERR_INVALID). */
-typedef int (*segd_snapshot_cb)(void *ctx, uint32_t bucket, const char *user,
+/* Called for every record of every unit after the unit's file passed its
+ * size and SHA-256 checks; partition is the unit's. The profile and user are
+ * borrowed for the call; cb returns non-zero to stop (an error:
+ * SEGD_ERR_INVALID). With threads > 1, cb runs on several threads at once. */
+typedef int (*segd_snapshot_cb)(void *ctx, int32_t partition, const char *user,
                                 size_t user_len, const segd_profile_t *p);
-segd_err_t segd_snapshot_load(const char *src_url, const segd_dest_opts_t *dopts,
-                              const segd_manifest_t *m, segd_snapshot_cb cb, void *ctx,
-                              char *errstr, size_t errstr_size);
 
-/* segd_snapshot_manifest + segd_snapshot_load, starting over (up to 3
- * times) when a file went missing or changed because a newer snapshot
- * replaced the one being read. m receives the manifest that loaded. */
-segd_err_t segd_snapshot_read(const char *src_url, const segd_dest_opts_t *dopts,
+/* One unit's outcome: m is its manifest (NULL when it failed), err/errmsg
+ * why it failed. Borrowed for the call; calls are serialised. */
+typedef struct segd_unit_report {
+    int32_t partition;
+    const segd_manifest_t *m;
+    segd_err_t err;
+    const char *errmsg;
+} segd_unit_report_t;
+
+typedef struct segd_snapshot_read_opts {
+    const segd_dest_opts_t *dest; /* NULL = defaults */
+    uint32_t threads;             /* units loaded side by side; 0 or 1 = this thread */
+    int keep_going;               /* go on after a failed unit (verify reports all) */
+    void (*on_unit)(void *ctx, const segd_unit_report_t *r); /* NULL = none */
+    void *unit_ctx;
+} segd_snapshot_read_opts_t;
+
+/* Loads (cb != NULL) or verifies (cb == NULL) every unit the topology
+ * names: each file's size and SHA-256 against its unit's manifest, each
+ * record's partition (partitioner(user_id, P) == the unit's), strict UTF-8
+ * user ids, record and entry counts, and that each unit's manifest matches
+ * the topology. A unit replaced by a newer export while it was read is read
+ * again (up to 3 times). m (initialised here; the caller frees it, whatever
+ * the result) receives the fold of the units that loaded. A missing or
+ * damaged unit is SEGD_ERR_CORRUPT naming it; o may be NULL. */
+segd_err_t segd_snapshot_read(const char *src_url, const segd_snapshot_read_opts_t *o,
                               segd_manifest_t *m, segd_snapshot_cb cb, void *ctx,
                               char *errstr, size_t errstr_size);
 

@@ -1,6 +1,8 @@
 /* Tails the change topic (DESIGN §5) into an edge table: a librdkafka
  * consumer without a group (each cache reads every partition), assigned at
- * a snapshot manifest's positions (partitions the manifest does not list,
+ * a snapshot manifest's positions (for a snapshot of units, the fold of
+ * their manifests: per change partition the minimum over the units; see
+ * wire/manifest.h) (partitions the manifest does not list,
  * or all of them with from_beginning, start at the beginning: re-joining a
  * delta is harmless). Messages that do not decode are counted and skipped;
  * they never stop the tail. A gap does: when the change topic no longer

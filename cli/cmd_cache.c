@@ -1,5 +1,6 @@
-/* `segd cache`: an edge cache. Loads a snapshot (checksums verified), tails
- * the change topic from the manifest's positions, joins deltas exactly as
+/* `segd cache`: an edge cache. Loads every unit of a snapshot (checksums
+ * verified), tails each change partition from the minimum position over the
+ * units' manifests, joins deltas exactly as
  * the store does, and answers bidders over HTTP (cache/http.h). The proof
  * that snapshot + deltas reproduce the store, and a usable cache. */
 #include <getopt.h>
@@ -24,13 +25,15 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: segd cache --snapshot SRC --brokers B --changes TOPIC\n"
             "                  [--listen HOST:PORT] [--now S] [--from-beginning]\n"
-            "                  [--horizon-s N] [-X kafka.prop=value ...]\n"
-            "  SRC: a snapshot directory, http(s):// or s3:// (segd snapshot export)\n"
+            "                  [--horizon-s N] [--load-threads N] [-X kafka.prop=value ...]\n"
+            "  SRC: DEST/<topic> of segd snapshot export (or DEST holding one topic), a\n"
+            "  directory, http(s):// or s3://; every unit p-PPPPP of its topology is loaded\n"
+            "  --load-threads: units loaded side by side (default 2)\n"
             "  --listen: default 127.0.0.1:8080; GET /v1/users/{id}, GET /healthz\n"
             "  --now: a fixed clock instead of the wall clock (tests, replays)\n"
             "  --from-beginning: tail every partition from its start, not from the\n"
-            "  manifest's positions (slower, equally correct)\n"
-            "  /healthz answers 200 once the snapshot is loaded and the tail reached\n"
+            "  units' positions (slower, equally correct)\n"
+            "  /healthz answers 200 once every unit is loaded and the tail reached\n"
             "  the change topic's end offsets seen at start. Exit 1 when the topic no\n"
             "  longer holds deltas the snapshot needs (load a newer snapshot).\n\n"
             "  --horizon-s: informational; what the cache drops is decided by the\n"
@@ -39,7 +42,7 @@ static void usage(FILE *f)
 
 typedef struct cache_args {
     const char *snapshot, *brokers, *changes, *listen;
-    int64_t now_s, horizon_s;
+    int64_t now_s, horizon_s, load_threads;
     int from_beginning;
     const char *props[2 * 32 + 1];
     size_t nprops;
@@ -73,10 +76,12 @@ static int parse(int argc, char **argv, cache_args_t *a)
                                          {"now", required_argument, 0, 'n'},
                                          {"horizon-s", required_argument, 0, 'z'},
                                          {"from-beginning", no_argument, 0, 'f'},
+                                         {"load-threads", required_argument, 0, 't'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     a->listen = "127.0.0.1:8080";
     a->horizon_s = 86400;
+    a->load_threads = 2;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "X:", opts, NULL)) != -1) {
@@ -89,6 +94,7 @@ static int parse(int argc, char **argv, cache_args_t *a)
         case 'n': bad = segd_arg_int("cache", "--now", optarg, 1, INT64_MAX / 1000, &a->now_s); break;
         case 'z': bad = segd_arg_int("cache", "--horizon-s", optarg, 0, 90 * 86400, &a->horizon_s); break;
         case 'f': a->from_beginning = 1; break;
+        case 't': bad = segd_arg_int("cache", "--load-threads", optarg, 1, 256, &a->load_threads); break;
         case 'X': bad = add_prop(a, optarg); break;
         case 'h': usage(stdout); return 1;
         default: usage(stderr); return 2;
@@ -120,6 +126,7 @@ static void health(void *ctx, json_t *o)
     json_object_set_new(o, "snapshot_created_at_ms",
                         json_integer((json_int_t)cs->manifest.created_at_ms));
     json_object_set_new(o, "snapshot_load_s", json_real(cs->load_s));
+    json_object_set_new(o, "snapshot_units", json_integer((json_int_t)cs->manifest.units));
     json_object_set_new(o, "caught_up", json_boolean(ts.caught_up));
     json_object_set_new(o, "changes_applied", json_integer((json_int_t)ts.applied));
     json_object_set_new(o, "changes_skipped", json_integer((json_int_t)ts.skipped));
@@ -131,19 +138,21 @@ static void health(void *ctx, json_t *o)
     json_object_set_new(o, "retirements", json_integer((json_int_t)es.retirements));
 }
 
-static int load_cb(void *ctx, uint32_t bucket, const char *user, size_t len,
+/* Runs on the loading threads: the edge table takes writers side by side. */
+static int load_cb(void *ctx, int32_t partition, const char *user, size_t len,
                    const segd_profile_t *p)
 {
-    (void)bucket;
+    (void)partition;
     return segd_edge_put(ctx, user, len, p) != SEGD_OK;
 }
 
-/* Manifest, retirements, every bucket into the table. */
+/* Every unit into the table, then the folded manifest's retirements and W. */
 static int load(const cache_args_t *a, cache_state_t *cs)
 {
     char err[512] = "";
     double t0 = segd_mono_s();
-    if (segd_snapshot_read(a->snapshot, NULL, &cs->manifest, load_cb, cs->edge, err,
+    segd_snapshot_read_opts_t ro = {.threads = (uint32_t)a->load_threads};
+    if (segd_snapshot_read(a->snapshot, &ro, &cs->manifest, load_cb, cs->edge, err,
                            sizeof(err)))
         goto fail;
     /* markers after the records: lookups honour them whenever they arrive */
@@ -154,7 +163,8 @@ static int load(const cache_args_t *a, cache_state_t *cs)
     /* the store's GC watermark decides what joins may drop (DESIGN §3) */
     segd_edge_raise_gc_watermark(cs->edge, cs->manifest.gc_watermark_ms);
     cs->load_s = segd_mono_s() - t0;
-    fprintf(stderr, "segd cache: loaded %" PRIu64 " users, %" PRIu64 " entries in %.2f s\n",
+    fprintf(stderr, "segd cache: loaded %u units of %s, %" PRIu64 " users, %" PRIu64
+            " entries in %.2f s\n", cs->manifest.units, cs->manifest.topic,
             cs->manifest.records, cs->manifest.segments, cs->load_s);
     return 0;
 fail:

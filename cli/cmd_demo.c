@@ -137,10 +137,10 @@ out:
     return rc;
 }
 
-static int edge_put(void *ctx, uint32_t bucket, const char *user, size_t len,
+static int edge_put(void *ctx, int32_t partition, const char *user, size_t len,
                     const segd_profile_t *p)
 {
-    (void)bucket;
+    (void)partition;
     return segd_edge_put(ctx, user, len, p) != SEGD_OK;
 }
 
@@ -195,10 +195,9 @@ static int edge_cache(const char *brokers, const char *snap, const char *db, uin
     segd_tail_opts_default(&to);
     to.brokers = brokers;
     to.from_beginning = 1;
-    if (segd_snapshot_manifest(snap, NULL, &m, err, sizeof(err)))
-        goto out_msg;
+    segd_manifest_init(&m);
     if (segd_edge_new(&e, NULL) ||
-        segd_snapshot_load(snap, NULL, &m, edge_put, e, err, sizeof(err)))
+        segd_snapshot_read(snap, NULL, &m, edge_put, e, err, sizeof(err)))
         goto out;
     double load_s = segd_mono_s() - t0;
     if (segd_tail_new(&t, e, &to, &m, err, sizeof(err)) ||
@@ -214,7 +213,6 @@ static int edge_cache(const char *brokers, const char *snap, const char *db, uin
     rc = differ == 0 ? 0 : -1;
 out:
     segd_manifest_free(&m);
-out_msg:
     if (rc && err[0])
         fprintf(stderr, "segd demo: edge cache: %s\n", err);
     segd_tail_destroy(t);
@@ -276,8 +274,9 @@ int segd_cmd_demo(int argc, char **argv)
     char *st[] = {"stats", "--db", db, NULL};
     if (run(segd_cmd_compact, cp) || run(segd_cmd_stats, st))
         goto out;
-    printf("\n== 6. a consistent snapshot for caches: bucketed Avro files + manifest.json\n");
-    char *ex[] = {"snapshot", "export", "--db", db, "--to", snap, "--buckets", "8", NULL};
+    printf("\n== 6. a consistent snapshot for caches: one unit (Avro file + manifest.json) per "
+           "input partition\n");
+    char *ex[] = {"snapshot", "export", "--db", db, "--to", snap, NULL};
     if (run(segd_cmd_snapshot, ex))
         goto out;
     printf("\n== 7. an edge cache in process: snapshot + change stream, compared with the "

@@ -89,35 +89,63 @@ bad:
 }
 
 /* Periodic snapshots run on their own thread: an export reads the whole
- * store through a RocksDB snapshot while ingestion goes on. */
+ * store through a RocksDB snapshot while ingestion goes on. Each exports
+ * the units of the input partitions this member owns at that moment (a
+ * partition revoked meanwhile still gets a whole, consistent unit). */
 typedef struct snapshotter {
     const segd_config_t *cfg;
     segd_store_t *store;
+    segd_pipeline_t *pipeline;
     pthread_mutex_t mu;
     pthread_cond_t cv;
     int stop;
     uint64_t exported, failed;
 } snapshotter_t;
 
-static void export_once(snapshotter_t *sn)
+static void export_topic(snapshotter_t *sn, const char *topic)
 {
     segd_snapshot_opts_t o;
     segd_snapshot_opts_default(&o);
-    o.buckets = (uint32_t)sn->cfg->snapshot_buckets;
-    o.changes_topic = sn->cfg->changes_topic;
-    segd_manifest_t m;
+    int32_t *parts = NULL;
     char err[512] = "";
-    double t0 = segd_mono_s();
-    if (segd_snapshot_export(sn->store, sn->cfg->snapshot_to, &o, &m, err, sizeof(err))) {
-        fprintf(stderr, "segd run: snapshot to %s failed (no manifest left): %s\n",
-                sn->cfg->snapshot_to, err);
+    if (segd_pipeline_assignment(sn->pipeline, topic, &parts, &o.n_partitions,
+                                 &o.partition_count, err, sizeof(err))) {
+        fprintf(stderr, "segd run: snapshot of %s skipped: %s\n", topic, err);
         sn->failed++;
         return;
     }
-    fprintf(stderr, "segd run: snapshot: %" PRIu64 " users, %" PRIu64 " entries -> %s in %.1f s\n",
-            m.records, m.segments, sn->cfg->snapshot_to, segd_mono_s() - t0);
+    if (!o.n_partitions) /* nothing of this topic is ours now */
+        return;
+    o.topic = topic;
+    o.partitions = parts;
+    o.partitioner = sn->cfg->partitioner;
+    o.buckets = (uint32_t)sn->cfg->snapshot_buckets;
+    o.changes_topic = sn->cfg->changes_topic;
+    segd_manifest_t m;
+    size_t failed = 0;
+    double t0 = segd_mono_s();
+    segd_err_t e = segd_snapshot_export(sn->store, sn->cfg->snapshot_to, &o, &m, &failed, err,
+                                        sizeof(err));
+    if (m.units)
+        fprintf(stderr, "segd run: snapshot: %u units of %s, %" PRIu64 " users, %" PRIu64
+                " entries -> %s in %.1f s\n", m.units, topic, m.records, m.segments,
+                sn->cfg->snapshot_to, segd_mono_s() - t0);
+    if (e)
+        fprintf(stderr, "segd run: snapshot of %s to %s: %zu of %zu units failed (their "
+                "previous units stay): %s\n", topic, sn->cfg->snapshot_to,
+                failed ? failed : o.n_partitions, o.n_partitions, err);
     segd_manifest_free(&m);
-    sn->exported++;
+    free(parts);
+    if (e)
+        sn->failed++;
+    else
+        sn->exported++;
+}
+
+static void export_once(snapshotter_t *sn)
+{
+    for (size_t i = 0; i < sn->cfg->n_topics; i++)
+        export_topic(sn, sn->cfg->topics[i]);
 }
 
 static void *snapshot_main(void *arg)
@@ -197,7 +225,7 @@ int segd_cmd_run(int argc, char **argv)
     segd_publisher_t *pub = segd_daemon_publisher(d);
     fprintf(stderr, "segd run: consuming %s as group %s into %s\n", cfg.topics[0], cfg.group,
             cfg.db);
-    snapshotter_t sn = {.cfg = &cfg, .store = store};
+    snapshotter_t sn = {.cfg = &cfg, .store = store, .pipeline = p};
     pthread_t snap_thread;
     int snapshots = cfg.snapshot_interval_s > 0;
     pthread_mutex_init(&sn.mu, NULL);

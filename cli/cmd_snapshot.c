@@ -1,8 +1,9 @@
-/* `segd snapshot export|verify`: consistent bucketed snapshots for caches
- * (DESIGN §6). Export opens the store read-only, so it runs beside a live
+/* `segd snapshot export|verify`: consistent per-partition snapshot units
+ * for caches and restores (DESIGN §6). Export opens the store read-only, so it runs beside a live
  * `segd run`; verify's exit status says whether SRC holds a whole snapshot. */
 #include <getopt.h>
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
@@ -10,30 +11,102 @@
 #include "cache/snapshot_read.h"
 #include "publisher/snapshot.h"
 #include "base/clock.h"
+#include "consumer/config.h"
 
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: segd snapshot export --db DIR --to DEST [--buckets 32] [--now S]\n"
-            "                            [--changes-topic T] [--codec deflate] [--level 1]\n"
-            "                            [--horizon-s 86400]\n"
+            "usage: segd snapshot export --db DIR --to DEST [--topic T] [--partitions P,...]\n"
+            "                            [--partition-count P] [--buckets 32]\n"
+            "                            [--partitioner murmur2_random] [--config FILE]\n"
+            "                            [--now S] [--changes-topic T] [--codec deflate]\n"
+            "                            [--level 1] [--horizon-s 86400]\n"
             "       segd snapshot verify SRC\n"
             "  DEST/SRC: a directory, http(s)://host/path (PUT/GET) or s3://bucket/prefix\n"
             "  (credentials from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN,\n"
             "  AWS_REGION; SEGD_S3_ENDPOINT for an S3-compatible server)\n"
-            "  --buckets: a power of two; --codec: deflate (every Avro reader), zstandard\n"
-            "  (smaller and faster; Java, Python with zstandard, Rust, Go) or null;\n"
-            "  --level: the codec's level (deflate 1-9, zstandard 1-19)\n"
+            "  A snapshot is one unit per input partition: DEST/<topic>/p-PPPPP/ (manifest.json\n"
+            "  + Avro container file) and DEST/<topic>/topology.json. verify SRC: DEST/<topic>,\n"
+            "  or DEST holding one topic.\n"
+            "  --topic: the input topic (default: the --config's first topic, else the only\n"
+            "  topic the store holds offsets for)\n"
+            "  --partitions: the units to export (default: every partition the store holds an\n"
+            "  offset for; all P for a store without offsets)\n"
+            "  --partition-count: P (default: the DEST's topology.json when above every stored\n"
+            "  partition, else the largest stored partition + 1; --buckets without offsets)\n"
+            "  --buckets: P for a store without offsets (filled by backfill; any count\n"
+            "  1-65536; default: the --config's snapshot.buckets, else 32)\n"
+            "  --partitioner: the producers' key partitioner: murmur2_random (Java default),\n"
+            "  consistent_random (librdkafka default) or fnv1a_random (default: the\n"
+            "  --config's input.partitioner, else murmur2_random)\n"
+            "  --codec: deflate (every Avro reader), zstandard (smaller and faster; Java,\n"
+            "  Python with zstandard, Rust, Go) or null; --level: the codec's level\n"
+            "  (deflate 1-9, zstandard 1-19)\n"
             "  --horizon-s: the store's late-arrival horizon (store.horizon.s of segd run):\n"
             "  dead entries younger than it are kept in the snapshot\n"
-            "  --changes-topic: whose acknowledged positions the manifest lists\n"
-            "  (default segments.changes)\n");
+            "  --changes-topic: whose acknowledged positions the manifests list\n"
+            "  (default: the --config's changes.topic, else segments.changes)\n");
 }
 
-static int export_cmd(int argc, char **argv)
+/* "0,3,7" into a malloc'd array. */
+static int parse_partitions(const char *s, int32_t **out, size_t *n)
+{
+    size_t cap = 1;
+    for (const char *c = s; *c; c++)
+        cap += *c == ',';
+    int32_t *a = malloc(cap * sizeof(*a));
+    char *copy = strdup(s), *save = NULL;
+    int bad = !a || !copy;
+    *n = 0;
+    for (char *tok = copy ? strtok_r(copy, ",", &save) : NULL; tok && !bad;
+         tok = strtok_r(NULL, ",", &save)) {
+        int64_t v;
+        bad = segd_arg_int("snapshot", "--partitions", tok, 0, 99999, &v);
+        if (!bad)
+            a[(*n)++] = (int32_t)v;
+    }
+    free(copy);
+    if (bad || !*n) {
+        free(a);
+        return -1;
+    }
+    free(*out);
+    *out = a;
+    return 0;
+}
+
+typedef struct export_args {
+    segd_snapshot_opts_t o;
+    const char *db, *to, *config, *partitioner;
+    int64_t buckets, partition_count, now_s, level, horizon_s;
+    int buckets_given;
+    int32_t *partitions;
+    segd_config_t cfg;
+} export_args_t;
+
+static int parse_codec(const char *s, segd_snapshot_opts_t *o)
+{
+    if (!strcmp(s, "deflate"))
+        o->codec = SEGD_OCF_DEFLATE;
+    else if (!strcmp(s, "zstandard"))
+        o->codec = SEGD_OCF_ZSTANDARD;
+    else if (!strcmp(s, "null"))
+        o->codec = SEGD_OCF_NULL;
+    else
+        return 1;
+    return 0;
+}
+
+/* 0 = parsed, 1 = --help, 2 = usage error. */
+static int parse_export(int argc, char **argv, export_args_t *a)
 {
     static const struct option opts[] = {{"db", required_argument, 0, 'd'},
                                          {"to", required_argument, 0, 't'},
+                                         {"topic", required_argument, 0, 'T'},
+                                         {"partitions", required_argument, 0, 'p'},
+                                         {"partition-count", required_argument, 0, 'P'},
+                                         {"partitioner", required_argument, 0, 'r'},
+                                         {"config", required_argument, 0, 'C'},
                                          {"buckets", required_argument, 0, 'b'},
                                          {"now", required_argument, 0, 'n'},
                                          {"changes-topic", required_argument, 0, 'c'},
@@ -42,79 +115,147 @@ static int export_cmd(int argc, char **argv)
                                          {"horizon-s", required_argument, 0, 'z'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    segd_snapshot_opts_t o;
-    segd_snapshot_opts_default(&o);
-    const char *db = NULL, *to = NULL;
-    int64_t buckets = o.buckets, now_s = 0, level = o.level, horizon_s = 86400;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         int bad = 0;
         switch (c) {
-        case 'd': db = optarg; break;
-        case 't': to = optarg; break;
-        case 'b': bad = segd_arg_int("snapshot", "--buckets", optarg, 1, 65536, &buckets); break;
-        case 'n': bad = segd_arg_int("snapshot", "--now", optarg, 1, INT64_MAX / 1000, &now_s); break;
-        case 'c': o.changes_topic = optarg; break;
-        case 'l': bad = segd_arg_int("snapshot", "--level", optarg, 0, 19, &level); break;
-        case 'z':
-            bad = segd_arg_int("snapshot", "--horizon-s", optarg, 0, 90 * 86400, &horizon_s);
+        case 'd': a->db = optarg; break;
+        case 't': a->to = optarg; break;
+        case 'T': a->o.topic = optarg; break;
+        case 'p': bad = parse_partitions(optarg, &a->partitions, &a->o.n_partitions); break;
+        case 'P': bad = segd_arg_int("snapshot", "--partition-count", optarg, 1, 100000, &a->partition_count); break;
+        case 'r': a->partitioner = optarg; break;
+        case 'C': a->config = optarg; break;
+        case 'b':
+            bad = segd_arg_int("snapshot", "--buckets", optarg, 1, 65536, &a->buckets);
+            a->buckets_given = 1;
             break;
-        case 'x':
-            if (!strcmp(optarg, "deflate"))
-                o.codec = SEGD_OCF_DEFLATE;
-            else if (!strcmp(optarg, "zstandard"))
-                o.codec = SEGD_OCF_ZSTANDARD;
-            else if (!strcmp(optarg, "null"))
-                o.codec = SEGD_OCF_NULL;
-            else
-                bad = 1;
-            break;
-        case 'h': usage(stdout); return SEGD_EXIT_OK;
-        default: usage(stderr); return SEGD_EXIT_USAGE;
+        case 'n': bad = segd_arg_int("snapshot", "--now", optarg, 1, INT64_MAX / 1000, &a->now_s); break;
+        case 'c': a->o.changes_topic = optarg; break;
+        case 'l': bad = segd_arg_int("snapshot", "--level", optarg, 0, 19, &a->level); break;
+        case 'z': bad = segd_arg_int("snapshot", "--horizon-s", optarg, 0, 90 * 86400, &a->horizon_s); break;
+        case 'x': bad = parse_codec(optarg, &a->o); break;
+        case 'h': usage(stdout); return 1;
+        default: usage(stderr); return 2;
         }
-        if (bad)
-            return SEGD_EXIT_USAGE;
+        if (bad) {
+            fprintf(stderr, "segd snapshot export: bad %s\n", argv[optind - 1]);
+            return 2;
+        }
     }
-    if (!db || !to || optind < argc || (buckets & (buckets - 1))) {
-        fprintf(stderr, "segd snapshot export: --db and --to are required; --buckets must be "
-                        "a power of two\n");
-        return SEGD_EXIT_USAGE;
+    if (!a->db || !a->to || optind < argc) {
+        fprintf(stderr, "segd snapshot export: --db and --to are required\n");
+        return 2;
     }
-    o.buckets = (uint32_t)buckets;
-    o.level = (int)level;
-    if (level == 0)
-        o.codec = SEGD_OCF_NULL;
-    o.progress = isatty(2);
+    return 0;
+}
+
+/* The config's topic, partitioner and change topic as defaults, then the
+ * flags; the options point into a (and its config). */
+static int resolve_export(export_args_t *a)
+{
+    char err[512];
+    int from_config = a->config != NULL;
+    if (from_config && segd_config_load_file(&a->cfg, a->config, err, sizeof(err))) {
+        fprintf(stderr, "segd snapshot export: %s\n", err);
+        return 2;
+    }
+    if (from_config && !a->o.topic && a->cfg.n_topics)
+        a->o.topic = a->cfg.topics[0];
+    if (from_config && !a->o.changes_topic)
+        a->o.changes_topic = a->cfg.changes_topic;
+    if (from_config && !a->buckets_given)
+        a->buckets = a->cfg.snapshot_buckets;
+    if (!a->o.changes_topic)
+        a->o.changes_topic = "segments.changes";
+    a->o.partitioner = from_config ? a->cfg.partitioner : SEGD_PARTITIONER_MURMUR2;
+    if (a->partitioner && segd_partitioner_parse(a->partitioner, &a->o.partitioner)) {
+        fprintf(stderr, "segd snapshot export: --partitioner %s: not murmur2_random, "
+                        "consistent_random or fnv1a_random\n", a->partitioner);
+        return 2;
+    }
+    a->o.partitions = a->partitions;
+    a->o.buckets = (uint32_t)a->buckets;
+    a->o.partition_count = (int32_t)a->partition_count;
+    a->o.level = (int)a->level;
+    if (a->level == 0)
+        a->o.codec = SEGD_OCF_NULL;
+    a->o.progress = isatty(2);
+    return 0;
+}
+
+static void print_export(const export_args_t *a, const segd_manifest_t *m, double dt)
+{
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < m->n_files; i++)
+        bytes += m->files[i].bytes;
+    printf("snapshot: %u units of %s (%d partitions, %s), %" PRIu64 " users, %" PRIu64
+           " entries, %" PRIu64 " bytes in %.2f s -> %s/%s\n",
+           m->units, m->topic ? m->topic : "?", (int)m->partitions,
+           segd_partitioner_name(m->partitioner), m->records, m->segments, bytes, dt, a->to,
+           m->topic ? m->topic : "");
+}
+
+static int run_export(export_args_t *a)
+{
     segd_store_opts_t so;
     segd_app_store_opts(&so);
-    so.path = db;
+    so.path = a->db;
     so.read_only = 1;
-    so.now_ms = now_s * 1000;
-    so.horizon_ms = horizon_s * 1000;
+    so.now_ms = a->now_s * 1000;
+    so.horizon_ms = a->horizon_s * 1000;
     segd_store_t *s = NULL;
-    char oerr[512];
-    if (segd_store_open(&s, &so, oerr, sizeof(oerr))) {
-        fprintf(stderr, "segd snapshot export: cannot open store: %s\n", oerr);
+    char err[512] = "";
+    if (segd_store_open(&s, &so, err, sizeof(err))) {
+        fprintf(stderr, "segd snapshot export: cannot open store: %s\n", err);
         return SEGD_EXIT_FAIL;
     }
     segd_manifest_t m;
-    char err[512] = "";
+    size_t failed = 0;
     double t0 = segd_mono_s();
-    segd_err_t e = segd_snapshot_export(s, to, &o, &m, err, sizeof(err));
+    segd_err_t e = segd_snapshot_export(s, a->to, &a->o, &m, &failed, err, sizeof(err));
     segd_store_close(s);
-    if (e) {
-        fprintf(stderr, "segd snapshot export: %s (no manifest written)\n", err);
-        return SEGD_EXIT_FAIL;
-    }
-    uint64_t bytes = 0;
-    for (size_t i = 0; i < m.n_files; i++)
-        bytes += m.files[i].bytes;
-    printf("snapshot: %" PRIu64 " users, %" PRIu64 " entries, %u buckets, %" PRIu64
-           " bytes in %.2f s -> %s\n",
-           m.records, m.segments, m.buckets, bytes, segd_mono_s() - t0, to);
+    if (m.units)
+        print_export(a, &m, segd_mono_s() - t0);
     segd_manifest_free(&m);
-    return SEGD_EXIT_OK;
+    if (!e)
+        return SEGD_EXIT_OK;
+    if (failed)
+        fprintf(stderr, "segd snapshot export: %zu units failed (their previous units stay): "
+                        "%s\n", failed, err);
+    else
+        fprintf(stderr, "segd snapshot export: %s\n", err);
+    return e == SEGD_ERR_CONFIG ? SEGD_EXIT_USAGE : SEGD_EXIT_FAIL;
+}
+
+static int export_cmd(int argc, char **argv)
+{
+    export_args_t a;
+    memset(&a, 0, sizeof(a));
+    segd_snapshot_opts_default(&a.o);
+    a.o.changes_topic = NULL; /* decided by resolve_export */
+    a.buckets = a.o.buckets;
+    a.level = a.o.level;
+    a.horizon_s = 86400;
+    segd_config_init(&a.cfg);
+    int rc = parse_export(argc, argv, &a);
+    if (!rc)
+        rc = resolve_export(&a);
+    rc = rc == 1 ? SEGD_EXIT_OK : rc ? SEGD_EXIT_USAGE : run_export(&a);
+    free(a.partitions);
+    segd_config_free(&a.cfg);
+    return rc;
+}
+
+static void verify_unit(void *ctx, const segd_unit_report_t *r)
+{
+    (void)ctx;
+    if (r->m)
+        printf("p-%05d: valid: %" PRIu64 " users, %" PRIu64 " entries, created_at_ms=%" PRId64
+               "\n", (int)r->partition, r->m->records, r->m->segments, r->m->created_at_ms);
+    else
+        printf("p-%05d: invalid: %s\n", (int)r->partition, r->errmsg);
 }
 
 static int verify_cmd(int argc, char **argv)
@@ -127,14 +268,17 @@ static int verify_cmd(int argc, char **argv)
     char err[512] = "";
     segd_dest_opts_t d;
     segd_dest_opts_default(&d);
-    segd_err_t e = segd_snapshot_read(argv[1], &d, &m, NULL, NULL, err, sizeof(err));
+    segd_snapshot_read_opts_t ro = {.dest = &d, .keep_going = 1, .on_unit = verify_unit};
+    segd_err_t e = segd_snapshot_read(argv[1], &ro, &m, NULL, NULL, err, sizeof(err));
     if (e) {
         printf("invalid: %s\n", err);
         if (!err[0] || e != SEGD_ERR_CORRUPT)
             fprintf(stderr, "segd snapshot verify: %s\n", segd_err_str(e));
     } else {
-        printf("valid: %" PRIu64 " users, %" PRIu64 " entries in %zu files, created_at_ms=%" PRId64
-               "\n", m.records, m.segments, m.n_files, m.created_at_ms);
+        printf("valid: %s, %u units (%d partitions, %s), %" PRIu64 " users, %" PRIu64
+               " entries in %zu files, oldest created_at_ms=%" PRId64 "\n",
+               m.topic, m.units, (int)m.partitions, segd_partitioner_name(m.partitioner),
+               m.records, m.segments, m.n_files, m.created_at_ms);
     }
     segd_manifest_free(&m);
     return e ? SEGD_EXIT_FAIL : SEGD_EXIT_OK;

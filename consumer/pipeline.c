@@ -658,6 +658,60 @@ int segd_pipeline_assigned(segd_pipeline_t *p)
     return n;
 }
 
+static int cmp_i32(const void *a, const void *b)
+{
+    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+static segd_err_t topic_partition_count(rd_kafka_t *rk, const char *topic, int32_t *count,
+                                        char *errstr, size_t n)
+{
+    rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
+    const struct rd_kafka_metadata *md = NULL;
+    rd_kafka_resp_err_t kerr = rkt ? rd_kafka_metadata(rk, 0, rkt, &md, 10000)
+                                   : RD_KAFKA_RESP_ERR__INVALID_ARG;
+    if (!kerr && (md->topic_cnt != 1 || md->topics[0].err))
+        kerr = md->topic_cnt == 1 ? md->topics[0].err : RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC;
+    if (!kerr)
+        *count = md->topics[0].partition_cnt;
+    if (md)
+        rd_kafka_metadata_destroy(md);
+    if (rkt)
+        rd_kafka_topic_destroy(rkt);
+    return kerr ? segd_errf(SEGD_ERR_KAFKA, errstr, n, "metadata of %s: %s", topic,
+                            rd_kafka_err2str(kerr))
+                : SEGD_OK;
+}
+
+segd_err_t segd_pipeline_assignment(segd_pipeline_t *p, const char *topic, int32_t **parts,
+                                    size_t *n_parts, int32_t *partition_count,
+                                    char *errstr, size_t n)
+{
+    rd_kafka_topic_partition_list_t *l = NULL;
+    *parts = NULL;
+    *n_parts = 0;
+    if (!p->consumer || rd_kafka_assignment(p->consumer, &l))
+        return segd_errf(SEGD_ERR_KAFKA, errstr, n, "no assignment to read");
+    segd_err_t err = SEGD_OK;
+    *parts = malloc(((size_t)l->cnt + 1) * sizeof(**parts));
+    if (!*parts)
+        err = segd_errf(SEGD_ERR_NOMEM, errstr, n, "out of memory");
+    for (int i = 0; !err && i < l->cnt; i++)
+        if (!strcmp(l->elems[i].topic, topic))
+            (*parts)[(*n_parts)++] = l->elems[i].partition;
+    rd_kafka_topic_partition_list_destroy(l);
+    if (!err)
+        qsort(*parts, *n_parts, sizeof(**parts), cmp_i32);
+    if (!err && *n_parts) /* a broker round trip only when there is something to export */
+        err = topic_partition_count(p->consumer, topic, partition_count, errstr, n);
+    if (err || !*n_parts) {
+        free(*parts);
+        *parts = NULL;
+    }
+    return err;
+}
+
 static int joined(segd_pipeline_t *p)
 {
     char *member = rd_kafka_memberid(p->consumer);

@@ -78,6 +78,16 @@ void segd_pipeline_set_hooks(segd_pipeline_t *p, const segd_pipeline_hooks_t *h)
 /* Partitions currently assigned to this member (thread-safe; -1 on error). */
 int segd_pipeline_assigned(segd_pipeline_t *p);
 
+/* The partitions of topic assigned to this member now, ascending, in
+ * *parts (malloc'd, freed by the caller; NULL when none), and, when there
+ * are some, the topic's partition count from the broker's metadata (left
+ * as it was otherwise): what periodic snapshot units
+ * are made of (DESIGN §6). Thread-safe, as segd_pipeline_assigned;
+ * SEGD_ERR_KAFKA when either cannot be read. */
+segd_err_t segd_pipeline_assignment(segd_pipeline_t *p, const char *topic, int32_t **parts,
+                                    size_t *n_parts, int32_t *partition_count,
+                                    char *errstr, size_t errstr_size);
+
 /* Writes the pending batch, leaves the group and flushes dead letters;
  * stats stay readable. Idempotent. */
 void segd_pipeline_close(segd_pipeline_t *p);

@@ -1,9 +1,9 @@
 /* Embedding the edge cache without the writer side: load one snapshot
- * bucket file (an Avro container file of SnapshotRecord, DESIGN §6) into an
+ * unit's file (an Avro container file of SnapshotRecord, DESIGN §6) into an
  * edge table and answer a lookup, linking base/, core/, wire/ and
  * cache/edge.c only (no RocksDB, librdkafka, libcurl or jansson).
  *
- *   edge_lookup BUCKET_FILE USER_ID [NOW_S]
+ *   edge_lookup UNIT_FILE USER_ID [NOW_S]
  * prints the user's live segments, one "id expires_at ts_ms" line each. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -49,7 +49,7 @@ static int read_file(const char *path, segd_buf_t *out)
 int main(int argc, char **argv)
 {
     if (argc < 3) {
-        fprintf(stderr, "usage: edge_lookup BUCKET_FILE USER_ID [NOW_S]\n");
+        fprintf(stderr, "usage: edge_lookup UNIT_FILE USER_ID [NOW_S]\n");
         return 2;
     }
     segd_edge_opts_t o;

@@ -1,8 +1,9 @@
-/* Snapshot export; see snapshot.h. Bucket files are
- * written side by side from one key-order scan (each record goes to its
- * bucket's writer), so the store is read once. For a directory destination
- * they are written in place under temporary names and renamed; for remote
- * ones they are staged in a temporary directory and uploaded. */
+/* Snapshot export; see snapshot.h. One key-order scan of one RocksDB view
+ * routes each user to its unit's writer (unit files are written side by
+ * side, so the store is read once and every unit comes from the same view).
+ * For a directory destination a unit's file is written in place under a
+ * temporary name and renamed; for remote ones files are staged in a
+ * temporary directory and uploaded. Units fail and roll back one by one. */
 #define _GNU_SOURCE
 #include "publisher/snapshot.h"
 
@@ -21,13 +22,16 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "wire/avro_file.h"
 #include "base/clock.h"
+#include "publisher/snapshot_plan.h"
+#include "wire/avro_file.h"
+#include "wire/topology.h"
 
 void segd_snapshot_opts_default(segd_snapshot_opts_t *o)
 {
     memset(o, 0, sizeof(*o));
     o->buckets = SEGD_DEFAULT_BUCKETS;
+    o->partitioner = SEGD_PARTITIONER_MURMUR2;
     o->codec = SEGD_OCF_DEFLATE;
     o->level = 1;
     o->threads = 2;
@@ -35,14 +39,22 @@ void segd_snapshot_opts_default(segd_snapshot_opts_t *o)
     segd_dest_opts_default(&o->dest);
 }
 
-
 static int is_remote(const char *url)
 {
     return !strncmp(url, "http://", 7) || !strncmp(url, "https://", 8) ||
            !strncmp(url, "s3://", 5);
 }
 
-/* ---------- collecting the view's metadata ---------- */
+/* base + "/" + name, without doubling a trailing slash of base. */
+static void join_url(char *out, size_t cap, const char *base, const char *name)
+{
+    size_t len = strlen(base);
+    while (len > 1 && base[len - 1] == '/')
+        len--;
+    snprintf(out, cap, "%.*s/%s", (int)len, base, name);
+}
+
+/* ---------- the view's metadata ---------- */
 
 static segd_err_t collect_meta(segd_store_view_t *v, segd_manifest_t *m, char *errstr,
                                size_t n)
@@ -55,25 +67,41 @@ static segd_err_t collect_meta(segd_store_view_t *v, segd_manifest_t *m, char *e
     return err;
 }
 
-/* ---------- export ---------- */
+/* ---------- units ---------- */
+
+typedef struct unit {
+    int32_t partition;
+    char url[4200];         /* DEST/<topic>/p-PPPPP */
+    char staged[4400];      /* where its file is written */
+    char name[64];          /* its file's final name */
+    int64_t gen;            /* in that name, and the manifest's created_at_ms */
+    segd_dest_t *d;
+    int lock_fd;            /* the unit directory's export lock; -1 = none */
+    segd_manifest_t old;    /* the manifest it replaces (empty if none) */
+    segd_manifest_t m;      /* the new one */
+    segd_ocf_writer_t *w;
+    uint64_t segments;
+    segd_err_t err;         /* set: the unit failed (errmsg says why) */
+    char errmsg[512];
+    int published, landed;  /* file at the destination; manifest too */
+} unit_t;
 
 typedef struct exporter {
     const segd_snapshot_opts_t *o;
-    segd_manifest_t *m;
-    char dir[4096];         /* where bucket files are written */
-    int in_place;           /* dir is the destination itself */
-    segd_ocf_writer_t **w;  /* one per bucket */
-    uint64_t *segments;     /* per bucket */
+    segd_snapshot_plan_t plan;
+    segd_manifest_t base;   /* the view's offsets, positions, retirements */
+    unit_t *u;
+    int32_t *slot;          /* partition -> index in u, -1 = not exported */
+    char topic_url[4200];
+    char staging[4096];     /* remote destinations: the staging directory */
+    int64_t gen;            /* in every file name: exports never share files */
     double last_progress;
     _Atomic uint64_t records, entries;
-    int64_t gen;            /* in every bucket file name: snapshots never share files */
-    uint32_t published;     /* bucket files already at the destination */
-    int lock_fd;            /* the destination directory's export lock; -1 = none */
 } exporter_t;
 
-/* One scanning thread: it writes the buckets b with b % lanes == lane. Every
+/* One scanning thread: it writes the units i with i % lanes == lane. Every
  * lane reads the whole view (a scan costs ~1/12 of the encoding and
- * compression it feeds), so the buckets need no locks. */
+ * compression it feeds), so the units need no locks. */
 typedef struct lane {
     exporter_t *x;
     segd_store_view_t *v;
@@ -82,18 +110,13 @@ typedef struct lane {
     char errmsg[512];
 } lane_t;
 
-static void bucket_name(char *out, size_t cap, uint32_t b, int64_t gen)
+static void unit_fail(unit_t *u, segd_err_t err, const char *msg)
 {
-    snprintf(out, cap, "bucket-%05u-%" PRId64 ".avro", b, gen);
+    if (u->err)
+        return;
+    u->err = err;
+    snprintf(u->errmsg, sizeof(u->errmsg), "%s", err == SEGD_ERR_NOMEM ? "out of memory" : msg);
 }
-
-static void staged_path(const exporter_t *x, uint32_t b, char *out, size_t cap)
-{
-    char name[64];
-    bucket_name(name, sizeof(name), b, x->gen);
-    snprintf(out, cap, "%s/%s%s", x->dir, name, x->in_place ? ".partial" : "");
-}
-
 
 static void progress(exporter_t *x, int final)
 {
@@ -113,19 +136,20 @@ static int export_record(void *ctx, const char *user, size_t user_len,
 {
     lane_t *l = ctx;
     exporter_t *x = l->x;
-    uint32_t b = segd_bucket_of(user, user_len, x->o->buckets);
-    if (b % l->lanes != l->lane)
+    int32_t part = segd_partition_of(x->o->partitioner, user, user_len, x->plan.partitions);
+    int32_t i = x->slot[part];
+    if (i < 0 || (uint32_t)i % l->lanes != l->lane || x->u[i].err)
         return 0;
-    segd_err_t err = segd_snaprec_encode(user, user_len, p, segd_ocf_writer_buf(x->w[b]));
+    unit_t *u = &x->u[i];
+    char msg[512] = "";
+    segd_err_t err = segd_snaprec_encode(user, user_len, p, segd_ocf_writer_buf(u->w));
     if (!err)
-        err = segd_ocf_writer_commit(x->w[b], l->errmsg, sizeof(l->errmsg));
-    if (err) {
-        l->err = err;
-        if (err == SEGD_ERR_NOMEM)
-            snprintf(l->errmsg, sizeof(l->errmsg), "out of memory");
-        return 1;
+        err = segd_ocf_writer_commit(u->w, msg, sizeof(msg));
+    if (err) { /* this unit fails; the scan goes on for the others */
+        unit_fail(u, err, msg);
+        return 0;
     }
-    x->segments[b] += p->n;
+    u->segments += p->n;
     uint64_t r = atomic_fetch_add(&x->records, 1) + 1;
     atomic_fetch_add(&x->entries, p->n);
     if (l->lane == 0 && (r & 1023) == 0)
@@ -146,8 +170,8 @@ static void *lane_main(void *arg)
 static segd_err_t scan_lanes(exporter_t *x, segd_store_view_t *v, char *errstr, size_t n)
 {
     uint32_t lanes = x->o->threads ? x->o->threads : 1;
-    if (lanes > x->o->buckets)
-        lanes = x->o->buckets;
+    if (lanes > x->plan.n_units)
+        lanes = (uint32_t)x->plan.n_units;
     lane_t *l = calloc(lanes, sizeof(*l));
     pthread_t *t = calloc(lanes, sizeof(*t));
     if (!l || !t) {
@@ -175,92 +199,38 @@ static segd_err_t scan_lanes(exporter_t *x, segd_store_view_t *v, char *errstr, 
     return err;
 }
 
-static segd_err_t open_writers(exporter_t *x, char *errstr, size_t n)
+/* ---------- one unit's directory ---------- */
+
+/* A killed export leaves staged files and temporaries behind. */
+static void remove_leftovers(const char *dir)
 {
-    for (uint32_t b = 0; b < x->o->buckets; b++) {
-        char path[4200];
-        staged_path(x, b, path, sizeof(path));
-        segd_err_t err = segd_ocf_writer_open_codec(&x->w[b], path, segd_snapshot_schema_json(),
-                                                    x->o->codec, x->o->level, errstr, n);
-        if (err)
-            return err;
+    DIR *d = opendir(dir);
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        const char *nm = e->d_name;
+        size_t len = strlen(nm);
+        int ours = !strncmp(nm, "p-", 2) || !strncmp(nm, SEGD_MANIFEST_NAME, 13);
+        if (ours && ((len > 8 && !strcmp(nm + len - 8, ".partial")) || strstr(nm, ".tmp.")))
+            unlinkat(dirfd(d), nm, 0);
     }
+    if (d)
+        closedir(d);
+}
+
+/* Exports into one unit directory take turns (flock on .segd-export.lock):
+ * the holder knows that any staged file there belongs to a dead export. */
+static segd_err_t lock_dir(unit_t *u, char *errstr, size_t n)
+{
+    char path[4400];
+    snprintf(path, sizeof(path), "%s/.segd-export.lock", u->url);
+    u->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (u->lock_fd < 0 || flock(u->lock_fd, LOCK_EX))
+        return segd_errf(SEGD_ERR_IO, errstr, n, "%s: %s", path, strerror(errno));
+    remove_leftovers(u->url);
     return SEGD_OK;
 }
 
-static segd_err_t close_writers(exporter_t *x, char *errstr, size_t n)
-{
-    segd_err_t first = SEGD_OK;
-    for (uint32_t b = 0; b < x->o->buckets; b++) {
-        segd_ocf_info_t info;
-        segd_snapshot_file_t *f = &x->m->files[b];
-        segd_err_t err = segd_ocf_writer_close(x->w[b], &info, errstr, n);
-        x->w[b] = NULL;
-        if (err && !first)
-            first = err;
-        if (err)
-            continue;
-        bucket_name(f->name, sizeof(f->name), b, x->gen);
-        f->bucket = b;
-        f->records = info.records;
-        f->segments = x->segments[b];
-        f->bytes = info.bytes;
-        memcpy(f->sha256, info.sha256, sizeof(f->sha256));
-    }
-    x->m->n_files = x->o->buckets;
-    return first;
-}
-
-static void remove_staged(exporter_t *x)
-{
-    for (uint32_t b = 0; b < x->o->buckets; b++) {
-        char path[4200];
-        staged_path(x, b, path, sizeof(path));
-        unlink(path);
-    }
-    if (!x->in_place)
-        rmdir(x->dir);
-}
-
-/* Moves (directory) or uploads (remote) the bucket files. */
-static segd_err_t publish_buckets(exporter_t *x, segd_dest_t *d, char *errstr, size_t n)
-{
-    for (uint32_t b = 0; b < x->o->buckets; b++) {
-        char path[4200], final[4200];
-        staged_path(x, b, path, sizeof(path));
-        if (!x->in_place) {
-            segd_err_t err = segd_dest_put_file(d, x->m->files[b].name, path, errstr, n);
-            if (err)
-                return err;
-        } else {
-            snprintf(final, sizeof(final), "%s/%s", x->dir, x->m->files[b].name);
-            if (rename(path, final))
-                return segd_errf(SEGD_ERR_IO, errstr, n, "rename %s: %s", path,
-                                 strerror(errno));
-        }
-        x->published = b + 1;
-    }
-    return SEGD_OK;
-}
-
-/* Best effort: files no manifest will reference (a failed export's, or the
- * previous snapshot's once the new manifest is in place). A reader still
- * loading the previous snapshot then finds a file missing and starts over
- * from the new manifest. */
-static void delete_files(segd_dest_t *d, const segd_snapshot_file_t *f, size_t nf,
-                         const segd_manifest_t *keep)
-{
-    char err[256];
-    for (size_t i = 0; i < nf; i++) {
-        int kept = 0;
-        for (size_t k = 0; keep && k < keep->n_files && !kept; k++)
-            kept = !strcmp(keep->files[k].name, f[i].name);
-        if (!kept && segd_dest_delete(d, f[i].name, err, sizeof(err)))
-            fprintf(stderr, "segd: snapshot: could not delete %s: %s\n", f[i].name, err);
-    }
-}
-
-static void read_old_manifest(segd_dest_t *d, segd_manifest_t *old)
+static void read_manifest(segd_dest_t *d, segd_manifest_t *old)
 {
     segd_buf_t buf = {0};
     char err[256];
@@ -270,145 +240,316 @@ static void read_old_manifest(segd_dest_t *d, segd_manifest_t *old)
     segd_buf_free(&buf);
 }
 
-/* A killed export leaves staged bucket files and temporaries behind. */
-static void remove_leftovers(const char *dir)
+/* Opens the unit's destination and its file's writer. */
+static segd_err_t unit_open(exporter_t *x, unit_t *u, char *errstr, size_t n)
 {
-    DIR *d = opendir(dir);
-    struct dirent *e;
-    while (d && (e = readdir(d))) {
-        const char *nm = e->d_name;
-        size_t len = strlen(nm);
-        int ours = !strncmp(nm, "bucket-", 7) || !strncmp(nm, SEGD_MANIFEST_NAME, 13);
-        if (ours && ((len > 8 && !strcmp(nm + len - 8, ".partial")) || strstr(nm, ".tmp.")))
-            unlinkat(dirfd(d), nm, 0);
-    }
-    if (d)
-        closedir(d);
+    char dir[32];
+    int remote = is_remote(x->topic_url);
+    segd_unit_dir_name(dir, sizeof(dir), u->partition);
+    join_url(u->url, sizeof(u->url), x->topic_url, dir);
+    segd_err_t err = segd_dest_open(&u->d, u->url, &x->o->dest, errstr, n);
+    if (!err && !remote)
+        err = lock_dir(u, errstr, n);
+    if (err)
+        return err;
+    read_manifest(u->d, &u->old);
+    /* a unit never reuses its previous file's name (two exports within a
+     * millisecond, or a clock stepped back): a reader of the previous
+     * manifest would find that file rewritten under it */
+    u->gen = u->old.created_at_ms >= x->gen ? u->old.created_at_ms + 1 : x->gen;
+    snprintf(u->name, sizeof(u->name), "%s-%" PRId64 ".avro", dir, u->gen);
+    if (remote)
+        snprintf(u->staged, sizeof(u->staged), "%s/%s", x->staging, u->name);
+    else
+        snprintf(u->staged, sizeof(u->staged), "%s/%s.partial", u->url, u->name);
+    return segd_ocf_writer_open_codec(&u->w, u->staged, segd_snapshot_schema_json(),
+                                      x->o->codec, x->o->level, errstr, n);
 }
 
-/* Exports into one directory take turns (flock on .segd-export.lock): the
- * holder knows that any staged file there belongs to a dead export. */
-static segd_err_t lock_dir(exporter_t *x, const char *dir, char *errstr, size_t n)
+/* The unit's manifest: the view's metadata, its own offset, its file. */
+static segd_err_t unit_manifest(const exporter_t *x, unit_t *u, const segd_ocf_info_t *info)
 {
-    char path[4200];
-    snprintf(path, sizeof(path), "%s/.segd-export.lock", dir);
-    x->lock_fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (x->lock_fd < 0 || flock(x->lock_fd, LOCK_EX))
-        return segd_errf(SEGD_ERR_IO, errstr, n, "%s: %s", path, strerror(errno));
-    remove_leftovers(dir);
-    return SEGD_OK;
+    const segd_manifest_t *b = &x->base;
+    segd_manifest_t *m = &u->m;
+    m->topic = strdup(x->plan.topic);
+    m->changes_topic = b->changes_topic ? strdup(b->changes_topic) : NULL;
+    m->files = calloc(1, sizeof(*m->files));
+    if (!m->topic || !m->files || (b->changes_topic && !m->changes_topic))
+        return SEGD_ERR_NOMEM;
+    m->partition = u->partition;
+    m->partitions = x->plan.partitions;
+    m->partitioner = x->o->partitioner;
+    m->units = 1;
+    m->created_at_ms = u->gen;
+    m->now_ms = b->now_ms;
+    m->horizon_ms = b->horizon_ms;
+    m->gc_watermark_ms = b->gc_watermark_ms;
+    m->records = info->records;
+    m->segments = u->segments;
+    segd_snapshot_file_t *f = &m->files[m->n_files++];
+    snprintf(f->name, sizeof(f->name), "%s", u->name);
+    f->partition = u->partition;
+    f->records = info->records;
+    f->segments = u->segments;
+    f->bytes = info->bytes;
+    memcpy(f->sha256, info->sha256, sizeof(f->sha256));
+    int oom = 0;
+    for (size_t i = 0; i < b->n_inputs; i++)
+        if (!strcmp(b->inputs[i].topic, m->topic) && b->inputs[i].partition == u->partition)
+            oom |= segd_manifest_add_input(m, m->topic, u->partition, b->inputs[i].offset);
+    for (size_t i = 0; m->changes_topic && i < b->n_changes; i++)
+        oom |= segd_manifest_add_change(m, m->changes_topic, b->changes[i].partition,
+                                        b->changes[i].offset);
+    for (size_t i = 0; i < b->n_retirements; i++)
+        oom |= segd_manifest_add_retirement(m, b->retirements[i].segment_id,
+                                            b->retirements[i].retired_before_ms);
+    return oom ? SEGD_ERR_NOMEM : SEGD_OK;
 }
 
-static segd_err_t prepare_dir(exporter_t *x, const char *dest_url, char *errstr, size_t n)
+/* File, then manifest (replacing the previous one in one step). */
+static segd_err_t unit_publish(const exporter_t *x, unit_t *u, char *errstr, size_t n)
 {
-    if (!is_remote(dest_url)) {
-        x->in_place = 1;
-        snprintf(x->dir, sizeof(x->dir), "%s", dest_url);
-        return SEGD_OK; /* segd_dest_open created it */
-    }
-    const char *tmp = x->o->tmp_dir ? x->o->tmp_dir : getenv("TMPDIR");
-    snprintf(x->dir, sizeof(x->dir), "%s/segd-snapshot-XXXXXX", tmp && *tmp ? tmp : "/tmp");
-    if (!mkdtemp(x->dir))
-        return segd_errf(SEGD_ERR_IO, errstr, n, "staging directory %s: %s", x->dir,
-                         strerror(errno));
-    return SEGD_OK;
-}
-
-static segd_err_t write_snapshot(exporter_t *x, segd_store_t *s, segd_store_view_t *v,
-                                 segd_dest_t *d, char *errstr, size_t n)
-{
-    segd_manifest_t *m = x->m;
-    /* the scan skips records that do not decode (and counts them): a snapshot
-     * without them would verify and load as if those users had nothing */
-    uint64_t corrupt = segd_policy_corrupt_count(segd_store_policy(s));
-    segd_err_t err = open_writers(x, errstr, n);
+    segd_ocf_info_t info;
+    segd_err_t err = segd_ocf_writer_close(u->w, &info, errstr, n);
+    u->w = NULL;
     if (!err)
-        err = scan_lanes(x, v, errstr, n);
-    uint64_t bad = segd_policy_corrupt_count(segd_store_policy(s)) - corrupt;
-    if (!err && bad)
-        err = segd_errf(SEGD_ERR_CORRUPT, errstr, n,
-                        "%" PRIu64 " records do not decode: no snapshot (segd get names them)",
-                        bad);
-    if (!err) /* on failure the caller aborts the writers */
-        err = close_writers(x, errstr, n);
-    progress(x, 1);
+        err = unit_manifest(x, u, &info);
+    if (err == SEGD_ERR_NOMEM)
+        return segd_errf(err, errstr, n, "out of memory");
+    if (!err && is_remote(x->topic_url)) {
+        err = segd_dest_put_file(u->d, u->name, u->staged, errstr, n);
+    } else if (!err) {
+        char final[4400];
+        snprintf(final, sizeof(final), "%s/%s", u->url, u->name);
+        if (rename(u->staged, final))
+            err = segd_errf(SEGD_ERR_IO, errstr, n, "rename %s: %s", u->staged, strerror(errno));
+    }
     if (err)
         return err;
-    m->records = atomic_load(&x->records);
-    m->segments = atomic_load(&x->entries);
-    m->horizon_ms = segd_policy_horizon_ms(segd_store_policy(s));
-    /* read after the scan: at least the W it pruned with, so a cache skipping
-     * deltas older than this skips every one that could undo a drop, and
-     * none written after the view (those are newer than W + grace) */
-    m->gc_watermark_ms = segd_store_gc_watermark(s);
-    err = publish_buckets(x, d, errstr, n);
-    if (err)
-        return err;
-    char *json = segd_manifest_dump(m, segd_ocf_codec_name(x->o->codec));
+    u->published = 1;
+    char *json = segd_manifest_dump(&u->m, segd_ocf_codec_name(x->o->codec));
     if (!json)
         return segd_errf(SEGD_ERR_NOMEM, errstr, n, "out of memory");
-    err = segd_dest_put_mem(d, SEGD_MANIFEST_NAME, json, strlen(json), errstr, n);
+    err = segd_dest_put_mem(u->d, SEGD_MANIFEST_NAME, json, strlen(json), errstr, n);
     free(json);
     return err;
 }
 
+/* Best effort: files no manifest will reference (a failed unit's, or the
+ * previous unit's once its new manifest is in place). A reader still
+ * loading the previous unit then finds a file missing and starts over from
+ * the new manifest. */
+static void delete_files(segd_dest_t *d, const segd_manifest_t *m, const segd_manifest_t *keep)
+{
+    char err[256];
+    for (size_t i = 0; i < m->n_files; i++) {
+        int kept = 0;
+        for (size_t k = 0; keep && k < keep->n_files && !kept; k++)
+            kept = !strcmp(keep->files[k].name, m->files[i].name);
+        if (!kept && segd_dest_delete(d, m->files[i].name, err, sizeof(err)))
+            fprintf(stderr, "segd: snapshot: could not delete %s: %s\n", m->files[i].name, err);
+    }
+}
+
+/* Lands the unit or rolls it back: its previous manifest stays. */
+static void unit_finish(exporter_t *x, unit_t *u)
+{
+    char msg[512] = "";
+    if (!u->err) {
+        segd_err_t err = unit_publish(x, u, msg, sizeof(msg));
+        if (err)
+            unit_fail(u, err, msg);
+    }
+    if (u->err && u->published)
+        delete_files(u->d, &u->m, NULL);
+    u->landed = !u->err;
+    if (u->landed)
+        delete_files(u->d, &u->old, &u->m);
+}
+
+static void unit_close(unit_t *u)
+{
+    segd_ocf_writer_abort(u->w);
+    if (u->staged[0]) /* renamed when it landed in place */
+        unlink(u->staged);
+    segd_dest_close(u->d);
+    if (u->lock_fd >= 0)
+        close(u->lock_fd); /* releases the lock */
+    segd_manifest_free(&u->old);
+    segd_manifest_free(&u->m);
+}
+
+/* ---------- topology ---------- */
+
+/* The partition count DEST/<topic>/topology.json records; 0 when none. */
+static int32_t read_topology_p(segd_dest_t *d)
+{
+    segd_buf_t buf = {0};
+    segd_topology_t t;
+    char err[256];
+    int32_t p = 0;
+    if (segd_dest_get_mem(d, SEGD_TOPOLOGY_NAME, &buf, err, sizeof(err)) == SEGD_OK &&
+        segd_topology_parse((const char *)buf.data, buf.len, &t, err, sizeof(err)) == SEGD_OK)
+        p = t.partitions;
+    segd_buf_free(&buf);
+    return p;
+}
+
+/* After the units: written when absent or different, so that readers of a
+ * fleet's units find what they share. */
+static segd_err_t write_topology(exporter_t *x, segd_dest_t *d, char *errstr, size_t n)
+{
+    segd_topology_t t = {.partitions = x->plan.partitions, .partitioner = x->o->partitioner};
+    snprintf(t.topic, sizeof(t.topic), "%s", x->plan.topic);
+    char *json = segd_topology_dump(&t);
+    segd_buf_t buf = {0};
+    char ignored[256];
+    segd_err_t err = json ? SEGD_OK : segd_errf(SEGD_ERR_NOMEM, errstr, n, "out of memory");
+    if (!err && (segd_dest_get_mem(d, SEGD_TOPOLOGY_NAME, &buf, ignored, sizeof(ignored)) ||
+                 buf.len != strlen(json) || memcmp(buf.data, json, buf.len)))
+        err = segd_dest_put_mem(d, SEGD_TOPOLOGY_NAME, json, strlen(json), errstr, n);
+    segd_buf_free(&buf);
+    free(json);
+    return err;
+}
+
+/* ---------- export ---------- */
+
+/* The topic's destination, the plan, the view's metadata. */
+static segd_err_t plan_export(exporter_t *x, segd_store_view_t *v, const char *dest_url,
+                              segd_dest_t **topic_dest, char *errstr, size_t n)
+{
+    char topic[256];
+    segd_err_t err = collect_meta(v, &x->base, errstr, n);
+    if (!err)
+        err = segd_snapshot_plan_topic(x->o, x->base.inputs, x->base.n_inputs, topic,
+                                       sizeof(topic), errstr, n);
+    if (err)
+        return err;
+    join_url(x->topic_url, sizeof(x->topic_url), dest_url, topic);
+    err = segd_dest_open(topic_dest, x->topic_url, &x->o->dest, errstr, n);
+    if (!err)
+        err = segd_snapshot_plan(x->o, x->base.inputs, x->base.n_inputs,
+                                 read_topology_p(*topic_dest), &x->plan, errstr, n);
+    if (err || !is_remote(dest_url))
+        return err;
+    const char *tmp = x->o->tmp_dir ? x->o->tmp_dir : getenv("TMPDIR");
+    snprintf(x->staging, sizeof(x->staging), "%s/segd-snapshot-XXXXXX", tmp && *tmp ? tmp : "/tmp");
+    if (!mkdtemp(x->staging)) {
+        err = segd_errf(SEGD_ERR_IO, errstr, n, "staging directory %s: %s", x->staging,
+                        strerror(errno));
+        x->staging[0] = 0;
+    }
+    return err;
+}
+
+static segd_err_t open_units(exporter_t *x, char *errstr, size_t n)
+{
+    size_t nu = x->plan.n_units;
+    x->u = calloc(nu, sizeof(*x->u));
+    x->slot = malloc((size_t)x->plan.partitions * sizeof(*x->slot));
+    if (!x->u || !x->slot)
+        return segd_errf(SEGD_ERR_NOMEM, errstr, n, "out of memory");
+    for (int32_t p = 0; p < x->plan.partitions; p++)
+        x->slot[p] = -1;
+    for (size_t i = 0; i < nu; i++) {
+        unit_t *u = &x->u[i];
+        char msg[512] = "";
+        u->partition = x->plan.units[i];
+        u->lock_fd = -1;
+        x->slot[u->partition] = (int32_t)i;
+        segd_err_t err = unit_open(x, u, msg, sizeof(msg));
+        if (err)
+            unit_fail(u, err, msg);
+    }
+    return SEGD_OK;
+}
+
+/* The scan into every unit's writer; a failure here lands no unit. */
+static segd_err_t scan_units(exporter_t *x, segd_store_t *s, segd_store_view_t *v,
+                             char *errstr, size_t n)
+{
+    /* the scan skips records that do not decode (and counts them): a unit
+     * without them would verify and load as if those users had nothing */
+    uint64_t corrupt = segd_policy_corrupt_count(segd_store_policy(s));
+    segd_err_t err = scan_lanes(x, v, errstr, n);
+    uint64_t bad = segd_policy_corrupt_count(segd_store_policy(s)) - corrupt;
+    progress(x, 1);
+    if (!err && bad)
+        err = segd_errf(SEGD_ERR_CORRUPT, errstr, n,
+                        "%" PRIu64 " records do not decode: no snapshot (segd get names them)",
+                        bad);
+    x->base.horizon_ms = segd_policy_horizon_ms(segd_store_policy(s));
+    /* read after the scan: at least the W it pruned with, so a cache skipping
+     * deltas older than this skips every one that could undo a drop, and
+     * none written after the view (those are newer than W + grace) */
+    x->base.gc_watermark_ms = segd_store_gc_watermark(s);
+    return err;
+}
+
+/* Lands the units, then the topology; folds what landed into out and
+ * reports the first unit that failed. */
+static segd_err_t finish_units(exporter_t *x, segd_dest_t *topic_dest, segd_manifest_t *out,
+                               size_t *failed, char *errstr, size_t n)
+{
+    segd_err_t first = SEGD_OK;
+    size_t landed = 0;
+    for (size_t i = 0; i < x->plan.n_units; i++) {
+        unit_t *u = &x->u[i];
+        unit_finish(x, u);
+        if (u->landed && out && segd_manifest_fold(out, &u->m, NULL, 0))
+            first = first ? first : segd_errf(SEGD_ERR_NOMEM, errstr, n, "out of memory");
+        landed += u->landed;
+        *failed += !u->landed;
+        if (!u->landed && !first)
+            first = segd_errf(u->err, errstr, n, "unit %s/p-%05d: %s", x->plan.topic,
+                              (int)u->partition, u->errmsg);
+    }
+    segd_err_t err = landed ? write_topology(x, topic_dest, errstr, n) : SEGD_OK;
+    return first ? first : err;
+}
+
 segd_err_t segd_snapshot_export(segd_store_t *s, const char *dest_url,
                                 const segd_snapshot_opts_t *o, segd_manifest_t *out,
-                                char *errstr, size_t n)
+                                size_t *failed, char *errstr, size_t n)
 {
-    if (!o->buckets || (o->buckets & (o->buckets - 1)) || o->buckets > (1u << 16))
-        return segd_errf(SEGD_ERR_CONFIG, errstr, n, "buckets must be a power of two <= 65536");
-    segd_manifest_t local;
-    segd_manifest_t *m = out ? out : &local;
-    segd_manifest_init(m);
-    exporter_t x = {.o = o, .m = m, .lock_fd = -1};
-    segd_dest_t *d = NULL;
+    size_t nfailed = 0;
+    if (out)
+        segd_manifest_init(out);
+    exporter_t x = {.o = o};
+    segd_manifest_init(&x.base);
+    x.base.created_at_ms = segd_wall_ms();
+    x.gen = x.base.created_at_ms;
+    x.base.now_ms = segd_policy_now_ms(segd_store_policy(s));
+    x.base.changes_topic = o->changes_topic ? strdup(o->changes_topic) : NULL;
+    segd_dest_t *topic_dest = NULL;
     segd_store_view_t *v = NULL;
-    x.w = calloc(o->buckets, sizeof(*x.w));
-    x.segments = calloc(o->buckets, sizeof(*x.segments));
-    m->files = calloc(o->buckets, sizeof(*m->files));
-    m->buckets = o->buckets;
-    m->created_at_ms = segd_wall_ms();
-    x.gen = m->created_at_ms;
-    m->now_ms = segd_policy_now_ms(segd_store_policy(s));
-    m->changes_topic = o->changes_topic ? strdup(o->changes_topic) : NULL;
-    segd_err_t err = !x.w || !x.segments || !m->files ? SEGD_ERR_NOMEM : SEGD_OK;
-    if (!err)
-        err = segd_dest_open(&d, dest_url, &o->dest, errstr, n);
-    /* the old manifest stays valid (its files are untouched) until the new
-     * one replaces it; its files go afterwards */
-    segd_manifest_t old;
-    segd_manifest_init(&old);
-    if (!err && !is_remote(dest_url))
-        err = lock_dir(&x, dest_url, errstr, n);
-    if (!err)
-        read_old_manifest(d, &old);
-    if (!err)
-        err = prepare_dir(&x, dest_url, errstr, n);
+    segd_err_t err = o->changes_topic && !x.base.changes_topic
+                         ? segd_errf(SEGD_ERR_NOMEM, errstr, n, "out of memory")
+                         : SEGD_OK;
     if (!err)
         err = segd_store_view_open(s, &v, errstr, n);
     if (!err)
-        err = collect_meta(v, m, errstr, n);
+        err = plan_export(&x, v, dest_url, &topic_dest, errstr, n);
     if (!err)
-        err = write_snapshot(&x, s, v, d, errstr, n);
+        err = open_units(&x, errstr, n);
     if (!err)
-        delete_files(d, old.files, old.n_files, m);
-    else if (d && x.published)
-        delete_files(d, m->files, x.published, NULL);
-    segd_manifest_free(&old);
-    for (uint32_t b = 0; x.w && b < o->buckets; b++)
-        segd_ocf_writer_abort(x.w[b]);
-    if (x.dir[0] && (err || !x.in_place))
-        remove_staged(&x);
+        err = scan_units(&x, s, v, errstr, n);
+    if (!err)
+        err = finish_units(&x, topic_dest, out, &nfailed, errstr, n);
+    else
+        nfailed = x.plan.n_units;
+    for (size_t i = 0; x.u && i < x.plan.n_units; i++)
+        unit_close(&x.u[i]);
+    if (x.staging[0])
+        rmdir(x.staging);
     segd_store_view_close(v);
-    segd_dest_close(d);
-    if (x.lock_fd >= 0)
-        close(x.lock_fd); /* releases the lock */
-    free(x.w);
-    free(x.segments);
-    if (err == SEGD_ERR_NOMEM && errstr && !errstr[0])
-        segd_errf(err, errstr, n, "out of memory");
-    if (err || !out)
-        segd_manifest_free(m);
+    segd_dest_close(topic_dest);
+    segd_snapshot_plan_free(&x.plan);
+    segd_manifest_free(&x.base);
+    free(x.u);
+    free(x.slot);
+    if (failed)
+        *failed = nfailed;
     return err;
 }

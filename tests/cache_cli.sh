@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # The edge cache as a process: `segd dev-broker`, `segd produce`, `segd run`
 # (publishing the change stream), `segd snapshot export` beside it, then
-# `segd cache` loads the snapshot, tails the changes and serves HTTP: every
+# `segd cache` loads the snapshot's units (one per input partition), tails
+# the changes from their minimum positions and serves HTTP: every
 # user's GET /v1/users/{id} equals `segd get --json` at the same clock, first
 # right after start, then again after more events went through segd run.
 # usage: cache_cli.sh SEGD_BIN SOURCE_DIR
@@ -53,8 +54,10 @@ wait_users() { # until segd get sees the last user with $1 or more live segments
 }
 wait_users 100 u0000000199
 sleep 1 # let the publisher acknowledge the last batches
-"$segd" snapshot export --db "$tmp/db" --to "$tmp/snap" --buckets 4 --now $now \
+"$segd" snapshot export --db "$tmp/db" --to "$tmp/snap" --now $now \
   --horizon-s $horizon > "$tmp/export.log" 2>&1 || fail "export"
+grep -q "snapshot: 4 units of events (4 partitions" "$tmp/export.log" ||
+  fail "a unit per input partition: $(cat "$tmp/export.log")"
 
 port=$(free_port)
 "$segd" cache --snapshot "$tmp/snap" --brokers "$brokers" --changes segments.changes \
@@ -66,6 +69,8 @@ for _ in $(seq 100); do
 done
 grep -q '"status":"ok"' "$tmp/health.json" || fail "healthz: $(cat "$tmp/health.json" 2>/dev/null)"
 grep -q "\"users\":$users" "$tmp/health.json" || fail "healthz users: $(cat "$tmp/health.json")"
+grep -q "loaded 4 units of events, $users users" "$tmp/cache.log" || fail "cache load: $(cat "$tmp/cache.log")"
+grep -q '"snapshot_units":4' "$tmp/health.json" || fail "healthz units: $(cat "$tmp/health.json")"
 
 compare() { # every user: cache == store at the same clock, once both caught up
   /usr/bin/python3 - "$port" "$segd" "$tmp/db" $now $users "$1" <<'PY'
@@ -107,10 +112,13 @@ wait_users 150 u0000000199
 compare "after tailing" || fail "cache != store after tailing"
 curl -sf "http://127.0.0.1:$port/healthz" | grep -q '"changes_applied":[1-9]' ||
   fail "healthz shows no applied changes"
-# segd run's own periodic snapshots (snapshot.interval / snapshot.to)
-"$segd" snapshot verify "$tmp/periodic" | grep -q "^valid: $users users" ||
-  fail "periodic snapshot: $("$segd" snapshot verify "$tmp/periodic")"
-grep -q "segd run: snapshot: $users users" "$tmp/run.log" || fail "run did not log its snapshots"
+# segd run's own periodic snapshots (snapshot.interval / snapshot.to): the
+# units of the partitions it owns (all 4: it is the group's only member)
+"$segd" snapshot verify "$tmp/periodic/events" |
+  grep -q "^valid: events, 4 units (4 partitions, murmur2_random), $users users" ||
+  fail "periodic snapshot: $("$segd" snapshot verify "$tmp/periodic/events")"
+grep -q "segd run: snapshot: 4 units of events, $users users" "$tmp/run.log" ||
+  fail "run did not log its snapshots"
 kill -TERM $run_pid
 wait $run_pid || fail "segd run exit $?"
 echo "cache_cli: ok"

@@ -5,8 +5,8 @@ through real `segd run` processes while faults are injected, and at the end
 three readers must equal an independent model of docs/design.md §3:
 
   * the store (`segd get --json` for every user),
-  * an edge cache loaded from segd run's latest periodic snapshot and tailing
-    the change topic from the manifest's positions,
+  * an edge cache loaded from segd run's latest periodic snapshot (its units)
+    and tailing the change topic from the units' minimum positions,
   * an edge cache joining the whole change topic from its beginning.
 
 Trial kinds:
@@ -230,7 +230,8 @@ class Trial:
                         os.path.join(self.dir, "emptydb"), nothing],
                        check=True, capture_output=True)  # creates the empty store
         subprocess.run([self.segd, "snapshot", "export", "--db", os.path.join(self.dir, "emptydb"),
-                        "--to", empty, "--buckets", "4", "--now", str(NOW_S)],
+                        "--to", empty, "--topic", "events", "--buckets", "4",
+                        "--now", str(NOW_S)],
                        check=True, capture_output=True)
         checks = [("whole topic", empty, True)]
         if snapshot:

@@ -34,8 +34,8 @@ grep -q "events.avro:#2: user_id is not valid UTF-8" "$tmp/err" || fail "report:
 grep -q "events.avro:#3: user_id is not valid UTF-8" "$tmp/err" || fail "report: $(cat "$tmp/err")"
 out=$("$segd" get --db "$tmp/db" --now $now --json "café" ok)
 [ "$(echo "$out" | grep -c '"user_id"')" = 2 ] || fail "get --json: $out"
-"$segd" snapshot export --db "$tmp/db" --to "$tmp/snap" --buckets 2 --now $now > /dev/null 2>&1 ||
-  fail "export"
-"$segd" snapshot verify "$tmp/snap" | grep -q "^valid: 2 users" ||
+"$segd" snapshot export --db "$tmp/db" --to "$tmp/snap" --topic events --buckets 2 --now $now \
+  > /dev/null 2>&1 || fail "export"
+"$segd" snapshot verify "$tmp/snap" | grep -q "^valid: events, 2 units .* 2 users" ||
   fail "verify: $("$segd" snapshot verify "$tmp/snap" 2>&1)"
 echo "cli_utf8: ok"

@@ -107,20 +107,26 @@ pids+=($!)
 for _ in $(seq 50); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
 AWS_ACCESS_KEY_ID=AKIDTEST AWS_SECRET_ACCESS_KEY='test-secret/with+chars' AWS_REGION=eu-west-1 \
   AWS_SESSION_TOKEN=tok123 SEGD_S3_ENDPOINT=http://127.0.0.1:$port \
-  "$segd" snapshot export --db "$tmp/db" --to s3://snaps/daily/x --buckets 2 --now 1800000000 \
+  "$segd" snapshot export --db "$tmp/db" --to s3://snaps/daily/x --topic events --buckets 2 --now 1800000000 \
   > "$tmp/out" 2>&1 || fail "signed export: $(cat "$tmp/out") $(cat "$tmp/recorder.log")"
 grep -q "BAD SIGNATURE" "$tmp/recorder.log" && fail "$(cat "$tmp/recorder.log")"
-grep -q "PUT /snaps/daily/x/manifest.json" "$tmp/checked" || fail "manifest not signed/sent"
-[ "$(grep -c '^PUT /snaps/daily/x/bucket-' "$tmp/checked")" = 2 ] || fail "buckets: $(cat "$tmp/checked")"
-grep -q "GET /snaps/daily/x/manifest.json" "$tmp/checked" || fail "previous manifest not read"
+for u in p-00000 p-00001; do
+  grep -q "PUT /snaps/daily/x/events/$u/manifest.json" "$tmp/checked" ||
+    fail "$u manifest not signed/sent: $(cat "$tmp/checked")"
+  [ "$(grep -c "^PUT /snaps/daily/x/events/$u/$u-" "$tmp/checked")" = 1 ] ||
+    fail "$u file: $(cat "$tmp/checked")"
+  grep -q "GET /snaps/daily/x/events/$u/manifest.json" "$tmp/checked" ||
+    fail "previous $u manifest not read"
+done
+grep -q "PUT /snaps/daily/x/events/topology.json" "$tmp/checked" || fail "topology not sent"
 # a wrong secret is refused by the checker: the test can fail
 if AWS_ACCESS_KEY_ID=AKIDTEST AWS_SECRET_ACCESS_KEY=wrong AWS_REGION=eu-west-1 \
   AWS_SESSION_TOKEN=tok123 SEGD_S3_ENDPOINT=http://127.0.0.1:$port \
-  "$segd" snapshot export --db "$tmp/db" --to s3://snaps/bad --buckets 2 --now 1800000000 \
+  "$segd" snapshot export --db "$tmp/db" --to s3://snaps/bad --topic events --buckets 2 --now 1800000000 \
   > "$tmp/out" 2>&1; then fail "a wrong secret was accepted"; fi
 # credentials never from argv: without the environment it is a clear error
 if env -u AWS_ACCESS_KEY_ID -u AWS_SECRET_ACCESS_KEY "$segd" snapshot export --db "$tmp/db" \
-  --to s3://snaps/none > "$tmp/out" 2>&1; then fail "export without credentials"; fi
+  --topic events --to s3://snaps/none > "$tmp/out" 2>&1; then fail "export without credentials"; fi
 grep -q "AWS_ACCESS_KEY_ID" "$tmp/out" || fail "credential error: $(cat "$tmp/out")"
 
 # 2. round trip through s3rver, when npm could install it (scripts/install-deps.sh)
@@ -137,8 +143,9 @@ mkdir -p "$tmp/s3data"
 pids+=($!)
 for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break; sleep 0.1; done
 export AWS_ACCESS_KEY_ID=S3RVER AWS_SECRET_ACCESS_KEY=S3RVER SEGD_S3_ENDPOINT=http://127.0.0.1:$port
-"$segd" snapshot export --db "$tmp/db" --to s3://snaps/a/b --buckets 4 --now 1800000000 \
+"$segd" snapshot export --db "$tmp/db" --to s3://snaps/a/b --topic events --buckets 4 --now 1800000000 \
   > "$tmp/out" 2>&1 || fail "s3rver export: $(cat "$tmp/out")"
-"$segd" snapshot verify s3://snaps/a/b | grep -q "^valid: 2 users" || fail "s3rver verify"
+"$segd" snapshot verify s3://snaps/a/b/events | grep -q "^valid: events, 4 units .* 2 users" ||
+  fail "s3rver verify: $("$segd" snapshot verify s3://snaps/a/b/events 2>&1)"
 if "$segd" snapshot verify s3://snaps/nothing-here > /dev/null 2>&1; then fail "verify of nothing"; fi
 echo "s3_cli: ok"

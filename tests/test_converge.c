@@ -282,26 +282,28 @@ typedef struct loader {
     segd_edge_t *cache;
 } loader_t;
 
-static int load_cb(void *ctx, uint32_t bucket, const char *user, size_t len,
+static int load_cb(void *ctx, int32_t partition, const char *user, size_t len,
                    const segd_profile_t *p)
 {
-    (void)bucket;
+    (void)partition;
     return segd_edge_put(((loader_t *)ctx)->cache, user, len, p) != SEGD_OK;
 }
 
-/* A cache: snapshot, then the change topic until caught up. */
+/* A cache: every snapshot unit (on two threads, as segd cache), then the
+ * change topic from the units' folded positions until caught up. */
 static segd_edge_t *build_cache(const fixture_t *f, int from_beginning)
 {
     segd_manifest_t m;
     char err[512];
     segd_edge_t *cache = NULL;
-    assert_int_equal(segd_snapshot_manifest(f->snap, NULL, &m, err, sizeof(err)), SEGD_OK);
     assert_int_equal(segd_edge_new(&cache, NULL), SEGD_OK);
+    loader_t l = {cache};
+    segd_snapshot_read_opts_t ro = {.threads = 2};
+    assert_int_equal(segd_snapshot_read(f->snap, &ro, &m, load_cb, &l, err, sizeof(err)),
+                     SEGD_OK);
+    assert_int_equal(m.units, (uint32_t)m.partitions); /* one unit per input partition */
     for (size_t i = 0; i < m.n_retirements; i++)
         segd_edge_retire(cache, m.retirements[i].segment_id, m.retirements[i].retired_before_ms);
-    loader_t l = {cache};
-    assert_int_equal(segd_snapshot_load(f->snap, NULL, &m, load_cb, &l, err, sizeof(err)),
-                     SEGD_OK);
     segd_edge_raise_gc_watermark(cache, m.gc_watermark_ms); /* as segd cache does */
     segd_tail_t *t = NULL;
     segd_tail_opts_t to;
@@ -332,7 +334,7 @@ static void export_snapshot(const fixture_t *f)
     pid_t pid = fork();
     if (pid == 0) {
         execl(SEGD_BIN, "segd", "snapshot", "export", "--db", f->db, "--to", f->snap,
-              "--buckets", "4", (char *)NULL);
+              (char *)NULL); /* units of the input partitions the store holds offsets of */
         _exit(127);
     }
     int status;

@@ -531,16 +531,16 @@ static void test_dir_round_trip(void **state)
     random_bytes(&big, 300000, 1);
     snprintf(path, sizeof(path), "%s/local.bin", tmp);
     write_file(path, &big);
-    assert_int_equal(segd_dest_put_file(d, "bucket-00000.avro", path, err, sizeof(err)),
+    assert_int_equal(segd_dest_put_file(d, "p-00000-1.avro", path, err, sizeof(err)),
                      SEGD_OK);
     snprintf(path, sizeof(path), "%s/fetched.bin", tmp);
-    assert_int_equal(segd_dest_get_file(d, "bucket-00000.avro", path, err, sizeof(err)),
+    assert_int_equal(segd_dest_get_file(d, "p-00000-1.avro", path, err, sizeof(err)),
                      SEGD_OK);
     assert_file_equals(path, &big);
 
     snprintf(path, sizeof(path), "%s/a/b/snap", tmp);
     list_dir(path, names, sizeof(names));
-    assert_string_equal(names, "bucket-00000.avro manifest.json"); /* no temporaries */
+    assert_string_equal(names, "manifest.json p-00000-1.avro"); /* no temporaries */
 
     assert_int_equal(segd_dest_delete(d, "manifest.json", err, sizeof(err)), SEGD_OK);
     assert_int_equal(segd_dest_delete(d, "manifest.json", err, sizeof(err)), SEGD_OK);
@@ -633,15 +633,15 @@ static void test_nginx_round_trip(void **state)
     random_bytes(&big, 4u << 20, 2);
     snprintf(path, sizeof(path), "%s/local.bin", ng->dir);
     write_file(path, &big);
-    assert_int_equal(segd_dest_put_file(d, "bucket-00001.avro", path, err, sizeof(err)),
+    assert_int_equal(segd_dest_put_file(d, "p-00001-1.avro", path, err, sizeof(err)),
                      SEGD_OK);
-    snprintf(path, sizeof(path), "%s/www/dav/snaps/bucket-00001.avro", ng->dir);
+    snprintf(path, sizeof(path), "%s/www/dav/snaps/p-00001-1.avro", ng->dir);
     assert_file_equals(path, &big); /* what nginx stored */
-    assert_int_equal(segd_dest_get_mem(d, "bucket-00001.avro", &got, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_dest_get_mem(d, "p-00001-1.avro", &got, err, sizeof(err)), SEGD_OK);
     assert_int_equal(got.len, big.len);
     assert_memory_equal(got.data, big.data, big.len);
     snprintf(path, sizeof(path), "%s/fetched.bin", ng->dir);
-    assert_int_equal(segd_dest_get_file(d, "bucket-00001.avro", path, err, sizeof(err)),
+    assert_int_equal(segd_dest_get_file(d, "p-00001-1.avro", path, err, sizeof(err)),
                      SEGD_OK);
     assert_file_equals(path, &big);
 
@@ -652,11 +652,11 @@ static void test_nginx_round_trip(void **state)
     segd_buf_t want = {(uint8_t *)"22", 2, 2};
     assert_file_equals(path, &want);
 
-    assert_int_equal(segd_dest_delete(d, "bucket-00001.avro", err, sizeof(err)), SEGD_OK);
-    assert_int_equal(segd_dest_get_mem(d, "bucket-00001.avro", &got, err, sizeof(err)),
+    assert_int_equal(segd_dest_delete(d, "p-00001-1.avro", err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_dest_get_mem(d, "p-00001-1.avro", &got, err, sizeof(err)),
                      SEGD_ERR_NOTFOUND);
     assert_int_equal(got.len, 0); /* nginx's 404 page is not the object */
-    assert_int_equal(segd_dest_delete(d, "bucket-00001.avro", err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_dest_delete(d, "p-00001-1.avro", err, sizeof(err)), SEGD_OK);
     assert_int_equal(segd_dest_retries(d), 0);
     segd_buf_free(&big);
     segd_buf_free(&got);
@@ -808,19 +808,19 @@ static void test_s3_signed_round_trip(void **state)
     snprintf(path, sizeof(path), "%s/local.bin", tmp);
     write_file(path, &big);
     /* streamed, with its real payload hash */
-    S3_OK(&f, segd_dest_put_file(d, "bucket-00002.avro", path, err, sizeof(err)));
+    S3_OK(&f, segd_dest_put_file(d, "p-00002-1.avro", path, err, sizeof(err)));
     S3_OK(&f, segd_dest_put_mem(d, "a b+c=d.json", "{}", 2, err, sizeof(err)));
     pthread_mutex_lock(&f.mu); /* stored under the name encoded once */
     assert_non_null(find(&f, "/snaps/daily/x%20y/a%20b%2Bc%3Dd.json", 0));
     pthread_mutex_unlock(&f.mu);
     S3_OK(&f, segd_dest_put_mem(d, "empty", "", 0, err, sizeof(err)));
-    S3_OK(&f, segd_dest_get_mem(d, "bucket-00002.avro", &got, err, sizeof(err)));
+    S3_OK(&f, segd_dest_get_mem(d, "p-00002-1.avro", &got, err, sizeof(err)));
     assert_int_equal(got.len, big.len);
     assert_memory_equal(got.data, big.data, big.len);
     S3_OK(&f, segd_dest_get_mem(d, "a b+c=d.json", &got, err, sizeof(err)));
     assert_int_equal(got.len, 2);
     snprintf(path, sizeof(path), "%s/fetched.bin", tmp);
-    S3_OK(&f, segd_dest_get_file(d, "bucket-00002.avro", path, err, sizeof(err)));
+    S3_OK(&f, segd_dest_get_file(d, "p-00002-1.avro", path, err, sizeof(err)));
     assert_file_equals(path, &big);
     S3_OK(&f, segd_dest_delete(d, "a b+c=d.json", err, sizeof(err)));
     assert_int_equal(segd_dest_get_mem(d, "a b+c=d.json", &got, err, sizeof(err)),
@@ -832,7 +832,7 @@ static void test_s3_signed_round_trip(void **state)
     assert_int_equal(f.rejected, 0);
     assert_int_equal(f.verified, 9);
     assert_null(find(&f, "/snaps/daily/x%20y/a%20b%2Bc%3Dd.json", 0));
-    assert_non_null(find(&f, "/snaps/daily/x%20y/bucket-00002.avro", 0));
+    assert_non_null(find(&f, "/snaps/daily/x%20y/p-00002-1.avro", 0));
     pthread_mutex_unlock(&f.mu);
     assert_int_equal(segd_dest_retries(d), 0);
     segd_dest_close(d);
@@ -942,7 +942,7 @@ static void test_s3rver_round_trip(void **state)
     random_bytes(&big, 2u << 20, 5);
     snprintf(path, sizeof(path), "%s/local.bin", s->dir);
     write_file(path, &big);
-    assert_int_equal(segd_dest_put_file(d, "bucket-00003.avro", path, err, sizeof(err)),
+    assert_int_equal(segd_dest_put_file(d, "p-00003-1.avro", path, err, sizeof(err)),
                      SEGD_OK);
     assert_int_equal(segd_dest_put_mem(d, "a b+c.json", "{\"x\":1}", 7, err, sizeof(err)),
                      SEGD_OK);
@@ -950,13 +950,13 @@ static void test_s3rver_round_trip(void **state)
     assert_int_equal(got.len, 7);
     assert_memory_equal(got.data, "{\"x\":1}", 7);
     snprintf(path, sizeof(path), "%s/fetched.bin", s->dir);
-    assert_int_equal(segd_dest_get_file(d, "bucket-00003.avro", path, err, sizeof(err)),
+    assert_int_equal(segd_dest_get_file(d, "p-00003-1.avro", path, err, sizeof(err)),
                      SEGD_OK);
     assert_file_equals(path, &big);
-    assert_int_equal(segd_dest_delete(d, "bucket-00003.avro", err, sizeof(err)), SEGD_OK);
-    assert_int_equal(segd_dest_get_mem(d, "bucket-00003.avro", &got, err, sizeof(err)),
+    assert_int_equal(segd_dest_delete(d, "p-00003-1.avro", err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_dest_get_mem(d, "p-00003-1.avro", &got, err, sizeof(err)),
                      SEGD_ERR_NOTFOUND);
-    assert_int_equal(segd_dest_delete(d, "bucket-00003.avro", err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_dest_delete(d, "p-00003-1.avro", err, sizeof(err)), SEGD_OK);
     assert_int_equal(segd_dest_retries(d), 0);
     segd_dest_close(d);
     /* s3rver knows only the key S3RVER */

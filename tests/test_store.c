@@ -290,14 +290,20 @@ static void test_snapshot_refuses_undecodable(void **state)
     segd_batch_destroy(b);
     segd_snapshot_opts_t o;
     segd_snapshot_opts_default(&o);
+    o.topic = "t";
     o.buckets = 2;
     snprintf(snap, sizeof(snap), "%s/snap", f->dir);
-    assert_int_equal(segd_snapshot_export(s, snap, &o, NULL, err, sizeof(err)),
+    size_t failed = 0;
+    assert_int_equal(segd_snapshot_export(s, snap, &o, NULL, &failed, err, sizeof(err)),
                      SEGD_ERR_CORRUPT);
     assert_non_null(strstr(err, "do not decode"));
-    char manifest[400];
-    snprintf(manifest, sizeof(manifest), "%s/manifest.json", snap);
-    assert_int_equal(access(manifest, F_OK), -1);
+    assert_int_equal(failed, 2); /* no unit lands */
+    char path[400];
+    const char *names[] = {"p-00000/manifest.json", "p-00001/manifest.json", "topology.json"};
+    for (size_t i = 0; i < 3; i++) {
+        snprintf(path, sizeof(path), "%s/t/%s", snap, names[i]);
+        assert_int_equal(access(path, F_OK), -1);
+    }
     segd_store_close(s);
 }
 

@@ -19,6 +19,7 @@
 #include "base/utf8.h"
 #include "consumer/apply.h"
 #include "publisher/snapshot.h"
+#include "core/partition.h"
 #include "store/store.h"
 
 #define NOW_MS 1800000000000LL
@@ -235,19 +236,24 @@ static void test_snapshot_with_bad_utf8_fails_to_load(void **state)
     put_user(s, "caf\xC3\xA9", 5);
     segd_snapshot_opts_t o;
     segd_snapshot_opts_default(&o);
+    o.topic = "t";
     o.buckets = 2;
-    assert_int_equal(segd_snapshot_export(s, good, &o, NULL, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_snapshot_export(s, good, &o, NULL, NULL, err, sizeof(err)), SEGD_OK);
     put_user(s, "bad\xED\xA0\x80", 6);
-    assert_int_equal(segd_snapshot_export(s, bad, &o, NULL, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_snapshot_export(s, bad, &o, NULL, NULL, err, sizeof(err)), SEGD_OK);
     segd_store_close(s);
 
-    char cmd[256];
-    snprintf(cmd, sizeof(cmd), "%s snapshot verify %s | grep -q '^valid: 1 users'", SEGD_BIN,
-             good);
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd), "%s snapshot verify %s | grep -q '^valid: t, 2 units .* 1 users'",
+             SEGD_BIN, good);
     assert_int_equal(system(cmd), 0);
-    /* verify exits 1 and names the bucket file that holds the record */
-    snprintf(cmd, sizeof(cmd), "%s snapshot verify %s | grep -q '^invalid: bucket-'", SEGD_BIN,
-             bad);
+    /* verify exits 1 and names the unit and the file that hold the record */
+    int p = segd_partition_of(SEGD_PARTITIONER_MURMUR2, "bad\xED\xA0\x80", 6, 2);
+    snprintf(cmd, sizeof(cmd), "%s snapshot verify %s | grep -q '^p-0000%d: invalid: p-0000%d-'",
+             SEGD_BIN, bad, p, p);
+    assert_int_equal(system(cmd), 0);
+    snprintf(cmd, sizeof(cmd), "%s snapshot verify %s | grep -q '^p-0000%d: valid: '", SEGD_BIN,
+             bad, 1 - p);
     assert_int_equal(system(cmd), 0);
     snprintf(cmd, sizeof(cmd), "%s snapshot verify %s > /dev/null", SEGD_BIN, bad);
     int rc = system(cmd);

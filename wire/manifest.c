@@ -1,5 +1,6 @@
-/* The snapshot manifest (manifest.json) in memory and as JSON; see
- * manifest.h. Parsing is a trust boundary: manifests come from outside. */
+/* A snapshot unit's manifest (manifest.json) in memory and as JSON, and the
+ * fold of several units' manifests; see manifest.h. Parsing is a trust
+ * boundary: manifests come from outside. */
 #include "wire/manifest.h"
 
 #include <inttypes.h>
@@ -10,8 +11,8 @@
 
 #include "wire/avro_codec.h"
 
-#define FORMAT_NAME "segd-snapshot"
-#define FORMAT_VERSION 1
+#define FORMAT_NAME "segd-snapshot-unit"
+#define FORMAT_VERSION 2
 
 void segd_manifest_init(segd_manifest_t *m) { memset(m, 0, sizeof(*m)); }
 
@@ -24,6 +25,7 @@ void segd_manifest_free(segd_manifest_t *m)
     free(m->retirements);
     free(m->changes_topic);
     free(m->changes);
+    free(m->topic);
     segd_manifest_init(m);
 }
 
@@ -70,8 +72,7 @@ static json_t *files_json(const segd_manifest_t *m)
     json_t *a = json_array();
     for (size_t i = 0; i < m->n_files; i++) {
         const segd_snapshot_file_t *f = &m->files[i];
-        json_array_append_new(a, json_pack("{s:i,s:s,s:I,s:I,s:I,s:s}", "bucket",
-                                           (int)f->bucket, "name", f->name, "records",
+        json_array_append_new(a, json_pack("{s:s,s:I,s:I,s:I,s:s}", "name", f->name, "records",
                                            (json_int_t)f->records, "segments",
                                            (json_int_t)f->segments, "bytes",
                                            (json_int_t)f->bytes, "sha256", f->sha256));
@@ -91,27 +92,47 @@ static json_t *positions_json(const segd_topic_offset_t *p, size_t n, int with_t
     return a;
 }
 
-char *segd_manifest_dump(const segd_manifest_t *m, const char *codec)
+void segd_unit_dir_name(char *out, size_t cap, int32_t partition)
 {
-    uint64_t fp = 0;
-    char fphex[17];
-    segd_avro_fingerprint(segd_snapshot_schema_json(), &fp);
-    snprintf(fphex, sizeof(fphex), "%016" PRIx64, fp);
+    snprintf(out, cap, "p-%05d", (int)partition);
+}
+
+static json_t *retirements_json(const segd_manifest_t *m)
+{
     json_t *ret = json_array();
     for (size_t i = 0; i < m->n_retirements; i++)
         json_array_append_new(ret, json_pack("{s:I,s:I}", "segment_id",
                                              (json_int_t)m->retirements[i].segment_id,
                                              "retired_before_ms",
                                              (json_int_t)m->retirements[i].retired_before_ms));
+    return ret;
+}
+
+char *segd_manifest_dump(const segd_manifest_t *m, const char *codec)
+{
+    uint64_t fp = 0;
+    char fphex[17];
+    segd_avro_fingerprint(segd_snapshot_schema_json(), &fp);
+    snprintf(fphex, sizeof(fphex), "%016" PRIx64, fp);
     json_t *o = json_pack(
-        "{s:s,s:i,s:I,s:I,s:I,s:i,s:s,s:s,s:s,s:I,s:I,s:o,s:o,s:o}", "format", FORMAT_NAME,
-        "format_version", FORMAT_VERSION, "created_at_ms", (json_int_t)m->created_at_ms,
-        "now_ms", (json_int_t)m->now_ms, "horizon_ms", (json_int_t)m->horizon_ms, "buckets",
-        (int)m->buckets, "bucket_hash", "xxh64(user_id, seed 0) & (buckets - 1)", "codec",
-        codec, "schema_fingerprint", fphex, "records", (json_int_t)m->records,
+        "{s:s,s:i,s:s,s:i,s:i,s:s,s:s,s:s,s:s}", "format", FORMAT_NAME, "format_version",
+        FORMAT_VERSION, "topic", m->topic ? m->topic : "", "partition", (int)m->partition,
+        "partitions", (int)m->partitions, "partitioner", segd_partitioner_name(m->partitioner),
+        "records_format", SEGD_RECORDS_FORMAT_AVRO, "codec", codec, "schema_fingerprint",
+        fphex);
+    json_t *rest = json_pack(
+        "{s:I,s:I,s:I,s:I,s:I,s:I,s:o,s:o,s:o}", "created_at_ms", (json_int_t)m->created_at_ms,
+        "now_ms", (json_int_t)m->now_ms, "horizon_ms", (json_int_t)m->horizon_ms,
+        "gc_watermark_ms", (json_int_t)m->gc_watermark_ms, "records", (json_int_t)m->records,
         "segments", (json_int_t)m->segments, "files", files_json(m), "input_offsets",
-        positions_json(m->inputs, m->n_inputs, 1), "retirements", ret);
-    json_object_set_new(o, "gc_watermark_ms", json_integer((json_int_t)m->gc_watermark_ms));
+        positions_json(m->inputs, m->n_inputs, 1), "retirements", retirements_json(m));
+    if (!o || !rest) {
+        json_decref(o);
+        json_decref(rest);
+        return NULL;
+    }
+    json_object_update(o, rest);
+    json_decref(rest);
     if (m->changes_topic)
         json_object_set_new(o, "changes",
                             json_pack("{s:s,s:o}", "topic", m->changes_topic, "positions",
@@ -130,17 +151,15 @@ static segd_err_t parse_files(json_t *a, segd_manifest_t *m)
     for (size_t i = 0; i < n; i++) {
         segd_snapshot_file_t *f = &m->files[i];
         const char *name = NULL, *sha = NULL;
-        int bucket = -1;
         json_int_t rec = -1, seg = -1, bytes = -1;
-        if (json_unpack(json_array_get(a, i), "{s:i,s:s,s:I,s:I,s:I,s:s}", "bucket", &bucket,
-                        "name", &name, "records", &rec, "segments", &seg, "bytes", &bytes,
-                        "sha256", &sha) ||
-            bucket < 0 || (uint32_t)bucket >= m->buckets || rec < 0 || seg < 0 || bytes < 0 ||
+        if (json_unpack(json_array_get(a, i), "{s:s,s:I,s:I,s:I,s:s}", "name", &name,
+                        "records", &rec, "segments", &seg, "bytes", &bytes, "sha256", &sha) ||
+            rec < 0 || seg < 0 || bytes < 0 ||
             strlen(name) >= sizeof(f->name) || strchr(name, '/') || strlen(sha) != 64)
             return SEGD_ERR_CORRUPT;
         snprintf(f->name, sizeof(f->name), "%s", name);
         snprintf(f->sha256, sizeof(f->sha256), "%s", sha);
-        f->bucket = (uint32_t)bucket;
+        f->partition = m->partition;
         f->records = (uint64_t)rec;
         f->segments = (uint64_t)seg;
         f->bytes = (uint64_t)bytes;
@@ -186,6 +205,34 @@ static segd_err_t parse_positions(json_t *o, segd_manifest_t *m)
     return SEGD_OK;
 }
 
+/* The unit's identity: which topic, partition, partitioning and records. */
+static segd_err_t parse_unit(json_t *o, segd_manifest_t *m, char *errstr, size_t n)
+{
+    const char *topic = NULL, *partitioner = NULL, *records_format = NULL;
+    int part = -1, parts = 0;
+    if (json_unpack(o, "{s:s,s:i,s:i,s:s,s:s}", "topic", &topic, "partition", &part,
+                    "partitions", &parts, "partitioner", &partitioner, "records_format",
+                    &records_format))
+        return segd_errf(SEGD_ERR_CORRUPT, errstr, n,
+                         "manifest: no topic, partition, partitions, partitioner or records_format");
+    if (!*topic || parts <= 0 || part < 0 || part >= parts)
+        return segd_errf(SEGD_ERR_CORRUPT, errstr, n,
+                         "manifest: partition %d of %d partitions of topic '%s'", part, parts,
+                         topic);
+    if (segd_partitioner_parse(partitioner, &m->partitioner))
+        return segd_errf(SEGD_ERR_CORRUPT, errstr, n, "manifest: unknown partitioner '%s'",
+                         partitioner);
+    if (strcmp(records_format, SEGD_RECORDS_FORMAT_AVRO))
+        return segd_errf(SEGD_ERR_CORRUPT, errstr, n,
+                         "manifest: records_format '%s' is not one this segd reads",
+                         records_format);
+    m->topic = strdup(topic);
+    m->partition = part;
+    m->partitions = parts;
+    m->units = 1;
+    return m->topic ? SEGD_OK : SEGD_ERR_NOMEM;
+}
+
 segd_err_t segd_manifest_parse(const char *text, size_t len, segd_manifest_t *m,
                                char *errstr, size_t n)
 {
@@ -195,28 +242,29 @@ segd_err_t segd_manifest_parse(const char *text, size_t len, segd_manifest_t *m,
         return segd_errf(SEGD_ERR_CORRUPT, errstr, n, "manifest: %s (line %d)", je.text,
                          je.line);
     const char *format = NULL;
-    int version = 0, buckets = 0;
-    json_int_t created = 0, now = 0, horizon = 0, records = 0, segments = 0;
+    int version = 0;
+    json_int_t created = 0, now = 0, horizon = 0, records = 0, segments = 0, w = 0;
     segd_err_t err = SEGD_ERR_CORRUPT;
-    if (json_unpack(o, "{s:s,s:i,s:I,s:I,s:I,s:i,s:I,s:I}", "format", &format,
-                    "format_version", &version, "created_at_ms", &created, "now_ms", &now,
-                    "horizon_ms", &horizon, "buckets", &buckets, "records", &records,
+    if (json_unpack(o, "{s:s,s:i}", "format", &format, "format_version", &version) ||
+        strcmp(format, FORMAT_NAME) || version != FORMAT_VERSION) {
+        segd_errf(err, errstr, n, "manifest: not a segd snapshot unit manifest (format %s "
+                  "version %d)", FORMAT_NAME, FORMAT_VERSION);
+        goto out;
+    }
+    if (json_unpack(o, "{s:I,s:I,s:I,s:I,s:I,s:I}", "created_at_ms", &created, "now_ms", &now,
+                    "horizon_ms", &horizon, "gc_watermark_ms", &w, "records", &records,
                     "segments", &segments) ||
-        strcmp(format, FORMAT_NAME)) {
-        segd_errf(err, errstr, n, "manifest: not a segd snapshot manifest");
+        records < 0 || segments < 0) {
+        segd_errf(err, errstr, n, "manifest: missing or negative times or counts");
         goto out;
     }
-    if (version != FORMAT_VERSION || buckets <= 0 || (buckets & (buckets - 1))) {
-        segd_errf(err, errstr, n, "manifest: unsupported version %d or bucket count %d",
-                  version, buckets);
+    err = parse_unit(o, m, errstr, n);
+    if (err)
         goto out;
-    }
     m->created_at_ms = created;
     m->now_ms = now;
     m->horizon_ms = horizon;
-    json_t *w = json_object_get(o, "gc_watermark_ms"); /* absent before issue 9 */
-    m->gc_watermark_ms = json_is_integer(w) ? (int64_t)json_integer_value(w) : 0;
-    m->buckets = (uint32_t)buckets;
+    m->gc_watermark_ms = w;
     m->records = (uint64_t)records;
     m->segments = (uint64_t)segments;
     err = parse_files(json_object_get(o, "files"), m);
@@ -227,4 +275,107 @@ segd_err_t segd_manifest_parse(const char *text, size_t len, segd_manifest_t *m,
 out:
     json_decref(o);
     return err;
+}
+
+/* ---------- folding units ---------- */
+
+static segd_err_t fold_first(segd_manifest_t *into, const segd_manifest_t *u)
+{
+    into->topic = strdup(u->topic);
+    into->changes_topic = u->changes_topic ? strdup(u->changes_topic) : NULL;
+    if (!into->topic || (u->changes_topic && !into->changes_topic))
+        return SEGD_ERR_NOMEM;
+    into->partition = -1;
+    into->partitions = u->partitions;
+    into->partitioner = u->partitioner;
+    into->created_at_ms = u->created_at_ms;
+    into->now_ms = u->now_ms;
+    into->horizon_ms = u->horizon_ms;
+    into->gc_watermark_ms = u->gc_watermark_ms;
+    for (size_t i = 0; i < u->n_changes; i++)
+        if (segd_manifest_add_change(into, into->changes_topic, u->changes[i].partition,
+                                     u->changes[i].offset))
+            return SEGD_ERR_NOMEM;
+    return SEGD_OK;
+}
+
+/* Per change partition the minimum; one a unit does not list goes (offset 0
+ * for that unit: all of its store's deltas there came after it). */
+static void fold_changes(segd_manifest_t *into, const segd_manifest_t *u)
+{
+    int same = into->changes_topic && u->changes_topic &&
+               !strcmp(into->changes_topic, u->changes_topic);
+    size_t kept = 0;
+    for (size_t i = 0; same && i < into->n_changes; i++) {
+        const segd_topic_offset_t *c = &into->changes[i];
+        for (size_t k = 0; k < u->n_changes; k++)
+            if (u->changes[k].partition == c->partition) {
+                into->changes[kept] = *c;
+                if (u->changes[k].offset < c->offset)
+                    into->changes[kept].offset = u->changes[k].offset;
+                kept++;
+                break;
+            }
+    }
+    into->n_changes = kept;
+}
+
+static int fold_retirement(segd_manifest_t *into, const segd_retirement_t *r)
+{
+    for (size_t i = 0; i < into->n_retirements; i++)
+        if (into->retirements[i].segment_id == r->segment_id) {
+            if (r->retired_before_ms > into->retirements[i].retired_before_ms)
+                into->retirements[i].retired_before_ms = r->retired_before_ms;
+            return 0;
+        }
+    return segd_manifest_add_retirement(into, r->segment_id, r->retired_before_ms);
+}
+
+static segd_err_t fold_lists(segd_manifest_t *into, const segd_manifest_t *u)
+{
+    segd_snapshot_file_t *f = realloc(into->files, (into->n_files + u->n_files + 1) * sizeof(*f));
+    if (!f)
+        return SEGD_ERR_NOMEM;
+    into->files = f;
+    memcpy(f + into->n_files, u->files, u->n_files * sizeof(*f));
+    into->n_files += u->n_files;
+    for (size_t i = 0; i < u->n_inputs; i++)
+        if (segd_manifest_add_input(into, u->inputs[i].topic, u->inputs[i].partition,
+                                    u->inputs[i].offset))
+            return SEGD_ERR_NOMEM;
+    for (size_t i = 0; i < u->n_retirements; i++)
+        if (fold_retirement(into, &u->retirements[i]))
+            return SEGD_ERR_NOMEM;
+    return SEGD_OK;
+}
+
+segd_err_t segd_manifest_fold(segd_manifest_t *into, const segd_manifest_t *u, char *errstr,
+                              size_t n)
+{
+    segd_err_t err = SEGD_OK;
+    if (!into->units)
+        err = fold_first(into, u);
+    else if (strcmp(into->topic, u->topic) || into->partitions != u->partitions ||
+             into->partitioner != u->partitioner)
+        return segd_errf(SEGD_ERR_CORRUPT, errstr, n,
+                         "unit %s/%d (%d partitions, %s) does not match the others (%s, %d "
+                         "partitions, %s)", u->topic, (int)u->partition, (int)u->partitions,
+                         segd_partitioner_name(u->partitioner), into->topic,
+                         (int)into->partitions, segd_partitioner_name(into->partitioner));
+    else
+        fold_changes(into, u);
+    if (!err)
+        err = fold_lists(into, u);
+    if (err)
+        return segd_errf(err, errstr, n, "out of memory");
+    if (into->units) {
+        if (u->gc_watermark_ms < into->gc_watermark_ms)
+            into->gc_watermark_ms = u->gc_watermark_ms;
+        if (u->created_at_ms < into->created_at_ms)
+            into->created_at_ms = u->created_at_ms;
+    }
+    into->records += u->records;
+    into->segments += u->segments;
+    into->units++;
+    return SEGD_OK;
 }

@@ -1,26 +1,33 @@
-/* The snapshot manifest (DESIGN §6): what a snapshot holds and where a
- * reader tails from, in memory and as manifest.json. Written last by an
- * export (publisher/snapshot.c), read first by a loader (cache/).
+/* A snapshot unit's manifest (DESIGN §6): what one unit (the state of the
+ * users of one input partition) holds and where a reader tails from, in
+ * memory and as manifest.json. Written last by an export
+ * (publisher/snapshot.c) under DEST/<topic>/p-PPPPP/, read first by a
+ * loader (cache/snapshot_read.c), which also folds the units it loaded into
+ * one manifest of the same type (partition = -1, units = their number).
  *
- * manifest.json (format_version 1):
- *   {"format": "segd-snapshot", "format_version": 1, "created_at_ms": ...,
- *    "now_ms": ...,  "horizon_ms": ..., "gc_watermark_ms": W, "buckets": 32,
- *    "bucket_hash": "xxh64(user_id, seed 0) & (buckets - 1)",
- *    "codec": "deflate" | "zstandard", "schema_fingerprint": "<hex CRC-64-AVRO>",
+ * manifest.json (format_version 2):
+ *   {"format": "segd-snapshot-unit", "format_version": 2,
+ *    "topic": t, "partition": p, "partitions": P, "partitioner": "murmur2_random",
+ *    "records_format": "avro", "codec": "deflate" | "zstandard" | "null",
+ *    "schema_fingerprint": "<hex CRC-64-AVRO of SnapshotRecord>",
+ *    "created_at_ms": ..., "now_ms": ..., "horizon_ms": ..., "gc_watermark_ms": W,
  *    "records": N, "segments": M,
- *    "files": [{"bucket": 0, "name": "bucket-00000-<created_at_ms>.avro", "records": n,
+ *    "files": [{"name": "p-PPPPP-<created_at_ms>.avro", "records": n,
  *               "segments": m, "bytes": b, "sha256": "<hex>"}, ...],
- *    "input_offsets": [{"topic": t, "partition": p, "next_offset": o}, ...],
+ *    "input_offsets": [{"topic": t, "partition": p, "next_offset": o}],
  *    "retirements": [{"segment_id": s, "retired_before_ms": ms}, ...],
  *    "changes": {"topic": "segments.changes",
- *                "positions": [{"partition": p, "offset": o}, ...]}}
- * gc_watermark_ms (added; 0 when absent) is the store's GC watermark when the
- * scan ended (at least the one it pruned with): a cache raises its own to it
- * (edge.h) and drops dead entries below it only, as the store does (DESIGN
- * §3.1).
- * A cache tails each change-topic partition from its position, and from the
- * beginning for a partition the manifest does not list (nothing of this
- * store was published there before the snapshot). */
+ *                "positions": [{"partition": c, "offset": o}, ...]}}
+ * Every record of the unit's files has partitioner(user_id, P) == p.
+ * input_offsets holds the store's offset of (t, p) when it has one (none for
+ * a store filled by backfill). "changes" lists every change-topic position
+ * the store held, not only those of partition p: a reader takes, per change
+ * partition, the minimum over the units it loaded (a unit not listing a
+ * change partition needs it from offset 0), which is conservative and
+ * harmless (§3) and exact for one instance even when a producer misrouted
+ * users. gc_watermark_ms is the store's W when the scan ended (§3.1).
+ * "records_format" names the files' record encoding (SnapshotRecord Avro
+ * today); readers refuse one they do not know. */
 #ifndef SEGD_MANIFEST_H
 #define SEGD_MANIFEST_H
 
@@ -28,13 +35,15 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "core/partition.h"
 #include "wire/change.h"
 
 #define SEGD_MANIFEST_NAME "manifest.json"
+#define SEGD_RECORDS_FORMAT_AVRO "avro" /* SnapshotRecord Avro container files */
 
 typedef struct segd_snapshot_file {
     char name[64];
-    uint32_t bucket;
+    int32_t partition; /* the unit the file belongs to */
     uint64_t records, segments, bytes;
     char sha256[65];
 } segd_snapshot_file_t;
@@ -48,7 +57,11 @@ typedef struct segd_topic_offset {
 typedef struct segd_manifest {
     int64_t created_at_ms, now_ms, horizon_ms;
     int64_t gc_watermark_ms; /* DESIGN §3.1's W after the scan; 0 = none */
-    uint32_t buckets;
+    char *topic;             /* owned: the input topic the units partition */
+    int32_t partition;       /* this unit; -1 in a manifest folded from units */
+    int32_t partitions;      /* P: the topic's partition count */
+    segd_partitioner_t partitioner;
+    uint32_t units;          /* units folded in (1 for a unit's own manifest) */
     uint64_t records, segments;
     segd_snapshot_file_t *files;
     size_t n_files;
@@ -71,7 +84,21 @@ int segd_manifest_add_input(void *ctx, const char *topic, int32_t partition, int
 int segd_manifest_add_change(void *ctx, const char *topic, int32_t partition, int64_t next);
 int segd_manifest_add_retirement(void *ctx, int64_t segment_id, int64_t before_ms);
 
-/* manifest.json's text for m (codec = the bucket files' codec name);
+/* The unit directory's name: "p-" + 5-digit zero-padded partition. */
+void segd_unit_dir_name(char *out, size_t cap, int32_t partition);
+
+/* Folds a unit's manifest into a reader's (into initialised empty, or
+ * holding units already folded): sums of records, segments and files; per
+ * change partition the minimum position, a partition some unit does not list
+ * dropped (it is read from the beginning); retirements joined (the later
+ * marker wins); gc_watermark_ms the smallest (a cache may drop and skip only
+ * what every unit's store had passed); created_at_ms the oldest. SEGD_ERR_NOMEM
+ * or SEGD_ERR_CORRUPT (units of different topics, partition counts or
+ * partitioners) leave into partly folded. */
+segd_err_t segd_manifest_fold(segd_manifest_t *into, const segd_manifest_t *unit,
+                              char *errstr, size_t errstr_size);
+
+/* manifest.json's text for m (codec = the unit files' codec name);
  * malloc'd, NULL when out of memory. */
 char *segd_manifest_dump(const segd_manifest_t *m, const char *codec);
 /* Parses untrusted manifest text into m (initialised, empty); SEGD_ERR_CORRUPT
