@@ -4,9 +4,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "app/restorer.h"
+
 struct segd_daemon {
     segd_pipeline_t *pipeline;
     segd_publisher_t *publisher; /* NULL when changes.enable = 0 */
+    segd_restorer_t *restorer;   /* NULL without restore.from */
     const char *props[2 * SEGD_MAX_KAFKA_PROPS + 1];
     int closed;
 };
@@ -63,6 +66,51 @@ static segd_err_t start_publisher(segd_daemon_t *d, const segd_config_t *cfg,
     return err;
 }
 
+static int restore_begin(void *ctx, const char *topic, int32_t partition, int32_t partitions)
+{
+    return segd_restorer_begin(ctx, topic, partition, partitions);
+}
+
+static int restore_state(void *ctx, const char *topic, int32_t partition)
+{
+    switch (segd_restorer_state(ctx, topic, partition)) {
+    case SEGD_RESTORE_DONE:
+        return SEGD_PIPELINE_RESTORED;
+    case SEGD_RESTORE_RUNNING:
+        return SEGD_PIPELINE_RESTORING;
+    default: /* REPLAY, or a job the restorer no longer knows */
+        return SEGD_PIPELINE_REPLAY;
+    }
+}
+
+static segd_err_t start_restorer(segd_daemon_t *d, const segd_config_t *cfg,
+                                 segd_store_t *store, char *errstr, size_t n)
+{
+    segd_restorer_opts_t o;
+    segd_restorer_opts_default(&o);
+    o.from = cfg->restore_from;
+    o.fallback_replay = (int)cfg->restore_fallback_replay;
+    o.retries = (int)cfg->restore_retries;
+    o.retry_max_ms = cfg->retry_max_ms;
+    return segd_restorer_new(&d->restorer, store, &o, errstr, n);
+}
+
+static void set_hooks(segd_daemon_t *d)
+{
+    segd_pipeline_hooks_t h = {0};
+    if (d->publisher) {
+        h.committed = on_committed;
+        h.backlog = outbox_backlog;
+        h.ctx = d->publisher;
+    }
+    if (d->restorer) {
+        h.restore_begin = restore_begin;
+        h.restore_state = restore_state;
+        h.restore_ctx = d->restorer;
+    }
+    segd_pipeline_set_hooks(d->pipeline, &h);
+}
+
 segd_err_t segd_daemon_new(segd_daemon_t **out, const segd_config_t *cfg, segd_store_t *store,
                            volatile sig_atomic_t *stop, char *errstr, size_t n)
 {
@@ -72,17 +120,15 @@ segd_err_t segd_daemon_new(segd_daemon_t **out, const segd_config_t *cfg, segd_s
     segd_err_t err = SEGD_OK;
     if (cfg->changes_enable)
         err = start_publisher(d, cfg, store, errstr, n);
+    if (!err && cfg->restore_from)
+        err = start_restorer(d, cfg, store, errstr, n);
     if (!err)
         err = segd_pipeline_new(&d->pipeline, cfg, store, stop, errstr, n);
     if (err) {
         segd_daemon_destroy(d);
         return err;
     }
-    if (d->publisher) {
-        segd_pipeline_hooks_t h = {
-            .committed = on_committed, .backlog = outbox_backlog, .ctx = d->publisher};
-        segd_pipeline_set_hooks(d->pipeline, &h);
-    }
+    set_hooks(d);
     *out = d;
     return SEGD_OK;
 }
@@ -97,6 +143,9 @@ void segd_daemon_close(segd_daemon_t *d)
     d->closed = 1;
     if (d->pipeline)
         segd_pipeline_close(d->pipeline);
+    /* a load under way is abandoned before its offset: restored again next time */
+    segd_restorer_destroy(d->restorer);
+    d->restorer = NULL;
     if (d->publisher) /* what is left is re-published at the next start */
         segd_publisher_stop(d->publisher, 5000);
 }

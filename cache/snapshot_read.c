@@ -361,3 +361,51 @@ segd_err_t segd_snapshot_read(const char *src_url, const segd_snapshot_read_opts
     free(r.msgs);
     return err;
 }
+
+/* Whether the unit of partition p has a manifest at all. */
+static segd_err_t unit_present(const char *topic_url, const segd_dest_opts_t *dopts,
+                               int32_t p, char *errstr, size_t n)
+{
+    char dir[32], url[4400];
+    segd_unit_dir_name(dir, sizeof(dir), p);
+    join_url(url, sizeof(url), topic_url, dir);
+    segd_dest_t *d = NULL;
+    segd_buf_t buf = {0};
+    segd_err_t err = segd_dest_open(&d, url, dopts, errstr, n);
+    if (!err)
+        err = segd_dest_get_mem(d, SEGD_MANIFEST_NAME, &buf, errstr, n);
+    segd_buf_free(&buf);
+    segd_dest_close(d);
+    return err;
+}
+
+segd_err_t segd_snapshot_read_unit(const char *topic_url, int32_t partition, int32_t partitions,
+                                   const segd_dest_opts_t *dopts, segd_manifest_t *m,
+                                   segd_snapshot_cb cb, void *ctx, char *errstr, size_t n)
+{
+    segd_topology_t t;
+    segd_manifest_init(m);
+    segd_err_t err = fetch_topology(topic_url, dopts, &t, errstr, n);
+    if (err == SEGD_ERR_NOTFOUND)
+        return segd_errf(err, errstr, n, "%s: no %s", topic_url, SEGD_TOPOLOGY_NAME);
+    if (err)
+        return err;
+    if (partitions > 0 && t.partitions != partitions)
+        return segd_errf(SEGD_ERR_NOTFOUND, errstr, n,
+                         "%s: the snapshot has %d partitions, the topic %d: its units hold "
+                         "other users", topic_url, (int)t.partitions, (int)partitions);
+    if (partition < 0 || partition >= t.partitions)
+        return segd_errf(SEGD_ERR_NOTFOUND, errstr, n, "%s: no partition %d", topic_url,
+                         (int)partition);
+    if ((err = unit_present(topic_url, dopts, partition, errstr, n)) == SEGD_ERR_NOTFOUND)
+        return segd_errf(err, errstr, n, "%s: no unit for partition %d", topic_url,
+                         (int)partition);
+    if (err)
+        return err;
+    loader_t l = {.cb = cb, .ctx = ctx, .partitioner = t.partitioner,
+                  .partitions = t.partitions, .partition = partition};
+    segd_profile_init(&l.p);
+    err = load_unit(topic_url, dopts, &t, partition, &l, m, errstr, n);
+    segd_profile_free(&l.p);
+    return err;
+}

@@ -463,16 +463,27 @@ segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
 
 /* ---------- assignment ---------- */
 
+static segd_err_t topic_partition_count(rd_kafka_t *rk, const char *topic, int32_t *count,
+                                        char *errstr, size_t n);
+
 /* A partition without a stored offset goes to the restore hook, if any,
  * and waits paused (as an unread partition) until the restore finished. */
 static int start_restore(segd_pipeline_t *p, const rd_kafka_topic_partition_t *tp)
 {
+    char err[256];
+    int32_t count = 0;
     if (!p->hooks.restore_begin || is_unread(p, tp->topic, tp->partition))
         return 0;
+    /* a unit routes users by the partition count it was made with */
+    if (topic_partition_count(p->consumer, tp->topic, &count, err, sizeof(err))) {
+        fprintf(stderr, "segd: %s [%" PRId32 "]: no restore (%s): replaying it\n", tp->topic,
+                tp->partition, err);
+        return 0;
+    }
     unread_t *u = note_unread(p, tp->topic, tp->partition, -1);
     if (!u)
         return 0;
-    if (p->hooks.restore_begin(p->hooks.restore_ctx, tp->topic, tp->partition)) {
+    if (p->hooks.restore_begin(p->hooks.restore_ctx, tp->topic, tp->partition, count)) {
         p->nunread--; /* the entry just added is the last one */
         return 0;
     }

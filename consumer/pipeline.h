@@ -58,11 +58,12 @@ typedef struct segd_pipeline_hooks {
                                        while this exceeds changes.max.outbox */
     void *ctx;                      /* borrowed; must outlive the pipeline */
     /* Restore on assignment (app/restorer.h): a partition assigned with no
-     * stored offset is handed to restore_begin (0 = taken; it then stays
-     * paused) and polled with restore_state until it says
+     * stored offset is handed to restore_begin with the topic's partition
+     * count (0 = taken; it then stays paused) and polled with restore_state until it says
      * SEGD_PIPELINE_RESTORED (its offset is now in the store) or
      * SEGD_PIPELINE_REPLAY (input.offset.reset). NULL = no restore. */
-    int (*restore_begin)(void *ctx, const char *topic, int32_t partition);
+    int (*restore_begin)(void *ctx, const char *topic, int32_t partition,
+                         int32_t partitions);
     int (*restore_state)(void *ctx, const char *topic, int32_t partition);
     void *restore_ctx;
 } segd_pipeline_hooks_t;

@@ -1,0 +1,326 @@
+/* Restore on assignment: the worker and its jobs (app/restorer.h). */
+#include "app/restorer.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/clock.h"
+#include "cache/snapshot_read.h"
+#include "load/restore.h"
+
+typedef enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE, JOB_REPLAY } job_state_t;
+
+typedef struct job {
+    struct job *next;
+    char *topic;
+    int32_t partition;
+    int32_t partitions; /* the topic's count when assigned */
+    job_state_t state;
+} job_t;
+
+struct segd_restorer {
+    segd_store_t *store;
+    segd_restorer_opts_t o;
+    char *from;
+    pthread_t thread;
+    int started;
+    pthread_mutex_t lock;
+    pthread_cond_t wake;
+    job_t *jobs;                  /* guarded by lock */
+    volatile sig_atomic_t stop;   /* the worker and a load under way end */
+    segd_restorer_stats_t st;     /* guarded by lock */
+};
+
+void segd_restorer_opts_default(segd_restorer_opts_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->fallback_replay = 1;
+    o->retries = 5;
+    o->retry_max_ms = 5000;
+    o->memory_bytes = 256ull << 20;
+    segd_dest_opts_default(&o->dest);
+}
+
+static job_t *find(segd_restorer_t *r, const char *topic, int32_t partition)
+{
+    for (job_t *j = r->jobs; j; j = j->next)
+        if (j->partition == partition && !strcmp(j->topic, topic))
+            return j;
+    return NULL;
+}
+
+/* ---------- one attempt ---------- */
+
+typedef struct feed {
+    segd_restore_t *restore;
+    char err[512];
+} feed_t;
+
+static int feed(void *ctx, int32_t partition, const char *user, size_t len,
+                const segd_profile_t *p)
+{
+    (void)partition;
+    feed_t *f = ctx;
+    return segd_restore_add(f->restore, user, len, p, f->err, sizeof(f->err)) != SEGD_OK;
+}
+
+static int64_t unit_offset(const segd_manifest_t *m, const char *topic, int32_t partition)
+{
+    for (size_t i = 0; i < m->n_inputs; i++)
+        if (m->inputs[i].partition == partition && m->inputs[i].topic &&
+            !strcmp(m->inputs[i].topic, topic))
+            return m->inputs[i].offset;
+    return -1;
+}
+
+static uint64_t unit_bytes(const segd_manifest_t *m)
+{
+    uint64_t b = 0;
+    for (size_t i = 0; i < m->n_files; i++)
+        b += m->files[i].bytes;
+    return b;
+}
+
+/* Loads the unit of (topic, partition); SEGD_ERR_NOTFOUND when there is none. */
+static segd_err_t restore_unit(segd_restorer_t *r, const job_t *j, char *errstr, size_t n)
+{
+    const char *topic = j->topic;
+    int32_t partition = j->partition;
+    segd_restore_opts_t ro;
+    segd_restore_opts_default(&ro);
+    ro.memory_bytes = r->o.memory_bytes;
+    ro.shared = 1;
+    ro.stop = &r->stop;
+    feed_t f = {0};
+    segd_manifest_t m;
+    segd_manifest_init(&m);
+    size_t ulen = strlen(r->from) + strlen(topic) + 2;
+    char *url = malloc(ulen);
+    if (!url)
+        return segd_errf(SEGD_ERR_NOMEM, errstr, n, "out of memory");
+    snprintf(url, ulen, "%s/%s", r->from, topic);
+    double t0 = segd_mono_s();
+    segd_err_t err = segd_restore_new(&f.restore, r->store, &ro, errstr, n);
+    if (!err) {
+        err = segd_snapshot_read_unit(url, partition, j->partitions, &r->o.dest, &m, feed, &f,
+                                      errstr, n);
+        if (err == SEGD_ERR_INVALID && f.err[0]) /* the callback's own failure */
+            err = segd_errf(SEGD_ERR_IO, errstr, n, "%s", f.err);
+    }
+    segd_restore_stats_t st = {0};
+    if (!err) {
+        segd_restore_unit_t u = {.topic = topic,
+                                 .partition = partition,
+                                 .next_offset = unit_offset(&m, topic, partition),
+                                 .gc_watermark_ms = m.gc_watermark_ms,
+                                 .retirements = m.retirements,
+                                 .n_retirements = m.n_retirements};
+        err = segd_restore_finish(f.restore, &u, &st, errstr, n);
+    }
+    if (!err) {
+        fprintf(stderr,
+                "segd: restored p=%" PRId32 " users=%" PRIu64 " segments=%" PRIu64
+                " bytes=%" PRIu64 " in %.1f s (%s, offset %" PRId64 ")\n",
+                partition, st.users, st.segments, unit_bytes(&m), segd_mono_s() - t0, topic,
+                unit_offset(&m, topic, partition));
+        pthread_mutex_lock(&r->lock);
+        r->st.restored++;
+        r->st.users += st.users;
+        r->st.segments += st.segments;
+        r->st.bytes += unit_bytes(&m);
+        pthread_mutex_unlock(&r->lock);
+    }
+    segd_restore_destroy(f.restore);
+    segd_manifest_free(&m);
+    free(url);
+    return err;
+}
+
+/* ---------- the worker ---------- */
+
+static void finish_job(segd_restorer_t *r, job_t *j, job_state_t state)
+{
+    pthread_mutex_lock(&r->lock);
+    j->state = state;
+    if (state == JOB_REPLAY)
+        r->st.replayed++;
+    pthread_mutex_unlock(&r->lock);
+}
+
+/* Sleeps up to ms unless stopped; returns 0 when stopped. */
+static int pause_ms(segd_restorer_t *r, int64_t ms)
+{
+    struct timespec until;
+    clock_gettime(CLOCK_REALTIME, &until);
+    until.tv_sec += ms / 1000;
+    until.tv_nsec += (ms % 1000) * 1000000;
+    if (until.tv_nsec >= 1000000000) {
+        until.tv_sec++;
+        until.tv_nsec -= 1000000000;
+    }
+    pthread_mutex_lock(&r->lock);
+    while (!r->stop && pthread_cond_timedwait(&r->wake, &r->lock, &until) != ETIMEDOUT)
+        ;
+    int go = !r->stop;
+    pthread_mutex_unlock(&r->lock);
+    return go;
+}
+
+static void run_job(segd_restorer_t *r, job_t *j)
+{
+    char err[512];
+    int64_t wait = 100;
+    for (int attempt = 1; !r->stop; attempt++) {
+        segd_err_t e = restore_unit(r, j, err, sizeof(err));
+        if (!e) {
+            finish_job(r, j, JOB_DONE);
+            return;
+        }
+        if (e == SEGD_ERR_NOTFOUND) {
+            fprintf(stderr, "segd: no snapshot unit for %s [%" PRId32 "] (%s): replaying it "
+                            "from input.offset.reset\n", j->topic, j->partition, err);
+            finish_job(r, j, JOB_REPLAY);
+            return;
+        }
+        if (r->stop)
+            return;
+        pthread_mutex_lock(&r->lock);
+        r->st.failures++;
+        pthread_mutex_unlock(&r->lock);
+        int give_up = r->o.fallback_replay && attempt >= r->o.retries;
+        fprintf(stderr, "segd: restore of %s [%" PRId32 "] failed (attempt %d): %s%s\n",
+                j->topic, j->partition, attempt, err,
+                give_up ? "; replaying it from input.offset.reset (restore.fallback = replay)"
+                        : "; partition paused, retrying");
+        if (give_up) {
+            finish_job(r, j, JOB_REPLAY);
+            return;
+        }
+        if (!pause_ms(r, wait))
+            return;
+        wait = wait * 2 > r->o.retry_max_ms ? r->o.retry_max_ms : wait * 2;
+    }
+}
+
+static void *worker(void *arg)
+{
+    segd_restorer_t *r = arg;
+    pthread_mutex_lock(&r->lock);
+    while (!r->stop) {
+        job_t *j = r->jobs;
+        while (j && j->state != JOB_QUEUED)
+            j = j->next;
+        if (!j) {
+            pthread_cond_wait(&r->wake, &r->lock);
+            continue;
+        }
+        j->state = JOB_RUNNING;
+        pthread_mutex_unlock(&r->lock);
+        run_job(r, j); /* j stays: jobs are freed only by destroy, after the join */
+        pthread_mutex_lock(&r->lock);
+    }
+    pthread_mutex_unlock(&r->lock);
+    return NULL;
+}
+
+/* ---------- the pipeline's side ---------- */
+
+int segd_restorer_begin(segd_restorer_t *r, const char *topic, int32_t partition,
+                        int32_t partitions)
+{
+    pthread_mutex_lock(&r->lock);
+    job_t *j = find(r, topic, partition);
+    int rc = 0;
+    if (j) {
+        if (j->state == JOB_DONE || j->state == JOB_REPLAY) {
+            j->state = JOB_QUEUED; /* assigned again without an offset: anew */
+            j->partitions = partitions;
+        }
+    } else if ((j = calloc(1, sizeof(*j))) && (j->topic = strdup(topic))) {
+        j->partition = partition;
+        j->partitions = partitions;
+        j->state = JOB_QUEUED;
+        j->next = r->jobs;
+        r->jobs = j;
+    } else {
+        free(j);
+        rc = -1;
+    }
+    pthread_cond_broadcast(&r->wake);
+    pthread_mutex_unlock(&r->lock);
+    return rc;
+}
+
+segd_restore_state_t segd_restorer_state(segd_restorer_t *r, const char *topic,
+                                         int32_t partition)
+{
+    pthread_mutex_lock(&r->lock);
+    job_t *j = find(r, topic, partition);
+    segd_restore_state_t s = !j                       ? SEGD_RESTORE_NONE
+                             : j->state == JOB_DONE   ? SEGD_RESTORE_DONE
+                             : j->state == JOB_REPLAY ? SEGD_RESTORE_REPLAY
+                                                      : SEGD_RESTORE_RUNNING;
+    pthread_mutex_unlock(&r->lock);
+    return s;
+}
+
+void segd_restorer_get_stats(segd_restorer_t *r, segd_restorer_stats_t *st)
+{
+    pthread_mutex_lock(&r->lock);
+    *st = r->st;
+    pthread_mutex_unlock(&r->lock);
+}
+
+segd_err_t segd_restorer_new(segd_restorer_t **out, segd_store_t *store,
+                             const segd_restorer_opts_t *o, char *errstr, size_t n)
+{
+    *out = NULL;
+    if (!o->from || !*o->from)
+        return segd_errf(SEGD_ERR_CONFIG, errstr, n, "restore.from is empty");
+    segd_restorer_t *r = calloc(1, sizeof(*r));
+    if (!r || !(r->from = strdup(o->from))) {
+        free(r);
+        return segd_errf(SEGD_ERR_NOMEM, errstr, n, "out of memory");
+    }
+    r->store = store;
+    r->o = *o;
+    size_t len = strlen(r->from);
+    while (len > 1 && r->from[len - 1] == '/')
+        r->from[--len] = 0;
+    pthread_mutex_init(&r->lock, NULL);
+    pthread_cond_init(&r->wake, NULL);
+    if (pthread_create(&r->thread, NULL, worker, r)) {
+        segd_restorer_destroy(r);
+        return segd_errf(SEGD_ERR_NOMEM, errstr, n, "restore: cannot start its thread");
+    }
+    r->started = 1;
+    *out = r;
+    return SEGD_OK;
+}
+
+void segd_restorer_destroy(segd_restorer_t *r)
+{
+    if (!r)
+        return;
+    pthread_mutex_lock(&r->lock);
+    r->stop = 1;
+    pthread_cond_broadcast(&r->wake);
+    pthread_mutex_unlock(&r->lock);
+    if (r->started)
+        pthread_join(r->thread, NULL);
+    while (r->jobs) {
+        job_t *j = r->jobs;
+        r->jobs = j->next;
+        free(j->topic);
+        free(j);
+    }
+    pthread_cond_destroy(&r->wake);
+    pthread_mutex_destroy(&r->lock);
+    free(r->from);
+    free(r);
+}
