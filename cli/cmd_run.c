@@ -164,8 +164,9 @@ static void report(const segd_pipeline_t *p, double t0, const char *prefix)
     double dt = segd_mono_s() - t0;
     fprintf(stderr,
             "%sconsumed=%" PRIu64 " events=%" PRIu64 " segments=%" PRIu64 " dlq=%" PRIu64
-            " batches=%" PRIu64 " fault_waits=%" PRIu64 " rate=%.0f segments/s\n",
-            prefix, st.messages, st.events, st.segments, dlq, st.batches, st.retries,
+            " misrouted=%" PRIu64 " batches=%" PRIu64 " fault_waits=%" PRIu64
+            " rate=%.0f segments/s\n",
+            prefix, st.messages, st.events, st.segments, dlq, st.misrouted, st.batches, st.retries,
             dt > 0 ? (double)st.segments / dt : 0.0);
     for (int i = 0; i < SEGD_DLQ_REASONS; i++)
         if (st.dlq[i])
