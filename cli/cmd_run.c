@@ -28,6 +28,7 @@ static void usage(FILE *f)
             "  config keys (FILE lines `key = value`, or SEGD_<KEY> with dots as _):\n"
             "    input.format (auto|confluent|single-object|raw), input.schema.registry.url,\n"
             "    input.schema.registry.auth, input.schema.registry.ca, input.offset.reset,\n"
+            "    input.partitioner (murmur2_random|consistent_random|fnv1a_random),\n"
             "    dlq.topic, batch.max.messages, batch.max.ms, retry.max.ms,\n"
             "    limits.max.segments, limits.max.user.id, limits.max.message.bytes,\n"
             "    limits.max.clock.skew.ms,\n"

@@ -73,6 +73,8 @@ struct segd_pipeline {
     int64_t misrouted_stored;  /* the store's counter as last written */
     int64_t misrouted_pending; /* counted in the batch not yet written */
     int metadata_logged;       /* a failed metadata request was reported */
+    int64_t metadata_next_ms;  /* no metadata request before (after one that failed
+                                  or left a message's partition unexplained) */
 };
 
 /* Exponential backoff for fault waits; logs the fault once per change. */
@@ -116,15 +118,20 @@ static topic_parts_t *find_parts(segd_pipeline_t *p, const char *topic)
 }
 
 /* Asks the brokers for topic's partition count; 0 when they cannot say
- * (logged once): the event is then applied uncounted. */
+ * (logged once): the event is then applied uncounted. After a failure the
+ * brokers are asked again only 10 s later: a request per message would
+ * stall ingest for the metadata timeout each time. */
 static int32_t refresh_parts(segd_pipeline_t *p, const char *topic)
 {
     char err[256];
     int32_t count = 0;
+    if (segd_mono_ms() < p->metadata_next_ms)
+        return 0;
     if (segd_kmeta_partitions(p->consumer, topic, METADATA_TIMEOUT_MS, &count, err,
                               sizeof(err)) != SEGD_OK) {
         if (!p->metadata_logged++)
             fprintf(stderr, "segd: %s (misrouted events not counted meanwhile)\n", err);
+        p->metadata_next_ms = segd_mono_ms() + 10000;
         return 0;
     }
     topic_parts_t *t = find_parts(p, topic);
@@ -160,6 +167,8 @@ static int misrouted(segd_pipeline_t *p, const rd_kafka_message_t *m, const segd
     const char *topic = rd_kafka_topic_name(m->rkt);
     topic_parts_t *t = find_parts(p, topic);
     int32_t count = t && m->partition < t->count ? t->count : refresh_parts(p, topic);
+    if (count > 0 && m->partition >= count) /* metadata behind the topic's growth */
+        p->metadata_next_ms = segd_mono_ms() + 10000;
     if (count <= 0 || m->partition >= count)
         return 0;
     return segd_partition_of(p->cfg->partitioner, ev->user_id, ev->user_id_len, count) !=

@@ -3,7 +3,10 @@
  * and writes one WriteBatch of merges + next offsets (DESIGN §4), then commits
  * the same offsets to Kafka asynchronously for lag tools. Partitions start
  * from the offsets in the store. Faults (store I/O, registry or broker down)
- * stall progress with backoff and never commit past unapplied input.
+ * stall progress with backoff and never commit past unapplied input. An
+ * event in another partition than input.partitioner puts its user in is
+ * applied and counted (misrouted; the store's total goes into each batch's
+ * WriteBatch with its offsets, DESIGN §7).
  *
  * Threads: one thread drives a pipeline (new, step/run, close, destroy);
  * librdkafka's rebalance callback runs inside step on that thread.
