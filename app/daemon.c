@@ -1,6 +1,7 @@
 /* Pipeline + publisher wiring; see daemon.h. */
 #include "app/daemon.h"
 
+#include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -41,7 +42,7 @@ void segd_daemon_publisher_opts(const segd_config_t *cfg, segd_publisher_opts_t 
     o->registry_auth = cfg->registry_auth;
     o->registry_ca = cfg->registry_ca;
     o->compression = cfg->changes_compression;
-    o->buckets = (uint32_t)cfg->snapshot_buckets;
+    o->partitioner = cfg->partitioner;
     o->retry_max_ms = cfg->retry_max_ms;
     o->kafka_props = props;
 }
@@ -55,15 +56,36 @@ static uint64_t outbox_backlog(void *ctx)
     return st.depth;
 }
 
-static segd_err_t start_publisher(segd_daemon_t *d, const segd_config_t *cfg,
-                                  segd_store_t *store, char *errstr, size_t n)
+static segd_err_t new_publisher(segd_daemon_t *d, const segd_config_t *cfg,
+                                segd_store_t *store, char *errstr, size_t n)
 {
     segd_publisher_opts_t o;
     segd_daemon_publisher_opts(cfg, &o, d->props);
-    segd_err_t err = segd_publisher_new(&d->publisher, store, &o, errstr, n);
-    if (!err)
-        err = segd_publisher_start(d->publisher, errstr, n);
-    return err;
+    return segd_publisher_new(&d->publisher, store, &o, errstr, n);
+}
+
+/* Change partition p carries the deltas of input partition p (DESIGN §5),
+ * so the change topic needs at least the input topics' partitions. Counts
+ * the brokers cannot give now (unreachable, input topic not created yet)
+ * are checked by the publisher at every delta instead. */
+static segd_err_t check_partitions(segd_daemon_t *d, const segd_config_t *cfg, char *errstr,
+                                   size_t n)
+{
+    int32_t changes = segd_publisher_partitions(d->publisher);
+    for (size_t i = 0; changes > 0 && i < cfg->n_topics; i++) {
+        int32_t input = 0;
+        char why[256];
+        if (segd_pipeline_partitions(d->pipeline, cfg->topics[i], &input, why, sizeof(why)))
+            continue;
+        if (changes < input)
+            return segd_errf(SEGD_ERR_CONFIG, errstr, n,
+                             "change topic %s has %" PRId32 " partitions, fewer than the %" PRId32
+                             " of input topic %s: change partition p carries the deltas of "
+                             "input partition p; add partitions to %s",
+                             cfg->changes_topic, changes, input, cfg->topics[i],
+                             cfg->changes_topic);
+    }
+    return SEGD_OK;
 }
 
 static int restore_begin(void *ctx, const char *topic, int32_t partition, int32_t partitions)
@@ -119,11 +141,15 @@ segd_err_t segd_daemon_new(segd_daemon_t **out, const segd_config_t *cfg, segd_s
         return SEGD_ERR_NOMEM;
     segd_err_t err = SEGD_OK;
     if (cfg->changes_enable)
-        err = start_publisher(d, cfg, store, errstr, n);
+        err = new_publisher(d, cfg, store, errstr, n);
     if (!err && cfg->restore_from)
         err = start_restorer(d, cfg, store, errstr, n);
-    if (!err)
+    if (!err) /* subscribes only: the group is joined by the first step */
         err = segd_pipeline_new(&d->pipeline, cfg, store, stop, errstr, n);
+    if (!err && d->publisher)
+        err = check_partitions(d, cfg, errstr, n);
+    if (!err && d->publisher)
+        err = segd_publisher_start(d->publisher, errstr, n);
     if (err) {
         segd_daemon_destroy(d);
         return err;

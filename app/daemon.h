@@ -18,9 +18,11 @@
 
 typedef struct segd_daemon segd_daemon_t;
 
-/* cfg, store and stop are borrowed and must outlive the daemon. Starts the
- * publisher thread first (when changes.enable = 1), so what an earlier run
- * left in the outbox goes out while the consumer joins its group. */
+/* cfg, store and stop are borrowed and must outlive the daemon. With
+ * changes.enable = 1, refuses (SEGD_ERR_CONFIG) a change topic with fewer
+ * partitions than an input topic, then starts the publisher thread before
+ * the consumer joins its group, so what an earlier run left in the outbox
+ * goes out meanwhile. */
 segd_err_t segd_daemon_new(segd_daemon_t **out, const segd_config_t *cfg, segd_store_t *store,
                            volatile sig_atomic_t *stop, char *errstr, size_t errstr_size);
 

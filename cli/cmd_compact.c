@@ -5,6 +5,7 @@
 #include <sys/time.h>
 
 #include "cli/cli.h"
+#include "consumer/pipeline.h"
 #include "wire/outbox.h"
 #include "base/clock.h"
 
@@ -59,7 +60,8 @@ static int outbox_entry(void *ctx, uint64_t seq, const uint8_t *v, size_t n)
     return 0;
 }
 
-static void print_stats(const segd_store_stats_t *st, const outbox_figures_t *ob, int json)
+static void print_stats(const segd_store_stats_t *st, const outbox_figures_t *ob,
+                        int64_t misrouted, int json)
 {
     double bps = st->live_segments ? (double)st->sst_bytes / (double)st->live_segments : 0;
     struct timeval tv;
@@ -71,9 +73,10 @@ static void print_stats(const segd_store_stats_t *st, const outbox_figures_t *ob
         printf("{\"users\":%" PRIu64 ",\"records\":%" PRIu64 ",\"live_segments\":%" PRIu64
                ",\"stored_entries\":%" PRIu64 ",\"sst_bytes\":%" PRIu64
                ",\"bytes_per_live_segment\":%.3f,\"corrupt_records\":%" PRIu64
-               ",\"outbox_entries\":%" PRIu64 ",\"outbox_oldest_age_ms\":%" PRId64 "}\n",
+               ",\"outbox_entries\":%" PRIu64 ",\"outbox_oldest_age_ms\":%" PRId64
+               ",\"misrouted\":%" PRId64 "}\n",
                st->users, st->records, st->live_segments, st->stored_entries, st->sst_bytes,
-               bps, st->corrupt, ob->entries, age);
+               bps, st->corrupt, ob->entries, age, misrouted);
         return;
     }
     printf("users                  %" PRIu64 "\n"
@@ -83,9 +86,10 @@ static void print_stats(const segd_store_stats_t *st, const outbox_figures_t *ob
            "on-disk bytes (sst)    %" PRIu64 "\n"
            "bytes per live segment %.3f\n"
            "corrupt records        %" PRIu64 "\n"
-           "unpublished outbox     %" PRIu64 " entries, oldest %.1f s\n",
+           "unpublished outbox     %" PRIu64 " entries, oldest %.1f s\n"
+           "misrouted events       %" PRId64 "\n",
            st->users, st->records, st->live_segments, st->stored_entries, st->sst_bytes, bps,
-           st->corrupt, ob->entries, (double)age / 1000.0);
+           st->corrupt, ob->entries, (double)age / 1000.0, misrouted);
 }
 
 int segd_cmd_compact(int argc, char **argv)
@@ -122,14 +126,16 @@ int segd_cmd_stats(int argc, char **argv)
         return SEGD_EXIT_FAIL;
     segd_store_stats_t st;
     outbox_figures_t ob = {0};
+    int64_t misrouted = 0;
     char err[512];
     rc = SEGD_EXIT_OK;
     if (segd_store_stats(s, &st, err, sizeof(err)) != SEGD_OK ||
-        segd_store_outbox_scan(s, 0, SIZE_MAX, outbox_entry, &ob, err, sizeof(err)) != SEGD_OK) {
+        segd_store_outbox_scan(s, 0, SIZE_MAX, outbox_entry, &ob, err, sizeof(err)) != SEGD_OK ||
+        segd_store_counter_get(s, SEGD_COUNTER_MISROUTED, &misrouted, err, sizeof(err))) {
         fprintf(stderr, "segd stats: %s\n", err);
         rc = SEGD_EXIT_FAIL;
     } else {
-        print_stats(&st, &ob, json);
+        print_stats(&st, &ob, misrouted, json);
     }
     segd_store_close(s);
     return rc;

@@ -244,10 +244,12 @@ int segd_cmd_demo(int argc, char **argv)
     snprintf(db, sizeof(db), "%s/db-%" PRId64, dir, now_s);
     snprintf(snap, sizeof(snap), "%s/snapshot-%" PRId64, dir, now_s);
     snprintf(tomorrow, sizeof(tomorrow), "%" PRId64, now_s + 86400);
-    const char *topics[] = {DEMO_TOPIC, DEMO_TOPIC ".dlq"};
+    /* the change topic as wide as the input: change partition p carries the
+     * deltas of input partition p (DESIGN §5) */
+    const char *topics[] = {DEMO_TOPIC, DEMO_TOPIC ".dlq", SEGD_DEFAULT_CHANGES_TOPIC};
     segd_dev_broker_t *b = NULL;
     char err[512];
-    if (segd_dev_broker_new(&b, 1, 8, topics, 2, err, sizeof(err))) {
+    if (segd_dev_broker_new(&b, 1, 8, topics, 3, err, sizeof(err))) {
         fprintf(stderr, "segd demo: %s\n", err);
         return SEGD_EXIT_FAIL;
     }

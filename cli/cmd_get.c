@@ -1,5 +1,8 @@
 /* `segd get`: what a bidder reads for each user. Opens the store read-only,
- * so it works beside a running writer (it sees the state as of opening). */
+ * so it works beside a running writer (it sees the state as of opening).
+ * In a fleet (DESIGN §7) a store holds the users of its own input
+ * partitions: a user of a partition the store holds no offset for is
+ * answered with a note on stderr that the answer may be stale. */
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -8,7 +11,25 @@
 
 #include "wire/profile_json.h"
 #include "cli/cli.h"
+#include "consumer/config.h"
+#include "core/partition.h"
 #include "core/query.h"
+
+#define MAX_HELD 4096
+
+/* The input partitions this store holds offsets for, per topic, and the
+ * topic's partition count as segd run last saw it. */
+typedef struct held_topic {
+    char topic[256];
+    int32_t count; /* 0 = not recorded (a store written before segd recorded it) */
+    int32_t parts[MAX_HELD];
+    size_t n;
+} held_topic_t;
+
+typedef struct held {
+    held_topic_t topics[SEGD_MAX_TOPICS];
+    size_t n;
+} held_t;
 
 typedef struct get_args {
     int json;
@@ -17,13 +38,18 @@ typedef struct get_args {
     int has_range;
     int64_t range_lo, range_hi;
     int64_t limit; /* text output: segments printed per user; 0 = all */
+    segd_partitioner_t partitioner; /* input.partitioner from --config */
 } get_args_t;
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: segd get --db DIR [--json] [--now S] [--expiring-after S]\n"
-               "                [--updated-since MS] [--count-range A:B] [--limit N] USER...\n"
-               "  --limit N: print at most N segments per user (text output)\n");
+               "                [--updated-since MS] [--count-range A:B] [--limit N]\n"
+               "                [--config FILE] USER...\n"
+               "  --limit N: print at most N segments per user (text output)\n"
+               "  --config FILE: segd run's configuration, for input.partitioner: a user\n"
+               "    of an input partition this store holds no offset for is answered\n"
+               "    with a note on stderr (another instance owns it)\n");
 }
 
 static void print_json(const char *user, const segd_entry_t *e, size_t n,
@@ -78,6 +104,71 @@ static int get_user(segd_store_t *s, const char *user, const get_args_t *a,
     return 0;
 }
 
+static int held_offset(void *ctx, const char *topic, int32_t partition, int64_t next)
+{
+    held_t *h = ctx;
+    (void)next;
+    held_topic_t *t = NULL;
+    for (size_t i = 0; i < h->n && !t; i++)
+        if (!strcmp(h->topics[i].topic, topic))
+            t = &h->topics[i];
+    if (!t && h->n < SEGD_MAX_TOPICS) {
+        t = &h->topics[h->n++];
+        snprintf(t->topic, sizeof(t->topic), "%s", topic);
+    }
+    if (t && t->n < MAX_HELD)
+        t->parts[t->n++] = partition;
+    return 0;
+}
+
+/* Which input partitions the store holds; a store that cannot say (no
+ * offsets: backfilled, or never run) makes no notes. */
+static void load_held(segd_store_t *s, held_t *h)
+{
+    segd_store_view_t *v = NULL;
+    char err[256];
+    h->n = 0;
+    if (segd_store_view_open(s, &v, err, sizeof(err)) == SEGD_OK)
+        segd_store_view_positions(v, "offset", held_offset, h, err, sizeof(err));
+    segd_store_view_close(v);
+    for (size_t i = 0; i < h->n; i++)
+        if (segd_store_partition_count(s, h->topics[i].topic, &h->topics[i].count, err,
+                                       sizeof(err)) != SEGD_OK)
+            h->topics[i].count = 0;
+}
+
+static void note_if_not_owned(const held_t *h, const get_args_t *a, const char *user)
+{
+    for (size_t i = 0; i < h->n; i++) {
+        const held_topic_t *t = &h->topics[i];
+        if (t->count <= 0)
+            continue;
+        int32_t p = segd_partition_of(a->partitioner, user, strlen(user), t->count);
+        int held = 0;
+        for (size_t j = 0; j < t->n && !held; j++)
+            held = t->parts[j] == p;
+        if (!held) {
+            fprintf(stderr, "user %s is in partition %" PRId32 ", owned by another instance: "
+                            "this store may be stale\n", user, p);
+            return;
+        }
+    }
+}
+
+/* input.partitioner from segd run's configuration file. */
+static int load_partitioner(const char *file, get_args_t *a)
+{
+    segd_config_t cfg;
+    char err[512];
+    segd_config_init(&cfg);
+    int bad = segd_config_load_file(&cfg, file, err, sizeof(err)) != SEGD_OK;
+    if (bad)
+        fprintf(stderr, "segd get: %s\n", err);
+    a->partitioner = cfg.partitioner;
+    segd_config_free(&cfg);
+    return bad;
+}
+
 static int parse_range(const char *s, get_args_t *a)
 {
     const char *colon = strchr(s, ':');
@@ -102,6 +193,7 @@ int segd_cmd_get(int argc, char **argv)
                                          {"updated-since", required_argument, 0, 'u'},
                                          {"count-range", required_argument, 0, 'r'},
                                          {"limit", required_argument, 0, 'l'},
+                                         {"config", required_argument, 0, 'c'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     get_args_t a = {0};
@@ -124,6 +216,7 @@ int segd_cmd_get(int argc, char **argv)
             break;
         case 'r': bad = parse_range(optarg, &a); break;
         case 'l': bad = segd_arg_int("get", "--limit", optarg, 0, INT64_MAX, &a.limit); break;
+        case 'c': bad = load_partitioner(optarg, &a); break;
         case 'h': usage(stdout); return SEGD_EXIT_OK;
         default: bad = 1; usage(stderr);
         }
@@ -139,11 +232,18 @@ int segd_cmd_get(int argc, char **argv)
         return SEGD_EXIT_FAIL;
     segd_profile_t p;
     segd_profile_init(&p);
+    held_t *held = calloc(1, sizeof(*held));
+    if (held)
+        load_held(s, held);
     /* one unreadable user must not hide the others: each is reported */
     int rc = SEGD_EXIT_OK;
-    for (int i = optind; i < argc; i++)
+    for (int i = optind; i < argc; i++) {
+        if (held)
+            note_if_not_owned(held, &a, argv[i]);
         if (get_user(s, argv[i], &a, &p))
             rc = SEGD_EXIT_FAIL;
+    }
+    free(held);
     segd_profile_free(&p);
     segd_store_close(s);
     return rc;

@@ -301,8 +301,9 @@ int segd_cmd_replay(int argc, char **argv)
     }
     /* the summary also when nothing could start: scripts read it */
     fprintf(stderr, "replayed %" PRIu64 " messages (%" PRIu64 " events, %" PRIu64
-            " segments, %" PRIu64 " dead-lettered) from %" PRIu64 " partitions in %.2f s\n",
-            st.messages, st.events, st.segments, st.dead, st.partitions, segd_mono_s() - t0);
+            " segments, %" PRIu64 " dead-lettered, %" PRIu64 " misrouted) from %" PRIu64
+            " partitions in %.2f s\n", st.messages, st.events, st.segments, st.dead,
+            st.misrouted, st.partitions, segd_mono_s() - t0);
     if (store)
         fprintf(stderr, "outbox: %" PRIu64 " entries not yet published (segd run publishes "
                 "them)\n", segd_store_outbox_depth(store));

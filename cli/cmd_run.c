@@ -28,6 +28,7 @@ static void usage(FILE *f)
             "  config keys (FILE lines `key = value`, or SEGD_<KEY> with dots as _):\n"
             "    input.format (auto|confluent|single-object|raw), input.schema.registry.url,\n"
             "    input.schema.registry.auth, input.schema.registry.ca, input.offset.reset,\n"
+            "    input.partitioner (murmur2_random|consistent_random|fnv1a_random),\n"
             "    dlq.topic, batch.max.messages, batch.max.ms, retry.max.ms,\n"
             "    limits.max.segments, limits.max.user.id, limits.max.message.bytes,\n"
             "    limits.max.clock.skew.ms,\n"
@@ -192,8 +193,9 @@ static void report(const segd_pipeline_t *p, double t0, const char *prefix)
     double dt = segd_mono_s() - t0;
     fprintf(stderr,
             "%sconsumed=%" PRIu64 " events=%" PRIu64 " segments=%" PRIu64 " dlq=%" PRIu64
-            " batches=%" PRIu64 " fault_waits=%" PRIu64 " rate=%.0f segments/s\n",
-            prefix, st.messages, st.events, st.segments, dlq, st.batches, st.retries,
+            " misrouted=%" PRIu64 " batches=%" PRIu64 " fault_waits=%" PRIu64
+            " rate=%.0f segments/s\n",
+            prefix, st.messages, st.events, st.segments, dlq, st.misrouted, st.batches, st.retries,
             dt > 0 ? (double)st.segments / dt : 0.0);
     for (int i = 0; i < SEGD_DLQ_REASONS; i++)
         if (st.dlq[i])

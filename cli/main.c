@@ -14,6 +14,7 @@ static const segd_cmd_t commands[] = {
     {"offsets", segd_cmd_offsets, "show or set the stored input offsets (offline)"},
     {"backfill", segd_cmd_backfill, "apply SegmentEvents from JSON-lines or Avro files"},
     {"get", segd_cmd_get, "print a user's live segments as a bidder reads them"},
+    {"owner", segd_cmd_owner, "a user's input partition and the group member holding it"},
     {"compact", segd_cmd_compact, "full manual compaction (drops dead entries)"},
     {"stats", segd_cmd_stats, "users, live segments, bytes on disk"},
     {"generate", segd_cmd_generate, "write a seed-workload file (JSON lines)"},

@@ -13,7 +13,9 @@
 
 #include "consumer/apply.h"
 #include "consumer/dlq.h"
+#include "core/partition.h"
 #include "transport/kconf.h"
+#include "transport/kmeta.h"
 #include "base/clock.h"
 
 #define MAX_POSITIONS 1024
@@ -22,12 +24,20 @@
  * when a member that joined stops before its first assignment (upstream
  * #4312, fixed in 2.3.0): close waits up to this long for it. */
 #define FIRST_ASSIGNMENT_WAIT_MS 30000
+#define METADATA_TIMEOUT_MS 5000
 
 typedef struct position {
     char topic[256];
     int32_t partition;
     int64_t next;
 } position_t;
+
+/* An input topic's partition count from the brokers' metadata: the P of
+ * segd_partition_of for the misrouted check. */
+typedef struct topic_parts {
+    char topic[256];
+    int32_t count;
+} topic_parts_t;
 
 /* An assigned partition whose stored offset could not be read: it stays
  * paused until a read succeeds (retry_unread). */
@@ -59,6 +69,13 @@ struct segd_pipeline {
     segd_backoff_t bo; /* shared with ingest and dlq: one fault report at a time */
     int64_t gc_next_ms;    /* monotonic time of the next GC watermark advance */
     int64_t flush_next_ms; /* and of the next forced flush of the profiles */
+    topic_parts_t parts[SEGD_MAX_TOPICS];
+    size_t nparts;
+    int64_t misrouted_stored;  /* the store's counter as last written */
+    int64_t misrouted_pending; /* counted in the batch not yet written */
+    int metadata_logged;       /* a failed metadata request was reported */
+    int64_t metadata_next_ms;  /* no metadata request before (after one that failed
+                                  or left a message's partition unexplained) */
 };
 
 /* Exponential backoff for fault waits; logs the fault once per change. */
@@ -91,6 +108,86 @@ static void note_position(segd_pipeline_t *p, const char *topic, int32_t partiti
     q->next = next;
 }
 
+/* ---------- partitions and misrouted events ---------- */
+
+static topic_parts_t *find_parts(segd_pipeline_t *p, const char *topic)
+{
+    for (size_t i = 0; i < p->nparts; i++)
+        if (!strcmp(p->parts[i].topic, topic))
+            return &p->parts[i];
+    return NULL;
+}
+
+/* Asks the brokers for topic's partition count; 0 when they cannot say
+ * (logged once): the event is then applied uncounted. After a failure the
+ * brokers are asked again only 10 s later: a request per message would
+ * stall ingest for the metadata timeout each time. */
+static int32_t refresh_parts(segd_pipeline_t *p, const char *topic)
+{
+    char err[256];
+    int32_t count = 0;
+    if (segd_mono_ms() < p->metadata_next_ms)
+        return 0;
+    if (segd_kmeta_partitions(p->consumer, topic, METADATA_TIMEOUT_MS, &count, err,
+                              sizeof(err)) != SEGD_OK) {
+        if (!p->metadata_logged++)
+            fprintf(stderr, "segd: %s (misrouted events not counted meanwhile)\n", err);
+        p->metadata_next_ms = segd_mono_ms() + 10000;
+        return 0;
+    }
+    topic_parts_t *t = find_parts(p, topic);
+    if (!t && p->nparts < SEGD_MAX_TOPICS) {
+        t = &p->parts[p->nparts++];
+        snprintf(t->topic, sizeof(t->topic), "%s", topic);
+    }
+    if (t)
+        t->count = count;
+    return count;
+}
+
+segd_err_t segd_pipeline_partitions(segd_pipeline_t *p, const char *topic, int32_t *count,
+                                    char *errstr, size_t n)
+{
+    segd_err_t err = segd_kmeta_partitions(p->consumer, topic, METADATA_TIMEOUT_MS, count,
+                                           errstr, n);
+    topic_parts_t *t = err ? NULL : find_parts(p, topic);
+    if (!err && !t && p->nparts < SEGD_MAX_TOPICS) {
+        t = &p->parts[p->nparts++];
+        snprintf(t->topic, sizeof(t->topic), "%s", topic);
+    }
+    if (t)
+        t->count = *count;
+    return err;
+}
+
+/* Whether the producer put this user where input.partitioner says: a
+ * partition added to the topic since the count was read is asked for again
+ * (the message's own partition proves the count is stale). */
+static int misrouted(segd_pipeline_t *p, const rd_kafka_message_t *m, const segd_event_t *ev)
+{
+    const char *topic = rd_kafka_topic_name(m->rkt);
+    topic_parts_t *t = find_parts(p, topic);
+    int32_t count = t && m->partition < t->count ? t->count : refresh_parts(p, topic);
+    if (count > 0 && m->partition >= count) /* metadata behind the topic's growth */
+        p->metadata_next_ms = segd_mono_ms() + 10000;
+    if (count <= 0 || m->partition >= count)
+        return 0;
+    return segd_partition_of(p->cfg->partitioner, ev->user_id, ev->user_id_len, count) !=
+           m->partition;
+}
+
+/* The batch's misrouted total and the partition counts segd get places
+ * users with, in the batch's own WriteBatch. */
+static void record_counts(segd_pipeline_t *p)
+{
+    if (p->misrouted_pending)
+        segd_batch_set_counter(p->ap.batch, SEGD_COUNTER_MISROUTED,
+                               p->misrouted_stored + p->misrouted_pending);
+    for (size_t i = 0; i < p->nparts; i++)
+        if (p->parts[i].count > 0)
+            segd_batch_set_partition_count(p->ap.batch, p->parts[i].topic, p->parts[i].count);
+}
+
 /* Dead letters first, then data + offsets in one WriteBatch, then the Kafka
  * commit. A failure leaves the batch intact for the next attempt. */
 static segd_err_t flush_batch(segd_pipeline_t *p, char *errstr, size_t n)
@@ -103,6 +200,7 @@ static segd_err_t flush_batch(segd_pipeline_t *p, char *errstr, size_t n)
     for (size_t i = 0; i < p->npos; i++)
         segd_batch_set_offset(p->ap.batch, p->pos[i].topic, p->pos[i].partition,
                               p->pos[i].next);
+    record_counts(p);
     int64_t wait = 100;
     while ((err = segd_applier_flush(&p->ap, errstr, n)) != SEGD_OK) {
         if (*p->stop || err == SEGD_ERR_ABORTED) /* a stopped store needs a restart */
@@ -118,6 +216,8 @@ static segd_err_t flush_batch(segd_pipeline_t *p, char *errstr, size_t n)
     if (p->hooks.committed)
         p->hooks.committed(p->hooks.ctx);
     p->npos = 0;
+    p->misrouted_stored += p->misrouted_pending;
+    p->misrouted_pending = 0;
     segd_dlq_clear(p->dlq);
     p->st.batches++;
     fault_cleared(p);
@@ -307,6 +407,10 @@ static int handle_message(segd_pipeline_t *p, const rd_kafka_message_t *m)
             return -2;
         p->st.events++;
         p->st.segments += ev->n_segments;
+        if (misrouted(p, m, ev)) {
+            p->st.misrouted++;
+            p->misrouted_pending++;
+        }
     } else {
         /* an empty key or value goes out as none, as it always has */
         if (segd_dlq_add(p->dlq, rd_kafka_topic_name(m->rkt), m->partition, m->offset,
@@ -633,6 +737,8 @@ segd_err_t segd_pipeline_new(segd_pipeline_t **out, const segd_config_t *cfg,
         err = segd_ingest_new(&p->ingest, cfg, store, stop, &p->bo, errstr, n);
     if (!err)
         err = segd_dlq_new_topic(&p->dlq, cfg, stop, &p->bo, errstr, n);
+    if (!err)
+        err = segd_store_counter_get(store, SEGD_COUNTER_MISROUTED, &p->misrouted_stored, errstr, n);
     if (!err && cfg->changes_enable) /* every batch records its changes (DESIGN §5) */
         segd_applier_enable_outbox(&p->ap);
     if (!err)

@@ -3,7 +3,10 @@
  * and writes one WriteBatch of merges + next offsets (DESIGN §4), then commits
  * the same offsets to Kafka asynchronously for lag tools. Partitions start
  * from the offsets in the store. Faults (store I/O, registry or broker down)
- * stall progress with backoff and never commit past unapplied input.
+ * stall progress with backoff and never commit past unapplied input. An
+ * event in another partition than input.partitioner puts its user in is
+ * applied and counted (misrouted; the store's total goes into each batch's
+ * WriteBatch with its offsets, DESIGN §7).
  *
  * Threads: one thread drives a pipeline (new, step/run, close, destroy);
  * librdkafka's rebalance callback runs inside step on that thread.
@@ -25,6 +28,9 @@
 
 typedef struct segd_pipeline segd_pipeline_t;
 
+/* The store counter (segd_store_counter_get) of misrouted events. */
+#define SEGD_COUNTER_MISROUTED "misrouted"
+
 typedef struct segd_pipeline_stats {
     uint64_t messages; /* consumed, good and bad */
     uint64_t events;   /* applied */
@@ -32,6 +38,9 @@ typedef struct segd_pipeline_stats {
     uint64_t batches;  /* store writes */
     uint64_t dlq[SEGD_DLQ_REASONS];
     uint64_t retries;  /* waits on a store, registry or broker fault */
+    uint64_t misrouted; /* applied events whose partition is not
+                           segd_partition_of(input.partitioner, user, P); the
+                           store's running total is meta counter "misrouted" */
 } segd_pipeline_stats_t;
 
 /* store and stop are borrowed and must outlive the pipeline. stop is polled
@@ -75,6 +84,11 @@ typedef struct segd_pipeline_hooks {
 /* Call before the first step; h is copied. Without hooks nothing waits for
  * the change stream (the outbox is still written when changes.enable = 1). */
 void segd_pipeline_set_hooks(segd_pipeline_t *p, const segd_pipeline_hooks_t *h);
+
+/* The input topic's partition count from the brokers (SEGD_ERR_NOTFOUND
+ * for a topic they do not know); remembered for the misrouted check. */
+segd_err_t segd_pipeline_partitions(segd_pipeline_t *p, const char *topic, int32_t *count,
+                                    char *errstr, size_t errstr_size);
 
 /* Partitions currently assigned to this member (thread-safe; -1 on error). */
 int segd_pipeline_assigned(segd_pipeline_t *p);

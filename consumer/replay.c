@@ -14,6 +14,7 @@
 
 #include "base/clock.h"
 #include "consumer/apply.h"
+#include "core/partition.h"
 #include "consumer/backoff.h"
 #include "consumer/dlq.h"
 #include "transport/kconf.h"
@@ -38,7 +39,7 @@ typedef struct part {
 
 /* What a batch did, added to the stats only once it is written. */
 typedef struct pending {
-    uint64_t messages, events, segments, dead, done;
+    uint64_t messages, events, segments, dead, done, misrouted;
     uint64_t dlq[SEGD_DLQ_REASONS];
 } pending_t;
 
@@ -54,6 +55,7 @@ typedef struct replay {
     segd_applier_t ap;
     part_t parts[SEGD_REPLAY_MAX_PARTITIONS];
     size_t nparts, active;
+    int32_t topic_partitions; /* the topic's partition count, for misrouted */
     pending_t pend;
     segd_replay_stats_t *st;
     int outbox; /* batches carry outbox entries */
@@ -152,6 +154,7 @@ static segd_err_t choose_partitions(replay_t *r, char *errstr, size_t n)
     segd_err_t err = topic_partitions(r, ids, &nids, errstr, n);
     if (err)
         return err;
+    r->topic_partitions = (int32_t)nids;
     const int32_t *want = ids;
     size_t nwant = nids;
     int32_t named[SEGD_REPLAY_MAX_PARTITIONS];
@@ -396,6 +399,12 @@ static int handle_message(replay_t *r, const rd_kafka_message_t *m)
             return -2;
         r->pend.events++;
         r->pend.segments += ev->n_segments;
+        /* counted for the summary only: the store's counter is segd run's
+         * (a replay re-reads what run already counted) */
+        if (r->topic_partitions > 0 &&
+            segd_partition_of(r->o->cfg->partitioner, ev->user_id, ev->user_id_len,
+                              r->topic_partitions) != m->partition)
+            r->pend.misrouted++;
     } else {
         /* the DLQ topic gets an empty key or value as none, as segd run sends it;
          * the file tells null from empty */
@@ -568,6 +577,7 @@ static segd_err_t flush_batch(replay_t *r, char *errstr, size_t n)
     st->segments += r->pend.segments;
     st->dead += r->pend.dead;
     st->done += r->pend.done;
+    st->misrouted += r->pend.misrouted;
     for (int i = 0; i < SEGD_DLQ_REASONS; i++)
         st->dlq[i] += r->pend.dlq[i];
     if (r->pend.messages)

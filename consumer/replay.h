@@ -36,6 +36,8 @@ typedef struct segd_replay_stats {
     uint64_t events;     /* applied */
     uint64_t segments;   /* applied segment updates */
     uint64_t dead;       /* dead-lettered */
+    uint64_t misrouted;  /* applied events in another partition than
+                            input.partitioner puts their user in */
     uint64_t dlq[SEGD_DLQ_REASONS];
     uint64_t batches;    /* store writes */
     uint64_t partitions; /* in the replay */

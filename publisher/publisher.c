@@ -13,18 +13,23 @@
 #include <sys/time.h>
 #include <time.h>
 
+#include "core/partition.h"
 #include "transport/kconf.h"
+#include "transport/kmeta.h"
 #include "transport/registry.h"
 #include "wire/outbox.h"
 #include "base/clock.h"
 
 #define MAX_PARTITIONS 4096
 #define LAT_BUCKETS 10001 /* latencies in whole ms; the last bucket holds >= 10 s */
+#define METADATA_WAIT_MS 10000 /* a change topic being auto-created answers "unknown" first */
 
-/* One user's share of a cycle: an outbox item. */
+/* One user's share of a cycle: an outbox item, and the input partition it
+ * came from (-1 = no input source: backfill, bulk load, erase). */
 typedef struct item_ref {
     const segd_outbox_item_t *item;
     const segd_outbox_entry_t *entry;
+    int32_t part;
 } item_ref_t;
 
 /* What the delivery reports of one cycle found. */
@@ -41,6 +46,7 @@ struct segd_publisher {
     rd_kafka_topic_t *rkt;
     segd_registry_t *registry;
     int32_t schema_id; /* Confluent id; -1 until registered */
+    int32_t partitions; /* the change topic's partition count; 0 = not known yet */
     uint64_t cursor;   /* next outbox seq to read */
     int64_t known[MAX_PARTITIONS]; /* change positions already recorded */
 
@@ -76,7 +82,7 @@ void segd_publisher_opts_default(segd_publisher_opts_t *o)
     o->topic = SEGD_DEFAULT_CHANGES_TOPIC;
     o->framing = SEGD_CHANGE_SINGLE_OBJECT;
     o->compression = "lz4";
-    o->buckets = SEGD_DEFAULT_BUCKETS;
+    o->partitioner = SEGD_PARTITIONER_MURMUR2;
     o->max_entries = 64;
     o->retry_max_ms = 5000;
     o->ack_timeout_ms = 30000;
@@ -225,7 +231,10 @@ static int cmp_ref(const void *a, const void *b)
     int c = memcmp(x->user, y->user, m);
     if (c)
         return c;
-    return x->user_len < y->user_len ? -1 : x->user_len > y->user_len;
+    if (x->user_len != y->user_len)
+        return x->user_len < y->user_len ? -1 : 1;
+    int32_t px = ((const item_ref_t *)a)->part, py = ((const item_ref_t *)b)->part;
+    return px < py ? -1 : px > py;
 }
 
 static segd_err_t collect_refs(segd_publisher_t *p)
@@ -238,7 +247,9 @@ static segd_err_t collect_refs(segd_publisher_t *p)
             if (!r)
                 return SEGD_ERR_NOMEM;
             p->refs = r;
-            p->refs[p->n_refs++] = (item_ref_t){&e->items[j], e};
+            uint32_t src = e->items[j].source;
+            p->refs[p->n_refs++] =
+                (item_ref_t){&e->items[j], e, src == UINT32_MAX ? -1 : e->sources[src].partition};
         }
     }
     if (p->n_refs) /* a cycle of retirements only has none (and no array) */
@@ -268,7 +279,7 @@ static segd_err_t note_source(segd_change_t *c, const segd_outbox_entry_t *e,
                                   it->offset);
 }
 
-/* Joins refs[from, to) (one user) into p->change. */
+/* Joins refs[from, to) (one user, one source partition) into p->change. */
 static segd_err_t build_delta(segd_publisher_t *p, size_t from, size_t to)
 {
     segd_change_t *c = &p->change;
@@ -276,8 +287,8 @@ static segd_err_t build_delta(segd_publisher_t *p, size_t from, size_t to)
     const segd_outbox_item_t *first = p->refs[from].item;
     c->user_id = first->user;
     c->user_id_len = first->user_len;
-    c->buckets = (int32_t)p->o.buckets;
-    c->bucket = (int32_t)segd_bucket_of(first->user, first->user_len, p->o.buckets);
+    c->buckets = p->partitions;
+    c->bucket = segd_partition_of(p->o.partitioner, first->user, first->user_len, p->partitions);
     c->committed_at_ms = INT64_MAX;
     segd_profile_clear(&p->acc);
     for (size_t i = from; i < to; i++) {
@@ -313,7 +324,7 @@ static segd_err_t build_retire(segd_publisher_t *p)
     segd_change_reset(c);
     c->kind = SEGD_CHANGE_RETIRE;
     c->bucket = -1;
-    c->buckets = (int32_t)p->o.buckets;
+    c->buckets = p->partitions;
     c->committed_at_ms = INT64_MAX;
     for (size_t i = 0; i < p->n_entries; i++) {
         const segd_outbox_entry_t *e = &p->entries[i];
@@ -331,8 +342,8 @@ static segd_err_t build_retire(segd_publisher_t *p)
  * for at most ack_timeout_ms: with the brokers down the queue never drains,
  * and an unbounded wait kept a stopping publisher (and segd run) hanging.
  * Giving up fails the cycle; its entries stay in the outbox. */
-static segd_err_t produce_one(segd_publisher_t *p, const segd_change_t *c, char *errstr,
-                              size_t n)
+static segd_err_t produce_one(segd_publisher_t *p, const segd_change_t *c, int32_t partition,
+                              char *errstr, size_t n)
 {
     p->msg.len = 0;
     segd_err_t err = segd_change_frame(p->o.framing, p->schema_id, &p->msg);
@@ -342,7 +353,7 @@ static segd_err_t produce_one(segd_publisher_t *p, const segd_change_t *c, char 
         return segd_errf(err, errstr, n, "encode change event: %s", segd_err_str(err));
     int64_t give_up = segd_mono_ms() + p->o.ack_timeout_ms;
     for (;;) {
-        if (rd_kafka_produce(p->rkt, RD_KAFKA_PARTITION_UA, RD_KAFKA_MSG_F_COPY, p->msg.data,
+        if (rd_kafka_produce(p->rkt, partition, RD_KAFKA_MSG_F_COPY, p->msg.data,
                              p->msg.len, c->user_id_len ? (void *)c->user_id : NULL,
                              c->user_id_len, NULL) == 0)
             return SEGD_OK;
@@ -375,8 +386,8 @@ static segd_err_t fixed_bytes(segd_publisher_t *p, const segd_change_t *c, size_
  * producer's or broker's size limit would be refused forever and stop the
  * stream, while parts of a delta join to the same state. A part holds at
  * least one entry. */
-static segd_err_t produce_change(segd_publisher_t *p, uint64_t *events, uint64_t *segments,
-                                 char *errstr, size_t n)
+static segd_err_t produce_change(segd_publisher_t *p, int32_t partition, uint64_t *events,
+                                 uint64_t *segments, char *errstr, size_t n)
 {
     const segd_change_t *c = &p->change;
     size_t max = p->o.max_delta_entries, off = 0, fixed;
@@ -395,7 +406,7 @@ static segd_err_t produce_change(segd_publisher_t *p, uint64_t *events, uint64_t
             k++;
         }
         part.profile.n = k;
-        err = produce_one(p, &part, errstr, n);
+        err = produce_one(p, &part, partition, errstr, n);
         off += part.profile.n;
         (*events)++;
     } while (!err && off < c->profile.n);
@@ -403,6 +414,67 @@ static segd_err_t produce_change(segd_publisher_t *p, uint64_t *events, uint64_t
     return err;
 }
 
+/* The change topic's partition count, asked for while not known (brokers
+ * unreachable at start) and again when an input partition lies past it (the
+ * topic may have grown since). */
+static segd_err_t ensure_partitions(segd_publisher_t *p, int32_t need, char *errstr, size_t n)
+{
+    if (p->partitions > need)
+        return SEGD_OK;
+    int32_t count = 0;
+    segd_err_t err = segd_kmeta_partitions_wait(p->rk, p->o.topic, METADATA_WAIT_MS, &count,
+                                                errstr, n);
+    if (err == SEGD_ERR_NOTFOUND)
+        return segd_errf(err, errstr, n, "change topic %s does not exist and the brokers did "
+                         "not create it: create it with as many partitions as the input topic",
+                         p->o.topic);
+    if (err)
+        return err;
+    if (count > MAX_PARTITIONS)
+        return segd_errf(SEGD_ERR_LIMIT, errstr, n, "change topic %s has %" PRId32
+                         " partitions; segd publishes to at most %d", p->o.topic, count,
+                         MAX_PARTITIONS);
+    p->partitions = count;
+    return SEGD_OK;
+}
+
+/* Where a delta goes (DESIGN §5): the partition of its source, so that a
+ * cache shard tailing change partition p sees every delta of input
+ * partition p; a delta with no input source goes where input.partitioner
+ * puts its user. An input partition past the change topic's stops the
+ * cycle (the entry stays) rather than send the delta to a shard that does
+ * not own its user. */
+static segd_err_t route(segd_publisher_t *p, const item_ref_t *r, int32_t *out, char *errstr,
+                        size_t n)
+{
+    segd_err_t err = ensure_partitions(p, r->part, errstr, n);
+    if (err)
+        return err;
+    if (r->part >= p->partitions)
+        return segd_errf(SEGD_ERR_CONFIG, errstr, n, "change topic %s has %" PRId32
+                         " partitions, fewer than input partition %" PRId32 " needs: add "
+                         "partitions to it (as many as the input topic)", p->o.topic,
+                         p->partitions, r->part);
+    *out = r->part >= 0 ? r->part
+                        : segd_partition_of(p->o.partitioner, r->item->user, r->item->user_len,
+                                            p->partitions);
+    return SEGD_OK;
+}
+
+/* A RETIRE marker is store-wide: every cache shard needs it, so it goes to
+ * every change partition. */
+static segd_err_t produce_retire(segd_publisher_t *p, uint64_t *events, uint64_t *segments,
+                                 char *errstr, size_t n)
+{
+    segd_err_t err = ensure_partitions(p, 0, errstr, n);
+    if (!err)
+        err = build_retire(p);
+    for (int32_t part = 0; !err && part < p->partitions; part++)
+        err = produce_change(p, part, events, segments, errstr, n);
+    return err;
+}
+
+/* One delta per (user, source input partition) of the cycle. */
 static segd_err_t produce_cycle(segd_publisher_t *p, uint64_t *events, uint64_t *segments,
                                 char *errstr, size_t n)
 {
@@ -411,19 +483,19 @@ static segd_err_t produce_cycle(segd_publisher_t *p, uint64_t *events, uint64_t 
         size_t j = i + 1;
         while (j < p->n_refs && cmp_ref(&p->refs[i], &p->refs[j]) == 0)
             j++;
-        err = build_delta(p, i, j);
+        int32_t partition = 0;
+        err = route(p, &p->refs[i], &partition, errstr, n);
         if (!err)
-            err = produce_change(p, events, segments, errstr, n);
+            err = build_delta(p, i, j);
+        if (!err)
+            err = produce_change(p, partition, events, segments, errstr, n);
         i = j;
     }
     int retirements = 0;
     for (size_t i = 0; i < p->n_entries; i++)
         retirements |= p->entries[i].n_retirements > 0;
-    if (!err && retirements) {
-        err = build_retire(p);
-        if (!err)
-            err = produce_change(p, events, segments, errstr, n);
-    }
+    if (!err && retirements)
+        err = produce_retire(p, events, segments, errstr, n);
     return err;
 }
 
@@ -615,6 +687,8 @@ static void *run(void *arg)
     return NULL;
 }
 
+int32_t segd_publisher_partitions(const segd_publisher_t *p) { return p->partitions; }
+
 segd_err_t segd_publisher_start(segd_publisher_t *p, char *errstr, size_t n)
 {
     if (p->running)
@@ -713,8 +787,6 @@ segd_err_t segd_publisher_new(segd_publisher_t **out, segd_store_t *store,
     *out = NULL;
     if (!o->brokers || !o->topic || !*o->topic)
         return segd_errf(SEGD_ERR_CONFIG, errstr, n, "changes: brokers and topic are required");
-    if (!o->buckets || (o->buckets & (o->buckets - 1)))
-        return segd_errf(SEGD_ERR_CONFIG, errstr, n, "snapshot.buckets must be a power of two");
     if (o->framing == SEGD_CHANGE_CONFLUENT && !o->registry_url)
         return segd_errf(SEGD_ERR_CONFIG, errstr, n,
                          "changes.format = confluent needs a schema registry URL");
@@ -749,6 +821,10 @@ segd_err_t segd_publisher_new(segd_publisher_t **out, segd_store_t *store,
         err = make_producer(p, errstr, n);
     if (!err)
         p->max_message = message_budget(p);
+    /* a missing change topic is refused now; unreachable brokers are not an
+     * error yet: every cycle asks again, keeping the outbox meanwhile */
+    if (!err && ensure_partitions(p, 0, errstr, n) == SEGD_ERR_NOTFOUND)
+        err = SEGD_ERR_NOTFOUND;
     if (err) {
         segd_publisher_destroy(p);
         return err;

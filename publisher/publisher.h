@@ -1,9 +1,11 @@
 /* The change-stream publisher (DESIGN §5): turns outbox entries into change
  * events on the change topic and deletes them once the broker has
  * acknowledged every event made from them. A cycle reads up to max_entries
- * entries, joins each user's operands into one delta (the §3 join, so
- * coalescing is exact), produces one event per changed user (key = user id)
- * plus one RETIRE control event for retirements, waits for the acks, then
+ * entries, joins each user's operands per source input partition into one
+ * delta (the §3 join, so coalescing is exact), produces it to the change
+ * partition of that input partition (key = user id; a delta with no input
+ * source to the user's partition under input.partitioner), plus one RETIRE
+ * control event per change partition for retirements, waits for the acks, then
  * deletes the entries and records the change topic's acknowledged positions
  * in one store write. A failure anywhere repeats the cycle later; nothing is
  * deleted that was not acknowledged, and duplicates are harmless to readers.
@@ -22,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/partition.h"
 #include "wire/change.h"
 #include "wire/change_frame.h"
 #include "store/store.h"
@@ -38,7 +41,8 @@ typedef struct segd_publisher_opts {
     const char *registry_auth;      /* user:password */
     const char *registry_ca;
     const char *compression;        /* lz4 (default) | zstd */
-    uint32_t buckets;               /* snapshot buckets, for the bucket field */
+    segd_partitioner_t partitioner; /* input.partitioner: the bucket field and the
+                                     * partition of deltas with no input source */
     size_t max_entries;             /* outbox entries per cycle, default 64 */
     size_t max_delta_entries;       /* larger deltas go out in parts, default 32768;
                                      * parts are also cut to fit the producer's
@@ -76,6 +80,10 @@ segd_err_t segd_publisher_cycle(segd_publisher_t *p, size_t *acked, char *errstr
 /* Cycles until the outbox is empty or timeout_ms passes (SEGD_ERR_KAFKA). */
 segd_err_t segd_publisher_drain(segd_publisher_t *p, int64_t timeout_ms, char *errstr,
                                 size_t errstr_size);
+
+/* The change topic's partition count as last read from the brokers; 0 when
+ * they could not be asked yet (every cycle asks again). */
+int32_t segd_publisher_partitions(const segd_publisher_t *p);
 
 /* Background thread: cycles when kicked (after each ingest batch) and at
  * least every 100 ms, backs off on failures, logs a fault once. */

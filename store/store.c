@@ -734,6 +734,52 @@ segd_err_t segd_store_offset_get(segd_store_t *s, const char *topic, int32_t par
     return err;
 }
 
+static void batch_put_i64(segd_batch_t *b, const char *key, int64_t v)
+{
+    char val[8];
+    put_be64(val, (uint64_t)v);
+    rocksdb_writebatch_put_cf(b->wb, b->store->cf[CF_META], key, strlen(key), val, 8);
+}
+
+void segd_batch_set_counter(segd_batch_t *b, const char *name, int64_t value)
+{
+    char key[256];
+    snprintf(key, sizeof(key), "count/%s", name);
+    batch_put_i64(b, key, value);
+}
+
+segd_err_t segd_store_counter_get(segd_store_t *s, const char *name, int64_t *value,
+                                  char *errstr, size_t n)
+{
+    char key[256];
+    snprintf(key, sizeof(key), "count/%s", name);
+    return meta_get_i64(s, key, value, errstr, n);
+}
+
+void segd_batch_set_partition_count(segd_batch_t *b, const char *topic, int32_t count)
+{
+    char key[512];
+    snprintf(key, sizeof(key), "partitions/%s", topic);
+    batch_put_i64(b, key, count);
+}
+
+segd_err_t segd_store_partition_count(segd_store_t *s, const char *topic, int32_t *count,
+                                      char *errstr, size_t n)
+{
+    char key[512], *v = NULL;
+    size_t vlen;
+    snprintf(key, sizeof(key), "partitions/%s", topic);
+    segd_err_t err = meta_get(s, key, strlen(key), &v, &vlen, errstr, n);
+    if (err)
+        return err;
+    uint64_t c = vlen == 8 ? get_be64(v) : 0;
+    rocksdb_free(v);
+    if (c == 0 || c > INT32_MAX)
+        return segd_errf(SEGD_ERR_CORRUPT, errstr, n, "bad %s in meta", key);
+    *count = (int32_t)c;
+    return SEGD_OK;
+}
+
 /* ---------- reads ---------- */
 
 segd_err_t segd_store_get(segd_store_t *s, const char *user, size_t user_len,

@@ -115,6 +115,25 @@ segd_err_t segd_store_write(segd_store_t *s, segd_batch_t *b, char *errstr,
 segd_err_t segd_store_write_sync(segd_store_t *s, segd_batch_t *b, char *errstr,
                                  size_t errstr_size);
 
+/* Counters kept with the data they count: meta `count/<name>`, 8-byte
+ * big-endian. Written in the same WriteBatch as a batch's data and offsets,
+ * a counter stays exact under crashes (the pipeline's `misrouted`): a batch
+ * lost with its offsets is re-read and counted again, never twice. The
+ * writer reads the counter at start and sets the new total (one writer per
+ * store: RocksDB's lock). */
+void segd_batch_set_counter(segd_batch_t *b, const char *name, int64_t value);
+/* 0 when the counter was never written. */
+segd_err_t segd_store_counter_get(segd_store_t *s, const char *name, int64_t *value,
+                                  char *errstr, size_t errstr_size);
+
+/* An input topic's partition count as the writer last saw it in the
+ * brokers' metadata (meta `partitions/<topic>`): readers without a broker
+ * (segd get) place users in partitions with it. */
+void segd_batch_set_partition_count(segd_batch_t *b, const char *topic, int32_t count);
+/* SEGD_ERR_NOTFOUND when none is stored. */
+segd_err_t segd_store_partition_count(segd_store_t *s, const char *topic, int32_t *count,
+                                      char *errstr, size_t errstr_size);
+
 /* SEGD_ERR_NOTFOUND when the partition has no stored offset. */
 segd_err_t segd_store_offset_get(segd_store_t *s, const char *topic, int32_t partition,
                                  int64_t *next_offset, char *errstr, size_t errstr_size);

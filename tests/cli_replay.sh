@@ -61,7 +61,7 @@ summary() { grep '^replayed ' "$1"; }
 
 # (a) replay == run on the same topic, every user byte for byte
 "$segd" replay --brokers "$b" --topic ev --db "$tmp/a" --from-beginning 2> "$tmp/a.log" || fail "replay exit $?"
-summary "$tmp/a.log" | grep -q "^replayed 600 messages (600 events, [0-9]* segments, 0 dead-lettered) from 3 partitions in " \
+summary "$tmp/a.log" | grep -q "^replayed 600 messages (600 events, [0-9]* segments, 0 dead-lettered, 0 misrouted) from 3 partitions in " \
   || fail "summary: $(cat "$tmp/a.log")"
 getall "$tmp/a" > "$tmp/a.json"
 grep -q '"id":' "$tmp/a.json" || fail "replay wrote nothing"
@@ -107,7 +107,7 @@ set +e
 set -e
 [ $rc = 1 ] || fail "replay into a locked store: exit $rc"
 grep -q "LOCK" "$tmp/lock.log" || fail "lock message: $(cat "$tmp/lock.log")"
-summary "$tmp/lock.log" | grep -q "^replayed 0 messages (0 events, 0 segments, 0 dead-lettered) from 0 partitions in " \
+summary "$tmp/lock.log" | grep -q "^replayed 0 messages (0 events, 0 segments, 0 dead-lettered, 0 misrouted) from 0 partitions in " \
   || fail "no summary when the store is locked: $(cat "$tmp/lock.log")"
 set +e; "$segd" offsets show --db "$tmp/r" > /dev/null 2>&1; rc=$?; set -e
 [ $rc = 1 ] || fail "offsets show of a locked store: exit $rc"
@@ -191,7 +191,7 @@ set +e
 "$segd" replay --brokers "$b" --topic ev --db "$tmp/d" --from-beginning --dlq-file "$tmp/dlq.jsonl" 2> "$tmp/d.log"; rc=$?
 set -e
 [ $rc = 3 ] || fail "dead letters: exit $rc"
-summary "$tmp/d.log" | grep -q "^replayed 602 messages (600 events, .* 2 dead-lettered)" || fail "dlq summary: $(cat "$tmp/d.log")"
+summary "$tmp/d.log" | grep -q "^replayed 602 messages (600 events, .* 2 dead-lettered, 0 misrouted)" || fail "dlq summary: $(cat "$tmp/d.log")"
 /usr/bin/python3 - "$tmp/dlq.jsonl" "$hi1" <<'PY' || fail "dlq file: $(cat "$tmp/dlq.jsonl")"
 import base64, json, sys
 lines = [json.loads(l) for l in open(sys.argv[1])]
@@ -269,7 +269,7 @@ grep -q "waiting: " "$tmp/g.log" || fail "no registry wait"
 kill -INT $rp
 set +e; wait $rp; rc=$?; set -e
 [ $rc = 1 ] || fail "interrupted replay: exit $rc"
-summary "$tmp/g.log" | grep -q "^replayed 0 messages (0 events, 0 segments, 0 dead-lettered) from 3 partitions" \
+summary "$tmp/g.log" | grep -q "^replayed 0 messages (0 events, 0 segments, 0 dead-lettered, 0 misrouted) from 3 partitions" \
   || fail "interrupted summary: $(cat "$tmp/g.log")"
 [ -s "$tmp/g.dlq" ] && fail "a registry outage was dead-lettered"
 echo "cli_replay: ok"

@@ -2,7 +2,10 @@
  * ingest batch's outbox entry becomes change events whose join equals the
  * store; entries are deleted only when acknowledged; a broker outage keeps
  * them and publishing resumes; entries left by a crash are re-published by
- * the next publisher; retirements travel as RETIRE control events; the
+ * the next publisher; retirements travel as RETIRE control events (one per
+ * change partition); deltas go to their source's partition (none: the
+ * user's partition, also their bucket) and a source partition the change
+ * topic lacks keeps the entry; the
  * acknowledged change positions are recorded for snapshots; Confluent
  * framing registers change_event.avsc with a registry (nginx stand-in) and
  * frames every event with the id it answered. */
@@ -20,6 +23,7 @@
 #include <cmocka.h>
 
 #include "app/app.h"
+#include "core/partition.h"
 #include "consumer/apply.h"
 #include "workload/dev_broker.h"
 #include "wire/outbox.h"
@@ -176,7 +180,10 @@ static void join_change(joined_t *j, const segd_change_t *c)
     assert_int_equal(c->user_id_len, 8);
     int u = (c->user_id[5] - '0') * 100 + (c->user_id[6] - '0') * 10 + (c->user_id[7] - '0');
     assert_true(u >= 0 && u < USERS);
-    assert_int_equal(c->bucket, segd_bucket_of(c->user_id, c->user_id_len, 32));
+    /* bucket = the user's partition under input.partitioner (default murmur2) */
+    assert_int_equal(c->buckets, PARTITIONS);
+    assert_int_equal(c->bucket, segd_partition_of(SEGD_PARTITIONER_MURMUR2, c->user_id,
+                                                  c->user_id_len, PARTITIONS));
     j->sources_seen += (int64_t)c->n_sources;
     segd_profile_t out;
     segd_profile_init(&out);
@@ -220,6 +227,11 @@ static void consume_framed(const fixture_t *f, joined_t *j, int32_t expected_id)
             assert_int_equal(segd_change_decode(body, blen, &c), SEGD_OK);
             if (c.kind == SEGD_CHANGE_DELTA)
                 assert_memory_equal(m->key, c.user_id, m->key_len);
+            /* a delta on its source's partition, one without on its bucket's */
+            for (size_t i = 0; i < c.n_sources; i++)
+                assert_int_equal(c.sources[i].partition, m->partition);
+            if (c.kind == SEGD_CHANGE_DELTA && !c.n_sources)
+                assert_int_equal(c.bucket, m->partition);
             join_change(j, &c);
             j->events++;
             if (m->len > j->max_len)
@@ -527,11 +539,43 @@ static void test_retirement_is_a_control_event(void **state)
     segd_publisher_destroy(p);
     joined_t *j = calloc(1, sizeof(*j));
     consume_all(f, j);
-    assert_int_equal(j->retire_events, 1);
+    assert_int_equal(j->retire_events, PARTITIONS); /* one per change partition */
     assert_int_equal(j->max_retired_seg, 42);
-    assert_int_equal(j->events, USERS + 1); /* 3 entries per user: one part each */
+    assert_int_equal(j->events, USERS + PARTITIONS); /* 3 entries per user: one part each */
     joined_free(j);
     free(j);
+}
+
+/* A delta whose input partition the change topic lacks (the input topic
+ * grew) is not sent to a shard that does not own its user: the cycle fails
+ * saying why and the outbox entry stays until partitions are added. */
+static void test_input_partition_past_change_topic_kept(void **state)
+{
+    fixture_t *f = *state;
+    segd_applier_t ap;
+    segd_event_t ev;
+    char err[256];
+    segd_event_init(&ev);
+    assert_int_equal(segd_applier_init(&ap, f->store), SEGD_OK);
+    segd_applier_enable_outbox(&ap);
+    segd_event_set_user(&ev, "user-001", 8);
+    ev.ts_ms = NOW_S * 1000 - 60000;
+    ev.op = SEGD_OP_UPSERT;
+    segd_seg_update_t seg = {5, 3600, 0, 0};
+    segd_event_add_segment(&ev, &seg);
+    assert_int_equal(segd_applier_add_from(&ap, &ev, "events", PARTITIONS + 2, 7, 0), SEGD_OK);
+    assert_int_equal(segd_applier_flush(&ap, err, sizeof(err)), SEGD_OK);
+    segd_applier_free(&ap);
+    segd_event_free(&ev);
+    segd_publisher_t *p = new_publisher(f, f->store);
+    assert_int_equal(segd_publisher_partitions(p), PARTITIONS);
+    size_t acked = 9;
+    assert_int_equal(segd_publisher_cycle(p, &acked, err, sizeof(err)), SEGD_ERR_CONFIG);
+    assert_non_null(strstr(err, "has 4 partitions, fewer than input partition 6 needs"));
+    assert_int_equal(acked, 0);
+    assert_int_equal(outbox_size(f->store), 1);
+    assert_int_equal(recorded_positions(f->store), 0);
+    segd_publisher_destroy(p);
 }
 
 static void test_confluent_framing_registers(void **state)
@@ -585,6 +629,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_full_queue_gives_up, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crash_leftovers_republished, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retirement_is_a_control_event, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_input_partition_past_change_topic_kept, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_confluent_framing_registers, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -27,7 +27,9 @@ static rd_kafka_t *make_producer(const segd_seed_produce_opts_t *o,
 {
     static const char *const defaults[] = {
         "compression.codec", "lz4", "linger.ms", "20", "batch.num.messages", "10000",
-        "queue.buffering.max.messages", "1000000", "enable.idempotence", "true", NULL};
+        "queue.buffering.max.messages", "1000000", "enable.idempotence", "true",
+        /* keyed as the Java clients do: segd's default input.partitioner */
+        "partitioner", "murmur2_random", NULL};
     char err[512];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     if (rd_kafka_conf_set(conf, "bootstrap.servers", o->brokers, err, sizeof(err)))

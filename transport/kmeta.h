@@ -1,0 +1,40 @@
+/* Topic and group metadata from the brokers: how many partitions a topic
+ * has, and which member of a consumer group holds each. The ingest pipeline
+ * (misrouted events), the change publisher (partition-aligned change topic)
+ * and `segd owner` ask; one place knows how librdkafka answers an unknown
+ * topic, a topic still being created and a group it cannot describe. */
+#ifndef SEGD_KMETA_H
+#define SEGD_KMETA_H
+
+#include <librdkafka/rdkafka.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "base/err.h"
+
+/* *count = the topic's partition count. SEGD_ERR_NOTFOUND when the brokers
+ * do not know the topic (a producer's request may have started its
+ * auto-creation: ask again), SEGD_ERR_KAFKA on any other failure. rk is
+ * borrowed (any client type); blocks for at most timeout_ms. */
+segd_err_t segd_kmeta_partitions(rd_kafka_t *rk, const char *topic, int timeout_ms,
+                                 int32_t *count, char *errstr, size_t errstr_size);
+
+/* As segd_kmeta_partitions, asking again every 200 ms while the topic is
+ * unknown or has no partitions yet, until wait_ms passed: a topic being
+ * auto-created answers "unknown" first. */
+segd_err_t segd_kmeta_partitions_wait(rd_kafka_t *rk, const char *topic, int wait_ms,
+                                      int32_t *count, char *errstr, size_t errstr_size);
+
+/* The member of `group` that holds each partition of `topic` now:
+ * owners[p] (p < partitions) is set to "<member id> host=<client host>", or
+ * left empty when no member holds p, from the group's description (its
+ * members' assignments). A broker that cannot describe groups (librdkafka's
+ * mock cluster has no DescribeGroups), a group not Stable (rebalancing) or
+ * unknown is an error (SEGD_ERR_KAFKA) naming why. Blocks for at most
+ * timeout_ms. */
+#define SEGD_KMETA_OWNER_LEN 320
+segd_err_t segd_kmeta_group_owners(rd_kafka_t *rk, const char *group, const char *topic,
+                                   int32_t partitions, char (*owners)[SEGD_KMETA_OWNER_LEN],
+                                   int timeout_ms, char *errstr, size_t errstr_size);
+
+#endif
