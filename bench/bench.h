@@ -2,6 +2,8 @@
 #ifndef SEGD_BENCH_H
 #define SEGD_BENCH_H
 
+#include <stdint.h>
+
 /* argv[0] = "store"; returns a CLI exit code. */
 int segd_bench_store(int argc, char **argv);
 
@@ -17,5 +19,17 @@ int segd_bench_cache(int argc, char **argv);
 /* argv[0] = "backfill": the file merge path (JSON lines, OCF; 1 and 2
  * threads) and the reader alone, each variant in a forked child. */
 int segd_bench_backfill(int argc, char **argv);
+
+/* argv[0] = "restore": a partition unit loaded into an empty store vs the
+ * raw read of its files vs replaying the partition's input. */
+int segd_bench_restore(int argc, char **argv);
+
+/* For the benchmarks (bench_ingest.c): segd run's pipeline over `want`
+ * messages of topic into the store dir/name, with or without the change
+ * stream; *seconds from the first message to the last one applied (and its
+ * delta acknowledged with changes). 0 when every message was consumed. */
+int segd_bench_consume(const char *brokers, const char *dir, int64_t batch, const char *topic,
+                       const char *name, int64_t want, int changes, double *seconds,
+                       uint64_t *segments);
 
 #endif

@@ -166,6 +166,19 @@ out:
     return rc;
 }
 
+int segd_bench_consume(const char *brokers, const char *dir, int64_t batch, const char *topic,
+                       const char *name, int64_t want, int changes, double *seconds,
+                       uint64_t *segments)
+{
+    ingest_args_t a = {.batch = batch};
+    snprintf(a.dir, sizeof(a.dir), "%s", dir);
+    run_result_t r;
+    int rc = pipeline_consume(brokers, &a, topic, name, want, changes, NULL, &r);
+    *seconds = r.seconds;
+    *segments = r.st.segments;
+    return rc;
+}
+
 /* Freshness (DESIGN §8): a producer paced at `rate` events/s while the
  * pipeline consumes, so latency is event creation -> delta acknowledged
  * under load instead of the age of a backlog. */

@@ -1,0 +1,274 @@
+/* `segd bench restore` (issue 11): what a partition assigned to an instance
+ * without its history costs, restored from its snapshot units versus
+ * replayed from its input, in one run: the seed workload goes through the
+ * in-process broker into a store by segd run's pipeline (the replay), the
+ * store is exported as units, their files are read raw, and the units are
+ * restored into an empty store the way segd run's restorer does (shared
+ * load: SST merge operands, one per user). Prints a markdown report. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "app/app.h"
+#include "base/args.h"
+#include "base/buf.h"
+#include "base/clock.h"
+#include "bench/bench.h"
+#include "cache/snapshot_read.h"
+#include "load/restore.h"
+#include "publisher/snapshot.h"
+#include "workload/dev_broker.h"
+#include "workload/seed_producer.h"
+
+#define TOPIC "bench.events"
+
+typedef struct restore_args {
+    int64_t users, partitions;
+    char dir[256];
+    int own_dir; /* made here: removed at the end */
+} restore_args_t;
+
+static int parse(int argc, char **argv, restore_args_t *a)
+{
+    a->users = 4000;
+    a->partitions = 8;
+    a->own_dir = 0;
+    snprintf(a->dir, sizeof(a->dir), "/tmp/segd-bench-restore-XXXXXX");
+    static const struct option opts[] = {{"users", required_argument, 0, 'u'},
+                                         {"partitions", required_argument, 0, 'p'},
+                                         {"dir", required_argument, 0, 'd'},
+                                         {0, 0, 0, 0}};
+    int c, have_dir = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 'u' && !segd_arg_int("bench", "--users", optarg, 1, 10000000, &a->users))
+            continue;
+        if (c == 'p' && !segd_arg_int("bench", "--partitions", optarg, 1, 256, &a->partitions))
+            continue;
+        if (c == 'd') {
+            snprintf(a->dir, sizeof(a->dir), "%s", optarg);
+            have_dir = 1;
+            continue;
+        }
+        fprintf(stderr, "usage: segd bench restore [--users N] [--partitions P] [--dir DIR]\n");
+        return -1;
+    }
+    if (have_dir)
+        return 0;
+    a->own_dir = mkdtemp(a->dir) != NULL;
+    return a->own_dir ? 0 : -1;
+}
+
+static segd_store_t *open_store(const char *dir, const char *name, char *err, size_t n)
+{
+    char path[320];
+    snprintf(path, sizeof(path), "%s/%s", dir, name);
+    segd_store_opts_t so;
+    segd_app_store_opts(&so);
+    so.path = path;
+    segd_store_t *s = NULL;
+    return segd_store_open(&s, &so, err, n) ? NULL : s;
+}
+
+/* Every unit file read into memory, as the restore reads it before
+ * decoding: the floor under any restore. */
+typedef struct raw {
+    double seconds;
+    uint64_t bytes;
+} raw_t;
+
+static int raw_read(const char *topic_url, int32_t partitions, raw_t *r, char *err, size_t n)
+{
+    segd_buf_t buf = {0};
+    double t0 = segd_mono_s();
+    for (int32_t p = 0; p < partitions; p++) {
+        segd_manifest_t m;
+        char dir[32], url[600];
+        /* the manifest alone (no callback, no check), then each file */
+        if (segd_snapshot_read_unit(topic_url, p, partitions, NULL, &m, NULL, NULL, err, n)) {
+            segd_manifest_free(&m);
+            return -1;
+        }
+        segd_unit_dir_name(dir, sizeof(dir), p);
+        snprintf(url, sizeof(url), "%s/%s", topic_url, dir);
+        segd_dest_t *d = NULL;
+        int rc = segd_dest_open(&d, url, NULL, err, n) ? -1 : 0;
+        for (size_t i = 0; !rc && i < m.n_files; i++) {
+            rc = segd_dest_get_mem(d, m.files[i].name, &buf, err, n) ? -1 : 0;
+            r->bytes += buf.len;
+        }
+        segd_dest_close(d);
+        segd_manifest_free(&m);
+        if (rc)
+            return -1;
+    }
+    r->seconds = segd_mono_s() - t0;
+    segd_buf_free(&buf);
+    return 0;
+}
+
+typedef struct restored {
+    double seconds;
+    uint64_t users, segments;
+} restored_t;
+
+typedef struct feed {
+    segd_restore_t *r;
+    char err[256];
+} feed_t;
+
+static int feed(void *ctx, int32_t partition, const char *user, size_t len,
+                const segd_profile_t *p)
+{
+    (void)partition;
+    feed_t *f = ctx;
+    return segd_restore_add(f->r, user, len, p, f->err, sizeof(f->err)) != SEGD_OK;
+}
+
+/* Each unit as segd run's restorer loads it: read, verify, shared load. */
+static int restore_all(segd_store_t *s, const char *topic_url, int32_t partitions,
+                       restored_t *out, char *err, size_t n)
+{
+    double t0 = segd_mono_s();
+    for (int32_t p = 0; p < partitions; p++) {
+        segd_restore_opts_t o;
+        segd_restore_opts_default(&o);
+        o.shared = 1;
+        feed_t f = {0};
+        segd_manifest_t m;
+        segd_manifest_init(&m);
+        segd_restore_stats_t st = {0};
+        int rc = segd_restore_new(&f.r, s, &o, err, n) ? -1 : 0;
+        if (!rc)
+            rc = segd_snapshot_read_unit(topic_url, p, partitions, NULL, &m, feed, &f, err, n)
+                     ? -1
+                     : 0;
+        int64_t next = -1;
+        for (size_t i = 0; i < m.n_inputs; i++)
+            if (m.inputs[i].partition == p)
+                next = m.inputs[i].offset;
+        segd_restore_unit_t u = {.topic = TOPIC, .partition = p, .next_offset = next,
+                                 .gc_watermark_ms = m.gc_watermark_ms,
+                                 .retirements = m.retirements,
+                                 .n_retirements = m.n_retirements};
+        if (!rc)
+            rc = segd_restore_finish(f.r, &u, &st, err, n) ? -1 : 0;
+        segd_restore_destroy(f.r);
+        segd_manifest_free(&m);
+        if (rc)
+            return -1;
+        out->users += st.users;
+        out->segments += st.segments;
+    }
+    out->seconds = segd_mono_s() - t0;
+    return 0;
+}
+
+static int export_units(segd_store_t *s, const char *dest, int32_t partitions, char *err,
+                        size_t n)
+{
+    segd_snapshot_opts_t o;
+    segd_snapshot_opts_default(&o);
+    o.topic = TOPIC;
+    o.partition_count = partitions;
+    segd_manifest_t m;
+    int rc = segd_snapshot_export(s, dest, &o, &m, NULL, err, n) ? -1 : 0;
+    segd_manifest_free(&m);
+    return rc;
+}
+
+static void report(const restore_args_t *a, uint64_t events, double replay_s,
+                   uint64_t replay_segs, const raw_t *raw, const restored_t *rs,
+                   const segd_store_stats_t *st_replayed, const segd_store_stats_t *st_restored)
+{
+    double segs = (double)rs->segments;
+    printf("## segd bench restore --users %" PRId64 " --partitions %" PRId64 "\n\n", a->users,
+           a->partitions);
+    printf("%" PRIu64 " events (%" PRIu64 " segment updates) replayed; %" PRIu64
+           " users, %" PRIu64 " entries in %" PRId64 " units of %.1f MB (avro, deflate-1)\n\n",
+           events, replay_segs, rs->users, rs->segments, a->partitions,
+           (double)raw->bytes / 1e6);
+    printf("| path | seconds | entries/s | MB/s of unit files |\n|---|---|---|---|\n");
+    printf("| raw read of the unit files | %.3f | - | %.0f |\n", raw->seconds,
+           (double)raw->bytes / 1e6 / raw->seconds);
+    printf("| restore (read, SHA-256, decode, sort, SST merge operands, ingest, offset) | "
+           "%.3f | %.0f | %.0f |\n", rs->seconds, segs / rs->seconds,
+           (double)raw->bytes / 1e6 / rs->seconds);
+    printf("| replay of the same partitions' input (segd run's pipeline, no change stream) "
+           "| %.3f | %.0f (input segment updates: %.0f/s) | - |\n", replay_s,
+           segs / replay_s, (double)replay_segs / replay_s);
+    printf("\nrestore / replay: %.1fx faster (target >= 20x: %s); restore rate %.1f M "
+           "entries/s (target >= 10 M: %s)\n", replay_s / rs->seconds,
+           replay_s / rs->seconds >= 20 ? "met" : "missed", segs / rs->seconds / 1e6,
+           segs / rs->seconds >= 1e7 ? "met" : "missed");
+    printf("\nsame state: %" PRIu64 " / %" PRIu64 " users and %" PRIu64 " / %" PRIu64
+           " live segments (replayed / restored store)\n", st_replayed->users,
+           st_restored->users, st_replayed->live_segments, st_restored->live_segments);
+}
+
+int segd_bench_restore(int argc, char **argv)
+{
+    restore_args_t a;
+    if (parse(argc, argv, &a))
+        return SEGD_EXIT_USAGE;
+    const char *topics[] = {TOPIC, TOPIC ".dlq", TOPIC ".changes"};
+    segd_dev_broker_t *b = NULL;
+    segd_store_t *replayed = NULL, *restored = NULL;
+    char err[512], dest[320], topic_url[400];
+    int rc = SEGD_EXIT_FAIL;
+    int32_t parts = (int32_t)a.partitions;
+    if (segd_dev_broker_new(&b, 1, parts, topics, 3, err, sizeof(err)))
+        goto fail;
+    segd_seed_produce_opts_t o = {0};
+    segd_seed_produce_result_t res;
+    o.brokers = segd_dev_broker_bootstraps(b);
+    o.topic = TOPIC;
+    segd_seed_opts_default(&o.seed);
+    o.seed.users = (uint64_t)a.users;
+    o.seed.now_ms = (int64_t)time(NULL) * 1000;
+    o.framing = SEGD_FRAMING_SINGLE_OBJECT;
+    if (segd_seed_produce(&o, NULL, &res, err, sizeof(err)))
+        goto fail;
+    double replay_s = 0;
+    uint64_t replay_segs = 0;
+    if (segd_bench_consume(o.brokers, a.dir, 1000, TOPIC, "replayed", (int64_t)res.events, 0,
+                           &replay_s, &replay_segs)) {
+        snprintf(err, sizeof(err), "not every message was replayed (mock broker keeps 5 MiB "
+                                   "per partition: fewer --users or more --partitions)");
+        goto fail;
+    }
+    snprintf(dest, sizeof(dest), "%s/units", a.dir);
+    snprintf(topic_url, sizeof(topic_url), "%s/" TOPIC, dest);
+    raw_t raw = {0};
+    restored_t rs = {0};
+    segd_store_stats_t st_a, st_b;
+    if (!(replayed = open_store(a.dir, "replayed", err, sizeof(err))) ||
+        export_units(replayed, dest, parts, err, sizeof(err)) ||
+        segd_store_stats(replayed, &st_a, err, sizeof(err)) ||
+        raw_read(topic_url, parts, &raw, err, sizeof(err)) ||
+        !(restored = open_store(a.dir, "restored", err, sizeof(err))) ||
+        restore_all(restored, topic_url, parts, &rs, err, sizeof(err)) ||
+        segd_store_compact(restored, err, sizeof(err)) ||
+        segd_store_stats(restored, &st_b, err, sizeof(err)))
+        goto fail;
+    report(&a, res.events, replay_s, replay_segs, &raw, &rs, &st_a, &st_b);
+    rc = st_a.users == st_b.users && st_a.live_segments == st_b.live_segments ? SEGD_EXIT_OK
+                                                                             : SEGD_EXIT_FAIL;
+    if (rc)
+        fprintf(stderr, "bench restore: the restored store differs from the replayed one\n");
+    goto out;
+fail:
+    fprintf(stderr, "bench restore: %s\n", err);
+out:
+    segd_store_close(replayed);
+    segd_store_close(restored);
+    segd_dev_broker_destroy(b);
+    char cmd[320];
+    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", a.dir);
+    if (a.own_dir && system(cmd) != 0)
+        fprintf(stderr, "bench restore: could not remove %s\n", a.dir);
+    return rc;
+}
