@@ -11,6 +11,7 @@
 
 #include "base/clock.h"
 #include "cache/snapshot_read.h"
+#include "load/bulk.h"
 #include "load/restore.h"
 
 typedef enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE, JOB_REPLAY } job_state_t;
@@ -292,6 +293,7 @@ segd_err_t segd_restorer_new(segd_restorer_t **out, segd_store_t *store,
     size_t len = strlen(r->from);
     while (len > 1 && r->from[len - 1] == '/')
         r->from[--len] = 0;
+    segd_bulk_remove_stale(store); /* left by a restore a crash ended */
     pthread_mutex_init(&r->lock, NULL);
     pthread_cond_init(&r->wake, NULL);
     if (pthread_create(&r->thread, NULL, worker, r)) {

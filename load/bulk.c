@@ -82,8 +82,9 @@ static void remove_tree(const char *dir)
 }
 
 /* A load killed mid-way leaves its directory; none can be in use now. */
-static void remove_stale(const char *store_dir)
+void segd_bulk_remove_stale(segd_store_t *store)
 {
+    const char *store_dir = segd_store_path(store);
     DIR *d = opendir(store_dir);
     if (!d)
         return;
@@ -132,7 +133,7 @@ segd_err_t segd_bulk_new(segd_bulk_t **out, segd_store_t *store, const segd_bulk
     b->t0 = segd_mono_s();
     segd_outbox_builder_init(&b->ob);
     if (!o->shared) /* a shared store may have another load under way */
-        remove_stale(segd_store_path(store));
+        segd_bulk_remove_stale(store);
     int empty = 0;
     if ((!o->shared && (err = segd_store_profiles_empty(store, &empty, errstr, n))) ||
         (err = make_dir(b, errstr, n)))

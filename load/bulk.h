@@ -104,6 +104,12 @@ segd_err_t segd_bulk_add(segd_bulk_t *b, const char *user, size_t user_len,
  * outbox stays: rerun the load). Call once. */
 segd_err_t segd_bulk_finish(segd_bulk_t *b, segd_bulk_stats_t *stats, char *errstr,
                             size_t errstr_size);
+/* Removes the temporary directories of earlier loads that crashed (bulk-*
+ * under the store's directory). Only while no load of this process runs:
+ * the store's lock keeps other processes out. A non-shared load does it in
+ * segd_bulk_new; segd run's restorer at its start. */
+void segd_bulk_remove_stale(segd_store_t *store);
+
 /* Removes the temporary directory and its files, whatever state b is in. */
 void segd_bulk_destroy(segd_bulk_t *b);
 
