@@ -2,7 +2,9 @@
  * table (linear probing, backward-shift deletion) of pointers to one
  * allocation per user. Retirement markers are a sorted array replaced
  * copy-on-write, so readers take no lock for them; old arrays live until
- * destroy (retirements are rare). */
+ * destroy (retirements are rare). The GC watermarks are an array of P
+ * values indexed by the user's input partition, replaced the same way when
+ * the partitioning is set. */
 #define _GNU_SOURCE /* pthread_rwlockattr_setkind_np */
 #include "cache/edge.h"
 #include "base/clock.h"
@@ -44,10 +46,18 @@ typedef struct retired {
     struct retired *older;    /* kept alive until destroy */
 } retired_t;
 
+/* W per input partition, from the stores' unit manifests; only raised. */
+typedef struct wmarks {
+    segd_partitioner_t partitioner;
+    int32_t n;             /* P; 1 = one W for every user */
+    struct wmarks *older;  /* kept alive until destroy */
+    _Atomic int64_t w[];
+} wmarks_t;
+
 struct segd_edge {
     segd_edge_opts_t o;
     _Atomic int64_t now_ms;
-    _Atomic int64_t gc_watermark; /* W from the store; only raised */
+    _Atomic(wmarks_t *) wmarks;
     shard_t *shards;
     size_t nshards;
     _Atomic(retired_t *) retired;
@@ -82,11 +92,29 @@ int64_t segd_edge_now_ms(const segd_edge_t *e)
     return t ? t : segd_wall_ms();
 }
 
+static wmarks_t *wmarks_new(segd_partitioner_t partitioner, int32_t n, int64_t w)
+{
+    wmarks_t *m = calloc(1, sizeof(*m) + (size_t)n * sizeof(m->w[0]));
+    if (!m)
+        return NULL;
+    m->partitioner = partitioner;
+    m->n = n;
+    for (int32_t i = 0; i < n; i++)
+        atomic_init(&m->w[i], w);
+    return m;
+}
+
 segd_err_t segd_edge_new(segd_edge_t **out, const segd_edge_opts_t *o)
 {
     segd_edge_t *e = calloc(1, sizeof(*e));
     if (!e)
         return SEGD_ERR_NOMEM;
+    wmarks_t *wm = wmarks_new(SEGD_PARTITIONER_MURMUR2, 1, 0);
+    if (!wm) {
+        free(e);
+        return SEGD_ERR_NOMEM;
+    }
+    atomic_init(&e->wmarks, wm);
     if (o)
         e->o = *o;
     else
@@ -97,6 +125,7 @@ segd_err_t segd_edge_new(segd_edge_t **out, const segd_edge_opts_t *o)
     atomic_store(&e->now_ms, e->o.now_ms);
     e->shards = calloc(e->nshards, sizeof(*e->shards));
     if (!e->shards) {
+        free(wm);
         free(e);
         return SEGD_ERR_NOMEM;
     }
@@ -129,6 +158,10 @@ void segd_edge_destroy(segd_edge_t *e)
         next = r->older;
         free(r->pairs);
         free(r);
+    }
+    for (wmarks_t *m = atomic_load(&e->wmarks), *next; m; m = next) {
+        next = m->older;
+        free(m);
     }
     pthread_mutex_destroy(&e->retire_mu);
     free(e->shards);
@@ -186,19 +219,82 @@ segd_err_t segd_edge_retire(segd_edge_t *e, int64_t segment_id, int64_t before_m
     return SEGD_OK;
 }
 
+/* ---------- GC watermarks ---------- */
+
+segd_err_t segd_edge_set_partitions(segd_edge_t *e, segd_partitioner_t partitioner,
+                                    int32_t partitions)
+{
+    wmarks_t *cur = atomic_load(&e->wmarks);
+    if (partitions < 1)
+        return SEGD_ERR_INVALID;
+    if (cur->n == partitions && (partitions == 1 || cur->partitioner == partitioner))
+        return SEGD_OK;
+    if (cur->n != 1) /* W values of one partitioning say nothing of another's users */
+        return SEGD_ERR_INVALID;
+    wmarks_t *next = wmarks_new(partitioner, partitions, atomic_load(&cur->w[0]));
+    if (!next)
+        return SEGD_ERR_NOMEM;
+    next->older = cur; /* a lookup may still hold it */
+    atomic_store(&e->wmarks, next);
+    return SEGD_OK;
+}
+
+int32_t segd_edge_partitions(const segd_edge_t *e)
+{
+    return atomic_load(&((segd_edge_t *)e)->wmarks)->n;
+}
+
+static void raise_w(_Atomic int64_t *w, int64_t w_ms)
+{
+    int64_t cur = atomic_load(w);
+    while (w_ms > cur && !atomic_compare_exchange_weak(w, &cur, w_ms))
+        ;
+}
+
 void segd_edge_raise_gc_watermark(segd_edge_t *e, int64_t w_ms)
 {
-    int64_t cur = atomic_load(&e->gc_watermark);
-    while (w_ms > cur && !atomic_compare_exchange_weak(&e->gc_watermark, &cur, w_ms))
-        ;
+    wmarks_t *m = atomic_load(&e->wmarks);
+    for (int32_t i = 0; i < m->n; i++)
+        raise_w(&m->w[i], w_ms);
+}
+
+segd_err_t segd_edge_raise_partition_gc_watermark(segd_edge_t *e, int32_t partition,
+                                                  int64_t w_ms)
+{
+    wmarks_t *m = atomic_load(&e->wmarks);
+    if (partition < 0 || partition >= m->n)
+        return SEGD_ERR_INVALID;
+    raise_w(&m->w[partition], w_ms);
+    return SEGD_OK;
 }
 
 int64_t segd_edge_gc_watermark(const segd_edge_t *e)
 {
-    return atomic_load(&((segd_edge_t *)e)->gc_watermark);
+    wmarks_t *m = atomic_load(&((segd_edge_t *)e)->wmarks);
+    int64_t w = atomic_load(&m->w[0]);
+    for (int32_t i = 1; i < m->n; i++) {
+        int64_t wi = atomic_load(&m->w[i]);
+        w = wi < w ? wi : w;
+    }
+    return w;
 }
 
-static void prune_rule(segd_edge_t *e, segd_prune_t *rule)
+int64_t segd_edge_partition_gc_watermark(const segd_edge_t *e, int32_t partition)
+{
+    wmarks_t *m = atomic_load(&((segd_edge_t *)e)->wmarks);
+    return partition >= 0 && partition < m->n ? atomic_load(&m->w[partition]) : -1;
+}
+
+/* The W that judges this user: its partition's (one hash per join). */
+static int64_t user_gc_watermark(segd_edge_t *e, const char *user, size_t len)
+{
+    wmarks_t *m = atomic_load(&e->wmarks);
+    if (m->n == 1)
+        return atomic_load(&m->w[0]);
+    return atomic_load(&m->w[segd_partition_of(m->partitioner, user, len, m->n)]);
+}
+
+static void prune_rule(segd_edge_t *e, const char *user, size_t len, segd_prune_t *rule)
 {
     retired_t *r = atomic_load(&e->retired);
     rule->now_ms = segd_edge_now_ms(e);
@@ -206,8 +302,9 @@ static void prune_rule(segd_edge_t *e, segd_prune_t *rule)
     rule->complete = 1; /* the cache holds the key's whole history */
     rule->retired_before = r && r->n ? retired_before : NULL;
     rule->retired_ctx = r;
-    /* the store's W, never now - horizon: drops must match the store's */
-    rule->gc_before_ms = atomic_load(&e->gc_watermark);
+    /* the W of the store that exported the user's unit, never now - horizon:
+     * drops must match that store's */
+    rule->gc_before_ms = user_gc_watermark(e, user, len);
 }
 
 /* ---------- records ---------- */
@@ -398,10 +495,11 @@ static void scratch_free(struct join_scratch *js)
     free(js);
 }
 
-/* A delta's entries older than W are skipped: the store accepted them before
- * its W passed them + grace, so before any snapshot carrying that W, which
- * holds their effect already; joining them again could resurrect an entry
- * the snapshot dropped (a conservative tail re-delivers such deltas). */
+/* A delta's entries older than W (of the user's partition) are skipped: the
+ * store accepted them before its W passed them + grace, so before any unit
+ * carrying that W, which holds their effect already; joining them again
+ * could resurrect an entry the unit dropped (a conservative tail re-delivers
+ * such deltas). */
 static const segd_profile_t *recent_part(const segd_profile_t *p, int64_t w,
                                          segd_profile_t *recent)
 {
@@ -430,7 +528,7 @@ static segd_err_t join_into(segd_edge_t *e, const char *user, size_t len,
     uint64_t h = hash_user(user, len);
     shard_t *s = shard_of(e, h);
     segd_prune_t rule;
-    prune_rule(e, &rule);
+    prune_rule(e, user, len, &rule);
     segd_err_t err = SEGD_OK;
     pthread_rwlock_wrlock(&s->lock);
     /* allocation churn, not the join, dominated a put: scratch is reused */

@@ -22,6 +22,7 @@
 
 #include "wire/change.h"
 #include "base/err.h"
+#include "core/partition.h"
 #include "core/record.h"
 
 typedef struct segd_edge segd_edge_t;
@@ -50,21 +51,45 @@ void segd_edge_destroy(segd_edge_t *e);
 void segd_edge_set_now(segd_edge_t *e, int64_t now_ms);
 int64_t segd_edge_now_ms(const segd_edge_t *e);
 
-/* Raises the cache's GC watermark W (never lowers it): dead entries and
- * erase markers with ts_ms < W are dropped by later joins. Take W from the
- * store only (a snapshot manifest's gc_watermark_ms): the cache's own clock
- * must never decide a drop, or a late delta the store still applies exactly
- * could resurrect what the cache dropped. 0 (the default) drops nothing. */
+/* The cache's GC watermark W, one per input partition (DESIGN §3.1, §6):
+ * dead entries and erase markers with ts_ms < W are dropped by later joins,
+ * and a delta's entries older than W are skipped, each by the W of the
+ * user's partition. A cache loaded from snapshot units exported by several
+ * stores must judge each user by the W of the store that exported it: a
+ * smaller W taken from another unit would let a re-delivered old delta
+ * resurrect what that store dropped. Take W from the store only (a unit
+ * manifest's gc_watermark_ms): the cache's own clock must never decide a
+ * drop, or a late delta the store still applies exactly could resurrect what
+ * the cache dropped. Every W starts at 0 (drops nothing); W is only raised.
+ *
+ * A new cache has one partition (P = 1): every user has the one W, which is
+ * what an embedding fed from one store wants. segd_edge_set_partitions maps
+ * users to `partitions` W values by segd_partition_of(partitioner, user, P),
+ * each starting at the current W of partition 0; call it before deltas and
+ * before raising W per partition, never beside put/apply/raise on other
+ * threads (lookups may run). Calling it again with the same partitioning is
+ * a no-op; another partitioning than the one set is SEGD_ERR_INVALID. */
+segd_err_t segd_edge_set_partitions(segd_edge_t *e, segd_partitioner_t partitioner,
+                                    int32_t partitions);
+int32_t segd_edge_partitions(const segd_edge_t *e);
+/* Raises every partition's W to at least w_ms. */
 void segd_edge_raise_gc_watermark(segd_edge_t *e, int64_t w_ms);
+/* Raises partition p's W (a unit's manifest); SEGD_ERR_INVALID when p is
+ * not one of the cache's partitions. */
+segd_err_t segd_edge_raise_partition_gc_watermark(segd_edge_t *e, int32_t partition,
+                                                  int64_t w_ms);
+/* The smallest W over the partitions (reporting), and partition p's (-1
+ * when p is out of range). */
 int64_t segd_edge_gc_watermark(const segd_edge_t *e);
+int64_t segd_edge_partition_gc_watermark(const segd_edge_t *e, int32_t partition);
 
 /* Joins a profile into the user's (a snapshot record; loading a snapshot
  * after some deltas is as correct as before them). */
 segd_err_t segd_edge_put(segd_edge_t *e, const char *user, size_t len,
                          const segd_profile_t *p);
 /* Applies one change event: a DELTA is joined into its user's profile (its
- * entries older than the cache's GC watermark are skipped: the snapshot that
- * carried that W holds their effect); a RETIRE raises the retirement
+ * entries older than the W of the user's partition are skipped: the unit
+ * that carried that W holds their effect); a RETIRE raises the retirement
  * markers. */
 segd_err_t segd_edge_apply(segd_edge_t *e, const segd_change_t *c);
 /* Raises one retirement marker (entries with ts_ms <= before_ms are dead). */

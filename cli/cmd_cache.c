@@ -1,7 +1,7 @@
 /* `segd cache`: an edge cache. Loads every unit of a snapshot (checksums
- * verified), tails each change partition from the minimum position over the
- * units' manifests, joins deltas exactly as
- * the store does, and answers bidders over HTTP (cache/http.h). The proof
+ * verified; each unit's W judges the users of its partition), tails each
+ * change partition from the minimum position over the units' manifests,
+ * joins deltas exactly as the store does, and answers bidders over HTTP (cache/http.h). The proof
  * that snapshot + deltas reproduce the store, and a usable cache. */
 #include <getopt.h>
 #include <inttypes.h>
@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "cache/edge.h"
+#include "cache/edge_load.h"
 #include "cache/http.h"
 #include "cache/tail.h"
 #include "cli/cli.h"
@@ -37,7 +38,8 @@ static void usage(FILE *f)
             "  the change topic's end offsets seen at start. Exit 1 when the topic no\n"
             "  longer holds deltas the snapshot needs (load a newer snapshot).\n\n"
             "  --horizon-s: informational; what the cache drops is decided by the\n"
-            "  snapshot's GC watermark (DESIGN §3.1), never by its clock\n");
+            "  units' GC watermarks, each for its partition's users (DESIGN §3.1),\n"
+            "  never by its clock\n");
 }
 
 typedef struct cache_args {
@@ -127,6 +129,9 @@ static void health(void *ctx, json_t *o)
                         json_integer((json_int_t)cs->manifest.created_at_ms));
     json_object_set_new(o, "snapshot_load_s", json_real(cs->load_s));
     json_object_set_new(o, "snapshot_units", json_integer((json_int_t)cs->manifest.units));
+    /* the smallest unit W: each partition's users are judged by their own */
+    json_object_set_new(o, "gc_watermark_ms",
+                        json_integer((json_int_t)segd_edge_gc_watermark(cs->edge)));
     json_object_set_new(o, "caught_up", json_boolean(ts.caught_up));
     json_object_set_new(o, "changes_applied", json_integer((json_int_t)ts.applied));
     json_object_set_new(o, "changes_skipped", json_integer((json_int_t)ts.skipped));
@@ -138,38 +143,22 @@ static void health(void *ctx, json_t *o)
     json_object_set_new(o, "retirements", json_integer((json_int_t)es.retirements));
 }
 
-/* Runs on the loading threads: the edge table takes writers side by side. */
-static int load_cb(void *ctx, int32_t partition, const char *user, size_t len,
-                   const segd_profile_t *p)
-{
-    (void)partition;
-    return segd_edge_put(ctx, user, len, p) != SEGD_OK;
-}
-
-/* Every unit into the table, then the folded manifest's retirements and W. */
+/* Every unit into the table, then the units' retirements and each unit's W
+ * as its partition's (cache/edge_load.h). */
 static int load(const cache_args_t *a, cache_state_t *cs)
 {
     char err[512] = "";
     double t0 = segd_mono_s();
     segd_snapshot_read_opts_t ro = {.threads = (uint32_t)a->load_threads};
-    if (segd_snapshot_read(a->snapshot, &ro, &cs->manifest, load_cb, cs->edge, err,
-                           sizeof(err)))
-        goto fail;
-    /* markers after the records: lookups honour them whenever they arrive */
-    for (size_t i = 0; i < cs->manifest.n_retirements; i++)
-        if (segd_edge_retire(cs->edge, cs->manifest.retirements[i].segment_id,
-                             cs->manifest.retirements[i].retired_before_ms))
-            goto fail;
-    /* the store's GC watermark decides what joins may drop (DESIGN §3) */
-    segd_edge_raise_gc_watermark(cs->edge, cs->manifest.gc_watermark_ms);
+    if (segd_edge_load_snapshot(cs->edge, a->snapshot, &ro, &cs->manifest, err, sizeof(err))) {
+        fprintf(stderr, "segd cache: snapshot %s: %s\n", a->snapshot, err);
+        return -1;
+    }
     cs->load_s = segd_mono_s() - t0;
     fprintf(stderr, "segd cache: loaded %u units of %s, %" PRIu64 " users, %" PRIu64
             " entries in %.2f s\n", cs->manifest.units, cs->manifest.topic,
             cs->manifest.records, cs->manifest.segments, cs->load_s);
     return 0;
-fail:
-    fprintf(stderr, "segd cache: snapshot %s: %s\n", a->snapshot, err[0] ? err : "out of memory");
-    return -1;
 }
 
 static int start_tail(const cache_args_t *a, cache_state_t *cs)

@@ -14,10 +14,10 @@
 #include "workload/dev_broker.h"
 #include "app/daemon.h"
 #include "cache/edge.h"
+#include "cache/edge_load.h"
 #include "cache/tail.h"
 #include "workload/seed_producer.h"
 #include "publisher/publisher.h"
-#include "cache/snapshot_read.h"
 #include "publisher/snapshot.h"
 #include "base/clock.h"
 
@@ -137,13 +137,6 @@ out:
     return rc;
 }
 
-static int edge_put(void *ctx, int32_t partition, const char *user, size_t len,
-                    const segd_profile_t *p)
-{
-    (void)partition;
-    return segd_edge_put(ctx, user, len, p) != SEGD_OK;
-}
-
 /* Live segments of every user: the edge cache against the store. */
 static int compare_users(segd_edge_t *e, const char *db, uint64_t users, uint64_t *live)
 {
@@ -197,7 +190,7 @@ static int edge_cache(const char *brokers, const char *snap, const char *db, uin
     to.from_beginning = 1;
     segd_manifest_init(&m);
     if (segd_edge_new(&e, NULL) ||
-        segd_snapshot_read(snap, NULL, &m, edge_put, e, err, sizeof(err)))
+        segd_edge_load_snapshot(e, snap, NULL, &m, err, sizeof(err)))
         goto out;
     double load_s = segd_mono_s() - t0;
     if (segd_tail_new(&t, e, &to, &m, err, sizeof(err)) ||

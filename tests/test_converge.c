@@ -24,6 +24,7 @@
 
 #include "app/app.h"
 #include "cache/edge.h"
+#include "cache/edge_load.h"
 #include "cache/tail.h"
 #include "wire/avro_codec.h"
 #include "workload/dev_broker.h"
@@ -278,17 +279,6 @@ static void assert_cache_equals_store(const fixture_t *f, segd_edge_t *cache, in
     segd_store_close(s);
 }
 
-typedef struct loader {
-    segd_edge_t *cache;
-} loader_t;
-
-static int load_cb(void *ctx, int32_t partition, const char *user, size_t len,
-                   const segd_profile_t *p)
-{
-    (void)partition;
-    return segd_edge_put(((loader_t *)ctx)->cache, user, len, p) != SEGD_OK;
-}
-
 /* A cache: every snapshot unit (on two threads, as segd cache), then the
  * change topic from the units' folded positions until caught up. */
 static segd_edge_t *build_cache(const fixture_t *f, int from_beginning)
@@ -297,14 +287,12 @@ static segd_edge_t *build_cache(const fixture_t *f, int from_beginning)
     char err[512];
     segd_edge_t *cache = NULL;
     assert_int_equal(segd_edge_new(&cache, NULL), SEGD_OK);
-    loader_t l = {cache};
     segd_snapshot_read_opts_t ro = {.threads = 2};
-    assert_int_equal(segd_snapshot_read(f->snap, &ro, &m, load_cb, &l, err, sizeof(err)),
+    /* records, retirements and each unit's W, as segd cache loads them */
+    assert_int_equal(segd_edge_load_snapshot(cache, f->snap, &ro, &m, err, sizeof(err)),
                      SEGD_OK);
     assert_int_equal(m.units, (uint32_t)m.partitions); /* one unit per input partition */
-    for (size_t i = 0; i < m.n_retirements; i++)
-        segd_edge_retire(cache, m.retirements[i].segment_id, m.retirements[i].retired_before_ms);
-    segd_edge_raise_gc_watermark(cache, m.gc_watermark_ms); /* as segd cache does */
+    assert_int_equal(segd_edge_partitions(cache), m.partitions);
     segd_tail_t *t = NULL;
     segd_tail_opts_t to;
     segd_tail_opts_default(&to);

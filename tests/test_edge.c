@@ -2,7 +2,8 @@
  * applied in a shuffled order with duplicates, read at several clocks, equal
  * a naive model of DESIGN §3 (per segment the largest (ts, expiry, flags,
  * partner); live iff not expired, not erased, not retired); lookups with a
- * short buffer report the size they need; readers on other threads while a
+ * short buffer report the size they need; the GC watermark per input
+ * partition; readers on other threads while a
  * writer applies deltas see whole profiles (run under ASan/UBSan too). */
 #include <pthread.h>
 #include <setjmp.h>
@@ -276,6 +277,79 @@ static void test_late_delta_after_prune(void **state)
     segd_edge_destroy(e);
 }
 
+/* The first "p-<i>" of partition part among 2 by murmur2. */
+static void user_in(char *out, size_t cap, int32_t part)
+{
+    for (int i = 0;; i++) {
+        snprintf(out, cap, "p-%d", i);
+        if (segd_partition_of(SEGD_PARTITIONER_MURMUR2, out, strlen(out), 2) == part)
+            return;
+    }
+}
+
+/* One W per input partition (units of stores with different W): a user's
+ * deltas are skipped and its dead entries dropped by its partition's W
+ * only; the partitioning is set once; a cache without one keeps one W. */
+static void test_gc_watermark_per_partition(void **state)
+{
+    (void)state;
+    segd_edge_t *e;
+    char u0[16], u1[16];
+    user_in(u0, sizeof(u0), 0);
+    user_in(u1, sizeof(u1), 1);
+    assert_int_equal(segd_edge_new(&e, NULL), SEGD_OK);
+    segd_edge_set_now(e, T_MS);
+    assert_int_equal(segd_edge_partitions(e), 1);
+    segd_edge_raise_gc_watermark(e, T_MS - 50 * HOUR_MS); /* before: every partition's start */
+    assert_int_equal(segd_edge_set_partitions(e, SEGD_PARTITIONER_MURMUR2, 0), SEGD_ERR_INVALID);
+    assert_int_equal(segd_edge_set_partitions(e, SEGD_PARTITIONER_MURMUR2, 2), SEGD_OK);
+    assert_int_equal(segd_edge_set_partitions(e, SEGD_PARTITIONER_MURMUR2, 2), SEGD_OK);
+    assert_int_equal(segd_edge_set_partitions(e, SEGD_PARTITIONER_CRC32, 2), SEGD_ERR_INVALID);
+    assert_int_equal(segd_edge_set_partitions(e, SEGD_PARTITIONER_MURMUR2, 3), SEGD_ERR_INVALID);
+    assert_int_equal(segd_edge_partition_gc_watermark(e, 1), T_MS - 50 * HOUR_MS);
+    assert_int_equal(segd_edge_raise_partition_gc_watermark(e, 0, T_MS - 10 * HOUR_MS), SEGD_OK);
+    assert_int_equal(segd_edge_raise_partition_gc_watermark(e, 1, T_MS - 40 * HOUR_MS), SEGD_OK);
+    assert_int_equal(segd_edge_raise_partition_gc_watermark(e, 2, T_MS), SEGD_ERR_INVALID);
+    assert_int_equal(segd_edge_partition_gc_watermark(e, 2), -1);
+    assert_int_equal(segd_edge_gc_watermark(e), T_MS - 40 * HOUR_MS); /* the smallest */
+    /* the same delta at T - 20 h, below partition 0's W, above 1's */
+    segd_change_t c;
+    memset(&c, 0, sizeof(c));
+    segd_profile_init(&c.profile);
+    segd_entry_t up = {1, T_MS - 20 * HOUR_MS, T_MS / 1000 + 3600, 0, 0};
+    segd_profile_push(&c.profile, &up);
+    c.kind = SEGD_CHANGE_DELTA;
+    c.user_id = u0;
+    c.user_id_len = strlen(u0);
+    assert_int_equal(segd_edge_apply(e, &c), SEGD_OK);
+    c.user_id = u1;
+    c.user_id_len = strlen(u1);
+    assert_int_equal(segd_edge_apply(e, &c), SEGD_OK);
+    segd_profile_t got;
+    segd_profile_init(&got);
+    assert_int_equal(segd_edge_get_profile(e, u0, strlen(u0), &got), SEGD_ERR_NOTFOUND);
+    assert_int_equal(segd_edge_get_profile(e, u1, strlen(u1), &got), SEGD_OK);
+    assert_int_equal(got.n, 1);
+    /* a tombstone at T - 30 h: dropped for u0 (below its W), kept for u1 */
+    segd_profile_t p;
+    segd_profile_init(&p);
+    segd_entry_t rm = {2, T_MS - 30 * HOUR_MS, 0, 0, 0};
+    segd_profile_push(&p, &rm);
+    assert_int_equal(segd_edge_put(e, u0, strlen(u0), &p), SEGD_OK);
+    assert_int_equal(segd_edge_put(e, u1, strlen(u1), &p), SEGD_OK);
+    assert_int_equal(segd_edge_get_profile(e, u0, strlen(u0), &got), SEGD_ERR_NOTFOUND);
+    assert_int_equal(segd_edge_get_profile(e, u1, strlen(u1), &got), SEGD_OK);
+    assert_int_equal(got.n, 2);
+    /* raising every partition keeps the higher ones */
+    segd_edge_raise_gc_watermark(e, T_MS - 20 * HOUR_MS);
+    assert_int_equal(segd_edge_partition_gc_watermark(e, 0), T_MS - 10 * HOUR_MS);
+    assert_int_equal(segd_edge_partition_gc_watermark(e, 1), T_MS - 20 * HOUR_MS);
+    segd_profile_free(&p);
+    segd_profile_free(&got);
+    segd_profile_free(&c.profile);
+    segd_edge_destroy(e);
+}
+
 typedef struct reader_ctx {
     segd_edge_t *e;
     atomic_int stop; /* written by the test thread, read by the reader */
@@ -345,6 +419,7 @@ int main(void)
         cmocka_unit_test(test_random_deltas_equal_model),
         cmocka_unit_test(test_short_buffer_and_profile),
         cmocka_unit_test(test_late_delta_after_prune),
+        cmocka_unit_test(test_gc_watermark_per_partition),
         cmocka_unit_test(test_concurrent_readers),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -19,8 +19,8 @@
 
 #include "app/app.h"
 #include "cache/edge.h"
+#include "cache/edge_load.h"
 #include "consumer/apply.h"
-#include "cache/snapshot_read.h"
 #include "publisher/snapshot.h"
 #include "store/store.h"
 
@@ -337,13 +337,6 @@ static void assert_all_agree(const world_t *w, segd_store_t *s, segd_edge_t *con
     }
 }
 
-static int load_cb(void *ctx, int32_t partition, const char *user, size_t len,
-                   const segd_profile_t *p)
-{
-    (void)partition;
-    return segd_edge_put(ctx, user, len, p) != SEGD_OK;
-}
-
 /* Applies the deltas [from, to) to a cache as change events, in a random
  * order, each once or twice. */
 static void feed(segd_edge_t *e, const world_t *w, size_t from, size_t to)
@@ -440,9 +433,9 @@ static void test_store_snapshot_caches_agree(void **state)
         segd_manifest_t m;
         assert_int_equal(segd_edge_new(&from_snap, &eo), SEGD_OK);
         segd_edge_set_now(from_snap, now);
-        assert_int_equal(segd_snapshot_read(snap, NULL, &m, load_cb, from_snap, err, sizeof(err)),
+        assert_int_equal(segd_edge_load_snapshot(from_snap, snap, NULL, &m, err, sizeof(err)),
                          SEGD_OK);
-        segd_edge_raise_gc_watermark(from_snap, m.gc_watermark_ms);
+        assert_int_equal(segd_edge_gc_watermark(from_snap), m.gc_watermark_ms);
         segd_manifest_free(&m);
         feed(from_snap, &w, 0, w.n_deltas);
         assert_true(snap_deltas > 0);

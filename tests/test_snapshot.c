@@ -4,7 +4,8 @@
  * (core/partition.h against the manifests), what each unit manifest
  * records, a unit that cannot be written failing alone, the fold of unit
  * manifests (the minimum-position rule), a fleet of two instances whose
- * units make one snapshot, and the planning rules. */
+ * units make one snapshot, a cache of units with different W judging each
+ * user by its own unit's W (cache/edge_load.c), and the planning rules. */
 #include <fcntl.h>
 #include <inttypes.h>
 #include <setjmp.h>
@@ -21,6 +22,8 @@
 
 #include "app/app.h"
 #include "base/buf.h"
+#include "cache/edge.h"
+#include "cache/edge_load.h"
 #include "cache/snapshot_read.h"
 #include "core/partition.h"
 #include "core/record.h"
@@ -30,6 +33,7 @@
 
 #define NOW_MS 1800000000000LL
 #define USERS 500
+#define HOUR_MS 3600000LL
 
 typedef struct fixture {
     char dir[64], snap[128];
@@ -377,6 +381,127 @@ static void test_fleet_units(void **state)
     segd_manifest_free(&m);
 }
 
+/* A user of partition `part` of P = 2 (murmur2): user-<i> for the first i. */
+static void user_of(char *out, size_t cap, int32_t part)
+{
+    for (int i = 0;; i++) {
+        user_id(out, cap, i);
+        if (segd_partition_of(SEGD_PARTITIONER_MURMUR2, out, strlen(out), 2) == part)
+            return;
+    }
+}
+
+/* One instance owning partition `part` of "in" (P = 2) and one user's
+ * entries, fully compacted with this grace: W = NOW - 24 h - grace, and the
+ * dead entries below W are gone from the store and its unit. */
+static void export_instance_unit(const char *dir, const char *snap, int32_t part,
+                                 int64_t grace_ms, const segd_entry_t *en, size_t n)
+{
+    char db[160], err[512], user[32];
+    snprintf(db, sizeof(db), "%s/w%d", dir, (int)part);
+    segd_store_opts_t o;
+    segd_app_store_opts(&o);
+    o.path = db;
+    o.now_ms = NOW_MS;
+    o.block_cache_mb = 8;
+    o.gc_grace_ms = grace_ms;
+    segd_store_t *s = NULL;
+    assert_int_equal(segd_store_open(&s, &o, err, sizeof(err)), SEGD_OK);
+    segd_profile_t p;
+    segd_buf_t buf = {0};
+    segd_batch_t *b;
+    segd_profile_init(&p);
+    for (size_t i = 0; i < n; i++)
+        assert_int_equal(segd_profile_push(&p, &en[i]), SEGD_OK);
+    assert_int_equal(segd_record_encode(&p, &buf), SEGD_OK);
+    user_of(user, sizeof(user), part);
+    assert_int_equal(segd_batch_new(s, &b), SEGD_OK);
+    segd_batch_merge(b, user, strlen(user), buf.data, buf.len);
+    segd_batch_set_offset(b, "in", part, 100 + part);
+    assert_int_equal(segd_store_write(s, b, err, sizeof(err)), SEGD_OK);
+    segd_batch_destroy(b);
+    assert_int_equal(segd_store_compact(s, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_store_gc_watermark(s), NOW_MS - HOUR_MS * 24 - grace_ms);
+    segd_snapshot_opts_t so;
+    segd_snapshot_opts_default(&so);
+    so.partition_count = 2;
+    segd_manifest_t m;
+    assert_int_equal(segd_snapshot_export(s, snap, &so, &m, NULL, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(m.units, 1);
+    assert_int_equal(m.gc_watermark_ms, NOW_MS - HOUR_MS * 24 - grace_ms);
+    segd_manifest_free(&m);
+    segd_store_close(s);
+    segd_buf_free(&buf);
+    segd_profile_free(&p);
+}
+
+/* An old delta re-delivered by a conservative tail. */
+static void apply_delta(segd_edge_t *e, const char *user, const segd_entry_t *en)
+{
+    segd_change_t c;
+    memset(&c, 0, sizeof(c));
+    c.kind = SEGD_CHANGE_DELTA;
+    c.user_id = user;
+    c.user_id_len = strlen(user);
+    segd_profile_init(&c.profile);
+    assert_int_equal(segd_profile_push(&c.profile, en), SEGD_OK);
+    assert_int_equal(segd_edge_apply(e, &c), SEGD_OK);
+    segd_profile_free(&c.profile);
+}
+
+/* Two instances with different W export the two units of "in": unit 0's
+ * store (W0 = NOW - 3 d) dropped user A's tombstone of segment 1 (ts NOW -
+ * 10 d); unit 1's store has W1 = NOW - 21 d. A cache of both units judges
+ * each user by its unit's W: an UPSERT of A's segment 1 at NOW - 15 d (older
+ * than the tombstone; >= W1, the folded minimum) is skipped, not resurrected,
+ * while user B's delta at NOW - 20 d (>= W1, < W0) is joined. */
+static void test_cache_keeps_each_units_w(void **state)
+{
+    fixture_t *f = *state;
+    const int64_t day = 24 * HOUR_MS, far_s = NOW_MS / 1000 + 86400;
+    const segd_entry_t a_entries[] = {{.segment_id = 1, .ts_ms = NOW_MS - 10 * day},
+                                      {.segment_id = 2, .ts_ms = NOW_MS - 1000,
+                                       .expiry_s = far_s}};
+    const segd_entry_t b_entries[] = {{.segment_id = 3, .ts_ms = NOW_MS - 1000,
+                                       .expiry_s = far_s}};
+    export_instance_unit(f->dir, f->snap, 0, 2 * day, a_entries, 2);
+    export_instance_unit(f->dir, f->snap, 1, 20 * day, b_entries, 1);
+    segd_edge_t *e = NULL;
+    segd_manifest_t m;
+    char err[512] = "", ua[32], ub[32];
+    assert_int_equal(segd_edge_new(&e, NULL), SEGD_OK);
+    segd_edge_set_now(e, NOW_MS);
+    assert_int_equal(segd_edge_load_snapshot(e, f->snap, NULL, &m, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(m.units, 2);
+    assert_int_equal(m.gc_watermark_ms, NOW_MS - 21 * day); /* the fold reports the minimum */
+    assert_int_equal(segd_edge_partitions(e), 2);
+    assert_int_equal(segd_edge_partition_gc_watermark(e, 0), NOW_MS - 3 * day);
+    assert_int_equal(segd_edge_partition_gc_watermark(e, 1), NOW_MS - 21 * day);
+    assert_int_equal(segd_edge_gc_watermark(e), NOW_MS - 21 * day);
+    segd_manifest_free(&m);
+    user_of(ua, sizeof(ua), 0);
+    user_of(ub, sizeof(ub), 1);
+    segd_profile_t p;
+    segd_profile_init(&p);
+    assert_int_equal(segd_edge_get_profile(e, ua, strlen(ua), &p), SEGD_OK);
+    assert_int_equal(p.n, 1); /* unit 0 lacks the tombstone its store dropped */
+    const segd_entry_t old_a = {.segment_id = 1, .ts_ms = NOW_MS - 15 * day, .expiry_s = far_s};
+    const segd_entry_t old_b = {.segment_id = 4, .ts_ms = NOW_MS - 20 * day, .expiry_s = far_s};
+    apply_delta(e, ua, &old_a);
+    apply_delta(e, ub, &old_b);
+    segd_entry_t out[4];
+    size_t n = 0;
+    assert_int_equal(segd_edge_lookup(e, ua, strlen(ua), out, 4, &n), SEGD_OK);
+    assert_int_equal(n, 1); /* segment 1 stays removed */
+    assert_int_equal(out[0].segment_id, 2);
+    assert_int_equal(segd_edge_lookup(e, ub, strlen(ub), out, 4, &n), SEGD_OK);
+    assert_int_equal(n, 2); /* above unit 1's W: joined */
+    assert_int_equal(out[0].segment_id, 3);
+    assert_int_equal(out[1].segment_id, 4);
+    segd_profile_free(&p);
+    segd_edge_destroy(e);
+}
+
 static void unit(segd_manifest_t *m, int32_t p, int64_t w, const int64_t *pos, size_t n)
 {
     segd_manifest_init(m);
@@ -493,6 +618,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_units_by_buckets, setup, teardown),
         cmocka_unit_test_setup_teardown(test_failed_unit_keeps_previous, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fleet_units, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_cache_keeps_each_units_w, setup, teardown),
         cmocka_unit_test(test_fold_min_positions),
         cmocka_unit_test(test_plan),
     };
