@@ -105,6 +105,11 @@ static int restore_state(void *ctx, const char *topic, int32_t partition)
     }
 }
 
+static void restore_cancel(void *ctx, const char *topic, int32_t partition)
+{
+    segd_restorer_cancel(ctx, topic, partition);
+}
+
 static segd_err_t start_restorer(segd_daemon_t *d, const segd_config_t *cfg,
                                  segd_store_t *store, char *errstr, size_t n)
 {
@@ -114,6 +119,7 @@ static segd_err_t start_restorer(segd_daemon_t *d, const segd_config_t *cfg,
     o.fallback_replay = (int)cfg->restore_fallback_replay;
     o.retries = (int)cfg->restore_retries;
     o.retry_max_ms = cfg->retry_max_ms;
+    o.partitioner = cfg->partitioner;
     return segd_restorer_new(&d->restorer, store, &o, errstr, n);
 }
 
@@ -128,6 +134,7 @@ static void set_hooks(segd_daemon_t *d)
     if (d->restorer) {
         h.restore_begin = restore_begin;
         h.restore_state = restore_state;
+        h.restore_cancel = restore_cancel;
         h.restore_ctx = d->restorer;
     }
     segd_pipeline_set_hooks(d->pipeline, &h);

@@ -2,6 +2,7 @@
 #include "app/restorer.h"
 
 #include <errno.h>
+#include <stdatomic.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -14,7 +15,7 @@
 #include "load/bulk.h"
 #include "load/restore.h"
 
-typedef enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE, JOB_REPLAY } job_state_t;
+typedef enum { JOB_QUEUED, JOB_RUNNING, JOB_DONE, JOB_REPLAY, JOB_CANCELLED } job_state_t;
 
 typedef struct job {
     struct job *next;
@@ -22,6 +23,7 @@ typedef struct job {
     int32_t partition;
     int32_t partitions; /* the topic's count when assigned */
     job_state_t state;
+    _Atomic int cancel;   /* revoked: the load and its retries stop */
 } job_t;
 
 struct segd_restorer {
@@ -59,14 +61,22 @@ static job_t *find(segd_restorer_t *r, const char *topic, int32_t partition)
 
 typedef struct feed {
     segd_restore_t *restore;
+    const job_t *job;
+    const volatile sig_atomic_t *stop;
     char err[512];
 } feed_t;
 
+/* Non-zero stops the unit's read: a stop or a revoke need not wait for a
+ * whole unit to download. */
 static int feed(void *ctx, int32_t partition, const char *user, size_t len,
                 const segd_profile_t *p)
 {
     (void)partition;
     feed_t *f = ctx;
+    if (*f->stop || f->job->cancel) {
+        snprintf(f->err, sizeof(f->err), "restore stopped");
+        return 1;
+    }
     return segd_restore_add(f->restore, user, len, p, f->err, sizeof(f->err)) != SEGD_OK;
 }
 
@@ -97,7 +107,7 @@ static segd_err_t restore_unit(segd_restorer_t *r, const job_t *j, char *errstr,
     ro.memory_bytes = r->o.memory_bytes;
     ro.shared = 1;
     ro.stop = &r->stop;
-    feed_t f = {0};
+    feed_t f = {.job = j, .stop = &r->stop};
     segd_manifest_t m;
     segd_manifest_init(&m);
     size_t ulen = strlen(r->from) + strlen(topic) + 2;
@@ -108,12 +118,17 @@ static segd_err_t restore_unit(segd_restorer_t *r, const job_t *j, char *errstr,
     double t0 = segd_mono_s();
     segd_err_t err = segd_restore_new(&f.restore, r->store, &ro, errstr, n);
     if (!err) {
-        err = segd_snapshot_read_unit(url, partition, j->partitions, &r->o.dest, &m, feed, &f,
-                                      errstr, n);
+        err = segd_snapshot_read_unit(url, partition, j->partitions, r->o.partitioner,
+                                      &r->o.dest, &m, feed, &f, errstr, n);
         if (err == SEGD_ERR_INVALID && f.err[0]) /* the callback's own failure */
             err = segd_errf(SEGD_ERR_IO, errstr, n, "%s", f.err);
     }
     segd_restore_stats_t st = {0};
+    /* a unit without its partition's offset (a store filled by backfill)
+     * says nothing about where the input goes on: replaying is exact */
+    if (!err && unit_offset(&m, topic, partition) < 0)
+        err = segd_errf(SEGD_ERR_NOTFOUND, errstr, n, "its unit holds no input offset of %s",
+                        topic);
     if (!err) {
         segd_restore_unit_t u = {.topic = topic,
                                  .partition = partition,
@@ -147,14 +162,14 @@ static segd_err_t restore_unit(segd_restorer_t *r, const job_t *j, char *errstr,
 static void finish_job(segd_restorer_t *r, job_t *j, job_state_t state)
 {
     pthread_mutex_lock(&r->lock);
-    j->state = state;
+    j->state = j->cancel ? JOB_CANCELLED : state;
     if (state == JOB_REPLAY)
         r->st.replayed++;
     pthread_mutex_unlock(&r->lock);
 }
 
-/* Sleeps up to ms unless stopped; returns 0 when stopped. */
-static int pause_ms(segd_restorer_t *r, int64_t ms)
+/* Sleeps up to ms unless stopped or cancelled; returns 0 then. */
+static int pause_ms(segd_restorer_t *r, const job_t *j, int64_t ms)
 {
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
@@ -165,9 +180,10 @@ static int pause_ms(segd_restorer_t *r, int64_t ms)
         until.tv_nsec -= 1000000000;
     }
     pthread_mutex_lock(&r->lock);
-    while (!r->stop && pthread_cond_timedwait(&r->wake, &r->lock, &until) != ETIMEDOUT)
+    while (!r->stop && !j->cancel &&
+           pthread_cond_timedwait(&r->wake, &r->lock, &until) != ETIMEDOUT)
         ;
-    int go = !r->stop;
+    int go = !r->stop && !j->cancel;
     pthread_mutex_unlock(&r->lock);
     return go;
 }
@@ -177,6 +193,10 @@ static void run_job(segd_restorer_t *r, job_t *j)
     char err[512];
     int64_t wait = 100;
     for (int attempt = 1; !r->stop; attempt++) {
+        if (j->cancel) {
+            finish_job(r, j, JOB_CANCELLED);
+            return;
+        }
         segd_err_t e = restore_unit(r, j, err, sizeof(err));
         if (!e) {
             finish_job(r, j, JOB_DONE);
@@ -190,6 +210,10 @@ static void run_job(segd_restorer_t *r, job_t *j)
         }
         if (r->stop)
             return;
+        if (j->cancel) {
+            finish_job(r, j, JOB_CANCELLED);
+            return;
+        }
         pthread_mutex_lock(&r->lock);
         r->st.failures++;
         pthread_mutex_unlock(&r->lock);
@@ -202,8 +226,11 @@ static void run_job(segd_restorer_t *r, job_t *j)
             finish_job(r, j, JOB_REPLAY);
             return;
         }
-        if (!pause_ms(r, wait))
+        if (!pause_ms(r, j, wait)) {
+            if (j->cancel)
+                finish_job(r, j, JOB_CANCELLED);
             return;
+        }
         wait = wait * 2 > r->o.retry_max_ms ? r->o.retry_max_ms : wait * 2;
     }
 }
@@ -238,9 +265,12 @@ int segd_restorer_begin(segd_restorer_t *r, const char *topic, int32_t partition
     job_t *j = find(r, topic, partition);
     int rc = 0;
     if (j) {
-        if (j->state == JOB_DONE || j->state == JOB_REPLAY) {
+        if (j->state == JOB_DONE || j->state == JOB_REPLAY || j->state == JOB_CANCELLED) {
             j->state = JOB_QUEUED; /* assigned again without an offset: anew */
             j->partitions = partitions;
+            j->cancel = 0;
+        } else if (j->cancel) { /* revoked and assigned again while it ran: go on */
+            j->cancel = 0;
         }
     } else if ((j = calloc(1, sizeof(*j))) && (j->topic = strdup(topic))) {
         j->partition = partition;
@@ -262,12 +292,24 @@ segd_restore_state_t segd_restorer_state(segd_restorer_t *r, const char *topic,
 {
     pthread_mutex_lock(&r->lock);
     job_t *j = find(r, topic, partition);
-    segd_restore_state_t s = !j                       ? SEGD_RESTORE_NONE
+    segd_restore_state_t s = !j || j->state == JOB_CANCELLED ? SEGD_RESTORE_NONE
                              : j->state == JOB_DONE   ? SEGD_RESTORE_DONE
                              : j->state == JOB_REPLAY ? SEGD_RESTORE_REPLAY
                                                       : SEGD_RESTORE_RUNNING;
     pthread_mutex_unlock(&r->lock);
     return s;
+}
+
+void segd_restorer_cancel(segd_restorer_t *r, const char *topic, int32_t partition)
+{
+    pthread_mutex_lock(&r->lock);
+    job_t *j = find(r, topic, partition);
+    if (j && j->state == JOB_QUEUED)
+        j->state = JOB_CANCELLED;
+    else if (j && j->state == JOB_RUNNING)
+        j->cancel = 1;
+    pthread_cond_broadcast(&r->wake);
+    pthread_mutex_unlock(&r->lock);
 }
 
 void segd_restorer_get_stats(segd_restorer_t *r, segd_restorer_stats_t *st)

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "core/partition.h"
 #include "store/store.h"
 #include "transport/dest.h"
 
@@ -39,6 +40,8 @@ typedef struct segd_restorer_opts {
     int retries;              /* failed attempts before the fallback; default 5 */
     int64_t retry_max_ms;     /* backoff cap; default 5000 */
     uint64_t memory_bytes;    /* the load's sort budget; default 256 MiB */
+    segd_partitioner_t partitioner; /* input.partitioner: a unit routed otherwise
+                                       holds other users (replayed instead) */
     segd_dest_opts_t dest;
 } segd_restorer_opts_t;
 
@@ -60,6 +63,11 @@ int segd_restorer_begin(segd_restorer_t *r, const char *topic, int32_t partition
                         int32_t partitions);
 segd_restore_state_t segd_restorer_state(segd_restorer_t *r, const char *topic,
                                          int32_t partition);
+/* The partition left this member: its job stops (a load under way is
+ * abandoned before its offset) and is forgotten, so that it neither holds
+ * up the partitions queued behind it nor writes an offset for a partition
+ * another member owns. */
+void segd_restorer_cancel(segd_restorer_t *r, const char *topic, int32_t partition);
 
 typedef struct segd_restorer_stats {
     uint64_t restored, replayed, failures; /* units loaded, fallbacks, failed attempts */

@@ -88,7 +88,8 @@ static int raw_read(const char *topic_url, int32_t partitions, raw_t *r, char *e
         segd_manifest_t m;
         char dir[32], url[600];
         /* the manifest alone (no callback, no check), then each file */
-        if (segd_snapshot_read_unit(topic_url, p, partitions, NULL, &m, NULL, NULL, err, n)) {
+        if (segd_snapshot_read_unit(topic_url, p, partitions, SEGD_PARTITIONER_MURMUR2, NULL,
+                                    &m, NULL, NULL, err, n)) {
             segd_manifest_free(&m);
             return -1;
         }
@@ -143,7 +144,8 @@ static int restore_all(segd_store_t *s, const char *topic_url, int32_t partition
         segd_restore_stats_t st = {0};
         int rc = segd_restore_new(&f.r, s, &o, err, n) ? -1 : 0;
         if (!rc)
-            rc = segd_snapshot_read_unit(topic_url, p, partitions, NULL, &m, feed, &f, err, n)
+            rc = segd_snapshot_read_unit(topic_url, p, partitions, SEGD_PARTITIONER_MURMUR2, NULL,
+                                         &m, feed, &f, err, n)
                      ? -1
                      : 0;
         int64_t next = -1;

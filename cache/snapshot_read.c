@@ -380,6 +380,7 @@ static segd_err_t unit_present(const char *topic_url, const segd_dest_opts_t *do
 }
 
 segd_err_t segd_snapshot_read_unit(const char *topic_url, int32_t partition, int32_t partitions,
+                                   segd_partitioner_t partitioner,
                                    const segd_dest_opts_t *dopts, segd_manifest_t *m,
                                    segd_snapshot_cb cb, void *ctx, char *errstr, size_t n)
 {
@@ -394,6 +395,11 @@ segd_err_t segd_snapshot_read_unit(const char *topic_url, int32_t partition, int
         return segd_errf(SEGD_ERR_NOTFOUND, errstr, n,
                          "%s: the snapshot has %d partitions, the topic %d: its units hold "
                          "other users", topic_url, (int)t.partitions, (int)partitions);
+    if (partitions > 0 && t.partitioner != partitioner)
+        return segd_errf(SEGD_ERR_NOTFOUND, errstr, n,
+                         "%s: the snapshot's units are routed by %s, input.partitioner is %s: "
+                         "they hold other users", topic_url,
+                         segd_partitioner_name(t.partitioner), segd_partitioner_name(partitioner));
     if (partition < 0 || partition >= t.partitions)
         return segd_errf(SEGD_ERR_NOTFOUND, errstr, n, "%s: no partition %d", topic_url,
                          (int)partition);

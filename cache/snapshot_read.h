@@ -65,8 +65,10 @@ segd_err_t segd_snapshot_read(const char *src_url, const segd_snapshot_read_opts
  * them, cb runs on this thread, m (initialised here; the caller frees it)
  * receives its manifest. SEGD_ERR_NOTFOUND when there is no usable unit:
  * no topology, no manifest for the partition, or (partitions > 0) a
- * snapshot of a different partition count, whose units hold other users. */
+ * snapshot of a different partition count or partitioner, whose units hold
+ * other users. */
 segd_err_t segd_snapshot_read_unit(const char *topic_url, int32_t partition, int32_t partitions,
+                                   segd_partitioner_t partitioner,
                                    const segd_dest_opts_t *dopts, segd_manifest_t *m,
                                    segd_snapshot_cb cb, void *ctx, char *errstr,
                                    size_t errstr_size);

@@ -115,8 +115,18 @@ static void export_topic(snapshotter_t *sn, const char *topic)
         sn->failed++;
         return;
     }
-    if (!o.n_partitions) /* nothing of this topic is ours now */
+    /* partitions still restoring hold no offset yet: not exported (the
+     * plan drops them), and none at all is not a failure */
+    size_t with_offset = 0;
+    for (size_t i = 0; i < o.n_partitions; i++) {
+        int64_t next;
+        with_offset += segd_store_offset_get(sn->store, topic, parts[i], &next, err,
+                                             sizeof(err)) == SEGD_OK;
+    }
+    if (!with_offset) { /* nothing of this topic is ours now */
+        free(parts);
         return;
+    }
     o.topic = topic;
     o.partitions = parts;
     o.partitioner = sn->cfg->partitioner;

@@ -112,13 +112,19 @@ static int decode_message(segd_ingest_t *g, const void *value, size_t vlen, int 
 
 /* DESIGN §3: an event older than W + grace could need an entry a compaction
  * already dropped, and one from the future would win for ever. */
-static int check_event_time(segd_ingest_t *g, int *reason, char *why, size_t n)
+static int check_event_time(segd_ingest_t *g, const char *topic, int32_t partition,
+                            int *reason, char *why, size_t n)
 {
     segd_policy_t *pol = segd_store_policy(g->store);
-    switch (segd_policy_check_ts(pol, g->ev.ts_ms, g->cfg->limits.max_clock_skew_ms)) {
+    /* a partition restored from a unit also has that unit's floor (§7) */
+    int64_t imported = topic ? segd_store_import_floor(g->store, topic, partition) : 0;
+    switch (segd_policy_check_ts_floor(pol, g->ev.ts_ms, g->cfg->limits.max_clock_skew_ms,
+                                       imported)) {
     case SEGD_TS_TOO_LATE:
         snprintf(why, n, "too_late: ts_ms %" PRId64 " is below %" PRId64
-                 " (GC watermark + store.gc.grace.s)", g->ev.ts_ms, segd_policy_ts_floor(pol));
+                 " (GC watermark + store.gc.grace.s, or the W of the partition's restored "
+                 "unit)", g->ev.ts_ms,
+                 segd_policy_ts_floor(pol) > imported ? segd_policy_ts_floor(pol) : imported);
         *reason = SEGD_DLQ_TOO_LATE;
         return 0;
     case SEGD_TS_FROM_FUTURE:
@@ -132,8 +138,8 @@ static int check_event_time(segd_ingest_t *g, int *reason, char *why, size_t n)
     }
 }
 
-static int check_event(segd_ingest_t *g, const void *key, size_t klen, int *reason,
-                       char *why, size_t n)
+static int check_event(segd_ingest_t *g, const char *topic, int32_t partition,
+                       const void *key, size_t klen, int *reason, char *why, size_t n)
 {
     segd_err_t err = segd_event_validate(&g->ev, &g->cfg->limits, why, n);
     if (err) {
@@ -147,11 +153,12 @@ static int check_event(segd_ingest_t *g, const void *key, size_t klen, int *reas
         *reason = SEGD_DLQ_KEY_MISMATCH;
         return 0;
     }
-    return check_event_time(g, reason, why, n);
+    return check_event_time(g, topic, partition, reason, why, n);
 }
 
-int segd_ingest_check(segd_ingest_t *g, const void *key, size_t klen, const void *value,
-                      size_t vlen, const segd_event_t **ev, int *reason, char *why, size_t n)
+int segd_ingest_check(segd_ingest_t *g, const char *topic, int32_t partition, const void *key,
+                      size_t klen, const void *value, size_t vlen, const segd_event_t **ev,
+                      int *reason, char *why, size_t n)
 {
     if (vlen > g->cfg->limits.max_message) {
         snprintf(why, n, "message of %zu bytes exceeds %zu", vlen, g->cfg->limits.max_message);
@@ -160,7 +167,7 @@ int segd_ingest_check(segd_ingest_t *g, const void *key, size_t klen, const void
     }
     int ok = decode_message(g, value, vlen, reason, why, n);
     if (ok == 1)
-        ok = check_event(g, key, klen, reason, why, n);
+        ok = check_event(g, topic, partition, key, klen, reason, why, n);
     if (ok == 1)
         *ev = &g->ev;
     return ok;

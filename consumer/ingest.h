@@ -39,11 +39,13 @@ segd_err_t segd_ingest_new(segd_ingest_t **out, const segd_config_t *cfg, segd_s
                            size_t errstr_size);
 void segd_ingest_destroy(segd_ingest_t *g);
 
-/* Checks one message (key NULL: the message has none, nothing to compare).
+/* Checks one message of (topic, partition) (key NULL: the message has none,
+ * nothing to compare; topic NULL: no partition, no import floor).
  * Returns 1 with *ev set (owned by g, valid until the next call), 0 when it
  * must be dead-lettered (*reason, why filled), -1 when a stop interrupted a
  * registry wait (the message is not decided: read it again later). */
-int segd_ingest_check(segd_ingest_t *g, const void *key, size_t klen, const void *value,
-                      size_t vlen, const segd_event_t **ev, int *reason, char *why, size_t n);
+int segd_ingest_check(segd_ingest_t *g, const char *topic, int32_t partition, const void *key,
+                      size_t klen, const void *value, size_t vlen, const segd_event_t **ev,
+                      int *reason, char *why, size_t n);
 
 #endif

@@ -273,11 +273,14 @@ static unread_t *note_unread(segd_pipeline_t *p, const char *topic, int32_t part
 static void forget_unread(segd_pipeline_t *p, const rd_kafka_topic_partition_list_t *parts)
 {
     for (size_t i = 0; i < p->nunread;) {
-        if (rd_kafka_topic_partition_list_find(parts, p->unread[i].topic,
-                                               p->unread[i].partition))
-            p->unread[i] = p->unread[--p->nunread];
-        else
+        unread_t *u = &p->unread[i];
+        if (!rd_kafka_topic_partition_list_find(parts, u->topic, u->partition)) {
             i++;
+            continue;
+        }
+        if (u->restoring && p->hooks.restore_cancel) /* not ours any more */
+            p->hooks.restore_cancel(p->hooks.restore_ctx, u->topic, u->partition);
+        *u = p->unread[--p->nunread];
     }
 }
 
@@ -395,7 +398,7 @@ static int handle_message(segd_pipeline_t *p, const rd_kafka_message_t *m)
     int reason = 0;
     const segd_event_t *ev = NULL;
     p->st.messages++;
-    int ok = segd_ingest_check(p->ingest, m->key, m->key_len, m->payload, m->len, &ev,
+    int ok = segd_ingest_check(p->ingest, rd_kafka_topic_name(m->rkt), m->partition, m->key, m->key_len, m->payload, m->len, &ev,
                                &reason, why, sizeof(why));
     if (ok < 0)
         return -1;

@@ -74,6 +74,7 @@ typedef struct segd_pipeline_hooks {
     int (*restore_begin)(void *ctx, const char *topic, int32_t partition,
                          int32_t partitions);
     int (*restore_state)(void *ctx, const char *topic, int32_t partition);
+    void (*restore_cancel)(void *ctx, const char *topic, int32_t partition); /* revoked */
     void *restore_ctx;
 } segd_pipeline_hooks_t;
 

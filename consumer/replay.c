@@ -387,7 +387,7 @@ static int handle_message(replay_t *r, const rd_kafka_message_t *m)
     char why[256];
     int reason = 0;
     const segd_event_t *ev = NULL;
-    int ok = segd_ingest_check(r->ingest, m->key, m->key_len, m->payload, m->len, &ev, &reason,
+    int ok = segd_ingest_check(r->ingest, rd_kafka_topic_name(m->rkt), m->partition, m->key, m->key_len, m->payload, m->len, &ev, &reason,
                                why, sizeof(why));
     if (ok < 0)
         return -1;

@@ -113,11 +113,14 @@ void segd_policy_set_gc_start_floor(segd_policy_t *p, int64_t floor_ms)
 
 int64_t segd_policy_ts_floor(const segd_policy_t *p)
 {
-    segd_policy_t *q = (segd_policy_t *)p;
     int64_t w = segd_policy_gc_watermark(p);
-    int64_t own = w > 0 ? w + segd_policy_gc_grace_ms(p) : atomic_load(&q->gc_start_floor);
-    int64_t imported = atomic_load(&q->import_floor);
-    return own > imported ? own : imported;
+    return w > 0 ? w + segd_policy_gc_grace_ms(p)
+                 : atomic_load(&((segd_policy_t *)p)->gc_start_floor);
+}
+
+int64_t segd_policy_import_floor(const segd_policy_t *p)
+{
+    return atomic_load(&((segd_policy_t *)p)->import_floor);
 }
 
 void segd_policy_raise_import_floor(segd_policy_t *p, int64_t floor_ms)
@@ -130,7 +133,13 @@ void segd_policy_raise_import_floor(segd_policy_t *p, int64_t floor_ms)
 segd_ts_verdict_t segd_policy_check_ts(const segd_policy_t *p, int64_t ts_ms,
                                        int64_t max_skew_ms)
 {
-    if (ts_ms < segd_policy_ts_floor(p))
+    return segd_policy_check_ts_floor(p, ts_ms, max_skew_ms, 0);
+}
+
+segd_ts_verdict_t segd_policy_check_ts_floor(const segd_policy_t *p, int64_t ts_ms,
+                                             int64_t max_skew_ms, int64_t floor_ms)
+{
+    if (ts_ms < segd_policy_ts_floor(p) || ts_ms < floor_ms)
         return SEGD_TS_TOO_LATE;
     if (max_skew_ms >= 0 && ts_ms > segd_policy_now_ms(p) + max_skew_ms)
         return SEGD_TS_FROM_FUTURE;

@@ -47,10 +47,17 @@ segd_ts_verdict_t segd_policy_check_ts(const segd_policy_t *p, int64_t ts_ms,
  * age are taken). */
 int64_t segd_policy_ts_floor(const segd_policy_t *p);
 void segd_policy_set_gc_start_floor(segd_policy_t *p, int64_t floor_ms);
-/* A floor taken over with restored state (a snapshot unit pruned below its
- * store's W): the ingest floor is never below it, whatever this store's own
- * W. Only raised; the store persists a value before it sets it here. */
+/* The same with a further floor of the caller's (a partition's import
+ * floor, store.h): too late below either. */
+segd_ts_verdict_t segd_policy_check_ts_floor(const segd_policy_t *p, int64_t ts_ms,
+                                             int64_t max_skew_ms, int64_t floor_ms);
+/* The highest import floor of any partition (store.h: restored units): the
+ * conservative floor for writes that belong to no partition (backfill,
+ * erase). Only raised; the store persists a value before it sets it here.
+ * Not part of ts_floor: a partition's floor must not refuse the history of
+ * the store's other partitions. */
 void segd_policy_raise_import_floor(segd_policy_t *p, int64_t floor_ms);
+int64_t segd_policy_import_floor(const segd_policy_t *p);
 
 /* Raises segment_id's retirement marker to before_ms (copy-on-write; readers
  * on other threads keep using the old set, freed at destroy). */

@@ -198,11 +198,15 @@ static int add_event(worker_t *w, slot_t *s, int64_t no)
     }
     /* DESIGN §3, as segd run's too_late / from_future dead letters */
     segd_ts_verdict_t v =
-        o->policy ? segd_policy_check_ts(o->policy, ev->ts_ms, o->limits.max_clock_skew_ms)
+        /* an event of no partition meets every restored unit's floor */
+        o->policy ? segd_policy_check_ts_floor(o->policy, ev->ts_ms, o->limits.max_clock_skew_ms,
+                                               segd_policy_import_floor(o->policy))
                   : SEGD_TS_OK;
     if (v == SEGD_TS_TOO_LATE) {
-        snprintf(why, sizeof(why), "too_late: ts_ms %lld is below %lld (GC watermark + grace)",
-                 (long long)ev->ts_ms, (long long)segd_policy_ts_floor(o->policy));
+        int64_t own = segd_policy_ts_floor(o->policy), imp = segd_policy_import_floor(o->policy);
+        snprintf(why, sizeof(why),
+                 "too_late: ts_ms %lld is below %lld (GC watermark + grace, or a restored "
+                 "unit's W)", (long long)ev->ts_ms, (long long)(own > imp ? own : imp));
         report(w, s, no, why);
         return 0;
     }

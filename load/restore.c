@@ -25,8 +25,12 @@ static segd_err_t take_markers(segd_store_t *s, const segd_restore_unit_t *u, ch
                                size_t n)
 {
     segd_err_t err = SEGD_OK;
+    if (u->gc_watermark_ms > 0 && !u->topic) /* whose floor would it be? */
+        return segd_errf(SEGD_ERR_INVALID, errstr, n,
+                         "restore: a unit with a GC watermark needs its topic");
     if (u->gc_watermark_ms > 0)
-        err = segd_store_raise_import_floor(s, u->gc_watermark_ms, errstr, n);
+        err = segd_store_raise_import_floor(s, u->topic, u->partition, u->gc_watermark_ms,
+                                            errstr, n);
     for (size_t i = 0; !err && i < u->n_retirements; i++)
         err = segd_store_retire(s, u->retirements[i].segment_id,
                                 u->retirements[i].retired_before_ms, NULL, errstr, n);

@@ -32,7 +32,8 @@
 
 /* What a unit's manifest says about the state it holds. */
 typedef struct segd_restore_unit {
-    const char *topic;       /* input topic; NULL = set no offset */
+    const char *topic;       /* input topic; NULL = set no offset (and no floor:
+                              * a unit with a GC watermark needs it) */
     int32_t partition;
     int64_t next_offset;     /* the next input offset to apply; < 0 = none */
     int64_t gc_watermark_ms; /* the exporting store's W */

@@ -419,7 +419,7 @@ static segd_err_t produce_change(segd_publisher_t *p, int32_t partition, uint64_
  * topic may have grown since). */
 static segd_err_t ensure_partitions(segd_publisher_t *p, int32_t need, char *errstr, size_t n)
 {
-    if (p->partitions > need)
+    if (p->partitions > 0 && p->partitions > need) /* 0: never asked (need -1: any) */
         return SEGD_OK;
     int32_t count = 0;
     segd_err_t err = segd_kmeta_partitions_wait(p->rk, p->o.topic, METADATA_WAIT_MS, &count,
@@ -430,6 +430,9 @@ static segd_err_t ensure_partitions(segd_publisher_t *p, int32_t need, char *err
                          p->o.topic);
     if (err)
         return err;
+    if (count <= 0) /* routing by a count of 0 would put every delta on partition 0 */
+        return segd_errf(SEGD_ERR_KAFKA, errstr, n, "change topic %s: no partition count yet",
+                         p->o.topic);
     if (count > MAX_PARTITIONS)
         return segd_errf(SEGD_ERR_LIMIT, errstr, n, "change topic %s has %" PRId32
                          " partitions; segd publishes to at most %d", p->o.topic, count,

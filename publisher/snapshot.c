@@ -81,6 +81,7 @@ typedef struct unit {
     segd_manifest_t m;      /* the new one */
     segd_ocf_writer_t *w;
     uint64_t segments;
+    int64_t import_floor;   /* its partition's restored W (store.h), read after the scan */
     segd_err_t err;         /* set: the unit failed (errmsg says why) */
     char errmsg[512];
     int published, landed;  /* file at the destination; manifest too */
@@ -283,7 +284,11 @@ static segd_err_t unit_manifest(const exporter_t *x, unit_t *u, const segd_ocf_i
     m->created_at_ms = u->gen;
     m->now_ms = b->now_ms;
     m->horizon_ms = b->horizon_ms;
-    m->gc_watermark_ms = b->gc_watermark_ms;
+    /* restored state lacks what its exporter dropped below that W: the unit
+     * says so, whatever this store's own W (a restore or cache downstream
+     * must not take older events or deltas for it) */
+    m->gc_watermark_ms = b->gc_watermark_ms > u->import_floor ? b->gc_watermark_ms
+                                                               : u->import_floor;
     m->records = info->records;
     m->segments = u->segments;
     segd_snapshot_file_t *f = &m->files[m->n_files++];
@@ -484,6 +489,8 @@ static segd_err_t scan_units(exporter_t *x, segd_store_t *s, segd_store_view_t *
      * deltas older than this skips every one that could undo a drop, and
      * none written after the view (those are newer than W + grace) */
     x->base.gc_watermark_ms = segd_store_gc_watermark(s);
+    for (size_t i = 0; i < x->plan.n_units; i++)
+        x->u[i].import_floor = segd_store_import_floor(s, x->plan.topic, x->u[i].partition);
     return err;
 }
 

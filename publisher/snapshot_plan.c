@@ -83,15 +83,31 @@ static int32_t choose_p(const segd_snapshot_opts_t *o, int by_offsets, int32_t m
     return topology_p > max_stored ? topology_p : max_stored + 1;
 }
 
+static int stored(const segd_snapshot_plan_t *plan, size_t n_stored, int32_t p)
+{
+    for (size_t i = 0; i < n_stored; i++)
+        if (plan->units[i] == p)
+            return 1;
+    return 0;
+}
+
+/* Of the requested partitions, a store with offsets exports only those it
+ * holds an offset for: a partition assigned but still restoring (or never
+ * consumed) has no state of its own yet, and its unit would replace a good
+ * one with an empty one carrying no offset. */
 static segd_err_t chosen_units(const segd_snapshot_opts_t *o, segd_snapshot_plan_t *plan)
 {
     if (o->partitions) {
-        int32_t *u = realloc(plan->units, (o->n_partitions + 1) * sizeof(*u));
+        size_t n_stored = plan->n_units, k = 0;
+        int32_t *u = malloc((o->n_partitions + 1) * sizeof(*u));
         if (!u)
             return SEGD_ERR_NOMEM;
+        for (size_t i = 0; i < o->n_partitions; i++)
+            if (!plan->by_offsets || stored(plan, n_stored, o->partitions[i]))
+                u[k++] = o->partitions[i];
+        free(plan->units);
         plan->units = u;
-        memcpy(u, o->partitions, o->n_partitions * sizeof(*u));
-        plan->n_units = o->n_partitions;
+        plan->n_units = k;
     } else if (!plan->by_offsets) {
         int32_t *u = realloc(plan->units, (size_t)plan->partitions * sizeof(*u));
         if (!u)

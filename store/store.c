@@ -45,6 +45,9 @@ struct segd_store {
     int64_t gc_start_floor_ms, gc_start_open_ms; /* W's start phase */
     rocksdb_writeoptions_t *sync_wopts; /* W: durable before any drop uses it */
     _Atomic uint64_t outbox_seq; /* next outbox sequence number */
+    pthread_mutex_t floors_lock; /* the restorer raises, ingest reads */
+    struct import_floor *floors; /* per (topic, partition): restored units' W */
+    size_t n_floors, cap_floors;
     atomic_ulong outbox_appender; /* the one thread that appends (store.h); 0 = none yet */
     /* entries in the outbox family: counted at open, then moved by every
      * successful write by the outbox puts and deletes it carried */
@@ -283,7 +286,13 @@ static segd_err_t open_db(segd_store_t *s, const segd_store_opts_t *o, char *err
 #define GC_START_OPEN_KEY "gc_start_open_ms"   /* and the open time it has run */
 #define GC_GRACE_KEY "gc_grace_ms"             /* the largest grace W was moved with */
 #define GC_HORIZON_KEY "gc_horizon_ms"         /* and the largest horizon */
-#define IMPORT_FLOOR_KEY "import_floor_ms"     /* restored state's ingest floor */
+#define IMPORT_FLOOR_PREFIX "import_floor/"   /* + <topic>/<partition>: restored W */
+
+struct import_floor {
+    char *topic;
+    int32_t partition;
+    int64_t floor_ms;
+};
 
 static segd_err_t meta_get_i64(segd_store_t *s, const char *key, int64_t *out,
                                char *errstr, size_t n)
@@ -333,10 +342,6 @@ static segd_err_t load_gc_watermark(segd_store_t *s, char *errstr, size_t n)
     segd_policy_set_gc_watermark(s->policy, w);
     segd_policy_set_gc_start_floor(s->policy, floor);
     s->gc_start_floor_ms = floor;
-    int64_t imported;
-    if ((err = meta_get_i64(s, IMPORT_FLOOR_KEY, &imported, errstr, n)))
-        return err;
-    segd_policy_raise_import_floor(s->policy, imported);
     return SEGD_OK;
 }
 
@@ -492,19 +497,105 @@ segd_err_t segd_store_gc_advance(segd_store_t *s, int flags, char *errstr, size_
     return SEGD_OK;
 }
 
-segd_err_t segd_store_raise_import_floor(segd_store_t *s, int64_t floor_ms, char *errstr,
-                                         size_t n)
+/* The entry of (topic, partition), made if missing; NULL when out of
+ * memory. Called with floors_lock held. */
+static struct import_floor *floor_entry(segd_store_t *s, const char *topic, int32_t partition,
+                                        int make)
+{
+    for (size_t i = 0; i < s->n_floors; i++)
+        if (s->floors[i].partition == partition && !strcmp(s->floors[i].topic, topic))
+            return &s->floors[i];
+    if (!make)
+        return NULL;
+    if (s->n_floors == s->cap_floors) {
+        size_t cap = s->cap_floors ? 2 * s->cap_floors : 16;
+        struct import_floor *f = realloc(s->floors, cap * sizeof(*f));
+        if (!f)
+            return NULL;
+        s->floors = f;
+        s->cap_floors = cap;
+    }
+    struct import_floor *f = &s->floors[s->n_floors];
+    if (!(f->topic = strdup(topic)))
+        return NULL;
+    f->partition = partition;
+    f->floor_ms = 0;
+    s->n_floors++;
+    return f;
+}
+
+static int set_floor(segd_store_t *s, const char *topic, int32_t partition, int64_t floor_ms)
+{
+    pthread_mutex_lock(&s->floors_lock);
+    struct import_floor *f = floor_entry(s, topic, partition, 1);
+    if (f && floor_ms > f->floor_ms)
+        f->floor_ms = floor_ms;
+    pthread_mutex_unlock(&s->floors_lock);
+    if (f)
+        segd_policy_raise_import_floor(s->policy, floor_ms);
+    return f != NULL;
+}
+
+int64_t segd_store_import_floor(segd_store_t *s, const char *topic, int32_t partition)
+{
+    pthread_mutex_lock(&s->floors_lock);
+    struct import_floor *f = s->n_floors ? floor_entry(s, topic, partition, 0) : NULL;
+    int64_t v = f ? f->floor_ms : 0;
+    pthread_mutex_unlock(&s->floors_lock);
+    return v;
+}
+
+segd_err_t segd_store_raise_import_floor(segd_store_t *s, const char *topic, int32_t partition,
+                                         int64_t floor_ms, char *errstr, size_t n)
 {
     if (s->read_only)
         return segd_errf(SEGD_ERR_INVALID, errstr, n, "store opened read-only");
-    int64_t cur;
-    segd_err_t err = meta_get_i64(s, IMPORT_FLOOR_KEY, &cur, errstr, n);
-    if (err || floor_ms <= cur)
-        return err;
-    if ((err = put_gc_meta(s, IMPORT_FLOOR_KEY, floor_ms, errstr, n)))
-        return err;
-    segd_policy_raise_import_floor(s->policy, floor_ms);
-    return SEGD_OK;
+    if (floor_ms <= segd_store_import_floor(s, topic, partition))
+        return SEGD_OK;
+    char key[600];
+    snprintf(key, sizeof(key), IMPORT_FLOOR_PREFIX "%s/%" PRId32, topic, partition);
+    segd_err_t err = put_gc_meta(s, key, floor_ms, errstr, n);
+    if (!err && !set_floor(s, topic, partition, floor_ms))
+        err = segd_errf(SEGD_ERR_NOMEM, errstr, n, "out of memory");
+    return err;
+}
+
+/* Every import_floor/<topic>/<partition> key into the table (open). */
+static segd_err_t load_import_floors(segd_store_t *s, char *errstr, size_t n)
+{
+    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(s->db, s->ropts, s->cf[CF_META]);
+    size_t plen = strlen(IMPORT_FLOOR_PREFIX);
+    segd_err_t err = SEGD_OK;
+    for (rocksdb_iter_seek(it, IMPORT_FLOOR_PREFIX, plen); !err && rocksdb_iter_valid(it);
+         rocksdb_iter_next(it)) {
+        size_t klen, vlen;
+        const char *k = rocksdb_iter_key(it, &klen), *v = rocksdb_iter_value(it, &vlen);
+        if (klen < plen || memcmp(k, IMPORT_FLOOR_PREFIX, plen))
+            break;
+        char key[600];
+        const char *slash;
+        if (vlen != 8 || klen - plen >= sizeof(key)) {
+            err = segd_errf(SEGD_ERR_CORRUPT, errstr, n, "bad import floor in meta");
+            break;
+        }
+        memcpy(key, k + plen, klen - plen);
+        key[klen - plen] = 0;
+        if (!(slash = strrchr(key, '/'))) {
+            err = segd_errf(SEGD_ERR_CORRUPT, errstr, n, "bad import floor key in meta");
+            break;
+        }
+        key[slash - key] = 0;
+        if (!set_floor(s, key, (int32_t)atoi(slash + 1), (int64_t)get_be64(v)))
+            err = segd_errf(SEGD_ERR_NOMEM, errstr, n, "out of memory");
+    }
+    char *rerr = NULL;
+    rocksdb_iter_get_error(it, &rerr);
+    rocksdb_iter_destroy(it);
+    if (rerr && !err)
+        err = rocks_err(rerr, SEGD_ERR_IO, errstr, n, "meta scan");
+    else if (rerr)
+        rocksdb_free(rerr);
+    return err;
 }
 
 /* The next sequence number continues after the last entry left over; the
@@ -537,6 +628,7 @@ segd_err_t segd_store_open(segd_store_t **out, const segd_store_opts_t *o, char 
     segd_store_t *s = calloc(1, sizeof(*s));
     if (!s)
         return SEGD_ERR_NOMEM;
+    pthread_mutex_init(&s->floors_lock, NULL);
     s->read_only = o->read_only;
     s->filter_factory = o->filter_factory;
     s->min_free_bytes = o->min_free_mb > 0 ? (uint64_t)o->min_free_mb << 20 : 0;
@@ -553,7 +645,8 @@ segd_err_t segd_store_open(segd_store_t **out, const segd_store_opts_t *o, char 
     segd_policy_set_gc_grace(s->policy, o->gc_grace_ms);
     if ((err = make_options(s, o)) || (err = open_db(s, o, errstr, n)) ||
         (err = check_format(s, errstr, n)) || (err = check_settings(s, o, errstr, n)) ||
-        (err = load_retirements(s)) || (err = load_gc_watermark(s, errstr, n)))
+        (err = load_retirements(s)) || (err = load_gc_watermark(s, errstr, n)) ||
+        (err = load_import_floors(s, errstr, n)))
         goto out_close;
     s->gc_moved_ms = segd_policy_now_ms(s->policy);
     load_outbox_seq(s);
@@ -593,6 +686,10 @@ void segd_store_close(segd_store_t *s)
     if (s->ropts)
         rocksdb_readoptions_destroy(s->ropts);
     segd_policy_destroy(s->policy);
+    for (size_t i = 0; i < s->n_floors; i++)
+        free(s->floors[i].topic);
+    free(s->floors);
+    pthread_mutex_destroy(&s->floors_lock);
     free(s->path);
     free(s);
 }

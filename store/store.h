@@ -176,13 +176,17 @@ segd_err_t segd_store_gc_advance(segd_store_t *s, int flags, char *errstr,
                                  size_t errstr_size);
 /* The persisted GC watermark (0 = none yet). */
 int64_t segd_store_gc_watermark(segd_store_t *s);
-/* Raises the ingest floor to at least floor_ms for good (meta
- * `import_floor_ms`, synced before it applies): state restored from a
- * snapshot unit lacks the dead entries its store dropped below that store's
- * W, so older events than that must be refused here as they are there
- * (DESIGN §7). Refusing more is always safe; nothing is dropped by it. */
-segd_err_t segd_store_raise_import_floor(segd_store_t *s, int64_t floor_ms, char *errstr,
-                                         size_t errstr_size);
+/* Raises the import floor of (topic, partition) to at least floor_ms for
+ * good (meta `import_floor/<topic>/<partition>`, synced before it applies):
+ * state restored from that partition's snapshot unit lacks the dead entries
+ * its store dropped below that store's W, so events of that partition older
+ * than that must be refused here as they are there (DESIGN §3.1, §7).
+ * Refusing more is always safe; nothing is dropped by it. Per partition:
+ * the history of the store's other partitions stays acceptable. */
+segd_err_t segd_store_raise_import_floor(segd_store_t *s, const char *topic, int32_t partition,
+                                         int64_t floor_ms, char *errstr, size_t errstr_size);
+/* The import floor of (topic, partition); 0 = none. Thread-safe. */
+int64_t segd_store_import_floor(segd_store_t *s, const char *topic, int32_t partition);
 
 segd_err_t segd_store_stats(segd_store_t *s, segd_store_stats_t *st, char *errstr,
                             size_t errstr_size);

@@ -20,6 +20,7 @@
 #include "consumer/apply.h"
 #include "core/policy.h"
 #include "load/restore.h"
+#include "publisher/snapshot.h"
 #include "store/store.h"
 
 #define NOW 1800000000000LL
@@ -323,8 +324,34 @@ static void test_restore_beside_writer(void **state)
     remove_dir(dc);
 }
 
-/* The unit's W is a floor for ingest here, for good; a stopped restore
- * leaves no offset (the next one repeats). */
+/* The unit's W is the floor of ITS partition here, for good (not of the
+ * store's other partitions, whose history must stay acceptable; nor part of
+ * the store's own floor, so W's start phase still begins); a unit exported
+ * from the restored store carries it as its W; a stopped restore leaves no
+ * offset (the next one repeats). */
+static int64_t floor_of(segd_store_t *s, int32_t partition)
+{
+    return segd_store_import_floor(s, "segments", partition);
+}
+
+static int64_t exported_w(segd_store_t *s, const char *dir)
+{
+    char dest[128], err[512];
+    snprintf(dest, sizeof(dest), "%s/units", dir);
+    segd_snapshot_opts_t o;
+    segd_snapshot_opts_default(&o);
+    o.topic = "segments";
+    o.partition_count = 8;
+    o.threads = 1;
+    segd_manifest_t m;
+    if (segd_snapshot_export(s, dest, &o, &m, NULL, err, sizeof(err)) != SEGD_OK)
+        fail_msg("export: %s", err);
+    int64_t w = m.gc_watermark_ms;
+    assert_int_equal(m.units, 1);
+    segd_manifest_free(&m);
+    return w;
+}
+
 static void test_floor_and_stop(void **state)
 {
     (void)state;
@@ -334,7 +361,6 @@ static void test_floor_and_stop(void **state)
     segd_store_t *a = open_store(da, NOW), *b = open_store(db, NOW);
     fill(a, 200, 1, 21);
     int64_t w = NOW - 5 * DAY_MS;
-    assert_int_equal(segd_policy_check_ts(segd_store_policy(b), w - 1, -1), SEGD_TS_OK);
     volatile sig_atomic_t stop = 1;
     assert_int_equal(restore_from(a, b, 77, w, &stop, NULL, err, sizeof(err)),
                      SEGD_ERR_ABORTED);
@@ -344,16 +370,26 @@ static void test_floor_and_stop(void **state)
     /* the floor was taken before the data, and holds across a reopen */
     segd_store_close(b);
     b = open_store(db, NOW);
-    assert_int_equal(segd_policy_check_ts(segd_store_policy(b), w - 1, -1), SEGD_TS_TOO_LATE);
-    assert_int_equal(segd_policy_check_ts(segd_store_policy(b), w, -1), SEGD_TS_OK);
+    assert_int_equal(floor_of(b, 3), w);
+    assert_int_equal(floor_of(b, 4), 0);
+    assert_int_equal(segd_policy_import_floor(segd_store_policy(b)), w); /* backfill's */
+    /* the store's own floor is untouched: history of other partitions goes
+     * in, and W's start phase can begin once caught up */
+    assert_int_equal(segd_policy_ts_floor(segd_store_policy(b)), 0);
+    assert_int_equal(segd_policy_check_ts(segd_store_policy(b), w - DAY_MS, -1), SEGD_TS_OK);
     /* a lower W later does not lower it */
     stop = 0;
     assert_int_equal(restore_from(a, b, 77, w - DAY_MS, &stop, NULL, err, sizeof(err)),
                      SEGD_OK);
-    assert_int_equal(segd_policy_check_ts(segd_store_policy(b), w - 1, -1), SEGD_TS_TOO_LATE);
+    assert_int_equal(floor_of(b, 3), w);
     assert_int_equal(segd_store_offset_get(b, "segments", 3, &off, err, sizeof(err)), SEGD_OK);
     assert_int_equal(off, 77);
     assert_int_equal(segd_store_gc_watermark(b), 0); /* a floor, not a watermark */
+    /* the unit this store exports for partition 3 says the data lacks what
+     * was dropped below w, though the store's own W is 0 */
+    assert_int_equal(exported_w(b, db), w);
+    assert_int_equal(segd_store_gc_advance(b, SEGD_GC_CAUGHT_UP, err, sizeof(err)), SEGD_OK);
+    assert_true(segd_policy_ts_floor(segd_store_policy(b)) > 0); /* the start phase began */
     segd_store_close(a);
     segd_store_close(b);
     remove_dir(da);

@@ -276,16 +276,29 @@ static void consume_changes(const fixture_t *f, seen_t *sn)
         rd_kafka_topic_partition_list_add(parts, CHANGES, i)->offset = RD_KAFKA_OFFSET_BEGINNING;
     rd_kafka_assign(rk, parts);
     rd_kafka_topic_partition_list_destroy(parts);
+    /* read to the end offsets as they are now (the publisher has drained):
+     * a fixed idle time would end early on a slow machine */
+    int64_t end[PARTITIONS], next[PARTITIONS] = {0};
+    for (int i = 0; i < PARTITIONS; i++) {
+        int64_t lo;
+        assert_int_equal(rd_kafka_query_watermark_offsets(rk, CHANGES, i, &lo, &end[i], 10000),
+                         RD_KAFKA_RESP_ERR_NO_ERROR);
+    }
     segd_change_t c;
     segd_change_init(&c);
-    for (int idle = 0; idle < 10;) {
+    for (int polls = 0; polls < 600;) {
+        int behind = 0;
+        for (int i = 0; i < PARTITIONS; i++)
+            behind |= next[i] < end[i];
+        if (!behind)
+            break;
         rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 200);
         if (!m) {
-            idle++;
+            polls++;
             continue;
         }
         if (!m->err) {
-            idle = 0;
+            next[m->partition] = m->offset + 1;
             const uint8_t *body;
             size_t blen;
             assert_int_equal(segd_change_unframe(m->payload, m->len, -1, &body, &blen), SEGD_OK);
