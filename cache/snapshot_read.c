@@ -10,6 +10,7 @@
 
 #include "wire/avro_file.h"
 #include "wire/change.h"
+#include "wire/snap_format.h"
 
 segd_err_t segd_snapshot_manifest(const char *src_url, const segd_dest_opts_t *dopts,
                                   segd_manifest_t *m, char *errstr, size_t n)
@@ -36,9 +37,11 @@ typedef struct loader {
     segd_snapshot_cb cb;
     void *ctx;
     uint32_t bucket, buckets;
+    segd_snapfmt_t format;
     uint64_t records, segments;
     segd_profile_t p;
     int wrong_bucket, stopped;
+    char bad_user[96]; /* whose record did not decode, when readable */
 } loader_t;
 
 static int load_block(void *ctx, const uint8_t *block, size_t len, int64_t count)
@@ -48,8 +51,12 @@ static int load_block(void *ctx, const uint8_t *block, size_t len, int64_t count
     for (int64_t i = 0; i < count; i++) {
         const char *user;
         size_t ulen;
-        if (segd_snaprec_decode(&pos, end, &user, &ulen, &l->p) != SEGD_OK)
+        if (segd_snapfmt_decode(l->format, &pos, end, &user, &ulen, &l->p) != SEGD_OK) {
+            if (user)
+                snprintf(l->bad_user, sizeof(l->bad_user), "the record of user %.*s is bad; ",
+                         (int)(ulen < 64 ? ulen : 64), user);
             return -1;
+        }
         if (segd_bucket_of(user, ulen, l->buckets) != l->bucket) {
             l->wrong_bucket = 1;
             return -1;
@@ -90,14 +97,17 @@ static segd_err_t load_file(segd_dest_t *d, const segd_manifest_t *m,
         return err;
     l->bucket = f->bucket;
     l->buckets = m->buckets;
+    l->format = m->format;
+    l->bad_user[0] = '\0';
     l->records = l->segments = 0;
     char msg[256];
     err = segd_ocf_read(buf->data, buf->len, load_block, l, NULL, msg, sizeof(msg));
     if (l->stopped)
         return segd_errf(SEGD_ERR_INVALID, errstr, n, "load stopped by the caller");
     if (err)
-        return segd_errf(SEGD_ERR_CORRUPT, errstr, n, "%s: %s%s", f->name,
-                         l->wrong_bucket ? "a record in the wrong bucket; " : "", msg);
+        return segd_errf(SEGD_ERR_CORRUPT, errstr, n, "%s: %s%s%s", f->name,
+                         l->wrong_bucket ? "a record in the wrong bucket; " : "", l->bad_user,
+                         msg);
     if (l->records != f->records || l->segments != f->segments)
         return segd_errf(SEGD_ERR_CORRUPT, errstr, n,
                          "%s: %" PRIu64 " records / %" PRIu64 " segments, manifest says %" PRIu64

@@ -16,18 +16,22 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: segd snapshot export --db DIR --to DEST [--buckets 32] [--now S]\n"
             "                            [--changes-topic T] [--codec deflate] [--level 1]\n"
-            "                            [--horizon-s 86400]\n"
+            "                            [--horizon-s 86400] [--format avro|native]\n"
             "       segd snapshot verify SRC\n"
             "  DEST/SRC: a directory, http(s)://host/path (PUT/GET) or s3://bucket/prefix\n"
             "  (credentials from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN,\n"
             "  AWS_REGION; SEGD_S3_ENDPOINT for an S3-compatible server)\n"
-            "  --buckets: a power of two; --codec: deflate (every Avro reader), zstandard\n"
-            "  (smaller and faster; Java, Python with zstandard, Rust, Go) or null;\n"
+            "  --buckets: a power of two; --codec: deflate (every Avro reader; avro's\n"
+            "  default), zstandard (smaller and faster; Java, Python with zstandard, Rust,\n"
+            "  Go) or null (native's default: its records are already compressed);\n"
             "  --level: the codec's level (deflate 1-9, zstandard 1-19)\n"
             "  --horizon-s: the store's late-arrival horizon (store.horizon.s of segd run):\n"
             "  dead entries younger than it are kept in the snapshot\n"
             "  --changes-topic: whose acknowledged positions the manifest lists\n"
-            "  (default segments.changes)\n");
+            "  (default segments.changes)\n"
+            "  --format: avro (default: one Avro record per entry, for any Avro tool) or\n"
+            "  native (the store's own record bytes, docs/record-format.md: smaller and\n"
+            "  faster, for segd's caches and restores); verify and caches read both\n");
 }
 
 static int export_cmd(int argc, char **argv)
@@ -40,13 +44,14 @@ static int export_cmd(int argc, char **argv)
                                          {"level", required_argument, 0, 'l'},
                                          {"codec", required_argument, 0, 'x'},
                                          {"horizon-s", required_argument, 0, 'z'},
+                                         {"format", required_argument, 0, 'f'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     segd_snapshot_opts_t o;
     segd_snapshot_opts_default(&o);
     const char *db = NULL, *to = NULL;
     int64_t buckets = o.buckets, now_s = 0, level = o.level, horizon_s = 86400;
-    int c;
+    int c, codec_given = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         int bad = 0;
@@ -61,6 +66,7 @@ static int export_cmd(int argc, char **argv)
             bad = segd_arg_int("snapshot", "--horizon-s", optarg, 0, 90 * 86400, &horizon_s);
             break;
         case 'x':
+            codec_given = 1;
             if (!strcmp(optarg, "deflate"))
                 o.codec = SEGD_OCF_DEFLATE;
             else if (!strcmp(optarg, "zstandard"))
@@ -70,6 +76,7 @@ static int export_cmd(int argc, char **argv)
             else
                 bad = 1;
             break;
+        case 'f': bad = segd_snapfmt_parse(optarg, &o.format) != 0; break;
         case 'h': usage(stdout); return SEGD_EXIT_OK;
         default: usage(stderr); return SEGD_EXIT_USAGE;
         }
@@ -83,6 +90,8 @@ static int export_cmd(int argc, char **argv)
     }
     o.buckets = (uint32_t)buckets;
     o.level = (int)level;
+    if (!codec_given)
+        o.codec = segd_snapshot_default_codec(o.format);
     if (level == 0)
         o.codec = SEGD_OCF_NULL;
     o.progress = isatty(2);

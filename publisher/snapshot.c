@@ -22,19 +22,26 @@
 #include <unistd.h>
 
 #include "wire/avro_file.h"
+#include "wire/snap_native.h"
 #include "base/clock.h"
 
 void segd_snapshot_opts_default(segd_snapshot_opts_t *o)
 {
     memset(o, 0, sizeof(*o));
     o->buckets = SEGD_DEFAULT_BUCKETS;
-    o->codec = SEGD_OCF_DEFLATE;
+    o->codec = segd_snapshot_default_codec(SEGD_SNAPFMT_AVRO);
     o->level = 1;
     o->threads = 2;
     o->changes_topic = "segments.changes";
+    o->format = SEGD_SNAPFMT_AVRO;
+    o->native_copy = 1;
     segd_dest_opts_default(&o->dest);
 }
 
+segd_ocf_codec_t segd_snapshot_default_codec(segd_snapfmt_t format)
+{
+    return format == SEGD_SNAPFMT_NATIVE ? SEGD_OCF_NULL : SEGD_OCF_DEFLATE;
+}
 
 static int is_remote(const char *url)
 {
@@ -59,6 +66,7 @@ static segd_err_t collect_meta(segd_store_view_t *v, segd_manifest_t *m, char *e
 
 typedef struct exporter {
     const segd_snapshot_opts_t *o;
+    segd_store_t *store;
     segd_manifest_t *m;
     char dir[4096];         /* where bucket files are written */
     int in_place;           /* dir is the destination itself */
@@ -80,6 +88,7 @@ typedef struct lane {
     uint32_t lane, lanes;
     segd_err_t err;
     char errmsg[512];
+    segd_snapnat_writer_t nat; /* native: rule and scratch */
 } lane_t;
 
 static void bucket_name(char *out, size_t cap, uint32_t b, int64_t gen)
@@ -108,15 +117,10 @@ static void progress(exporter_t *x, int final)
             final ? "\n" : "");
 }
 
-static int export_record(void *ctx, const char *user, size_t user_len,
-                         const segd_profile_t *p)
+/* Counts one record appended to bucket b's writer and commits it. */
+static int record_done(lane_t *l, uint32_t b, uint64_t entries, segd_err_t err)
 {
-    lane_t *l = ctx;
     exporter_t *x = l->x;
-    uint32_t b = segd_bucket_of(user, user_len, x->o->buckets);
-    if (b % l->lanes != l->lane)
-        return 0;
-    segd_err_t err = segd_snaprec_encode(user, user_len, p, segd_ocf_writer_buf(x->w[b]));
     if (!err)
         err = segd_ocf_writer_commit(x->w[b], l->errmsg, sizeof(l->errmsg));
     if (err) {
@@ -125,18 +129,63 @@ static int export_record(void *ctx, const char *user, size_t user_len,
             snprintf(l->errmsg, sizeof(l->errmsg), "out of memory");
         return 1;
     }
-    x->segments[b] += p->n;
+    x->segments[b] += entries;
     uint64_t r = atomic_fetch_add(&x->records, 1) + 1;
-    atomic_fetch_add(&x->entries, p->n);
+    atomic_fetch_add(&x->entries, entries);
     if (l->lane == 0 && (r & 1023) == 0)
         progress(x, 0);
     return 0;
 }
 
+static int export_record(void *ctx, const char *user, size_t user_len,
+                         const segd_profile_t *p)
+{
+    lane_t *l = ctx;
+    exporter_t *x = l->x;
+    uint32_t b = segd_bucket_of(user, user_len, x->o->buckets);
+    if (b % l->lanes != l->lane)
+        return 0;
+    return record_done(l, b, p->n,
+                       segd_snaprec_encode(user, user_len, p, segd_ocf_writer_buf(x->w[b])));
+}
+
+/* Native: the lane decodes only its own buckets' values (the avro scan
+ * decodes every record in every lane) and copies what needs no pruning. */
+static int export_native(void *ctx, const char *user, size_t user_len, const uint8_t *value,
+                         size_t value_len)
+{
+    lane_t *l = ctx;
+    exporter_t *x = l->x;
+    uint32_t b = segd_bucket_of(user, user_len, x->o->buckets);
+    if (b % l->lanes != l->lane)
+        return 0;
+    int written = 0;
+    uint64_t entries = 0;
+    segd_err_t err = segd_snapnat_export(&l->nat, user, user_len, value, value_len,
+                                         segd_ocf_writer_buf(x->w[b]), &entries, &written);
+    if (err == SEGD_ERR_CORRUPT) { /* as the avro scan: no snapshot without this user */
+        segd_policy_count_corrupt(segd_store_policy(x->store));
+        l->err = err;
+        snprintf(l->errmsg, sizeof(l->errmsg),
+                 "the record of user %.*s does not decode: no snapshot", (int)user_len, user);
+        return 1;
+    }
+    return err || written ? record_done(l, b, entries, err) : 0;
+}
+
 static void *lane_main(void *arg)
 {
     lane_t *l = arg;
-    segd_err_t err = segd_store_view_scan(l->v, export_record, l, l->errmsg, sizeof(l->errmsg));
+    segd_err_t err;
+    if (l->x->o->format == SEGD_SNAPFMT_NATIVE) {
+        segd_prune_t rule; /* as the avro scan's: read once, complete */
+        segd_policy_rule(segd_store_policy(l->x->store), &rule, 1);
+        segd_snapnat_writer_init(&l->nat, &rule, l->x->o->native_copy);
+        err = segd_store_view_scan_raw(l->v, export_native, l, l->errmsg, sizeof(l->errmsg));
+        segd_snapnat_writer_free(&l->nat);
+    } else {
+        err = segd_store_view_scan(l->v, export_record, l, l->errmsg, sizeof(l->errmsg));
+    }
     if (err && !l->err)
         l->err = err;
     return NULL;
@@ -180,7 +229,8 @@ static segd_err_t open_writers(exporter_t *x, char *errstr, size_t n)
     for (uint32_t b = 0; b < x->o->buckets; b++) {
         char path[4200];
         staged_path(x, b, path, sizeof(path));
-        segd_err_t err = segd_ocf_writer_open_codec(&x->w[b], path, segd_snapshot_schema_json(),
+        segd_err_t err = segd_ocf_writer_open_codec(&x->w[b], path,
+                                                    segd_snapfmt_schema_json(x->o->format),
                                                     x->o->codec, x->o->level, errstr, n);
         if (err)
             return err;
@@ -361,13 +411,14 @@ segd_err_t segd_snapshot_export(segd_store_t *s, const char *dest_url,
     segd_manifest_t local;
     segd_manifest_t *m = out ? out : &local;
     segd_manifest_init(m);
-    exporter_t x = {.o = o, .m = m, .lock_fd = -1};
+    exporter_t x = {.o = o, .store = s, .m = m, .lock_fd = -1};
     segd_dest_t *d = NULL;
     segd_store_view_t *v = NULL;
     x.w = calloc(o->buckets, sizeof(*x.w));
     x.segments = calloc(o->buckets, sizeof(*x.segments));
     m->files = calloc(o->buckets, sizeof(*m->files));
     m->buckets = o->buckets;
+    m->format = o->format;
     m->created_at_ms = segd_wall_ms();
     x.gen = m->created_at_ms;
     m->now_ms = segd_policy_now_ms(segd_store_policy(s));

@@ -12,6 +12,7 @@
 
 #define FORMAT_NAME "segd-snapshot"
 #define FORMAT_VERSION 1
+#define FORMAT_VERSION_NATIVE 2 /* readers before the native format refuse it */
 
 void segd_manifest_init(segd_manifest_t *m) { memset(m, 0, sizeof(*m)); }
 
@@ -95,7 +96,7 @@ char *segd_manifest_dump(const segd_manifest_t *m, const char *codec)
 {
     uint64_t fp = 0;
     char fphex[17];
-    segd_avro_fingerprint(segd_snapshot_schema_json(), &fp);
+    segd_avro_fingerprint(segd_snapfmt_schema_json(m->format), &fp);
     snprintf(fphex, sizeof(fphex), "%016" PRIx64, fp);
     json_t *ret = json_array();
     for (size_t i = 0; i < m->n_retirements; i++)
@@ -105,13 +106,15 @@ char *segd_manifest_dump(const segd_manifest_t *m, const char *codec)
                                              (json_int_t)m->retirements[i].retired_before_ms));
     json_t *o = json_pack(
         "{s:s,s:i,s:I,s:I,s:I,s:i,s:s,s:s,s:s,s:I,s:I,s:o,s:o,s:o}", "format", FORMAT_NAME,
-        "format_version", FORMAT_VERSION, "created_at_ms", (json_int_t)m->created_at_ms,
+        "format_version",
+        m->format == SEGD_SNAPFMT_NATIVE ? FORMAT_VERSION_NATIVE : FORMAT_VERSION, "created_at_ms", (json_int_t)m->created_at_ms,
         "now_ms", (json_int_t)m->now_ms, "horizon_ms", (json_int_t)m->horizon_ms, "buckets",
         (int)m->buckets, "bucket_hash", "xxh64(user_id, seed 0) & (buckets - 1)", "codec",
         codec, "schema_fingerprint", fphex, "records", (json_int_t)m->records,
         "segments", (json_int_t)m->segments, "files", files_json(m), "input_offsets",
         positions_json(m->inputs, m->n_inputs, 1), "retirements", ret);
     json_object_set_new(o, "gc_watermark_ms", json_integer((json_int_t)m->gc_watermark_ms));
+    json_object_set_new(o, "record_format", json_string(segd_snapfmt_name(m->format)));
     if (m->changes_topic)
         json_object_set_new(o, "changes",
                             json_pack("{s:s,s:o}", "topic", m->changes_topic, "positions",
@@ -186,6 +189,22 @@ static segd_err_t parse_positions(json_t *o, segd_manifest_t *m)
     return SEGD_OK;
 }
 
+/* record_format: absent in manifests written before the native format */
+static int parse_format(json_t *o, segd_manifest_t *m, char *errstr, size_t n)
+{
+    json_t *f = json_object_get(o, "record_format");
+    m->format = SEGD_SNAPFMT_AVRO;
+    if (!f)
+        return 0;
+    if (json_is_string(f) && !segd_snapfmt_parse(json_string_value(f), &m->format))
+        return 0;
+    segd_errf(SEGD_ERR_CORRUPT, errstr, n,
+              "manifest: record_format %s%s%s is not one this segd reads (avro, native)",
+              json_is_string(f) ? "'" : "", json_is_string(f) ? json_string_value(f) : "(not a string)",
+              json_is_string(f) ? "'" : "");
+    return -1;
+}
+
 segd_err_t segd_manifest_parse(const char *text, size_t len, segd_manifest_t *m,
                                char *errstr, size_t n)
 {
@@ -206,11 +225,14 @@ segd_err_t segd_manifest_parse(const char *text, size_t len, segd_manifest_t *m,
         segd_errf(err, errstr, n, "manifest: not a segd snapshot manifest");
         goto out;
     }
-    if (version != FORMAT_VERSION || buckets <= 0 || (buckets & (buckets - 1))) {
+    if ((version != FORMAT_VERSION && version != FORMAT_VERSION_NATIVE) || buckets <= 0 ||
+        (buckets & (buckets - 1))) {
         segd_errf(err, errstr, n, "manifest: unsupported version %d or bucket count %d",
                   version, buckets);
         goto out;
     }
+    if (parse_format(o, m, errstr, n))
+        goto out;
     m->created_at_ms = created;
     m->now_ms = now;
     m->horizon_ms = horizon;

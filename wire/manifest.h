@@ -2,8 +2,9 @@
  * reader tails from, in memory and as manifest.json. Written last by an
  * export (publisher/snapshot.c), read first by a loader (cache/).
  *
- * manifest.json (format_version 1):
- *   {"format": "segd-snapshot", "format_version": 1, "created_at_ms": ...,
+ * manifest.json (format_version 1, or 2 with record_format "native"):
+ *   {"format": "segd-snapshot", "format_version": 1, "record_format": "avro",
+ *    "created_at_ms": ...,
  *    "now_ms": ...,  "horizon_ms": ..., "gc_watermark_ms": W, "buckets": 32,
  *    "bucket_hash": "xxh64(user_id, seed 0) & (buckets - 1)",
  *    "codec": "deflate" | "zstandard", "schema_fingerprint": "<hex CRC-64-AVRO>",
@@ -14,6 +15,12 @@
  *    "retirements": [{"segment_id": s, "retired_before_ms": ms}, ...],
  *    "changes": {"topic": "segments.changes",
  *                "positions": [{"partition": p, "offset": o}, ...]}}
+ * record_format (added by issue 11; "avro" when absent) names the bucket
+ * files' record schema (wire/snap_format.h): "avro" (SnapshotRecord) or
+ * "native" (SnapshotNativeRecord); schema_fingerprint is that schema's. A
+ * native manifest says format_version 2, so that readers older than the
+ * native format refuse it as an unsupported version instead of failing on
+ * every record; an unknown record_format is refused by name.
  * gc_watermark_ms (added; 0 when absent) is the store's GC watermark when the
  * scan ended (at least the one it pruned with): a cache raises its own to it
  * (edge.h) and drops dead entries below it only, as the store does (DESIGN
@@ -29,6 +36,7 @@
 
 #include "base/err.h"
 #include "wire/change.h"
+#include "wire/snap_format.h"
 
 #define SEGD_MANIFEST_NAME "manifest.json"
 
@@ -48,6 +56,7 @@ typedef struct segd_topic_offset {
 typedef struct segd_manifest {
     int64_t created_at_ms, now_ms, horizon_ms;
     int64_t gc_watermark_ms; /* DESIGN §3.1's W after the scan; 0 = none */
+    segd_snapfmt_t format;   /* the bucket files' record format */
     uint32_t buckets;
     uint64_t records, segments;
     segd_snapshot_file_t *files;
