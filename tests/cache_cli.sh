@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The edge cache as a process: `segd dev-broker`, `segd produce`, `segd run`
-# (publishing the change stream), `segd snapshot export` beside it, then
+# (publishing the change stream), `segd snapshot export` beside it (native
+# record format; segd run's periodic ones too, snapshot.format), then
 # `segd cache` loads the snapshot, tails the changes and serves HTTP: every
 # user's GET /v1/users/{id} equals `segd get --json` at the same clock, first
 # right after start, then again after more events went through segd run.
@@ -38,7 +39,7 @@ brokers=$(sed -n 's/^bootstrap=//p' "$tmp/broker.out")
 "$segd" produce --brokers "$brokers" --topic events --users $users --now $now \
   > /dev/null 2> "$tmp/produce.log" || fail "produce"
 SEGD_STORE_HORIZON_S=$horizon SEGD_SNAPSHOT_INTERVAL=1 SEGD_SNAPSHOT_TO="$tmp/periodic" \
-  SEGD_SNAPSHOT_BUCKETS=2 "$segd" run --brokers "$brokers" --topic events --group g \
+  SEGD_SNAPSHOT_BUCKETS=2 SEGD_SNAPSHOT_FORMAT=native "$segd" run --brokers "$brokers" --topic events --group g \
   --db "$tmp/db" -X session.timeout.ms=6000 2> "$tmp/run.log" &
 run_pid=$!
 pids+=($run_pid)
@@ -54,7 +55,8 @@ wait_users() { # until segd get sees the last user with $1 or more live segments
 wait_users 100 u0000000199
 sleep 1 # let the publisher acknowledge the last batches
 "$segd" snapshot export --db "$tmp/db" --to "$tmp/snap" --buckets 4 --now $now \
-  --horizon-s $horizon > "$tmp/export.log" 2>&1 || fail "export"
+  --horizon-s $horizon --format native > "$tmp/export.log" 2>&1 || fail "export"
+grep -q '"record_format": "native"' "$tmp/snap/manifest.json" || fail "not a native snapshot"
 
 port=$(free_port)
 "$segd" cache --snapshot "$tmp/snap" --brokers "$brokers" --changes segments.changes \
@@ -111,6 +113,8 @@ curl -sf "http://127.0.0.1:$port/healthz" | grep -q '"changes_applied":[1-9]' ||
 "$segd" snapshot verify "$tmp/periodic" | grep -q "^valid: $users users" ||
   fail "periodic snapshot: $("$segd" snapshot verify "$tmp/periodic")"
 grep -q "segd run: snapshot: $users users" "$tmp/run.log" || fail "run did not log its snapshots"
+grep -q '"record_format": "native"' "$tmp/periodic/manifest.json" ||
+  fail "snapshot.format = native did not reach segd run's snapshots"
 kill -TERM $run_pid
 wait $run_pid || fail "segd run exit $?"
 echo "cache_cli: ok"
