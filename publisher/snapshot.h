@@ -20,7 +20,8 @@
 
 typedef struct segd_snapshot_opts {
     uint32_t buckets;          /* power of two, default 32 */
-    segd_ocf_codec_t codec;    /* default segd_snapshot_default_codec(format) */
+    segd_ocf_codec_t codec;    /* default deflate; callers that set format set this
+                                * to segd_snapshot_default_codec(format) unless chosen */
     int level;                 /* the codec's level, default 1 */
     const char *changes_topic; /* whose recorded positions go to the manifest */
     const char *tmp_dir;       /* staging for remote destinations; default $TMPDIR or /tmp */
