@@ -143,7 +143,8 @@ static int verify_cmd(int argc, char **argv)
             fprintf(stderr, "segd snapshot verify: %s\n", segd_err_str(e));
     } else {
         printf("valid: %" PRIu64 " users, %" PRIu64 " entries in %zu files, created_at_ms=%" PRId64
-               "\n", m.records, m.segments, m.n_files, m.created_at_ms);
+               ", record_format=%s\n", m.records, m.segments, m.n_files, m.created_at_ms,
+               segd_snapfmt_name(m.format));
     }
     segd_manifest_free(&m);
     return e ? SEGD_EXIT_FAIL : SEGD_EXIT_OK;

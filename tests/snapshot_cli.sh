@@ -113,7 +113,7 @@ PY
 # docs/record-format.md alone) equal to the avro snapshot's record
 "$segd" snapshot export --db "$tmp/db" --to "$tmp/snapn" --buckets 8 --now $now \
   --format native >/dev/null || fail "native export"
-"$segd" snapshot verify "$tmp/snapn" | grep -q "^valid: 301 users" || fail "native verify"
+"$segd" snapshot verify "$tmp/snapn" | grep -q "^valid: 301 users.*record_format=native$" || fail "native verify"
 if "$segd" snapshot export --db "$tmp/db" --to "$tmp/snapx" --format protobuf 2>/dev/null; then
   fail "an unknown --format was taken"
 fi
