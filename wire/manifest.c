@@ -338,7 +338,8 @@ static segd_err_t fold_lists(segd_manifest_t *into, const segd_manifest_t *u)
     if (!f)
         return SEGD_ERR_NOMEM;
     into->files = f;
-    memcpy(f + into->n_files, u->files, u->n_files * sizeof(*f));
+    if (u->n_files) /* a unit of no file has files == NULL: memcpy's UB */
+        memcpy(f + into->n_files, u->files, u->n_files * sizeof(*f));
     into->n_files += u->n_files;
     for (size_t i = 0; i < u->n_inputs; i++)
         if (segd_manifest_add_input(into, u->inputs[i].topic, u->inputs[i].partition,
