@@ -18,6 +18,7 @@
 #include "core/partition.h"
 #include "wire/avro_file.h"
 #include "wire/change.h"
+#include "wire/snap_format.h"
 
 static int is_remote(const char *url)
 {
@@ -103,9 +104,11 @@ typedef struct loader {
     void *ctx;
     segd_partitioner_t partitioner;
     int32_t partition, partitions;
+    segd_snapfmt_t format;    /* the unit's records_format, from its manifest */
     uint64_t records, segments;
     segd_profile_t p;
     int wrong_partition, stopped;
+    char bad_user[96]; /* whose record did not decode, when readable */
 } loader_t;
 
 static int load_block(void *ctx, const uint8_t *block, size_t len, int64_t count)
@@ -115,8 +118,12 @@ static int load_block(void *ctx, const uint8_t *block, size_t len, int64_t count
     for (int64_t i = 0; i < count; i++) {
         const char *user;
         size_t ulen;
-        if (segd_snaprec_decode(&pos, end, &user, &ulen, &l->p) != SEGD_OK)
+        if (segd_snapfmt_decode(l->format, &pos, end, &user, &ulen, &l->p) != SEGD_OK) {
+            if (user)
+                snprintf(l->bad_user, sizeof(l->bad_user), "the record of user %.*s is bad; ",
+                         (int)(ulen < 64 ? ulen : 64), user);
             return -1;
+        }
         if (segd_partition_of(l->partitioner, user, ulen, l->partitions) != l->partition) {
             l->wrong_partition = 1;
             return -1;
@@ -155,13 +162,15 @@ static segd_err_t load_file(segd_dest_t *d, const segd_snapshot_file_t *f, loade
     if (err)
         return err;
     uint64_t records = l->records, segments = l->segments;
+    l->bad_user[0] = '\0';
     char msg[256];
     err = segd_ocf_read(buf->data, buf->len, load_block, l, NULL, msg, sizeof(msg));
     if (l->stopped)
         return segd_errf(SEGD_ERR_INVALID, errstr, n, "load stopped by the caller");
     if (err)
-        return segd_errf(SEGD_ERR_CORRUPT, errstr, n, "%s: %s%s", f->name,
-                         l->wrong_partition ? "a record of another partition; " : "", msg);
+        return segd_errf(SEGD_ERR_CORRUPT, errstr, n, "%s: %s%s%s", f->name,
+                         l->wrong_partition ? "a record of another partition; " : "",
+                         l->bad_user, msg);
     if (l->records - records != f->records || l->segments - segments != f->segments)
         return segd_errf(SEGD_ERR_CORRUPT, errstr, n,
                          "%s: %" PRIu64 " records / %" PRIu64 " segments, manifest says %" PRIu64
@@ -204,6 +213,7 @@ static segd_err_t load_unit_once(segd_dest_t *d, const segd_topology_t *t, int32
     segd_err_t err = fetch_manifest(d, m, errstr, n);
     if (!err)
         err = check_unit(t, p, m, errstr, n);
+    l->format = m->records_format; /* units of one snapshot may differ */
     l->records = l->segments = 0;
     for (size_t i = 0; !err && i < m->n_files; i++)
         err = load_file(d, &m->files[i], l, &buf, errstr, n);

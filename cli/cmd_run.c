@@ -37,6 +37,7 @@ static void usage(FILE *f)
             "    changes.enable, changes.topic, changes.format (single-object|confluent),\n"
             "    changes.schema.registry.url, changes.compression (lz4|zstd),\n"
             "    changes.max.outbox, snapshot.buckets, snapshot.interval (s), snapshot.to,\n"
+            "    snapshot.format (avro | native),\n"
             "    kafka.<librdkafka property>\n");
 }
 
@@ -132,6 +133,8 @@ static void export_topic(snapshotter_t *sn, const char *topic)
     o.partitioner = sn->cfg->partitioner;
     o.buckets = (uint32_t)sn->cfg->snapshot_buckets;
     o.changes_topic = sn->cfg->changes_topic;
+    o.format = sn->cfg->snapshot_native ? SEGD_SNAPFMT_NATIVE : SEGD_SNAPFMT_AVRO;
+    o.codec = segd_snapshot_default_codec(o.format);
     segd_manifest_t m;
     size_t failed = 0;
     double t0 = segd_mono_s();

@@ -21,13 +21,14 @@ static void usage(FILE *f)
             "                            [--partitioner murmur2_random] [--config FILE]\n"
             "                            [--now S] [--changes-topic T] [--codec deflate]\n"
             "                            [--level 1] [--horizon-s 86400]\n"
+            "                            [--format avro|native]\n"
             "       segd snapshot verify SRC\n"
             "  DEST/SRC: a directory, http(s)://host/path (PUT/GET) or s3://bucket/prefix\n"
             "  (credentials from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN,\n"
             "  AWS_REGION; SEGD_S3_ENDPOINT for an S3-compatible server)\n"
             "  A snapshot is one unit per input partition: DEST/<topic>/p-PPPPP/ (manifest.json\n"
             "  + Avro container file) and DEST/<topic>/topology.json. verify SRC: DEST/<topic>,\n"
-            "  or DEST holding one topic.\n"
+            "  or DEST holding one topic; it prints each unit's records_format.\n"
             "  --topic: the input topic (default: the --config's first topic, else the only\n"
             "  topic the store holds offsets for)\n"
             "  --partitions: the units to export (default: every partition the store holds an\n"
@@ -39,13 +40,18 @@ static void usage(FILE *f)
             "  --partitioner: the producers' key partitioner: murmur2_random (Java default),\n"
             "  consistent_random (librdkafka default) or fnv1a_random (default: the\n"
             "  --config's input.partitioner, else murmur2_random)\n"
-            "  --codec: deflate (every Avro reader), zstandard (smaller and faster; Java,\n"
-            "  Python with zstandard, Rust, Go) or null; --level: the codec's level\n"
-            "  (deflate 1-9, zstandard 1-19)\n"
+            "  --codec: deflate (every Avro reader; avro's default), zstandard (smaller and\n"
+            "  faster; Java, Python with zstandard, Rust, Go) or null (native's default: its\n"
+            "  records are already compressed); --level: the codec's level (deflate 1-9,\n"
+            "  zstandard 1-19)\n"
             "  --horizon-s: the store's late-arrival horizon (store.horizon.s of segd run):\n"
             "  dead entries younger than it are kept in the snapshot\n"
             "  --changes-topic: whose acknowledged positions the manifests list\n"
-            "  (default: the --config's changes.topic, else segments.changes)\n");
+            "  (default: the --config's changes.topic, else segments.changes)\n"
+            "  --format: every unit's records_format: avro (one Avro record per entry, for\n"
+            "  any Avro tool) or native (the store's own record bytes, docs/record-format.md:\n"
+            "  smaller and faster, for segd's caches and restores); default: the --config's\n"
+            "  snapshot.format, else avro. verify and caches read both\n");
 }
 
 /* "0,3,7" into a malloc'd array. */
@@ -79,7 +85,7 @@ typedef struct export_args {
     segd_snapshot_opts_t o;
     const char *db, *to, *config, *partitioner;
     int64_t buckets, partition_count, now_s, level, horizon_s;
-    int buckets_given;
+    int buckets_given, codec_given, format_given;
     int32_t *partitions;
     segd_config_t cfg;
 } export_args_t;
@@ -113,6 +119,7 @@ static int parse_export(int argc, char **argv, export_args_t *a)
                                          {"level", required_argument, 0, 'l'},
                                          {"codec", required_argument, 0, 'x'},
                                          {"horizon-s", required_argument, 0, 'z'},
+                                         {"format", required_argument, 0, 'f'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     int c;
@@ -135,7 +142,14 @@ static int parse_export(int argc, char **argv, export_args_t *a)
         case 'c': a->o.changes_topic = optarg; break;
         case 'l': bad = segd_arg_int("snapshot", "--level", optarg, 0, 19, &a->level); break;
         case 'z': bad = segd_arg_int("snapshot", "--horizon-s", optarg, 0, 90 * 86400, &a->horizon_s); break;
-        case 'x': bad = parse_codec(optarg, &a->o); break;
+        case 'x':
+            bad = parse_codec(optarg, &a->o);
+            a->codec_given = 1;
+            break;
+        case 'f':
+            bad = segd_snapfmt_parse(optarg, &a->o.format) != 0;
+            a->format_given = 1;
+            break;
         case 'h': usage(stdout); return 1;
         default: usage(stderr); return 2;
         }
@@ -167,6 +181,10 @@ static int resolve_export(export_args_t *a)
         a->o.changes_topic = a->cfg.changes_topic;
     if (from_config && !a->buckets_given)
         a->buckets = a->cfg.snapshot_buckets;
+    if (from_config && !a->format_given)
+        a->o.format = a->cfg.snapshot_native ? SEGD_SNAPFMT_NATIVE : SEGD_SNAPFMT_AVRO;
+    if (!a->codec_given)
+        a->o.codec = segd_snapshot_default_codec(a->o.format);
     if (!a->o.changes_topic)
         a->o.changes_topic = "segments.changes";
     a->o.partitioner = from_config ? a->cfg.partitioner : SEGD_PARTITIONER_MURMUR2;
@@ -253,7 +271,8 @@ static void verify_unit(void *ctx, const segd_unit_report_t *r)
     (void)ctx;
     if (r->m)
         printf("p-%05d: valid: %" PRIu64 " users, %" PRIu64 " entries, created_at_ms=%" PRId64
-               "\n", (int)r->partition, r->m->records, r->m->segments, r->m->created_at_ms);
+               ", records_format=%s\n", (int)r->partition, r->m->records, r->m->segments,
+               r->m->created_at_ms, segd_snapfmt_name(r->m->records_format));
     else
         printf("p-%05d: invalid: %s\n", (int)r->partition, r->errmsg);
 }
@@ -276,9 +295,10 @@ static int verify_cmd(int argc, char **argv)
             fprintf(stderr, "segd snapshot verify: %s\n", segd_err_str(e));
     } else {
         printf("valid: %s, %u units (%d partitions, %s), %" PRIu64 " users, %" PRIu64
-               " entries in %zu files, oldest created_at_ms=%" PRId64 "\n",
+               " entries in %zu files, oldest created_at_ms=%" PRId64 ", records_format=%s\n",
                m.topic, m.units, (int)m.partitions, segd_partitioner_name(m.partitioner),
-               m.records, m.segments, m.n_files, m.created_at_ms);
+               m.records, m.segments, m.n_files, m.created_at_ms,
+               m.records_mixed ? "mixed" : segd_snapfmt_name(m.records_format));
     }
     segd_manifest_free(&m);
     return e ? SEGD_EXIT_FAIL : SEGD_EXIT_OK;

@@ -14,6 +14,7 @@ typedef struct retired_pair {
 typedef struct retired_set {
     struct retired_set *older; /* kept until destroy: readers may hold it */
     size_t n;
+    int64_t max_before; /* the largest before_ms of pairs */
     retired_pair_t pairs[]; /* sorted by segment_id */
 } retired_set_t;
 
@@ -79,8 +80,10 @@ void segd_policy_rule(segd_policy_t *p, segd_prune_t *rule, int complete)
     rule->now_ms = segd_policy_now_ms(p);
     rule->horizon_ms = p->horizon_ms;
     rule->complete = complete;
-    rule->retired_before = atomic_load(&p->retired) ? segd_policy_retired_before : NULL;
+    retired_set_t *r = atomic_load(&p->retired);
+    rule->retired_before = r ? segd_policy_retired_before : NULL;
     rule->retired_ctx = p;
+    rule->retired_max_ms = r ? r->max_before : 0;
     rule->gc_before_ms = atomic_load(&p->gc_watermark);
 }
 
@@ -179,6 +182,7 @@ segd_err_t segd_policy_retire(segd_policy_t *p, int64_t segment_id, int64_t befo
     for (; r < n; r++)
         s->pairs[w++] = old->pairs[r];
     s->n = w;
+    s->max_before = old && old->max_before > before_ms ? old->max_before : before_ms;
     s->older = old;
     atomic_store(&p->retired, s);
     pthread_mutex_unlock(&p->retire_lock);

@@ -867,6 +867,57 @@ static int checksum_ok(const uint8_t *data, size_t len)
     return XXH32(data, len - 4, 0) == want;
 }
 
+/* The head is the header up to the first ts: version, marker, n, then (n >
+ * 0) ndict, g, the k bytes, nrel relative expiries, the first ts. */
+segd_err_t segd_record_head(const uint8_t *data, size_t len, segd_record_head_t *out)
+{
+    *out = (segd_record_head_t){0, 0, INT64_MAX, INT64_MAX};
+    if (len == 0)
+        return SEGD_OK;
+    if (!checksum_ok(data, len))
+        return SEGD_ERR_CORRUPT;
+    const uint8_t *cur = data, *end = data + len - 4;
+    rec_header_t h;
+    uint64_t v;
+    if (get_header(&cur, end, &h))
+        return SEGD_ERR_CORRUPT;
+    out->erased_before_ms = (int64_t)h.erased;
+    out->n = h.n;
+    if (h.n == 0)
+        return cur == end && h.erased ? SEGD_OK : SEGD_ERR_CORRUPT;
+    uint64_t rel0 = 0;
+    for (uint64_t i = 0; i <= h.nrel; i++) { /* the relative expiries, then the first ts */
+        if (segd_uv_get(&cur, end, &v))
+            return SEGD_ERR_CORRUPT;
+        if (i == 0)
+            rel0 = v;
+    }
+    out->min_ts_ms = segd_unzigzag(v);
+    /* expiry = (rel + ts unit) * g; both terms are smallest here, relative
+     * expiries being sorted and ts units growing with ts */
+    int64_t g = (int64_t)h.g;
+    __int128 bound = ((__int128)segd_unzigzag(rel0) + floor_div(floor_div(out->min_ts_ms, 1000), g)) * g;
+    out->min_expiry_s = bound < INT64_MIN || bound > INT64_MAX ? INT64_MIN : (int64_t)bound;
+    return SEGD_OK;
+}
+
+int segd_record_head_unpruned(const segd_record_head_t *h, const segd_prune_t *rule)
+{
+    int64_t erased = h->erased_before_ms;
+    if (rule->complete && erased && erased < rule->gc_before_ms)
+        return 0; /* the marker goes */
+    if (h->n == 0)
+        return 1;
+    /* covered() needs ts <= erased (0 without a marker) or <= a retirement */
+    if (h->min_ts_ms <= erased)
+        return 0;
+    if (rule->retired_before && (rule->retired_max_ms <= 0 || h->min_ts_ms <= rule->retired_max_ms))
+        return 0;
+    /* an entry is dropped by age only when expired and below W */
+    return !rule->complete || h->min_ts_ms >= rule->gc_before_ms ||
+           h->min_expiry_s > rule->now_ms / 1000;
+}
+
 segd_err_t segd_record_decode(const uint8_t *data, size_t len, segd_profile_t *p)
 {
     segd_profile_clear(p);

@@ -44,6 +44,10 @@ typedef struct segd_prune {
      * markers are dropped only when their ts_ms < W. 0 = drop nothing by
      * age (a fresh store). horizon_ms no longer decides drops: W does. */
     int64_t gc_before_ms;
+    /* With retired_before set: no segment's retired_before exceeds this
+     * (read with the rule), or 0 = unknown. Only segd_record_head_unpruned
+     * reads it. */
+    int64_t retired_max_ms;
 } segd_prune_t;
 
 void segd_profile_init(segd_profile_t *p);
@@ -68,6 +72,29 @@ segd_err_t segd_record_encode(const segd_profile_t *p, segd_buf_t *out);
  * Returns SEGD_ERR_CORRUPT for anything not produced by segd_record_encode;
  * never reads outside [data, data+len). */
 segd_err_t segd_record_decode(const uint8_t *data, size_t len, segd_profile_t *p);
+
+/* What an encoded record's head says without decoding its entries
+ * (docs/record-format.md): the erase marker, the entry count, the smallest
+ * ts_ms of an entry (the first of its sorted tuple dictionary) and a lower
+ * bound of the entries' expiry_s (the smallest relative expiry from the
+ * smallest ts; exact bound for records segd_record_encode wrote). */
+typedef struct segd_record_head {
+    int64_t erased_before_ms;
+    uint64_t n;
+    int64_t min_ts_ms;    /* INT64_MAX when n = 0 */
+    int64_t min_expiry_s; /* INT64_MAX when n = 0; INT64_MIN when unknown */
+} segd_record_head_t;
+
+/* Checks the record's checksum and reads its head; SEGD_ERR_CORRUPT when
+ * either is bad (the rest is checked by segd_record_decode only). The empty
+ * record (len 0) is the empty profile. */
+segd_err_t segd_record_head(const uint8_t *data, size_t len, segd_record_head_t *h);
+
+/* 1 when segd_profile_prune(p, rule) leaves unchanged every profile p with
+ * this head: no entry at or below the erase marker or a retirement, none
+ * below the GC watermark, and a marker that stays. 0 says nothing (decode
+ * and prune to know). */
+int segd_record_head_unpruned(const segd_record_head_t *h, const segd_prune_t *rule);
 
 /* k-way join of sorted profiles into out (out must not alias an input).
  * With prune != NULL, dead entries below the GC watermark, entries covered by

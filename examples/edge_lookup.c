@@ -1,6 +1,8 @@
 /* Embedding the edge cache without the writer side: load one snapshot
- * unit's file (an Avro container file of SnapshotRecord, DESIGN §6) into an
- * edge table and answer a lookup, linking base/, core/, wire/ and
+ * unit's file (an Avro container file of SnapshotRecord or, with
+ * snapshot.format = native, SnapshotNativeRecord: DESIGN §6; the file's
+ * schema says which) into an edge table and answer a lookup, linking base/,
+ * core/, wire/ and
  * cache/edge.c only (no RocksDB, librdkafka, libcurl or jansson).
  *
  *   edge_lookup UNIT_FILE USER_ID [NOW_S]
@@ -11,11 +13,16 @@
 
 #include "cache/edge.h"
 #include "wire/avro_file.h"
-#include "wire/change.h"
+#include "wire/snap_format.h"
+
+typedef struct loader {
+    segd_edge_t *edge;
+    segd_snapfmt_t format;
+} loader_t;
 
 static int load_block(void *ctx, const uint8_t *block, size_t len, int64_t count)
 {
-    segd_edge_t *edge = ctx;
+    loader_t *l = ctx;
     const uint8_t *pos = block, *end = block + len;
     segd_profile_t p;
     segd_profile_init(&p);
@@ -23,8 +30,8 @@ static int load_block(void *ctx, const uint8_t *block, size_t len, int64_t count
     for (int64_t i = 0; i < count && !rc; i++) {
         const char *user;
         size_t ulen;
-        rc = segd_snaprec_decode(&pos, end, &user, &ulen, &p) ||
-             segd_edge_put(edge, user, ulen, &p) ? -1 : 0;
+        rc = segd_snapfmt_decode(l->format, &pos, end, &user, &ulen, &p) ||
+             segd_edge_put(l->edge, user, ulen, &p) ? -1 : 0;
     }
     segd_profile_free(&p);
     return rc;
@@ -57,13 +64,20 @@ int main(int argc, char **argv)
     o.now_ms = argc > 3 ? atoll(argv[3]) * 1000 : 0;
     segd_edge_t *edge = NULL;
     segd_buf_t file = {0};
-    char err[256];
+    char err[256], *schema = NULL;
+    loader_t l = {0};
     int rc = 1;
     if (segd_edge_new(&edge, &o) || read_file(argv[1], &file)) {
         fprintf(stderr, "edge_lookup: cannot read %s\n", argv[1]);
         goto out;
     }
-    if (segd_ocf_read(file.data, file.len, load_block, edge, NULL, err, sizeof(err))) {
+    if (segd_ocf_schema(file.data, file.len, &schema, err, sizeof(err)) ||
+        segd_snapfmt_of_schema(schema, &l.format)) {
+        fprintf(stderr, "edge_lookup: %s: not a segd snapshot bucket file\n", argv[1]);
+        goto out;
+    }
+    l.edge = edge;
+    if (segd_ocf_read(file.data, file.len, load_block, &l, NULL, err, sizeof(err))) {
         fprintf(stderr, "edge_lookup: %s: %s\n", argv[1], err);
         goto out;
     }
@@ -78,6 +92,7 @@ int main(int argc, char **argv)
                (long long)live[i].ts_ms);
     rc = 0;
 out:
+    free(schema);
     segd_buf_free(&file);
     segd_edge_destroy(edge);
     return rc;

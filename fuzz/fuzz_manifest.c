@@ -22,11 +22,12 @@ static void unit_round_trip(const segd_manifest_t *m)
     if (segd_manifest_parse(text, strlen(text), &again, err, sizeof(err)) != SEGD_OK ||
         strcmp(again.topic, m->topic) || again.partition != m->partition ||
         again.partitions != m->partitions || again.partitioner != m->partitioner ||
-        again.records != m->records || again.n_files != m->n_files ||
+        again.records_format != m->records_format || again.records != m->records || again.n_files != m->n_files ||
         again.n_changes != m->n_changes || again.n_inputs != m->n_inputs)
         abort();
     if (segd_manifest_fold(&folded, &again, err, sizeof(err)) == SEGD_OK &&
-        (folded.units != 1 || folded.n_changes != again.n_changes))
+        (folded.units != 1 || folded.n_changes != again.n_changes ||
+         folded.records_format != again.records_format || folded.records_mixed))
         abort();
     segd_manifest_free(&again);
     segd_manifest_free(&folded);
@@ -42,7 +43,7 @@ static void topology_round_trip(const segd_topology_t *t)
     segd_topology_t again;
     if (segd_topology_parse(text, strlen(text), &again, err, sizeof(err)) != SEGD_OK ||
         strcmp(again.topic, t->topic) || again.partitions != t->partitions ||
-        again.partitioner != t->partitioner)
+        again.partitioner != t->partitioner || again.records_format != t->records_format)
         abort();
     free(text);
 }

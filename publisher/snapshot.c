@@ -25,6 +25,7 @@
 #include "base/clock.h"
 #include "publisher/snapshot_plan.h"
 #include "wire/avro_file.h"
+#include "wire/snap_native.h"
 #include "wire/topology.h"
 
 void segd_snapshot_opts_default(segd_snapshot_opts_t *o)
@@ -32,11 +33,18 @@ void segd_snapshot_opts_default(segd_snapshot_opts_t *o)
     memset(o, 0, sizeof(*o));
     o->buckets = SEGD_DEFAULT_BUCKETS;
     o->partitioner = SEGD_PARTITIONER_MURMUR2;
-    o->codec = SEGD_OCF_DEFLATE;
+    o->codec = segd_snapshot_default_codec(SEGD_SNAPFMT_AVRO);
     o->level = 1;
     o->threads = 2;
     o->changes_topic = "segments.changes";
+    o->format = SEGD_SNAPFMT_AVRO;
+    o->native_copy = 1;
     segd_dest_opts_default(&o->dest);
+}
+
+segd_ocf_codec_t segd_snapshot_default_codec(segd_snapfmt_t format)
+{
+    return format == SEGD_SNAPFMT_NATIVE ? SEGD_OCF_NULL : SEGD_OCF_DEFLATE;
 }
 
 static int is_remote(const char *url)
@@ -89,6 +97,7 @@ typedef struct unit {
 
 typedef struct exporter {
     const segd_snapshot_opts_t *o;
+    segd_store_t *store;
     segd_snapshot_plan_t plan;
     segd_manifest_t base;   /* the view's offsets, positions, retirements */
     unit_t *u;
@@ -109,6 +118,7 @@ typedef struct lane {
     uint32_t lane, lanes;
     segd_err_t err;
     char errmsg[512];
+    segd_snapnat_writer_t nat; /* native: rule and scratch */
 } lane_t;
 
 static void unit_fail(unit_t *u, segd_err_t err, const char *msg)
@@ -132,36 +142,85 @@ static void progress(exporter_t *x, int final)
             final ? "\n" : "");
 }
 
-static int export_record(void *ctx, const char *user, size_t user_len,
-                         const segd_profile_t *p)
+/* The unit this lane writes user into, or NULL (another lane's, a unit not
+ * exported, or one that already failed). */
+static unit_t *lane_unit(lane_t *l, const char *user, size_t user_len)
 {
-    lane_t *l = ctx;
     exporter_t *x = l->x;
     int32_t part = segd_partition_of(x->o->partitioner, user, user_len, x->plan.partitions);
     int32_t i = x->slot[part];
     if (i < 0 || (uint32_t)i % l->lanes != l->lane || x->u[i].err)
-        return 0;
-    unit_t *u = &x->u[i];
+        return NULL;
+    return &x->u[i];
+}
+
+/* Commits the record just appended to u's writer (err: appending failed)
+ * and counts it; a failure fails the unit, the scan goes on for the others. */
+static int record_done(lane_t *l, unit_t *u, uint64_t entries, segd_err_t err)
+{
+    exporter_t *x = l->x;
     char msg[512] = "";
-    segd_err_t err = segd_snaprec_encode(user, user_len, p, segd_ocf_writer_buf(u->w));
     if (!err)
         err = segd_ocf_writer_commit(u->w, msg, sizeof(msg));
-    if (err) { /* this unit fails; the scan goes on for the others */
+    if (err) {
         unit_fail(u, err, msg);
         return 0;
     }
-    u->segments += p->n;
+    u->segments += entries;
     uint64_t r = atomic_fetch_add(&x->records, 1) + 1;
-    atomic_fetch_add(&x->entries, p->n);
+    atomic_fetch_add(&x->entries, entries);
     if (l->lane == 0 && (r & 1023) == 0)
         progress(x, 0);
     return 0;
 }
 
+static int export_record(void *ctx, const char *user, size_t user_len,
+                         const segd_profile_t *p)
+{
+    lane_t *l = ctx;
+    unit_t *u = lane_unit(l, user, user_len);
+    if (!u)
+        return 0;
+    return record_done(l, u, p->n,
+                       segd_snaprec_encode(user, user_len, p, segd_ocf_writer_buf(u->w)));
+}
+
+/* Native: the lane decodes only its own units' values (the avro scan
+ * decodes every record in every lane) and copies what needs no pruning. */
+static int export_native(void *ctx, const char *user, size_t user_len, const uint8_t *value,
+                         size_t value_len)
+{
+    lane_t *l = ctx;
+    unit_t *u = lane_unit(l, user, user_len);
+    if (!u)
+        return 0;
+    int written = 0;
+    uint64_t entries = 0;
+    segd_err_t err = segd_snapnat_export(&l->nat, user, user_len, value, value_len,
+                                         segd_ocf_writer_buf(u->w), &entries, &written);
+    if (err == SEGD_ERR_CORRUPT) { /* as the avro scan: no snapshot without this user */
+        segd_policy_count_corrupt(segd_store_policy(l->x->store));
+        l->err = err;
+        snprintf(l->errmsg, sizeof(l->errmsg),
+                 "the record of user %.*s does not decode: no snapshot", (int)user_len, user);
+        return 1;
+    }
+    return err || written ? record_done(l, u, entries, err) : 0;
+}
+
 static void *lane_main(void *arg)
 {
     lane_t *l = arg;
-    segd_err_t err = segd_store_view_scan(l->v, export_record, l, l->errmsg, sizeof(l->errmsg));
+    segd_err_t err;
+    if (l->x->o->format == SEGD_SNAPFMT_NATIVE) {
+        segd_prune_t rule; /* as the avro scan's: read once, complete */
+        segd_policy_rule(segd_store_policy(l->x->store), &rule, 1);
+        segd_snapnat_writer_init(&l->nat, &rule, l->x->o->native_copy);
+        err = segd_store_view_scan_raw(l->v, export_native, l, l->errmsg, sizeof(l->errmsg));
+        segd_snapnat_writer_free(&l->nat);
+    } else {
+        err = segd_store_view_scan(l->v, export_record, l, l->errmsg, sizeof(l->errmsg));
+    }
     if (err && !l->err)
         l->err = err;
     return NULL;
@@ -263,7 +322,7 @@ static segd_err_t unit_open(exporter_t *x, unit_t *u, char *errstr, size_t n)
         snprintf(u->staged, sizeof(u->staged), "%s/%s", x->staging, u->name);
     else
         snprintf(u->staged, sizeof(u->staged), "%s/%s.partial", u->url, u->name);
-    return segd_ocf_writer_open_codec(&u->w, u->staged, segd_snapshot_schema_json(),
+    return segd_ocf_writer_open_codec(&u->w, u->staged, segd_snapfmt_schema_json(x->o->format),
                                       x->o->codec, x->o->level, errstr, n);
 }
 
@@ -281,6 +340,7 @@ static segd_err_t unit_manifest(const exporter_t *x, unit_t *u, const segd_ocf_i
     m->partitions = x->plan.partitions;
     m->partitioner = x->o->partitioner;
     m->units = 1;
+    m->records_format = x->o->format;
     m->created_at_ms = u->gen;
     m->now_ms = b->now_ms;
     m->horizon_ms = b->horizon_ms;
@@ -404,7 +464,8 @@ static int32_t read_topology_p(segd_dest_t *d)
  * fleet's units find what they share. */
 static segd_err_t write_topology(exporter_t *x, segd_dest_t *d, char *errstr, size_t n)
 {
-    segd_topology_t t = {.partitions = x->plan.partitions, .partitioner = x->o->partitioner};
+    segd_topology_t t = {.partitions = x->plan.partitions, .partitioner = x->o->partitioner,
+                         .records_format = x->o->format};
     snprintf(t.topic, sizeof(t.topic), "%s", x->plan.topic);
     char *json = segd_topology_dump(&t);
     segd_buf_t buf = {0};
@@ -523,7 +584,7 @@ segd_err_t segd_snapshot_export(segd_store_t *s, const char *dest_url,
     size_t nfailed = 0;
     if (out)
         segd_manifest_init(out);
-    exporter_t x = {.o = o};
+    exporter_t x = {.o = o, .store = s};
     segd_manifest_init(&x.base);
     x.base.created_at_ms = segd_wall_ms();
     x.gen = x.base.created_at_ms;

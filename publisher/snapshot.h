@@ -2,8 +2,9 @@
  * one RocksDB snapshot in which data, input offsets, retirement markers and
  * change-topic positions agree, as independent units, one per input
  * partition: DEST/<topic>/p-PPPPP/ holds an Avro container file of the
- * SnapshotRecords of the users partitioner(user, P) routes to partition p
- * plus its manifest.json (wire/manifest.h); DEST/<topic>/topology.json
+ * records (SnapshotRecord, or SnapshotNativeRecord with format = native:
+ * wire/snap_format.h) of the users partitioner(user, P) routes to partition
+ * p plus its manifest.json (wire/manifest.h, naming its records_format); DEST/<topic>/topology.json
  * (wire/topology.h) says what the units share. Destinations: a directory,
  * http(s):// or s3:// (transport/dest.h). Which units and which P:
  * publisher/snapshot_plan.h. Reading and verifying is
@@ -18,6 +19,7 @@
 #include "wire/avro_file.h"
 #include "wire/change.h"
 #include "wire/manifest.h"
+#include "wire/snap_format.h"
 #include "transport/dest.h"
 #include "store/store.h"
 
@@ -32,16 +34,26 @@ typedef struct segd_snapshot_opts {
     int32_t partition_count;    /* P; 0 = decided by segd_snapshot_plan */
     segd_partitioner_t partitioner; /* how producers key users (input.partitioner) */
     uint32_t buckets;           /* P of a store without offsets of topic, default 32 */
-    segd_ocf_codec_t codec;     /* default deflate (every Avro reader has it) */
+    segd_ocf_codec_t codec;     /* default deflate; callers that set format set this
+                                 * to segd_snapshot_default_codec(format) unless chosen */
     int level;                  /* the codec's level, default 1 */
     const char *changes_topic;  /* whose recorded positions go to the manifests */
     const char *tmp_dir;        /* staging for remote destinations; default $TMPDIR or /tmp */
     int progress;               /* print a progress line to stderr */
     uint32_t threads;           /* scanning + compressing threads, default 2 */
     segd_dest_opts_t dest;      /* retries, CA */
+    segd_snapfmt_t format;      /* every unit's records_format (snapshot.format),
+                                 * default avro */
+    /* native only: write a stored value that needs no pruning as read
+     * instead of re-encoding it (default 1; 0 is for measuring the gain) */
+    int native_copy;
 } segd_snapshot_opts_t;
 
 void segd_snapshot_opts_default(segd_snapshot_opts_t *o);
+/* The codec a format is written with unless one is chosen: deflate for avro
+ * (every Avro reader has it), null for native (its records are already
+ * entropy-coded: deflate-1 saves ~1 % for 2x the export time, bench/RESULTS.md). */
+segd_ocf_codec_t segd_snapshot_default_codec(segd_snapfmt_t format);
 
 /* Exports the store at its policy's now into dest_url/<topic>/: for each unit
  * its file under a name of its own (p-PPPPP-<created_at_ms>.avro), then its

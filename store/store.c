@@ -1113,6 +1113,23 @@ segd_err_t segd_store_view_scan(segd_store_view_t *v, segd_scan_cb cb, void *ctx
     return scan_with(v->store, v->ropts, cb, ctx, errstr, n);
 }
 
+segd_err_t segd_store_view_scan_raw(segd_store_view_t *v, segd_scan_raw_cb cb, void *ctx,
+                                    char *errstr, size_t n)
+{
+    segd_store_t *s = v->store;
+    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(s->db, v->ropts, s->cf[CF_PROFILES]);
+    for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+        size_t klen, vlen;
+        const char *k = rocksdb_iter_key(it, &klen), *val = rocksdb_iter_value(it, &vlen);
+        if (cb(ctx, k, klen, (const uint8_t *)val, vlen))
+            break;
+    }
+    char *rerr = NULL;
+    rocksdb_iter_get_error(it, &rerr);
+    rocksdb_iter_destroy(it);
+    return rerr ? rocks_err(rerr, SEGD_ERR_IO, errstr, n, "scan") : SEGD_OK;
+}
+
 /* Iterates meta keys starting with prefix: cb(ctx, key suffix, value). */
 typedef int (*meta_cb)(void *ctx, const char *suffix, size_t slen, const char *val,
                        size_t vlen);

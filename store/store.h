@@ -249,6 +249,15 @@ void segd_store_view_close(segd_store_view_t *v);
 /* As segd_store_scan, through the view. */
 segd_err_t segd_store_view_scan(segd_store_view_t *v, segd_scan_cb cb, void *ctx,
                                 char *errstr, size_t errstr_size);
+/* Every stored value of the profiles family through the view, in key order,
+ * as read (operands merged, not decoded, not pruned, empty values included):
+ * for exporters that decode only the users they keep and may copy a value
+ * that needs no pruning (snapshot.format = native). Borrowed for the call;
+ * cb returns non-zero to stop. */
+typedef int (*segd_scan_raw_cb)(void *ctx, const char *user, size_t user_len,
+                                const uint8_t *value, size_t value_len);
+segd_err_t segd_store_view_scan_raw(segd_store_view_t *v, segd_scan_raw_cb cb, void *ctx,
+                                    char *errstr, size_t errstr_size);
 /* Input offsets (kind "offset") or change positions (kind "changes"):
  * cb(ctx, topic, partition, next_offset); cb returns non-zero to stop. */
 typedef int (*segd_position_cb)(void *ctx, const char *topic, int32_t partition,

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The edge cache as a process: `segd dev-broker`, `segd produce`, `segd run`
-# (publishing the change stream), `segd snapshot export` beside it, then
+# (publishing the change stream), `segd snapshot export` beside it (native
+# records_format; segd run's periodic ones too, snapshot.format), then
 # `segd cache` loads the snapshot's units (one per input partition), tails
 # the changes from their minimum positions and serves HTTP: every
 # user's GET /v1/users/{id} equals `segd get --json` at the same clock, first
@@ -39,7 +40,7 @@ brokers=$(sed -n 's/^bootstrap=//p' "$tmp/broker.out")
 "$segd" produce --brokers "$brokers" --topic events --users $users --now $now \
   > /dev/null 2> "$tmp/produce.log" || fail "produce"
 SEGD_STORE_HORIZON_S=$horizon SEGD_SNAPSHOT_INTERVAL=1 SEGD_SNAPSHOT_TO="$tmp/periodic" \
-  SEGD_SNAPSHOT_BUCKETS=2 "$segd" run --brokers "$brokers" --topic events --group g \
+  SEGD_SNAPSHOT_BUCKETS=2 SEGD_SNAPSHOT_FORMAT=native "$segd" run --brokers "$brokers" --topic events --group g \
   --db "$tmp/db" -X session.timeout.ms=6000 2> "$tmp/run.log" &
 run_pid=$!
 pids+=($run_pid)
@@ -55,9 +56,11 @@ wait_users() { # until segd get sees the last user with $1 or more live segments
 wait_users 100 u0000000199
 sleep 1 # let the publisher acknowledge the last batches
 "$segd" snapshot export --db "$tmp/db" --to "$tmp/snap" --now $now \
-  --horizon-s $horizon > "$tmp/export.log" 2>&1 || fail "export"
+  --horizon-s $horizon --format native > "$tmp/export.log" 2>&1 || fail "export"
 grep -q "snapshot: 4 units of events (4 partitions" "$tmp/export.log" ||
   fail "a unit per input partition: $(cat "$tmp/export.log")"
+[ "$(grep -l '"records_format": "native"' "$tmp/snap/events"/p-*/manifest.json | wc -l)" = 4 ] ||
+  fail "not native units"
 
 port=$(free_port)
 "$segd" cache --snapshot "$tmp/snap" --brokers "$brokers" --changes segments.changes \
@@ -113,12 +116,15 @@ compare "after tailing" || fail "cache != store after tailing"
 curl -sf "http://127.0.0.1:$port/healthz" | grep -q '"changes_applied":[1-9]' ||
   fail "healthz shows no applied changes"
 # segd run's own periodic snapshots (snapshot.interval / snapshot.to): the
-# units of the partitions it owns (all 4: it is the group's only member)
+# units of the partitions it owns (all 4: it is the group's only member), in
+# its snapshot.format (native)
 "$segd" snapshot verify "$tmp/periodic/events" |
-  grep -q "^valid: events, 4 units (4 partitions, murmur2_random), $users users" ||
+  grep -q "^valid: events, 4 units (4 partitions, murmur2_random), $users users.*records_format=native$" ||
   fail "periodic snapshot: $("$segd" snapshot verify "$tmp/periodic/events")"
 grep -q "segd run: snapshot: 4 units of events, $users users" "$tmp/run.log" ||
   fail "run did not log its snapshots"
+[ "$(grep -l '"records_format": "native"' "$tmp/periodic/events"/p-*/manifest.json | wc -l)" = 4 ] ||
+  fail "snapshot.format = native did not reach segd run's units"
 kill -TERM $run_pid
 wait $run_pid || fail "segd run exit $?"
 echo "cache_cli: ok"

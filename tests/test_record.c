@@ -236,8 +236,8 @@ static void test_prune_rules(void **state)
     (void)state;
     const int64_t now_ms = 1700000000000LL, hz = 24 * 3600 * 1000LL;
     /* the GC watermark W (not now - horizon) decides what may be dropped */
-    segd_prune_t partial = {now_ms, hz, 0, NULL, NULL, now_ms - hz};
-    segd_prune_t full = {now_ms, hz, 1, NULL, NULL, now_ms - hz};
+    segd_prune_t partial = {now_ms, hz, 0, NULL, NULL, now_ms - hz, 0};
+    segd_prune_t full = {now_ms, hz, 1, NULL, NULL, now_ms - hz, 0};
     segd_profile_t p, out;
     segd_profile_init(&p);
     segd_profile_init(&out);

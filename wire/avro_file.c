@@ -377,6 +377,22 @@ static segd_err_t unzstd_block(const uint8_t *in, size_t len, segd_buf_t *out)
     return SEGD_OK;
 }
 
+segd_err_t segd_ocf_schema(const uint8_t *data, size_t len, char **schema_json, char *errstr,
+                           size_t n)
+{
+    cursor_t c = {data, data + len};
+    *schema_json = NULL;
+    if (len < 4 || memcmp(data, MAGIC, 4))
+        return segd_errf(SEGD_ERR_CORRUPT, errstr, n, "not an Avro container file");
+    c.p += 4;
+    if (read_meta(&c, schema_json, 1) < 0 || !*schema_json) {
+        free(*schema_json);
+        *schema_json = NULL;
+        return segd_errf(SEGD_ERR_CORRUPT, errstr, n, "bad container header");
+    }
+    return SEGD_OK;
+}
+
 segd_err_t segd_ocf_read(const uint8_t *data, size_t len, segd_ocf_block_cb cb, void *ctx,
                          char **schema_json, char *errstr, size_t n)
 {

@@ -57,6 +57,10 @@ typedef int (*segd_ocf_block_cb)(void *ctx, const uint8_t *block, size_t len, in
 segd_err_t segd_ocf_read(const uint8_t *data, size_t len, segd_ocf_block_cb cb, void *ctx,
                          char **schema_json, char *errstr, size_t errstr_size);
 
+/* The writer schema of a container file held in memory, from its header
+ * alone (before any block is read): *schema_json is malloc'd. */
+segd_err_t segd_ocf_schema(const uint8_t *data, size_t len, char **schema_json, char *errstr,
+                           size_t errstr_size);
 
 /* Walks a container file's blocks without decompressing them (any codec):
  * the header, then per block a record count and a byte size that fit in

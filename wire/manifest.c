@@ -112,13 +112,13 @@ char *segd_manifest_dump(const segd_manifest_t *m, const char *codec)
 {
     uint64_t fp = 0;
     char fphex[17];
-    segd_avro_fingerprint(segd_snapshot_schema_json(), &fp);
+    segd_avro_fingerprint(segd_snapfmt_schema_json(m->records_format), &fp);
     snprintf(fphex, sizeof(fphex), "%016" PRIx64, fp);
     json_t *o = json_pack(
         "{s:s,s:i,s:s,s:i,s:i,s:s,s:s,s:s,s:s}", "format", FORMAT_NAME, "format_version",
         FORMAT_VERSION, "topic", m->topic ? m->topic : "", "partition", (int)m->partition,
         "partitions", (int)m->partitions, "partitioner", segd_partitioner_name(m->partitioner),
-        "records_format", SEGD_RECORDS_FORMAT_AVRO, "codec", codec, "schema_fingerprint",
+        "records_format", segd_snapfmt_name(m->records_format), "codec", codec, "schema_fingerprint",
         fphex);
     json_t *rest = json_pack(
         "{s:I,s:I,s:I,s:I,s:I,s:I,s:o,s:o,s:o}", "created_at_ms", (json_int_t)m->created_at_ms,
@@ -222,10 +222,10 @@ static segd_err_t parse_unit(json_t *o, segd_manifest_t *m, char *errstr, size_t
     if (segd_partitioner_parse(partitioner, &m->partitioner))
         return segd_errf(SEGD_ERR_CORRUPT, errstr, n, "manifest: unknown partitioner '%s'",
                          partitioner);
-    if (strcmp(records_format, SEGD_RECORDS_FORMAT_AVRO))
+    if (segd_snapfmt_parse(records_format, &m->records_format))
         return segd_errf(SEGD_ERR_CORRUPT, errstr, n,
-                         "manifest: records_format '%s' is not one this segd reads",
-                         records_format);
+                         "manifest: records_format '%s' is not one this segd reads (avro, "
+                         "native)", records_format);
     m->topic = strdup(topic);
     m->partition = part;
     m->partitions = parts;
@@ -288,6 +288,7 @@ static segd_err_t fold_first(segd_manifest_t *into, const segd_manifest_t *u)
     into->partition = -1;
     into->partitions = u->partitions;
     into->partitioner = u->partitioner;
+    into->records_format = u->records_format;
     into->created_at_ms = u->created_at_ms;
     into->now_ms = u->now_ms;
     into->horizon_ms = u->horizon_ms;
@@ -370,6 +371,7 @@ segd_err_t segd_manifest_fold(segd_manifest_t *into, const segd_manifest_t *u, c
     if (err)
         return segd_errf(err, errstr, n, "out of memory");
     if (into->units) {
+        into->records_mixed |= u->records_format != into->records_format || u->records_mixed;
         if (u->gc_watermark_ms < into->gc_watermark_ms)
             into->gc_watermark_ms = u->gc_watermark_ms;
         if (u->created_at_ms < into->created_at_ms)

@@ -8,8 +8,8 @@
  * manifest.json (format_version 2):
  *   {"format": "segd-snapshot-unit", "format_version": 2,
  *    "topic": t, "partition": p, "partitions": P, "partitioner": "murmur2_random",
- *    "records_format": "avro", "codec": "deflate" | "zstandard" | "null",
- *    "schema_fingerprint": "<hex CRC-64-AVRO of SnapshotRecord>",
+ *    "records_format": "avro" | "native", "codec": "deflate" | "zstandard" | "null",
+ *    "schema_fingerprint": "<hex CRC-64-AVRO of the records_format's schema>",
  *    "created_at_ms": ..., "now_ms": ..., "horizon_ms": ..., "gc_watermark_ms": W,
  *    "records": N, "segments": M,
  *    "files": [{"name": "p-PPPPP-<created_at_ms>.avro", "records": n,
@@ -26,8 +26,13 @@
  * change partition needs it from offset 0), which is conservative and
  * harmless (§3) and exact for one instance even when a producer misrouted
  * users. gc_watermark_ms is the store's W when the scan ended (§3.1).
- * "records_format" names the files' record encoding (SnapshotRecord Avro
- * today); readers refuse one they do not know. */
+ * "records_format" names the files' record schema (wire/snap_format.h):
+ * "avro" (SnapshotRecord) or "native" (SnapshotNativeRecord, the store's own
+ * record bytes, docs/record-format.md); schema_fingerprint is that schema's.
+ * Every unit says its own: one export writes all its units in one format,
+ * but units of one topic may differ (exports with another snapshot.format,
+ * a fleet changing format), and readers decode each unit by its manifest.
+ * A reader refuses a records_format it does not know, by name. */
 #ifndef SEGD_MANIFEST_H
 #define SEGD_MANIFEST_H
 
@@ -37,9 +42,9 @@
 #include "base/err.h"
 #include "core/partition.h"
 #include "wire/change.h"
+#include "wire/snap_format.h"
 
 #define SEGD_MANIFEST_NAME "manifest.json"
-#define SEGD_RECORDS_FORMAT_AVRO "avro" /* SnapshotRecord Avro container files */
 
 typedef struct segd_snapshot_file {
     char name[64];
@@ -62,6 +67,8 @@ typedef struct segd_manifest {
     int32_t partitions;      /* P: the topic's partition count */
     segd_partitioner_t partitioner;
     uint32_t units;          /* units folded in (1 for a unit's own manifest) */
+    segd_snapfmt_t records_format; /* the files' records (a fold: its first unit's) */
+    int records_mixed;       /* a fold of units of different records_format */
     uint64_t records, segments;
     segd_snapshot_file_t *files;
     size_t n_files;
@@ -92,7 +99,9 @@ void segd_unit_dir_name(char *out, size_t cap, int32_t partition);
  * change partition the minimum position, a partition some unit does not list
  * dropped (it is read from the beginning); retirements joined (the later
  * marker wins); gc_watermark_ms the smallest (a cache may drop and skip only
- * what every unit's store had passed); created_at_ms the oldest. SEGD_ERR_NOMEM
+ * what every unit's store had passed); created_at_ms the oldest;
+ * records_format the first unit's, records_mixed set when another unit's
+ * differs (each unit is still read by its own). SEGD_ERR_NOMEM
  * or SEGD_ERR_CORRUPT (units of different topics, partition counts or
  * partitioners) leave into partly folded. */
 segd_err_t segd_manifest_fold(segd_manifest_t *into, const segd_manifest_t *unit,

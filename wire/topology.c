@@ -14,22 +14,22 @@
 #define FORMAT_NAME "segd-snapshot-topology"
 #define FORMAT_VERSION 1
 
-static void fingerprint_hex(char out[17])
+static void fingerprint_hex(segd_snapfmt_t f, char out[17])
 {
     uint64_t fp = 0;
-    segd_avro_fingerprint(segd_snapshot_schema_json(), &fp);
+    segd_avro_fingerprint(segd_snapfmt_schema_json(f), &fp);
     snprintf(out, 17, "%016" PRIx64, fp);
 }
 
 char *segd_topology_dump(const segd_topology_t *t)
 {
     char fp[17];
-    fingerprint_hex(fp);
+    fingerprint_hex(t->records_format, fp);
     json_t *o = json_pack("{s:s,s:i,s:s,s:i,s:s,s:s,s:s,s:s}", "format", FORMAT_NAME,
                           "format_version", FORMAT_VERSION, "topic", t->topic, "partitions",
                           (int)t->partitions, "partitioner",
                           segd_partitioner_name(t->partitioner), "records_format",
-                          SEGD_RECORDS_FORMAT_AVRO, "schema_fingerprint", fp, "units",
+                          segd_snapfmt_name(t->records_format), "schema_fingerprint", fp, "units",
                           "p-PPPPP/" SEGD_MANIFEST_NAME);
     char *s = o ? json_dumps(o, JSON_INDENT(1) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(o);
@@ -41,7 +41,6 @@ static segd_err_t check(const char *format, int version, const char *topic, int 
                         segd_topology_t *t, char *errstr, size_t n)
 {
     char want[17];
-    fingerprint_hex(want);
     if (strcmp(format, FORMAT_NAME) || version != FORMAT_VERSION)
         return segd_errf(SEGD_ERR_CORRUPT, errstr, n,
                          "topology: not a segd snapshot topology (format %s version %d)",
@@ -52,10 +51,15 @@ static segd_err_t check(const char *format, int version, const char *topic, int 
     if (segd_partitioner_parse(partitioner, &t->partitioner))
         return segd_errf(SEGD_ERR_CORRUPT, errstr, n, "topology: unknown partitioner '%s'",
                          partitioner);
-    if (strcmp(records_format, SEGD_RECORDS_FORMAT_AVRO) || strcmp(fp, want))
+    if (segd_snapfmt_parse(records_format, &t->records_format))
         return segd_errf(SEGD_ERR_CORRUPT, errstr, n,
-                         "topology: records %s with schema %s, this segd reads %s with %s",
-                         records_format, fp, SEGD_RECORDS_FORMAT_AVRO, want);
+                         "topology: records_format '%s' is not one this segd reads (avro, "
+                         "native)", records_format);
+    fingerprint_hex(t->records_format, want);
+    if (strcmp(fp, want))
+        return segd_errf(SEGD_ERR_CORRUPT, errstr, n,
+                         "topology: %s records with schema %s, this segd reads them with %s",
+                         records_format, fp, want);
     snprintf(t->topic, sizeof(t->topic), "%s", topic);
     t->partitions = parts;
     return SEGD_OK;

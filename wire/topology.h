@@ -6,11 +6,14 @@
  *
  * topology.json (format_version 1):
  *   {"format": "segd-snapshot-topology", "format_version": 1, "topic": t,
- *    "partitions": P, "partitioner": "murmur2_random", "records_format": "avro",
- *    "schema_fingerprint": "<hex CRC-64-AVRO of SnapshotRecord>",
+ *    "partitions": P, "partitioner": "murmur2_random",
+ *    "records_format": "avro" | "native",
+ *    "schema_fingerprint": "<hex CRC-64-AVRO of that records_format's schema>",
  *    "units": "p-PPPPP/manifest.json"}
  * A reader expects the P units p-00000 .. p-(P-1), each with a manifest of
- * the same topic, P and partitioner. */
+ * the same topic, P and partitioner. records_format is the format of the
+ * export that wrote the topology last (a hint for tools); each unit's
+ * manifest says its own, which readers go by (wire/manifest.h). */
 #ifndef SEGD_TOPOLOGY_H
 #define SEGD_TOPOLOGY_H
 
@@ -19,6 +22,7 @@
 
 #include "base/err.h"
 #include "core/partition.h"
+#include "wire/snap_format.h"
 
 #define SEGD_TOPOLOGY_NAME "topology.json"
 
@@ -26,13 +30,15 @@ typedef struct segd_topology {
     char topic[256];
     int32_t partitions;
     segd_partitioner_t partitioner;
+    segd_snapfmt_t records_format; /* the last export's; units say their own */
 } segd_topology_t;
 
 /* topology.json's text for t; malloc'd, NULL when out of memory. */
 char *segd_topology_dump(const segd_topology_t *t);
 
 /* Parses untrusted text into t; SEGD_ERR_CORRUPT with a reason for anything
- * malformed, another format version, or a schema this segd does not write. */
+ * malformed, another format version, or a records_format (or its schema)
+ * this segd does not write. */
 segd_err_t segd_topology_parse(const char *text, size_t len, segd_topology_t *t,
                                char *errstr, size_t errstr_size);
 
