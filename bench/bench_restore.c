@@ -169,46 +169,87 @@ static int restore_all(segd_store_t *s, const char *topic_url, int32_t partition
     return 0;
 }
 
-static int export_units(segd_store_t *s, const char *dest, int32_t partitions, char *err,
-                        size_t n)
+static int export_units(segd_store_t *s, const char *dest, int32_t partitions,
+                        segd_snapfmt_t format, char *err, size_t n)
 {
     segd_snapshot_opts_t o;
     segd_snapshot_opts_default(&o);
     o.topic = TOPIC;
     o.partition_count = partitions;
+    o.format = format;
+    o.codec = segd_snapshot_default_codec(format);
     segd_manifest_t m;
     int rc = segd_snapshot_export(s, dest, &o, &m, NULL, err, n) ? -1 : 0;
     segd_manifest_free(&m);
     return rc;
 }
 
-static void report(const restore_args_t *a, uint64_t events, double replay_s,
-                   uint64_t replay_segs, const raw_t *raw, const restored_t *rs,
-                   const segd_store_stats_t *st_replayed, const segd_store_stats_t *st_restored)
+/* One format's run: its units' files, their raw read and their restore. */
+typedef struct format_run {
+    segd_snapfmt_t format;
+    raw_t raw;
+    restored_t rs;
+    segd_store_stats_t st;
+} format_run_t;
+
+static void report_row(const format_run_t *f, double replay_s)
 {
-    double segs = (double)rs->segments;
+    const char *name = segd_snapfmt_name(f->format);
+    double segs = (double)f->rs.segments;
+    printf("| %s: raw read of the unit files (%.1f MB) | %.3f | - | %.0f | - |\n", name,
+           (double)f->raw.bytes / 1e6, f->raw.seconds,
+           (double)f->raw.bytes / 1e6 / f->raw.seconds);
+    printf("| %s: restore (read, SHA-256, decode, sort, SST merge operands, ingest, offset) "
+           "| %.3f | %.1f M | %.0f | %.1fx |\n", name, f->rs.seconds,
+           segs / f->rs.seconds / 1e6, (double)f->raw.bytes / 1e6 / f->rs.seconds,
+           replay_s / f->rs.seconds);
+}
+
+static void report(const restore_args_t *a, uint64_t events, double replay_s,
+                   uint64_t replay_segs, const format_run_t *f, size_t nf,
+                   const segd_store_stats_t *st_replayed)
+{
+    double segs = (double)f[0].rs.segments;
     printf("## segd bench restore --users %" PRId64 " --partitions %" PRId64 "\n\n", a->users,
            a->partitions);
-    printf("%" PRIu64 " events (%" PRIu64 " segment updates) replayed; %" PRIu64
-           " users, %" PRIu64 " entries in %" PRId64 " units of %.1f MB (avro, deflate-1)\n\n",
-           events, replay_segs, rs->users, rs->segments, a->partitions,
-           (double)raw->bytes / 1e6);
-    printf("| path | seconds | entries/s | MB/s of unit files |\n|---|---|---|---|\n");
-    printf("| raw read of the unit files | %.3f | - | %.0f |\n", raw->seconds,
-           (double)raw->bytes / 1e6 / raw->seconds);
-    printf("| restore (read, SHA-256, decode, sort, SST merge operands, ingest, offset) | "
-           "%.3f | %.0f | %.0f |\n", rs->seconds, segs / rs->seconds,
-           (double)raw->bytes / 1e6 / rs->seconds);
-    printf("| replay of the same partitions' input (segd run's pipeline, no change stream) "
-           "| %.3f | %.0f (input segment updates: %.0f/s) | - |\n", replay_s,
-           segs / replay_s, (double)replay_segs / replay_s);
-    printf("\nrestore / replay: %.1fx faster (target >= 20x: %s); restore rate %.1f M "
-           "entries/s (target >= 10 M: %s)\n", replay_s / rs->seconds,
-           replay_s / rs->seconds >= 20 ? "met" : "missed", segs / rs->seconds / 1e6,
-           segs / rs->seconds >= 1e7 ? "met" : "missed");
-    printf("\nsame state: %" PRIu64 " / %" PRIu64 " users and %" PRIu64 " / %" PRIu64
-           " live segments (replayed / restored store)\n", st_replayed->users,
-           st_restored->users, st_replayed->live_segments, st_restored->live_segments);
+    printf("%" PRIu64 " events (%" PRIu64 " segment updates) replayed into a store of %" PRIu64
+           " users and %" PRIu64 " entries, exported as %" PRId64 " units per format\n\n",
+           events, replay_segs, f[0].rs.users, f[0].rs.segments, a->partitions);
+    printf("| path | seconds | entries/s | MB/s of unit files | faster than replay |\n"
+           "|---|---|---|---|---|\n");
+    printf("| replay of the same partitions' input (segd run's pipeline, in-process broker, "
+           "no change stream) | %.3f | %.1f M | - | 1.0x |\n", replay_s, segs / replay_s / 1e6);
+    for (size_t i = 0; i < nf; i++)
+        report_row(&f[i], replay_s);
+    printf("\ntargets: restore >= 10 M entries/s, >= 20x faster than replay\n");
+    for (size_t i = 0; i < nf; i++)
+        printf("same state (%s): %" PRIu64 " / %" PRIu64 " users and %" PRIu64 " / %" PRIu64
+               " live segments (replayed / restored store)\n", segd_snapfmt_name(f[i].format),
+               st_replayed->users, f[i].st.users, st_replayed->live_segments,
+               f[i].st.live_segments);
+}
+
+/* Exports the replayed store in f's format, reads the files raw, restores
+ * them into a new store and takes its figures. */
+static int run_format(const restore_args_t *a, segd_store_t *replayed, format_run_t *f,
+                      char *err, size_t n)
+{
+    char dest[320], topic_url[400], name[32];
+    const char *fmt = segd_snapfmt_name(f->format);
+    snprintf(dest, sizeof(dest), "%s/units-%s", a->dir, fmt);
+    snprintf(topic_url, sizeof(topic_url), "%s/" TOPIC, dest);
+    snprintf(name, sizeof(name), "restored-%s", fmt);
+    int32_t parts = (int32_t)a->partitions;
+    segd_store_t *s = NULL;
+    int rc = export_units(replayed, dest, parts, f->format, err, n) ||
+                     raw_read(topic_url, parts, &f->raw, err, n) ||
+                     !(s = open_store(a->dir, name, err, n)) ||
+                     restore_all(s, topic_url, parts, &f->rs, err, n) ||
+                     segd_store_compact(s, err, n) || segd_store_stats(s, &f->st, err, n)
+                 ? -1
+                 : 0;
+    segd_store_close(s);
+    return rc;
 }
 
 int segd_bench_restore(int argc, char **argv)
@@ -218,8 +259,8 @@ int segd_bench_restore(int argc, char **argv)
         return SEGD_EXIT_USAGE;
     const char *topics[] = {TOPIC, TOPIC ".dlq", TOPIC ".changes"};
     segd_dev_broker_t *b = NULL;
-    segd_store_t *replayed = NULL, *restored = NULL;
-    char err[512], dest[320], topic_url[400];
+    segd_store_t *replayed = NULL;
+    char err[512];
     int rc = SEGD_EXIT_FAIL;
     int32_t parts = (int32_t)a.partitions;
     if (segd_dev_broker_new(&b, 1, parts, topics, 3, err, sizeof(err)))
@@ -242,31 +283,26 @@ int segd_bench_restore(int argc, char **argv)
                                    "per partition: fewer --users or more --partitions)");
         goto fail;
     }
-    snprintf(dest, sizeof(dest), "%s/units", a.dir);
-    snprintf(topic_url, sizeof(topic_url), "%s/" TOPIC, dest);
-    raw_t raw = {0};
-    restored_t rs = {0};
-    segd_store_stats_t st_a, st_b;
+    format_run_t f[2] = {{.format = SEGD_SNAPFMT_AVRO}, {.format = SEGD_SNAPFMT_NATIVE}};
+    segd_store_stats_t st_a;
     if (!(replayed = open_store(a.dir, "replayed", err, sizeof(err))) ||
-        export_units(replayed, dest, parts, err, sizeof(err)) ||
         segd_store_stats(replayed, &st_a, err, sizeof(err)) ||
-        raw_read(topic_url, parts, &raw, err, sizeof(err)) ||
-        !(restored = open_store(a.dir, "restored", err, sizeof(err))) ||
-        restore_all(restored, topic_url, parts, &rs, err, sizeof(err)) ||
-        segd_store_compact(restored, err, sizeof(err)) ||
-        segd_store_stats(restored, &st_b, err, sizeof(err)))
+        run_format(&a, replayed, &f[0], err, sizeof(err)) ||
+        run_format(&a, replayed, &f[1], err, sizeof(err)))
         goto fail;
-    report(&a, res.events, replay_s, replay_segs, &raw, &rs, &st_a, &st_b);
-    rc = st_a.users == st_b.users && st_a.live_segments == st_b.live_segments ? SEGD_EXIT_OK
-                                                                             : SEGD_EXIT_FAIL;
-    if (rc)
-        fprintf(stderr, "bench restore: the restored store differs from the replayed one\n");
+    report(&a, res.events, replay_s, replay_segs, f, 2, &st_a);
+    rc = SEGD_EXIT_OK;
+    for (int i = 0; i < 2; i++)
+        if (f[i].st.users != st_a.users || f[i].st.live_segments != st_a.live_segments) {
+            fprintf(stderr, "bench restore: the %s restore differs from the replayed store\n",
+                    segd_snapfmt_name(f[i].format));
+            rc = SEGD_EXIT_FAIL;
+        }
     goto out;
 fail:
     fprintf(stderr, "bench restore: %s\n", err);
 out:
     segd_store_close(replayed);
-    segd_store_close(restored);
     segd_dev_broker_destroy(b);
     char cmd[320];
     snprintf(cmd, sizeof(cmd), "rm -rf '%s'", a.dir);
