@@ -8,6 +8,7 @@
  * user by its own unit's W (cache/edge_load.c), and the planning rules. */
 #include <fcntl.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -111,6 +112,7 @@ typedef struct seen {
     segd_partitioner_t partitioner;
     int32_t partitions;
     int twice, wrong;
+    pthread_mutex_t mu; /* loads with threads > 1 call back from several threads */
 } seen_t;
 
 static int seen_cb(void *ctx, int32_t partition, const char *user, size_t len,
@@ -120,15 +122,19 @@ static int seen_cb(void *ctx, int32_t partition, const char *user, size_t len,
     (void)p;
     int i = atoi(user + 5);
     assert_true(len > 5 && i >= 0 && i < USERS);
+    int wrong = segd_partition_of(s->partitioner, user, len, s->partitions) != partition;
+    pthread_mutex_lock(&s->mu);
     s->twice += s->unit[i] >= 0;
     s->unit[i] = partition;
-    s->wrong += segd_partition_of(s->partitioner, user, len, s->partitions) != partition;
+    s->wrong += wrong;
+    pthread_mutex_unlock(&s->mu);
     return 0;
 }
 
 static void seen_init(seen_t *s, segd_partitioner_t partitioner, int32_t partitions)
 {
     memset(s, 0, sizeof(*s));
+    pthread_mutex_init(&s->mu, NULL);
     for (int i = 0; i < USERS; i++)
         s->unit[i] = -1;
     s->partitioner = partitioner;
