@@ -61,8 +61,7 @@ static job_t *find(segd_restorer_t *r, const char *topic, int32_t partition)
 
 typedef struct feed {
     segd_restore_t *restore;
-    const job_t *job;
-    const volatile sig_atomic_t *stop;
+    const segd_unit_load_t *u;
     char err[512];
 } feed_t;
 
@@ -73,7 +72,7 @@ static int feed(void *ctx, int32_t partition, const char *user, size_t len,
 {
     (void)partition;
     feed_t *f = ctx;
-    if (*f->stop || f->job->cancel) {
+    if ((f->u->stop && *f->u->stop) || (f->u->cancel && *f->u->cancel)) {
         snprintf(f->err, sizeof(f->err), "restore stopped");
         return 1;
     }
@@ -97,64 +96,85 @@ static uint64_t unit_bytes(const segd_manifest_t *m)
     return b;
 }
 
-/* Loads the unit of (topic, partition); SEGD_ERR_NOTFOUND when there is none. */
-static segd_err_t restore_unit(segd_restorer_t *r, const job_t *j, char *errstr, size_t n)
+/* Read and verified, the unit goes in with its markers and offset. */
+static segd_err_t finish_unit(segd_restore_t *r, const segd_unit_load_t *u,
+                              const segd_manifest_t *m, segd_restore_stats_t *st,
+                              char *errstr, size_t n)
 {
-    const char *topic = j->topic;
-    int32_t partition = j->partition;
+    int64_t next = unit_offset(m, u->topic, u->partition);
+    /* a unit without its partition's offset (a store filled by backfill)
+     * says nothing about where the input goes on: replaying is exact */
+    if (next < 0)
+        return segd_errf(SEGD_ERR_NOTFOUND, errstr, n, "its unit holds no input offset of %s",
+                         u->topic);
+    segd_restore_unit_t ru = {.topic = u->topic,
+                              .partition = u->partition,
+                              .next_offset = next,
+                              .gc_watermark_ms = m->gc_watermark_ms,
+                              .retirements = m->retirements,
+                              .n_retirements = m->n_retirements};
+    return segd_restore_finish(r, &ru, st, errstr, n);
+}
+
+segd_err_t segd_unit_load(segd_store_t *store, const segd_unit_load_t *u,
+                          segd_unit_load_stats_t *out, char *errstr, size_t n)
+{
     segd_restore_opts_t ro;
     segd_restore_opts_default(&ro);
-    ro.memory_bytes = r->o.memory_bytes;
+    ro.memory_bytes = u->memory_bytes;
     ro.shared = 1;
-    ro.stop = &r->stop;
-    feed_t f = {.job = j, .stop = &r->stop};
+    ro.stop = u->stop;
+    feed_t f = {.u = u};
     segd_manifest_t m;
     segd_manifest_init(&m);
-    size_t ulen = strlen(r->from) + strlen(topic) + 2;
-    char *url = malloc(ulen);
-    if (!url)
-        return segd_errf(SEGD_ERR_NOMEM, errstr, n, "out of memory");
-    snprintf(url, ulen, "%s/%s", r->from, topic);
+    char url[4200];
+    segd_dest_join(url, sizeof(url), u->from, u->topic);
     double t0 = segd_mono_s();
-    segd_err_t err = segd_restore_new(&f.restore, r->store, &ro, errstr, n);
+    segd_restore_stats_t st = {0};
+    segd_err_t err = segd_restore_new(&f.restore, store, &ro, errstr, n);
     if (!err) {
-        err = segd_snapshot_read_unit(url, partition, j->partitions, r->o.partitioner,
-                                      &r->o.dest, &m, feed, &f, errstr, n);
+        err = segd_snapshot_read_unit(url, u->partition, u->partitions, u->partitioner, u->dest,
+                                      &m, feed, &f, errstr, n);
         if (err == SEGD_ERR_INVALID && f.err[0]) /* the callback's own failure */
             err = segd_errf(SEGD_ERR_IO, errstr, n, "%s", f.err);
     }
-    segd_restore_stats_t st = {0};
-    /* a unit without its partition's offset (a store filled by backfill)
-     * says nothing about where the input goes on: replaying is exact */
-    if (!err && unit_offset(&m, topic, partition) < 0)
-        err = segd_errf(SEGD_ERR_NOTFOUND, errstr, n, "its unit holds no input offset of %s",
-                        topic);
-    if (!err) {
-        segd_restore_unit_t u = {.topic = topic,
-                                 .partition = partition,
-                                 .next_offset = unit_offset(&m, topic, partition),
-                                 .gc_watermark_ms = m.gc_watermark_ms,
-                                 .retirements = m.retirements,
-                                 .n_retirements = m.n_retirements};
-        err = segd_restore_finish(f.restore, &u, &st, errstr, n);
-    }
-    if (!err) {
-        fprintf(stderr,
-                "segd: restored p=%" PRId32 " users=%" PRIu64 " segments=%" PRIu64
-                " bytes=%" PRIu64 " in %.1f s (%s, offset %" PRId64 ")\n",
-                partition, st.users, st.segments, unit_bytes(&m), segd_mono_s() - t0, topic,
-                unit_offset(&m, topic, partition));
-        pthread_mutex_lock(&r->lock);
-        r->st.restored++;
-        r->st.users += st.users;
-        r->st.segments += st.segments;
-        r->st.bytes += unit_bytes(&m);
-        pthread_mutex_unlock(&r->lock);
+    if (!err)
+        err = finish_unit(f.restore, u, &m, &st, errstr, n);
+    if (!err && out) {
+        out->users = st.users;
+        out->segments = st.segments;
+        out->bytes = unit_bytes(&m);
+        out->next_offset = unit_offset(&m, u->topic, u->partition);
+        out->seconds = segd_mono_s() - t0;
     }
     segd_restore_destroy(f.restore);
     segd_manifest_free(&m);
-    free(url);
     return err;
+}
+
+/* Loads the job's unit; SEGD_ERR_NOTFOUND when there is none to use. */
+static segd_err_t restore_unit(segd_restorer_t *r, const job_t *j, char *errstr, size_t n)
+{
+    segd_unit_load_t u = {.from = r->from, .topic = j->topic, .partition = j->partition,
+                          .partitions = j->partitions, .partitioner = r->o.partitioner,
+                          .dest = &r->o.dest, .memory_bytes = r->o.memory_bytes,
+                          .stop = &r->stop, .cancel = &j->cancel};
+    segd_unit_load_stats_t st;
+    segd_err_t err = segd_unit_load(r->store, &u, &st, errstr, n);
+    if (err)
+        return err;
+    fprintf(stderr,
+            "segd: restored p=%" PRId32 " users=%" PRIu64 " segments=%" PRIu64
+            " bytes=%" PRIu64 " in %.1f s (%s, offset %" PRId64 ")\n",
+            j->partition, st.users, st.segments, st.bytes, st.seconds, j->topic,
+            st.next_offset);
+    pthread_mutex_lock(&r->lock);
+    r->st.restored++;
+    r->st.users += st.users;
+    r->st.segments += st.segments;
+    r->st.bytes += st.bytes;
+    pthread_mutex_unlock(&r->lock);
+    return SEGD_OK;
 }
 
 /* ---------- the worker ---------- */

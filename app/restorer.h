@@ -19,6 +19,8 @@
 #ifndef SEGD_RESTORER_H
 #define SEGD_RESTORER_H
 
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdint.h>
 
 #include "base/err.h"
@@ -68,6 +70,31 @@ segd_restore_state_t segd_restorer_state(segd_restorer_t *r, const char *topic,
  * up the partitions queued behind it nor writes an offset for a partition
  * another member owns. */
 void segd_restorer_cancel(segd_restorer_t *r, const char *topic, int32_t partition);
+
+/* One unit loaded into a store as the worker loads it (also the restore
+ * benchmark's): DEST/<topic>/p-PPPPP read and checked
+ * (segd_snapshot_read_unit), its users loaded beside other writers
+ * (load/restore.h, shared), its markers and offset taken. SEGD_ERR_NOTFOUND
+ * when there is no unit to use (none, another partition count or
+ * partitioner, no offset of the partition): replay instead. */
+typedef struct segd_unit_load {
+    const char *from, *topic;   /* DEST, the input topic */
+    int32_t partition, partitions;
+    segd_partitioner_t partitioner;
+    const segd_dest_opts_t *dest;
+    uint64_t memory_bytes;
+    volatile sig_atomic_t *stop;  /* may be NULL */
+    const _Atomic int *cancel;    /* may be NULL */
+} segd_unit_load_t;
+
+typedef struct segd_unit_load_stats {
+    uint64_t users, segments, bytes; /* bytes: the unit's files */
+    int64_t next_offset;
+    double seconds;
+} segd_unit_load_stats_t;
+
+segd_err_t segd_unit_load(segd_store_t *store, const segd_unit_load_t *u,
+                          segd_unit_load_stats_t *stats, char *errstr, size_t errstr_size);
 
 typedef struct segd_restorer_stats {
     uint64_t restored, replayed, failures; /* units loaded, fallbacks, failed attempts */

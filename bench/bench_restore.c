@@ -18,7 +18,7 @@
 #include "base/clock.h"
 #include "bench/bench.h"
 #include "cache/snapshot_read.h"
-#include "load/restore.h"
+#include "app/restorer.h"
 #include "publisher/snapshot.h"
 #include "workload/dev_broker.h"
 #include "workload/seed_producer.h"
@@ -116,51 +116,17 @@ typedef struct restored {
     uint64_t users, segments;
 } restored_t;
 
-typedef struct feed {
-    segd_restore_t *r;
-    char err[256];
-} feed_t;
-
-static int feed(void *ctx, int32_t partition, const char *user, size_t len,
-                const segd_profile_t *p)
-{
-    (void)partition;
-    feed_t *f = ctx;
-    return segd_restore_add(f->r, user, len, p, f->err, sizeof(f->err)) != SEGD_OK;
-}
-
-/* Each unit as segd run's restorer loads it: read, verify, shared load. */
-static int restore_all(segd_store_t *s, const char *topic_url, int32_t partitions,
-                       restored_t *out, char *err, size_t n)
+/* Each unit as segd run's restorer loads it (app/restorer.h). */
+static int restore_all(segd_store_t *s, const char *dest, int32_t partitions, restored_t *out,
+                       char *err, size_t n)
 {
     double t0 = segd_mono_s();
     for (int32_t p = 0; p < partitions; p++) {
-        segd_restore_opts_t o;
-        segd_restore_opts_default(&o);
-        o.shared = 1;
-        feed_t f = {0};
-        segd_manifest_t m;
-        segd_manifest_init(&m);
-        segd_restore_stats_t st = {0};
-        int rc = segd_restore_new(&f.r, s, &o, err, n) ? -1 : 0;
-        if (!rc)
-            rc = segd_snapshot_read_unit(topic_url, p, partitions, SEGD_PARTITIONER_MURMUR2, NULL,
-                                         &m, feed, &f, err, n)
-                     ? -1
-                     : 0;
-        int64_t next = -1;
-        for (size_t i = 0; i < m.n_inputs; i++)
-            if (m.inputs[i].partition == p)
-                next = m.inputs[i].offset;
-        segd_restore_unit_t u = {.topic = TOPIC, .partition = p, .next_offset = next,
-                                 .gc_watermark_ms = m.gc_watermark_ms,
-                                 .retirements = m.retirements,
-                                 .n_retirements = m.n_retirements};
-        if (!rc)
-            rc = segd_restore_finish(f.r, &u, &st, err, n) ? -1 : 0;
-        segd_restore_destroy(f.r);
-        segd_manifest_free(&m);
-        if (rc)
+        segd_unit_load_t u = {.from = dest, .topic = TOPIC, .partition = p,
+                              .partitions = partitions, .partitioner = SEGD_PARTITIONER_MURMUR2,
+                              .memory_bytes = 256ull << 20};
+        segd_unit_load_stats_t st;
+        if (segd_unit_load(s, &u, &st, err, n))
             return -1;
         out->users += st.users;
         out->segments += st.segments;
@@ -244,7 +210,7 @@ static int run_format(const restore_args_t *a, segd_store_t *replayed, format_ru
     int rc = export_units(replayed, dest, parts, f->format, err, n) ||
                      raw_read(topic_url, parts, &f->raw, err, n) ||
                      !(s = open_store(a->dir, name, err, n)) ||
-                     restore_all(s, topic_url, parts, &f->rs, err, n) ||
+                     restore_all(s, dest, parts, &f->rs, err, n) ||
                      segd_store_compact(s, err, n) || segd_store_stats(s, &f->st, err, n)
                  ? -1
                  : 0;

@@ -20,19 +20,6 @@
 #include "wire/change.h"
 #include "wire/snap_format.h"
 
-static int is_remote(const char *url)
-{
-    return !strncmp(url, "http://", 7) || !strncmp(url, "https://", 8) ||
-           !strncmp(url, "s3://", 5);
-}
-
-static void join_url(char *out, size_t cap, const char *base, const char *name)
-{
-    size_t len = strlen(base);
-    while (len > 1 && base[len - 1] == '/')
-        len--;
-    snprintf(out, cap, "%.*s/%s", (int)len, base, name);
-}
 
 /* ---------- topology ---------- */
 
@@ -72,7 +59,7 @@ static segd_err_t find_topic_dir(const char *src, char *topic_url, size_t cap, c
                              "%s holds snapshots of several topics: name one (%s/<topic>)", src,
                              src);
         }
-        join_url(topic_url, cap, src, e->d_name);
+        segd_dest_join(topic_url, cap, src, e->d_name);
     }
     if (d)
         closedir(d);
@@ -85,7 +72,7 @@ segd_err_t segd_snapshot_topology(const char *src, const segd_dest_opts_t *dopts
 {
     snprintf(topic_url, cap, "%s", src);
     segd_err_t err = fetch_topology(src, dopts, t, errstr, n);
-    if (err != SEGD_ERR_NOTFOUND || is_remote(src))
+    if (err != SEGD_ERR_NOTFOUND || segd_dest_is_remote(src))
         goto out;
     err = find_topic_dir(src, topic_url, cap, errstr, n);
     if (!err)
@@ -242,7 +229,7 @@ static segd_err_t load_unit(const char *topic_url, const segd_dest_opts_t *dopts
 {
     char dir[32], url[4400];
     segd_unit_dir_name(dir, sizeof(dir), p);
-    join_url(url, sizeof(url), topic_url, dir);
+    segd_dest_join(url, sizeof(url), topic_url, dir);
     segd_dest_t *d = NULL;
     segd_err_t err = segd_dest_open(&d, url, dopts, errstr, n);
     for (int attempt = 0; !err && attempt < 3; attempt++) {
@@ -378,7 +365,7 @@ static segd_err_t unit_present(const char *topic_url, const segd_dest_opts_t *do
 {
     char dir[32], url[4400];
     segd_unit_dir_name(dir, sizeof(dir), p);
-    join_url(url, sizeof(url), topic_url, dir);
+    segd_dest_join(url, sizeof(url), topic_url, dir);
     segd_dest_t *d = NULL;
     segd_buf_t buf = {0};
     segd_err_t err = segd_dest_open(&d, url, dopts, errstr, n);

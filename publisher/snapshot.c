@@ -47,20 +47,6 @@ segd_ocf_codec_t segd_snapshot_default_codec(segd_snapfmt_t format)
     return format == SEGD_SNAPFMT_NATIVE ? SEGD_OCF_NULL : SEGD_OCF_DEFLATE;
 }
 
-static int is_remote(const char *url)
-{
-    return !strncmp(url, "http://", 7) || !strncmp(url, "https://", 8) ||
-           !strncmp(url, "s3://", 5);
-}
-
-/* base + "/" + name, without doubling a trailing slash of base. */
-static void join_url(char *out, size_t cap, const char *base, const char *name)
-{
-    size_t len = strlen(base);
-    while (len > 1 && base[len - 1] == '/')
-        len--;
-    snprintf(out, cap, "%.*s/%s", (int)len, base, name);
-}
 
 /* ---------- the view's metadata ---------- */
 
@@ -304,9 +290,9 @@ static void read_manifest(segd_dest_t *d, segd_manifest_t *old)
 static segd_err_t unit_open(exporter_t *x, unit_t *u, char *errstr, size_t n)
 {
     char dir[32];
-    int remote = is_remote(x->topic_url);
+    int remote = segd_dest_is_remote(x->topic_url);
     segd_unit_dir_name(dir, sizeof(dir), u->partition);
-    join_url(u->url, sizeof(u->url), x->topic_url, dir);
+    segd_dest_join(u->url, sizeof(u->url), x->topic_url, dir);
     segd_err_t err = segd_dest_open(&u->d, u->url, &x->o->dest, errstr, n);
     if (!err && !remote)
         err = lock_dir(u, errstr, n);
@@ -381,7 +367,7 @@ static segd_err_t unit_publish(const exporter_t *x, unit_t *u, char *errstr, siz
         err = unit_manifest(x, u, &info);
     if (err == SEGD_ERR_NOMEM)
         return segd_errf(err, errstr, n, "out of memory");
-    if (!err && is_remote(x->topic_url)) {
+    if (!err && segd_dest_is_remote(x->topic_url)) {
         err = segd_dest_put_file(u->d, u->name, u->staged, errstr, n);
     } else if (!err) {
         char final[4400];
@@ -492,12 +478,12 @@ static segd_err_t plan_export(exporter_t *x, segd_store_view_t *v, const char *d
                                        sizeof(topic), errstr, n);
     if (err)
         return err;
-    join_url(x->topic_url, sizeof(x->topic_url), dest_url, topic);
+    segd_dest_join(x->topic_url, sizeof(x->topic_url), dest_url, topic);
     err = segd_dest_open(topic_dest, x->topic_url, &x->o->dest, errstr, n);
     if (!err)
         err = segd_snapshot_plan(x->o, x->base.inputs, x->base.n_inputs,
                                  read_topology_p(*topic_dest), &x->plan, errstr, n);
-    if (err || !is_remote(dest_url))
+    if (err || !segd_dest_is_remote(dest_url))
         return err;
     const char *tmp = x->o->tmp_dir ? x->o->tmp_dir : getenv("TMPDIR");
     snprintf(x->staging, sizeof(x->staging), "%s/segd-snapshot-XXXXXX", tmp && *tmp ? tmp : "/tmp");

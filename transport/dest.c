@@ -762,6 +762,20 @@ static void free_secret(char *s)
     free(s);
 }
 
+int segd_dest_is_remote(const char *url)
+{
+    return !strncmp(url, "http://", 7) || !strncmp(url, "https://", 8) ||
+           !strncmp(url, "s3://", 5);
+}
+
+void segd_dest_join(char *out, size_t cap, const char *base, const char *name)
+{
+    size_t len = strlen(base);
+    while (len > 1 && base[len - 1] == '/')
+        len--;
+    snprintf(out, cap, "%.*s/%s", (int)len, base, name);
+}
+
 void segd_dest_close(segd_dest_t *d)
 {
     if (!d)

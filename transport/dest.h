@@ -42,6 +42,11 @@ segd_err_t segd_dest_open(segd_dest_t **out, const char *url, const segd_dest_op
                           char *errstr, size_t errstr_size);
 void segd_dest_close(segd_dest_t *d);
 
+/* Whether url names an http(s):// or s3:// destination (else a directory). */
+int segd_dest_is_remote(const char *url);
+/* base + "/" + name into out, without doubling a trailing slash of base. */
+void segd_dest_join(char *out, size_t cap, const char *base, const char *name);
+
 /* Stores the local file under name. For a directory the file is written to a
  * temporary name and renamed, so a reader never sees a partial object. */
 segd_err_t segd_dest_put_file(segd_dest_t *d, const char *name, const char *local_path,
