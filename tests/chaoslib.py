@@ -145,7 +145,9 @@ class Trial:
                "SEGD_SNAPSHOT_BUCKETS": "4", "SEGD_BATCH_MAX_MESSAGES": "50"}
         env.update(extra or {})
         return self.spawn([self.segd, "run", "--brokers", self.brokers, "--topic", "events",
-                           "--group", group, "--db", db, "-X", "session.timeout.ms=6000"],
+                           "--group", group, "--db", db, "-X", "session.timeout.ms=6000"] +
+                          (["-X", "debug=" + os.environ["CHAOS_KAFKA_DEBUG"]]
+                           if os.environ.get("CHAOS_KAFKA_DEBUG") else []),
                           "run-" + tag + ".log", env)
 
     def get_all(self, db, users):
