@@ -6,16 +6,18 @@ snapshot units to one destination DEST and restoring from it on assignment
 REMOVEs and ERASE_USERs with colliding ids and equal timestamps, plus exact
 duplicates) is produced keyed by user id with murmur2_random, as segd routes:
 
-  1. all three start on empty stores (nothing to restore: they replay);
-  2. each instance in turn is SIGKILLed, its store gets a segment retirement
-     (`segd segments retire`, offline: a store-wide marker that every store
-     of the fleet must get, §3) and it restarts with its store;
-  3. one instance is SIGKILLed and replaced by a new one on an EMPTY store:
-     it must restore its partitions from the units ("restored p=");
-  4. a unit of a partition that only the instance killed next ever held is
-     corrupted, that instance is SIGKILLed and replaced by another new one
-     (restore.retries = 2 everywhere): the unit must be refused ("failed (attempt 2)")
-     and the partition replayed (restore.fallback = replay);
+  1. a, b, c start on empty stores (nothing to restore: they replay);
+  2. the fleet crashes: all three SIGKILLed one after the other, each store
+     gets a segment retirement while stopped (`segd segments retire` is
+     offline; a store-wide marker every store of the fleet needs, §3), all
+     restart with their stores;
+  3. b is SIGKILLed and replaced by b2 on an EMPTY store: it must restore
+     its partitions from the units ("restored p=");
+  4. a and c are SIGKILLed, a unit of a partition b2 never held is
+     corrupted, c is replaced by c2 on an empty store (restore.retries = 2
+     everywhere): whoever gets the partition must refuse the unit ("failed
+     (attempt 2)") and replay it (restore.fallback = replay); then a
+     restarts with its store;
   5. everything catches up (every unit carries its partition's end offset),
      all stop.
 
