@@ -97,3 +97,19 @@ grep -q "restore of events \[1\] failed (attempt 2).*SHA-256.*replaying it" "$tm
   fail "c: no fallback for the corrupt unit"
 grep -q "no snapshot unit for events \[2\]" "$tmp/c.log" || fail "c: missing unit not replayed"
 for p in 0 3; do grep -q "restored p=$p " "$tmp/c.log" || fail "c: no restore of $p"; done
+
+# 4. an instance exporting to the destination it restores from leaves alone
+# a partition it is still restoring (restore.fallback = wait keeps unit 1
+# failing): its exports carry the units it holds offsets for, and unit 1
+# stays the corrupt one rather than becoming an empty unit without its
+# offset, which the retry would then "restore" (tests/fleet.py found this)
+m1=$(cat "$tmp/dest/events/p-00001/manifest.json")
+exports() { grep -c 'snapshot: ' "$tmp/d.log" 2>/dev/null || true; }
+run_until d '[ "$(exports)" -ge 2 ] 2>/dev/null' SEGD_RESTORE_FROM="$tmp/dest" \
+  SEGD_RESTORE_FALLBACK=wait SEGD_SNAPSHOT_TO="$tmp/dest" SEGD_SNAPSHOT_INTERVAL=1
+[ "$(cat "$tmp/dest/events/p-00001/manifest.json")" = "$m1" ] ||
+  fail "d: exported unit 1 while it was restoring it"
+grep -q "restore of events \[1\] failed" "$tmp/d.log" || fail "d: unit 1 not refused"
+grep -q "restored p=1 " "$tmp/d.log" && fail "d: restored unit 1"
+grep -q "snapshot: 3 units" "$tmp/d.log" || fail "d: did not export units 0, 2 and 3"
+echo "restore_cli: ok"

@@ -1,0 +1,411 @@
+#!/usr/bin/python3
+"""The fleet proof of issue 11: three `segd run` instances in one group on a
+12-partition dev broker, each with its own store, exporting per-partition
+snapshot units to one destination DEST and restoring from it on assignment
+(docs/design.md §6, §7), while a random workload (tests/chaoslib.py: UPSERTs,
+REMOVEs and ERASE_USERs with colliding ids and equal timestamps, plus exact
+duplicates) is produced keyed by user id with murmur2_random, as segd routes:
+
+  1. a, b, c start on empty stores (nothing to restore: they replay);
+  2. the fleet crashes: all three SIGKILLed one after the other, each store
+     gets a segment retirement while stopped (`segd segments retire` is
+     offline; a store-wide marker every store of the fleet needs, §3), all
+     restart with their stores;
+  3. b is SIGKILLed and replaced by b2 on an EMPTY store: it must restore
+     its partitions from the units ("restored p=");
+  4. a and c are SIGKILLed, a unit of a partition b2 never held is
+     corrupted, c is replaced by c2 on an empty store (restore.retries = 2
+     everywhere): whoever gets the partition must refuse the unit ("failed
+     (attempt 2)") and replay it (restore.fallback = replay); then a
+     restarts with its store;
+  5. everything catches up (every unit carries its partition's end offset),
+     all stop.
+
+Then, for every user, every final store whose offset for the user's
+partition equals its end offset (the owner's, at least) must equal the
+model, and so must a `segd cache` loaded from the units in DEST tailing the
+change topic. Units must always carry their partition's input offset.
+
+usage: fleet.py SEGD_BIN [--trials N] [--users U] [--events E] [--seed S] [--keep]
+Prints one line per trial; exit 0 iff every trial was exact.
+"""
+import argparse, glob, json, os, random, re, shutil, signal, subprocess, sys, tempfile
+import threading, time
+
+from confluent_kafka import Consumer, TopicPartition
+
+from chaoslib import NOW_S, Trial, model, workload
+
+PARTITIONS = 12
+RETIRED_IDS = (3, 7)
+RETIRED_BEFORE_MS = (NOW_S - 86400) * 1000  # half of the workload's timestamps
+PRODUCER = {"partitioner": "murmur2_random"}  # segd's input.partitioner default
+
+
+class Failed(Exception):
+    pass
+
+
+def with_duplicates(rnd, events, share=0.1):
+    """The events, and a share of them again (exact duplicates), shuffled."""
+    out = list(events) + [rnd.choice(events) for _ in range(int(len(events) * share))]
+    rnd.shuffle(out)
+    return out
+
+
+class Fleet:
+    def __init__(self, t, rnd):
+        self.t, self.rnd = t, rnd
+        self.dest = os.path.join(t.dir, "dest")
+        self.units = os.path.join(self.dest, "events")
+        self.live = {}  # name -> (Popen, db)
+        self.producing = None
+        self.stopping = False
+        self.t0, self.times = time.time(), []
+
+    def phase(self, name):
+        """Notes how long the phase that ends took (printed per trial)."""
+        now = time.time()
+        self.times.append("%s %.0fs" % (name, now - self.t0))
+        self.t0 = now
+
+    def start(self, name, db, extra=None):
+        env = {"SEGD_RESTORE_FROM": self.dest, "SEGD_SNAPSHOT_INTERVAL": "1",
+               "SEGD_RESTORE_RETRIES": "2"}
+        env.update(extra or {})
+        p = self.t.run(db, name, env, group="fleet", snapshot_to=self.dest)
+        self.live[name] = (p, db)
+
+    def kill(self, name):
+        p, db = self.live.pop(name)
+        p.send_signal(signal.SIGKILL)
+        p.wait()
+        self.t.fault("sigkill")
+        return db
+
+    def log(self, name):
+        try:
+            with open(os.path.join(self.t.dir, "run-%s.log.err" % name)) as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def produce_in_background(self, events, seconds):
+        """Produces the events spread over about `seconds` while the caller
+        injects faults."""
+        def body():
+            chunks = max(1, int(seconds / 0.25))
+            step = (len(events) + chunks - 1) // chunks
+            try:
+                for i in range(0, len(events), step):
+                    if self.stopping:
+                        return
+                    self.t.produce(events[i:i + step], PRODUCER)
+                    time.sleep(0.25)
+            except Exception as e:  # noqa: BLE001 (reported by wait_produced)
+                self.produce_error = e
+        self.produce_error = None
+        self.producing = threading.Thread(target=body)
+        self.producing.start()
+
+    def wait_produced(self):
+        self.producing.join()
+        if self.produce_error:
+            raise Failed("produce: %s" % self.produce_error)
+
+    def manifests(self):
+        out = {}
+        for f in glob.glob(os.path.join(self.units, "p-*", "manifest.json")):
+            try:
+                with open(f) as fh:
+                    m = json.load(fh)
+            except (OSError, ValueError):  # being replaced
+                continue
+            out[m["partition"]] = m
+        return out
+
+    def wait_for(self, what, cond, seconds):
+        deadline = time.time() + seconds
+        while time.time() < deadline:
+            for name, (p, _) in self.live.items():
+                if p.poll() is not None:
+                    raise Failed("%s exited (%d) while waiting for %s" % (name, p.returncode,
+                                                                         what))
+            if cond():
+                return
+            time.sleep(0.25)
+        raise Failed("timed out waiting for " + what)
+
+
+def unit_offset(m):
+    for i in m.get("input_offsets", []):
+        if i.get("topic") == "events" and i.get("partition") == m["partition"]:
+            return i["next_offset"]
+    return None
+
+
+def check_units_have_offsets(fl):
+    """A unit without its partition's input offset (a partition exported
+    while it was still being restored) would hide the partition's data."""
+    bad = [p for p, m in fl.manifests().items() if unit_offset(m) is None]
+    if bad:
+        raise Failed("units without their input offset: %s" % bad)
+
+
+def end_offsets(brokers):
+    c = Consumer({"bootstrap.servers": brokers, "group.id": "fleet-check"})
+    try:
+        return {p: c.get_watermark_offsets(TopicPartition("events", p), timeout=10)[1]
+                for p in range(PARTITIONS)}
+    finally:
+        c.close()
+
+
+def partition_of(segd, brokers, users):
+    """user -> partition, as segd computes it (`segd owner`)."""
+    out = subprocess.run([segd, "owner", "--brokers", brokers, "--topic", "events"] +
+                         sorted(users), capture_output=True, text=True, check=True)
+    parts = {}
+    for line in out.stdout.splitlines():
+        m = re.match(r"(\S+) partition=(\d+)", line)
+        if m:
+            parts[m.group(1)] = int(m.group(2))
+    if set(parts) != set(users):
+        raise Failed("segd owner answered for %d of %d users" % (len(parts), len(users)))
+    return parts
+
+
+def corrupt_one(fl, p):
+    files = glob.glob(os.path.join(fl.units, "p-%05d" % p, "*.avro"))
+    if not files:
+        raise Failed("unit %d has no file to corrupt" % p)
+    with open(files[0], "r+b") as f:
+        b = bytearray(f.read())
+        b[len(b) // 2] ^= 0xFF
+        f.seek(0)
+        f.write(b)
+
+
+def trial(t, args, seed):
+    rnd = random.Random(seed)
+    phases = [with_duplicates(rnd, workload(seed * 10 + i, args.users, args.events))
+              for i in range(4)]
+    retired = {sid: RETIRED_BEFORE_MS for sid in RETIRED_IDS}
+    want = model([ev for ph in phases for ev in ph], retired)
+    t.broker(PARTITIONS)
+    fl = t.fleet = Fleet(t, rnd)
+    try:
+        return phases_and_checks(t, fl, rnd, phases, want)
+    finally:  # the producer ends before the broker stops
+        fl.stopping = True
+        if fl.producing:
+            fl.producing.join()
+
+
+def phases_and_checks(t, fl, rnd, phases, want):
+    dbs = {n: os.path.join(t.dir, "db-" + n) for n in ("a", "b", "c", "b2", "c2")}
+
+    # 1. three instances on empty stores
+    for n in ("a", "b", "c"):
+        fl.start(n, dbs[n])
+    fl.produce_in_background(phases[0], 2)
+    fl.wait_produced()
+    fl.phase("start")
+
+    # 2. the fleet crashes: all three SIGKILLed, the retirement goes to
+    # every store while it is stopped (a store-wide marker, §3: each store
+    # of the fleet needs it), all restart with their stores
+    fl.produce_in_background(phases[1], 3)
+    crashed = []
+    for n in ("a", "b", "c"):
+        time.sleep(rnd.uniform(0.1, 0.8))
+        crashed.append((n, fl.kill(n)))
+    for n, db in crashed:
+        subprocess.run([t.segd, "segments", "retire", "--db", db, "--before-ms",
+                        str(RETIRED_BEFORE_MS)] + [str(i) for i in RETIRED_IDS],
+                       check=True, capture_output=True)
+        fl.start(n, db)
+    fl.wait_produced()
+    ret = sorted(RETIRED_IDS)
+    fl.wait_for("every unit to carry the retirement",
+                lambda: len(fl.manifests()) == PARTITIONS and all(
+                    sorted(r["segment_id"] for r in m.get("retirements", [])) == ret
+                    for m in fl.manifests().values()), 60)
+    check_units_have_offsets(fl)
+    fl.phase("crash")
+
+    # 3. b replaced by a new instance on an empty store: it restores
+    fl.produce_in_background(phases[2], 3)
+    time.sleep(rnd.uniform(0.2, 1.5))
+    fl.kill("b")
+    fl.start("b2", dbs["b2"])
+    fl.wait_for("b2 to restore a partition", lambda: "restored p=" in fl.log("b2"), 60)
+    fl.wait_produced()
+    check_units_have_offsets(fl)
+    fl.phase("replacement")
+
+    # 4. a and c SIGKILLed; a unit corrupted, of a partition b2 has never
+    # held: b2 began empty with restore.from, so it holds offsets exactly of
+    # the partitions its log says it restored or replayed. With a and c
+    # gone, the partition goes to b2 or to c2 (a new instance on an empty
+    # store), which must restore it, refuse the unit and replay it. Then a
+    # restarts with its store.
+    fl.produce_in_background(phases[3], 4)
+    time.sleep(rnd.uniform(0.2, 1.0))
+    fl.kill("a")
+    fl.kill("c")
+    free = sorted(set(range(PARTITIONS)) - held_partitions(fl.log("b2")))
+    if not free:
+        raise Failed("b2 has held every partition: nothing to corrupt")
+    bad_p = rnd.choice(free)
+    corrupt_one(fl, bad_p)
+    t.fault("corrupt unit")
+    fl.start("c2", dbs["c2"])
+    fallback = re.compile(r"restore of events \[%d\] failed \(attempt 2\): .*; replaying it "
+                          r"from input.offset.reset" % bad_p)
+    fl.wait_for("the fallback for corrupt unit %d" % bad_p,
+                lambda: any(fallback.search(fl.log(n)) for n in fl.live), 60)
+    if not any(re.search(r"restore of events \[%d\] failed \(attempt 1\)" % bad_p, fl.log(n))
+               for n in fl.live):
+        raise Failed("no first failed attempt for unit %d" % bad_p)
+    fl.start("a", dbs["a"])
+    fl.wait_produced()
+    fl.phase("corrupt unit")
+
+    # 5. everything caught up: every unit carries its partition's end offset
+    ends = end_offsets(t.brokers)
+    fl.wait_for("every unit at its end offset",
+                lambda: {p: unit_offset(m) for p, m in fl.manifests().items()} == ends, 90)
+    check_units_have_offsets(fl)
+    if re.search(r"restored p=\d+ .*offset -1\)", "".join(fl.log(n) for n in dbs)):
+        raise Failed("a unit without its offset was restored")
+    final = dict(fl.live)
+    for name, (p, _) in final.items():
+        p.send_signal(signal.SIGTERM)
+    for name, (p, _) in final.items():
+        if p.wait(timeout=60) != 0:
+            raise Failed("%s exited with %d" % (name, p.returncode))
+    fl.live.clear()
+    fl.phase("catch up")
+    stores = check_stores(t, final, ends, want)
+    fl.phase("stores")
+    if stores:
+        dump_topics(t, stores[:5])
+    cache = check_cache(t, fl, want)
+    fl.phase("cache")
+    return stores, cache
+
+
+def held_partitions(log):
+    """Partitions a store that began empty holds offsets for (or will)."""
+    return {int(m) for m in re.findall(r"events \[(\d+)\](?: has no stored offset|: no restore)",
+                                       log)}
+
+
+def check_stores(t, final, ends, want):
+    """Users whose owner's store (every final store at the partition's end
+    offset) differs from the model."""
+    parts = partition_of(t.segd, t.brokers, want)
+    at_end = {p: [] for p in range(PARTITIONS)}
+    for name, (_, db) in final.items():
+        out = subprocess.run([t.segd, "offsets", "show", "--db", db, "--json"],
+                             capture_output=True, text=True, check=True)
+        for o in json.loads(out.stdout)["offsets"]:
+            if o["topic"] == "events" and o["next_offset"] == ends[o["partition"]]:
+                at_end[o["partition"]].append(db)
+    if any(not v for v in at_end.values()):
+        raise Failed("partitions no final store holds at their end offset: %s" %
+                     [p for p, v in at_end.items() if not v])
+    bad = set()
+    for db in {db for _, db in final.values()}:
+        mine = {u: s for u, s in want.items() if db in at_end[parts[u]]}
+        if not mine:  # e.g. a restarted instance the group gave nothing
+            continue
+        got = t.get_all(db, mine)
+        if got is None:
+            raise Failed("segd get failed on " + db)
+        bad |= {u for u in mine if got.get(u) != mine[u]}
+    return sorted(bad)
+
+
+def dump_topics(t, users):
+    """For a failed trial: the input messages and change deltas of some
+    users, with their partitions and offsets (changes.txt in the trial)."""
+    import io
+    import avro.io
+    import avro.schema
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "schemas")
+    dec = {n: avro.io.DatumReader(avro.schema.parse(open(os.path.join(src, n + ".avsc")).read()))
+           for n in ("change_event", "segment_event")}
+    c = Consumer({"bootstrap.servers": t.brokers, "group.id": "fleet-dump",
+                  "auto.offset.reset": "earliest", "enable.auto.commit": False})
+    c.subscribe(["events", "segments.changes"])
+    out, quiet = [], time.time() + 5
+    while time.time() < quiet:
+        m = c.poll(0.5)
+        if m is None or m.error() or m.key() is None or m.key().decode() not in users:
+            continue
+        quiet = time.time() + 3
+        v = m.value()
+        name = "change_event" if m.topic() == "segments.changes" else "segment_event"
+        try:
+            body = v[10:] if v[:2] == b"\xc3\x01" else v
+            d = dec[name].read(avro.io.BinaryDecoder(io.BytesIO(body)))
+        except Exception as e:  # noqa: BLE001 (a dump for a human)
+            d = "undecodable: %s" % e
+        out.append("%s [%d] @%d %s %s" % (m.topic(), m.partition(), m.offset(), m.key().decode(), d))
+    c.close()
+    with open(os.path.join(t.dir, "changes.txt"), "w") as f:
+        f.write("\n".join(sorted(out)) + "\n")
+
+
+def check_cache(t, fl, want):
+    """Users a cache of every unit in DEST tailing the change topic gets
+    wrong."""
+    p, port = t.cache(fl.dest, False)
+    try:
+        return t.cache_equals(port, want, time.time() + 60)
+    finally:
+        p.terminate()
+        p.wait(timeout=10)
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("segd")
+    ap.add_argument("--trials", type=int, default=1)
+    ap.add_argument("--users", type=int, default=300)
+    ap.add_argument("--events", type=int, default=300, help="events per phase")
+    ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--keep", action="store_true", help="keep trial directories")
+    args = ap.parse_args()
+    work = tempfile.mkdtemp(prefix="segd-fleet-")
+    exact = 0
+    for i in range(args.trials):
+        seed = args.seed * 1000 + i
+        t = Trial(args.segd, work, args, "fleet")
+        t0 = time.time()
+        try:
+            store_diff, cache_diff = trial(t, args, seed)
+            ok = not store_diff and not cache_diff
+            why = "store diff %d users %s, cache diff %d users %s" % (
+                len(store_diff), store_diff[:3], len(cache_diff), cache_diff[:3])
+        except Failed as e:
+            ok, why = False, str(e)
+        finally:
+            t.stop_all()
+        exact += ok
+        print("trial %d fleet seed=%d: %s in %.0f s (faults %s; phases %s)%s" %
+              (i, seed, "EXACT" if ok else "NOT EXACT", time.time() - t0,
+               json.dumps(t.faults), ", ".join(getattr(t, "fleet", None) and t.fleet.times or []),
+               "" if ok else ": %s dir=%s" % (why, t.dir)), flush=True)
+        if ok and not args.keep:
+            shutil.rmtree(t.dir, ignore_errors=True)
+    print("fleet: %d of %d trials exact" % (exact, args.trials))
+    if exact == args.trials and not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    sys.exit(0 if exact == args.trials else 1)
+
+
+if __name__ == "__main__":
+    main()
