@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The test command: installs dependencies if missing, builds (warnings are
 # errors), runs the suite under ctest (but its four slowest tests), then the
-# whole suite under ASan+UBSan (but the chaos trials: processes killed at
+# whole suite under ASan+UBSan (but the chaos and fleet trials: processes killed at
 # random, already run above), then the threaded tests under ThreadSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,7 +23,7 @@ cmake --build build-asan -j"$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
    LSAN_OPTIONS=suppressions="$PWD/../tests/lsan.supp" \
    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-   ctest --output-on-failure -j"$jobs" -E '^chaos$')
+   ctest --output-on-failure -j"$jobs" -E '^(chaos|fleet)$')
 # ThreadSanitizer: the unit tests (edge cache shards, RocksDB's threads in the
 # merge operator and filter) and snapshot_cli (the exporter's lanes). Tests
 # labelled kafka are left out (CMakeLists.txt: librdkafka's C11 threads are
