@@ -179,10 +179,18 @@ static segd_err_t restore_unit(segd_restorer_t *r, const job_t *j, char *errstr,
 
 /* ---------- the worker ---------- */
 
+/* Decided under the lock, where begin and cancel decide too: a job
+ * cancelled is CANCELLED, but one cancelled and assigned again since the
+ * worker looked (begin cleared the flag) goes back in the queue instead of
+ * ending as "no restore" while its partition waits for it. */
 static void finish_job(segd_restorer_t *r, job_t *j, job_state_t state)
 {
     pthread_mutex_lock(&r->lock);
-    j->state = j->cancel ? JOB_CANCELLED : state;
+    if (j->cancel)
+        state = JOB_CANCELLED;
+    else if (state == JOB_CANCELLED)
+        state = JOB_QUEUED;
+    j->state = state;
     if (state == JOB_REPLAY)
         r->st.replayed++;
     pthread_mutex_unlock(&r->lock);
@@ -237,17 +245,24 @@ static void run_job(segd_restorer_t *r, job_t *j)
         pthread_mutex_lock(&r->lock);
         r->st.failures++;
         pthread_mutex_unlock(&r->lock);
-        int give_up = r->o.fallback_replay && attempt >= r->o.retries;
+        /* once this store's W has started, a replay from the beginning would
+         * dead-letter as too_late every event older than its floor: history
+         * lost for good (and exported over the good unit); waiting is safe */
+        int w_started = segd_store_gc_watermark(r->store) > 0;
+        int give_up = r->o.fallback_replay && attempt >= r->o.retries && !w_started;
         fprintf(stderr, "segd: restore of %s [%" PRId32 "] failed (attempt %d): %s%s\n",
                 j->topic, j->partition, attempt, err,
                 give_up ? "; replaying it from input.offset.reset (restore.fallback = replay)"
-                        : "; partition paused, retrying");
+                : w_started && r->o.fallback_replay && attempt >= r->o.retries
+                    ? "; partition paused, retrying: no replay fallback once the store's GC "
+                      "watermark has started (older history would be refused as too_late)"
+                    : "; partition paused, retrying");
         if (give_up) {
             finish_job(r, j, JOB_REPLAY);
             return;
         }
         if (!pause_ms(r, j, wait)) {
-            if (j->cancel)
+            if (!r->stop) /* cancelled (or cancelled and assigned again: requeued) */
                 finish_job(r, j, JOB_CANCELLED);
             return;
         }

@@ -357,6 +357,28 @@ static segd_err_t unit_manifest(const exporter_t *x, unit_t *u, const segd_ocf_i
     return oom ? SEGD_ERR_NOMEM : SEGD_OK;
 }
 
+static int64_t input_offset(const segd_manifest_t *m, int32_t partition)
+{
+    for (size_t i = 0; i < m->n_inputs; i++)
+        if (m->inputs[i].partition == partition && m->topic && m->inputs[i].topic &&
+            !strcmp(m->inputs[i].topic, m->topic))
+            return m->inputs[i].offset;
+    return -1;
+}
+
+/* A unit never goes back: one further along its input (another member's,
+ * newer, or this store's before it replayed the partition from its
+ * beginning) stays, rather than restores and caches loading less. */
+static segd_err_t check_not_behind(const unit_t *u, char *errstr, size_t n)
+{
+    int64_t was = input_offset(&u->old, u->partition), now = input_offset(&u->m, u->partition);
+    if (was > now)
+        return segd_errf(SEGD_ERR_INVALID, errstr, n,
+                         "the destination's unit is further along its input (offset %" PRId64
+                         " > %" PRId64 "): kept", was, now);
+    return SEGD_OK;
+}
+
 /* File, then manifest (replacing the previous one in one step). */
 static segd_err_t unit_publish(const exporter_t *x, unit_t *u, char *errstr, size_t n)
 {
@@ -367,6 +389,8 @@ static segd_err_t unit_publish(const exporter_t *x, unit_t *u, char *errstr, siz
         err = unit_manifest(x, u, &info);
     if (err == SEGD_ERR_NOMEM)
         return segd_errf(err, errstr, n, "out of memory");
+    if (!err && (err = check_not_behind(u, errstr, n)))
+        return err;
     if (!err && segd_dest_is_remote(x->topic_url)) {
         err = segd_dest_put_file(u->d, u->name, u->staged, errstr, n);
     } else if (!err) {

@@ -295,6 +295,16 @@ grep -q "snapshot: 2 units of in (5 partitions, murmur2_random)" "$tmp/out" ||
   fail "unit directories: $(ls "$tmp/byoff/in")"
 grep -q '"next_offset": 20' "$tmp/byoff/in/p-00004/manifest.json" || fail "p-00004's offset"
 grep -q '"next_offset": 10' "$tmp/byoff/in/p-00004/manifest.json" && fail "p-00001's offset in p-00004"
+# a unit never goes back along its input: the store rewound to 4:5 (as a
+# store replaying the partition from its beginning would be) keeps unit 4
+cp -r "$tmp/dbo" "$tmp/dbr"
+"$segd" offsets set --db "$tmp/dbr" --topic in 4:5 >/dev/null
+if "$segd" snapshot export --db "$tmp/dbr" --to "$tmp/byoff" --now $now > "$tmp/out" 2>&1
+then fail "a unit behind the destination's replaced it"; fi
+grep -q "p-00004.*further along its input (offset 20 > 5): kept" "$tmp/out" ||
+  fail "kept unit not named: $(cat "$tmp/out")"
+grep -q '"next_offset": 20' "$tmp/byoff/in/p-00004/manifest.json" || fail "unit 4 went back"
+grep -q '"next_offset": 10' "$tmp/byoff/in/p-00001/manifest.json" || fail "unit 1 not exported"
 if "$segd" snapshot verify "$tmp/byoff" > "$tmp/out"; then fail "3 of 5 units missing, yet valid"; fi
 grep -q "^p-00000: invalid: missing" "$tmp/out" || fail "missing unit named: $(cat "$tmp/out")"
 "$segd" snapshot export --db "$tmp/dbo" --to "$tmp/byoff8" --partition-count 8 \
