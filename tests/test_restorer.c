@@ -1,0 +1,187 @@
+/* Tests for app/restorer.c (issue 11, restore on assignment): a unit is
+ * loaded and its offset set (DONE); no unit means REPLAY at once; a corrupt
+ * unit is retried restore.retries times and then replayed by a store whose
+ * GC watermark has not started, but never by one whose W has (a replay
+ * would refuse its old history as too_late): that one keeps trying; a
+ * cancelled job stops and is requeued by the next begin. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include <cmocka.h>
+
+#include "app/app.h"
+#include "app/restorer.h"
+#include "consumer/apply.h"
+#include "publisher/snapshot.h"
+#include "store/store.h"
+
+#define NOW 1800000000000LL
+#define TOPIC "events"
+#define PARTS 2
+
+static segd_store_t *open_store(const char *dir, int64_t now_ms)
+{
+    segd_store_opts_t o;
+    segd_app_store_opts(&o);
+    o.path = dir;
+    o.now_ms = now_ms;
+    o.block_cache_mb = 8;
+    o.min_free_mb = 0;
+    segd_store_t *s = NULL;
+    char err[256];
+    if (segd_store_open(&s, &o, err, sizeof(err)) != SEGD_OK)
+        fail_msg("open %s: %s", dir, err);
+    return s;
+}
+
+static void sleep_ms(int ms)
+{
+    struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
+    nanosleep(&t, NULL);
+}
+
+/* A source store with 50 users and offsets for both partitions, exported
+ * as units under root/units; returns that directory's path in out. */
+static void make_units(const char *root, char *out, size_t cap)
+{
+    char dir[256], err[512];
+    snprintf(dir, sizeof(dir), "%s/src", root);
+    segd_store_t *s = open_store(dir, NOW);
+    segd_applier_t ap;
+    assert_int_equal(segd_applier_init(&ap, s), SEGD_OK);
+    segd_profile_t p;
+    segd_profile_init(&p);
+    segd_buf_t op = {0};
+    for (int u = 0; u < 50; u++) {
+        char uid[32];
+        snprintf(uid, sizeof(uid), "user-%d", u);
+        segd_profile_clear(&p);
+        segd_entry_t e = {.segment_id = u, .ts_ms = NOW - 1000, .expiry_s = NOW / 1000 + 86400};
+        assert_int_equal(segd_profile_push(&p, &e), SEGD_OK);
+        assert_int_equal(segd_record_encode(&p, &op), SEGD_OK);
+        assert_int_equal(segd_applier_add_operand(&ap, uid, strlen(uid), op.data, op.len, 1,
+                                                  NULL, -1, -1, NOW),
+                         SEGD_OK);
+    }
+    for (int32_t part = 0; part < PARTS; part++)
+        segd_batch_set_offset(ap.batch, TOPIC, part, 100 + part);
+    assert_int_equal(segd_applier_flush(&ap, err, sizeof(err)), SEGD_OK);
+    segd_applier_free(&ap);
+    segd_profile_free(&p);
+    segd_buf_free(&op);
+    snprintf(out, cap, "%s/units", root);
+    segd_snapshot_opts_t o;
+    segd_snapshot_opts_default(&o);
+    o.topic = TOPIC;
+    o.partition_count = PARTS;
+    segd_manifest_t m;
+    if (segd_snapshot_export(s, out, &o, &m, NULL, err, sizeof(err)))
+        fail_msg("export: %s", err);
+    segd_manifest_free(&m);
+    segd_store_close(s);
+}
+
+/* Flips a byte in the middle of partition p's unit file. */
+static void corrupt_unit(const char *units, int32_t p)
+{
+    char cmd[600];
+    snprintf(cmd, sizeof(cmd),
+             "f=$(ls %s/" TOPIC "/p-%05d/*.avro | head -1) && "
+             "python3 -c \"import sys;b=bytearray(open(sys.argv[1],'rb').read());"
+             "b[len(b)//2]^=0xFF;open(sys.argv[1],'wb').write(b)\" \"$f\"",
+             units, (int)p);
+    assert_int_equal(system(cmd), 0);
+}
+
+static segd_restore_state_t wait_state(segd_restorer_t *r, int32_t p, int ms)
+{
+    segd_restore_state_t s = SEGD_RESTORE_RUNNING;
+    for (int i = 0; i < ms / 20 && s == SEGD_RESTORE_RUNNING; i++) {
+        sleep_ms(20);
+        s = segd_restorer_state(r, TOPIC, p);
+    }
+    return s;
+}
+
+static segd_restorer_t *restorer(segd_store_t *s, const char *units, int retries)
+{
+    segd_restorer_opts_t o;
+    segd_restorer_opts_default(&o);
+    o.from = units;
+    o.retries = retries;
+    o.retry_max_ms = 20;
+    segd_restorer_t *r = NULL;
+    char err[256];
+    if (segd_restorer_new(&r, s, &o, err, sizeof(err)))
+        fail_msg("restorer: %s", err);
+    return r;
+}
+
+static void test_done_replay_and_fallback(void **state)
+{
+    (void)state;
+    char root[] = "/tmp/segd-test-restorer-XXXXXX", units[300], db[300], err[256];
+    assert_non_null(mkdtemp(root));
+    make_units(root, units, sizeof(units));
+    snprintf(db, sizeof(db), "%s/dst", root);
+    segd_store_t *s = open_store(db, NOW);
+    segd_restorer_t *r = restorer(s, units, 2);
+    /* a good unit: loaded, offset set */
+    assert_int_equal(segd_restorer_begin(r, TOPIC, 0, PARTS), 0);
+    assert_int_equal(wait_state(r, 0, 20000), SEGD_RESTORE_DONE);
+    int64_t off = 0;
+    assert_int_equal(segd_store_offset_get(s, TOPIC, 0, &off, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(off, 100);
+    /* another partition count: no usable unit, replay at once */
+    assert_int_equal(segd_restorer_begin(r, TOPIC, 1, PARTS + 1), 0);
+    assert_int_equal(wait_state(r, 1, 20000), SEGD_RESTORE_REPLAY);
+    /* corrupt: two attempts, then replay (this store's W has not started) */
+    corrupt_unit(units, 1);
+    assert_int_equal(segd_restorer_begin(r, TOPIC, 1, PARTS), 0);
+    assert_int_equal(wait_state(r, 1, 20000), SEGD_RESTORE_REPLAY);
+    segd_restorer_stats_t st;
+    segd_restorer_get_stats(r, &st);
+    assert_int_equal(st.failures, 2);
+    assert_int_equal(segd_store_offset_get(s, TOPIC, 1, &off, err, sizeof(err)),
+                     SEGD_ERR_NOTFOUND);
+    segd_restorer_destroy(r);
+    segd_store_close(s);
+    /* the same store once its W has started: it keeps trying */
+    s = open_store(db, NOW + 30LL * 86400000);
+    assert_int_equal(segd_store_compact(s, err, sizeof(err)), SEGD_OK);
+    assert_true(segd_store_gc_watermark(s) > 0);
+    r = restorer(s, units, 2);
+    assert_int_equal(segd_restorer_begin(r, TOPIC, 1, PARTS), 0);
+    for (int i = 0; i < 500; i++) { /* well past the retries */
+        segd_restorer_get_stats(r, &st);
+        if (st.failures >= 6)
+            break;
+        sleep_ms(20);
+    }
+    assert_true(st.failures >= 6);
+    assert_int_equal(segd_restorer_state(r, TOPIC, 1), SEGD_RESTORE_RUNNING);
+    /* revoked: the job stops; assigned again: it runs again */
+    segd_restorer_cancel(r, TOPIC, 1);
+    assert_int_equal(wait_state(r, 1, 20000), SEGD_RESTORE_NONE);
+    assert_int_equal(segd_restorer_begin(r, TOPIC, 1, PARTS), 0);
+    assert_int_equal(segd_restorer_state(r, TOPIC, 1), SEGD_RESTORE_RUNNING);
+    segd_restorer_destroy(r);
+    segd_store_close(s);
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
+    assert_int_equal(system(cmd), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_done_replay_and_fallback),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
