@@ -18,7 +18,7 @@ pids=()
 cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$tmp"
+  [ -n "${KEEP:-}" ] || rm -rf "$tmp"
 }
 trap cleanup EXIT
 fail() {
@@ -104,12 +104,12 @@ for p in 0 3; do grep -q "restored p=$p " "$tmp/c.log" || fail "c: no restore of
 # stays the corrupt one rather than becoming an empty unit without its
 # offset, which the retry would then "restore" (tests/fleet.py found this)
 m1=$(cat "$tmp/dest/events/p-00001/manifest.json")
-exports() { grep -c 'snapshot: ' "$tmp/d.log" 2>/dev/null || true; }
-run_until d '[ "$(exports)" -ge 2 ] 2>/dev/null' SEGD_RESTORE_FROM="$tmp/dest" \
+# partition 2 replays: it is exported once its first batch gave it an offset
+exports() { grep -c 'snapshot: 3 units' "$tmp/d.log" 2>/dev/null || true; }
+run_until d '[ "$(exports)" -ge 1 ] 2>/dev/null' SEGD_RESTORE_FROM="$tmp/dest" \
   SEGD_RESTORE_FALLBACK=wait SEGD_SNAPSHOT_TO="$tmp/dest" SEGD_SNAPSHOT_INTERVAL=1
 [ "$(cat "$tmp/dest/events/p-00001/manifest.json")" = "$m1" ] ||
   fail "d: exported unit 1 while it was restoring it"
 grep -q "restore of events \[1\] failed" "$tmp/d.log" || fail "d: unit 1 not refused"
 grep -q "restored p=1 " "$tmp/d.log" && fail "d: restored unit 1"
-grep -q "snapshot: 3 units" "$tmp/d.log" || fail "d: did not export units 0, 2 and 3"
 echo "restore_cli: ok"
