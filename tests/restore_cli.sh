@@ -104,9 +104,10 @@ for p in 0 3; do grep -q "restored p=$p " "$tmp/c.log" || fail "c: no restore of
 # stays the corrupt one rather than becoming an empty unit without its
 # offset, which the retry would then "restore" (tests/fleet.py found this)
 m1=$(cat "$tmp/dest/events/p-00001/manifest.json")
-# partition 2 replays: it is exported once its first batch gave it an offset
-exports() { grep -c 'snapshot: 3 units' "$tmp/d.log" 2>/dev/null || true; }
-run_until d '[ "$(exports)" -ge 1 ] 2>/dev/null' SEGD_RESTORE_FROM="$tmp/dest" \
+# (which other units an export carries depends on how far partition 2's
+# replay got: not asserted)
+exports() { grep -c 'snapshot: [0-9]* units' "$tmp/d.log" 2>/dev/null || true; }
+run_until d '[ "$(exports)" -ge 2 ] 2>/dev/null' SEGD_RESTORE_FROM="$tmp/dest" \
   SEGD_RESTORE_FALLBACK=wait SEGD_SNAPSHOT_TO="$tmp/dest" SEGD_SNAPSHOT_INTERVAL=1
 [ "$(cat "$tmp/dest/events/p-00001/manifest.json")" = "$m1" ] ||
   fail "d: exported unit 1 while it was restoring it"
