@@ -1,7 +1,6 @@
 /* Restore on assignment: the worker and its jobs (app/restorer.h). */
 #include "app/restorer.h"
 
-#include <errno.h>
 #include <stdatomic.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -24,6 +23,10 @@ typedef struct job {
     int32_t partitions; /* the topic's count when assigned */
     job_state_t state;
     _Atomic int cancel;   /* revoked: the load and its retries stop */
+    int attempt;          /* failed attempts since begin */
+    int64_t wait_ms;      /* the next backoff */
+    int64_t not_before;   /* a QUEUED job after a failure: its retry's time
+                             (segd_mono_s ms); 0 = at once */
 } job_t;
 
 struct segd_restorer {
@@ -179,95 +182,115 @@ static segd_err_t restore_unit(segd_restorer_t *r, const job_t *j, char *errstr,
 
 /* ---------- the worker ---------- */
 
+static int64_t mono_ms(void) { return (int64_t)(segd_mono_s() * 1000.0); }
+
 /* Decided under the lock, where begin and cancel decide too: a job
  * cancelled is CANCELLED, but one cancelled and assigned again since the
  * worker looked (begin cleared the flag) goes back in the queue instead of
- * ending as "no restore" while its partition waits for it. */
-static void finish_job(segd_restorer_t *r, job_t *j, job_state_t state)
+ * ending as "no restore" while its partition waits for it. JOB_QUEUED with
+ * retry_at > 0 is a failed attempt to be tried again then. */
+static void finish_job(segd_restorer_t *r, job_t *j, job_state_t state, int64_t retry_at)
 {
     pthread_mutex_lock(&r->lock);
     if (j->cancel)
         state = JOB_CANCELLED;
     else if (state == JOB_CANCELLED)
-        state = JOB_QUEUED;
+        state = JOB_QUEUED, retry_at = 0;
     j->state = state;
+    j->not_before = state == JOB_QUEUED ? retry_at : 0;
     if (state == JOB_REPLAY)
         r->st.replayed++;
     pthread_mutex_unlock(&r->lock);
 }
 
-/* Sleeps up to ms unless stopped or cancelled; returns 0 then. */
-static int pause_ms(segd_restorer_t *r, const job_t *j, int64_t ms)
+/* A failed attempt: logged, then the fallback or a retry after backoff.
+ * The retry goes back in the queue rather than sleeping here, so that one
+ * failing unit (restore.fallback = wait keeps it failing for as long as it
+ * takes) never holds up the restores of the other partitions. */
+static void job_failed(segd_restorer_t *r, job_t *j, const char *err)
 {
+    pthread_mutex_lock(&r->lock);
+    r->st.failures++;
+    pthread_mutex_unlock(&r->lock);
+    int attempt = ++j->attempt;
+    /* once this store's W has started, a replay from the beginning would
+     * dead-letter as too_late every event older than its floor: history
+     * lost for good (and exported over the good unit); waiting is safe */
+    int w_started = segd_store_gc_watermark(r->store) > 0;
+    int give_up = r->o.fallback_replay && attempt >= r->o.retries && !w_started;
+    fprintf(stderr, "segd: restore of %s [%" PRId32 "] failed (attempt %d): %s%s\n",
+            j->topic, j->partition, attempt, err,
+            give_up ? "; replaying it from input.offset.reset (restore.fallback = replay)"
+            : w_started && r->o.fallback_replay && attempt >= r->o.retries
+                ? "; partition paused, retrying: no replay fallback once the store's GC "
+                  "watermark has started (older history would be refused as too_late)"
+                : "; partition paused, retrying");
+    if (give_up) {
+        finish_job(r, j, JOB_REPLAY, 0);
+        return;
+    }
+    int64_t at = mono_ms() + j->wait_ms;
+    j->wait_ms = j->wait_ms * 2 > r->o.retry_max_ms ? r->o.retry_max_ms : j->wait_ms * 2;
+    finish_job(r, j, JOB_QUEUED, at > 0 ? at : 1);
+}
+
+/* One attempt at the job's unit. */
+static void run_job(segd_restorer_t *r, job_t *j)
+{
+    char err[512];
+    if (j->cancel) {
+        finish_job(r, j, JOB_CANCELLED, 0);
+        return;
+    }
+    segd_err_t e = restore_unit(r, j, err, sizeof(err));
+    if (!e) {
+        finish_job(r, j, JOB_DONE, 0);
+    } else if (e == SEGD_ERR_NOTFOUND) {
+        fprintf(stderr, "segd: no snapshot unit for %s [%" PRId32 "] (%s): replaying it "
+                        "from input.offset.reset\n", j->topic, j->partition, err);
+        finish_job(r, j, JOB_REPLAY, 0);
+    } else if (r->stop) {
+        return; /* abandoned before its offset: restored again next time */
+    } else if (j->cancel) {
+        finish_job(r, j, JOB_CANCELLED, 0);
+    } else {
+        job_failed(r, j, err);
+    }
+}
+
+/* The queued job due first (fresh ones before retries), or NULL; *next_at
+ * is the earliest retry time of those not due yet (0: none). Under lock. */
+static job_t *next_job(segd_restorer_t *r, int64_t now, int64_t *next_at)
+{
+    job_t *due = NULL;
+    *next_at = 0;
+    for (job_t *j = r->jobs; j; j = j->next) {
+        if (j->state != JOB_QUEUED)
+            continue;
+        if (j->not_before > now) {
+            if (!*next_at || j->not_before < *next_at)
+                *next_at = j->not_before;
+        } else if (!due || j->not_before < due->not_before) {
+            due = j;
+        }
+    }
+    return due;
+}
+
+static void wait_until(segd_restorer_t *r, int64_t at_mono_ms)
+{
+    int64_t ms = at_mono_ms - mono_ms();
     struct timespec until;
     clock_gettime(CLOCK_REALTIME, &until);
+    if (ms < 1)
+        ms = 1;
     until.tv_sec += ms / 1000;
     until.tv_nsec += (ms % 1000) * 1000000;
     if (until.tv_nsec >= 1000000000) {
         until.tv_sec++;
         until.tv_nsec -= 1000000000;
     }
-    pthread_mutex_lock(&r->lock);
-    while (!r->stop && !j->cancel &&
-           pthread_cond_timedwait(&r->wake, &r->lock, &until) != ETIMEDOUT)
-        ;
-    int go = !r->stop && !j->cancel;
-    pthread_mutex_unlock(&r->lock);
-    return go;
-}
-
-static void run_job(segd_restorer_t *r, job_t *j)
-{
-    char err[512];
-    int64_t wait = 100;
-    for (int attempt = 1; !r->stop; attempt++) {
-        if (j->cancel) {
-            finish_job(r, j, JOB_CANCELLED);
-            return;
-        }
-        segd_err_t e = restore_unit(r, j, err, sizeof(err));
-        if (!e) {
-            finish_job(r, j, JOB_DONE);
-            return;
-        }
-        if (e == SEGD_ERR_NOTFOUND) {
-            fprintf(stderr, "segd: no snapshot unit for %s [%" PRId32 "] (%s): replaying it "
-                            "from input.offset.reset\n", j->topic, j->partition, err);
-            finish_job(r, j, JOB_REPLAY);
-            return;
-        }
-        if (r->stop)
-            return;
-        if (j->cancel) {
-            finish_job(r, j, JOB_CANCELLED);
-            return;
-        }
-        pthread_mutex_lock(&r->lock);
-        r->st.failures++;
-        pthread_mutex_unlock(&r->lock);
-        /* once this store's W has started, a replay from the beginning would
-         * dead-letter as too_late every event older than its floor: history
-         * lost for good (and exported over the good unit); waiting is safe */
-        int w_started = segd_store_gc_watermark(r->store) > 0;
-        int give_up = r->o.fallback_replay && attempt >= r->o.retries && !w_started;
-        fprintf(stderr, "segd: restore of %s [%" PRId32 "] failed (attempt %d): %s%s\n",
-                j->topic, j->partition, attempt, err,
-                give_up ? "; replaying it from input.offset.reset (restore.fallback = replay)"
-                : w_started && r->o.fallback_replay && attempt >= r->o.retries
-                    ? "; partition paused, retrying: no replay fallback once the store's GC "
-                      "watermark has started (older history would be refused as too_late)"
-                    : "; partition paused, retrying");
-        if (give_up) {
-            finish_job(r, j, JOB_REPLAY);
-            return;
-        }
-        if (!pause_ms(r, j, wait)) {
-            if (!r->stop) /* cancelled (or cancelled and assigned again: requeued) */
-                finish_job(r, j, JOB_CANCELLED);
-            return;
-        }
-        wait = wait * 2 > r->o.retry_max_ms ? r->o.retry_max_ms : wait * 2;
-    }
+    pthread_cond_timedwait(&r->wake, &r->lock, &until);
 }
 
 static void *worker(void *arg)
@@ -275,11 +298,13 @@ static void *worker(void *arg)
     segd_restorer_t *r = arg;
     pthread_mutex_lock(&r->lock);
     while (!r->stop) {
-        job_t *j = r->jobs;
-        while (j && j->state != JOB_QUEUED)
-            j = j->next;
+        int64_t next_at;
+        job_t *j = next_job(r, mono_ms(), &next_at);
         if (!j) {
-            pthread_cond_wait(&r->wake, &r->lock);
+            if (next_at)
+                wait_until(r, next_at);
+            else
+                pthread_cond_wait(&r->wake, &r->lock);
             continue;
         }
         j->state = JOB_RUNNING;
@@ -304,6 +329,9 @@ int segd_restorer_begin(segd_restorer_t *r, const char *topic, int32_t partition
             j->state = JOB_QUEUED; /* assigned again without an offset: anew */
             j->partitions = partitions;
             j->cancel = 0;
+            j->attempt = 0;
+            j->wait_ms = 100;
+            j->not_before = 0;
         } else if (j->cancel) { /* revoked and assigned again while it ran: go on */
             j->cancel = 0;
         }
@@ -311,6 +339,7 @@ int segd_restorer_begin(segd_restorer_t *r, const char *topic, int32_t partition
         j->partition = partition;
         j->partitions = partitions;
         j->state = JOB_QUEUED;
+        j->wait_ms = 100;
         j->next = r->jobs;
         r->jobs = j;
     } else {

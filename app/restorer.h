@@ -12,7 +12,8 @@
  * restore.fallback = replay, else again for as long as it takes (logged).
  *
  * One worker thread, one restore at a time (bulk loads may not run side by
- * side in one store). A job stays known after it finished (one per
+ * side in one store); a failed attempt waits for its retry in the queue,
+ * so a unit that keeps failing never holds up the other partitions'. A job stays known after it finished (one per
  * partition ever restored) and a later begin queues it anew. Threads:
  * new/destroy from the owning thread; begin and state from the pipeline's
  * thread (a mutex guards the jobs). */
