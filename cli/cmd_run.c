@@ -228,6 +228,11 @@ static void report(const segd_pipeline_t *p, double t0, const char *prefix)
     for (int i = 0; i < SEGD_DLQ_REASONS; i++)
         if (st.dlq[i])
             fprintf(stderr, "  dlq.%s=%" PRIu64 "\n", segd_dlq_reason_name(i), st.dlq[i]);
+    if (st.sweep.passes)
+        fprintf(stderr, "%ssweep: users_deleted=%" PRIu64 " partitions_swept=%" PRIu64
+                " records_examined=%" PRIu64 " passes=%" PRIu64 "\n", prefix,
+                st.sweep.users_deleted, st.sweep.partitions_swept, st.sweep.records_examined,
+                st.sweep.passes);
 }
 
 int segd_cmd_run(int argc, char **argv)

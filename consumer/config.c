@@ -59,6 +59,8 @@ static const key_def_t keys[] = {
     {"restore.from", K_STR, OFF(restore_from), 0, 0},
     {"restore.fallback", K_FALLBACK, 0, 0, 0},
     {"restore.retries", K_INT, OFF(restore_retries), 1, 1000},
+    {"sweep.after.s", K_INT, OFF(sweep_after_s), 0, 365LL * 86400},
+    {"sweep.records.per.s", K_INT, OFF(sweep_records_per_s), 1, 1000000000},
 };
 
 void segd_config_init(segd_config_t *c)
@@ -81,6 +83,8 @@ void segd_config_init(segd_config_t *c)
     c->snapshot_buckets = 32;
     c->restore_fallback_replay = 1;
     c->restore_retries = 5;
+    c->sweep_after_s = 3600;
+    c->sweep_records_per_s = 20000;
 }
 
 void segd_config_free(segd_config_t *c)

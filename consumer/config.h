@@ -60,6 +60,9 @@ typedef struct segd_config {
                                   * from DEST/<topic>/p-PPPPP (DESIGN §7); NULL = off */
     int64_t restore_fallback_replay; /* restore.fallback: replay (1, default) | wait */
     int64_t restore_retries;     /* failed attempts before the fallback; default 5 */
+    int64_t sweep_after_s;       /* a revoked partition's users are deleted after it
+                                  * stayed away this long; 0 = never (consumer/sweep.h) */
+    int64_t sweep_records_per_s; /* records the sweep examines a second */
     segd_kv_t kafka[SEGD_MAX_KAFKA_PROPS];
     size_t n_kafka;
 } segd_config_t;

@@ -13,6 +13,7 @@
 
 #include "consumer/apply.h"
 #include "consumer/dlq.h"
+#include "consumer/sweep.h"
 #include "core/partition.h"
 #include "transport/kconf.h"
 #include "transport/kmeta.h"
@@ -44,6 +45,7 @@ typedef struct topic_parts {
 typedef struct unread {
     char topic[256];
     int32_t partition;
+    int purging;      /* returned while the sweep deletes its users: waits for it */
     int restoring;    /* handed to the restore hook, which has not finished */
     int logged;       /* the read error was reported */
     int64_t fallback; /* where to start without a stored offset (a failed rewind's
@@ -57,6 +59,8 @@ struct segd_pipeline {
     rd_kafka_t *consumer;
     segd_dlq_t *dlq;
     segd_pipeline_hooks_t hooks; /* the change publisher, through its owner */
+    segd_sweep_t *sweep;         /* NULL when sweep.after.s = 0 */
+    int64_t sweep_logged_ms;     /* a failed sweep step was reported then */
     segd_ingest_t *ingest;
     segd_applier_t ap;
     position_t pos[MAX_POSITIONS];
@@ -264,6 +268,7 @@ static unread_t *note_unread(segd_pipeline_t *p, const char *topic, int32_t part
     unread_t *u = &p->unread[p->nunread++];
     snprintf(u->topic, sizeof(u->topic), "%s", topic);
     u->partition = partition;
+    u->purging = 0;
     u->restoring = 0;
     u->logged = 0;
     u->fallback = fallback;
@@ -332,13 +337,27 @@ static int still_restoring(segd_pipeline_t *p, unread_t *u)
     return 0;
 }
 
+static int hand_to_restore(segd_pipeline_t *p, unread_t *u);
+
+/* Whether a half-swept partition still waits for the sweep; once it is
+ * done the partition goes to the restore hook, if any. */
+static int still_purging(segd_pipeline_t *p, unread_t *u)
+{
+    if (!u->purging)
+        return 0;
+    if (segd_sweep_purging(p->sweep, u->topic, u->partition))
+        return 1;
+    u->purging = 0;
+    return p->hooks.restore_begin && hand_to_restore(p, u);
+}
+
 static void retry_unread(segd_pipeline_t *p)
 {
     for (size_t i = 0; i < p->nunread;) {
         unread_t *u = &p->unread[i];
         char err[256];
         int64_t next;
-        if (still_restoring(p, u)) {
+        if (still_purging(p, u) || still_restoring(p, u)) {
             i++;
             continue;
         }
@@ -528,10 +547,32 @@ static void advance_gc(segd_pipeline_t *p)
     }
 }
 
+/* The revocation sweep's share of this step (consumer/sweep.h): here, on
+ * the thread whose rebalance callback changes the assignment. */
+static void sweep_step(segd_pipeline_t *p)
+{
+    char err[256];
+    if (!p->sweep)
+        return;
+    for (size_t i = 0; i < p->cfg->n_topics; i++) {
+        const char *topic = p->cfg->topics[i];
+        topic_parts_t *t = find_parts(p, topic);
+        int32_t count = t && t->count > 0 ? t->count : refresh_parts(p, topic);
+        if (count > 0 && segd_sweep_topic(p->sweep, topic, count, segd_mono_ms()))
+            return; /* out of memory: no sweep this time */
+    }
+    if (segd_sweep_step(p->sweep, segd_mono_ms(), err, sizeof(err)) != SEGD_OK &&
+        segd_mono_ms() - p->sweep_logged_ms >= 10000) {
+        p->sweep_logged_ms = segd_mono_ms();
+        fprintf(stderr, "segd: sweep: %s (retrying)\n", err);
+    }
+}
+
 segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
 {
     advance_gc(p);
     retry_unread(p);
+    sweep_step(p);
     wait_for_publisher(p);
     int64_t deadline = segd_mono_ms() + p->cfg->batch_max_ms;
     int64_t taken = 0;
@@ -570,34 +611,51 @@ segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
 
 /* ---------- assignment ---------- */
 
-static segd_err_t topic_partition_count(rd_kafka_t *rk, const char *topic, int32_t *count,
-                                        char *errstr, size_t n);
-
-/* A partition without a stored offset goes to the restore hook, if any,
- * and waits paused (as an unread partition) until the restore finished. */
-static int start_restore(segd_pipeline_t *p, const rd_kafka_topic_partition_t *tp)
+/* Hands the partition to the restore hook; 1 when taken (it then waits
+ * paused, as an unread partition, until the restore finished). */
+static int hand_to_restore(segd_pipeline_t *p, unread_t *u)
 {
     char err[256];
-    int32_t count = 0;
-    if (!p->hooks.restore_begin || is_unread(p, tp->topic, tp->partition))
-        return 0;
+    topic_parts_t *t = find_parts(p, u->topic);
+    int32_t count = t ? t->count : 0;
     /* a unit routes users by the partition count it was made with */
-    if (topic_partition_count(p->consumer, tp->topic, &count, err, sizeof(err))) {
-        fprintf(stderr, "segd: %s [%" PRId32 "]: no restore (%s): replaying it\n", tp->topic,
-                tp->partition, err);
+    if (count <= 0 && segd_pipeline_partitions(p, u->topic, &count, err, sizeof(err))) {
+        fprintf(stderr, "segd: %s [%" PRId32 "]: no restore (%s): replaying it\n", u->topic,
+                u->partition, err);
         return 0;
     }
-    unread_t *u = note_unread(p, tp->topic, tp->partition, -1);
-    if (!u)
+    if (p->hooks.restore_begin(p->hooks.restore_ctx, u->topic, u->partition, count))
         return 0;
-    if (p->hooks.restore_begin(p->hooks.restore_ctx, tp->topic, tp->partition, count)) {
-        p->nunread--; /* the entry just added is the last one */
-        return 0;
-    }
     u->restoring = 1;
     u->logged = 1;
     fprintf(stderr, "segd: %s [%" PRId32 "] has no stored offset: restoring it from a "
-                    "snapshot unit (partition paused)\n", tp->topic, tp->partition);
+                    "snapshot unit (partition paused)\n", u->topic, u->partition);
+    return 1;
+}
+
+/* A partition without a stored offset waits, paused, for the sweep to
+ * finish deleting its users if it was half swept (consumer/sweep.h), then
+ * for the restore hook, if any. Returns 1 when it waits. */
+static int start_restore(segd_pipeline_t *p, const rd_kafka_topic_partition_t *tp)
+{
+    int purging = p->sweep && segd_sweep_purging(p->sweep, tp->topic, tp->partition);
+    if ((!p->hooks.restore_begin && !purging) || is_unread(p, tp->topic, tp->partition))
+        return 0;
+    unread_t *u = note_unread(p, tp->topic, tp->partition, -1);
+    if (!u)
+        return 0;
+    if (purging) {
+        u->purging = 1;
+        u->logged = 1;
+        fprintf(stderr, "segd: %s [%" PRId32 "] came back while the sweep was deleting its "
+                        "users: the rest go first (partition paused)\n", tp->topic,
+                tp->partition);
+        return 1;
+    }
+    if (!hand_to_restore(p, u)) {
+        p->nunread--; /* the entry just added is the last one */
+        return 0;
+    }
     return 1;
 }
 
@@ -619,6 +677,8 @@ static void set_start_offsets(segd_pipeline_t *p, rd_kafka_topic_partition_list_
     for (int i = 0; i < parts->cnt; i++) {
         rd_kafka_topic_partition_t *tp = &parts->elems[i];
         int64_t next;
+        if (p->sweep)
+            segd_sweep_owned(p->sweep, tp->topic, tp->partition, 1, segd_mono_ms());
         segd_err_t e =
             segd_store_offset_get(p->store, tp->topic, tp->partition, &next, err, sizeof(err));
         if (e == SEGD_OK) {
@@ -661,6 +721,9 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
         if (flush_batch(p, msg, sizeof(msg)) != SEGD_OK)
             fprintf(stderr, "segd: batch not written before revoke: %s\n", msg);
         forget_unread(p, parts);
+        for (int i = 0; p->sweep && i < parts->cnt; i++)
+            segd_sweep_owned(p->sweep, parts->elems[i].topic, parts->elems[i].partition, 0,
+                             segd_mono_ms());
         if (coop)
             e = rd_kafka_incremental_unassign(rk, parts);
         else
@@ -751,6 +814,12 @@ segd_err_t segd_pipeline_new(segd_pipeline_t **out, const segd_config_t *cfg,
         err = segd_dlq_new_topic(&p->dlq, cfg, stop, &p->bo, errstr, n);
     if (!err)
         err = segd_store_counter_get(store, SEGD_COUNTER_MISROUTED, &p->misrouted_stored, errstr, n);
+    if (!err && cfg->sweep_after_s > 0) {
+        segd_sweep_opts_t so = {.after_ms = cfg->sweep_after_s * 1000,
+                                .records_per_s = cfg->sweep_records_per_s,
+                                .partitioner = cfg->partitioner};
+        err = segd_sweep_new(&p->sweep, store, &so, segd_mono_ms(), errstr, n);
+    }
     if (!err && cfg->changes_enable) /* every batch records its changes (DESIGN §5) */
         segd_applier_enable_outbox(&p->ap);
     if (!err)
@@ -775,6 +844,8 @@ void segd_pipeline_get_stats(const segd_pipeline_t *p, segd_pipeline_stats_t *st
 {
     *st = p->st;
     st->retries = p->bo.retries;
+    if (p->sweep)
+        segd_sweep_get_stats(p->sweep, &st->sweep);
 }
 
 int segd_pipeline_assigned(segd_pipeline_t *p)
@@ -892,6 +963,7 @@ void segd_pipeline_destroy(segd_pipeline_t *p)
         return;
     segd_pipeline_close(p);
     segd_dlq_destroy(p->dlq);
+    segd_sweep_destroy(p->sweep);
     segd_ingest_destroy(p->ingest);
     segd_applier_free(&p->ap);
     free(p);

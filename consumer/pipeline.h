@@ -24,6 +24,7 @@
 
 #include "consumer/config.h"
 #include "consumer/ingest.h" /* the dead-letter reasons */
+#include "consumer/sweep.h"
 #include "store/store.h"
 
 typedef struct segd_pipeline segd_pipeline_t;
@@ -41,6 +42,7 @@ typedef struct segd_pipeline_stats {
     uint64_t misrouted; /* applied events whose partition is not
                            segd_partition_of(input.partitioner, user, P); the
                            store's running total is meta counter "misrouted" */
+    segd_sweep_stats_t sweep; /* zero without a sweep (sweep.after.s = 0) */
 } segd_pipeline_stats_t;
 
 /* store and stop are borrowed and must outlive the pipeline. stop is polled

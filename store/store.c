@@ -760,6 +760,61 @@ void segd_batch_set_change_position(segd_batch_t *b, const char *topic, int32_t 
     batch_set_position(b, "changes", topic, partition, next_offset);
 }
 
+void segd_batch_delete_user(segd_batch_t *b, const char *user, size_t user_len)
+{
+    rocksdb_writebatch_delete_cf(b->wb, b->store->cf[CF_PROFILES], user, user_len);
+}
+
+void segd_batch_delete_offset(segd_batch_t *b, const char *topic, int32_t partition)
+{
+    char key[512];
+    size_t klen = position_key(key, sizeof(key), "offset", topic, partition);
+    rocksdb_writebatch_delete_cf(b->wb, b->store->cf[CF_META], key, klen);
+}
+
+void segd_batch_set_sweep_mark(segd_batch_t *b, const char *topic, int32_t partition,
+                               int64_t since_ms)
+{
+    batch_set_position(b, "sweep", topic, partition, since_ms);
+}
+
+void segd_batch_clear_sweep_mark(segd_batch_t *b, const char *topic, int32_t partition)
+{
+    char key[512];
+    size_t klen = position_key(key, sizeof(key), "sweep", topic, partition);
+    rocksdb_writebatch_delete_cf(b->wb, b->store->cf[CF_META], key, klen);
+}
+
+segd_err_t segd_store_scan_users(segd_store_t *s, const char *after, size_t after_len,
+                                 size_t max, segd_key_cb cb, void *ctx, int *end,
+                                 char *errstr, size_t n)
+{
+    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(s->db, s->ropts, s->cf[CF_PROFILES]);
+    if (after) {
+        rocksdb_iter_seek(it, after, after_len);
+        size_t klen;
+        const char *k = rocksdb_iter_valid(it) ? rocksdb_iter_key(it, &klen) : NULL;
+        if (k && klen == after_len && !memcmp(k, after, klen))
+            rocksdb_iter_next(it);
+    } else {
+        rocksdb_iter_seek_to_first(it);
+    }
+    size_t seen = 0;
+    int stopped = 0;
+    for (; rocksdb_iter_valid(it) && seen < max && !stopped; rocksdb_iter_next(it), seen++) {
+        size_t klen;
+        const char *k = rocksdb_iter_key(it, &klen);
+        stopped = cb(ctx, k, klen);
+    }
+    *end = !rocksdb_iter_valid(it);
+    char *rerr = NULL;
+    rocksdb_iter_get_error(it, &rerr);
+    rocksdb_iter_destroy(it);
+    if (rerr)
+        *end = 0;
+    return rerr ? rocks_err(rerr, SEGD_ERR_IO, errstr, n, "scan") : SEGD_OK;
+}
+
 uint64_t segd_batch_outbox_append(segd_batch_t *b, const void *value, size_t vlen)
 {
     /* sequences are taken here and written later: a second appending thread

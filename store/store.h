@@ -237,6 +237,30 @@ void segd_store_fault_set(segd_store_t *s, segd_store_fault_t point, uint64_t nt
 /* Counts a call at point; 1 when it must fail. */
 int segd_store_fault_hit(segd_store_t *s, segd_store_fault_t point);
 
+/* ---------- revocation sweep (consumer/sweep.h, DESIGN §7) ---------- */
+
+/* Deletes a user's record (a RocksDB delete: no tombstone entries, no
+ * delta; the sweep reclaims the space of users another instance owns). */
+void segd_batch_delete_user(segd_batch_t *b, const char *user, size_t user_len);
+/* Deletes a partition's stored input offset: it is restored or replayed
+ * as one assigned without an offset. */
+void segd_batch_delete_offset(segd_batch_t *b, const char *topic, int32_t partition);
+/* meta `sweep/<topic>/<partition>` (read with segd_store_view_positions,
+ * kind "sweep"): the partition's offset is gone and some of its users may
+ * remain, to be deleted before its data comes back. since_ms: when the
+ * sweep began. */
+void segd_batch_set_sweep_mark(segd_batch_t *b, const char *topic, int32_t partition,
+                               int64_t since_ms);
+void segd_batch_clear_sweep_mark(segd_batch_t *b, const char *topic, int32_t partition);
+
+/* Calls cb for up to max user keys of the profiles family in key order,
+ * starting after `after` (NULL: at the first); *end = 1 when no key
+ * follows the last one passed. cb returns non-zero to stop. */
+typedef int (*segd_key_cb)(void *ctx, const char *user, size_t user_len);
+segd_err_t segd_store_scan_users(segd_store_t *s, const char *after, size_t after_len,
+                                 size_t max, segd_key_cb cb, void *ctx, int *end,
+                                 char *errstr, size_t errstr_size);
+
 /* ---------- consistent views (snapshots) ---------- */
 
 /* A RocksDB snapshot: scans, offsets and markers read through one view agree
