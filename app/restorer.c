@@ -65,21 +65,25 @@ static job_t *find(segd_restorer_t *r, const char *topic, int32_t partition)
 typedef struct feed {
     segd_restore_t *restore;
     const segd_unit_load_t *u;
+    segd_err_t code; /* the callback's own failure */
     char err[512];
 } feed_t;
 
 /* Non-zero stops the unit's read: a stop or a revoke need not wait for a
  * whole unit to download. */
 static int feed(void *ctx, int32_t partition, const char *user, size_t len,
-                const segd_profile_t *p)
+                const segd_profile_t *p, const uint8_t *rec, size_t rec_len)
 {
     (void)partition;
     feed_t *f = ctx;
     if ((f->u->stop && *f->u->stop) || (f->u->cancel && *f->u->cancel)) {
         snprintf(f->err, sizeof(f->err), "restore stopped");
+        f->code = SEGD_ERR_ABORTED;
         return 1;
     }
-    return segd_restore_add(f->restore, user, len, p, f->err, sizeof(f->err)) != SEGD_OK;
+    f->code = segd_restore_add_record(f->restore, user, len, p, rec, rec_len, f->err,
+                                      sizeof(f->err));
+    return f->code != SEGD_OK;
 }
 
 static int64_t unit_offset(const segd_manifest_t *m, const char *topic, int32_t partition)
@@ -119,13 +123,16 @@ static segd_err_t finish_unit(segd_restore_t *r, const segd_unit_load_t *u,
     return segd_restore_finish(r, &ru, st, errstr, n);
 }
 
-segd_err_t segd_unit_load(segd_store_t *store, const segd_unit_load_t *u,
-                          segd_unit_load_stats_t *out, char *errstr, size_t n)
+/* One load of the unit: direct (straight into SST files, as exports write
+ * units in key order) or through the sort. */
+static segd_err_t load_once(segd_store_t *store, const segd_unit_load_t *u, int direct,
+                            segd_unit_load_stats_t *out, char *errstr, size_t n)
 {
     segd_restore_opts_t ro;
     segd_restore_opts_default(&ro);
     ro.memory_bytes = u->memory_bytes;
     ro.shared = 1;
+    ro.direct = direct;
     ro.stop = u->stop;
     feed_t f = {.u = u};
     segd_manifest_t m;
@@ -138,8 +145,9 @@ segd_err_t segd_unit_load(segd_store_t *store, const segd_unit_load_t *u,
     if (!err) {
         err = segd_snapshot_read_unit(url, u->partition, u->partitions, u->partitioner, u->dest,
                                       &m, feed, &f, errstr, n);
-        if (err == SEGD_ERR_INVALID && f.err[0]) /* the callback's own failure */
-            err = segd_errf(SEGD_ERR_IO, errstr, n, "%s", f.err);
+        if (err == SEGD_ERR_INVALID && f.code) /* the callback's own failure */
+            err = segd_errf(f.code == SEGD_ERR_UNSORTED ? f.code : SEGD_ERR_IO, errstr, n, "%s",
+                            f.err);
     }
     if (!err)
         err = finish_unit(f.restore, u, &m, &st, errstr, n);
@@ -150,8 +158,20 @@ segd_err_t segd_unit_load(segd_store_t *store, const segd_unit_load_t *u,
         out->next_offset = unit_offset(&m, u->topic, u->partition);
         out->seconds = segd_mono_s() - t0;
     }
-    segd_restore_destroy(f.restore);
+    segd_restore_destroy(f.restore); /* SST files not ingested go with it */
     segd_manifest_free(&m);
+    return err;
+}
+
+/* Direct first; a unit read again after a newer export replaced it halfway
+ * shows its users twice (out of order): loaded anew, direct once more; one
+ * that is not in key order at all (another writer's) goes through the sort. */
+segd_err_t segd_unit_load(segd_store_t *store, const segd_unit_load_t *u,
+                          segd_unit_load_stats_t *out, char *errstr, size_t n)
+{
+    segd_err_t err = SEGD_ERR_UNSORTED;
+    for (int attempt = 0; err == SEGD_ERR_UNSORTED && attempt < 3; attempt++)
+        err = load_once(store, u, attempt < 2, out, errstr, n);
     return err;
 }
 

@@ -53,6 +53,7 @@ segd_err_t segd_restore_new(segd_restore_t **out, segd_store_t *store,
     bo.changes = o->changes;
     bo.stop = o->stop;
     bo.shared = o->shared;
+    bo.direct = o->shared && o->direct && !o->changes;
     bo.progress = o->progress;
     bo.progress_ctx = o->progress_ctx;
     segd_err_t err = segd_bulk_new(&r->bulk, store, &bo, errstr, n);
@@ -64,21 +65,33 @@ segd_err_t segd_restore_new(segd_restore_t **out, segd_store_t *store,
     return SEGD_OK;
 }
 
-segd_err_t segd_restore_add(segd_restore_t *r, const char *user, size_t user_len,
-                            const segd_profile_t *p, char *errstr, size_t n)
+segd_err_t segd_restore_add_record(segd_restore_t *r, const char *user, size_t user_len,
+                                   const segd_profile_t *p, const uint8_t *rec, size_t rec_len,
+                                   char *errstr, size_t n)
 {
-    r->op.len = 0;
-    segd_err_t err = segd_record_encode(p, &r->op);
-    if (err)
-        return segd_errf(err, errstr, n, "restore: cannot encode user %.*s", (int)user_len,
-                         user);
-    if (!r->op.len) /* no entries, no erase marker: nothing to hold */
+    if (!rec) {
+        r->op.len = 0;
+        segd_err_t err = segd_record_encode(p, &r->op);
+        if (err)
+            return segd_errf(err, errstr, n, "restore: cannot encode user %.*s",
+                             (int)user_len, user);
+        rec = r->op.data;
+        rec_len = r->op.len;
+    }
+    if (!rec_len) /* no entries, no erase marker: nothing to hold */
         return SEGD_OK;
-    if ((err = segd_bulk_add(r->bulk, user, user_len, r->op.data, r->op.len, p->n, errstr, n)))
+    segd_err_t err = segd_bulk_add(r->bulk, user, user_len, rec, rec_len, p->n, errstr, n);
+    if (err)
         return err;
     r->st.users++;
     r->st.segments += p->n;
     return SEGD_OK;
+}
+
+segd_err_t segd_restore_add(segd_restore_t *r, const char *user, size_t user_len,
+                            const segd_profile_t *p, char *errstr, size_t n)
+{
+    return segd_restore_add_record(r, user, user_len, p, NULL, 0, errstr, n);
 }
 
 /* The store's offset for the partition becomes the unit's unless the store

@@ -287,9 +287,8 @@ static void test_restore_into_present_users(void **state)
 /* Beside another writer (shared): merges made between the load's start and
  * its ingest, for users of the unit, are joined, not replaced. Without
  * `shared` the ingested values would hide them (the test's check). */
-static void test_restore_beside_writer(void **state)
+static void beside_writer(int direct)
 {
-    (void)state;
     char da[64], db[64], dc[64], err[256];
     make_dir(da, sizeof(da), "src");
     make_dir(db, sizeof(db), "dst");
@@ -303,6 +302,7 @@ static void test_restore_beside_writer(void **state)
     segd_restore_opts_t o;
     segd_restore_opts_default(&o);
     o.shared = 1;
+    o.direct = direct;
     o.progress = write_meanwhile;
     o.progress_ctx = &m;
     segd_restore_stats_t st;
@@ -322,6 +322,55 @@ static void test_restore_beside_writer(void **state)
     remove_dir(da);
     remove_dir(db);
     remove_dir(dc);
+}
+
+static void test_restore_beside_writer(void **state)
+{
+    (void)state;
+    beside_writer(0);
+}
+
+/* direct: the unit's users in key order straight into SST files (no sort,
+ * no join): the same store */
+static void test_restore_direct_beside_writer(void **state)
+{
+    (void)state;
+    beside_writer(1);
+}
+
+/* direct and a user out of key order: SEGD_ERR_UNSORTED, nothing ingested
+ * (the restorer then loads the unit again), no offset */
+static void test_restore_direct_unsorted(void **state)
+{
+    (void)state;
+    char db[64], err[256];
+    make_dir(db, sizeof(db), "dst");
+    segd_store_t *b = open_store(db, NOW);
+    segd_restore_opts_t o;
+    segd_restore_opts_default(&o);
+    o.shared = 1;
+    o.direct = 1;
+    segd_restore_t *r = NULL;
+    assert_int_equal(segd_restore_new(&r, b, &o, err, sizeof(err)), SEGD_OK);
+    segd_profile_t p;
+    segd_profile_init(&p);
+    segd_entry_t e = {.segment_id = 1, .ts_ms = NOW - 1000, .expiry_s = NOW / 1000 + 86400};
+    assert_int_equal(segd_profile_push(&p, &e), SEGD_OK);
+    assert_int_equal(segd_restore_add(r, "b", 1, &p, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_restore_add(r, "a", 1, &p, err, sizeof(err)), SEGD_ERR_UNSORTED);
+    assert_int_equal(segd_restore_add(r, "b", 1, &p, err, sizeof(err)), SEGD_ERR_UNSORTED);
+    segd_restore_destroy(r);
+    segd_profile_t q;
+    segd_profile_init(&q);
+    assert_int_equal(segd_store_get(b, "b", 1, &q, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(q.n, 0);
+    int64_t off;
+    assert_int_equal(segd_store_offset_get(b, "segments", 3, &off, err, sizeof(err)),
+                     SEGD_ERR_NOTFOUND);
+    segd_profile_free(&p);
+    segd_profile_free(&q);
+    segd_store_close(b);
+    remove_dir(db);
 }
 
 /* The unit's W is the floor of ITS partition here, for good (not of the
@@ -402,6 +451,8 @@ int main(void)
         cmocka_unit_test(test_restore_equals_source),
         cmocka_unit_test(test_restore_into_present_users),
         cmocka_unit_test(test_restore_beside_writer),
+        cmocka_unit_test(test_restore_direct_beside_writer),
+        cmocka_unit_test(test_restore_direct_unsorted),
         cmocka_unit_test(test_floor_and_stop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
