@@ -134,6 +134,7 @@ static segd_err_t load_once(segd_store_t *store, const segd_unit_load_t *u, int 
     ro.shared = 1;
     ro.direct = direct;
     ro.stop = u->stop;
+    ro.cancel = u->cancel;
     feed_t f = {.u = u};
     segd_manifest_t m;
     segd_manifest_init(&m);
@@ -229,10 +230,12 @@ static void finish_job(segd_restorer_t *r, job_t *j, job_state_t state, int64_t 
  * takes) never holds up the restores of the other partitions. */
 static void job_failed(segd_restorer_t *r, job_t *j, const char *err)
 {
-    pthread_mutex_lock(&r->lock);
+    pthread_mutex_lock(&r->lock); /* begin resets attempt and wait_ms */
     r->st.failures++;
-    pthread_mutex_unlock(&r->lock);
     int attempt = ++j->attempt;
+    int64_t wait = j->wait_ms;
+    j->wait_ms = wait * 2 > r->o.retry_max_ms ? r->o.retry_max_ms : wait * 2;
+    pthread_mutex_unlock(&r->lock);
     /* once this store's W has started, a replay from the beginning would
      * dead-letter as too_late every event older than its floor: history
      * lost for good (and exported over the good unit); waiting is safe */
@@ -249,8 +252,7 @@ static void job_failed(segd_restorer_t *r, job_t *j, const char *err)
         finish_job(r, j, JOB_REPLAY, 0);
         return;
     }
-    int64_t at = mono_ms() + j->wait_ms;
-    j->wait_ms = j->wait_ms * 2 > r->o.retry_max_ms ? r->o.retry_max_ms : j->wait_ms * 2;
+    int64_t at = mono_ms() + wait;
     finish_job(r, j, JOB_QUEUED, at > 0 ? at : 1);
 }
 
@@ -354,6 +356,9 @@ int segd_restorer_begin(segd_restorer_t *r, const char *topic, int32_t partition
             j->not_before = 0;
         } else if (j->cancel) { /* revoked and assigned again while it ran: go on */
             j->cancel = 0;
+            j->partitions = partitions;
+            j->attempt = 0; /* its "restore stopped" failure is not the unit's */
+            j->wait_ms = 100;
         }
     } else if ((j = calloc(1, sizeof(*j))) && (j->topic = strdup(topic))) {
         j->partition = partition;

@@ -77,6 +77,7 @@ struct segd_pipeline {
     size_t nparts;
     int64_t misrouted_stored;  /* the store's counter as last written */
     int64_t misrouted_pending; /* counted in the batch not yet written */
+    int64_t unchecked_stored, unchecked_pending; /* the same, of events not checked */
     int metadata_logged;       /* a failed metadata request was reported */
     int64_t metadata_next_ms;  /* no metadata request before (after one that failed
                                   or left a message's partition unexplained) */
@@ -174,8 +175,10 @@ static int misrouted(segd_pipeline_t *p, const rd_kafka_message_t *m, const segd
     int32_t count = t && m->partition < t->count ? t->count : refresh_parts(p, topic);
     if (count > 0 && m->partition >= count) /* metadata behind the topic's growth */
         p->metadata_next_ms = segd_mono_ms() + 10000;
-    if (count <= 0 || m->partition >= count)
+    if (count <= 0 || m->partition >= count) {
+        p->unchecked_pending++;
         return 0;
+    }
     return segd_partition_of(p->cfg->partitioner, ev->user_id, ev->user_id_len, count) !=
            m->partition;
 }
@@ -187,6 +190,9 @@ static void record_counts(segd_pipeline_t *p)
     if (p->misrouted_pending)
         segd_batch_set_counter(p->ap.batch, SEGD_COUNTER_MISROUTED,
                                p->misrouted_stored + p->misrouted_pending);
+    if (p->unchecked_pending)
+        segd_batch_set_counter(p->ap.batch, SEGD_COUNTER_UNCHECKED,
+                               p->unchecked_stored + p->unchecked_pending);
     for (size_t i = 0; i < p->nparts; i++)
         if (p->parts[i].count > 0)
             segd_batch_set_partition_count(p->ap.batch, p->parts[i].topic, p->parts[i].count);
@@ -222,6 +228,8 @@ static segd_err_t flush_batch(segd_pipeline_t *p, char *errstr, size_t n)
     p->npos = 0;
     p->misrouted_stored += p->misrouted_pending;
     p->misrouted_pending = 0;
+    p->unchecked_stored += p->unchecked_pending;
+    p->unchecked_pending = 0;
     segd_dlq_clear(p->dlq);
     p->st.batches++;
     fault_cleared(p);
@@ -552,7 +560,7 @@ static void advance_gc(segd_pipeline_t *p)
 static void sweep_step(segd_pipeline_t *p)
 {
     char err[256];
-    if (!p->sweep)
+    if (!p->sweep || !segd_sweep_active(p->sweep))
         return;
     for (size_t i = 0; i < p->cfg->n_topics; i++) {
         const char *topic = p->cfg->topics[i];
@@ -638,12 +646,15 @@ static int hand_to_restore(segd_pipeline_t *p, unread_t *u)
  * for the restore hook, if any. Returns 1 when it waits. */
 static int start_restore(segd_pipeline_t *p, const rd_kafka_topic_partition_t *tp)
 {
-    int purging = p->sweep && segd_sweep_purging(p->sweep, tp->topic, tp->partition);
+    int purging = segd_sweep_purging(p->sweep, tp->topic, tp->partition);
     if ((!p->hooks.restore_begin && !purging) || is_unread(p, tp->topic, tp->partition))
         return 0;
     unread_t *u = note_unread(p, tp->topic, tp->partition, -1);
-    if (!u)
+    if (!u) {
+        if (purging) /* it starts unpaused: the sweep must not touch it now */
+            segd_sweep_disable(p->sweep, "more paused partitions than it can track");
         return 0;
+    }
     if (purging) {
         u->purging = 1;
         u->logged = 1;
@@ -677,10 +688,12 @@ static void set_start_offsets(segd_pipeline_t *p, rd_kafka_topic_partition_list_
     for (int i = 0; i < parts->cnt; i++) {
         rd_kafka_topic_partition_t *tp = &parts->elems[i];
         int64_t next;
-        if (p->sweep)
-            segd_sweep_owned(p->sweep, tp->topic, tp->partition, 1, segd_mono_ms());
-        segd_err_t e =
-            segd_store_offset_get(p->store, tp->topic, tp->partition, &next, err, sizeof(err));
+        segd_sweep_owned(p->sweep, tp->topic, tp->partition, 1, segd_mono_ms());
+        /* half swept: whatever offset it has (offsets set --force) waits too */
+        segd_err_t e = segd_sweep_purging(p->sweep, tp->topic, tp->partition)
+                           ? SEGD_ERR_NOTFOUND
+                           : segd_store_offset_get(p->store, tp->topic, tp->partition, &next,
+                                                   err, sizeof(err));
         if (e == SEGD_OK) {
             tp->offset = next;
         } else if (e == SEGD_ERR_NOTFOUND && start_restore(p, tp)) {
@@ -721,13 +734,15 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
         if (flush_batch(p, msg, sizeof(msg)) != SEGD_OK)
             fprintf(stderr, "segd: batch not written before revoke: %s\n", msg);
         forget_unread(p, parts);
-        for (int i = 0; p->sweep && i < parts->cnt; i++)
-            segd_sweep_owned(p->sweep, parts->elems[i].topic, parts->elems[i].partition, 0,
-                             segd_mono_ms());
+        rd_kafka_resp_err_t kerr = RD_KAFKA_RESP_ERR_NO_ERROR;
         if (coop)
             e = rd_kafka_incremental_unassign(rk, parts);
         else
-            rd_kafka_assign(rk, NULL);
+            kerr = rd_kafka_assign(rk, NULL);
+        /* still assigned after a failed unassign: not revoked for the sweep */
+        for (int i = 0; !e && !kerr && i < parts->cnt; i++)
+            segd_sweep_owned(p->sweep, parts->elems[i].topic, parts->elems[i].partition, 0,
+                             segd_mono_ms());
     }
     if (e) {
         fprintf(stderr, "segd: rebalance: %s\n", rd_kafka_error_string(e));
@@ -797,6 +812,33 @@ void segd_pipeline_set_hooks(segd_pipeline_t *p, const segd_pipeline_hooks_t *h)
     p->hooks = *h;
 }
 
+static int restoring(void *ctx, const char *topic, int32_t partition)
+{
+    segd_pipeline_t *p = ctx;
+    return p->hooks.restore_state &&
+           p->hooks.restore_state(p->hooks.restore_ctx, topic, partition) ==
+               SEGD_PIPELINE_RESTORING;
+}
+
+/* Always made, so that marks a run left are finished even with
+ * sweep.after.s = 0. New sweeps need restore.from: a swept partition
+ * that comes back has no offset, and a replay of its history would be
+ * refused as too_late once the store's GC watermark has started. And one
+ * input topic: a record joins a user's data of every topic, which a unit
+ * of one topic's partition cannot split (DESIGN §7). */
+static segd_err_t new_sweep(segd_pipeline_t *p, char *errstr, size_t n)
+{
+    const segd_config_t *cfg = p->cfg;
+    int on = cfg->restore_from && cfg->n_topics == 1;
+    segd_sweep_opts_t so = {.after_ms = on ? cfg->sweep_after_s * 1000 : 0,
+                            .records_per_s = cfg->sweep_records_per_s,
+                            .partitioner = cfg->partitioner,
+                            .n_topics = cfg->n_topics,
+                            .restoring = restoring,
+                            .restoring_ctx = p};
+    return segd_sweep_new(&p->sweep, p->store, &so, segd_mono_ms(), errstr, n);
+}
+
 segd_err_t segd_pipeline_new(segd_pipeline_t **out, const segd_config_t *cfg,
                              segd_store_t *store, volatile sig_atomic_t *stop, char *errstr,
                              size_t n)
@@ -814,12 +856,11 @@ segd_err_t segd_pipeline_new(segd_pipeline_t **out, const segd_config_t *cfg,
         err = segd_dlq_new_topic(&p->dlq, cfg, stop, &p->bo, errstr, n);
     if (!err)
         err = segd_store_counter_get(store, SEGD_COUNTER_MISROUTED, &p->misrouted_stored, errstr, n);
-    if (!err && cfg->sweep_after_s > 0) {
-        segd_sweep_opts_t so = {.after_ms = cfg->sweep_after_s * 1000,
-                                .records_per_s = cfg->sweep_records_per_s,
-                                .partitioner = cfg->partitioner};
-        err = segd_sweep_new(&p->sweep, store, &so, segd_mono_ms(), errstr, n);
-    }
+    if (!err)
+        err = segd_store_counter_get(store, SEGD_COUNTER_UNCHECKED, &p->unchecked_stored, errstr,
+                                     n);
+    if (!err)
+        err = new_sweep(p, errstr, n);
     if (!err && cfg->changes_enable) /* every batch records its changes (DESIGN §5) */
         segd_applier_enable_outbox(&p->ap);
     if (!err)

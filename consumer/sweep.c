@@ -28,6 +28,7 @@ typedef struct part {
 typedef struct topic {
     char *name;
     int32_t count;
+    size_t *idx; /* partition -> index in parts (SIZE_MAX: none), count entries */
 } topic_t;
 
 struct segd_sweep {
@@ -50,8 +51,19 @@ struct segd_sweep {
     int misrouted_logged;
     int assigned_once;    /* away clocks start at the group's first assignment */
     int64_t next_look;    /* no new pass is looked for before (once a second) */
+    int broken;           /* segd_sweep_disable: nothing more is deleted */
     segd_sweep_stats_t st;
 };
+
+static topic_t *find_topic(const segd_sweep_t *sw, const char *name);
+
+/* Notes parts[i] in its topic's index, if the topic's count is known. */
+static void index_part(segd_sweep_t *sw, size_t i)
+{
+    topic_t *t = find_topic(sw, sw->parts[i].topic);
+    if (t && t->idx && sw->parts[i].partition < t->count)
+        t->idx[sw->parts[i].partition] = i;
+}
 
 static part_t *find_part(const segd_sweep_t *sw, const char *topic, int32_t partition)
 {
@@ -79,6 +91,7 @@ static part_t *add_part(segd_sweep_t *sw, const char *topic, int32_t partition, 
         return NULL;
     p = &sw->parts[sw->nparts++];
     *p = (part_t){.topic = t, .partition = partition, .away_since = now, .state = P_IDLE};
+    index_part(sw, sw->nparts - 1);
     return p;
 }
 
@@ -154,8 +167,10 @@ void segd_sweep_destroy(segd_sweep_t *sw)
         return;
     for (size_t i = 0; i < sw->nparts; i++)
         free(sw->parts[i].topic);
-    for (size_t i = 0; i < sw->ntopics; i++)
+    for (size_t i = 0; i < sw->ntopics; i++) {
         free(sw->topics[i].name);
+        free(sw->topics[i].idx);
+    }
     free(sw->parts);
     free(sw->topics);
     free(sw->resume);
@@ -186,7 +201,8 @@ segd_err_t segd_sweep_topic(segd_sweep_t *sw, const char *topic, int32_t count, 
             return SEGD_ERR_NOMEM;
         sw->topics = nt;
         t = &sw->topics[sw->ntopics];
-        if (!(t->name = strdup(topic)))
+        *t = (topic_t){.name = strdup(topic)};
+        if (!t->name)
             return SEGD_ERR_NOMEM;
         sw->ntopics++;
     } else if (sw->pass) {
@@ -194,10 +210,23 @@ segd_err_t segd_sweep_topic(segd_sweep_t *sw, const char *topic, int32_t count, 
                         "): the pass under way starts again\n", topic, count, t->count);
         abandon_pass(sw);
     }
+    size_t *idx = malloc((size_t)(count > 0 ? count : 1) * sizeof(*idx));
+    if (!idx) {
+        segd_sweep_disable(sw, "out of memory");
+        return SEGD_ERR_NOMEM;
+    }
+    free(t->idx);
+    t->idx = idx;
     t->count = count;
     for (int32_t p = 0; p < count; p++)
-        if (!add_part(sw, topic, p, now_ms))
+        idx[p] = SIZE_MAX;
+    for (size_t i = 0; i < sw->nparts; i++)
+        index_part(sw, i);
+    for (int32_t p = 0; p < count; p++)
+        if (!add_part(sw, topic, p, now_ms)) {
+            segd_sweep_disable(sw, "out of memory");
             return SEGD_ERR_NOMEM;
+        }
     return SEGD_OK;
 }
 
@@ -205,8 +234,10 @@ void segd_sweep_owned(segd_sweep_t *sw, const char *topic, int32_t partition, in
                       int64_t now_ms)
 {
     part_t *p = add_part(sw, topic, partition, now_ms);
-    if (!p)
-        return; /* out of memory: an unknown partition is never swept */
+    if (!p) { /* an owned partition it cannot track could be swept */
+        segd_sweep_disable(sw, "out of memory");
+        return;
+    }
     if (owned && !sw->assigned_once) {
         /* not joined until now (a broker outage at start, say) is not "away" */
         sw->assigned_once = 1;
@@ -228,6 +259,27 @@ int segd_sweep_purging(const segd_sweep_t *sw, const char *topic, int32_t partit
 
 void segd_sweep_get_stats(const segd_sweep_t *sw, segd_sweep_stats_t *st) { *st = sw->st; }
 
+void segd_sweep_disable(segd_sweep_t *sw, const char *why)
+{
+    if (!sw->broken)
+        fprintf(stderr, "segd: sweep: off for this run: %s\n", why);
+    sw->broken = 1;
+    sw->st.disabled = 1;
+    abandon_pass(sw);
+}
+
+int segd_sweep_active(const segd_sweep_t *sw)
+{
+    if (sw->broken)
+        return 0;
+    if (sw->o.after_ms > 0)
+        return 1;
+    for (size_t i = 0; i < sw->nparts; i++)
+        if (sw->parts[i].state == P_MARKED)
+            return 1;
+    return 0;
+}
+
 /* ---------- a pass ---------- */
 
 static void list_parts(const segd_sweep_t *sw, char *buf, size_t cap)
@@ -247,18 +299,21 @@ static void list_parts(const segd_sweep_t *sw, char *buf, size_t cap)
 /* Whether the store's own history says users are keyed by partition. */
 static int sweep_allowed(segd_sweep_t *sw)
 {
-    int64_t misrouted = 0;
+    int64_t misrouted = 0, unchecked = 0;
     char err[256];
     if (segd_store_counter_get(sw->store, SEGD_COUNTER_MISROUTED, &misrouted, err,
+                               sizeof(err)) != SEGD_OK ||
+        segd_store_counter_get(sw->store, SEGD_COUNTER_UNCHECKED, &unchecked, err,
                                sizeof(err)) != SEGD_OK)
         return 0;
-    if (misrouted > 0 && !sw->misrouted_logged++)
+    if ((misrouted > 0 || unchecked > 0) && !sw->misrouted_logged++)
         fprintf(stderr, "segd: sweep: off: this store applied %" PRId64 " misrouted events "
-                        "(producers not keyed by user id), so a user of a partition it does "
+                        "(producers not keyed by user id) and %" PRId64 " it could not check "
+                        "(partition count unknown then), so a user of a partition it does "
                         "not own may hold data of one it owns; revoked partitions keep "
-                        "their users\n", misrouted);
-    sw->st.disabled = misrouted > 0;
-    return misrouted <= 0;
+                        "their users\n", misrouted, unchecked);
+    sw->st.disabled = misrouted > 0 || unchecked > 0;
+    return !sw->st.disabled;
 }
 
 static int candidate(const segd_sweep_t *sw, const part_t *p, int allowed, int64_t now)
@@ -266,9 +321,29 @@ static int candidate(const segd_sweep_t *sw, const part_t *p, int allowed, int64
     const topic_t *t = find_topic(sw, p->topic);
     if (!t || p->partition >= t->count)
         return 0;
+    if (sw->o.restoring && sw->o.restoring(sw->o.restoring_ctx, p->topic, p->partition))
+        return 0; /* a load (maybe cancelled) may still write it */
     if (p->state == P_MARKED)
         return 1;
-    return allowed && p->state == P_IDLE && !p->owned && now - p->away_since >= sw->o.after_ms;
+    return allowed && sw->o.after_ms > 0 && p->state == P_IDLE && !p->owned &&
+           now - p->away_since >= sw->o.after_ms;
+}
+
+/* Every input topic's count is known, and no owned partition lies past
+ * its topic's count (a count gone stale: users would be placed wrong). */
+static int topics_ready(const segd_sweep_t *sw)
+{
+    if (sw->ntopics < sw->o.n_topics)
+        return 0;
+    for (size_t i = 0; i < sw->ntopics; i++)
+        if (sw->topics[i].count <= 0)
+            return 0;
+    for (size_t i = 0; i < sw->nparts; i++) {
+        const topic_t *t = find_topic(sw, sw->parts[i].topic);
+        if (sw->parts[i].owned && (!t || sw->parts[i].partition >= t->count))
+            return 0;
+    }
+    return 1;
 }
 
 static int owns_any(const segd_sweep_t *sw)
@@ -285,7 +360,7 @@ static int owns_any(const segd_sweep_t *sw)
  * outage, or a spare) starts none: its store stays a warm standby. */
 static int start_pass(segd_sweep_t *sw, int64_t now, char *errstr, size_t n, segd_err_t *err)
 {
-    if (now < sw->next_look)
+    if (now < sw->next_look || sw->broken || !topics_ready(sw))
         return 0;
     sw->next_look = now + 1000;
     int allowed = owns_any(sw) && sweep_allowed(sw), any = 0;
@@ -295,10 +370,11 @@ static int start_pass(segd_sweep_t *sw, int64_t now, char *errstr, size_t n, seg
         if (!candidate(sw, p, allowed, now))
             continue;
         any = 1;
-        if (p->state == P_IDLE) {
-            segd_batch_delete_offset(sw->batch, p->topic, p->partition);
+        /* a marked partition's offset goes again: `segd offsets set --force`
+         * may have put one back over its half-deleted users */
+        segd_batch_delete_offset(sw->batch, p->topic, p->partition);
+        if (p->state == P_IDLE)
             segd_batch_set_sweep_mark(sw->batch, p->topic, p->partition, wall_ms());
-        }
     }
     if (!any)
         return 0;
@@ -322,10 +398,10 @@ static int start_pass(segd_sweep_t *sw, int64_t now, char *errstr, size_t n, seg
     sw->st.passes++;
     char list[1024];
     list_parts(sw, list, sizeof(list));
-    fprintf(stderr, "segd: sweep: deleting the users of %s (revoked for %" PRId64
-                    " s or more, or left half swept; their offsets are gone: they restore or "
-                    "replay if assigned again), %" PRId64 " records/s\n",
-            list, sw->o.after_ms / 1000, sw->o.records_per_s);
+    fprintf(stderr, "segd: sweep: deleting the users of %s (revoked for %.1f s or more, or "
+                    "left half swept by an earlier pass; their offsets are gone: they restore "
+                    "if assigned again), %" PRId64 " records/s\n",
+            list, (double)sw->o.after_ms / 1000.0, sw->o.records_per_s);
     return 1;
 }
 
@@ -338,8 +414,8 @@ static int doomed(const segd_sweep_t *sw, const char *user, size_t len)
         if (t->count <= 0)
             continue;
         int32_t q = segd_partition_of(sw->o.partitioner, user, len, t->count);
-        const part_t *p = find_part(sw, t->name, q);
-        if (!p || !p->in_pass)
+        size_t i = t->idx ? t->idx[q] : SIZE_MAX;
+        if (i == SIZE_MAX || !sw->parts[i].in_pass)
             return 0;
         any = 1;
     }
@@ -451,6 +527,13 @@ segd_err_t segd_sweep_step(segd_sweep_t *sw, int64_t now, char *errstr, size_t n
         sw->tokens = rate; /* at most a second's worth at once */
     sw->last_ms = now;
     segd_err_t err = SEGD_OK;
+    if (sw->broken)
+        return SEGD_OK;
+    if (sw->pass && !topics_ready(sw)) {
+        fprintf(stderr, "segd: sweep: an input topic's partition count is unknown or stale: "
+                        "the pass under way starts again once it is known\n");
+        abandon_pass(sw);
+    }
     if (!sw->pass && !start_pass(sw, now, errstr, n, &err)) {
         if (err)
             sw->retry_at = now + RETRY_MS;

@@ -18,8 +18,11 @@
  * or replay. A user of an owned partition is never deleted otherwise (the
  * pipeline thread runs the sweep between polls, and assignments change
  * only in its rebalance callback, so "not owned" cannot change under a
- * step). A store that has applied misrouted events (producers not keyed
- * by user) holds owned data under unowned users: no sweep begins there.
+ * step), nor one whose restore is still running (a cancelled load may
+ * still write it). A store that has applied misrouted events (producers
+ * not keyed by user), or events it could not check (partition count
+ * unknown then), may hold owned data under unowned users: no sweep begins
+ * there.
  *
  * Threads: the pipeline's thread only. Time is passed in (monotonic ms). */
 #ifndef SEGD_SWEEP_H
@@ -32,9 +35,17 @@
 #include "store/store.h"
 
 typedef struct segd_sweep_opts {
-    int64_t after_ms;          /* sweep.after.s: revoked this long before a sweep */
+    int64_t after_ms;          /* sweep.after.s: revoked this long before a sweep;
+                                * 0 = no new sweeps (marks left are still finished) */
     int64_t records_per_s;     /* sweep.records.per.s: records examined a second */
     segd_partitioner_t partitioner;
+    size_t n_topics;           /* the input topics: no pass until every one's
+                                * partition count is known (a user goes only when
+                                * it is swept in all of them) */
+    /* Whether a restore of the partition is queued or running (a cancelled
+     * load may still be writing it): never swept meanwhile. May be NULL. */
+    int (*restoring)(void *ctx, const char *topic, int32_t partition);
+    void *restoring_ctx;
 } segd_sweep_opts_t;
 
 typedef struct segd_sweep_stats {
@@ -42,7 +53,8 @@ typedef struct segd_sweep_stats {
     uint64_t records_examined;
     uint64_t partitions_swept; /* whose pass ended (mark cleared) */
     uint64_t passes;
-    int disabled;              /* misrouted events in this store: no sweep */
+    int disabled;              /* misrouted or unchecked events in this store, or a
+                                * partition it could not track: no sweep */
 } segd_sweep_stats_t;
 
 typedef struct segd_sweep segd_sweep_t;
@@ -61,6 +73,11 @@ void segd_sweep_owned(segd_sweep_t *sw, const char *topic, int32_t partition, in
                       int64_t now_ms);
 /* Whether the partition is marked: its data must not come back yet. */
 int segd_sweep_purging(const segd_sweep_t *sw, const char *topic, int32_t partition);
+/* Something the sweep relies on failed (a partition it cannot track): from
+ * now on it deletes nothing, in this run. */
+void segd_sweep_disable(segd_sweep_t *sw, const char *why);
+/* Whether steps have anything to do (a sweep configured, or marks left). */
+int segd_sweep_active(const segd_sweep_t *sw);
 /* Bounded work: at most the records the rate allows since the last step
  * (or ~50 ms when an owned partition waits for its purge). A failed write
  * is returned; the step is redone later. */

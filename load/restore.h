@@ -21,6 +21,7 @@
 #define SEGD_RESTORE_H
 
 #include <signal.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -46,6 +47,9 @@ typedef struct segd_restore_opts {
     int changes;                 /* outbox deltas for the restored users; default 0:
                                   * the exporter published them already */
     volatile sig_atomic_t *stop; /* may be NULL */
+    const _Atomic int *cancel;   /* may be NULL; set: finish writes neither the data nor
+                                  * the offset (SEGD_ERR_ABORTED): the partition left
+                                  * this member, and its sweep may have begun */
     int shared;                  /* other writers meanwhile (segd run): see
                                   * segd_bulk_opts_t.shared */
     int direct;                  /* with shared: the unit's users come in key order,

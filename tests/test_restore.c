@@ -22,6 +22,7 @@
 #include "load/restore.h"
 #include "publisher/snapshot.h"
 #include "store/store.h"
+#include "store/sst.h"
 
 #define NOW 1800000000000LL
 #define DAY_MS 86400000LL
@@ -373,6 +374,38 @@ static void test_restore_direct_unsorted(void **state)
     remove_dir(db);
 }
 
+/* A restore whose partition was revoked (cancel set) after its last record
+ * writes neither its data nor its offset: the partition's sweep may have
+ * begun (found by review: the offset of a cancelled load was written over
+ * a sweep's mark). */
+static void test_restore_cancelled_writes_nothing(void **state)
+{
+    (void)state;
+    char da[64], db[64], err[256];
+    make_dir(da, sizeof(da), "src");
+    make_dir(db, sizeof(db), "dst");
+    segd_store_t *a = open_store(da, NOW), *b = open_store(db, NOW);
+    fill(a, USERS, 2, 41);
+    _Atomic int cancel = 1;
+    segd_restore_opts_t o;
+    segd_restore_opts_default(&o);
+    o.shared = 1;
+    o.direct = 1;
+    o.cancel = &cancel;
+    segd_restore_stats_t st;
+    assert_int_equal(restore_opts(a, b, 77, 0, &o, &st, err, sizeof(err)), SEGD_ERR_ABORTED);
+    int64_t off;
+    assert_int_equal(segd_store_offset_get(b, "segments", 3, &off, err, sizeof(err)),
+                     SEGD_ERR_NOTFOUND);
+    int empty = 0;
+    assert_int_equal(segd_store_profiles_empty(b, &empty, err, sizeof(err)), SEGD_OK);
+    assert_true(empty);
+    segd_store_close(a);
+    segd_store_close(b);
+    remove_dir(da);
+    remove_dir(db);
+}
+
 /* The unit's W is the floor of ITS partition here, for good (not of the
  * store's other partitions, whose history must stay acceptable; nor part of
  * the store's own floor, so W's start phase still begins); a unit exported
@@ -453,6 +486,7 @@ int main(void)
         cmocka_unit_test(test_restore_beside_writer),
         cmocka_unit_test(test_restore_direct_beside_writer),
         cmocka_unit_test(test_restore_direct_unsorted),
+        cmocka_unit_test(test_restore_cancelled_writes_nothing),
         cmocka_unit_test(test_floor_and_stop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
