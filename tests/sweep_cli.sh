@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The revocation sweep in a real group (issue 11): A consumes 4 partitions
-# alone; B joins and takes 2 of them; once they have been away for
-# sweep.after.s, A deletes their users (its owned users stay, byte for
-# byte, as `segd get` shows while A runs) and their offsets; B leaves, A
-# is assigned them again, has no offset for them and replays them, and
-# ends as it was before the sweep.
+# alone and exports their units; B joins, takes 2 of them and restores them
+# from A's units; once they have been away from A for sweep.after.s, A
+# deletes their users (its owned users stay, byte for byte, as `segd get`
+# shows while A runs) and their offsets; B leaves, A is assigned them
+# again, has no offset for them and restores them from the units, and ends
+# as it was before the sweep.
 set -euo pipefail
 segd=$1
 tmp=$(mktemp -d /tmp/segd-sweep-XXXXXX)
@@ -48,11 +49,13 @@ wait_for() { # what, condition
   fail "never: $1"
 }
 
-start a g-f SEGD_SWEEP_AFTER_S=1 SEGD_SWEEP_RECORDS_PER_S=1000000
+units="SEGD_RESTORE_FROM=$tmp/dest SEGD_SNAPSHOT_TO=$tmp/dest SEGD_SNAPSHOT_INTERVAL=1"
+start a g-f SEGD_SWEEP_AFTER_S=1 SEGD_SWEEP_RECORDS_PER_S=1000000 $units
 wait_for "a consumed all" '[ "$(consumed a)" -ge 1500 ] 2>/dev/null'
 before=$(reads a) # everything, consumed once
 [ -n "$before" ] || fail "no reads"
-start b g-f SEGD_SWEEP_AFTER_S=0
+wait_for "a exported 4 units" '[ "$(ls -d "$tmp"/dest/events/p-* 2>/dev/null | wc -l)" = 4 ]'
+start b g-f SEGD_SWEEP_AFTER_S=0 $units
 wait_for "a swept" 'grep -q "sweep: swept events" "$tmp/a.log"'
 swept=$(grep -o 'sweep: swept events.*:' "$tmp/a.log" | head -1)
 # the users A still owns are untouched; the others are gone
@@ -65,9 +68,10 @@ kept=$(diff <(echo "$before") <(echo "$after") | grep -c '^>' || true)
 [ "$kept" = "$(diff <(echo "$before") <(echo "$after") | grep '^>' | grep -c '"segments":\[\]' || true)" ] ||
   fail "a changed users it owns (not only emptied swept ones)"
 stop b
-# B's partitions come back to A without offsets: replayed from the earliest
+# B's partitions come back to A without offsets: restored from the units
 wait_for "a whole again" '[ "$(reads a)" = "$before" ]'
 stop a
 grep -q "final: sweep: users_deleted=[1-9]" "$tmp/a.log" || fail "a: no sweep counters"
+grep -q "restored p=" "$tmp/a.log" || fail "a restored nothing when they came back"
 [ "$(reads a)" = "$before" ] || fail "a differs from what it held before once stopped"
 echo "sweep_cli: ok ($swept)"
