@@ -24,7 +24,9 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: segd run --brokers B --topic T[,T2] --group G --db DIR\n"
-            "                [--config FILE] [-X kafka.prop=value ...]\n"
+            "                [--config FILE] [-X kafka.prop=value ...] [--print-config]\n"
+            "  --print-config: print the effective configuration (defaults filled in,\n"
+            "  secrets masked) and exit; every key: docs/configuration.md\n"
             "  config keys (FILE lines `key = value`, or SEGD_<KEY> with dots as _):\n"
             "    input.format (auto|confluent|single-object|raw), input.schema.registry.url,\n"
             "    input.schema.registry.auth, input.schema.registry.ca, input.offset.reset,\n"
@@ -33,11 +35,12 @@ static void usage(FILE *f)
             "    limits.max.segments, limits.max.user.id, limits.max.message.bytes,\n"
             "    limits.max.clock.skew.ms,\n"
             "    store.granularity.s, store.horizon.s, store.gc.grace.s, store.block.cache.mb,\n"
-            "    compaction.rate.mb, compaction.periodic.s,\n"
+            "    store.min.free.mb, compaction.rate.mb, compaction.periodic.s,\n"
             "    changes.enable, changes.topic, changes.format (single-object|confluent),\n"
             "    changes.schema.registry.url, changes.compression (lz4|zstd),\n"
             "    changes.max.outbox, snapshot.buckets, snapshot.interval (s), snapshot.to,\n"
-            "    snapshot.format (avro | native),\n"
+            "    snapshot.format (avro | native), restore.from, restore.fallback,\n"
+            "    restore.retries, log.format (logfmt|json), log.level (debug|info|warn|error),\n"
             "    kafka.<librdkafka property>\n");
 }
 
@@ -50,8 +53,10 @@ static int parse_args(int argc, char **argv, segd_config_t *cfg)
                                          {"db", required_argument, 0, 'd'},
                                          {"config", required_argument, 0, 'c'},
                                          {"help", no_argument, 0, 'h'},
+                                         {"print-config", no_argument, 0, 'p'},
                                          {0, 0, 0, 0}};
     const char *file = NULL;
+    int print = 0;
     char err[512];
     int c;
     optind = 1;
@@ -60,6 +65,8 @@ static int parse_args(int argc, char **argv, segd_config_t *cfg)
             file = optarg;
         else if (c == 'h')
             return usage(stdout), 1;
+        else if (c == 'p')
+            print = 1;
         else if (c == '?')
             return usage(stderr), 2;
     if ((file && segd_config_load_file(cfg, file, err, sizeof(err))) ||
@@ -84,6 +91,10 @@ static int parse_args(int argc, char **argv, segd_config_t *cfg)
     }
     if (segd_config_finish(cfg, err, sizeof(err)))
         goto bad;
+    if (print) {
+        segd_config_print(cfg, stdout);
+        return 1;
+    }
     return 0;
 bad:
     fprintf(stderr, "segd run: %s\n", err);
