@@ -9,7 +9,7 @@
 #include <string.h>
 
 typedef enum { K_STR, K_INT, K_TOPICS, K_FRAMING, K_RESET, K_PARTITIONER, K_SNAPFMT,
-               K_FALLBACK, K_LOGFMT, K_LOGLEVEL } key_type_t;
+               K_FALLBACK, K_LOGFMT, K_LOGLEVEL, K_STORELOG } key_type_t;
 
 typedef struct key_def {
     const char *key;
@@ -61,7 +61,11 @@ static const key_def_t keys[] = {
     {"restore.retries", K_INT, OFF(restore_retries), 1, 1000},
     {"log.format", K_LOGFMT, 0, 0, 0},
     {"log.level", K_LOGLEVEL, 0, 0, 0},
+    {"store.log.level", K_STORELOG, 0, 0, 0},
 };
+
+/* store.log.level's names, indexed by RocksDB's InfoLogLevel */
+static const char *const store_log_names[] = {"debug", "info", "warn", "error", "off"};
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
 
 void segd_config_init(segd_config_t *c)
@@ -86,6 +90,7 @@ void segd_config_init(segd_config_t *c)
     c->restore_retries = 5;
     c->log_format = SEGD_LOG_LOGFMT;
     c->log_level = SEGD_LOG_INFO;
+    c->store_log_level = 4; /* off: see store.c (a full disk would abort RocksDB 7.8) */
 }
 
 void segd_config_free(segd_config_t *c)
@@ -240,6 +245,15 @@ segd_err_t segd_config_set(segd_config_t *c, const char *key, const char *value,
                 return segd_errf(SEGD_ERR_CONFIG, errstr, n,
                                  "log.level: '%s' is not debug, info, warn or error", value);
             return SEGD_OK;
+        case K_STORELOG:
+            for (int64_t lv = 0; lv < 5; lv++)
+                if (!strcmp(value, store_log_names[lv])) {
+                    c->store_log_level = lv;
+                    return SEGD_OK;
+                }
+            return segd_errf(SEGD_ERR_CONFIG, errstr, n,
+                             "store.log.level: '%s' is not off, error, warn, info or debug",
+                             value);
         }
     }
     return segd_errf(SEGD_ERR_CONFIG, errstr, n, "unknown configuration key '%s'", key);
@@ -441,6 +455,7 @@ static const char *enum_values(key_type_t t)
     case K_FALLBACK: return "replay|wait";
     case K_LOGFMT: return "logfmt|json";
     case K_LOGLEVEL: return "debug|info|warn|error";
+    case K_STORELOG: return "off|error|warn|info|debug";
     default: return NULL;
     }
 }
@@ -510,6 +525,7 @@ segd_err_t segd_config_value(const segd_config_t *c, const char *key, char *out,
     case K_FALLBACK: s = c->restore_fallback_replay ? "replay" : "wait"; break;
     case K_LOGFMT: s = segd_log_format_name(c->log_format); break;
     case K_LOGLEVEL: s = segd_log_level_name(c->log_level); break;
+    case K_STORELOG: s = store_log_names[c->store_log_level]; break;
     }
     snprintf(out, cap, "%s", s ? s : "");
     return SEGD_OK;

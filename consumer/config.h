@@ -64,6 +64,8 @@ typedef struct segd_config {
     int64_t restore_retries;     /* failed attempts before the fallback; default 5 */
     segd_log_format_t log_format; /* log.format: logfmt (default) | json */
     segd_log_level_t log_level;   /* log.level: debug | info (default) | warn | error */
+    int64_t store_log_level;      /* store.log.level as RocksDB's InfoLogLevel
+                                   * (0 debug .. 3 error, 4 = off, the default) */
     segd_kv_t kafka[SEGD_MAX_KAFKA_PROPS];
     size_t n_kafka;
     /* Not a key: the logger of the program that owns this config (segd run
