@@ -230,6 +230,10 @@ static segd_err_t flush_batch(segd_pipeline_t *p, char *errstr, size_t n)
     p->misrouted_pending = 0;
     segd_dlq_clear(p->dlq);
     p->st.batches++;
+    /* per batch, never per message; at debug only (tests wait on it) */
+    segd_log_kv(LOG(p), SEGD_LOG_DEBUG, "pipeline", "batch written",
+                "batch=%" PRIu64 " consumed=%" PRIu64 " events=%" PRIu64 " segments=%" PRIu64,
+                p->st.batches, p->st.messages, p->st.events, p->st.segments);
     fault_cleared(p);
     return SEGD_OK;
 }
