@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "base/buf.h"
+#include "base/utf8.h"
 
 struct segd_log {
     FILE *out;
@@ -87,12 +88,28 @@ static int logfmt_bare(const char *s, size_t n)
     return 1;
 }
 
+/* The length of the valid UTF-8 sequence at s (lead byte >= 0x80), or 0. */
+static size_t utf8_seq(const char *s, size_t n)
+{
+    unsigned char c = (unsigned char)s[0];
+    size_t len = c >= 0xf0 ? 4 : c >= 0xe0 ? 3 : c >= 0xc0 ? 2 : 0;
+    return len && len <= n && segd_utf8_valid(s, len) ? len : 0;
+}
+
+/* JSON must be UTF-8: a byte that starts no valid sequence (a path or an
+ * error text from outside) is written as U+FFFD. */
 static void put_escaped(segd_buf_t *b, const char *s, size_t n, int json)
 {
     char hex[8];
     for (size_t i = 0; i < n; i++) {
         unsigned char c = (unsigned char)s[i];
-        if (c == '"' || c == '\\') {
+        if (json && c >= 0x80) {
+            size_t len = utf8_seq(s + i, n - i);
+            if (len)
+                put(b, s + i, len), i += len - 1;
+            else
+                puts_(b, "\\ufffd");
+        } else if (c == '"' || c == '\\') {
             put(b, "\\", 1);
             put(b, (const char *)&c, 1);
         } else if (c == '\n') {

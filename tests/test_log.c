@@ -136,6 +136,26 @@ static void test_escaping(void **state)
     free(s);
 }
 
+/* JSON stays valid UTF-8 whatever bytes a message holds; valid UTF-8 passes. */
+static void bytes(const segd_log_t *l)
+{
+    segd_log(l, SEGD_LOG_ERROR, "store", "path /d/\xff\xc3 caf\xc3\xa9 \xe2\x82");
+}
+
+static void test_json_utf8(void **state)
+{
+    (void)state;
+    char *s = capture(SEGD_LOG_INFO, SEGD_LOG_JSON, bytes);
+    json_error_t e;
+    json_t *o = json_loads(s, 0, &e);
+    if (!o)
+        fail_msg("not JSON: %s (%s)", s, e.text);
+    assert_string_equal(json_string_value(json_object_get(o, "msg")),
+                        "path /d/\xef\xbf\xbd\xef\xbf\xbd caf\xc3\xa9 \xef\xbf\xbd\xef\xbf\xbd");
+    json_decref(o);
+    free(s);
+}
+
 /* Text before the first key, and numbers JSON does not accept, stay strings. */
 static void odd_fields(const segd_log_t *l)
 {
@@ -162,7 +182,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_logfmt_line), cmocka_unit_test(test_json_line),
         cmocka_unit_test(test_levels),      cmocka_unit_test(test_escaping),
-        cmocka_unit_test(test_odd_fields),
+        cmocka_unit_test(test_odd_fields),  cmocka_unit_test(test_json_utf8),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
