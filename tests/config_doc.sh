@@ -13,6 +13,9 @@ doc=$2/docs/configuration.md
 tmp=$(mktemp -d /tmp/segd-confdoc-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
+# the defaults are the code's, not the caller's (scripts/test.sh sets
+# SEGD_STORE_MIN_FREE_MB for every test)
+for v in $(compgen -e | grep '^SEGD_' || true); do unset "$v"; done
 
 # rows "| `key` | type | default | ..." between <!-- keys:NAME --> markers
 rows() { sed -n "/<!-- keys:$1 -->/,/<!-- \/keys:$1 -->/p" "$doc" | grep '^| `'; }
