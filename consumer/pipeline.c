@@ -905,11 +905,14 @@ void segd_pipeline_close(segd_pipeline_t *p)
         rd_kafka_consumer_close(p->consumer); /* revokes: the batch is written */
         if (flush_batch(p, err, sizeof(err)) != SEGD_OK)
             segd_log(LOG(p), SEGD_LOG_ERROR, "pipeline", "last batch not written: %s", err);
-        if (unassigned) /* the last resort: a leak instead of an abort */
+        if (unassigned) { /* the last resort: a leak instead of an abort */
             segd_log(LOG(p), SEGD_LOG_WARN, "pipeline",
                      "closing before the group's first assignment: the consumer "
                      "handle is left to process exit (librdkafka 2.0.2 would abort)");
-        else
+            /* its threads live on, and their log_cb would reach p (freed by
+             * destroy) and the logger: below every level, nothing is logged */
+            rd_kafka_set_log_level(p->consumer, -1);
+        } else
             rd_kafka_destroy(p->consumer);
         p->consumer = NULL;
     }
