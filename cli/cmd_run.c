@@ -168,18 +168,19 @@ static void export_topic(snapshotter_t *sn, const char *topic)
     double t0 = segd_mono_s();
     segd_err_t e = segd_snapshot_export(sn->store, sn->cfg->snapshot_to, &o, &m, &failed, err,
                                         sizeof(err));
+    char to[1024];
+    segd_config_mask_url(sn->cfg->snapshot_to, to, sizeof(to));
     if (m.units) { /* "snapshot: N units of T" as before the logger: scripts grep it */
         char msg[300];
         snprintf(msg, sizeof(msg), "snapshot: %u units of %s", m.units, topic);
         segd_log_kv(sn->cfg->log, SEGD_LOG_INFO, "snapshot", msg,
                     "units=%u topic=%s users=%" PRIu64 " entries=%" PRIu64 " to=%s in_s=%.1f",
-                    m.units, topic, m.records, m.segments, sn->cfg->snapshot_to,
-                    segd_mono_s() - t0);
+                    m.units, topic, m.records, m.segments, to, segd_mono_s() - t0);
     }
     if (e)
         segd_log(sn->cfg->log, SEGD_LOG_ERROR, "snapshot",
                  "snapshot of %s to %s: %zu of %zu units failed (their "
-                 "previous units stay): %s", topic, sn->cfg->snapshot_to,
+                 "previous units stay): %s", topic, to,
                  failed ? failed : o.n_partitions, o.n_partitions, err);
     segd_manifest_free(&m);
     free(parts);

@@ -546,8 +546,7 @@ int segd_config_is_secret(const char *key)
     return 0;
 }
 
-/* scheme://user:password@host... -> scheme://user:***@host... */
-static void mask_url_password(const char *v, char *out, size_t cap)
+void segd_config_mask_url(const char *v, char *out, size_t cap)
 {
     const char *scheme = strstr(v, "://");
     const char *at = scheme ? strchr(scheme + 3, '@') : NULL;
@@ -571,7 +570,7 @@ static void print_line(FILE *f, const char *key, const char *prefix, const char 
     else if (segd_config_is_secret(full))
         fprintf(f, "%s = ***\n", full);
     else {
-        mask_url_password(v, masked, sizeof(masked));
+        segd_config_mask_url(v, masked, sizeof(masked));
         fprintf(f, "%s = %s\n", full, masked);
     }
 }

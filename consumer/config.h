@@ -96,6 +96,10 @@ segd_err_t segd_config_value(const segd_config_t *c, const char *key, char *out,
  * are judged by their librdkafka name. */
 int segd_config_is_secret(const char *key);
 
+/* v with the password of a URL's user:password@ as *** (scheme://user:***@host...),
+ * for anything printed or logged; other values are copied. */
+void segd_config_mask_url(const char *v, char *out, size_t out_size);
+
 /* Writes every key as `key = value` lines, defaults filled in, then the
  * kafka.* pass-through; unset keys as comments, secrets and the password
  * of URLs' user:password@ as ***. The output is a valid config file except

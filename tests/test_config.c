@@ -163,6 +163,12 @@ static void test_print_and_secrets(void **state)
     assert_true(segd_config_is_secret("kafka.sasl.password"));
     assert_true(segd_config_is_secret("input.schema.registry.auth"));
     assert_false(segd_config_is_secret("kafka.client.id"));
+    segd_config_mask_url("https://u:pw@h:1/p?a=b@c", v, sizeof(v));
+    assert_string_equal(v, "https://u:***@h:1/p?a=b@c");
+    segd_config_mask_url("http://h/p@q:r", v, sizeof(v)); /* '@' only after the host */
+    assert_string_equal(v, "http://h/p@q:r");
+    segd_config_mask_url("s3://bucket/prefix", v, sizeof(v));
+    assert_string_equal(v, "s3://bucket/prefix");
 
     char *out = NULL;
     size_t len = 0;
