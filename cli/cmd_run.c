@@ -284,8 +284,10 @@ static int run_daemon(segd_config_t *cfg, segd_store_t *store, volatile sig_atom
         return SEGD_EXIT_USAGE;
     }
     segd_pipeline_t *p = segd_daemon_pipeline(d);
-    segd_log_kv(cfg->log, SEGD_LOG_INFO, "daemon", "consuming", "topic=%s group=%s db=%s",
-                cfg->topics[0], cfg->group, cfg->db);
+    char topics[4096];
+    segd_config_value(cfg, "topics", topics, sizeof(topics));
+    segd_log_kv(cfg->log, SEGD_LOG_INFO, "daemon", "consuming", "topics=%s group=%s db=%s",
+                topics, cfg->group, cfg->db);
     snapshotter_t sn = {.cfg = cfg, .store = store, .pipeline = p};
     pthread_t snap_thread;
     int snapshots = cfg->snapshot_interval_s > 0;

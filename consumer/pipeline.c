@@ -670,11 +670,16 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     char msg[256];
     p->rebalanced = 1;
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
-        if (!p->st.assigned_s)
+        const char *proto = coop ? "cooperative" : "eager";
+        if (!p->st.assigned_s) { /* the group join, timed once */
             p->st.assigned_s = segd_mono_s();
-        segd_log_kv(LOG(p), SEGD_LOG_INFO, "pipeline", "partitions assigned",
-                    "count=%d protocol=%s first_join_s=%.3f", parts->cnt, coop ? "cooperative" : "eager",
-                    p->st.assigned_s - p->st.created_s);
+            segd_log_kv(LOG(p), SEGD_LOG_INFO, "pipeline", "partitions assigned",
+                        "count=%d protocol=%s join_s=%.3f", parts->cnt, proto,
+                        p->st.assigned_s - p->st.created_s);
+        } else {
+            segd_log_kv(LOG(p), SEGD_LOG_INFO, "pipeline", "partitions assigned",
+                        "count=%d protocol=%s", parts->cnt, proto);
+        }
         set_start_offsets(p, parts);
         if (coop)
             e = rd_kafka_incremental_assign(rk, parts);
