@@ -11,7 +11,7 @@ tmp=$(mktemp -d /tmp/segd-demo-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*" >&2; cat "$tmp/out" >&2 2>/dev/null || true; exit 1; }
 
-"$segd" demo --dir "$tmp/d" --users 100 > "$tmp/out" 2> "$tmp/err" || fail "demo exited $?: $(cat "$tmp/err")"
+"$segd" demo --dir "$tmp/d" --users 40 > "$tmp/out" 2> "$tmp/err" || fail "demo exited $?: $(cat "$tmp/err")"
 sed -n '/<!-- demo-output -->/,/<!-- \/demo-output -->/p' "$readme" | grep -v '^<!--\|^```' \
   > "$tmp/want"
 [ "$(wc -l < "$tmp/want")" -ge 4 ] || fail "README has no demo excerpt"
@@ -25,5 +25,5 @@ done < "$tmp/want"
 grep -o 'p50 [0-9.]* us, p99 [0-9.]* us' "$tmp/out" | while read -r _ p50 _ _ p99 _; do
   awk -v a="${p50%,}" -v b="$p99" 'BEGIN { exit !(a > 0 && a <= b) }' || fail "p50 $p50 p99 $p99"
 done
-grep -q "consumed 5002 messages in [0-9.]* s from the first one" "$tmp/out" || fail "message count"
+grep -q "consumed 2002 messages in [0-9.]* s from the first one" "$tmp/out" || fail "message count"
 echo "demo_cli: $(wc -l < "$tmp/want") README lines matched"
