@@ -45,6 +45,7 @@ void segd_daemon_publisher_opts(const segd_config_t *cfg, segd_publisher_opts_t 
     o->partitioner = cfg->partitioner;
     o->retry_max_ms = cfg->retry_max_ms;
     o->kafka_props = props;
+    o->log = cfg->log;
 }
 
 static void on_committed(void *ctx) { segd_publisher_kick(ctx); }
@@ -120,6 +121,7 @@ static segd_err_t start_restorer(segd_daemon_t *d, const segd_config_t *cfg,
     o.retries = (int)cfg->restore_retries;
     o.retry_max_ms = cfg->retry_max_ms;
     o.partitioner = cfg->partitioner;
+    o.log = cfg->log;
     return segd_restorer_new(&d->restorer, store, &o, errstr, n);
 }
 

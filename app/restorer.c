@@ -187,11 +187,11 @@ static segd_err_t restore_unit(segd_restorer_t *r, const job_t *j, char *errstr,
     segd_err_t err = segd_unit_load(r->store, &u, &st, errstr, n);
     if (err)
         return err;
-    fprintf(stderr,
-            "segd: restored p=%" PRId32 " users=%" PRIu64 " segments=%" PRIu64
-            " bytes=%" PRIu64 " in %.1f s (%s, offset %" PRId64 ")\n",
-            j->partition, st.users, st.segments, st.bytes, st.seconds, j->topic,
-            st.next_offset);
+    segd_log_kv(r->o.log, SEGD_LOG_INFO, "restorer", "restored",
+                "p=%" PRId32 " users=%" PRIu64 " segments=%" PRIu64 " bytes=%" PRIu64
+                " in_s=%.1f topic=%s offset=%" PRId64,
+                j->partition, st.users, st.segments, st.bytes, st.seconds, j->topic,
+                st.next_offset);
     pthread_mutex_lock(&r->lock);
     r->st.restored++;
     r->st.users += st.users;
@@ -241,7 +241,8 @@ static void job_failed(segd_restorer_t *r, job_t *j, const char *err)
      * lost for good (and exported over the good unit); waiting is safe */
     int w_started = segd_store_gc_watermark(r->store) > 0;
     int give_up = r->o.fallback_replay && attempt >= r->o.retries && !w_started;
-    fprintf(stderr, "segd: restore of %s [%" PRId32 "] failed (attempt %d): %s%s\n",
+    segd_log(r->o.log, SEGD_LOG_WARN, "restorer",
+             "restore of %s [%" PRId32 "] failed (attempt %d): %s%s",
             j->topic, j->partition, attempt, err,
             give_up ? "; replaying it from input.offset.reset (restore.fallback = replay)"
             : w_started && r->o.fallback_replay && attempt >= r->o.retries
@@ -268,8 +269,9 @@ static void run_job(segd_restorer_t *r, job_t *j)
     if (!e) {
         finish_job(r, j, JOB_DONE, 0);
     } else if (e == SEGD_ERR_NOTFOUND) {
-        fprintf(stderr, "segd: no snapshot unit for %s [%" PRId32 "] (%s): replaying it "
-                        "from input.offset.reset\n", j->topic, j->partition, err);
+        segd_log(r->o.log, SEGD_LOG_INFO, "restorer",
+                 "no snapshot unit for %s [%" PRId32 "] (%s): replaying it "
+                 "from input.offset.reset", j->topic, j->partition, err);
         finish_job(r, j, JOB_REPLAY, 0);
     } else if (r->stop) {
         return; /* abandoned before its offset: restored again next time */

@@ -83,6 +83,15 @@ struct segd_pipeline {
                                   or left a message's partition unexplained) */
 };
 
+#define LOG(p) ((p)->cfg->log)
+
+/* librdkafka's lines, with the pipeline as the client's opaque. */
+static void log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
+{
+    const segd_pipeline_t *p = rd_kafka_opaque(rk);
+    segd_kconf_log(p ? LOG(p) : NULL, rk, level, fac, buf);
+}
+
 /* Exponential backoff for fault waits; logs the fault once per change. */
 static int64_t backoff(segd_pipeline_t *p, int64_t wait_ms, const char *fault)
 {
@@ -136,7 +145,8 @@ static int32_t refresh_parts(segd_pipeline_t *p, const char *topic)
     if (segd_kmeta_partitions(p->consumer, topic, METADATA_TIMEOUT_MS, &count, err,
                               sizeof(err)) != SEGD_OK) {
         if (!p->metadata_logged++)
-            fprintf(stderr, "segd: %s (misrouted events not counted meanwhile)\n", err);
+            segd_log(LOG(p), SEGD_LOG_WARN, "pipeline",
+                     "%s (misrouted events not counted meanwhile)", err);
         p->metadata_next_ms = segd_mono_ms() + 10000;
         return 0;
     }
@@ -232,6 +242,10 @@ static segd_err_t flush_batch(segd_pipeline_t *p, char *errstr, size_t n)
     p->unchecked_pending = 0;
     segd_dlq_clear(p->dlq);
     p->st.batches++;
+    /* per batch, never per message; at debug only (tests wait on it) */
+    segd_log_kv(LOG(p), SEGD_LOG_DEBUG, "pipeline", "batch written",
+                "batch=%" PRIu64 " consumed=%" PRIu64 " events=%" PRIu64 " segments=%" PRIu64,
+                p->st.batches, p->st.messages, p->st.events, p->st.segments);
     fault_cleared(p);
     return SEGD_OK;
 }
@@ -318,8 +332,9 @@ static void rewind_to(segd_pipeline_t *p, const rd_kafka_message_t *m)
     const char *topic = rd_kafka_topic_name(m->rkt);
     if (seek_to(p, topic, m->partition, m->offset))
         return;
-    fprintf(stderr, "segd: cannot rewind %s [%" PRId32 "] to %" PRId64
-                    "; it restarts from its stored offset\n", topic, m->partition, m->offset);
+    segd_log(LOG(p), SEGD_LOG_WARN, "pipeline",
+             "cannot rewind %s [%" PRId32 "] to %" PRId64 "; it restarts from its stored offset",
+             topic, m->partition, m->offset);
     rd_kafka_topic_partition_list_t *l = one_partition(topic, m->partition, 0);
     rd_kafka_pause_partitions(p->consumer, l);
     rd_kafka_topic_partition_list_destroy(l);
@@ -377,15 +392,16 @@ static void retry_unread(segd_pipeline_t *p)
         }
         if (e || !seek_to(p, u->topic, u->partition, next)) {
             if (e && !u->logged)
-                fprintf(stderr, "segd: waiting: %s [%" PRId32 "]: stored offset unreadable: "
-                                "%s (partition paused, retrying)\n", u->topic, u->partition, err);
+                segd_log(LOG(p), SEGD_LOG_WARN, "pipeline",
+                         "waiting: %s [%" PRId32 "]: stored offset unreadable: "
+                         "%s (partition paused, retrying)", u->topic, u->partition, err);
             u->logged |= e != SEGD_OK;
             i++;
             continue;
         }
         if (u->logged)
-            fprintf(stderr, "segd: resumed %s [%" PRId32 "] at its stored offset\n", u->topic,
-                    u->partition);
+            segd_log(LOG(p), SEGD_LOG_INFO, "pipeline", "resumed %s [%" PRId32 "] at its stored offset",
+                     u->topic, u->partition);
         if (!p->held) {
             rd_kafka_topic_partition_list_t *l = one_partition(u->topic, u->partition, next);
             rd_kafka_resume_partitions(p->consumer, l);
@@ -424,7 +440,8 @@ static int handle_message(segd_pipeline_t *p, const rd_kafka_message_t *m)
     char why[256];
     int reason = 0;
     const segd_event_t *ev = NULL;
-    p->st.messages++;
+    if (!p->st.messages++)
+        p->st.first_message_s = segd_mono_s();
     int ok = segd_ingest_check(p->ingest, rd_kafka_topic_name(m->rkt), m->partition, m->key, m->key_len, m->payload, m->len, &ev,
                                &reason, why, sizeof(why));
     if (ok < 0)
@@ -544,14 +561,14 @@ static void advance_gc(segd_pipeline_t *p)
                     ? SEGD_GC_CAUGHT_UP
                     : 0;
     if (segd_store_gc_advance(p->store, flags, err, sizeof(err)) != SEGD_OK)
-        fprintf(stderr, "segd: GC watermark not advanced: %s\n", err);
+        segd_log(LOG(p), SEGD_LOG_WARN, "store", "GC watermark not advanced: %s", err);
     /* RocksDB only looks for files due for periodic compaction after a flush
      * or compaction: on a quiet store an operand would stay in the memtable,
      * unmerged, for ever. An hourly flush keeps the grace bound (§3.1). */
     if (segd_mono_ms() >= p->flush_next_ms) {
         p->flush_next_ms = segd_mono_ms() + 3600 * 1000;
         if (segd_store_flush(p->store, err, sizeof(err)) != SEGD_OK)
-            fprintf(stderr, "segd: flush: %s\n", err);
+            segd_log(LOG(p), SEGD_LOG_WARN, "store", "flush: %s", err);
     }
 }
 
@@ -572,7 +589,7 @@ static void sweep_step(segd_pipeline_t *p)
     if (segd_sweep_step(p->sweep, segd_mono_ms(), err, sizeof(err)) != SEGD_OK &&
         segd_mono_ms() - p->sweep_logged_ms >= 10000) {
         p->sweep_logged_ms = segd_mono_ms();
-        fprintf(stderr, "segd: sweep: %s (retrying)\n", err);
+        segd_log(LOG(p), SEGD_LOG_WARN, "sweep", "%s (retrying)", err);
     }
 }
 
@@ -594,7 +611,8 @@ segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
             continue;
         if (m->err) {
             if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
-                fprintf(stderr, "segd: consumer: %s\n", rd_kafka_message_errstr(m));
+                segd_log(LOG(p), SEGD_LOG_WARN, "pipeline", "consumer: %s",
+                         rd_kafka_message_errstr(m));
             rd_kafka_message_destroy(m);
             continue;
         }
@@ -628,16 +646,17 @@ static int hand_to_restore(segd_pipeline_t *p, unread_t *u)
     int32_t count = t ? t->count : 0;
     /* a unit routes users by the partition count it was made with */
     if (count <= 0 && segd_pipeline_partitions(p, u->topic, &count, err, sizeof(err))) {
-        fprintf(stderr, "segd: %s [%" PRId32 "]: no restore (%s): replaying it\n", u->topic,
-                u->partition, err);
+        segd_log(LOG(p), SEGD_LOG_WARN, "pipeline", "%s [%" PRId32 "]: no restore (%s): replaying it",
+                 u->topic, u->partition, err);
         return 0;
     }
     if (p->hooks.restore_begin(p->hooks.restore_ctx, u->topic, u->partition, count))
         return 0;
     u->restoring = 1;
     u->logged = 1;
-    fprintf(stderr, "segd: %s [%" PRId32 "] has no stored offset: restoring it from a "
-                    "snapshot unit (partition paused)\n", u->topic, u->partition);
+    segd_log(LOG(p), SEGD_LOG_INFO, "pipeline",
+             "%s [%" PRId32 "] has no stored offset: restoring it from a snapshot unit "
+             "(partition paused)", u->topic, u->partition);
     return 1;
 }
 
@@ -658,9 +677,9 @@ static int start_restore(segd_pipeline_t *p, const rd_kafka_topic_partition_t *t
     if (purging) {
         u->purging = 1;
         u->logged = 1;
-        fprintf(stderr, "segd: %s [%" PRId32 "] came back while the sweep was deleting its "
-                        "users: the rest go first (partition paused)\n", tp->topic,
-                tp->partition);
+        segd_log(LOG(p), SEGD_LOG_INFO, "pipeline",
+                 "%s [%" PRId32 "] came back while the sweep was deleting its users: the rest "
+                 "go first (partition paused)", tp->topic, tp->partition);
         return 1;
     }
     if (!hand_to_restore(p, u)) {
@@ -701,8 +720,9 @@ static void set_start_offsets(segd_pipeline_t *p, rd_kafka_topic_partition_list_
         } else if (e == SEGD_ERR_NOTFOUND) {
             tp->offset = reset_offset(p);
         } else {
-            fprintf(stderr, "segd: waiting: %s [%" PRId32 "]: stored offset unreadable: %s "
-                            "(partition paused, retrying)\n", tp->topic, tp->partition, err);
+            segd_log(LOG(p), SEGD_LOG_WARN, "pipeline",
+                     "waiting: %s [%" PRId32 "]: stored offset unreadable: %s "
+                     "(partition paused, retrying)", tp->topic, tp->partition, err);
             unread_t *u = note_unread(p, tp->topic, tp->partition, -1);
             if (u)
                 u->logged = 1;
@@ -723,6 +743,16 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     char msg[256];
     p->rebalanced = 1;
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+        const char *proto = coop ? "cooperative" : "eager";
+        if (!p->st.assigned_s) { /* the group join, timed once */
+            p->st.assigned_s = segd_mono_s();
+            segd_log_kv(LOG(p), SEGD_LOG_INFO, "pipeline", "partitions assigned",
+                        "count=%d protocol=%s join_s=%.3f", parts->cnt, proto,
+                        p->st.assigned_s - p->st.created_s);
+        } else {
+            segd_log_kv(LOG(p), SEGD_LOG_INFO, "pipeline", "partitions assigned",
+                        "count=%d protocol=%s", parts->cnt, proto);
+        }
         set_start_offsets(p, parts);
         if (coop)
             e = rd_kafka_incremental_assign(rk, parts);
@@ -730,9 +760,11 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
             rd_kafka_assign(rk, parts);
         pause_or_resume(p, parts);
     } else {
+        segd_log_kv(LOG(p), SEGD_LOG_INFO, "pipeline", "partitions revoked", "count=%d",
+                    parts->cnt);
         /* write what was read from these partitions while they are ours */
         if (flush_batch(p, msg, sizeof(msg)) != SEGD_OK)
-            fprintf(stderr, "segd: batch not written before revoke: %s\n", msg);
+            segd_log(LOG(p), SEGD_LOG_ERROR, "pipeline", "batch not written before revoke: %s", msg);
         forget_unread(p, parts);
         rd_kafka_resp_err_t kerr = RD_KAFKA_RESP_ERR_NO_ERROR;
         if (coop)
@@ -745,7 +777,7 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                              segd_mono_ms());
     }
     if (e) {
-        fprintf(stderr, "segd: rebalance: %s\n", rd_kafka_error_string(e));
+        segd_log(LOG(p), SEGD_LOG_ERROR, "pipeline", "rebalance: %s", rd_kafka_error_string(e));
         rd_kafka_error_destroy(e);
     }
 }
@@ -790,6 +822,7 @@ static segd_err_t make_consumer(segd_pipeline_t *p, char *errstr, size_t n)
         return err;
     }
     rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
+    rd_kafka_conf_set_log_cb(conf, log_cb);
     rd_kafka_conf_set_opaque(conf, p);
     p->consumer = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errbuf, sizeof(errbuf));
     if (!p->consumer) {
@@ -835,7 +868,8 @@ static segd_err_t new_sweep(segd_pipeline_t *p, char *errstr, size_t n)
                             .partitioner = cfg->partitioner,
                             .n_topics = cfg->n_topics,
                             .restoring = restoring,
-                            .restoring_ctx = p};
+                            .restoring_ctx = p,
+                            .log = cfg->log};
     return segd_sweep_new(&p->sweep, p->store, &so, segd_mono_ms(), errstr, n);
 }
 
@@ -849,6 +883,8 @@ segd_err_t segd_pipeline_new(segd_pipeline_t **out, const segd_config_t *cfg,
     p->cfg = cfg;
     p->store = store;
     p->stop = stop;
+    p->bo.log = cfg->log;
+    p->st.created_s = segd_mono_s();
     segd_err_t err = segd_applier_init(&p->ap, store);
     if (!err)
         err = segd_ingest_new(&p->ingest, cfg, store, stop, &p->bo, errstr, n);
@@ -986,11 +1022,15 @@ void segd_pipeline_close(segd_pipeline_t *p)
         int unassigned = await_first_assignment(p);
         rd_kafka_consumer_close(p->consumer); /* revokes: the batch is written */
         if (flush_batch(p, err, sizeof(err)) != SEGD_OK)
-            fprintf(stderr, "segd: last batch not written: %s\n", err);
-        if (unassigned) /* the last resort: a leak instead of an abort */
-            fprintf(stderr, "segd: closing before the group's first assignment: the consumer "
-                            "handle is left to process exit (librdkafka 2.0.2 would abort)\n");
-        else
+            segd_log(LOG(p), SEGD_LOG_ERROR, "pipeline", "last batch not written: %s", err);
+        if (unassigned) { /* the last resort: a leak instead of an abort */
+            segd_log(LOG(p), SEGD_LOG_WARN, "pipeline",
+                     "closing before the group's first assignment: the consumer "
+                     "handle is left to process exit (librdkafka 2.0.2 would abort)");
+            /* its threads live on, and their log_cb would reach p (freed by
+             * destroy) and the logger: below every level, nothing is logged */
+            rd_kafka_set_log_level(p->consumer, -1);
+        } else
             rd_kafka_destroy(p->consumer);
         p->consumer = NULL;
     }

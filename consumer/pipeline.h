@@ -46,6 +46,10 @@ typedef struct segd_pipeline_stats {
                            segd_partition_of(input.partitioner, user, P); the
                            store's running total is meta counter "misrouted" */
     segd_sweep_stats_t sweep; /* zero without a sweep (sweep.after.s = 0) */
+    /* segd_mono_s() when the pipeline was made, got its first assignment
+     * and consumed its first message (0 = not yet): the group join and the
+     * ingest proper are timed apart (segd demo) */
+    double created_s, assigned_s, first_message_s;
 } segd_pipeline_stats_t;
 
 /* store and stop are borrowed and must outlive the pipeline. stop is polled

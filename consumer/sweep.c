@@ -206,8 +206,9 @@ segd_err_t segd_sweep_topic(segd_sweep_t *sw, const char *topic, int32_t count, 
             return SEGD_ERR_NOMEM;
         sw->ntopics++;
     } else if (sw->pass) {
-        fprintf(stderr, "segd: sweep: %s now has %" PRId32 " partitions (was %" PRId32
-                        "): the pass under way starts again\n", topic, count, t->count);
+        segd_log(sw->o.log, SEGD_LOG_INFO, "sweep",
+                 "%s now has %" PRId32 " partitions (was %" PRId32
+                        "): the pass under way starts again", topic, count, t->count);
         abandon_pass(sw);
     }
     size_t *idx = malloc((size_t)(count > 0 ? count : 1) * sizeof(*idx));
@@ -262,7 +263,7 @@ void segd_sweep_get_stats(const segd_sweep_t *sw, segd_sweep_stats_t *st) { *st 
 void segd_sweep_disable(segd_sweep_t *sw, const char *why)
 {
     if (!sw->broken)
-        fprintf(stderr, "segd: sweep: off for this run: %s\n", why);
+        segd_log(sw->o.log, SEGD_LOG_WARN, "sweep", "off for this run: %s", why);
     sw->broken = 1;
     sw->st.disabled = 1;
     abandon_pass(sw);
@@ -307,11 +308,12 @@ static int sweep_allowed(segd_sweep_t *sw)
                                sizeof(err)) != SEGD_OK)
         return 0;
     if ((misrouted > 0 || unchecked > 0) && !sw->misrouted_logged++)
-        fprintf(stderr, "segd: sweep: off: this store applied %" PRId64 " misrouted events "
+        segd_log(sw->o.log, SEGD_LOG_INFO, "sweep",
+                 "off: this store applied %" PRId64 " misrouted events "
                         "(producers not keyed by user id) and %" PRId64 " it could not check "
                         "(partition count unknown then), so a user of a partition it does "
                         "not own may hold data of one it owns; revoked partitions keep "
-                        "their users\n", misrouted, unchecked);
+                        "their users", misrouted, unchecked);
     sw->st.disabled = misrouted > 0 || unchecked > 0;
     return !sw->st.disabled;
 }
@@ -398,9 +400,10 @@ static int start_pass(segd_sweep_t *sw, int64_t now, char *errstr, size_t n, seg
     sw->st.passes++;
     char list[1024];
     list_parts(sw, list, sizeof(list));
-    fprintf(stderr, "segd: sweep: deleting the users of %s (revoked for %.1f s or more, or "
+    segd_log(sw->o.log, SEGD_LOG_INFO, "sweep",
+             "deleting the users of %s (revoked for %.1f s or more, or "
                     "left half swept by an earlier pass; their offsets are gone: they restore "
-                    "if assigned again), %" PRId64 " records/s\n",
+                    "if assigned again), %" PRId64 " records/s",
             list, (double)sw->o.after_ms / 1000.0, sw->o.records_per_s);
     return 1;
 }
@@ -469,8 +472,8 @@ static segd_err_t finish_pass(segd_sweep_t *sw, int64_t now, char *errstr, size_
         return err;
     char list[1024];
     list_parts(sw, list, sizeof(list));
-    fprintf(stderr, "segd: sweep: swept %s: %" PRIu64 " users deleted, %" PRIu64
-                    " records examined in %.1f s\n",
+    segd_log(sw->o.log, SEGD_LOG_INFO, "sweep", "swept %s: %" PRIu64 " users deleted, %" PRIu64
+                    " records examined in %.1f s",
             list, sw->pass_deleted, sw->pass_examined, (double)(now - sw->pass_t0) / 1000.0);
     for (size_t i = 0; i < sw->nparts; i++) {
         part_t *p = &sw->parts[i];
@@ -530,8 +533,9 @@ segd_err_t segd_sweep_step(segd_sweep_t *sw, int64_t now, char *errstr, size_t n
     if (sw->broken)
         return SEGD_OK;
     if (sw->pass && !topics_ready(sw)) {
-        fprintf(stderr, "segd: sweep: an input topic's partition count is unknown or stale: "
-                        "the pass under way starts again once it is known\n");
+        segd_log(sw->o.log, SEGD_LOG_INFO, "sweep",
+                 "an input topic's partition count is unknown or stale: "
+                        "the pass under way starts again once it is known");
         abandon_pass(sw);
     }
     if (!sw->pass && !start_pass(sw, now, errstr, n, &err)) {

@@ -31,6 +31,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "base/log.h"
 #include "core/partition.h"
 #include "store/store.h"
 
@@ -46,6 +47,7 @@ typedef struct segd_sweep_opts {
      * load may still be writing it): never swept meanwhile. May be NULL. */
     int (*restoring)(void *ctx, const char *topic, int32_t partition);
     void *restoring_ctx;
+    const segd_log_t *log;     /* borrowed; NULL = the default logger (stderr) */
 } segd_sweep_opts_t;
 
 typedef struct segd_sweep_stats {

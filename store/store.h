@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "base/log.h"
 #include "core/policy.h"
 #include "core/record.h"
 
@@ -33,6 +34,10 @@
 
 typedef struct segd_store segd_store_t;
 typedef struct segd_batch segd_batch_t;
+
+#define SEGD_STORE_LOG_FATAL 4                     /* RocksDB's FATAL_LEVEL */
+#define SEGD_STORE_LOG_FILE_BYTES (16u << 20)       /* DIR/LOG rotated at this size */
+#define SEGD_STORE_LOG_FILES 4                      /* LOG files kept */
 
 typedef struct segd_store_opts {
     const char *path;
@@ -57,6 +62,12 @@ typedef struct segd_store_opts {
     rocksdb_compactionfilterfactory_t *(*filter_factory)(segd_policy_t *policy);
     int64_t gc_grace_ms;           /* default 2 days: bound on how long a merge
                                     * operand stays unmerged (DESIGN §3) */
+    /* RocksDB's own info log: the C API (7.8) takes no logger callback, so
+     * it stays in files DIR/LOG and DIR/LOG.old.* (rotated at 16 MiB, 4
+     * kept). Its level, RocksDB's InfoLogLevel: 0 debug, 1 info, 2 warn,
+     * 3 error, 4 fatal (default: nothing in practice; see store.c). */
+    int info_log_level;
+    const segd_log_t *log;         /* segd's own lines; borrowed; NULL = default */
 } segd_store_opts_t;
 
 typedef struct segd_store_stats {

@@ -118,7 +118,7 @@ set +e; "$segd" offsets show --db "$tmp/r" > /dev/null 2>&1; rc=$?; set -e
 set +e; "$segd" offsets set --db "$tmp/r" --topic ev 0:0 > /dev/null 2>&1; rc=$?; set -e
 [ $rc = 1 ] || fail "offsets set of a locked store: exit $rc"
 kill -TERM $run; wait $run || fail "segd run exited with $?"
-grep -q "final: consumed=600 events=600 " "$tmp/run1.log" || fail "run summary"
+grep -q "msg=final consumed=600 events=600 " "$tmp/run1.log" || fail "run summary"
 cmp "$tmp/a.json" "$tmp/r.json" || fail "replay and run differ"
 
 # (b) replaying what the store holds changes nothing: data and offsets
@@ -252,7 +252,7 @@ run=$!; pids+=($run)
 want="consumed=$((hi0 + 2)) events=$hi0 "
 for _ in $(seq 150); do grep -q "$want" "$tmp/run2.log" && break; sleep 0.2; done
 kill -TERM $run; wait $run || fail "segd run exited with $?"
-grep -q "final: $want" "$tmp/run2.log" || fail "run did not re-consume: want $want"
+grep -q "msg=final $want" "$tmp/run2.log" || fail "run did not re-consume: want $want"
 cmp "$tmp/a.json" <(getall "$tmp/r") || fail "re-consuming changed the data"
 "$segd" offsets show --db "$tmp/r" --json | grep -q "{\"topic\":\"ev\",\"partition\":1,\"next_offset\":$((hi1 + 2))}" \
   || fail "offsets after the run: $("$segd" offsets show --db "$tmp/r" --json)"

@@ -281,7 +281,7 @@ def phases_and_checks(t, fl, rnd, phases, want):
     fl.wait_for("every unit at its end offset",
                 lambda: {p: unit_offset(m) for p, m in fl.manifests().items()} == ends, 90)
     check_units_have_offsets(fl)
-    if re.search(r"restored p=\d+ .*offset -1\)", "".join(fl.log(n) for n in dbs)):
+    if re.search(r"restored p=\d+ .*offset=-1\b", "".join(fl.log(n) for n in dbs)):
         raise Failed("a unit without its offset was restored")
     final = dict(fl.live)
     for name, (p, _) in final.items():

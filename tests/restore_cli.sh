@@ -62,7 +62,7 @@ run_until() {
 consumed() { # the messages segd run $1 reported consumed, in its last line
   grep -o 'consumed=[0-9]*' "$tmp/$1.log" 2>/dev/null | tail -1 | cut -d= -f2 || true
 }
-final_consumed() { grep 'final: ' "$tmp/$1.log" | grep -o 'consumed=[0-9]*' | cut -d= -f2; }
+final_consumed() { grep 'msg=final ' "$tmp/$1.log" | grep -o 'consumed=[0-9]*' | cut -d= -f2; }
 
 produce 1
 run_until a '[ "$(consumed a)" -ge 1500 ] 2>/dev/null'

@@ -56,8 +56,8 @@ before=$(reads a) # everything, consumed once
 [ -n "$before" ] || fail "no reads"
 wait_for "a exported 4 units" '[ "$(ls -d "$tmp"/dest/events/p-* 2>/dev/null | wc -l)" = 4 ]'
 start b g-f SEGD_SWEEP_AFTER_S=0 $units
-wait_for "a swept" 'grep -q "sweep: swept events" "$tmp/a.log"'
-swept=$(grep -o 'sweep: swept events.*:' "$tmp/a.log" | head -1)
+wait_for "a swept" 'grep -q "swept events" "$tmp/a.log"'
+swept=$(grep -o "swept events[^:]*" "$tmp/a.log" | head -1)
 # the users A still owns are untouched; the others are gone
 after=$(reads a)
 n_before=$(echo "$before" | grep -c '"segments":\[{' || true)
@@ -71,7 +71,7 @@ stop b
 # B's partitions come back to A without offsets: restored from the units
 wait_for "a whole again" '[ "$(reads a)" = "$before" ]'
 stop a
-grep -q "final: sweep: users_deleted=[1-9]" "$tmp/a.log" || fail "a: no sweep counters"
+grep -q "component=sweep msg=final users_deleted=[1-9]" "$tmp/a.log" || fail "a: no sweep counters"
 grep -q "restored p=" "$tmp/a.log" || fail "a restored nothing when they came back"
 [ "$(reads a)" = "$before" ] || fail "a differs from what it held before once stopped"
 echo "sweep_cli: ok ($swept)"
