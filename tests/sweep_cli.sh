@@ -8,28 +8,12 @@
 # as it was before the sweep.
 set -euo pipefail
 segd=$1
-tmp=$(mktemp -d /tmp/segd-sweep-XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  [ -n "${KEEP:-}" ] || rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*" >&2
-  for f in "$tmp"/*.log; do echo "--- $f" >&2; tail -12 "$f" >&2; done
-  exit 1
-}
+source "$(dirname "$0")/lib.bash"
+lib_init sweep
 now=1800000000
 users=200
 export SEGD_LIMITS_MAX_CLOCK_SKEW_MS=3000000000000 SEGD_STORE_HORIZON_S=$((80 * 86400))
-"$segd" dev-broker --partitions 4 --topics events,segments.changes \
-  > "$tmp/broker.out" 2> "$tmp/broker.log" &
-pids+=($!)
-for _ in $(seq 50); do grep -q bootstrap= "$tmp/broker.out" 2>/dev/null && break; sleep 0.1; done
-brokers=$(sed -n 's/^bootstrap=//p' "$tmp/broker.out")
-[ -n "$brokers" ] || fail "no broker"
+start_broker 4 events,segments.changes
 "$segd" produce --brokers "$brokers" --topic events --users $users --events 1500 \
   --seed 1 --now $now > /dev/null 2> "$tmp/produce.log" || fail "produce"
 all_users() { for u in $(seq 0 $((users - 1))); do printf 'u%010d\n' "$u"; done; }

@@ -16,6 +16,8 @@
 
 #include <cmocka.h>
 
+#include "store_util.h"
+
 #include "app/app.h"
 #include "consumer/apply.h"
 #include "core/policy.h"
@@ -39,17 +41,7 @@ static uint64_t rnd(void)
 
 static segd_store_t *open_store(const char *dir, int64_t now_ms)
 {
-    segd_store_opts_t o;
-    segd_app_store_opts(&o);
-    o.path = dir;
-    o.now_ms = now_ms;
-    o.block_cache_mb = 8;
-    o.min_free_mb = 0;
-    segd_store_t *s = NULL;
-    char err[256];
-    if (segd_store_open(&s, &o, err, sizeof(err)) != SEGD_OK)
-        fail_msg("open %s: %s", dir, err);
-    return s;
+    return test_store_open(dir, now_ms);
 }
 
 static void make_dir(char *dir, size_t n, const char *what)

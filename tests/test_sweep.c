@@ -15,6 +15,8 @@
 
 #include <cmocka.h>
 
+#include "store_util.h"
+
 #include "app/app.h"
 #include "consumer/apply.h"
 #include "consumer/pipeline.h"
@@ -31,20 +33,7 @@ typedef struct fixture {
     segd_store_t *s;
 } fixture_t;
 
-static segd_store_t *open_store(const char *dir)
-{
-    segd_store_opts_t o;
-    segd_app_store_opts(&o);
-    o.path = dir;
-    o.now_ms = NOW;
-    o.block_cache_mb = 8;
-    o.min_free_mb = 0;
-    segd_store_t *s = NULL;
-    char err[256];
-    if (segd_store_open(&s, &o, err, sizeof(err)) != SEGD_OK)
-        fail_msg("open %s: %s", dir, err);
-    return s;
-}
+static segd_store_t *open_store(const char *dir) { return test_store_open(dir, NOW); }
 
 static int32_t part_of(const char *user, size_t len)
 {
@@ -322,30 +311,41 @@ static void test_marks_survive_restart(void **state)
     segd_sweep_destroy(sw);
 }
 
-/* Misrouted events: a user of an unowned partition may hold owned data. */
-static void test_misrouted_store_keeps_users(void **state)
+/* A store whose counter says a user of an unowned partition may hold
+ * owned data keeps every user: misrouted events, or events applied while
+ * the partition count was unknown (not checked). */
+static void counter_keeps_users(segd_store_t *s, const char *counter)
 {
-    fixture_t *f = *state;
-    census_t before = census(f->s);
+    census_t before = census(s);
     segd_batch_t *b;
     char err[256];
-    assert_int_equal(segd_batch_new(f->s, &b), SEGD_OK);
-    segd_batch_set_counter(b, SEGD_COUNTER_MISROUTED, 3);
-    assert_int_equal(segd_store_write(f->s, b, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_batch_new(s, &b), SEGD_OK);
+    segd_batch_set_counter(b, counter, 3);
+    assert_int_equal(segd_store_write(s, b, err, sizeof(err)), SEGD_OK);
     segd_batch_destroy(b);
-    segd_sweep_t *sw = sweep(f->s, 100, 1000000, 0);
+    segd_sweep_t *sw = sweep(s, 100, 1000000, 0);
     own(sw, 0, 3, 1, 0);
     own(sw, 2, 3, 0, 0);
     for (int64_t t = 1000; t < 5000; t += 1000)
         step(sw, t);
-    census_t c = census(f->s);
+    census_t c = census(s);
     assert_memory_equal(&c, &before, sizeof(c));
-    assert_true(has_offset(f->s, 2));
+    assert_true(has_offset(s, 2));
     segd_sweep_stats_t st;
     segd_sweep_get_stats(sw, &st);
     assert_int_equal(st.disabled, 1);
     assert_int_equal(st.passes, 0);
     segd_sweep_destroy(sw);
+}
+
+static void test_misrouted_store_keeps_users(void **state)
+{
+    counter_keeps_users(((fixture_t *)*state)->s, SEGD_COUNTER_MISROUTED);
+}
+
+static void test_unchecked_store_keeps_users(void **state)
+{
+    counter_keeps_users(((fixture_t *)*state)->s, SEGD_COUNTER_UNCHECKED);
 }
 
 /* Not assigned yet (a broker outage at start) or owning nothing: kept. */
@@ -440,28 +440,6 @@ static void test_marks_finished_without_after(void **state)
     assert_false(has_offset(f->s, 2));
     assert_int_equal(marks(f->s), 0);
     assert_false(segd_sweep_active(sw));
-    segd_sweep_destroy(sw);
-}
-
-/* Events applied while the partition count was unknown were not checked
- * for misrouting: no sweep either. */
-static void test_unchecked_store_keeps_users(void **state)
-{
-    fixture_t *f = *state;
-    census_t before = census(f->s);
-    segd_batch_t *b;
-    char err[256];
-    assert_int_equal(segd_batch_new(f->s, &b), SEGD_OK);
-    segd_batch_set_counter(b, SEGD_COUNTER_UNCHECKED, 1);
-    assert_int_equal(segd_store_write(f->s, b, err, sizeof(err)), SEGD_OK);
-    segd_batch_destroy(b);
-    segd_sweep_t *sw = sweep(f->s, 100, 1000000, 0);
-    own(sw, 0, 3, 1, 0);
-    own(sw, 2, 3, 0, 0);
-    for (int64_t t = 1000; t < 5000; t += 1000)
-        step(sw, t);
-    census_t c = census(f->s);
-    assert_memory_equal(&c, &before, sizeof(c));
     segd_sweep_destroy(sw);
 }
 
