@@ -59,6 +59,8 @@ static const key_def_t keys[] = {
     {"restore.from", K_STR, OFF(restore_from), 0, 0},
     {"restore.fallback", K_FALLBACK, 0, 0, 0},
     {"restore.retries", K_INT, OFF(restore_retries), 1, 1000},
+    {"metrics.listen", K_STR, OFF(metrics_listen), 0, 0},
+    {"ready.max.lag", K_INT, OFF(ready_max_lag), 0, INT64_MAX / 2},
 };
 
 void segd_config_init(segd_config_t *c)
@@ -81,6 +83,8 @@ void segd_config_init(segd_config_t *c)
     c->snapshot_buckets = 32;
     c->restore_fallback_replay = 1;
     c->restore_retries = 5;
+    c->metrics_listen = strdup("127.0.0.1:9464");
+    c->ready_max_lag = 1000;
 }
 
 void segd_config_free(segd_config_t *c)
@@ -100,6 +104,7 @@ void segd_config_free(segd_config_t *c)
     free(c->changes_compression);
     free(c->snapshot_to);
     free(c->restore_from);
+    free(c->metrics_listen);
     for (size_t i = 0; i < c->n_topics; i++)
         free(c->topics[i]);
     for (size_t i = 0; i < c->n_kafka; i++) {
@@ -185,8 +190,9 @@ segd_err_t segd_config_set(segd_config_t *c, const char *key, const char *value,
             continue;
         switch (k->type) {
         case K_STR: {
-            /* an empty name (dlq.topic = "") would fail only when first used */
-            if (!*value)
+            /* an empty name (dlq.topic = "") would fail only when first used;
+             * an empty metrics.listen turns the server off, as "off" does */
+            if (!*value && k->offset != OFF(metrics_listen))
                 return segd_errf(SEGD_ERR_CONFIG, errstr, n, "%s: empty value", key);
             char **f = (char **)((char *)c + k->offset);
             free(*f);

@@ -60,6 +60,10 @@ typedef struct segd_config {
                                   * from DEST/<topic>/p-PPPPP (DESIGN §7); NULL = off */
     int64_t restore_fallback_replay; /* restore.fallback: replay (1, default) | wait */
     int64_t restore_retries;     /* failed attempts before the fallback; default 5 */
+    char *metrics_listen;        /* /metrics, /healthz, /readyz of segd run: HOST:PORT,
+                                  * default 127.0.0.1:9464; "" or "off" = none */
+    int64_t ready_max_lag;       /* /readyz: messages behind the high watermark a
+                                  * partition may be and count as caught up; 1000 */
     segd_kv_t kafka[SEGD_MAX_KAFKA_PROPS];
     size_t n_kafka;
 } segd_config_t;

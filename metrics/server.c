@@ -7,6 +7,7 @@
 #include <arpa/inet.h>
 #include <errno.h>
 #include <microhttpd.h>
+#include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -97,7 +98,18 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
                      "no such endpoint: /metrics, /healthz, /readyz\n");
 }
 
-/* "1.2.3.4:9464" or "[::1]:9464" into sa; *len its size. */
+/* A host name's first IPv4 address (localhost, a container's name). */
+static int resolve(const char *host, struct sockaddr_in *a4)
+{
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    if (getaddrinfo(host, NULL, &hints, &res) || !res)
+        return 0;
+    a4->sin_addr = ((struct sockaddr_in *)res->ai_addr)->sin_addr;
+    freeaddrinfo(res);
+    return 1;
+}
+
+/* "1.2.3.4:9464", "localhost:9464" or "[::1]:9464" into sa; *len its size. */
 static segd_err_t parse_listen(const char *listen, struct sockaddr_storage *sa, socklen_t *len,
                                char *errstr, size_t n)
 {
@@ -126,11 +138,13 @@ static segd_err_t parse_listen(const char *listen, struct sockaddr_storage *sa, 
         a4->sin_family = AF_INET;
         a4->sin_port = htons((uint16_t)port);
         *len = sizeof(*a4);
-        if (inet_pton(AF_INET, hlen ? host : "0.0.0.0", &a4->sin_addr) == 1)
+        if (inet_pton(AF_INET, hlen ? host : "0.0.0.0", &a4->sin_addr) == 1 ||
+            resolve(host, a4))
             return SEGD_OK;
     }
     return segd_errf(SEGD_ERR_CONFIG, errstr, n,
-                     "metrics.listen '%s': not an IPv4 address or [IPv6] address", listen);
+                     "metrics.listen '%s': not an IPv4 address, [IPv6] address or host name "
+                     "with an IPv4 address", listen);
 }
 
 static int bound_port(int fd)

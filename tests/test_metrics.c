@@ -269,12 +269,15 @@ static void test_server(void **state)
     assert_non_null(strstr(err, "Address already in use"));
     segd_metrics_server_stop(s);
     /* bad addresses are configuration errors */
-    const char *bad[] = {"localhost", "127.0.0.1", "127.0.0.1:", "1.2.3:80", "127.0.0.1:70000",
-                         "[::1:9464", "127.0.0.1:12ab"};
+    const char *bad[] = {"localhost", "127.0.0.1", "127.0.0.1:", "no.such.host.invalid:80",
+                         "127.0.0.1:70000", "[::1:9464", "127.0.0.1:12ab", "[nonsense]:1"};
     for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++)
         assert_int_equal(segd_metrics_server_start(&s2, bad[i], m, NULL, NULL, err,
                                                    sizeof(err)), SEGD_ERR_CONFIG);
     assert_non_null(strstr(err, "metrics.listen"));
+    assert_int_equal(segd_metrics_server_start(&s2, "localhost:0", m, NULL, NULL, err,
+                                               sizeof(err)), SEGD_OK);
+    segd_metrics_server_stop(s2);
     assert_false(segd_metrics_listen_enabled("off"));
     assert_false(segd_metrics_listen_enabled(""));
     assert_true(segd_metrics_listen_enabled("127.0.0.1:9464"));
