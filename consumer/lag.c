@@ -14,7 +14,8 @@ struct segd_lag {
     pthread_mutex_t mu; /* guards parts, n, assigned */
     segd_partition_lag_t *parts;
     size_t n, cap;
-    int assigned;
+    int assigned; /* the table reflects an assignment of the group */
+    int pending;  /* an assignment came; the next refresh reads it (pipeline thread) */
 };
 
 segd_lag_t *segd_lag_new(void)
@@ -36,9 +37,7 @@ void segd_lag_destroy(segd_lag_t *l)
 
 void segd_lag_assigned(segd_lag_t *l)
 {
-    pthread_mutex_lock(&l->mu);
-    l->assigned = 1;
-    pthread_mutex_unlock(&l->mu);
+    l->pending = 1;
 }
 
 /* Where a partition whose consumer position is not known yet (nothing
@@ -121,6 +120,7 @@ void segd_lag_refresh(segd_lag_t *l, rd_kafka_t *rk, segd_store_t *store, int ea
     l->parts = now;
     l->n = n;
     l->cap = cap;
+    l->assigned |= l->pending; /* not before the table holds the assignment */
     pthread_mutex_unlock(&l->mu);
     if (gauge)
         update_gauge(gauge, old, n_old, now, n);

@@ -31,8 +31,9 @@ typedef struct segd_lag segd_lag_t;
 segd_lag_t *segd_lag_new(void); /* NULL when out of memory */
 void segd_lag_destroy(segd_lag_t *l);
 
-/* The group has assigned this member its partitions (possibly none): until
- * then segd_lag_get reports assigned = 0. */
+/* The group has assigned this member its partitions (possibly none): from
+ * the next refresh on, which reads that assignment, segd_lag_get reports
+ * assigned = 1. Pipeline thread. */
 void segd_lag_assigned(segd_lag_t *l);
 
 /* Recomputes the table from rk's assignment (rk and store borrowed for the

@@ -721,6 +721,7 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     p->rebalanced = 1;
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
         segd_lag_assigned(p->lag);
+        p->lag_next_ms = 0; /* the new partitions' lag at the end of this step */
         set_start_offsets(p, parts);
         if (coop)
             e = rd_kafka_incremental_assign(rk, parts);
