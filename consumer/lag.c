@@ -10,7 +10,16 @@
 
 #include "base/buf.h"
 
+/* Where a partition was started or sought (pipeline thread only). */
+typedef struct start {
+    char topic[256];
+    int32_t partition;
+    int64_t offset;
+} start_t;
+
 struct segd_lag {
+    start_t *starts;
+    size_t n_starts, cap_starts;
     pthread_mutex_t mu; /* guards parts, n, assigned */
     segd_partition_lag_t *parts;
     size_t n, cap;
@@ -31,6 +40,7 @@ void segd_lag_destroy(segd_lag_t *l)
     if (!l)
         return;
     pthread_mutex_destroy(&l->mu);
+    free(l->starts);
     free(l->parts);
     free(l);
 }
@@ -40,25 +50,48 @@ void segd_lag_assigned(segd_lag_t *l)
     l->pending = 1;
 }
 
-/* Where a partition whose consumer position is not known yet (nothing
- * fetched since its assignment) goes on from: its stored offset, or the
- * low watermark when it has none and starts from the earliest; -1 when
- * unknown. */
-static int64_t start_of(segd_store_t *store, const char *topic, int32_t partition, int earliest,
-                        int64_t lo, int64_t hi)
+static start_t *find_start(segd_lag_t *l, const char *topic, int32_t partition)
 {
-    char err[256];
-    int64_t next;
-    segd_err_t e = segd_store_offset_get(store, topic, partition, &next, err, sizeof(err));
-    if (!e)
-        return next;
-    if (e != SEGD_ERR_NOTFOUND)
-        return -1;
-    return earliest ? lo : hi;
+    for (size_t i = 0; i < l->n_starts; i++)
+        if (l->starts[i].partition == partition && !strcmp(l->starts[i].topic, topic))
+            return &l->starts[i];
+    return NULL;
 }
 
-static void measure(segd_partition_lag_t *q, const rd_kafka_topic_partition_t *tp, rd_kafka_t *rk,
-                    segd_store_t *store, int earliest, int paused)
+segd_err_t segd_lag_start(segd_lag_t *l, const char *topic, int32_t partition, int64_t offset)
+{
+    start_t *s = find_start(l, topic, partition);
+    if (!s) {
+        start_t *grown =
+            segd_array_grow(l->starts, &l->cap_starts, l->n_starts + 1, sizeof(*l->starts));
+        if (!grown)
+            return SEGD_ERR_NOMEM;
+        l->starts = grown;
+        s = &l->starts[l->n_starts++];
+        snprintf(s->topic, sizeof(s->topic), "%s", topic);
+        s->partition = partition;
+    }
+    s->offset = offset;
+    return SEGD_OK;
+}
+
+/* Where a partition without a consumer position yet (nothing delivered
+ * since its assignment or seek) goes on from; -1 when unknown. */
+static int64_t start_of(segd_lag_t *l, const char *topic, int32_t partition, int64_t lo,
+                        int64_t hi)
+{
+    const start_t *s = find_start(l, topic, partition);
+    if (!s)
+        return -1;
+    if (s->offset == RD_KAFKA_OFFSET_BEGINNING)
+        return lo;
+    if (s->offset == RD_KAFKA_OFFSET_END)
+        return hi;
+    return s->offset >= 0 ? s->offset : -1;
+}
+
+static void measure(segd_lag_t *l, segd_partition_lag_t *q, const rd_kafka_topic_partition_t *tp,
+                    rd_kafka_t *rk, int paused)
 {
     int64_t lo = -1, hi = -1;
     snprintf(q->topic, sizeof(q->topic), "%s", tp->topic);
@@ -66,8 +99,7 @@ static void measure(segd_partition_lag_t *q, const rd_kafka_topic_partition_t *t
     if (rd_kafka_get_watermark_offsets(rk, tp->topic, tp->partition, &lo, &hi))
         lo = hi = -1;
     q->high = hi;
-    q->next = tp->offset >= 0 ? tp->offset
-                              : start_of(store, tp->topic, tp->partition, earliest, lo, hi);
+    q->next = tp->offset >= 0 ? tp->offset : start_of(l, tp->topic, tp->partition, lo, hi);
     q->lag = hi >= 0 && q->next >= 0 && !paused ? (hi > q->next ? hi - q->next : 0) : -1;
 }
 
@@ -96,7 +128,7 @@ static void update_gauge(segd_metric_t *gauge, const segd_partition_lag_t *old, 
     }
 }
 
-void segd_lag_refresh(segd_lag_t *l, rd_kafka_t *rk, segd_store_t *store, int earliest,
+void segd_lag_refresh(segd_lag_t *l, rd_kafka_t *rk,
                       int (*paused)(void *ctx, const char *topic, int32_t partition), void *ctx,
                       segd_metric_t *gauge)
 {
@@ -111,7 +143,7 @@ void segd_lag_refresh(segd_lag_t *l, rd_kafka_t *rk, segd_store_t *store, int ea
         return;
     }
     for (size_t i = 0; i < n; i++)
-        measure(&now[i], &parts->elems[i], rk, store, earliest,
+        measure(l, &now[i], &parts->elems[i], rk,
                 paused && paused(ctx, parts->elems[i].topic, parts->elems[i].partition));
     rd_kafka_topic_partition_list_destroy(parts);
     pthread_mutex_lock(&l->mu);

@@ -3,8 +3,9 @@
  * in a fetch response (rd_kafka_get_watermark_offsets: cached, no broker
  * round trip, so the pipeline thread never blocks on it) less the next
  * offset to apply (the consumer's position; before the first message of a
- * partition, its stored offset; without one, the low watermark under
- * input.offset.reset = earliest).
+ * partition, where the pipeline started or sought it: its stored offset,
+ * or the low or high watermark for input.offset.reset). The store is not
+ * read here: its fault-injection counts stay the pipeline's.
  *
  * Threads: refresh on the pipeline's thread; get from any thread (a mutex
  * guards the table). Ownership: the table owns its copy; get hands out a
@@ -16,7 +17,6 @@
 #include <stdint.h>
 
 #include "metrics/registry.h"
-#include "store/store.h"
 
 typedef struct segd_partition_lag {
     char topic[256];
@@ -36,12 +36,17 @@ void segd_lag_destroy(segd_lag_t *l);
  * assigned = 1. Pipeline thread. */
 void segd_lag_assigned(segd_lag_t *l);
 
-/* Recomputes the table from rk's assignment (rk and store borrowed for the
- * call). paused(ctx, topic, partition) says which partitions wait for their
+/* Where the pipeline (re)started a partition: an offset, or librdkafka's
+ * logical RD_KAFKA_OFFSET_BEGINNING / _END (anything else: unknown). Used
+ * until the consumer has a position for it. Pipeline thread. */
+segd_err_t segd_lag_start(segd_lag_t *l, const char *topic, int32_t partition, int64_t offset);
+
+/* Recomputes the table from rk's assignment (rk borrowed for the call).
+ * paused(ctx, topic, partition) says which partitions wait for their
  * offset (restoring, unreadable): their lag is unknown. gauge (may be NULL)
  * gets one series per assigned partition with a known lag; the series of
- * partitions no longer assigned are removed. */
-void segd_lag_refresh(segd_lag_t *l, rd_kafka_t *rk, segd_store_t *store, int earliest,
+ * partitions no longer assigned are removed. Pipeline thread. */
+void segd_lag_refresh(segd_lag_t *l, rd_kafka_t *rk,
                       int (*paused)(void *ctx, const char *topic, int32_t partition),
                       void *ctx, segd_metric_t *gauge);
 

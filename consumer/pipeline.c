@@ -409,6 +409,7 @@ static void retry_unread(segd_pipeline_t *p)
         if (u->logged)
             fprintf(stderr, "segd: resumed %s [%" PRId32 "] at its stored offset\n", u->topic,
                     u->partition);
+        segd_lag_start(p->lag, u->topic, u->partition, next);
         if (!p->held) {
             rd_kafka_topic_partition_list_t *l = one_partition(u->topic, u->partition, next);
             rd_kafka_resume_partitions(p->consumer, l);
@@ -591,8 +592,7 @@ static void refresh_lag(segd_pipeline_t *p)
     if (segd_mono_ms() < p->lag_next_ms)
         return;
     p->lag_next_ms = segd_mono_ms() + LAG_REFRESH_MS;
-    segd_lag_refresh(p->lag, p->consumer, p->store, reset_offset(p) == RD_KAFKA_OFFSET_BEGINNING,
-                     paused_for_offset, p, p->mx.lag);
+    segd_lag_refresh(p->lag, p->consumer, paused_for_offset, p, p->mx.lag);
     segd_metric_set(p->mx.fault_waits, NULL, (double)p->bo.retries);
     segd_metric_set(p->mx.assigned, NULL, (double)segd_pipeline_assigned(p));
 }
@@ -708,6 +708,7 @@ static void set_start_offsets(segd_pipeline_t *p, rd_kafka_topic_partition_list_
              * fallback, never at the end */
             tp->offset = u ? PAUSED_START : RD_KAFKA_OFFSET_STORED;
         }
+        segd_lag_start(p->lag, tp->topic, tp->partition, tp->offset);
     }
 }
 

@@ -5,7 +5,8 @@
 # 503 before the group has assigned the partitions and caught up, then 200
 # with every partition's lag 0; Prometheus's /api/v1/query sees the key
 # series, segments applied grow when more events arrive, and the lag is 0
-# once segd caught up with them. Exits 77 (ctest SKIP) only when no
+# once segd caught up with them; after a restart with nothing new, /readyz
+# is 200 from the stored offsets. Exits 77 (ctest SKIP) only when no
 # prometheus binary can be found (scripts/install-deps.sh installs it).
 # usage: metrics_prom.sh SEGD_BIN SOURCE_DIR
 set -euo pipefail
@@ -138,4 +139,25 @@ curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$mport/readyz" | grep -
 
 kill -TERM $run_pid
 wait $run_pid || fail "segd run exit $?"
+
+# a restart with nothing new to read: partitions that deliver no message
+# (no consumer position) are measured from their stored offsets: ready
+SEGD_METRICS_LISTEN=127.0.0.1:$mport SEGD_READY_MAX_LAG=0 "$segd" run --brokers "$brokers" \
+  --topic events --group g --db "$tmp/db" -X session.timeout.ms=6000 2> "$tmp/run2.log" &
+run_pid=$!
+pids+=($run_pid)
+for _ in $(seq 300); do
+  code=$(curl -s -o "$tmp/ready.json" -w '%{http_code}' "http://127.0.0.1:$mport/readyz" || true)
+  [ "$code" = 200 ] && break
+  sleep 0.1
+done
+[ "$code" = 200 ] || fail "/readyz after a restart: $code $(cat "$tmp/ready.json")"
+/usr/bin/python3 - "$tmp/ready.json" "$(produced)" <<'PY' || fail "/readyz after a restart: $(cat "$tmp/ready.json")"
+import json, sys
+r = json.load(open(sys.argv[1]))
+assert len(r["partitions"]) == 3 and all(p["lag"] == 0 for p in r["partitions"]), r
+assert sum(p["next"] for p in r["partitions"]) == int(sys.argv[2]), r  # the stored offsets
+PY
+kill -TERM $run_pid
+wait $run_pid || fail "segd run exit $? (restart)"
 echo "metrics_prom: ok"
