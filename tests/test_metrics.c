@@ -9,6 +9,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -227,14 +228,13 @@ static int http_get(int port, const char *path, char *body, size_t size)
     return status;
 }
 
-static int ready_flag;
-
+/* ctx: an atomic flag the test flips while the server runs */
 static int ready(void *ctx, segd_buf_t *body)
 {
-    (void)ctx;
-    const char *j = ready_flag ? "{\"ready\":true}" : "{\"ready\":false,\"reason\":\"lag\"}";
+    int yes = atomic_load((atomic_int *)ctx);
+    const char *j = yes ? "{\"ready\":true}" : "{\"ready\":false,\"reason\":\"lag\"}";
     segd_buf_append(body, j, strlen(j));
-    return ready_flag;
+    return yes;
 }
 
 static void test_server(void **state)
@@ -244,7 +244,8 @@ static void test_server(void **state)
     segd_metric_set(segd_metrics_gauge(m, "segd_up", "Up.", NULL), NULL, 1);
     segd_metrics_server_t *s = NULL;
     char err[256];
-    assert_int_equal(segd_metrics_server_start(&s, "127.0.0.1:0", m, ready, NULL, err,
+    atomic_int ready_flag = 0;
+    assert_int_equal(segd_metrics_server_start(&s, "127.0.0.1:0", m, ready, &ready_flag, err,
                                                sizeof(err)), SEGD_OK);
     int port = segd_metrics_server_port(s);
     assert_true(port > 0);
@@ -253,10 +254,9 @@ static void test_server(void **state)
     assert_non_null(strstr(body, "text/plain; version=0.0.4"));
     assert_non_null(strstr(body, "\r\n\r\n# HELP segd_up Up.\n# TYPE segd_up gauge\nsegd_up 1\n"));
     assert_int_equal(http_get(port, "/healthz", body, sizeof(body)), 200);
-    ready_flag = 0;
     assert_int_equal(http_get(port, "/readyz", body, sizeof(body)), 503);
     assert_non_null(strstr(body, "{\"ready\":false,\"reason\":\"lag\"}"));
-    ready_flag = 1;
+    atomic_store(&ready_flag, 1);
     assert_int_equal(http_get(port, "/readyz", body, sizeof(body)), 200);
     assert_int_equal(http_get(port, "/nope", body, sizeof(body)), 404);
 
