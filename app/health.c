@@ -96,7 +96,7 @@ static void register_store(segd_health_t *h)
                                         "Bytes in the block cache.", NULL);
     h->cache_capacity = segd_metrics_gauge(m, "segd_rocksdb_block_cache_capacity_bytes",
                                            "Capacity of the block cache.", NULL);
-    h->delayed_rate = segd_metrics_gauge(m, "segd_rocksdb_delayed_write_rate_bytes",
+    h->delayed_rate = segd_metrics_gauge(m, "segd_rocksdb_delayed_write_rate_bytes_per_second",
         "Write rate RocksDB throttles to while stalling writes (0 = no stall; "
         "rocksdb.actual-delayed-write-rate).", NULL);
     h->write_stopped = segd_metrics_gauge(m, "segd_rocksdb_write_stopped",
@@ -133,9 +133,9 @@ static void register_publisher(segd_health_t *h)
                                           NULL);
     h->outbox_depth = segd_metrics_gauge(m, "segd_outbox_entries",
                                          "Outbox entries not yet acknowledged.", NULL);
-    h->outbox_oldest = segd_metrics_gauge(m, "segd_outbox_oldest_unacked_age_seconds",
-                                          "Age of the oldest unacknowledged outbox entry; 0 = none.",
-                                          NULL);
+    h->outbox_oldest = segd_metrics_gauge(
+        m, "segd_outbox_oldest_unacked_age_seconds",
+        "Age of the oldest unacknowledged outbox entry; 0 = none.", NULL);
 }
 
 segd_err_t segd_health_new(segd_health_t **out, segd_metrics_t *m, segd_daemon_t *d,

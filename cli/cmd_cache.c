@@ -212,7 +212,8 @@ static void collect(void *ctx)
     if (ts.lag_messages >= 0)
         segd_metric_set(cs->lag, NULL, (double)ts.lag_messages);
     if (ts.newest_committed_ms)
-        segd_metric_set(cs->lag_seconds, NULL, (double)(segd_wall_ms() - ts.newest_committed_ms) / 1e3);
+        segd_metric_set(cs->lag_seconds, NULL,
+                        (double)(segd_wall_ms() - ts.newest_committed_ms) / 1e3);
     segd_metric_set(cs->load_seconds, NULL, cs->load_s);
     segd_metric_set(cs->units, NULL, (double)cs->manifest.units);
 }
