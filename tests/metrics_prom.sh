@@ -5,8 +5,9 @@
 # 503 before the group has assigned the partitions and caught up, then 200
 # with every partition's lag 0; Prometheus's /api/v1/query sees the key
 # series, segments applied grow when more events arrive, and the lag is 0
-# once segd caught up with them; after a restart with nothing new, /readyz
-# is 200 from the stored offsets. Exits 77 (ctest SKIP) only when no
+# once segd caught up with them; the periodic snapshot figures appear;
+# after a restart with nothing new, /readyz is 200 from the stored offsets.
+# Exits 77 (ctest SKIP) only when no
 # prometheus binary can be found (scripts/install-deps.sh installs it).
 # usage: metrics_prom.sh SEGD_BIN SOURCE_DIR
 set -euo pipefail
@@ -59,7 +60,8 @@ EOF
   --web.listen-address=127.0.0.1:$pport --log.level=warn > "$tmp/prometheus.log" 2>&1 &
 pids+=($!)
 
-SEGD_METRICS_LISTEN=127.0.0.1:$mport SEGD_READY_MAX_LAG=0 "$segd" run --brokers "$brokers" \
+SEGD_METRICS_LISTEN=127.0.0.1:$mport SEGD_READY_MAX_LAG=0 SEGD_SNAPSHOT_INTERVAL=1 \
+  SEGD_SNAPSHOT_TO="$tmp/snap" "$segd" run --brokers "$brokers" \
   --topic events --group g --db "$tmp/db" -X session.timeout.ms=6000 2> "$tmp/run.log" &
 run_pid=$!
 pids+=($run_pid)
@@ -119,8 +121,11 @@ if phase == "caught-up":
               "segd_change_events_total", "segd_change_bytes_total",
               "segd_change_latency_seconds_count", "segd_process_resident_memory_bytes",
               "segd_process_cpu_seconds_total", "segd_rocksdb_block_cache_capacity_bytes",
-              "segd_store_writable", "segd_batches_total"]:
+              "segd_store_writable", "segd_batches_total",
+              'segd_snapshot_exports_total{result="ok"}', "segd_snapshot_bytes",
+              "segd_snapshot_users", "segd_snapshot_last_success_timestamp_seconds"]:
         wait(f"sum({s})", lambda v: v > 0, "> 0")
+    wait("segd_snapshot_age_seconds", lambda v: 0 <= v < 60, "[0, 60)")
 else:  # more events arrived: applied segments grow
     wait("sum(segd_applied_segments_total)", lambda v: v > before, f"> {before}")
     wait("sum(segd_consumed_messages_total)", lambda v: v == produced, produced)
