@@ -31,7 +31,7 @@ struct segd_health {
     const segd_config_t *cfg;
     segd_metric_t *cf[N_CF_PROPS];
     segd_metric_t *cache_usage, *cache_capacity, *delayed_rate, *write_stopped,
-        *compactions_running, *compaction_pending, *gc_watermark, *writable, *ready;
+        *compactions_running, *compaction_pending, *gc_watermark, *corrupt, *writable, *ready;
     segd_metric_t *pub_events, *pub_bytes, *pub_segments, *pub_entries, *pub_cycles,
         *pub_retries, *outbox_depth, *outbox_oldest;
 };
@@ -58,6 +58,8 @@ static void collect_store(segd_health_t *h)
     if (!segd_store_property(h->store, 0, "rocksdb.compaction-pending", &v))
         segd_metric_set(h->compaction_pending, NULL, (double)v);
     segd_metric_set(h->gc_watermark, NULL, (double)segd_store_gc_watermark(h->store) / 1000.0);
+    segd_metric_set(h->corrupt, NULL,
+                    (double)segd_policy_corrupt_count(segd_store_policy(h->store)));
     char why[256];
     segd_metric_set(h->writable, NULL, segd_store_writable(h->store, why, sizeof(why)) == SEGD_OK);
 }
@@ -107,6 +109,9 @@ static void register_store(segd_health_t *h)
         "1 when the profiles family needs at least one compaction.", NULL);
     h->gc_watermark = segd_metrics_gauge(m, "segd_gc_watermark_seconds",
         "The store's persisted GC watermark W (DESIGN 3.1), seconds since the epoch; 0 = none.",
+        NULL);
+    h->corrupt = segd_metrics_counter(m, "segd_corrupt_records_total",
+        "Records or operands that did not decode in merges and compactions (kept as they are).",
         NULL);
     h->writable = segd_metrics_gauge(m, "segd_store_writable",
         "1 when the store takes writes (not stopped by a failed write, disk above "
