@@ -9,6 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
+
 #define USERS_PREFIX "/v1/users/"
 #define FIRST_GUESS 4096 /* entries; a lookup that needs more is retried */
 
@@ -16,6 +18,9 @@ struct segd_http {
     struct MHD_Daemon *d;
     segd_edge_t *edge;
     segd_health_cb health;
+    segd_metrics_t *metrics;
+    segd_ready_cb ready_cb;
+    segd_metric_t *lookups, *lookup_seconds;
     void *ctx;
     _Atomic int ready;
 };
@@ -56,6 +61,7 @@ static enum MHD_Result user(segd_http_t *h, struct MHD_Connection *c, const char
         e = malloc(cap * sizeof(*e));
         err = e ? segd_edge_lookup(h->edge, id, len, e, cap, &n) : SEGD_ERR_NOMEM;
     }
+    segd_metric_add(h->lookups, (const char *[]){err ? "error" : n ? "hit" : "miss"}, 1);
     if (err) {
         free(e);
         return reply(c, MHD_HTTP_INTERNAL_SERVER_ERROR, message("error", segd_err_str(err)));
@@ -65,6 +71,33 @@ static enum MHD_Result user(segd_http_t *h, struct MHD_Connection *c, const char
     json_object_set_new(o, "segments", segd_entries_json(e, n));
     free(e);
     return reply(c, MHD_HTTP_OK, o);
+}
+
+/* A lookup takes microseconds (bench/RESULTS.md): finer than latencies elsewhere. */
+static const double lookup_bounds[] = {0.000005, 0.00001, 0.000025, 0.00005, 0.0001, 0.00025,
+                                       0.0005,   0.001,   0.0025,   0.01,    0.1};
+
+/* The table lookup and its JSON, timed (not the network). */
+static enum MHD_Result timed_user(segd_http_t *h, struct MHD_Connection *c, const char *id)
+{
+    double t0 = segd_mono_s();
+    enum MHD_Result r = user(h, c, id);
+    segd_metric_observe(h->lookup_seconds, NULL, segd_mono_s() - t0);
+    return r;
+}
+
+static enum MHD_Result readyz(segd_http_t *h, struct MHD_Connection *c)
+{
+    if (!atomic_load(&h->ready))
+        return reply(c, MHD_HTTP_SERVICE_UNAVAILABLE,
+                     json_pack("{s:b,s:s}", "ready", 0, "reason", "loading"));
+    segd_buf_t b = {0};
+    int ready = h->ready_cb ? h->ready_cb(h->ctx, &b) : 1;
+    json_t *o = b.len ? json_loadb((const char *)b.data, b.len, 0, NULL) : NULL;
+    segd_buf_free(&b);
+    if (!o)
+        o = json_pack("{s:b}", "ready", ready);
+    return reply(c, ready ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE, o);
 }
 
 static enum MHD_Result healthz(segd_http_t *h, struct MHD_Connection *c)
@@ -87,10 +120,14 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
         return reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, message("error", "GET only"));
     if (!strcmp(url, "/healthz"))
         return healthz(h, c);
+    if (!strcmp(url, "/readyz"))
+        return readyz(h, c);
+    if (!strcmp(url, "/metrics") && h->metrics)
+        return (enum MHD_Result)segd_metrics_reply(c, h->metrics);
     if (!strncmp(url, USERS_PREFIX, strlen(USERS_PREFIX))) {
         if (!atomic_load(&h->ready))
             return reply(c, MHD_HTTP_SERVICE_UNAVAILABLE, message("status", "loading"));
-        return user(h, c, url + strlen(USERS_PREFIX));
+        return timed_user(h, c, url + strlen(USERS_PREFIX));
     }
     return reply(c, MHD_HTTP_NOT_FOUND, message("error", "no such endpoint"));
 }
@@ -116,7 +153,8 @@ static segd_err_t parse_listen(const char *listen, struct sockaddr_in *sa, char 
 }
 
 segd_err_t segd_http_start(segd_http_t **out, const char *listen, segd_edge_t *edge,
-                           segd_health_cb health, void *ctx, char *errstr, size_t n)
+                           segd_health_cb health, segd_metrics_t *metrics, segd_ready_cb ready,
+                           void *ctx, char *errstr, size_t n)
 {
     struct sockaddr_in sa;
     segd_err_t err = parse_listen(listen, &sa, errstr, n);
@@ -127,7 +165,15 @@ segd_err_t segd_http_start(segd_http_t **out, const char *listen, segd_edge_t *e
         return SEGD_ERR_NOMEM;
     h->edge = edge;
     h->health = health;
+    h->metrics = metrics;
+    h->ready_cb = ready;
     h->ctx = ctx;
+    h->lookups = segd_metrics_counter(metrics, "segd_cache_lookups_total",
+                                      "User lookups over HTTP, by result (hit: live segments).",
+                                      "result");
+    h->lookup_seconds = segd_metrics_histogram(
+        metrics, "segd_cache_lookup_seconds", "Time of a lookup and its JSON, network aside.",
+        NULL, lookup_bounds, sizeof(lookup_bounds) / sizeof(lookup_bounds[0]));
     h->d = MHD_start_daemon(MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL,
                             handle, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
                             MHD_OPTION_THREAD_POOL_SIZE, (unsigned)2,

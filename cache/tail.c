@@ -255,6 +255,21 @@ static void note_progress(segd_tail_t *t)
     t->caught_up = 1;
 }
 
+
+/* From librdkafka's cached high watermarks (no broker round trip); -1
+ * until every partition has had a fetch response. */
+static int64_t lag_messages(segd_tail_t *t)
+{
+    int64_t sum = 0;
+    for (int32_t p = 0; p < t->partitions; p++) {
+        int64_t lo, hi;
+        if (rd_kafka_get_watermark_offsets(t->rk, t->o.topic, p, &lo, &hi) || hi < 0)
+            return -1;
+        sum += hi > t->position[p] ? hi - t->position[p] : 0;
+    }
+    return sum;
+}
+
 int segd_tail_poll(segd_tail_t *t, int timeout_ms)
 {
     int applied = 0, skipped = 0, errors = 0;
@@ -286,7 +301,9 @@ int segd_tail_poll(segd_tail_t *t, int timeout_ms)
         rd_kafka_message_destroy(m);
     }
     note_progress(t);
+    int64_t lag = lag_messages(t);
     pthread_mutex_lock(&t->mu);
+    t->st.lag_messages = lag;
     t->st.caught_up = t->caught_up;
     t->st.applied += (uint64_t)applied;
     t->st.skipped += (uint64_t)skipped;

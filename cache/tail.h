@@ -40,6 +40,8 @@ typedef struct segd_tail_stats {
     int64_t last_applied_ms;     /* wall time of the last applied event */
     int partitions;
     int caught_up; /* every partition reached the end offset it had at start */
+    int64_t lag_messages; /* sum over partitions of the high watermark librdkafka last
+                             saw less the next offset to apply; -1 = not known yet */
 } segd_tail_stats_t;
 
 #define SEGD_TAIL_GAP (-2)

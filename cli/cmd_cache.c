@@ -6,9 +6,9 @@
 #include <getopt.h>
 #include <inttypes.h>
 #include <signal.h>
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/time.h>
 #include <unistd.h>
 
 #include "cache/edge.h"
@@ -16,6 +16,8 @@
 #include "cache/http.h"
 #include "cache/tail.h"
 #include "cli/cli.h"
+#include "metrics/process.h"
+#include "metrics/registry.h"
 #include "cache/snapshot_read.h"
 #include "publisher/snapshot.h"
 #include "base/clock.h"
@@ -26,12 +28,15 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: segd cache --snapshot SRC --brokers B --changes TOPIC\n"
             "                  [--listen HOST:PORT] [--now S] [--from-beginning]\n"
-            "                  [--horizon-s N] [--load-threads N] [-X kafka.prop=value ...]\n"
+            "                  [--horizon-s N] [--load-threads N] [--ready-max-lag N]\n"
+            "                  [-X kafka.prop=value ...]\n"
             "                  [--log-format logfmt|json] [--log-level debug|info|warn|error]\n"
             "  SRC: DEST/<topic> of segd snapshot export (or DEST holding one topic), a\n"
             "  directory, http(s):// or s3://; every unit p-PPPPP of its topology is loaded\n"
             "  --load-threads: units loaded side by side (default 2)\n"
-            "  --listen: default 127.0.0.1:8080; GET /v1/users/{id}, GET /healthz\n"
+            "  --listen: default 127.0.0.1:8080; GET /v1/users/{id}, GET /healthz,\n"
+            "  GET /readyz (200 while serving and the tail is within --ready-max-lag\n"
+            "  change events of the topic's end, default 1000), GET /metrics\n"
             "  --now: a fixed clock instead of the wall clock (tests, replays)\n"
             "  --log-format, --log-level: as segd run's log.format and log.level\n"
             "  (default logfmt, info); every option: docs/configuration.md\n"
@@ -47,7 +52,7 @@ static void usage(FILE *f)
 
 typedef struct cache_args {
     const char *snapshot, *brokers, *changes, *listen;
-    int64_t now_s, horizon_s, load_threads;
+    int64_t now_s, horizon_s, load_threads, ready_max_lag;
     int from_beginning;
     segd_log_format_t log_format;
     segd_log_level_t log_level;
@@ -59,8 +64,13 @@ typedef struct cache_state {
     const segd_log_t *log;
     segd_edge_t *edge;
     segd_tail_t *tail;
+    _Atomic int tailing; /* tail is set: the server's threads may read it */
     segd_manifest_t manifest;
     double load_s;
+    int64_t ready_max_lag;
+    segd_metrics_t *metrics;
+    segd_metric_t *users, *entries, *bytes, *retirements, *applied, *skipped, *lag,
+        *lag_seconds, *load_seconds, *units;
 } cache_state_t;
 
 static int add_prop(cache_args_t *a, char *kv)
@@ -87,6 +97,7 @@ static int parse(int argc, char **argv, cache_args_t *a)
                                          {"load-threads", required_argument, 0, 't'},
                                          {"log-format", required_argument, 0, 'F'},
                                          {"log-level", required_argument, 0, 'L'},
+                                         {"ready-max-lag", required_argument, 0, 'r'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     a->listen = "127.0.0.1:8080";
@@ -94,6 +105,7 @@ static int parse(int argc, char **argv, cache_args_t *a)
     a->load_threads = 2;
     a->log_format = SEGD_LOG_LOGFMT;
     a->log_level = SEGD_LOG_INFO;
+    a->ready_max_lag = 1000;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "X:", opts, NULL)) != -1) {
@@ -107,6 +119,7 @@ static int parse(int argc, char **argv, cache_args_t *a)
         case 'z': bad = segd_arg_int("cache", "--horizon-s", optarg, 0, 90 * 86400, &a->horizon_s); break;
         case 'f': a->from_beginning = 1; break;
         case 't': bad = segd_arg_int("cache", "--load-threads", optarg, 1, 256, &a->load_threads); break;
+        case 'r': bad = segd_arg_int("cache", "--ready-max-lag", optarg, 0, INT64_MAX / 2, &a->ready_max_lag); break;
         case 'X': bad = add_prop(a, optarg); break;
         case 'F':
             if ((bad = segd_log_format_parse(optarg, &a->log_format)))
@@ -136,11 +149,9 @@ static void health(void *ctx, json_t *o)
     segd_edge_stats_t es;
     segd_tail_stats_t ts = {0};
     segd_edge_get_stats(cs->edge, &es);
-    if (cs->tail)
+    if (atomic_load(&cs->tailing))
         segd_tail_get_stats(cs->tail, &ts);
-    struct timeval tv;
-    gettimeofday(&tv, NULL);
-    int64_t now = (int64_t)tv.tv_sec * 1000 + tv.tv_usec / 1000;
+    int64_t now = segd_wall_ms();
     json_object_set_new(o, "users", json_integer((json_int_t)es.users));
     json_object_set_new(o, "entries", json_integer((json_int_t)es.entries));
     json_object_set_new(o, "bytes", json_integer((json_int_t)es.bytes));
@@ -160,6 +171,70 @@ static void health(void *ctx, json_t *o)
                                                       ? (json_int_t)(now - ts.newest_committed_ms)
                                                       : -1));
     json_object_set_new(o, "retirements", json_integer((json_int_t)es.retirements));
+}
+
+/* /readyz once serving: the tail within --ready-max-lag change events. */
+static int ready(void *ctx, segd_buf_t *body)
+{
+    cache_state_t *cs = ctx;
+    segd_tail_stats_t ts = {0};
+    segd_tail_get_stats(cs->tail, &ts);
+    int ok = ts.lag_messages >= 0 && ts.lag_messages <= cs->ready_max_lag;
+    char text[256];
+    int len = snprintf(text, sizeof(text), "{\"ready\":%s,\"reason\":%s,\"lag\":%" PRId64
+                       ",\"max_lag\":%" PRId64 "}", ok ? "true" : "false",
+                       ok ? "null" : "\"lag\"", ts.lag_messages, cs->ready_max_lag);
+    segd_buf_append(body, text, (size_t)len);
+    return ok;
+}
+
+static void register_metrics(cache_state_t *cs)
+{
+    segd_metrics_t *m = cs->metrics;
+    cs->users = segd_metrics_gauge(m, "segd_cache_users", "Profiles held (live or not).", NULL);
+    cs->entries = segd_metrics_gauge(m, "segd_cache_entries",
+                                     "Entries held, dead ones within the horizon included.", NULL);
+    cs->bytes = segd_metrics_gauge(m, "segd_cache_profile_bytes",
+                                   "Memory of the profiles (not the hash tables).", NULL);
+    cs->retirements = segd_metrics_gauge(m, "segd_cache_retirements", "Segment retirements.",
+                                         NULL);
+    cs->applied = segd_metrics_counter(m, "segd_cache_deltas_applied_total",
+                                       "Change events joined into the table.", NULL);
+    cs->skipped = segd_metrics_counter(m, "segd_cache_deltas_skipped_total",
+                                       "Change events that did not decode.", NULL);
+    cs->lag = segd_metrics_gauge(m, "segd_cache_tail_lag_messages",
+                                 "Change events behind the change topic's high watermarks.", NULL);
+    cs->lag_seconds = segd_metrics_gauge(m, "segd_cache_tail_lag_seconds",
+                                         "Now less the commit time of the newest delta joined.",
+                                         NULL);
+    cs->load_seconds = segd_metrics_gauge(m, "segd_cache_snapshot_load_seconds",
+                                          "Time the snapshot took to load.", NULL);
+    cs->units = segd_metrics_gauge(m, "segd_cache_snapshot_units", "Snapshot units loaded.",
+                                   NULL);
+}
+
+static void collect(void *ctx)
+{
+    cache_state_t *cs = ctx;
+    segd_edge_stats_t es;
+    segd_edge_get_stats(cs->edge, &es);
+    segd_metric_set(cs->users, NULL, (double)es.users);
+    segd_metric_set(cs->entries, NULL, (double)es.entries);
+    segd_metric_set(cs->bytes, NULL, (double)es.bytes);
+    segd_metric_set(cs->retirements, NULL, (double)es.retirements);
+    if (!atomic_load(&cs->tailing)) /* still loading */
+        return;
+    segd_tail_stats_t ts;
+    segd_tail_get_stats(cs->tail, &ts);
+    segd_metric_set(cs->applied, NULL, (double)ts.applied);
+    segd_metric_set(cs->skipped, NULL, (double)ts.skipped);
+    if (ts.lag_messages >= 0)
+        segd_metric_set(cs->lag, NULL, (double)ts.lag_messages);
+    if (ts.newest_committed_ms)
+        segd_metric_set(cs->lag_seconds, NULL,
+                        (double)(segd_wall_ms() - ts.newest_committed_ms) / 1e3);
+    segd_metric_set(cs->load_seconds, NULL, cs->load_s);
+    segd_metric_set(cs->units, NULL, (double)cs->manifest.units);
 }
 
 /* Every unit into the table, then the units' retirements and each unit's W
@@ -218,10 +293,15 @@ int segd_cmd_cache(int argc, char **argv)
     segd_log_t *log = NULL;
     char err[512] = "";
     rc = SEGD_EXIT_FAIL;
-    if (segd_log_new(&log, stderr, a.log_level, a.log_format) || segd_edge_new(&cs.edge, &eo))
+    cs.ready_max_lag = a.ready_max_lag;
+    if (segd_log_new(&log, stderr, a.log_level, a.log_format) || segd_edge_new(&cs.edge, &eo) ||
+        !(cs.metrics = segd_metrics_new()) || segd_process_metrics_register(cs.metrics) ||
+        segd_metrics_add_collector(cs.metrics, collect, &cs))
         goto out;
     cs.log = log;
-    if (segd_http_start(&http, a.listen, cs.edge, health, &cs, err, sizeof(err))) {
+    register_metrics(&cs);
+    if (segd_http_start(&http, a.listen, cs.edge, health, cs.metrics, ready, &cs, err,
+                        sizeof(err))) {
         segd_log(log, SEGD_LOG_ERROR, "cache", "%s", err);
         rc = SEGD_EXIT_USAGE;
         goto out;
@@ -229,6 +309,7 @@ int segd_cmd_cache(int argc, char **argv)
     segd_log_kv(log, SEGD_LOG_INFO, "cache", "listening", "url=http://%s", a.listen);
     if (load(&a, &cs) || start_tail(&a, &cs))
         goto out;
+    atomic_store(&cs.tailing, 1);
     /* ready only once caught up with the end offsets seen at start: until
      * then lookups would miss deltas the topic already holds */
     for (int ready = 0; !*stop;) {
@@ -245,6 +326,7 @@ int segd_cmd_cache(int argc, char **argv)
     rc = SEGD_EXIT_OK;
 out:
     segd_http_stop(http);
+    segd_metrics_destroy(cs.metrics);
     segd_tail_destroy(cs.tail);
     segd_edge_destroy(cs.edge);
     segd_manifest_free(&cs.manifest);

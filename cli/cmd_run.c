@@ -4,6 +4,7 @@
  * batch and its offsets are one atomic write. */
 #include <getopt.h>
 #include <pthread.h>
+#include <stdatomic.h>
 #include <inttypes.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -13,6 +14,8 @@
 
 #include "cli/cli.h"
 #include "app/daemon.h"
+#include "app/health.h"
+#include "metrics/server.h"
 #include "publisher/publisher.h"
 #include "publisher/snapshot.h"
 #include "base/clock.h"
@@ -41,6 +44,8 @@ static void usage(FILE *f)
             "    changes.max.outbox, snapshot.buckets, snapshot.interval (s), snapshot.to,\n"
             "    snapshot.format (avro | native), restore.from, restore.fallback,\n"
             "    restore.retries, log.format (logfmt|json), log.level (debug|info|warn|error),\n"
+            "    metrics.listen (HOST:PORT of /metrics /healthz /readyz, default\n"
+            "    127.0.0.1:9464; off = none), ready.max.lag (messages, default 1000),\n"
             "    kafka.<librdkafka property>\n");
 }
 
@@ -113,7 +118,53 @@ typedef struct snapshotter {
     pthread_cond_t cv;
     int stop;
     uint64_t exported, failed;
+    /* metrics (NULL without a registry) */
+    segd_metric_t *runs, *duration, *bytes, *users, *last_ok, *age;
+    _Atomic int64_t last_ok_ms; /* wall time of the last export that fully landed */
 } snapshotter_t;
+
+static void snapshot_age(void *ctx)
+{
+    snapshotter_t *sn = ctx;
+    int64_t at = atomic_load(&sn->last_ok_ms);
+    if (at)
+        segd_metric_set(sn->age, NULL, (double)(segd_wall_ms() - at) / 1000.0);
+}
+
+static void snapshot_metrics(snapshotter_t *sn, segd_metrics_t *m)
+{
+    sn->runs = segd_metrics_counter(m, "segd_snapshot_exports_total",
+                                    "Periodic snapshot exports of a topic, by result.",
+                                    "topic,result");
+    sn->duration = segd_metrics_gauge(m, "segd_snapshot_duration_seconds",
+                                      "Duration of the last export of a topic.", "topic");
+    sn->bytes = segd_metrics_gauge(m, "segd_snapshot_bytes",
+                                   "Bytes of the files of the last export of a topic.", "topic");
+    sn->users = segd_metrics_gauge(m, "segd_snapshot_users",
+                                   "Users in the last export of a topic.", "topic");
+    sn->last_ok = segd_metrics_gauge(m, "segd_snapshot_last_success_timestamp_seconds",
+                                     "When the last export whose units all landed ended.", NULL);
+    sn->age = segd_metrics_gauge(m, "segd_snapshot_age_seconds",
+                                 "Seconds since the last export whose units all landed.", NULL);
+    segd_metrics_add_collector(m, snapshot_age, sn);
+}
+
+static void report_export(snapshotter_t *sn, const char *topic, const segd_manifest_t *m,
+                          double seconds, int ok)
+{
+    uint64_t bytes = 0;
+    for (size_t i = 0; i < m->n_files; i++)
+        bytes += m->files[i].bytes;
+    const char *t[] = {topic}, *r[] = {topic, ok ? "ok" : "failed"};
+    segd_metric_add(sn->runs, r, 1);
+    segd_metric_set(sn->duration, t, seconds);
+    segd_metric_set(sn->bytes, t, (double)bytes);
+    segd_metric_set(sn->users, t, (double)m->records);
+    if (ok) {
+        atomic_store(&sn->last_ok_ms, segd_wall_ms());
+        segd_metric_set(sn->last_ok, NULL, (double)segd_wall_ms() / 1000.0);
+    }
+}
 
 /* Keeps the partitions the store holds an input offset for. A partition
  * assigned without one is being restored (paused) or replayed before its
@@ -182,6 +233,7 @@ static void export_topic(snapshotter_t *sn, const char *topic)
                  "snapshot of %s to %s: %zu of %zu units failed (their "
                  "previous units stay): %s", topic, to,
                  failed ? failed : o.n_partitions, o.n_partitions, err);
+    report_export(sn, topic, &m, segd_mono_s() - t0, !e);
     segd_manifest_free(&m);
     free(parts);
     if (e)
@@ -281,6 +333,48 @@ static segd_err_t consume(const segd_config_t *cfg, segd_daemon_t *d,
     return e;
 }
 
+/* The metrics server of metrics.listen, with the daemon's figures and
+ * readiness; SEGD_EXIT_OK when it runs or is off, else the exit code (a
+ * bad address is a usage error, a port in use a failure; both said). */
+typedef struct observability {
+    segd_metrics_t *m;
+    segd_health_t *health;
+    segd_metrics_server_t *server;
+} observability_t;
+
+static int start_metrics(observability_t *o, const segd_config_t *cfg, segd_daemon_t *d,
+                         segd_store_t *store, snapshotter_t *sn)
+{
+    char err[512];
+    if (!segd_metrics_listen_enabled(cfg->metrics_listen))
+        return SEGD_EXIT_OK;
+    o->m = segd_metrics_new();
+    if (!o->m || segd_health_new(&o->health, o->m, d, store, cfg)) {
+        segd_log(cfg->log, SEGD_LOG_ERROR, "metrics", "out of memory");
+        return SEGD_EXIT_FAIL;
+    }
+    snapshot_metrics(sn, o->m);
+    segd_err_t e = segd_metrics_server_start(&o->server, cfg->metrics_listen, o->m,
+                                             segd_health_ready, o->health, err, sizeof(err));
+    if (e) {
+        segd_log(cfg->log, SEGD_LOG_ERROR, "metrics", "%s", err);
+        return e == SEGD_ERR_CONFIG ? SEGD_EXIT_USAGE : SEGD_EXIT_FAIL;
+    }
+    segd_log_kv(cfg->log, SEGD_LOG_INFO, "metrics", "serving",
+                "url=http://%s/metrics endpoints=/metrics,/healthz,/readyz",
+                cfg->metrics_listen);
+    return SEGD_EXIT_OK;
+}
+
+/* After the daemon: its pipeline and publisher report into the registry
+ * until they are destroyed. */
+static void stop_metrics(observability_t *o)
+{
+    segd_metrics_server_stop(o->server);
+    segd_health_destroy(o->health);
+    segd_metrics_destroy(o->m);
+}
+
 static int run_daemon(segd_config_t *cfg, segd_store_t *store, volatile sig_atomic_t *stop)
 {
     char err[512];
@@ -295,6 +389,13 @@ static int run_daemon(segd_config_t *cfg, segd_store_t *store, volatile sig_atom
     segd_log_kv(cfg->log, SEGD_LOG_INFO, "daemon", "consuming", "topics=%s group=%s db=%s",
                 topics, cfg->group, cfg->db);
     snapshotter_t sn = {.cfg = cfg, .store = store, .pipeline = p};
+    observability_t obs = {0};
+    int rc = start_metrics(&obs, cfg, d, store, &sn);
+    if (rc) {
+        segd_daemon_destroy(d);
+        stop_metrics(&obs);
+        return rc;
+    }
     pthread_t snap_thread;
     int snapshots = cfg->snapshot_interval_s > 0;
     pthread_mutex_init(&sn.mu, NULL);
@@ -314,10 +415,13 @@ static int run_daemon(segd_config_t *cfg, segd_store_t *store, volatile sig_atom
     }
     pthread_cond_destroy(&sn.cv);
     pthread_mutex_destroy(&sn.mu);
+    segd_metrics_server_stop(obs.server); /* nothing scrapes what is torn down */
+    obs.server = NULL;
     segd_daemon_close(d); /* finishes the batch, commits, leaves the group */
     report(cfg->log, p, t0, "final");
     report_changes(cfg->log, segd_daemon_publisher(d), "final changes");
     segd_daemon_destroy(d);
+    stop_metrics(&obs);
     return e ? SEGD_EXIT_FAIL : SEGD_EXIT_OK;
 }
 

@@ -64,6 +64,8 @@ static const key_def_t keys[] = {
     {"log.format", K_LOGFMT, 0, 0, 0},
     {"log.level", K_LOGLEVEL, 0, 0, 0},
     {"store.log.level", K_STORELOG, 0, 0, 0},
+    {"metrics.listen", K_STR, OFF(metrics_listen), 0, 0},
+    {"ready.max.lag", K_INT, OFF(ready_max_lag), 0, INT64_MAX / 2},
 };
 
 /* store.log.level's names, indexed by RocksDB's InfoLogLevel */
@@ -95,6 +97,8 @@ void segd_config_init(segd_config_t *c)
     c->log_format = SEGD_LOG_LOGFMT;
     c->log_level = SEGD_LOG_INFO;
     c->store_log_level = 4; /* off: see store.c (a full disk would abort RocksDB 7.8) */
+    c->metrics_listen = strdup("127.0.0.1:9464");
+    c->ready_max_lag = 1000;
 }
 
 void segd_config_free(segd_config_t *c)
@@ -114,6 +118,7 @@ void segd_config_free(segd_config_t *c)
     free(c->changes_compression);
     free(c->snapshot_to);
     free(c->restore_from);
+    free(c->metrics_listen);
     for (size_t i = 0; i < c->n_topics; i++)
         free(c->topics[i]);
     for (size_t i = 0; i < c->n_kafka; i++) {
@@ -199,8 +204,9 @@ segd_err_t segd_config_set(segd_config_t *c, const char *key, const char *value,
             continue;
         switch (k->type) {
         case K_STR: {
-            /* an empty name (dlq.topic = "") would fail only when first used */
-            if (!*value)
+            /* an empty name (dlq.topic = "") would fail only when first used;
+             * an empty metrics.listen turns the server off, as "off" does */
+            if (!*value && k->offset != OFF(metrics_listen))
                 return segd_errf(SEGD_ERR_CONFIG, errstr, n, "%s: empty value", key);
             char **f = (char **)((char *)c + k->offset);
             free(*f);

@@ -69,6 +69,10 @@ typedef struct segd_config {
     segd_log_level_t log_level;   /* log.level: debug | info (default) | warn | error */
     int64_t store_log_level;      /* store.log.level as RocksDB's InfoLogLevel
                                    * (0 debug .. 3 error, 4 = off, the default) */
+    char *metrics_listen;        /* /metrics, /healthz, /readyz of segd run: HOST:PORT,
+                                  * default 127.0.0.1:9464; "" or "off" = none */
+    int64_t ready_max_lag;       /* /readyz: messages behind the high watermark a
+                                  * partition may be and count as caught up; 1000 */
     segd_kv_t kafka[SEGD_MAX_KAFKA_PROPS];
     size_t n_kafka;
     /* Not a key: the logger of the program that owns this config (segd run

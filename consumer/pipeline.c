@@ -14,6 +14,7 @@
 #include "consumer/apply.h"
 #include "consumer/dlq.h"
 #include "consumer/sweep.h"
+#include "consumer/lag.h"
 #include "core/partition.h"
 #include "transport/kconf.h"
 #include "transport/kmeta.h"
@@ -26,12 +27,22 @@
  * #4312, fixed in 2.3.0): close waits up to this long for it. */
 #define FIRST_ASSIGNMENT_WAIT_MS 30000
 #define METADATA_TIMEOUT_MS 5000
+#define LAG_REFRESH_MS 250 /* the lag table and gauge, at most this often */
 
 typedef struct position {
     char topic[256];
     int32_t partition;
     int64_t next;
+    uint64_t messages, events, segments; /* of this batch, for the metrics */
 } position_t;
+
+/* The families the pipeline reports into (segd_pipeline_set_metrics); all
+ * NULL without a registry, which makes every update a no-op. */
+typedef struct pipeline_metrics {
+    segd_metric_t *consumed, *events, *segments; /* per topic, partition */
+    segd_metric_t *dlq, *misrouted, *batches, *fault_waits;
+    segd_metric_t *batch_messages, *apply_seconds, *lag, *assigned;
+} pipeline_metrics_t;
 
 /* An input topic's partition count from the brokers' metadata: the P of
  * segd_partition_of for the misrouted check. */
@@ -81,6 +92,9 @@ struct segd_pipeline {
     int metadata_logged;       /* a failed metadata request was reported */
     int64_t metadata_next_ms;  /* no metadata request before (after one that failed
                                   or left a message's partition unexplained) */
+    segd_lag_t *lag;           /* per-partition lag, read by other threads */
+    int64_t lag_next_ms;       /* monotonic time of the next lag refresh */
+    pipeline_metrics_t mx;
 };
 
 #define LOG(p) ((p)->cfg->log)
@@ -105,21 +119,28 @@ static void fault_cleared(segd_pipeline_t *p)
 
 /* ---------- batch state ---------- */
 
+/* events is 0 for a dead letter, 1 for an applied event of segments. */
 static void note_position(segd_pipeline_t *p, const char *topic, int32_t partition,
-                          int64_t next)
+                          int64_t next, uint64_t events, uint64_t segments)
 {
-    for (size_t i = 0; i < p->npos; i++)
-        if (p->pos[i].partition == partition && !strcmp(p->pos[i].topic, topic)) {
-            if (next > p->pos[i].next)
-                p->pos[i].next = next;
-            return;
-        }
-    if (p->npos == MAX_POSITIONS)
+    position_t *q = NULL;
+    for (size_t i = 0; !q && i < p->npos; i++)
+        if (p->pos[i].partition == partition && !strcmp(p->pos[i].topic, topic))
+            q = &p->pos[i];
+    if (!q && p->npos == MAX_POSITIONS)
         return; /* unreachable with sane partition counts; the offset is re-read */
-    position_t *q = &p->pos[p->npos++];
-    snprintf(q->topic, sizeof(q->topic), "%s", topic);
-    q->partition = partition;
-    q->next = next;
+    if (!q) {
+        q = &p->pos[p->npos++];
+        memset(q, 0, sizeof(*q));
+        snprintf(q->topic, sizeof(q->topic), "%s", topic);
+        q->partition = partition;
+        q->next = next;
+    }
+    if (next > q->next)
+        q->next = next;
+    q->messages++;
+    q->events += events;
+    q->segments += segments;
 }
 
 /* ---------- partitions and misrouted events ---------- */
@@ -208,12 +229,39 @@ static void record_counts(segd_pipeline_t *p)
             segd_batch_set_partition_count(p->ap.batch, p->parts[i].topic, p->parts[i].count);
 }
 
+/* A written batch's figures into the registry: per partition what it
+ * consumed and applied, its size and write time, and the running totals. */
+static void report_batch(segd_pipeline_t *p, double apply_s)
+{
+    char part[16];
+    const char *v[2] = {NULL, part};
+    uint64_t messages = 0;
+    for (size_t i = 0; i < p->npos; i++) {
+        const position_t *q = &p->pos[i];
+        snprintf(part, sizeof(part), "%" PRId32, q->partition);
+        v[0] = q->topic;
+        segd_metric_add(p->mx.consumed, v, (double)q->messages);
+        segd_metric_add(p->mx.events, v, (double)q->events);
+        segd_metric_add(p->mx.segments, v, (double)q->segments);
+        messages += q->messages;
+    }
+    segd_metric_observe(p->mx.batch_messages, NULL, (double)messages);
+    segd_metric_observe(p->mx.apply_seconds, NULL, apply_s);
+    segd_metric_set(p->mx.batches, NULL, (double)(p->st.batches + 1));
+    segd_metric_set(p->mx.misrouted, NULL, (double)p->st.misrouted);
+    for (int r = 0; r < SEGD_DLQ_REASONS; r++)
+        if (p->st.dlq[r])
+            segd_metric_set(p->mx.dlq, (const char *[]){segd_dlq_reason_name(r)},
+                            (double)p->st.dlq[r]);
+}
+
 /* Dead letters first, then data + offsets in one WriteBatch, then the Kafka
  * commit. A failure leaves the batch intact for the next attempt. */
 static segd_err_t flush_batch(segd_pipeline_t *p, char *errstr, size_t n)
 {
     if (!p->npos)
         return SEGD_OK;
+    double t0 = segd_mono_s();
     segd_err_t err = segd_dlq_deliver(p->dlq, errstr, n);
     if (err)
         return err;
@@ -235,6 +283,8 @@ static segd_err_t flush_batch(segd_pipeline_t *p, char *errstr, size_t n)
     rd_kafka_topic_partition_list_destroy(offs);
     if (p->hooks.committed)
         p->hooks.committed(p->hooks.ctx);
+    if (p->mx.consumed)
+        report_batch(p, segd_mono_s() - t0);
     p->npos = 0;
     p->misrouted_stored += p->misrouted_pending;
     p->misrouted_pending = 0;
@@ -402,6 +452,7 @@ static void retry_unread(segd_pipeline_t *p)
         if (u->logged)
             segd_log(LOG(p), SEGD_LOG_INFO, "pipeline", "resumed %s [%" PRId32 "] at its stored offset",
                      u->topic, u->partition);
+        segd_lag_start(p->lag, u->topic, u->partition, next);
         if (!p->held) {
             rd_kafka_topic_partition_list_t *l = one_partition(u->topic, u->partition, next);
             rd_kafka_resume_partitions(p->consumer, l);
@@ -466,7 +517,8 @@ static int handle_message(segd_pipeline_t *p, const rd_kafka_message_t *m)
             return -2;
         p->st.dlq[reason]++;
     }
-    note_position(p, rd_kafka_topic_name(m->rkt), m->partition, m->offset + 1);
+    note_position(p, rd_kafka_topic_name(m->rkt), m->partition, m->offset + 1, ok ? 1 : 0,
+                  ok ? ev->n_segments : 0);
     return 0;
 }
 
@@ -593,6 +645,23 @@ static void sweep_step(segd_pipeline_t *p)
     }
 }
 
+static int paused_for_offset(void *ctx, const char *topic, int32_t partition)
+{
+    return is_unread(ctx, topic, partition);
+}
+
+/* The lag table (for /readyz) and gauge, from librdkafka's cached
+ * watermarks: no broker round trip on this thread. */
+static void refresh_lag(segd_pipeline_t *p)
+{
+    if (segd_mono_ms() < p->lag_next_ms)
+        return;
+    p->lag_next_ms = segd_mono_ms() + LAG_REFRESH_MS;
+    segd_lag_refresh(p->lag, p->consumer, paused_for_offset, p, p->mx.lag);
+    segd_metric_set(p->mx.fault_waits, NULL, (double)p->bo.retries);
+    segd_metric_set(p->mx.assigned, NULL, (double)segd_pipeline_assigned(p));
+}
+
 segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
 {
     advance_gc(p);
@@ -629,6 +698,7 @@ segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
         taken++;
     }
     segd_err_t err = flush_batch(p, errstr, n);
+    refresh_lag(p);
     /* out of memory: stop before the unapplied message, which comes again */
     if (!err && rc == -2)
         err = segd_errf(SEGD_ERR_NOMEM, errstr, n, "out of memory");
@@ -731,6 +801,7 @@ static void set_start_offsets(segd_pipeline_t *p, rd_kafka_topic_partition_list_
              * fallback, never at the end */
             tp->offset = u ? PAUSED_START : RD_KAFKA_OFFSET_STORED;
         }
+        segd_lag_start(p->lag, tp->topic, tp->partition, tp->offset);
     }
 }
 
@@ -753,6 +824,8 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
             segd_log_kv(LOG(p), SEGD_LOG_INFO, "pipeline", "partitions assigned",
                         "count=%d protocol=%s", parts->cnt, proto);
         }
+        segd_lag_assigned(p->lag);
+        p->lag_next_ms = 0; /* the new partitions' lag at the end of this step */
         set_start_offsets(p, parts);
         if (coop)
             e = rd_kafka_incremental_assign(rk, parts);
@@ -873,6 +946,44 @@ static segd_err_t new_sweep(segd_pipeline_t *p, char *errstr, size_t n)
     return segd_sweep_new(&p->sweep, p->store, &so, segd_mono_ms(), errstr, n);
 }
 
+static const double batch_bounds[] = {1, 10, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 50000};
+
+void segd_pipeline_set_metrics(segd_pipeline_t *p, segd_metrics_t *m)
+{
+    pipeline_metrics_t *x = &p->mx;
+    x->consumed = segd_metrics_counter(m, "segd_consumed_messages_total",
+        "Input messages consumed (good and dead-lettered), counted when their batch is written.",
+        "topic,partition");
+    x->events = segd_metrics_counter(m, "segd_applied_events_total",
+        "Events applied to the store.", "topic,partition");
+    x->segments = segd_metrics_counter(m, "segd_applied_segments_total",
+        "Segment updates applied to the store.", "topic,partition");
+    x->dlq = segd_metrics_counter(m, "segd_dlq_messages_total",
+        "Messages sent to the dead-letter topic, by reason.", "reason");
+    x->misrouted = segd_metrics_counter(m, "segd_misrouted_events_total",
+        "Applied events found in another partition than input.partitioner gives.", NULL);
+    x->batches = segd_metrics_counter(m, "segd_batches_total", "Batches written.", NULL);
+    x->fault_waits = segd_metrics_counter(m, "segd_fault_waits_total",
+        "Waits on a store, registry or broker fault, or on the change stream.", NULL);
+    x->batch_messages = segd_metrics_histogram(m, "segd_batch_messages",
+        "Messages per written batch.", NULL, batch_bounds,
+        sizeof(batch_bounds) / sizeof(batch_bounds[0]));
+    x->apply_seconds = segd_metrics_histogram(m, "segd_batch_apply_seconds",
+        "Time to write a batch (merges, offsets, outbox entry) to the store, fault waits "
+        "included.", NULL, segd_metric_latency_buckets, segd_metric_latency_nbuckets);
+    x->lag = segd_metrics_gauge(m, "segd_consumer_lag_messages",
+        "High watermark less the next offset to apply, per assigned partition.",
+        "topic,partition");
+    x->assigned = segd_metrics_gauge(m, "segd_assigned_partitions",
+        "Input partitions assigned to this member.", NULL);
+}
+
+segd_err_t segd_pipeline_lags(segd_pipeline_t *p, segd_partition_lag_t **out, size_t *n,
+                              int *assigned)
+{
+    return segd_lag_get(p->lag, out, n, assigned);
+}
+
 segd_err_t segd_pipeline_new(segd_pipeline_t **out, const segd_config_t *cfg,
                              segd_store_t *store, volatile sig_atomic_t *stop, char *errstr,
                              size_t n)
@@ -885,7 +996,8 @@ segd_err_t segd_pipeline_new(segd_pipeline_t **out, const segd_config_t *cfg,
     p->stop = stop;
     p->bo.log = cfg->log;
     p->st.created_s = segd_mono_s();
-    segd_err_t err = segd_applier_init(&p->ap, store);
+    p->lag = segd_lag_new();
+    segd_err_t err = p->lag ? segd_applier_init(&p->ap, store) : SEGD_ERR_NOMEM;
     if (!err)
         err = segd_ingest_new(&p->ingest, cfg, store, stop, &p->bo, errstr, n);
     if (!err)
@@ -1047,5 +1159,6 @@ void segd_pipeline_destroy(segd_pipeline_t *p)
     segd_sweep_destroy(p->sweep);
     segd_ingest_destroy(p->ingest);
     segd_applier_free(&p->ap);
+    segd_lag_destroy(p->lag);
     free(p);
 }

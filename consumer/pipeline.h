@@ -25,6 +25,8 @@
 #include "consumer/config.h"
 #include "consumer/ingest.h" /* the dead-letter reasons */
 #include "consumer/sweep.h"
+#include "consumer/lag.h"
+#include "metrics/registry.h"
 #include "store/store.h"
 
 typedef struct segd_pipeline segd_pipeline_t;
@@ -94,6 +96,18 @@ typedef struct segd_pipeline_hooks {
 /* Call before the first step; h is copied. Without hooks nothing waits for
  * the change stream (the outbox is still written when changes.enable = 1). */
 void segd_pipeline_set_hooks(segd_pipeline_t *p, const segd_pipeline_hooks_t *h);
+
+/* Reports into m (borrowed; must outlive the pipeline): per partition
+ * messages consumed, events and segments applied, consumer lag; dead
+ * letters by reason, batch size and write time (docs/metrics.md). Call
+ * before the first step, from the pipeline's thread. */
+void segd_pipeline_set_metrics(segd_pipeline_t *p, segd_metrics_t *m);
+
+/* The lag of every assigned partition as of the last step (at most 250 ms
+ * old): *out malloc'd (the caller frees; NULL when none), *assigned = 0
+ * until the group's first assignment. Thread-safe. */
+segd_err_t segd_pipeline_lags(segd_pipeline_t *p, segd_partition_lag_t **out, size_t *n,
+                              int *assigned);
 
 /* The input topic's partition count from the brokers (SEGD_ERR_NOTFOUND
  * for a topic they do not know); remembered for the misrouted check. */

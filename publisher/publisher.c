@@ -73,6 +73,7 @@ struct segd_publisher {
     int kicked, stop;
     segd_publisher_stats_t st;
     uint64_t *lat; /* LAT_BUCKETS counters */
+    segd_metric_t *latency; /* segd_change_latency_seconds; NULL = no registry */
     char last_fault[512];
 };
 
@@ -521,6 +522,7 @@ static void record_latency(segd_publisher_t *p, int64_t now)
             continue;
         int64_t ms = now - from < 0 ? 0 : now - from;
         p->lat[ms < LAT_BUCKETS - 1 ? ms : LAT_BUCKETS - 1]++;
+        segd_metric_observe(p->latency, NULL, (double)ms / 1000.0);
         if (ms > p->st.latency_max_ms)
             p->st.latency_max_ms = ms;
     }
@@ -759,6 +761,17 @@ void segd_publisher_reset_latency(segd_publisher_t *p)
     pthread_mutex_lock(&p->mu);
     memset(p->lat, 0, LAT_BUCKETS * sizeof(*p->lat));
     p->st.latency_max_ms = 0;
+    pthread_mutex_unlock(&p->mu);
+}
+
+void segd_publisher_set_metrics(segd_publisher_t *p, segd_metrics_t *m)
+{
+    segd_metric_t *h = segd_metrics_histogram(
+        m, "segd_change_latency_seconds",
+        "Input event timestamp to change-topic acknowledgement of its delta, per outbox entry.",
+        NULL, segd_metric_latency_buckets, segd_metric_latency_nbuckets);
+    pthread_mutex_lock(&p->mu);
+    p->latency = h;
     pthread_mutex_unlock(&p->mu);
 }
 

@@ -28,6 +28,7 @@
 #include "core/partition.h"
 #include "wire/change.h"
 #include "wire/change_frame.h"
+#include "metrics/registry.h"
 #include "store/store.h"
 
 #define SEGD_DEFAULT_CHANGES_TOPIC "segments.changes"
@@ -93,6 +94,12 @@ segd_err_t segd_publisher_start(segd_publisher_t *p, char *errstr, size_t errstr
 void segd_publisher_kick(segd_publisher_t *p);
 /* Stops the thread after trying to drain for up to drain_ms. */
 void segd_publisher_stop(segd_publisher_t *p, int64_t drain_ms);
+
+/* Observes each acknowledged outbox entry's event -> ack latency into m's
+ * segd_change_latency_seconds histogram (m borrowed; must outlive the
+ * publisher). Thread-safe. The other change-stream figures come from
+ * segd_publisher_get_stats at scrape time. */
+void segd_publisher_set_metrics(segd_publisher_t *p, segd_metrics_t *m);
 
 /* Thread-safe. */
 void segd_publisher_get_stats(segd_publisher_t *p, segd_publisher_stats_t *st);

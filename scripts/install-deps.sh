@@ -5,7 +5,7 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config
       librdkafka-dev libavro-dev librocksdb-dev libcurl4-openssl-dev libcmocka-dev
       libjansson-dev libxxhash-dev libzstd-dev liblz4-dev libssl-dev zlib1g-dev libmicrohttpd-dev
-      nginx-light kcat python3-avro python3-confluent-kafka python3-zstandard)
+      nginx-light kcat python3-avro python3-confluent-kafka python3-zstandard prometheus)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1053,6 +1053,36 @@ segd_err_t segd_store_compact(segd_store_t *s, char *errstr, size_t n)
     return SEGD_OK;
 }
 
+segd_err_t segd_store_writable(segd_store_t *s, char *errstr, size_t n)
+{
+    if (s->read_only)
+        return segd_errf(SEGD_ERR_INVALID, errstr, n, "store opened read-only");
+    if (atomic_load(&s->broken))
+        return segd_errf(SEGD_ERR_ABORTED, errstr, n,
+                         "store stopped after a failed write (restart segd)");
+    return check_space(s, errstr, n);
+}
+
+const char *segd_store_family_name(int family)
+{
+    return family >= 0 && family < SEGD_STORE_FAMILIES ? cf_names[CF_PROFILES + family] : "db";
+}
+
+int segd_store_property(segd_store_t *s, int family, const char *name, uint64_t *value)
+{
+    if (family < 0)
+        return rocksdb_property_int(s->db, name, value) ? -1 : 0;
+    if (family >= SEGD_STORE_FAMILIES)
+        return -1;
+    return rocksdb_property_int_cf(s->db, s->cf[CF_PROFILES + family], name, value) ? -1 : 0;
+}
+
+void segd_store_block_cache(segd_store_t *s, uint64_t *usage, uint64_t *capacity)
+{
+    *usage = s->cache ? rocksdb_cache_get_usage(s->cache) : 0;
+    *capacity = s->cache ? rocksdb_cache_get_capacity(s->cache) : 0;
+}
+
 typedef struct stats_ctx {
     segd_store_stats_t *st;
     segd_prune_t rule;

@@ -222,6 +222,26 @@ uint64_t segd_store_outbox_next_seq(segd_store_t *s);
  * successful write by the entries it appended and deleted (thread-safe). */
 uint64_t segd_store_outbox_depth(segd_store_t *s);
 
+/* ---------- health and RocksDB figures (metrics, /readyz) ---------- */
+
+/* Whether a write would be taken now: SEGD_ERR_ABORTED after a failed write
+ * (the store is stopped until a restart), SEGD_ERR_IO while the disk holds
+ * less than min_free_mb (writes wait), with the reason in errstr. Cheap (one
+ * statvfs); thread-safe. */
+segd_err_t segd_store_writable(segd_store_t *s, char *errstr, size_t errstr_size);
+
+/* The column families whose figures the metrics show, by index, and their names. */
+#define SEGD_STORE_FAMILIES 3
+const char *segd_store_family_name(int family); /* "profiles", "meta", "outbox" */
+
+/* A RocksDB integer property ("rocksdb.estimate-live-data-size") of one
+ * family, or of the DB (family -1: "rocksdb.actual-delayed-write-rate");
+ * 0 on success, -1 when RocksDB does not know it. Thread-safe. */
+int segd_store_property(segd_store_t *s, int family, const char *name, uint64_t *value);
+
+/* The block cache's usage and capacity in bytes (shared by the families). */
+void segd_store_block_cache(segd_store_t *s, uint64_t *usage, uint64_t *capacity);
+
 /* ---------- consumer-group instance id (static membership) ---------- */
 
 /* The store's group.instance.id, "segd-" + 16 hex digits: generated once

@@ -115,6 +115,22 @@ wait_users 150 u0000000199
 compare "after tailing" || fail "cache != store after tailing"
 curl -sf "http://127.0.0.1:$port/healthz" | grep -q '"changes_applied":[1-9]' ||
   fail "healthz shows no applied changes"
+# /readyz and /metrics on the same server (docs/metrics.md): the lookups
+# the comparisons above made (each user at least twice, and "nobody"), each
+# timed, and the tail caught up
+curl -sf "http://127.0.0.1:$port/readyz" > "$tmp/ready.json" ||
+  fail "readyz: $(curl -s "http://127.0.0.1:$port/readyz")"
+grep -q '"ready":true,"reason":null,"lag":0,' "$tmp/ready.json" || fail "readyz: $(cat "$tmp/ready.json")"
+curl -sf "http://127.0.0.1:$port/metrics" > "$tmp/metrics.txt" || fail "no /metrics"
+for want in "segd_cache_users $users" 'segd_cache_tail_lag_messages 0' \
+    'segd_cache_snapshot_units 4' '# TYPE segd_cache_lookup_seconds histogram'; do
+  grep -qxF "$want" "$tmp/metrics.txt" || fail "/metrics lacks '$want': $(grep segd_cache "$tmp/metrics.txt")"
+done
+lookups=$(awk '/^segd_cache_lookups_total[{]/ {n += $2} END {print n + 0}' "$tmp/metrics.txt")
+timed=$(sed -n 's/^segd_cache_lookup_seconds_count //p' "$tmp/metrics.txt")
+applied=$(sed -n 's/^segd_cache_deltas_applied_total //p' "$tmp/metrics.txt")
+[ "$lookups" -ge $((2 * users + 2)) ] && [ "$lookups" = "$timed" ] && [ "${applied:-0}" -gt 0 ] ||
+  fail "lookups=$lookups (want >= $((2 * users + 2)), = timed $timed), deltas applied=$applied"
 # segd run's own periodic snapshots (snapshot.interval / snapshot.to): the
 # units of the partitions it owns (all 4: it is the group's only member), in
 # its snapshot.format (native)

@@ -2,8 +2,9 @@
 # A full disk stalls segd, never crashes it (issue 9, 12). On a 64 MiB tmpfs:
 # 1. backfill with the disk nearly full waits ("disk nearly full"), and
 #    finishes with every event once space returns;
-# 2. segd run with the disk nearly full commits nothing more, says why,
-#    and catches up to every produced event once space returns;
+# 2. segd run with the disk nearly full commits nothing more, says why
+#    (in its log and in /readyz: 503, reason "store"), and catches up to
+#    every produced event once space returns (/readyz 200);
 # 3. with the free-space check off, a write that hits ENOSPC stops backfill
 #    with exit 1 (it used to abort in a RocksDB assertion, exit 134) and the
 #    store reopens with everything written before.
@@ -74,6 +75,8 @@ brokers=$(sed -n 's/^bootstrap=//p' "$tmp/broker.out")
 "$segd" backfill --db "$tmp/runref" --now $now --no-changes "$tmp/run.jsonl" >/dev/null
 want=$(segments_in "$tmp/runref")
 fill_to 4
+mport=$(/usr/bin/python3 -c "import socket;s=socket.socket();s.bind(('127.0.0.1',0));print(s.getsockname()[1])")
+SEGD_METRICS_LISTEN=127.0.0.1:$mport \
 SEGD_STORE_MIN_FREE_MB=8 SEGD_STORE_HORIZON_S=$((40 * 86400)) "$segd" run --brokers "$brokers" \
   --topic events --group g --db "$fs/rundb" -X session.timeout.ms=6000 2> "$tmp/run.log" &
 run=$!
@@ -81,6 +84,10 @@ pids+=($run)
 for _ in $(seq 200); do grep -q 'disk nearly full' "$tmp/run.log" && break; sleep 0.1; done
 grep -q 'disk nearly full' "$tmp/run.log" || fail "segd run did not stall"
 kill -0 $run 2>/dev/null || fail "segd run died on a full disk"
+# not ready while writes wait for disk space, and /readyz says why
+code=$(curl -s -o "$tmp/ready.json" -w '%{http_code}' "http://127.0.0.1:$mport/readyz" || true)
+[ "$code" = 503 ] && grep -q '"reason":"store","store":"disk nearly full' "$tmp/ready.json" ||
+  fail "/readyz on a full disk: $code $(cat "$tmp/ready.json" 2>/dev/null)"
 rm -f "$fs/filler"
 got=0
 for _ in $(seq 300); do
@@ -90,6 +97,12 @@ for _ in $(seq 300); do
 done
 [ "$got" = "$want" ] || fail "segd run after space returned: $got segments, want $want"
 grep -q 'resumed after: disk nearly full' "$tmp/run.log" || fail "no resume logged"
+for _ in $(seq 100); do
+  code=$(curl -s -o "$tmp/ready.json" -w '%{http_code}' "http://127.0.0.1:$mport/readyz" || true)
+  [ "$code" = 200 ] && break
+  sleep 0.1
+done
+[ "$code" = 200 ] || fail "/readyz after space returned: $code $(cat "$tmp/ready.json")"
 kill -TERM $run
 wait $run || fail "segd run exit $? after SIGTERM"
 
