@@ -42,6 +42,7 @@ typedef struct pipeline_metrics {
     segd_metric_t *consumed, *events, *segments; /* per topic, partition */
     segd_metric_t *dlq, *misrouted, *batches, *fault_waits;
     segd_metric_t *batch_messages, *apply_seconds, *lag, *assigned;
+    segd_metric_t *swept_users, *swept_examined, *swept_partitions, *sweep_off;
 } pipeline_metrics_t;
 
 /* An input topic's partition count from the brokers' metadata: the P of
@@ -660,6 +661,14 @@ static void refresh_lag(segd_pipeline_t *p)
     segd_lag_refresh(p->lag, p->consumer, paused_for_offset, p, p->mx.lag);
     segd_metric_set(p->mx.fault_waits, NULL, (double)p->bo.retries);
     segd_metric_set(p->mx.assigned, NULL, (double)segd_pipeline_assigned(p));
+    if (p->sweep && p->mx.swept_users) {
+        segd_sweep_stats_t st;
+        segd_sweep_get_stats(p->sweep, &st);
+        segd_metric_set(p->mx.swept_users, NULL, (double)st.users_deleted);
+        segd_metric_set(p->mx.swept_examined, NULL, (double)st.records_examined);
+        segd_metric_set(p->mx.swept_partitions, NULL, (double)st.partitions_swept);
+        segd_metric_set(p->mx.sweep_off, NULL, st.disabled ? 1.0 : 0.0);
+    }
 }
 
 segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
@@ -976,6 +985,15 @@ void segd_pipeline_set_metrics(segd_pipeline_t *p, segd_metrics_t *m)
         "topic,partition");
     x->assigned = segd_metrics_gauge(m, "segd_assigned_partitions",
         "Input partitions assigned to this member.", NULL);
+    x->swept_users = segd_metrics_counter(m, "segd_sweep_users_deleted_total",
+        "Users of partitions revoked for sweep.after.s deleted by the revocation sweep.", NULL);
+    x->swept_examined = segd_metrics_counter(m, "segd_sweep_records_examined_total",
+        "Records the revocation sweep examined.", NULL);
+    x->swept_partitions = segd_metrics_counter(m, "segd_sweep_partitions_total",
+        "Partitions whose sweep pass ended (users and offset gone).", NULL);
+    x->sweep_off = segd_metrics_gauge(m, "segd_sweep_disabled",
+        "1 when this store refuses to sweep (misrouted or unchecked events, or a partition "
+        "it could not track).", NULL);
 }
 
 segd_err_t segd_pipeline_lags(segd_pipeline_t *p, segd_partition_lag_t **out, size_t *n,

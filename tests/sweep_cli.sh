@@ -34,7 +34,9 @@ wait_for() { # what, condition
 }
 
 units="SEGD_RESTORE_FROM=$tmp/dest SEGD_SNAPSHOT_TO=$tmp/dest SEGD_SNAPSHOT_INTERVAL=1"
-start a g-f SEGD_SWEEP_AFTER_S=1 SEGD_SWEEP_RECORDS_PER_S=1000000 $units
+mport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+start a g-f SEGD_SWEEP_AFTER_S=1 SEGD_SWEEP_RECORDS_PER_S=1000000 $units \
+  SEGD_METRICS_LISTEN=127.0.0.1:$mport
 wait_for "a consumed all" '[ "$(consumed a)" -ge 1500 ] 2>/dev/null'
 before=$(reads a) # everything, consumed once
 [ -n "$before" ] || fail "no reads"
@@ -42,6 +44,8 @@ wait_for "a exported 4 units" '[ "$(ls -d "$tmp"/dest/events/p-* 2>/dev/null | w
 start b g-f SEGD_SWEEP_AFTER_S=0 $units
 wait_for "a swept" 'grep -q "swept events" "$tmp/a.log"'
 swept=$(grep -o "swept events[^:]*" "$tmp/a.log" | head -1)
+# and /metrics says so
+wait_for "a's sweep metrics" 'curl -sf "http://127.0.0.1:$mport/metrics" | grep -Eq "^segd_sweep_users_deleted_total [1-9]"'
 # the users A still owns are untouched; the others are gone
 after=$(reads a)
 n_before=$(echo "$before" | grep -c '"segments":\[{' || true)
