@@ -442,10 +442,11 @@ def main():
     defaults = print_config(["--brokers", "probe:9092", "--topic", "probe", "--group", "probe",
                              "--db", "/nonexistent"], clean_env())
     eff = service_config(compose, "segd-run", img_env)
-    cache_flag = check_kafka_side(compose, eff, defaults)
-    check_http_services(compose, eff)
-    check_metrics(compose, eff, defaults, img_env, cache_flag)
-    check_memory(compose, eff, defaults)
+    if eff:  # else segd run refused the service's configuration: said above
+        cache_flag = check_kafka_side(compose, eff, defaults)
+        check_http_services(compose, eff)
+        check_metrics(compose, eff, defaults, img_env, cache_flag)
+        check_memory(compose, eff, defaults)
     check_binary_names_no_tree()
     check_install_and_man()
     for n in notes:
