@@ -146,8 +146,10 @@ static int pipeline_consume(const char *brokers, const ingest_args_t *a, const c
     segd_publisher_t *pub = segd_daemon_publisher(d); /* NULL without changes */
     double end = segd_mono_s() + 600;
     do {
-        if (segd_pipeline_step(p, err, sizeof(err)))
+        if (segd_pipeline_step(p, err, sizeof(err))) {
+            fprintf(stderr, "bench ingest: %s: %s\n", name, err);
             goto out;
+        }
         /* a paced producer starts once the group has assigned partitions,
          * so the join's delay does not count as latency */
         if (pc && !producing && segd_pipeline_assigned(p) > 0) {
@@ -164,8 +166,11 @@ static int pipeline_consume(const char *brokers, const ingest_args_t *a, const c
             warm = 1;
         }
     } while ((int64_t)r->st.messages < want && segd_mono_s() < end);
-    if ((int64_t)r->st.messages != want)
+    if ((int64_t)r->st.messages != want) {
+        fprintf(stderr, "bench ingest: %s: %" PRIu64 " of %" PRId64 " messages consumed\n", name,
+                r->st.messages, want);
         goto out;
+    }
     /* the end is the last delta acknowledged, not the last message read */
     for (; pub;) {
         segd_publisher_get_stats(pub, &r->pub);
@@ -215,6 +220,8 @@ static int freshness(const char *brokers, const ingest_args_t *a, const char *to
     pc.o.rate = rate;
     int rc = pipeline_consume(brokers, a, topic, topic + strlen(TOPIC) + 1, a->users * 50, 1,
                               &pc, r);
+    if (pc.rc)
+        fprintf(stderr, "bench ingest: the paced producer of %s failed\n", topic);
     return rc || pc.rc ? -1 : 0;
 }
 
@@ -259,22 +266,28 @@ static int parse(int argc, char **argv, ingest_args_t *a)
 /* Peak RSS of the whole process (getrusage's ru_maxrss, KiB on Linux) against
  * memory.limit.mb: the in-process broker, which holds every message produced,
  * and the producer count too, so the figure is an upper bound for segd run. */
-static void print_memory(const ingest_args_t *a)
+static double peak_rss_mib(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024;
+}
+
+static void print_memory(const ingest_args_t *a, double harness)
 {
     segd_memory_split_t m;
     int64_t limit = a->memory_mb ? a->memory_mb : SEGD_MEMORY_DEFAULT_MB;
     segd_memory_split(limit, a->batch, &m);
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    double peak = (double)ru.ru_maxrss / 1024;
+    double peak = peak_rss_mib();
     printf("\nmemory: memory.limit.mb = %" PRId64 " (block cache %" PRId64 " MiB, memtables %"
            PRId64 " MiB in %" PRId64 " MiB buffers, fetch queue %" PRId64 " KiB, fetch.max.bytes %"
            PRId64 ", batch %" PRId64 " messages, publisher %" PRId64 " entries/cycle and %" PRId64
            " KiB queue); peak RSS %.0f MiB (getrusage ru_maxrss, the whole process: broker and "
-           "producer included), %s the budget + 10 %% (%.0f MiB)\n",
+           "producer included; %.0f MiB before the first pipeline started), %s the budget + 10 %% "
+           "(%.0f MiB)\n",
            m.limit_mb, m.block_cache_mb, m.memtable_mb, m.write_buffer_mb, m.fetch_queue_kb,
            m.fetch_max_bytes, a->batch ? a->batch : m.batch_max_messages, m.publisher_entries,
-           m.producer_queue_kb, peak, peak <= (double)limit * 1.1 ? "within" : "OVER",
+           m.producer_queue_kb, peak, harness, peak <= (double)limit * 1.1 ? "within" : "OVER",
            (double)limit * 1.1);
 }
 
@@ -308,6 +321,7 @@ int segd_bench_ingest(int argc, char **argv)
     uint64_t sum = 0;
     run_result_t e2e, bare, fresh, fresh4;
     double raw = raw_consume(o.brokers, (int64_t)res.events, &sum);
+    double harness = peak_rss_mib(); /* broker, producer, raw consumer: not segd run's */
     if (raw <= 0 ||
         pipeline_consume(o.brokers, &a, TOPIC, "db", (int64_t)res.events, 1, NULL, &e2e) ||
         pipeline_consume(o.brokers, &a, TOPIC, "bare", (int64_t)res.events, 0, NULL, &bare)) {
@@ -352,7 +366,7 @@ int segd_bench_ingest(int argc, char **argv)
            fresh.pub.latency_p50_ms, fresh.pub.latency_p99_ms, fresh.pub.latency_max_ms);
     printf("| quarter of peak | %.0f | %" PRId64 " | %" PRId64 " | %" PRId64 " |\n", half / 2,
            fresh4.pub.latency_p50_ms, fresh4.pub.latency_p99_ms, fresh4.pub.latency_max_ms);
-    print_memory(&a);
+    print_memory(&a, harness);
     rc = SEGD_EXIT_OK;
 out:
     segd_dev_broker_destroy(b);
