@@ -153,8 +153,10 @@ static int pipeline_consume(const char *brokers, const ingest_args_t *a, const c
         /* a paced producer starts once the group has assigned partitions,
          * so the join's delay does not count as latency */
         if (pc && !producing && segd_pipeline_assigned(p) > 0) {
-            if (pthread_create(&producer, NULL, paced_main, pc))
+            if (pthread_create(&producer, NULL, paced_main, pc)) {
+                fprintf(stderr, "bench ingest: %s: cannot start the producer\n", name);
                 goto out;
+            }
             producing = 1;
         }
         segd_pipeline_get_stats(p, &r->st);
@@ -180,6 +182,9 @@ static int pipeline_consume(const char *brokers, const ingest_args_t *a, const c
     }
     r->seconds = segd_mono_s() - t0;
     rc = !pub || r->pub.entries >= r->st.batches ? 0 : -1;
+    if (rc)
+        fprintf(stderr, "bench ingest: %s: %" PRIu64 " of %" PRIu64 " outbox entries "
+                "acknowledged in time\n", name, r->pub.entries, r->st.batches);
 out:
     if (producing)
         pthread_join(producer, NULL);
