@@ -263,18 +263,25 @@ def check_metrics(compose, eff, defaults, img_env, cache_flag):
     prom = yaml.safe_load(open(os.path.join(DOCKER, "prometheus.yml")))
     targets = {t for job in prom["scrape_configs"] for sc in job.get("static_configs", [])
                for t in sc["targets"]}
-    cache_port = port_of(cache_flag("--metrics-listen")) if cache_flag("--metrics-listen") \
-        else port
-    for svc, p in (("segd-run", port), ("segd-cache", cache_port)):
-        check("%s:%d" % (svc, p) in targets, "prometheus.yml does not scrape %s:%d (has %s)"
-              % (svc, p, sorted(targets)))
-        exposed = [str(e) for e in compose["services"][svc].get("expose", [])]
-        check(str(p) in exposed, "%s does not expose its metrics port %d" % (svc, p))
+    # segd cache serves /metrics on its --listen port (its --help says so)
+    cl = cache_flag("--listen")
+    cache_port = port_of(cl or ":0")
+    if not re.search(r"--listen:.*?/metrics", run([SEGD, "cache", "--help"]).stdout, re.S):
+        notes.append("this segd cache serves no /metrics yet: its scrape target not checked "
+                     "against it")
+    check("segd-run:%d" % port in targets, "prometheus.yml does not scrape segd-run:%d (has %s)"
+          % (port, sorted(targets)))
+    check("segd-cache:%d" % cache_port in targets, "prometheus.yml does not scrape "
+          "segd-cache:%d, its --listen port (has %s)" % (cache_port, sorted(targets)))
+    exposed = [str(e) for e in compose["services"]["segd-run"].get("expose", [])]
+    check(str(port) in exposed, "segd-run does not expose its metrics port %d" % port)
+    hc = " ".join(compose["services"]["segd-cache"].get("healthcheck", {}).get("test", []))
+    check("127.0.0.1:%d/healthz" % cache_port in hc,
+          "segd-cache's healthcheck does not ask /healthz on its --listen port: %r" % hc)
     prom_svc = compose["services"]["prometheus"]
     check(host_path(prom_svc, "/etc/prometheus/prometheus.yml") ==
           os.path.join(DOCKER, "prometheus.yml"), "prometheus does not mount docker/prometheus.yml")
     # the cache's HTTP port: segd cache's default port, published
-    cl = cache_flag("--listen")
     check(cl is not None and cl.startswith("0.0.0.0:") and
           port_of(cl) == port_of(cache_listen_default()),
           "segd cache --listen %s: want 0.0.0.0 and the default port of %s" %
