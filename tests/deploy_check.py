@@ -368,7 +368,11 @@ def check_binary_names_no_tree():
             return
         data = open(stripped, "rb").read()
         for tree in {SRC, BUILD}:
-            check(tree.encode() not in data, "the binary names %s (read at run time?)" % tree)
+            # sanitizer builds keep source file names for their reports: those
+            # name .c/.h files and are never opened; anything else would be
+            paths = set(re.findall(re.escape(tree.encode()) + rb"[\w./+-]*", data))
+            opened = sorted(p.decode() for p in paths if not re.search(rb"\.[ch]$", p))
+            check(not opened, "the binary names %s (read at run time?)" % opened[:5])
         check(b"schemas/segment_event.avsc" not in data, "the binary names a schema file")
 
 
