@@ -51,6 +51,8 @@ void segd_app_config_store_opts(const segd_config_t *cfg, segd_store_opts_t *o)
     o->periodic_compaction_s = cfg->periodic_compaction_s;
     o->min_free_mb = cfg->min_free_mb;
     o->gc_grace_ms = cfg->gc_grace_s * 1000;
+    o->info_log_level = (int)cfg->store_log_level;
+    o->log = cfg->log;
 }
 
 segd_store_t *segd_app_open_config_store(const char *cmd, const segd_config_t *cfg,
@@ -61,7 +63,11 @@ segd_store_t *segd_app_open_config_store(const char *cmd, const segd_config_t *c
     segd_store_t *s = NULL;
     segd_app_config_store_opts(cfg, &o);
     o.now_ms = now_s * 1000;
-    if (segd_store_open(&s, &o, err, sizeof(err)) != SEGD_OK)
+    if (segd_store_open(&s, &o, err, sizeof(err)) == SEGD_OK)
+        return s;
+    if (cfg->log) /* segd run */
+        segd_log(cfg->log, SEGD_LOG_ERROR, "store", "cannot open store: %s", err);
+    else
         fprintf(stderr, "segd %s: cannot open store: %s\n", cmd, err);
     return s;
 }

@@ -65,21 +65,25 @@ static job_t *find(segd_restorer_t *r, const char *topic, int32_t partition)
 typedef struct feed {
     segd_restore_t *restore;
     const segd_unit_load_t *u;
+    segd_err_t code; /* the callback's own failure */
     char err[512];
 } feed_t;
 
 /* Non-zero stops the unit's read: a stop or a revoke need not wait for a
  * whole unit to download. */
 static int feed(void *ctx, int32_t partition, const char *user, size_t len,
-                const segd_profile_t *p)
+                const segd_profile_t *p, const uint8_t *rec, size_t rec_len)
 {
     (void)partition;
     feed_t *f = ctx;
     if ((f->u->stop && *f->u->stop) || (f->u->cancel && *f->u->cancel)) {
         snprintf(f->err, sizeof(f->err), "restore stopped");
+        f->code = SEGD_ERR_ABORTED;
         return 1;
     }
-    return segd_restore_add(f->restore, user, len, p, f->err, sizeof(f->err)) != SEGD_OK;
+    f->code = segd_restore_add_record(f->restore, user, len, p, rec, rec_len, f->err,
+                                      sizeof(f->err));
+    return f->code != SEGD_OK;
 }
 
 static int64_t unit_offset(const segd_manifest_t *m, const char *topic, int32_t partition)
@@ -119,14 +123,18 @@ static segd_err_t finish_unit(segd_restore_t *r, const segd_unit_load_t *u,
     return segd_restore_finish(r, &ru, st, errstr, n);
 }
 
-segd_err_t segd_unit_load(segd_store_t *store, const segd_unit_load_t *u,
-                          segd_unit_load_stats_t *out, char *errstr, size_t n)
+/* One load of the unit: direct (straight into SST files, as exports write
+ * units in key order) or through the sort. */
+static segd_err_t load_once(segd_store_t *store, const segd_unit_load_t *u, int direct,
+                            segd_unit_load_stats_t *out, char *errstr, size_t n)
 {
     segd_restore_opts_t ro;
     segd_restore_opts_default(&ro);
     ro.memory_bytes = u->memory_bytes;
     ro.shared = 1;
+    ro.direct = direct;
     ro.stop = u->stop;
+    ro.cancel = u->cancel;
     feed_t f = {.u = u};
     segd_manifest_t m;
     segd_manifest_init(&m);
@@ -138,8 +146,9 @@ segd_err_t segd_unit_load(segd_store_t *store, const segd_unit_load_t *u,
     if (!err) {
         err = segd_snapshot_read_unit(url, u->partition, u->partitions, u->partitioner, u->dest,
                                       &m, feed, &f, errstr, n);
-        if (err == SEGD_ERR_INVALID && f.err[0]) /* the callback's own failure */
-            err = segd_errf(SEGD_ERR_IO, errstr, n, "%s", f.err);
+        if (err == SEGD_ERR_INVALID && f.code) /* the callback's own failure */
+            err = segd_errf(f.code == SEGD_ERR_UNSORTED ? f.code : SEGD_ERR_IO, errstr, n, "%s",
+                            f.err);
     }
     if (!err)
         err = finish_unit(f.restore, u, &m, &st, errstr, n);
@@ -150,8 +159,20 @@ segd_err_t segd_unit_load(segd_store_t *store, const segd_unit_load_t *u,
         out->next_offset = unit_offset(&m, u->topic, u->partition);
         out->seconds = segd_mono_s() - t0;
     }
-    segd_restore_destroy(f.restore);
+    segd_restore_destroy(f.restore); /* SST files not ingested go with it */
     segd_manifest_free(&m);
+    return err;
+}
+
+/* Direct first; a unit read again after a newer export replaced it halfway
+ * shows its users twice (out of order): loaded anew, direct once more; one
+ * that is not in key order at all (another writer's) goes through the sort. */
+segd_err_t segd_unit_load(segd_store_t *store, const segd_unit_load_t *u,
+                          segd_unit_load_stats_t *out, char *errstr, size_t n)
+{
+    segd_err_t err = SEGD_ERR_UNSORTED;
+    for (int attempt = 0; err == SEGD_ERR_UNSORTED && attempt < 3; attempt++)
+        err = load_once(store, u, attempt < 2, out, errstr, n);
     return err;
 }
 
@@ -166,11 +187,11 @@ static segd_err_t restore_unit(segd_restorer_t *r, const job_t *j, char *errstr,
     segd_err_t err = segd_unit_load(r->store, &u, &st, errstr, n);
     if (err)
         return err;
-    fprintf(stderr,
-            "segd: restored p=%" PRId32 " users=%" PRIu64 " segments=%" PRIu64
-            " bytes=%" PRIu64 " in %.1f s (%s, offset %" PRId64 ")\n",
-            j->partition, st.users, st.segments, st.bytes, st.seconds, j->topic,
-            st.next_offset);
+    segd_log_kv(r->o.log, SEGD_LOG_INFO, "restorer", "restored",
+                "p=%" PRId32 " users=%" PRIu64 " segments=%" PRIu64 " bytes=%" PRIu64
+                " in_s=%.1f topic=%s offset=%" PRId64,
+                j->partition, st.users, st.segments, st.bytes, st.seconds, j->topic,
+                st.next_offset);
     pthread_mutex_lock(&r->lock);
     r->st.restored++;
     r->st.users += st.users;
@@ -209,16 +230,19 @@ static void finish_job(segd_restorer_t *r, job_t *j, job_state_t state, int64_t 
  * takes) never holds up the restores of the other partitions. */
 static void job_failed(segd_restorer_t *r, job_t *j, const char *err)
 {
-    pthread_mutex_lock(&r->lock);
+    pthread_mutex_lock(&r->lock); /* begin resets attempt and wait_ms */
     r->st.failures++;
-    pthread_mutex_unlock(&r->lock);
     int attempt = ++j->attempt;
+    int64_t wait = j->wait_ms;
+    j->wait_ms = wait * 2 > r->o.retry_max_ms ? r->o.retry_max_ms : wait * 2;
+    pthread_mutex_unlock(&r->lock);
     /* once this store's W has started, a replay from the beginning would
      * dead-letter as too_late every event older than its floor: history
      * lost for good (and exported over the good unit); waiting is safe */
     int w_started = segd_store_gc_watermark(r->store) > 0;
     int give_up = r->o.fallback_replay && attempt >= r->o.retries && !w_started;
-    fprintf(stderr, "segd: restore of %s [%" PRId32 "] failed (attempt %d): %s%s\n",
+    segd_log(r->o.log, SEGD_LOG_WARN, "restorer",
+             "restore of %s [%" PRId32 "] failed (attempt %d): %s%s",
             j->topic, j->partition, attempt, err,
             give_up ? "; replaying it from input.offset.reset (restore.fallback = replay)"
             : w_started && r->o.fallback_replay && attempt >= r->o.retries
@@ -229,8 +253,7 @@ static void job_failed(segd_restorer_t *r, job_t *j, const char *err)
         finish_job(r, j, JOB_REPLAY, 0);
         return;
     }
-    int64_t at = mono_ms() + j->wait_ms;
-    j->wait_ms = j->wait_ms * 2 > r->o.retry_max_ms ? r->o.retry_max_ms : j->wait_ms * 2;
+    int64_t at = mono_ms() + wait;
     finish_job(r, j, JOB_QUEUED, at > 0 ? at : 1);
 }
 
@@ -246,8 +269,9 @@ static void run_job(segd_restorer_t *r, job_t *j)
     if (!e) {
         finish_job(r, j, JOB_DONE, 0);
     } else if (e == SEGD_ERR_NOTFOUND) {
-        fprintf(stderr, "segd: no snapshot unit for %s [%" PRId32 "] (%s): replaying it "
-                        "from input.offset.reset\n", j->topic, j->partition, err);
+        segd_log(r->o.log, SEGD_LOG_INFO, "restorer",
+                 "no snapshot unit for %s [%" PRId32 "] (%s): replaying it "
+                 "from input.offset.reset", j->topic, j->partition, err);
         finish_job(r, j, JOB_REPLAY, 0);
     } else if (r->stop) {
         return; /* abandoned before its offset: restored again next time */
@@ -334,6 +358,9 @@ int segd_restorer_begin(segd_restorer_t *r, const char *topic, int32_t partition
             j->not_before = 0;
         } else if (j->cancel) { /* revoked and assigned again while it ran: go on */
             j->cancel = 0;
+            j->partitions = partitions;
+            j->attempt = 0; /* its "restore stopped" failure is not the unit's */
+            j->wait_ms = 100;
         }
     } else if ((j = calloc(1, sizeof(*j))) && (j->topic = strdup(topic))) {
         j->partition = partition;

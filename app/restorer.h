@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "base/log.h"
 #include "core/partition.h"
 #include "store/store.h"
 #include "transport/dest.h"
@@ -46,6 +47,7 @@ typedef struct segd_restorer_opts {
     segd_partitioner_t partitioner; /* input.partitioner: a unit routed otherwise
                                        holds other users (replayed instead) */
     segd_dest_opts_t dest;
+    const segd_log_t *log;    /* borrowed, outlives the restorer; NULL = default */
 } segd_restorer_opts_t;
 
 typedef struct segd_restorer segd_restorer_t;

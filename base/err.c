@@ -24,6 +24,7 @@ const char *segd_err_str(segd_err_t err)
     case SEGD_ERR_SCHEMA: return "unknown or incompatible schema";
     case SEGD_ERR_TOO_LATE: return "too late";
     case SEGD_ERR_BUSY: return "store in use";
+    case SEGD_ERR_UNSORTED: return "input out of key order";
     }
     return "unknown error";
 }

@@ -24,6 +24,7 @@ typedef enum segd_err {
     SEGD_ERR_SCHEMA = -14,  /* unknown or incompatible writer schema */
     SEGD_ERR_TOO_LATE = -15,/* an event older than what can still be applied exactly */
     SEGD_ERR_BUSY = -16,    /* the store is locked by another process */
+    SEGD_ERR_UNSORTED = -17,/* input out of the key order a fast path needs */
 } segd_err_t;
 
 const char *segd_err_str(segd_err_t err);

@@ -165,7 +165,7 @@ static void report_row(const format_run_t *f, double replay_s)
     printf("| %s: raw read of the unit files (%.1f MB) | %.3f | - | %.0f | - |\n", name,
            (double)f->raw.bytes / 1e6, f->raw.seconds,
            (double)f->raw.bytes / 1e6 / f->raw.seconds);
-    printf("| %s: restore (read, SHA-256, decode, sort, SST merge operands, ingest, offset) "
+    printf("| %s: restore (read, SHA-256, record checks, SST merge operands in key order: native bytes as read, avro encoded once; ingest, offset) "
            "| %.3f | %.1f M | %.0f | %.1fx |\n", name, f->rs.seconds,
            segs / f->rs.seconds / 1e6, (double)f->raw.bytes / 1e6 / f->rs.seconds,
            replay_s / f->rs.seconds);

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 
 #include "core/partition.h"
+#include "wire/snap_native.h"
 #include "wire/avro_file.h"
 #include "wire/change.h"
 #include "wire/snap_format.h"
@@ -88,6 +89,7 @@ out:
 
 typedef struct loader {
     segd_snapshot_cb cb;
+    segd_snapshot_rec_cb rcb; /* or this one (segd_snapshot_read_unit) */
     void *ctx;
     segd_partitioner_t partitioner;
     int32_t partition, partitions;
@@ -105,6 +107,11 @@ static int load_block(void *ctx, const uint8_t *block, size_t len, int64_t count
     for (int64_t i = 0; i < count; i++) {
         const char *user;
         size_t ulen;
+        const uint8_t *rec = NULL, *at = pos;
+        size_t rec_len = 0;
+        if (l->rcb && l->format == SEGD_SNAPFMT_NATIVE && /* checked in full below */
+            segd_snapnat_decode_raw(&at, end, &user, &ulen, &rec, &rec_len) != SEGD_OK)
+            rec = NULL;
         if (segd_snapfmt_decode(l->format, &pos, end, &user, &ulen, &l->p) != SEGD_OK) {
             if (user)
                 snprintf(l->bad_user, sizeof(l->bad_user), "the record of user %.*s is bad; ",
@@ -117,7 +124,8 @@ static int load_block(void *ctx, const uint8_t *block, size_t len, int64_t count
         }
         l->records++;
         l->segments += l->p.n;
-        if (l->cb && l->cb(l->ctx, l->partition, user, ulen, &l->p)) {
+        if ((l->cb && l->cb(l->ctx, l->partition, user, ulen, &l->p)) ||
+            (l->rcb && l->rcb(l->ctx, l->partition, user, ulen, &l->p, rec, rec_len))) {
             l->stopped = 1;
             return 1;
         }
@@ -379,7 +387,7 @@ static segd_err_t unit_present(const char *topic_url, const segd_dest_opts_t *do
 segd_err_t segd_snapshot_read_unit(const char *topic_url, int32_t partition, int32_t partitions,
                                    segd_partitioner_t partitioner,
                                    const segd_dest_opts_t *dopts, segd_manifest_t *m,
-                                   segd_snapshot_cb cb, void *ctx, char *errstr, size_t n)
+                                   segd_snapshot_rec_cb cb, void *ctx, char *errstr, size_t n)
 {
     segd_topology_t t;
     segd_manifest_init(m);
@@ -405,7 +413,7 @@ segd_err_t segd_snapshot_read_unit(const char *topic_url, int32_t partition, int
                          (int)partition);
     if (err)
         return err;
-    loader_t l = {.cb = cb, .ctx = ctx, .partitioner = t.partitioner,
+    loader_t l = {.rcb = cb, .ctx = ctx, .partitioner = t.partitioner,
                   .partitions = t.partitions, .partition = partition};
     segd_profile_init(&l.p);
     err = load_unit(topic_url, dopts, &t, partition, &l, m, errstr, n);

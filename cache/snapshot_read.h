@@ -67,10 +67,17 @@ segd_err_t segd_snapshot_read(const char *src_url, const segd_snapshot_read_opts
  * no topology, no manifest for the partition, or (partitions > 0) a
  * snapshot of a different partition count or partitioner, whose units hold
  * other users. */
+/* cb as segd_snapshot_cb, plus the record's bytes as the unit holds them
+ * when its format is native (the store's own encoding of p: rec, rec_len),
+ * NULL for avro units. A unit replaced by a newer export while it was read
+ * is read again from its first record: cb then sees users again. */
+typedef int (*segd_snapshot_rec_cb)(void *ctx, int32_t partition, const char *user,
+                                    size_t user_len, const segd_profile_t *p,
+                                    const uint8_t *rec, size_t rec_len);
 segd_err_t segd_snapshot_read_unit(const char *topic_url, int32_t partition, int32_t partitions,
                                    segd_partitioner_t partitioner,
                                    const segd_dest_opts_t *dopts, segd_manifest_t *m,
-                                   segd_snapshot_cb cb, void *ctx, char *errstr,
+                                   segd_snapshot_rec_cb cb, void *ctx, char *errstr,
                                    size_t errstr_size);
 
 #endif

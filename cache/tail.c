@@ -59,6 +59,7 @@ static segd_err_t make_consumer(segd_tail_t *t, char *errstr, size_t n)
         rd_kafka_conf_destroy(conf);
         return err;
     }
+    segd_kconf_set_logger(conf, t->o.log);
     char e[512];
     t->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, e, sizeof(e));
     if (!t->rk) {
@@ -216,12 +217,13 @@ static int apply_message(segd_tail_t *t, const rd_kafka_message_t *m)
         snprintf(t->gap, sizeof(t->gap),
                  "%s/%" PRId32 " at offset %" PRId64 ": out of memory joining a delta: "
                  "restart the cache", rd_kafka_topic_name(m->rkt), m->partition, m->offset);
-        fprintf(stderr, "segd cache: %s\n", t->gap);
+        segd_log(t->o.log, SEGD_LOG_ERROR, "cache", "%s", t->gap);
         return -1;
     }
     if (err) {
-        fprintf(stderr, "segd cache: skipped %s/%" PRId32 "/%" PRId64 ": not a change event\n",
-                rd_kafka_topic_name(m->rkt), m->partition, m->offset);
+        segd_log_kv(t->o.log, SEGD_LOG_WARN, "cache", "skipped: not a change event",
+                    "topic=%s partition=%" PRId32 " offset=%" PRId64,
+                    rd_kafka_topic_name(m->rkt), m->partition, m->offset);
         return 0;
     }
     return 1;
@@ -239,7 +241,7 @@ static void note_gap(segd_tail_t *t, const rd_kafka_message_t *m)
              m->partition >= 0 && m->partition < t->partitions ? t->position[m->partition]
                                                                 : m->offset,
              rd_kafka_message_errstr(m));
-    fprintf(stderr, "segd cache: %s\n", t->gap);
+    segd_log(t->o.log, SEGD_LOG_ERROR, "cache", "%s", t->gap);
 }
 
 /* Caught up once every partition reached the end it had at start. */
@@ -266,7 +268,7 @@ int segd_tail_poll(segd_tail_t *t, int timeout_ms)
             note_gap(t, m);
         } else if (m->err) {
             if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF) {
-                fprintf(stderr, "segd cache: %s\n", rd_kafka_message_errstr(m));
+                segd_log(t->o.log, SEGD_LOG_WARN, "cache", "%s", rd_kafka_message_errstr(m));
                 errors++;
             }
         } else {

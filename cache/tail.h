@@ -18,6 +18,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/log.h"
 #include "cache/edge.h"
 #include "wire/manifest.h"
 
@@ -29,6 +30,7 @@ typedef struct segd_tail_opts {
     int from_beginning;              /* ignore the manifest's positions */
     int32_t schema_id;               /* Confluent frames: expected id, -1 = any */
     const char *const *kafka_props;  /* extra librdkafka settings: k, v, ..., NULL */
+    const segd_log_t *log;           /* borrowed, outlives the tail; NULL = default */
 } segd_tail_opts_t;
 
 typedef struct segd_tail_stats {

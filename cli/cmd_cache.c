@@ -27,11 +27,14 @@ static void usage(FILE *f)
             "usage: segd cache --snapshot SRC --brokers B --changes TOPIC\n"
             "                  [--listen HOST:PORT] [--now S] [--from-beginning]\n"
             "                  [--horizon-s N] [--load-threads N] [-X kafka.prop=value ...]\n"
+            "                  [--log-format logfmt|json] [--log-level debug|info|warn|error]\n"
             "  SRC: DEST/<topic> of segd snapshot export (or DEST holding one topic), a\n"
             "  directory, http(s):// or s3://; every unit p-PPPPP of its topology is loaded\n"
             "  --load-threads: units loaded side by side (default 2)\n"
             "  --listen: default 127.0.0.1:8080; GET /v1/users/{id}, GET /healthz\n"
             "  --now: a fixed clock instead of the wall clock (tests, replays)\n"
+            "  --log-format, --log-level: as segd run's log.format and log.level\n"
+            "  (default logfmt, info); every option: docs/configuration.md\n"
             "  --from-beginning: tail every partition from its start, not from the\n"
             "  units' positions (slower, equally correct)\n"
             "  /healthz answers 200 once every unit is loaded and the tail reached\n"
@@ -46,11 +49,14 @@ typedef struct cache_args {
     const char *snapshot, *brokers, *changes, *listen;
     int64_t now_s, horizon_s, load_threads;
     int from_beginning;
+    segd_log_format_t log_format;
+    segd_log_level_t log_level;
     const char *props[2 * 32 + 1];
     size_t nprops;
 } cache_args_t;
 
 typedef struct cache_state {
+    const segd_log_t *log;
     segd_edge_t *edge;
     segd_tail_t *tail;
     segd_manifest_t manifest;
@@ -79,11 +85,15 @@ static int parse(int argc, char **argv, cache_args_t *a)
                                          {"horizon-s", required_argument, 0, 'z'},
                                          {"from-beginning", no_argument, 0, 'f'},
                                          {"load-threads", required_argument, 0, 't'},
+                                         {"log-format", required_argument, 0, 'F'},
+                                         {"log-level", required_argument, 0, 'L'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     a->listen = "127.0.0.1:8080";
     a->horizon_s = 86400;
     a->load_threads = 2;
+    a->log_format = SEGD_LOG_LOGFMT;
+    a->log_level = SEGD_LOG_INFO;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "X:", opts, NULL)) != -1) {
@@ -98,6 +108,15 @@ static int parse(int argc, char **argv, cache_args_t *a)
         case 'f': a->from_beginning = 1; break;
         case 't': bad = segd_arg_int("cache", "--load-threads", optarg, 1, 256, &a->load_threads); break;
         case 'X': bad = add_prop(a, optarg); break;
+        case 'F':
+            if ((bad = segd_log_format_parse(optarg, &a->log_format)))
+                fprintf(stderr, "segd cache: bad --log-format '%s' (logfmt or json)\n", optarg);
+            break;
+        case 'L':
+            if ((bad = segd_log_level_parse(optarg, &a->log_level)))
+                fprintf(stderr, "segd cache: bad --log-level '%s' (debug, info, warn or error)\n",
+                        optarg);
+            break;
         case 'h': usage(stdout); return 1;
         default: usage(stderr); return 2;
         }
@@ -151,13 +170,15 @@ static int load(const cache_args_t *a, cache_state_t *cs)
     double t0 = segd_mono_s();
     segd_snapshot_read_opts_t ro = {.threads = (uint32_t)a->load_threads};
     if (segd_edge_load_snapshot(cs->edge, a->snapshot, &ro, &cs->manifest, err, sizeof(err))) {
-        fprintf(stderr, "segd cache: snapshot %s: %s\n", a->snapshot, err);
+        segd_log(cs->log, SEGD_LOG_ERROR, "cache", "snapshot %s: %s", a->snapshot, err);
         return -1;
     }
     cs->load_s = segd_mono_s() - t0;
-    fprintf(stderr, "segd cache: loaded %u units of %s, %" PRIu64 " users, %" PRIu64
-            " entries in %.2f s\n", cs->manifest.units, cs->manifest.topic,
-            cs->manifest.records, cs->manifest.segments, cs->load_s);
+    char msg[300];
+    snprintf(msg, sizeof(msg), "loaded %u units of %s", cs->manifest.units, cs->manifest.topic);
+    segd_log_kv(cs->log, SEGD_LOG_INFO, "cache", msg,
+                "units=%u users=%" PRIu64 " entries=%" PRIu64 " in_s=%.2f", cs->manifest.units,
+                cs->manifest.records, cs->manifest.segments, cs->load_s);
     return 0;
 }
 
@@ -170,8 +191,9 @@ static int start_tail(const cache_args_t *a, cache_state_t *cs)
     o.topic = a->changes;
     o.from_beginning = a->from_beginning;
     o.kafka_props = a->nprops ? a->props : NULL;
+    o.log = cs->log;
     if (segd_tail_new(&cs->tail, cs->edge, &o, &cs->manifest, err, sizeof(err))) {
-        fprintf(stderr, "segd cache: %s\n", err);
+        segd_log(cs->log, SEGD_LOG_ERROR, "cache", "%s", err);
         return -1;
     }
     return 0;
@@ -193,16 +215,18 @@ int segd_cmd_cache(int argc, char **argv)
     eo.now_ms = a.now_s * 1000;
     eo.horizon_ms = a.horizon_s * 1000;
     segd_http_t *http = NULL;
+    segd_log_t *log = NULL;
     char err[512] = "";
     rc = SEGD_EXIT_FAIL;
-    if (segd_edge_new(&cs.edge, &eo))
+    if (segd_log_new(&log, stderr, a.log_level, a.log_format) || segd_edge_new(&cs.edge, &eo))
         goto out;
+    cs.log = log;
     if (segd_http_start(&http, a.listen, cs.edge, health, &cs, err, sizeof(err))) {
-        fprintf(stderr, "segd cache: %s\n", err);
+        segd_log(log, SEGD_LOG_ERROR, "cache", "%s", err);
         rc = SEGD_EXIT_USAGE;
         goto out;
     }
-    fprintf(stderr, "segd cache: listening on http://%s\n", a.listen);
+    segd_log_kv(log, SEGD_LOG_INFO, "cache", "listening", "url=http://%s", a.listen);
     if (load(&a, &cs) || start_tail(&a, &cs))
         goto out;
     /* ready only once caught up with the end offsets seen at start: until
@@ -213,8 +237,8 @@ int segd_cmd_cache(int argc, char **argv)
         segd_tail_stats_t ts;
         segd_tail_get_stats(cs.tail, &ts);
         if (!ready && ts.caught_up) {
-            fprintf(stderr, "segd cache: caught up (%" PRIu64 " deltas joined); serving\n",
-                    ts.applied);
+            segd_log_kv(log, SEGD_LOG_INFO, "cache", "caught up; serving",
+                        "deltas_joined=%" PRIu64, ts.applied);
             segd_http_set_ready(http, ready = 1);
         }
     }
@@ -224,5 +248,6 @@ out:
     segd_tail_destroy(cs.tail);
     segd_edge_destroy(cs.edge);
     segd_manifest_free(&cs.manifest);
+    segd_log_destroy(log);
     return rc;
 }

@@ -1,7 +1,10 @@
 /* `segd demo [--dir DIR] [--users N]`: the README's first command. Starts the
  * in-process Kafka broker, produces a seed-workload sample (plus a few bad
  * messages), runs the ingest pipeline into a fresh store, and prints what
- * happened and what a bidder reads for one user. */
+ * happened and what a bidder reads for one user. The ingest is timed from
+ * its first message, the consumer-group join apart (the mock broker's
+ * initial rebalance delay is not segd's rate), and the store's read latency
+ * is measured over a few thousand point reads. */
 #include <getopt.h>
 #include <inttypes.h>
 #include <librdkafka/rdkafka.h>
@@ -76,12 +79,37 @@ static int produce(const char *brokers, uint64_t users, int64_t now_s)
     return 0;
 }
 
+/* The ingest's figures; the clock starts at the first message consumed. */
+static void print_ingest(const segd_pipeline_stats_t *st, double done_s)
+{
+    double dt = done_s - st->first_message_s;
+    uint64_t dlq = 0;
+    for (int i = 0; i < SEGD_DLQ_REASONS; i++)
+        dlq += st->dlq[i];
+    printf("joined consumer group segd-demo in %.2f s (the broker's initial rebalance delay, "
+           "not ingest)\n", st->assigned_s - st->created_s);
+    printf("consumed %" PRIu64 " messages in %.2f s from the first one: %" PRIu64
+           " events applied (%.0f events/s, %.0f segments/s), %" PRIu64 " store batches, %" PRIu64
+           " dead-lettered",
+           st->messages, dt, st->events, (double)st->events / dt, (double)st->segments / dt,
+           st->batches, dlq);
+    for (int i = 0; i < SEGD_DLQ_REASONS; i++)
+        if (st->dlq[i])
+            printf(" [%s=%" PRIu64 "]", segd_dlq_reason_name(i), st->dlq[i]);
+    printf("\n");
+}
+
 static int ingest(const char *brokers, const char *db, uint64_t want)
 {
     segd_config_t cfg;
     char err[512];
     volatile sig_atomic_t stop = 0;
+    segd_log_t *log = NULL;
     segd_config_init(&cfg);
+    /* warnings only: the demo's own lines tell the story */
+    if (segd_log_new(&log, stderr, SEGD_LOG_WARN, SEGD_LOG_LOGFMT))
+        return -1;
+    cfg.log = log;
     segd_store_opts_t so;
     segd_app_store_opts(&so);
     so.path = db;
@@ -106,19 +134,10 @@ static int ingest(const char *brokers, const char *db, uint64_t want)
             goto out;
         segd_pipeline_get_stats(p, &st);
     } while (st.messages < want && segd_mono_s() - t0 < 120);
-    double dt = segd_mono_s() - t0;
+    double done_s = segd_mono_s();
     segd_daemon_close(d);
-    uint64_t dlq = 0;
-    for (int i = 0; i < SEGD_DLQ_REASONS; i++)
-        dlq += st.dlq[i];
-    printf("consumed %" PRIu64 " messages in %.2f s: %" PRIu64 " events applied (%.0f events/s, "
-           "%.0f segments/s), %" PRIu64 " store batches, %" PRIu64 " dead-lettered",
-           st.messages, dt, st.events, (double)st.events / dt, (double)st.segments / dt,
-           st.batches, dlq);
-    for (int i = 0; i < SEGD_DLQ_REASONS; i++)
-        if (st.dlq[i])
-            printf(" [%s=%" PRIu64 "]", segd_dlq_reason_name(i), st.dlq[i]);
-    printf("\n");
+    if (st.messages)
+        print_ingest(&st, done_s);
     segd_publisher_stats_t ps;
     segd_publisher_get_stats(segd_daemon_publisher(d), &ps);
     printf("change stream %s: %" PRIu64 " deltas (%" PRIu64 " segment entries, %.2f bytes per "
@@ -134,6 +153,57 @@ out:
     segd_daemon_destroy(d);
     segd_store_close(store);
     segd_config_free(&cfg);
+    segd_log_destroy(log);
+    return rc;
+}
+
+static int cmp_double(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* What a bidder team asks first: the latency of one user's read (RocksDB
+ * point read, record decode, live filter), p50/p99 over READS users drawn
+ * from the demo's, on the store just written (block cache warm after the
+ * first reads, as in a running bidder). */
+#define READS 5000
+static int read_latency(const char *db, uint64_t users, const char *when)
+{
+    segd_store_t *s = segd_app_open_store("demo", db, 0, 1);
+    double *lat = malloc(READS * sizeof(*lat));
+    if (!s || !lat) {
+        segd_store_close(s);
+        free(lat);
+        return -1;
+    }
+    segd_prune_t rule;
+    segd_policy_rule(segd_store_policy(s), &rule, 1);
+    segd_profile_t p;
+    segd_profile_init(&p);
+    char uid[32], err[256];
+    uint64_t x = 0x9e3779b97f4a7c15ull, live = 0;
+    int rc = 0;
+    for (int i = 0; i < READS && !rc; i++) {
+        x ^= x << 13, x ^= x >> 7, x ^= x << 17; /* xorshift: any user, any order */
+        segd_seed_user_id(x % users, uid, sizeof(uid));
+        double t = segd_mono_s();
+        rc = segd_store_get(s, uid, strlen(uid), &p, err, sizeof(err)) ? -1 : 0;
+        for (size_t k = 0; !rc && k < p.n; k++)
+            live += segd_entry_live(&p.entries[k], p.erased_before_ms, &rule);
+        lat[i] = segd_mono_s() - t;
+    }
+    if (!rc) {
+        qsort(lat, READS, sizeof(*lat), cmp_double);
+        printf("store reads %s: %d gets of random demo users (%.1f live segments each): "
+               "p50 %.1f us, p99 %.1f us\n", when, READS, (double)live / READS,
+               lat[READS / 2] * 1e6, lat[READS * 99 / 100] * 1e6);
+    } else {
+        fprintf(stderr, "segd demo: read: %s\n", err);
+    }
+    segd_profile_free(&p);
+    segd_store_close(s);
+    free(lat);
     return rc;
 }
 
@@ -259,15 +329,17 @@ int segd_cmd_demo(int argc, char **argv)
     if (ingest(brokers, db, (uint64_t)users * 50 + 2))
         goto out;
     printf("\n== 4. a bidder's read of u0000000000: live segments expiring after tomorrow, "
-           "and how many are in [0, 9999]\n");
+           "and how many are in [0, 9999]; then the store's read latency\n");
     char *get[] = {"get", "--db", db, "--expiring-after", tomorrow, "--count-range",
                    "0:9999", "--limit", "8", "u0000000000", NULL};
-    if (run(segd_cmd_get, get))
+    if (run(segd_cmd_get, get) ||
+        read_latency(db, (uint64_t)users, "(each user's 50 events still unmerged operands)"))
         goto out;
-    printf("\n== 5. full compaction, then the store's figures\n");
+    printf("\n== 5. full compaction, then the store's figures and read latency\n");
     char *cp[] = {"compact", "--db", db, NULL};
     char *st[] = {"stats", "--db", db, NULL};
-    if (run(segd_cmd_compact, cp) || run(segd_cmd_stats, st))
+    if (run(segd_cmd_compact, cp) || run(segd_cmd_stats, st) ||
+        read_latency(db, (uint64_t)users, "after compaction (one merged record per user)"))
         goto out;
     printf("\n== 6. a consistent snapshot for caches: one unit (Avro file + manifest.json) per "
            "input partition\n");

@@ -24,7 +24,9 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: segd run --brokers B --topic T[,T2] --group G --db DIR\n"
-            "                [--config FILE] [-X kafka.prop=value ...]\n"
+            "                [--config FILE] [-X kafka.prop=value ...] [--print-config]\n"
+            "  --print-config: print the effective configuration (defaults filled in,\n"
+            "  secrets masked) and exit; every key: docs/configuration.md\n"
             "  config keys (FILE lines `key = value`, or SEGD_<KEY> with dots as _):\n"
             "    input.format (auto|confluent|single-object|raw), input.schema.registry.url,\n"
             "    input.schema.registry.auth, input.schema.registry.ca, input.offset.reset,\n"
@@ -34,11 +36,12 @@ static void usage(FILE *f)
             "    limits.max.clock.skew.ms,\n"
             "    memory.limit.mb (one budget: cache, memtables, fetch queue, batches),\n"
             "    store.granularity.s, store.horizon.s, store.gc.grace.s, store.block.cache.mb,\n"
-            "    compaction.rate.mb, compaction.periodic.s,\n"
+            "    store.min.free.mb, compaction.rate.mb, compaction.periodic.s,\n"
             "    changes.enable, changes.topic, changes.format (single-object|confluent),\n"
             "    changes.schema.registry.url, changes.compression (lz4|zstd),\n"
             "    changes.max.outbox, snapshot.buckets, snapshot.interval (s), snapshot.to,\n"
-            "    snapshot.format (avro | native),\n"
+            "    snapshot.format (avro | native), restore.from, restore.fallback,\n"
+            "    restore.retries, log.format (logfmt|json), log.level (debug|info|warn|error),\n"
             "    kafka.<librdkafka property>\n");
 }
 
@@ -51,8 +54,10 @@ static int parse_args(int argc, char **argv, segd_config_t *cfg)
                                          {"db", required_argument, 0, 'd'},
                                          {"config", required_argument, 0, 'c'},
                                          {"help", no_argument, 0, 'h'},
+                                         {"print-config", no_argument, 0, 'p'},
                                          {0, 0, 0, 0}};
     const char *file = NULL;
+    int print = 0;
     char err[512];
     int c;
     optind = 1;
@@ -61,6 +66,8 @@ static int parse_args(int argc, char **argv, segd_config_t *cfg)
             file = optarg;
         else if (c == 'h')
             return usage(stdout), 1;
+        else if (c == 'p')
+            print = 1;
         else if (c == '?')
             return usage(stderr), 2;
     if ((file && segd_config_load_file(cfg, file, err, sizeof(err))) ||
@@ -85,6 +92,10 @@ static int parse_args(int argc, char **argv, segd_config_t *cfg)
     }
     if (segd_config_finish(cfg, err, sizeof(err)))
         goto bad;
+    if (print) {
+        segd_config_print(cfg, stdout);
+        return 1;
+    }
     return 0;
 bad:
     fprintf(stderr, "segd run: %s\n", err);
@@ -132,7 +143,8 @@ static void export_topic(snapshotter_t *sn, const char *topic)
     char err[512] = "";
     if (segd_pipeline_assignment(sn->pipeline, topic, &parts, &o.n_partitions,
                                  &o.partition_count, err, sizeof(err))) {
-        fprintf(stderr, "segd run: snapshot of %s skipped: %s\n", topic, err);
+        segd_log(sn->cfg->log, SEGD_LOG_WARN, "snapshot", "snapshot of %s skipped: %s", topic,
+                 err);
         sn->failed++;
         return;
     }
@@ -151,19 +163,26 @@ static void export_topic(snapshotter_t *sn, const char *topic)
     o.changes_topic = sn->cfg->changes_topic;
     o.format = sn->cfg->snapshot_native ? SEGD_SNAPFMT_NATIVE : SEGD_SNAPFMT_AVRO;
     o.codec = segd_snapshot_default_codec(o.format);
+    o.log = sn->cfg->log;
     segd_manifest_t m;
     size_t failed = 0;
     double t0 = segd_mono_s();
     segd_err_t e = segd_snapshot_export(sn->store, sn->cfg->snapshot_to, &o, &m, &failed, err,
                                         sizeof(err));
-    if (m.units)
-        fprintf(stderr, "segd run: snapshot: %u units of %s, %" PRIu64 " users, %" PRIu64
-                " entries -> %s in %.1f s\n", m.units, topic, m.records, m.segments,
-                sn->cfg->snapshot_to, segd_mono_s() - t0);
+    char to[1024];
+    segd_config_mask_url(sn->cfg->snapshot_to, to, sizeof(to));
+    if (m.units) { /* "snapshot: N units of T" as before the logger: scripts grep it */
+        char msg[300];
+        snprintf(msg, sizeof(msg), "snapshot: %u units of %s", m.units, topic);
+        segd_log_kv(sn->cfg->log, SEGD_LOG_INFO, "snapshot", msg,
+                    "units=%u topic=%s users=%" PRIu64 " entries=%" PRIu64 " to=%s in_s=%.1f",
+                    m.units, topic, m.records, m.segments, to, segd_mono_s() - t0);
+    }
     if (e)
-        fprintf(stderr, "segd run: snapshot of %s to %s: %zu of %zu units failed (their "
-                "previous units stay): %s\n", topic, sn->cfg->snapshot_to,
-                failed ? failed : o.n_partitions, o.n_partitions, err);
+        segd_log(sn->cfg->log, SEGD_LOG_ERROR, "snapshot",
+                 "snapshot of %s to %s: %zu of %zu units failed (their "
+                 "previous units stay): %s", topic, to,
+                 failed ? failed : o.n_partitions, o.n_partitions, err);
     segd_manifest_free(&m);
     free(parts);
     if (e)
@@ -198,37 +217,109 @@ static void *snapshot_main(void *arg)
     return NULL;
 }
 
-static void report_changes(segd_publisher_t *pub, const char *prefix)
+/* The publisher's line: msg "changes" (periodic) or "final changes". */
+static void report_changes(const segd_log_t *log, segd_publisher_t *pub, const char *msg)
 {
     if (!pub)
         return;
     segd_publisher_stats_t st;
     segd_publisher_get_stats(pub, &st);
-    fprintf(stderr,
-            "%schanges: deltas=%" PRIu64 " entries=%" PRIu64 " bytes=%" PRIu64
-            " outbox_depth=%" PRIu64 " oldest_unacked_ms=%" PRId64 " latency_p50_ms=%" PRId64
-            " latency_p99_ms=%" PRId64 " publish_retries=%" PRIu64 "\n",
-            prefix, st.events, st.segments, st.bytes, st.depth, st.oldest_unacked_ms,
-            st.latency_p50_ms, st.latency_p99_ms, st.retries);
+    segd_log_kv(log, SEGD_LOG_INFO, "publisher", msg,
+                "deltas=%" PRIu64 " entries=%" PRIu64 " bytes=%" PRIu64 " outbox_depth=%" PRIu64
+                " oldest_unacked_ms=%" PRId64 " latency_p50_ms=%" PRId64
+                " latency_p99_ms=%" PRId64 " publish_retries=%" PRIu64,
+                st.events, st.segments, st.bytes, st.depth, st.oldest_unacked_ms,
+                st.latency_p50_ms, st.latency_p99_ms, st.retries);
 }
 
-static void report(const segd_pipeline_t *p, double t0, const char *prefix)
+/* The progress line: msg "progress" every 10 s, "final" at the end; the
+ * dead letters by reason (dlq.REASON=N) only where there are some. */
+static void report(const segd_log_t *log, const segd_pipeline_t *p, double t0, const char *msg)
 {
     segd_pipeline_stats_t st;
     segd_pipeline_get_stats(p, &st);
     uint64_t dlq = 0;
-    for (int i = 0; i < SEGD_DLQ_REASONS; i++)
+    char reasons[SEGD_DLQ_REASONS * 48] = "";
+    size_t len = 0;
+    for (int i = 0; i < SEGD_DLQ_REASONS; i++) {
         dlq += st.dlq[i];
+        if (st.dlq[i] && len < sizeof(reasons))
+            len += (size_t)snprintf(reasons + len, sizeof(reasons) - len, " dlq.%s=%" PRIu64,
+                                    segd_dlq_reason_name(i), st.dlq[i]);
+    }
     double dt = segd_mono_s() - t0;
-    fprintf(stderr,
-            "%sconsumed=%" PRIu64 " events=%" PRIu64 " segments=%" PRIu64 " dlq=%" PRIu64
-            " misrouted=%" PRIu64 " batches=%" PRIu64 " fault_waits=%" PRIu64
-            " rate=%.0f segments/s\n",
-            prefix, st.messages, st.events, st.segments, dlq, st.misrouted, st.batches, st.retries,
-            dt > 0 ? (double)st.segments / dt : 0.0);
-    for (int i = 0; i < SEGD_DLQ_REASONS; i++)
-        if (st.dlq[i])
-            fprintf(stderr, "  dlq.%s=%" PRIu64 "\n", segd_dlq_reason_name(i), st.dlq[i]);
+    segd_log_kv(log, SEGD_LOG_INFO, "pipeline", msg,
+                "consumed=%" PRIu64 " events=%" PRIu64 " segments=%" PRIu64 " dlq=%" PRIu64
+                " misrouted=%" PRIu64 " batches=%" PRIu64 " fault_waits=%" PRIu64
+                " segments_per_s=%.0f%s",
+                st.messages, st.events, st.segments, dlq, st.misrouted, st.batches, st.retries,
+                dt > 0 ? (double)st.segments / dt : 0.0, reasons);
+    if (st.sweep.passes)
+        segd_log_kv(log, SEGD_LOG_INFO, "sweep", msg,
+                    "users_deleted=%" PRIu64 " partitions_swept=%" PRIu64
+                    " records_examined=%" PRIu64 " passes=%" PRIu64,
+                    st.sweep.users_deleted, st.sweep.partitions_swept,
+                    st.sweep.records_examined, st.sweep.passes);
+}
+
+/* Steps the pipeline until a signal or a fault, with the progress line
+ * every 10 s; returns the fault (err filled) or SEGD_OK. */
+static segd_err_t consume(const segd_config_t *cfg, segd_daemon_t *d,
+                          volatile sig_atomic_t *stop, double t0, char *err, size_t n)
+{
+    segd_pipeline_t *p = segd_daemon_pipeline(d);
+    segd_publisher_t *pub = segd_daemon_publisher(d);
+    double last = t0;
+    segd_err_t e = SEGD_OK;
+    while (!*stop && !e) {
+        e = segd_pipeline_step(p, err, n);
+        if (segd_mono_s() - last >= 10) {
+            report(cfg->log, p, t0, "progress");
+            report_changes(cfg->log, pub, "changes");
+            last = segd_mono_s();
+        }
+    }
+    return e;
+}
+
+static int run_daemon(segd_config_t *cfg, segd_store_t *store, volatile sig_atomic_t *stop)
+{
+    char err[512];
+    segd_daemon_t *d = NULL;
+    if (segd_daemon_new(&d, cfg, store, stop, err, sizeof(err)) != SEGD_OK) {
+        segd_log(cfg->log, SEGD_LOG_ERROR, "daemon", "%s", err);
+        return SEGD_EXIT_USAGE;
+    }
+    segd_pipeline_t *p = segd_daemon_pipeline(d);
+    char topics[4096];
+    segd_config_value(cfg, "topics", topics, sizeof(topics));
+    segd_log_kv(cfg->log, SEGD_LOG_INFO, "daemon", "consuming", "topics=%s group=%s db=%s",
+                topics, cfg->group, cfg->db);
+    snapshotter_t sn = {.cfg = cfg, .store = store, .pipeline = p};
+    pthread_t snap_thread;
+    int snapshots = cfg->snapshot_interval_s > 0;
+    pthread_mutex_init(&sn.mu, NULL);
+    pthread_cond_init(&sn.cv, NULL);
+    if (snapshots && pthread_create(&snap_thread, NULL, snapshot_main, &sn))
+        snapshots = 0;
+    double t0 = segd_mono_s();
+    segd_err_t e = consume(cfg, d, stop, t0, err, sizeof(err));
+    if (e)
+        segd_log(cfg->log, SEGD_LOG_ERROR, "daemon", "stopping: %s", err);
+    if (snapshots) { /* an export in progress finishes first */
+        pthread_mutex_lock(&sn.mu);
+        sn.stop = 1;
+        pthread_cond_signal(&sn.cv);
+        pthread_mutex_unlock(&sn.mu);
+        pthread_join(snap_thread, NULL);
+    }
+    pthread_cond_destroy(&sn.cv);
+    pthread_mutex_destroy(&sn.mu);
+    segd_daemon_close(d); /* finishes the batch, commits, leaves the group */
+    report(cfg->log, p, t0, "final");
+    report_changes(cfg->log, segd_daemon_publisher(d), "final changes");
+    segd_daemon_destroy(d);
+    return e ? SEGD_EXIT_FAIL : SEGD_EXIT_OK;
 }
 
 int segd_cmd_run(int argc, char **argv)
@@ -240,57 +331,20 @@ int segd_cmd_run(int argc, char **argv)
         segd_config_free(&cfg);
         return rc == 1 ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
     }
-    volatile sig_atomic_t *stop = segd_app_stop_on_signals();
-    char err[512];
-    segd_daemon_t *d = NULL;
-    segd_store_t *store = segd_app_open_config_store("run", &cfg, 0);
+    /* owned here, borrowed by every component through cfg.log */
+    segd_log_t *log = NULL;
     rc = SEGD_EXIT_FAIL;
-    if (!store)
+    if (segd_log_new(&log, stderr, cfg.log_level, cfg.log_format))
         goto out_config;
-    if (segd_daemon_new(&d, &cfg, store, stop, err, sizeof(err)) != SEGD_OK) {
-        fprintf(stderr, "segd run: %s\n", err);
-        rc = SEGD_EXIT_USAGE;
-        goto out_store;
-    }
-    segd_pipeline_t *p = segd_daemon_pipeline(d);
-    segd_publisher_t *pub = segd_daemon_publisher(d);
-    fprintf(stderr, "segd run: consuming %s as group %s into %s\n", cfg.topics[0], cfg.group,
-            cfg.db);
-    snapshotter_t sn = {.cfg = &cfg, .store = store, .pipeline = p};
-    pthread_t snap_thread;
-    int snapshots = cfg.snapshot_interval_s > 0;
-    pthread_mutex_init(&sn.mu, NULL);
-    pthread_cond_init(&sn.cv, NULL);
-    if (snapshots && pthread_create(&snap_thread, NULL, snapshot_main, &sn))
-        snapshots = 0;
-    double t0 = segd_mono_s(), last = t0;
-    segd_err_t e = SEGD_OK;
-    while (!*stop && !e) {
-        e = segd_pipeline_step(p, err, sizeof(err));
-        if (segd_mono_s() - last >= 10) {
-            report(p, t0, "segd run: ");
-            report_changes(pub, "segd run: ");
-            last = segd_mono_s();
-        }
-    }
-    if (e)
-        fprintf(stderr, "segd run: stopping: %s\n", err);
-    if (snapshots) { /* an export in progress finishes first */
-        pthread_mutex_lock(&sn.mu);
-        sn.stop = 1;
-        pthread_cond_signal(&sn.cv);
-        pthread_mutex_unlock(&sn.mu);
-        pthread_join(snap_thread, NULL);
-    }
-    pthread_cond_destroy(&sn.cv);
-    pthread_mutex_destroy(&sn.mu);
-    segd_daemon_close(d); /* finishes the batch, commits, leaves the group */
-    report(p, t0, "segd run: final: ");
-    report_changes(pub, "segd run: final: ");
-    segd_daemon_destroy(d);
-    rc = e ? SEGD_EXIT_FAIL : SEGD_EXIT_OK;
-out_store:
+    cfg.log = log;
+    volatile sig_atomic_t *stop = segd_app_stop_on_signals();
+    segd_store_t *store = segd_app_open_config_store("run", &cfg, 0);
+    if (!store)
+        goto out_log;
+    rc = run_daemon(&cfg, store, stop);
     segd_store_close(store);
+out_log:
+    segd_log_destroy(log);
 out_config:
     segd_config_free(&cfg);
     return rc;

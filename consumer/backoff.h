@@ -1,15 +1,20 @@
 /* Fault waits on the consumer side (segd run's pipeline, segd replay): an
  * exponential backoff capped by the caller's retry.max.ms that reports a
  * fault once per change and says when it cleared, and counts the waits.
- * A zeroed segd_backoff_t is ready; one per consumer, used by one thread. */
+ * A zeroed segd_backoff_t is ready; one per consumer, used by one thread.
+ * With log set (segd run) the reports are warn/info lines of component
+ * "pipeline"; without (segd replay, an offline command) plain stderr text. */
 #ifndef SEGD_BACKOFF_H
 #define SEGD_BACKOFF_H
 
 #include <stdint.h>
 
+#include "base/log.h"
+
 typedef struct segd_backoff {
     uint64_t retries;     /* waits so far */
     char last_fault[512]; /* reported and not yet cleared ("" = none) */
+    const segd_log_t *log; /* borrowed; NULL = plain stderr lines */
 } segd_backoff_t;
 
 /* Sleeps wait_ms (a signal ends it early), reporting fault on stderr if it

@@ -9,7 +9,7 @@
 #include <string.h>
 
 typedef enum { K_STR, K_INT, K_TOPICS, K_FRAMING, K_RESET, K_PARTITIONER, K_SNAPFMT,
-               K_FALLBACK } key_type_t;
+               K_FALLBACK, K_LOGFMT, K_LOGLEVEL, K_STORELOG } key_type_t;
 
 typedef struct key_def {
     const char *key;
@@ -60,7 +60,16 @@ static const key_def_t keys[] = {
     {"restore.fallback", K_FALLBACK, 0, 0, 0},
     {"restore.retries", K_INT, OFF(restore_retries), 1, 1000},
     {"memory.limit.mb", K_INT, OFF(memory_limit_mb), SEGD_MEMORY_MIN_MB, SEGD_MEMORY_MAX_MB},
+    {"sweep.after.s", K_INT, OFF(sweep_after_s), 0, 365LL * 86400},
+    {"sweep.records.per.s", K_INT, OFF(sweep_records_per_s), 1, 1000000000},
+    {"log.format", K_LOGFMT, 0, 0, 0},
+    {"log.level", K_LOGLEVEL, 0, 0, 0},
+    {"store.log.level", K_STORELOG, 0, 0, 0},
 };
+
+/* store.log.level's names, indexed by RocksDB's InfoLogLevel */
+static const char *const store_log_names[] = {"debug", "info", "warn", "error", "off"};
+#define N_KEYS (sizeof(keys) / sizeof(keys[0]))
 
 /* Keys the memory budget sizes unless the operator sets them. */
 static const struct { size_t offset; unsigned bit; } budgeted[] = {
@@ -113,6 +122,11 @@ void segd_config_init(segd_config_t *c)
     c->restore_retries = 5;
     c->memory_limit_mb = SEGD_MEMORY_DEFAULT_MB;
     apply_budget(c); /* block cache and batch size; finish splits again */
+    c->sweep_after_s = 3600;
+    c->sweep_records_per_s = 20000;
+    c->log_format = SEGD_LOG_LOGFMT;
+    c->log_level = SEGD_LOG_INFO;
+    c->store_log_level = 4; /* off: see store.c (a full disk would abort RocksDB 7.8) */
 }
 
 void segd_config_free(segd_config_t *c)
@@ -211,7 +225,7 @@ segd_err_t segd_config_set(segd_config_t *c, const char *key, const char *value,
 {
     if (!strncmp(key, "kafka.", 6) && key[6])
         return segd_config_set_kafka(c, key + 6, value, errstr, n);
-    for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+    for (size_t i = 0; i < N_KEYS; i++) {
         const key_def_t *k = &keys[i];
         if (strcmp(k->key, key) != 0)
             continue;
@@ -262,6 +276,25 @@ segd_err_t segd_config_set(segd_config_t *c, const char *key, const char *value,
                                  "restore.fallback: '%s' is not replay or wait", value);
             c->restore_fallback_replay = !strcmp(value, "replay");
             return SEGD_OK;
+        case K_LOGFMT:
+            if (segd_log_format_parse(value, &c->log_format))
+                return segd_errf(SEGD_ERR_CONFIG, errstr, n,
+                                 "log.format: '%s' is not logfmt or json", value);
+            return SEGD_OK;
+        case K_LOGLEVEL:
+            if (segd_log_level_parse(value, &c->log_level))
+                return segd_errf(SEGD_ERR_CONFIG, errstr, n,
+                                 "log.level: '%s' is not debug, info, warn or error", value);
+            return SEGD_OK;
+        case K_STORELOG:
+            for (int64_t lv = 0; lv < 5; lv++)
+                if (!strcmp(value, store_log_names[lv])) {
+                    c->store_log_level = lv;
+                    return SEGD_OK;
+                }
+            return segd_errf(SEGD_ERR_CONFIG, errstr, n,
+                             "store.log.level: '%s' is not off, error, warn, info or debug",
+                             value);
         }
     }
     return segd_errf(SEGD_ERR_CONFIG, errstr, n, "unknown configuration key '%s'", key);
@@ -359,7 +392,7 @@ segd_err_t segd_config_load_env(segd_config_t *c, char *const *envp, char *errst
             key[k] = 0;
             err = segd_config_set_kafka(c, key, eq + 1, msg, sizeof(msg));
         } else {
-            for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+            for (size_t i = 0; i < N_KEYS; i++) {
                 env_name(keys[i].key, name, sizeof(name));
                 if (strlen(name) == nlen && !strncmp(name, *e, nlen)) {
                     err = segd_config_set(c, keys[i].key, eq + 1, msg, sizeof(msg));
@@ -440,4 +473,157 @@ segd_err_t segd_config_finish(segd_config_t *c, char *errstr, size_t n)
         return err;
     apply_budget(c);
     return segd_config_default_dlq(c);
+}
+
+/* ---- the key table read back: documentation, --print-config ---- */
+
+static const char *type_name(key_type_t t)
+{
+    switch (t) {
+    case K_INT: return "integer";
+    case K_TOPICS: return "topic list";
+    case K_STR: return "string";
+    default: return "enum";
+    }
+}
+
+static const char *enum_values(key_type_t t)
+{
+    switch (t) {
+    case K_FRAMING: return "auto|confluent|single-object|raw";
+    case K_RESET: return "earliest|latest";
+    case K_PARTITIONER: return "murmur2_random|consistent_random|fnv1a_random";
+    case K_SNAPFMT: return "avro|native";
+    case K_FALLBACK: return "replay|wait";
+    case K_LOGFMT: return "logfmt|json";
+    case K_LOGLEVEL: return "debug|info|warn|error";
+    case K_STORELOG: return "off|error|warn|info|debug";
+    default: return NULL;
+    }
+}
+
+size_t segd_config_key_count(void) { return N_KEYS; }
+
+void segd_config_key_at(size_t i, segd_config_key_info_t *out)
+{
+    const key_def_t *k = &keys[i];
+    out->key = k->key;
+    out->type = type_name(k->type);
+    out->values = enum_values(k->type);
+    out->lo = k->lo;
+    out->hi = k->hi;
+}
+
+static const char *framing_name(segd_framing_t f)
+{
+    switch (f) {
+    case SEGD_FRAMING_CONFLUENT: return "confluent";
+    case SEGD_FRAMING_SINGLE_OBJECT: return "single-object";
+    case SEGD_FRAMING_RAW: return "raw";
+    default: return "auto";
+    }
+}
+
+static void topics_value(const segd_config_t *c, char *out, size_t cap)
+{
+    size_t len = 0;
+    out[0] = 0;
+    for (size_t i = 0; i < c->n_topics && len < cap; i++)
+        len += (size_t)snprintf(out + len, cap - len, "%s%s", i ? "," : "", c->topics[i]);
+}
+
+static int64_t int_value(const segd_config_t *c, const key_def_t *k)
+{
+    if (k->offset == OFF(limits.max_segments) || k->offset == OFF(limits.max_user_id) ||
+        k->offset == OFF(limits.max_message))
+        return (int64_t)*(const size_t *)((const char *)c + k->offset);
+    return *(const int64_t *)((const char *)c + k->offset);
+}
+
+segd_err_t segd_config_value(const segd_config_t *c, const char *key, char *out, size_t cap)
+{
+    const key_def_t *k = NULL;
+    for (size_t i = 0; i < N_KEYS && !k; i++)
+        if (!strcmp(keys[i].key, key))
+            k = &keys[i];
+    if (!k)
+        return SEGD_ERR_NOTFOUND;
+    const char *s = NULL;
+    switch (k->type) {
+    case K_STR: s = *(char *const *)((const char *)c + k->offset); break;
+    case K_INT: { /* out of bounds = unset (store.granularity.s 0: the store's) */
+        int64_t x = int_value(c, k);
+        if (x < k->lo || x > k->hi)
+            out[0] = 0;
+        else
+            snprintf(out, cap, "%lld", (long long)x);
+        return SEGD_OK;
+    }
+    case K_TOPICS: topics_value(c, out, cap); return SEGD_OK;
+    case K_FRAMING: s = framing_name(c->framing); break;
+    case K_RESET: s = c->offset_reset; break;
+    case K_PARTITIONER: s = segd_partitioner_name(c->partitioner); break;
+    case K_SNAPFMT: s = c->snapshot_native ? "native" : "avro"; break;
+    case K_FALLBACK: s = c->restore_fallback_replay ? "replay" : "wait"; break;
+    case K_LOGFMT: s = segd_log_format_name(c->log_format); break;
+    case K_LOGLEVEL: s = segd_log_level_name(c->log_level); break;
+    case K_STORELOG: s = store_log_names[c->store_log_level]; break;
+    }
+    snprintf(out, cap, "%s", s ? s : "");
+    return SEGD_OK;
+}
+
+int segd_config_is_secret(const char *key)
+{
+    static const char *const words[] = {"password", "secret", "auth", "key.pem", "jaas",
+                                        "token", "credential", "private", "oauthbearer.config"};
+    char low[256];
+    size_t i = 0;
+    for (; key[i] && i + 1 < sizeof(low); i++)
+        low[i] = (char)tolower((unsigned char)key[i]);
+    low[i] = 0;
+    for (size_t w = 0; w < sizeof(words) / sizeof(words[0]); w++)
+        if (strstr(low, words[w]))
+            return 1;
+    return 0;
+}
+
+void segd_config_mask_url(const char *v, char *out, size_t cap)
+{
+    const char *scheme = strstr(v, "://");
+    const char *at = scheme ? strchr(scheme + 3, '@') : NULL;
+    const char *slash = scheme ? strchr(scheme + 3, '/') : NULL;
+    const char *colon = scheme ? memchr(scheme + 3, ':', at ? (size_t)(at - scheme - 3) : 0)
+                               : NULL;
+    if (!at || !colon || (slash && slash < at)) {
+        snprintf(out, cap, "%s", v);
+        return;
+    }
+    snprintf(out, cap, "%.*s***%s", (int)(colon + 1 - v), v, at);
+}
+
+static void print_line(FILE *f, const char *key, const char *prefix, const char *v)
+{
+    char masked[1024];
+    char full[300];
+    snprintf(full, sizeof(full), "%s%s", prefix, key);
+    if (!*v)
+        fprintf(f, "# %s = (unset)\n", full);
+    else if (segd_config_is_secret(full))
+        fprintf(f, "%s = ***\n", full);
+    else {
+        segd_config_mask_url(v, masked, sizeof(masked));
+        fprintf(f, "%s = %s\n", full, masked);
+    }
+}
+
+void segd_config_print(const segd_config_t *c, FILE *f)
+{
+    char v[4096];
+    for (size_t i = 0; i < N_KEYS; i++) {
+        segd_config_value(c, keys[i].key, v, sizeof(v));
+        print_line(f, keys[i].key, "", v);
+    }
+    for (size_t i = 0; i < c->n_kafka; i++)
+        print_line(f, c->kafka[i].key, "kafka.", c->kafka[i].value);
 }

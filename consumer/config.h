@@ -7,7 +7,9 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 
+#include "base/log.h"
 #include "wire/avro_codec.h"
 #include "core/event.h"
 #include "core/partition.h"
@@ -64,9 +66,52 @@ typedef struct segd_config {
     int64_t memory_limit_mb;     /* memory.limit.mb: the one budget (consumer/memory.h) */
     unsigned explicit_keys;      /* budgeted keys the operator set (config.c) */
     segd_memory_split_t memory;  /* the budget's split, as init/finish left it */
+    int64_t sweep_after_s;       /* a revoked partition's users are deleted after it
+                                  * stayed away this long; 0 = never (consumer/sweep.h) */
+    int64_t sweep_records_per_s; /* records the sweep examines a second */
+    segd_log_format_t log_format; /* log.format: logfmt (default) | json */
+    segd_log_level_t log_level;   /* log.level: debug | info (default) | warn | error */
+    int64_t store_log_level;      /* store.log.level as RocksDB's InfoLogLevel
+                                   * (0 debug .. 3 error, 4 = off, the default) */
     segd_kv_t kafka[SEGD_MAX_KAFKA_PROPS];
     size_t n_kafka;
+    /* Not a key: the logger of the program that owns this config (segd run
+     * makes it from log.*), borrowed by every component given the config;
+     * NULL = info and up, logfmt, on stderr. */
+    segd_log_t *log;
 } segd_config_t;
+
+/* One row of the key table, for documentation and --print-config. */
+typedef struct segd_config_key_info {
+    const char *key;
+    const char *type;   /* "string", "integer", "topic list" or "enum" */
+    const char *values; /* an enum's values, "a|b|c"; NULL otherwise */
+    int64_t lo, hi;     /* an integer's bounds (inclusive) */
+} segd_config_key_info_t;
+
+/* The keys segd_config_set knows (kafka.* aside), in the table's order. */
+size_t segd_config_key_count(void);
+void segd_config_key_at(size_t i, segd_config_key_info_t *out);
+
+/* A key's value as a config file would spell it, in out; "" when unset.
+ * SEGD_ERR_NOTFOUND for an unknown key. */
+segd_err_t segd_config_value(const segd_config_t *c, const char *key, char *out,
+                             size_t out_size);
+
+/* Whether a key's value is a secret (registry credentials, SASL and TLS
+ * passwords, private keys, tokens): --print-config masks it. kafka.* keys
+ * are judged by their librdkafka name. */
+int segd_config_is_secret(const char *key);
+
+/* v with the password of a URL's user:password@ as *** (scheme://user:***@host...),
+ * for anything printed or logged; other values are copied. */
+void segd_config_mask_url(const char *v, char *out, size_t out_size);
+
+/* Writes every key as `key = value` lines, defaults filled in, then the
+ * kafka.* pass-through; unset keys as comments, secrets and the password
+ * of URLs' user:password@ as ***. The output is a valid config file except
+ * for masked values. */
+void segd_config_print(const segd_config_t *c, FILE *f);
 
 void segd_config_init(segd_config_t *c);
 void segd_config_free(segd_config_t *c);

@@ -72,6 +72,7 @@ static segd_err_t make_producer(segd_dlq_t *d, char *errstr, size_t n)
         return err;
     }
     rd_kafka_conf_set_dr_msg_cb(conf, dr_cb);
+    segd_kconf_set_logger(conf, d->cfg->log);
     d->producer = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errbuf, sizeof(errbuf));
     if (!d->producer) {
         rd_kafka_conf_destroy(conf);

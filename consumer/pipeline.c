@@ -13,6 +13,7 @@
 
 #include "consumer/apply.h"
 #include "consumer/dlq.h"
+#include "consumer/sweep.h"
 #include "core/partition.h"
 #include "transport/kconf.h"
 #include "transport/kmeta.h"
@@ -44,6 +45,7 @@ typedef struct topic_parts {
 typedef struct unread {
     char topic[256];
     int32_t partition;
+    int purging;      /* returned while the sweep deletes its users: waits for it */
     int restoring;    /* handed to the restore hook, which has not finished */
     int logged;       /* the read error was reported */
     int64_t fallback; /* where to start without a stored offset (a failed rewind's
@@ -57,6 +59,8 @@ struct segd_pipeline {
     rd_kafka_t *consumer;
     segd_dlq_t *dlq;
     segd_pipeline_hooks_t hooks; /* the change publisher, through its owner */
+    segd_sweep_t *sweep;         /* NULL when sweep.after.s = 0 */
+    int64_t sweep_logged_ms;     /* a failed sweep step was reported then */
     segd_ingest_t *ingest;
     segd_applier_t ap;
     position_t pos[MAX_POSITIONS];
@@ -73,10 +77,20 @@ struct segd_pipeline {
     size_t nparts;
     int64_t misrouted_stored;  /* the store's counter as last written */
     int64_t misrouted_pending; /* counted in the batch not yet written */
+    int64_t unchecked_stored, unchecked_pending; /* the same, of events not checked */
     int metadata_logged;       /* a failed metadata request was reported */
     int64_t metadata_next_ms;  /* no metadata request before (after one that failed
                                   or left a message's partition unexplained) */
 };
+
+#define LOG(p) ((p)->cfg->log)
+
+/* librdkafka's lines, with the pipeline as the client's opaque. */
+static void log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
+{
+    const segd_pipeline_t *p = rd_kafka_opaque(rk);
+    segd_kconf_log(p ? LOG(p) : NULL, rk, level, fac, buf);
+}
 
 /* Exponential backoff for fault waits; logs the fault once per change. */
 static int64_t backoff(segd_pipeline_t *p, int64_t wait_ms, const char *fault)
@@ -131,7 +145,8 @@ static int32_t refresh_parts(segd_pipeline_t *p, const char *topic)
     if (segd_kmeta_partitions(p->consumer, topic, METADATA_TIMEOUT_MS, &count, err,
                               sizeof(err)) != SEGD_OK) {
         if (!p->metadata_logged++)
-            fprintf(stderr, "segd: %s (misrouted events not counted meanwhile)\n", err);
+            segd_log(LOG(p), SEGD_LOG_WARN, "pipeline",
+                     "%s (misrouted events not counted meanwhile)", err);
         p->metadata_next_ms = segd_mono_ms() + 10000;
         return 0;
     }
@@ -170,8 +185,10 @@ static int misrouted(segd_pipeline_t *p, const rd_kafka_message_t *m, const segd
     int32_t count = t && m->partition < t->count ? t->count : refresh_parts(p, topic);
     if (count > 0 && m->partition >= count) /* metadata behind the topic's growth */
         p->metadata_next_ms = segd_mono_ms() + 10000;
-    if (count <= 0 || m->partition >= count)
+    if (count <= 0 || m->partition >= count) {
+        p->unchecked_pending++;
         return 0;
+    }
     return segd_partition_of(p->cfg->partitioner, ev->user_id, ev->user_id_len, count) !=
            m->partition;
 }
@@ -183,6 +200,9 @@ static void record_counts(segd_pipeline_t *p)
     if (p->misrouted_pending)
         segd_batch_set_counter(p->ap.batch, SEGD_COUNTER_MISROUTED,
                                p->misrouted_stored + p->misrouted_pending);
+    if (p->unchecked_pending)
+        segd_batch_set_counter(p->ap.batch, SEGD_COUNTER_UNCHECKED,
+                               p->unchecked_stored + p->unchecked_pending);
     for (size_t i = 0; i < p->nparts; i++)
         if (p->parts[i].count > 0)
             segd_batch_set_partition_count(p->ap.batch, p->parts[i].topic, p->parts[i].count);
@@ -218,8 +238,14 @@ static segd_err_t flush_batch(segd_pipeline_t *p, char *errstr, size_t n)
     p->npos = 0;
     p->misrouted_stored += p->misrouted_pending;
     p->misrouted_pending = 0;
+    p->unchecked_stored += p->unchecked_pending;
+    p->unchecked_pending = 0;
     segd_dlq_clear(p->dlq);
     p->st.batches++;
+    /* per batch, never per message; at debug only (tests wait on it) */
+    segd_log_kv(LOG(p), SEGD_LOG_DEBUG, "pipeline", "batch written",
+                "batch=%" PRIu64 " consumed=%" PRIu64 " events=%" PRIu64 " segments=%" PRIu64,
+                p->st.batches, p->st.messages, p->st.events, p->st.segments);
     fault_cleared(p);
     return SEGD_OK;
 }
@@ -264,6 +290,7 @@ static unread_t *note_unread(segd_pipeline_t *p, const char *topic, int32_t part
     unread_t *u = &p->unread[p->nunread++];
     snprintf(u->topic, sizeof(u->topic), "%s", topic);
     u->partition = partition;
+    u->purging = 0;
     u->restoring = 0;
     u->logged = 0;
     u->fallback = fallback;
@@ -305,8 +332,9 @@ static void rewind_to(segd_pipeline_t *p, const rd_kafka_message_t *m)
     const char *topic = rd_kafka_topic_name(m->rkt);
     if (seek_to(p, topic, m->partition, m->offset))
         return;
-    fprintf(stderr, "segd: cannot rewind %s [%" PRId32 "] to %" PRId64
-                    "; it restarts from its stored offset\n", topic, m->partition, m->offset);
+    segd_log(LOG(p), SEGD_LOG_WARN, "pipeline",
+             "cannot rewind %s [%" PRId32 "] to %" PRId64 "; it restarts from its stored offset",
+             topic, m->partition, m->offset);
     rd_kafka_topic_partition_list_t *l = one_partition(topic, m->partition, 0);
     rd_kafka_pause_partitions(p->consumer, l);
     rd_kafka_topic_partition_list_destroy(l);
@@ -332,13 +360,27 @@ static int still_restoring(segd_pipeline_t *p, unread_t *u)
     return 0;
 }
 
+static int hand_to_restore(segd_pipeline_t *p, unread_t *u);
+
+/* Whether a half-swept partition still waits for the sweep; once it is
+ * done the partition goes to the restore hook, if any. */
+static int still_purging(segd_pipeline_t *p, unread_t *u)
+{
+    if (!u->purging)
+        return 0;
+    if (segd_sweep_purging(p->sweep, u->topic, u->partition))
+        return 1;
+    u->purging = 0;
+    return p->hooks.restore_begin && hand_to_restore(p, u);
+}
+
 static void retry_unread(segd_pipeline_t *p)
 {
     for (size_t i = 0; i < p->nunread;) {
         unread_t *u = &p->unread[i];
         char err[256];
         int64_t next;
-        if (still_restoring(p, u)) {
+        if (still_purging(p, u) || still_restoring(p, u)) {
             i++;
             continue;
         }
@@ -350,15 +392,16 @@ static void retry_unread(segd_pipeline_t *p)
         }
         if (e || !seek_to(p, u->topic, u->partition, next)) {
             if (e && !u->logged)
-                fprintf(stderr, "segd: waiting: %s [%" PRId32 "]: stored offset unreadable: "
-                                "%s (partition paused, retrying)\n", u->topic, u->partition, err);
+                segd_log(LOG(p), SEGD_LOG_WARN, "pipeline",
+                         "waiting: %s [%" PRId32 "]: stored offset unreadable: "
+                         "%s (partition paused, retrying)", u->topic, u->partition, err);
             u->logged |= e != SEGD_OK;
             i++;
             continue;
         }
         if (u->logged)
-            fprintf(stderr, "segd: resumed %s [%" PRId32 "] at its stored offset\n", u->topic,
-                    u->partition);
+            segd_log(LOG(p), SEGD_LOG_INFO, "pipeline", "resumed %s [%" PRId32 "] at its stored offset",
+                     u->topic, u->partition);
         if (!p->held) {
             rd_kafka_topic_partition_list_t *l = one_partition(u->topic, u->partition, next);
             rd_kafka_resume_partitions(p->consumer, l);
@@ -397,7 +440,8 @@ static int handle_message(segd_pipeline_t *p, const rd_kafka_message_t *m)
     char why[256];
     int reason = 0;
     const segd_event_t *ev = NULL;
-    p->st.messages++;
+    if (!p->st.messages++)
+        p->st.first_message_s = segd_mono_s();
     int ok = segd_ingest_check(p->ingest, rd_kafka_topic_name(m->rkt), m->partition, m->key, m->key_len, m->payload, m->len, &ev,
                                &reason, why, sizeof(why));
     if (ok < 0)
@@ -517,14 +561,35 @@ static void advance_gc(segd_pipeline_t *p)
                     ? SEGD_GC_CAUGHT_UP
                     : 0;
     if (segd_store_gc_advance(p->store, flags, err, sizeof(err)) != SEGD_OK)
-        fprintf(stderr, "segd: GC watermark not advanced: %s\n", err);
+        segd_log(LOG(p), SEGD_LOG_WARN, "store", "GC watermark not advanced: %s", err);
     /* RocksDB only looks for files due for periodic compaction after a flush
      * or compaction: on a quiet store an operand would stay in the memtable,
      * unmerged, for ever. An hourly flush keeps the grace bound (§3.1). */
     if (segd_mono_ms() >= p->flush_next_ms) {
         p->flush_next_ms = segd_mono_ms() + 3600 * 1000;
         if (segd_store_flush(p->store, err, sizeof(err)) != SEGD_OK)
-            fprintf(stderr, "segd: flush: %s\n", err);
+            segd_log(LOG(p), SEGD_LOG_WARN, "store", "flush: %s", err);
+    }
+}
+
+/* The revocation sweep's share of this step (consumer/sweep.h): here, on
+ * the thread whose rebalance callback changes the assignment. */
+static void sweep_step(segd_pipeline_t *p)
+{
+    char err[256];
+    if (!p->sweep || !segd_sweep_active(p->sweep))
+        return;
+    for (size_t i = 0; i < p->cfg->n_topics; i++) {
+        const char *topic = p->cfg->topics[i];
+        topic_parts_t *t = find_parts(p, topic);
+        int32_t count = t && t->count > 0 ? t->count : refresh_parts(p, topic);
+        if (count > 0 && segd_sweep_topic(p->sweep, topic, count, segd_mono_ms()))
+            return; /* out of memory: no sweep this time */
+    }
+    if (segd_sweep_step(p->sweep, segd_mono_ms(), err, sizeof(err)) != SEGD_OK &&
+        segd_mono_ms() - p->sweep_logged_ms >= 10000) {
+        p->sweep_logged_ms = segd_mono_ms();
+        segd_log(LOG(p), SEGD_LOG_WARN, "sweep", "%s (retrying)", err);
     }
 }
 
@@ -532,6 +597,7 @@ segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
 {
     advance_gc(p);
     retry_unread(p);
+    sweep_step(p);
     wait_for_publisher(p);
     int64_t deadline = segd_mono_ms() + p->cfg->batch_max_ms;
     int64_t taken = 0;
@@ -545,7 +611,8 @@ segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
             continue;
         if (m->err) {
             if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
-                fprintf(stderr, "segd: consumer: %s\n", rd_kafka_message_errstr(m));
+                segd_log(LOG(p), SEGD_LOG_WARN, "pipeline", "consumer: %s",
+                         rd_kafka_message_errstr(m));
             rd_kafka_message_destroy(m);
             continue;
         }
@@ -570,34 +637,55 @@ segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
 
 /* ---------- assignment ---------- */
 
-static segd_err_t topic_partition_count(rd_kafka_t *rk, const char *topic, int32_t *count,
-                                        char *errstr, size_t n);
-
-/* A partition without a stored offset goes to the restore hook, if any,
- * and waits paused (as an unread partition) until the restore finished. */
-static int start_restore(segd_pipeline_t *p, const rd_kafka_topic_partition_t *tp)
+/* Hands the partition to the restore hook; 1 when taken (it then waits
+ * paused, as an unread partition, until the restore finished). */
+static int hand_to_restore(segd_pipeline_t *p, unread_t *u)
 {
     char err[256];
-    int32_t count = 0;
-    if (!p->hooks.restore_begin || is_unread(p, tp->topic, tp->partition))
-        return 0;
+    topic_parts_t *t = find_parts(p, u->topic);
+    int32_t count = t ? t->count : 0;
     /* a unit routes users by the partition count it was made with */
-    if (topic_partition_count(p->consumer, tp->topic, &count, err, sizeof(err))) {
-        fprintf(stderr, "segd: %s [%" PRId32 "]: no restore (%s): replaying it\n", tp->topic,
-                tp->partition, err);
+    if (count <= 0 && segd_pipeline_partitions(p, u->topic, &count, err, sizeof(err))) {
+        segd_log(LOG(p), SEGD_LOG_WARN, "pipeline", "%s [%" PRId32 "]: no restore (%s): replaying it",
+                 u->topic, u->partition, err);
         return 0;
     }
-    unread_t *u = note_unread(p, tp->topic, tp->partition, -1);
-    if (!u)
+    if (p->hooks.restore_begin(p->hooks.restore_ctx, u->topic, u->partition, count))
         return 0;
-    if (p->hooks.restore_begin(p->hooks.restore_ctx, tp->topic, tp->partition, count)) {
+    u->restoring = 1;
+    u->logged = 1;
+    segd_log(LOG(p), SEGD_LOG_INFO, "pipeline",
+             "%s [%" PRId32 "] has no stored offset: restoring it from a snapshot unit "
+             "(partition paused)", u->topic, u->partition);
+    return 1;
+}
+
+/* A partition without a stored offset waits, paused, for the sweep to
+ * finish deleting its users if it was half swept (consumer/sweep.h), then
+ * for the restore hook, if any. Returns 1 when it waits. */
+static int start_restore(segd_pipeline_t *p, const rd_kafka_topic_partition_t *tp)
+{
+    int purging = segd_sweep_purging(p->sweep, tp->topic, tp->partition);
+    if ((!p->hooks.restore_begin && !purging) || is_unread(p, tp->topic, tp->partition))
+        return 0;
+    unread_t *u = note_unread(p, tp->topic, tp->partition, -1);
+    if (!u) {
+        if (purging) /* it starts unpaused: the sweep must not touch it now */
+            segd_sweep_disable(p->sweep, "more paused partitions than it can track");
+        return 0;
+    }
+    if (purging) {
+        u->purging = 1;
+        u->logged = 1;
+        segd_log(LOG(p), SEGD_LOG_INFO, "pipeline",
+                 "%s [%" PRId32 "] came back while the sweep was deleting its users: the rest "
+                 "go first (partition paused)", tp->topic, tp->partition);
+        return 1;
+    }
+    if (!hand_to_restore(p, u)) {
         p->nunread--; /* the entry just added is the last one */
         return 0;
     }
-    u->restoring = 1;
-    u->logged = 1;
-    fprintf(stderr, "segd: %s [%" PRId32 "] has no stored offset: restoring it from a "
-                    "snapshot unit (partition paused)\n", tp->topic, tp->partition);
     return 1;
 }
 
@@ -619,8 +707,12 @@ static void set_start_offsets(segd_pipeline_t *p, rd_kafka_topic_partition_list_
     for (int i = 0; i < parts->cnt; i++) {
         rd_kafka_topic_partition_t *tp = &parts->elems[i];
         int64_t next;
-        segd_err_t e =
-            segd_store_offset_get(p->store, tp->topic, tp->partition, &next, err, sizeof(err));
+        segd_sweep_owned(p->sweep, tp->topic, tp->partition, 1, segd_mono_ms());
+        /* half swept: whatever offset it has (offsets set --force) waits too */
+        segd_err_t e = segd_sweep_purging(p->sweep, tp->topic, tp->partition)
+                           ? SEGD_ERR_NOTFOUND
+                           : segd_store_offset_get(p->store, tp->topic, tp->partition, &next,
+                                                   err, sizeof(err));
         if (e == SEGD_OK) {
             tp->offset = next;
         } else if (e == SEGD_ERR_NOTFOUND && start_restore(p, tp)) {
@@ -628,8 +720,9 @@ static void set_start_offsets(segd_pipeline_t *p, rd_kafka_topic_partition_list_
         } else if (e == SEGD_ERR_NOTFOUND) {
             tp->offset = reset_offset(p);
         } else {
-            fprintf(stderr, "segd: waiting: %s [%" PRId32 "]: stored offset unreadable: %s "
-                            "(partition paused, retrying)\n", tp->topic, tp->partition, err);
+            segd_log(LOG(p), SEGD_LOG_WARN, "pipeline",
+                     "waiting: %s [%" PRId32 "]: stored offset unreadable: %s "
+                     "(partition paused, retrying)", tp->topic, tp->partition, err);
             unread_t *u = note_unread(p, tp->topic, tp->partition, -1);
             if (u)
                 u->logged = 1;
@@ -650,6 +743,16 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     char msg[256];
     p->rebalanced = 1;
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
+        const char *proto = coop ? "cooperative" : "eager";
+        if (!p->st.assigned_s) { /* the group join, timed once */
+            p->st.assigned_s = segd_mono_s();
+            segd_log_kv(LOG(p), SEGD_LOG_INFO, "pipeline", "partitions assigned",
+                        "count=%d protocol=%s join_s=%.3f", parts->cnt, proto,
+                        p->st.assigned_s - p->st.created_s);
+        } else {
+            segd_log_kv(LOG(p), SEGD_LOG_INFO, "pipeline", "partitions assigned",
+                        "count=%d protocol=%s", parts->cnt, proto);
+        }
         set_start_offsets(p, parts);
         if (coop)
             e = rd_kafka_incremental_assign(rk, parts);
@@ -657,17 +760,24 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
             rd_kafka_assign(rk, parts);
         pause_or_resume(p, parts);
     } else {
+        segd_log_kv(LOG(p), SEGD_LOG_INFO, "pipeline", "partitions revoked", "count=%d",
+                    parts->cnt);
         /* write what was read from these partitions while they are ours */
         if (flush_batch(p, msg, sizeof(msg)) != SEGD_OK)
-            fprintf(stderr, "segd: batch not written before revoke: %s\n", msg);
+            segd_log(LOG(p), SEGD_LOG_ERROR, "pipeline", "batch not written before revoke: %s", msg);
         forget_unread(p, parts);
+        rd_kafka_resp_err_t kerr = RD_KAFKA_RESP_ERR_NO_ERROR;
         if (coop)
             e = rd_kafka_incremental_unassign(rk, parts);
         else
-            rd_kafka_assign(rk, NULL);
+            kerr = rd_kafka_assign(rk, NULL);
+        /* still assigned after a failed unassign: not revoked for the sweep */
+        for (int i = 0; !e && !kerr && i < parts->cnt; i++)
+            segd_sweep_owned(p->sweep, parts->elems[i].topic, parts->elems[i].partition, 0,
+                             segd_mono_ms());
     }
     if (e) {
-        fprintf(stderr, "segd: rebalance: %s\n", rd_kafka_error_string(e));
+        segd_log(LOG(p), SEGD_LOG_ERROR, "pipeline", "rebalance: %s", rd_kafka_error_string(e));
         rd_kafka_error_destroy(e);
     }
 }
@@ -732,6 +842,7 @@ static segd_err_t make_consumer(segd_pipeline_t *p, char *errstr, size_t n)
         return err;
     }
     rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
+    rd_kafka_conf_set_log_cb(conf, log_cb);
     rd_kafka_conf_set_opaque(conf, p);
     p->consumer = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errbuf, sizeof(errbuf));
     if (!p->consumer) {
@@ -754,6 +865,34 @@ void segd_pipeline_set_hooks(segd_pipeline_t *p, const segd_pipeline_hooks_t *h)
     p->hooks = *h;
 }
 
+static int restoring(void *ctx, const char *topic, int32_t partition)
+{
+    segd_pipeline_t *p = ctx;
+    return p->hooks.restore_state &&
+           p->hooks.restore_state(p->hooks.restore_ctx, topic, partition) ==
+               SEGD_PIPELINE_RESTORING;
+}
+
+/* Always made, so that marks a run left are finished even with
+ * sweep.after.s = 0. New sweeps need restore.from: a swept partition
+ * that comes back has no offset, and a replay of its history would be
+ * refused as too_late once the store's GC watermark has started. And one
+ * input topic: a record joins a user's data of every topic, which a unit
+ * of one topic's partition cannot split (DESIGN §7). */
+static segd_err_t new_sweep(segd_pipeline_t *p, char *errstr, size_t n)
+{
+    const segd_config_t *cfg = p->cfg;
+    int on = cfg->restore_from && cfg->n_topics == 1;
+    segd_sweep_opts_t so = {.after_ms = on ? cfg->sweep_after_s * 1000 : 0,
+                            .records_per_s = cfg->sweep_records_per_s,
+                            .partitioner = cfg->partitioner,
+                            .n_topics = cfg->n_topics,
+                            .restoring = restoring,
+                            .restoring_ctx = p,
+                            .log = cfg->log};
+    return segd_sweep_new(&p->sweep, p->store, &so, segd_mono_ms(), errstr, n);
+}
+
 segd_err_t segd_pipeline_new(segd_pipeline_t **out, const segd_config_t *cfg,
                              segd_store_t *store, volatile sig_atomic_t *stop, char *errstr,
                              size_t n)
@@ -764,6 +903,8 @@ segd_err_t segd_pipeline_new(segd_pipeline_t **out, const segd_config_t *cfg,
     p->cfg = cfg;
     p->store = store;
     p->stop = stop;
+    p->bo.log = cfg->log;
+    p->st.created_s = segd_mono_s();
     segd_err_t err = segd_applier_init(&p->ap, store);
     if (!err)
         err = segd_ingest_new(&p->ingest, cfg, store, stop, &p->bo, errstr, n);
@@ -771,6 +912,11 @@ segd_err_t segd_pipeline_new(segd_pipeline_t **out, const segd_config_t *cfg,
         err = segd_dlq_new_topic(&p->dlq, cfg, stop, &p->bo, errstr, n);
     if (!err)
         err = segd_store_counter_get(store, SEGD_COUNTER_MISROUTED, &p->misrouted_stored, errstr, n);
+    if (!err)
+        err = segd_store_counter_get(store, SEGD_COUNTER_UNCHECKED, &p->unchecked_stored, errstr,
+                                     n);
+    if (!err)
+        err = new_sweep(p, errstr, n);
     if (!err && cfg->changes_enable) /* every batch records its changes (DESIGN §5) */
         segd_applier_enable_outbox(&p->ap);
     if (!err)
@@ -795,6 +941,8 @@ void segd_pipeline_get_stats(const segd_pipeline_t *p, segd_pipeline_stats_t *st
 {
     *st = p->st;
     st->retries = p->bo.retries;
+    if (p->sweep)
+        segd_sweep_get_stats(p->sweep, &st->sweep);
 }
 
 int segd_pipeline_assigned(segd_pipeline_t *p)
@@ -894,11 +1042,15 @@ void segd_pipeline_close(segd_pipeline_t *p)
         int unassigned = await_first_assignment(p);
         rd_kafka_consumer_close(p->consumer); /* revokes: the batch is written */
         if (flush_batch(p, err, sizeof(err)) != SEGD_OK)
-            fprintf(stderr, "segd: last batch not written: %s\n", err);
-        if (unassigned) /* the last resort: a leak instead of an abort */
-            fprintf(stderr, "segd: closing before the group's first assignment: the consumer "
-                            "handle is left to process exit (librdkafka 2.0.2 would abort)\n");
-        else
+            segd_log(LOG(p), SEGD_LOG_ERROR, "pipeline", "last batch not written: %s", err);
+        if (unassigned) { /* the last resort: a leak instead of an abort */
+            segd_log(LOG(p), SEGD_LOG_WARN, "pipeline",
+                     "closing before the group's first assignment: the consumer "
+                     "handle is left to process exit (librdkafka 2.0.2 would abort)");
+            /* its threads live on, and their log_cb would reach p (freed by
+             * destroy) and the logger: below every level, nothing is logged */
+            rd_kafka_set_log_level(p->consumer, -1);
+        } else
             rd_kafka_destroy(p->consumer);
         p->consumer = NULL;
     }
@@ -912,6 +1064,7 @@ void segd_pipeline_destroy(segd_pipeline_t *p)
         return;
     segd_pipeline_close(p);
     segd_dlq_destroy(p->dlq);
+    segd_sweep_destroy(p->sweep);
     segd_ingest_destroy(p->ingest);
     segd_applier_free(&p->ap);
     free(p);

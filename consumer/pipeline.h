@@ -24,12 +24,16 @@
 
 #include "consumer/config.h"
 #include "consumer/ingest.h" /* the dead-letter reasons */
+#include "consumer/sweep.h"
 #include "store/store.h"
 
 typedef struct segd_pipeline segd_pipeline_t;
 
 /* The store counter (segd_store_counter_get) of misrouted events. */
 #define SEGD_COUNTER_MISROUTED "misrouted"
+/* events applied while their topic's partition count was unknown (not
+ * checked for misrouting; the sweep stays off in such a store) */
+#define SEGD_COUNTER_UNCHECKED "unchecked"
 
 typedef struct segd_pipeline_stats {
     uint64_t messages; /* consumed, good and bad */
@@ -41,6 +45,11 @@ typedef struct segd_pipeline_stats {
     uint64_t misrouted; /* applied events whose partition is not
                            segd_partition_of(input.partitioner, user, P); the
                            store's running total is meta counter "misrouted" */
+    segd_sweep_stats_t sweep; /* zero without a sweep (sweep.after.s = 0) */
+    /* segd_mono_s() when the pipeline was made, got its first assignment
+     * and consumed its first message (0 = not yet): the group join and the
+     * ingest proper are timed apart (segd demo) */
+    double created_s, assigned_s, first_message_s;
 } segd_pipeline_stats_t;
 
 /* store and stop are borrowed and must outlive the pipeline. stop is polled

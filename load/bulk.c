@@ -45,6 +45,7 @@ struct segd_bulk {
     segd_sst_writer_t *w;
     char **ssts;
     size_t nssts, ssts_cap;
+    segd_buf_t last; /* direct: the last user added */
 };
 
 const char *segd_bulk_phase_name(segd_bulk_phase_t phase)
@@ -156,12 +157,51 @@ out_destroy:
     return err;
 }
 
+static segd_err_t sst_put(segd_bulk_t *b, const char *user, size_t ulen, const segd_buf_t *rec,
+                          char *errstr, size_t n);
+
+/* Bytewise, as RocksDB's default comparator (the SST writer's order). */
+static int after_last(const segd_bulk_t *b, const char *user, size_t len)
+{
+    if (!b->st.pairs)
+        return 1;
+    size_t m = len < b->last.len ? len : b->last.len;
+    int c = memcmp(user, b->last.data, m);
+    return c > 0 || (c == 0 && len > b->last.len);
+}
+
+/* The direct path: one operand per user, straight into the SST files. */
+static segd_err_t add_direct(segd_bulk_t *b, const char *user, size_t user_len,
+                             const uint8_t *operand, size_t operand_len, uint64_t n_segments,
+                             char *errstr, size_t n)
+{
+    if (!after_last(b, user, user_len))
+        return segd_errf(SEGD_ERR_UNSORTED, errstr, n, "bulk: user %.*s out of key order",
+                         (int)(user_len < 64 ? user_len : 64), user);
+    b->last.len = 0;
+    segd_err_t err = segd_buf_append(&b->last, user, user_len);
+    if (err)
+        return segd_errf(err, errstr, n, "out of memory");
+    b->st.pairs++;
+    b->st.users++;
+    b->st.segments += n_segments;
+    if (!operand_len) {
+        b->st.users_empty++;
+        return SEGD_OK;
+    }
+    segd_buf_t op = {.data = (uint8_t *)operand, .len = operand_len};
+    b->st.users_sst++;
+    return sst_put(b, user, user_len, &op, errstr, n);
+}
+
 segd_err_t segd_bulk_add(segd_bulk_t *b, const char *user, size_t user_len,
                          const uint8_t *operand, size_t operand_len, uint64_t n_segments,
                          char *errstr, size_t n)
 {
     if (user_len == 0 || user_len > SEGD_MAX_USER_ID)
         return segd_errf(SEGD_ERR_INVALID, errstr, n, "bulk: user id of %zu bytes", user_len);
+    if (b->o.direct)
+        return add_direct(b, user, user_len, operand, operand_len, n_segments, errstr, n);
     segd_err_t err = segd_extsort_add(b->sort, user, user_len, operand, operand_len, errstr, n);
     if (!err) {
         b->st.pairs++;
@@ -187,6 +227,7 @@ void segd_bulk_destroy(segd_bulk_t *b)
     segd_buf_free(&b->obval);
     segd_buf_free(&b->operand);
     segd_buf_free(&b->record);
+    segd_buf_free(&b->last);
     free(b);
 }
 
@@ -367,8 +408,35 @@ static segd_err_t write_all(segd_bulk_t *b, char *errstr, size_t n)
     return err;
 }
 
+/* Direct: the SST files are written; what is left is to close and ingest. */
+static segd_err_t finish_direct(segd_bulk_t *b, char *errstr, size_t n)
+{
+    double t1 = segd_mono_s();
+    b->st.sort_s = 0;
+    segd_err_t err = close_sst(b, errstr, n);
+    if (err)
+        return err;
+    double t2 = segd_mono_s();
+    b->st.write_s = t2 - b->t0;
+    if (b->o.stop && *b->o.stop)
+        return segd_errf(SEGD_ERR_ABORTED, errstr, n, "stopped");
+    progress(b, SEGD_BULK_INGEST, 0, b->nssts);
+    if ((err = segd_store_ingest(b->store, (const char *const *)b->ssts, b->nssts, errstr, n)))
+        return err;
+    progress(b, SEGD_BULK_INGEST, b->nssts, b->nssts);
+    b->st.ingest_s = segd_mono_s() - t2;
+    (void)t1;
+    return SEGD_OK;
+}
+
 segd_err_t segd_bulk_finish(segd_bulk_t *b, segd_bulk_stats_t *stats, char *errstr, size_t n)
 {
+    if (b->o.direct) {
+        segd_err_t err = finish_direct(b, errstr, n);
+        if (stats)
+            *stats = b->st;
+        return err;
+    }
     segd_extsort_stats_t xs;
     segd_extsort_stats(b->sort, &xs);
     progress(b, SEGD_BULK_SORT, 0, xs.runs + 1);

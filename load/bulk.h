@@ -70,6 +70,11 @@ typedef struct segd_bulk_opts {
                                 * SST files as ONE merge operand, no presence check,
                                 * which commutes with their merges (§3); no temporary
                                 * directories of other loads are removed */
+    int direct;                /* with shared and changes = 0: the input holds each
+                                * user once, in key order (a snapshot unit): every
+                                * add goes straight into the SST files, no sort, no
+                                * join; an add out of order is SEGD_ERR_UNSORTED (load
+                                * it again without direct) */
 } segd_bulk_opts_t;
 
 typedef struct segd_bulk_stats {

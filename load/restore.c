@@ -9,6 +9,7 @@
 
 struct segd_restore {
     segd_store_t *store;
+    const _Atomic int *cancel;
     segd_bulk_t *bulk;
     segd_buf_t op;
     segd_restore_stats_t st;
@@ -46,6 +47,7 @@ segd_err_t segd_restore_new(segd_restore_t **out, segd_store_t *store,
         return segd_errf(SEGD_ERR_NOMEM, errstr, n, "restore: out of memory");
     clock_gettime(CLOCK_MONOTONIC, &r->t0);
     r->store = store;
+    r->cancel = o->cancel;
     r->st.offset_before = -1;
     segd_bulk_opts_t bo;
     segd_bulk_opts_default(&bo);
@@ -53,6 +55,7 @@ segd_err_t segd_restore_new(segd_restore_t **out, segd_store_t *store,
     bo.changes = o->changes;
     bo.stop = o->stop;
     bo.shared = o->shared;
+    bo.direct = o->shared && o->direct && !o->changes;
     bo.progress = o->progress;
     bo.progress_ctx = o->progress_ctx;
     segd_err_t err = segd_bulk_new(&r->bulk, store, &bo, errstr, n);
@@ -64,21 +67,33 @@ segd_err_t segd_restore_new(segd_restore_t **out, segd_store_t *store,
     return SEGD_OK;
 }
 
-segd_err_t segd_restore_add(segd_restore_t *r, const char *user, size_t user_len,
-                            const segd_profile_t *p, char *errstr, size_t n)
+segd_err_t segd_restore_add_record(segd_restore_t *r, const char *user, size_t user_len,
+                                   const segd_profile_t *p, const uint8_t *rec, size_t rec_len,
+                                   char *errstr, size_t n)
 {
-    r->op.len = 0;
-    segd_err_t err = segd_record_encode(p, &r->op);
-    if (err)
-        return segd_errf(err, errstr, n, "restore: cannot encode user %.*s", (int)user_len,
-                         user);
-    if (!r->op.len) /* no entries, no erase marker: nothing to hold */
+    if (!rec) {
+        r->op.len = 0;
+        segd_err_t err = segd_record_encode(p, &r->op);
+        if (err)
+            return segd_errf(err, errstr, n, "restore: cannot encode user %.*s",
+                             (int)user_len, user);
+        rec = r->op.data;
+        rec_len = r->op.len;
+    }
+    if (!rec_len) /* no entries, no erase marker: nothing to hold */
         return SEGD_OK;
-    if ((err = segd_bulk_add(r->bulk, user, user_len, r->op.data, r->op.len, p->n, errstr, n)))
+    segd_err_t err = segd_bulk_add(r->bulk, user, user_len, rec, rec_len, p->n, errstr, n);
+    if (err)
         return err;
     r->st.users++;
     r->st.segments += p->n;
     return SEGD_OK;
+}
+
+segd_err_t segd_restore_add(segd_restore_t *r, const char *user, size_t user_len,
+                            const segd_profile_t *p, char *errstr, size_t n)
+{
+    return segd_restore_add_record(r, user, user_len, p, NULL, 0, errstr, n);
 }
 
 /* The store's offset for the partition becomes the unit's unless the store
@@ -107,17 +122,29 @@ static segd_err_t set_offset(segd_restore_t *r, const segd_restore_unit_t *u, ch
     return err;
 }
 
+static segd_err_t cancelled(const segd_restore_t *r, char *errstr, size_t n)
+{
+    return r->cancel && *r->cancel
+               ? segd_errf(SEGD_ERR_ABORTED, errstr, n, "restore cancelled: partition revoked")
+               : SEGD_OK;
+}
+
 segd_err_t segd_restore_finish(segd_restore_t *r, const segd_restore_unit_t *unit,
                                segd_restore_stats_t *stats, char *errstr, size_t n)
 {
     segd_bulk_stats_t bs;
-    segd_err_t err = take_markers(r->store, unit, errstr, n);
+    segd_err_t err = cancelled(r, errstr, n);
     if (!err)
+        err = take_markers(r->store, unit, errstr, n);
+    if (!err && !(err = cancelled(r, errstr, n)))
         err = segd_bulk_finish(r->bulk, &bs, errstr, n);
     if (!err) {
         r->st.users_sst = bs.users_sst;
         r->st.users_merged = bs.users_merged;
-        err = set_offset(r, unit, errstr, n);
+        /* the data went in, but an offset now would vouch for a partition
+         * another member owns and this one's sweep may be deleting */
+        if (!(err = cancelled(r, errstr, n)))
+            err = set_offset(r, unit, errstr, n);
     }
     struct timespec t1;
     clock_gettime(CLOCK_MONOTONIC, &t1);

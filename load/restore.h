@@ -21,6 +21,7 @@
 #define SEGD_RESTORE_H
 
 #include <signal.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -46,8 +47,15 @@ typedef struct segd_restore_opts {
     int changes;                 /* outbox deltas for the restored users; default 0:
                                   * the exporter published them already */
     volatile sig_atomic_t *stop; /* may be NULL */
+    const _Atomic int *cancel;   /* may be NULL; set: finish writes neither the data nor
+                                  * the offset (SEGD_ERR_ABORTED): the partition left
+                                  * this member, and its sweep may have begun */
     int shared;                  /* other writers meanwhile (segd run): see
                                   * segd_bulk_opts_t.shared */
+    int direct;                  /* with shared: the unit's users come in key order,
+                                  * each once (as exports write them): straight into
+                                  * SST files (segd_bulk_opts_t.direct); an add out
+                                  * of order is SEGD_ERR_UNSORTED */
     segd_bulk_progress_cb progress; /* may be NULL */
     void *progress_ctx;
 } segd_restore_opts_t;
@@ -70,6 +78,12 @@ segd_err_t segd_restore_new(segd_restore_t **out, segd_store_t *store,
 /* One profile of the unit (as a snapshot reader yields it). */
 segd_err_t segd_restore_add(segd_restore_t *r, const char *user, size_t user_len,
                             const segd_profile_t *p, char *errstr, size_t errstr_size);
+/* As segd_restore_add, with the record's encoded bytes when the unit holds
+ * them (snapshot.format = native: the store's own encoding of p, checked by
+ * the reader): they go in as the operand unchanged. rec NULL: encoded from p. */
+segd_err_t segd_restore_add_record(segd_restore_t *r, const char *user, size_t user_len,
+                                   const segd_profile_t *p, const uint8_t *rec, size_t rec_len,
+                                   char *errstr, size_t errstr_size);
 /* Takes the unit's markers (retirements, import floor; synced), loads
  * everything added, then sets the partition's offset (synced). A unit is
  * known in full only once read and verified, hence here. stats may be NULL. */

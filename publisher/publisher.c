@@ -92,6 +92,13 @@ void segd_publisher_opts_default(segd_publisher_opts_t *o)
 
 /* ---------- producer ---------- */
 
+/* librdkafka's lines, with the publisher as the client's opaque. */
+static void log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
+{
+    const segd_publisher_t *p = rd_kafka_opaque(rk);
+    segd_kconf_log(p ? p->o.log : NULL, rk, level, fac, buf);
+}
+
 static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
     (void)rk;
@@ -128,6 +135,7 @@ static segd_err_t make_producer(segd_publisher_t *p, char *errstr, size_t n)
         return err;
     }
     rd_kafka_conf_set_dr_msg_cb(conf, dr_cb);
+    rd_kafka_conf_set_log_cb(conf, log_cb);
     rd_kafka_conf_set_opaque(conf, p);
     char e[512];
     p->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, e, sizeof(e));
@@ -219,7 +227,8 @@ static int read_entry(void *ctx, uint64_t seq, const uint8_t *value, size_t vlen
     /* an undecodable entry cannot be published; it is dropped with a log
      * line (deleted with the cycle's range) rather than blocking the stream */
     if (err)
-        fprintf(stderr, "segd: outbox entry %" PRIu64 " does not decode; dropped\n", seq);
+        segd_log_kv(p->o.log, SEGD_LOG_ERROR, "publisher", "outbox entry does not decode; dropped",
+                    "seq=%" PRIu64, seq);
     else
         p->n_entries++;
     return 0;
@@ -642,7 +651,8 @@ segd_err_t segd_publisher_drain(segd_publisher_t *p, int64_t timeout_ms, char *e
 static void log_fault(segd_publisher_t *p, const char *msg)
 {
     if (strcmp(p->last_fault, msg)) {
-        fprintf(stderr, "segd: publisher waiting: %s (outbox kept, retrying)\n", msg);
+        segd_log(p->o.log, SEGD_LOG_WARN, "publisher",
+                 "publisher waiting: %s (outbox kept, retrying)", msg);
         snprintf(p->last_fault, sizeof(p->last_fault), "%.500s", msg);
     }
 }
@@ -672,7 +682,8 @@ static void *run(void *arg)
             continue;
         }
         if (p->last_fault[0]) {
-            fprintf(stderr, "segd: publisher resumed after: %s\n", p->last_fault);
+            segd_log(p->o.log, SEGD_LOG_INFO, "publisher", "publisher resumed after: %s",
+                     p->last_fault);
             p->last_fault[0] = 0;
         }
         wait = 100;
@@ -727,8 +738,9 @@ void segd_publisher_stop(segd_publisher_t *p, int64_t drain_ms)
     p->running = 0;
     char err[512];
     if (drain_ms > 0 && segd_publisher_drain(p, drain_ms, err, sizeof(err)))
-        fprintf(stderr, "segd: publisher stopped with deltas left in the outbox (re-published "
-                        "at next start): %s\n", err);
+        segd_log(p->o.log, SEGD_LOG_WARN, "publisher",
+                 "publisher stopped with deltas left in the outbox (re-published "
+                 "at next start): %s", err);
 }
 
 static int64_t percentile(const uint64_t *lat, double q)

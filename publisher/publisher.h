@@ -24,6 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/log.h"
 #include "core/partition.h"
 #include "wire/change.h"
 #include "wire/change_frame.h"
@@ -52,6 +53,7 @@ typedef struct segd_publisher_opts {
     int64_t retry_max_ms;           /* backoff cap, default 5000 */
     int64_t ack_timeout_ms;         /* wait for acks per cycle, default 30000 */
     const char *const *kafka_props; /* extra librdkafka producer settings: k, v, ..., NULL */
+    const segd_log_t *log;          /* borrowed, outlives the publisher; NULL = default */
 } segd_publisher_opts_t;
 
 typedef struct segd_publisher_stats {

@@ -414,7 +414,8 @@ static segd_err_t unit_publish(const exporter_t *x, unit_t *u, char *errstr, siz
  * previous unit's once its new manifest is in place). A reader still
  * loading the previous unit then finds a file missing and starts over from
  * the new manifest. */
-static void delete_files(segd_dest_t *d, const segd_manifest_t *m, const segd_manifest_t *keep)
+static void delete_files(const segd_log_t *log, segd_dest_t *d, const segd_manifest_t *m,
+                         const segd_manifest_t *keep)
 {
     char err[256];
     for (size_t i = 0; i < m->n_files; i++) {
@@ -422,7 +423,8 @@ static void delete_files(segd_dest_t *d, const segd_manifest_t *m, const segd_ma
         for (size_t k = 0; keep && k < keep->n_files && !kept; k++)
             kept = !strcmp(keep->files[k].name, m->files[i].name);
         if (!kept && segd_dest_delete(d, m->files[i].name, err, sizeof(err)))
-            fprintf(stderr, "segd: snapshot: could not delete %s: %s\n", m->files[i].name, err);
+            segd_log(log, SEGD_LOG_WARN, "snapshot", "could not delete %s: %s", m->files[i].name,
+                     err);
     }
 }
 
@@ -436,10 +438,10 @@ static void unit_finish(exporter_t *x, unit_t *u)
             unit_fail(u, err, msg);
     }
     if (u->err && u->published)
-        delete_files(u->d, &u->m, NULL);
+        delete_files(x->o->log, u->d, &u->m, NULL);
     u->landed = !u->err;
     if (u->landed)
-        delete_files(u->d, &u->old, &u->m);
+        delete_files(x->o->log, u->d, &u->old, &u->m);
 }
 
 static void unit_close(unit_t *u)

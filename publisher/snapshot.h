@@ -15,6 +15,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/log.h"
 #include "core/partition.h"
 #include "wire/avro_file.h"
 #include "wire/change.h"
@@ -47,6 +48,7 @@ typedef struct segd_snapshot_opts {
     /* native only: write a stored value that needs no pruning as read
      * instead of re-encoding it (default 1; 0 is for measuring the gain) */
     int native_copy;
+    const segd_log_t *log;      /* warnings (files left behind); NULL = default logger */
 } segd_snapshot_opts_t;
 
 void segd_snapshot_opts_default(segd_snapshot_opts_t *o);

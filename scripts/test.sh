@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The test command: installs dependencies if missing, builds (warnings are
-# errors), runs the suite under ctest (but its seven slowest tests), then the
+# errors), runs the suite under ctest (but the slow ones of twice_slow), then the
 # whole suite under ASan+UBSan (but the chaos and fleet trials: processes killed at
 # random, already run above), then the threaded tests under ThreadSanitizer.
 set -euo pipefail
@@ -15,7 +15,7 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSEGD_WERROR=ON >/dev/nul
 cmake --build build -j"$jobs"
 # The slowest tests run under ASan+UBSan below (same assertions, sanitized):
 # running them twice would spend two minutes of CI on nothing new.
-twice_slow='^(test_ingest|test_ingest_faults|test_publish|test_converge|snapshot_cli|restore_cli|cli_replay)$'
+twice_slow='^(test_ingest|test_ingest_faults|test_publish|test_converge|snapshot_cli|restore_cli|cli_replay|sweep_cli|run_logs|demo_cli)$'
 (cd build && ctest --output-on-failure -j"$jobs" -E "$twice_slow")
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSEGD_SANITIZE=ON -DSEGD_WERROR=ON >/dev/null
 cmake --build build-asan -j"$jobs"

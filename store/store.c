@@ -36,6 +36,7 @@ struct segd_store {
     int64_t granularity_s;
     int read_only;
     char *path;               /* for the free-space check */
+    const segd_log_t *log;    /* borrowed from the opts */
     uint64_t min_free_bytes;  /* writes wait below this much free disk */
     int (*disk_avail)(void *ctx, const char *path, uint64_t *avail_bytes);
     void *disk_avail_ctx;
@@ -79,6 +80,7 @@ void segd_store_opts_default(segd_store_opts_t *o)
     o->periodic_compaction_s = 86400;
     o->min_free_mb = 256;
     o->gc_grace_ms = 2LL * 86400 * 1000;
+    o->info_log_level = SEGD_STORE_LOG_FATAL;
 }
 
 static void put_be64(char *b, uint64_t v)
@@ -137,11 +139,14 @@ static segd_err_t make_options(segd_store_t *s, const segd_store_opts_t *o)
     rocksdb_options_set_max_open_files(s->db_opts, -1);
     rocksdb_options_increase_parallelism(s->db_opts, 2);
     rocksdb_options_set_max_background_jobs(s->db_opts, 2);
-    /* FATAL only: RocksDB 7.8's info LOG writer asserts on the next line
-     * after a failed append, so on a full disk its error messages would
-     * abort the process (Debian builds keep assertions). segd reports what
-     * matters itself (write errors, background errors, properties). */
-    rocksdb_options_set_info_log_level(s->db_opts, 4 /* FATAL */);
+    /* FATAL only by default: RocksDB 7.8's info LOG writer asserts on the
+     * next line after a failed append, so on a full disk its error messages
+     * would abort the process (Debian builds keep assertions). segd reports
+     * what matters itself (write errors, background errors, properties);
+     * store.log.level opts in, knowing that. The files are capped either way. */
+    rocksdb_options_set_info_log_level(s->db_opts, o->info_log_level);
+    rocksdb_options_set_max_log_file_size(s->db_opts, SEGD_STORE_LOG_FILE_BYTES);
+    rocksdb_options_set_keep_log_file_num(s->db_opts, SEGD_STORE_LOG_FILES);
     /* meta/outbox take few writes and would otherwise never flush, pinning
      * every WAL file until the 4x-write-buffer default (~2.5 GiB) forces it */
     rocksdb_options_set_max_total_wal_size(s->db_opts, 256 << 20);
@@ -642,6 +647,7 @@ segd_err_t segd_store_open(segd_store_t **out, const segd_store_opts_t *o, char 
     s->min_free_bytes = o->min_free_mb > 0 ? (uint64_t)o->min_free_mb << 20 : 0;
     s->disk_avail = o->disk_avail;
     s->disk_avail_ctx = o->disk_avail_ctx;
+    s->log = o->log;
     if (!(s->path = strdup(o->path))) {
         free(s);
         return SEGD_ERR_NOMEM;
@@ -670,7 +676,8 @@ void segd_store_close(segd_store_t *s)
     if (!s)
         return;
     if (atomic_load(&s->broken)) { /* see write_failed: the WAL has every acked write */
-        fprintf(stderr, "segd: store %s left unclosed after a failed write\n", s->path);
+        segd_log(s->log, SEGD_LOG_ERROR, "store", "store %s left unclosed after a failed write",
+                 s->path);
         return;
     }
     for (int i = 0; i < CF_COUNT; i++)
@@ -766,6 +773,61 @@ void segd_batch_set_change_position(segd_batch_t *b, const char *topic, int32_t 
                                     int64_t next_offset)
 {
     batch_set_position(b, "changes", topic, partition, next_offset);
+}
+
+void segd_batch_delete_user(segd_batch_t *b, const char *user, size_t user_len)
+{
+    rocksdb_writebatch_delete_cf(b->wb, b->store->cf[CF_PROFILES], user, user_len);
+}
+
+void segd_batch_delete_offset(segd_batch_t *b, const char *topic, int32_t partition)
+{
+    char key[512];
+    size_t klen = position_key(key, sizeof(key), "offset", topic, partition);
+    rocksdb_writebatch_delete_cf(b->wb, b->store->cf[CF_META], key, klen);
+}
+
+void segd_batch_set_sweep_mark(segd_batch_t *b, const char *topic, int32_t partition,
+                               int64_t since_ms)
+{
+    batch_set_position(b, "sweep", topic, partition, since_ms);
+}
+
+void segd_batch_clear_sweep_mark(segd_batch_t *b, const char *topic, int32_t partition)
+{
+    char key[512];
+    size_t klen = position_key(key, sizeof(key), "sweep", topic, partition);
+    rocksdb_writebatch_delete_cf(b->wb, b->store->cf[CF_META], key, klen);
+}
+
+segd_err_t segd_store_scan_users(segd_store_t *s, const char *after, size_t after_len,
+                                 size_t max, segd_key_cb cb, void *ctx, int *end,
+                                 char *errstr, size_t n)
+{
+    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(s->db, s->ropts, s->cf[CF_PROFILES]);
+    if (after) {
+        rocksdb_iter_seek(it, after, after_len);
+        size_t klen;
+        const char *k = rocksdb_iter_valid(it) ? rocksdb_iter_key(it, &klen) : NULL;
+        if (k && klen == after_len && !memcmp(k, after, klen))
+            rocksdb_iter_next(it);
+    } else {
+        rocksdb_iter_seek_to_first(it);
+    }
+    size_t seen = 0;
+    int stopped = 0;
+    for (; rocksdb_iter_valid(it) && seen < max && !stopped; rocksdb_iter_next(it), seen++) {
+        size_t klen;
+        const char *k = rocksdb_iter_key(it, &klen);
+        stopped = cb(ctx, k, klen);
+    }
+    *end = !rocksdb_iter_valid(it);
+    char *rerr = NULL;
+    rocksdb_iter_get_error(it, &rerr);
+    rocksdb_iter_destroy(it);
+    if (rerr)
+        *end = 0;
+    return rerr ? rocks_err(rerr, SEGD_ERR_IO, errstr, n, "scan") : SEGD_OK;
 }
 
 uint64_t segd_batch_outbox_append(segd_batch_t *b, const void *value, size_t vlen)

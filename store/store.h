@@ -25,6 +25,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "base/log.h"
 #include "core/policy.h"
 #include "core/record.h"
 
@@ -33,6 +34,10 @@
 
 typedef struct segd_store segd_store_t;
 typedef struct segd_batch segd_batch_t;
+
+#define SEGD_STORE_LOG_FATAL 4                     /* RocksDB's FATAL_LEVEL */
+#define SEGD_STORE_LOG_FILE_BYTES (16u << 20)       /* DIR/LOG rotated at this size */
+#define SEGD_STORE_LOG_FILES 4                      /* LOG files kept */
 
 typedef struct segd_store_opts {
     const char *path;
@@ -61,6 +66,12 @@ typedef struct segd_store_opts {
     rocksdb_compactionfilterfactory_t *(*filter_factory)(segd_policy_t *policy);
     int64_t gc_grace_ms;           /* default 2 days: bound on how long a merge
                                     * operand stays unmerged (DESIGN §3) */
+    /* RocksDB's own info log: the C API (7.8) takes no logger callback, so
+     * it stays in files DIR/LOG and DIR/LOG.old.* (rotated at 16 MiB, 4
+     * kept). Its level, RocksDB's InfoLogLevel: 0 debug, 1 info, 2 warn,
+     * 3 error, 4 fatal (default: nothing in practice; see store.c). */
+    int info_log_level;
+    const segd_log_t *log;         /* segd's own lines; borrowed; NULL = default */
 } segd_store_opts_t;
 
 typedef struct segd_store_stats {
@@ -240,6 +251,30 @@ void segd_store_fault_set(segd_store_t *s, segd_store_fault_t point, uint64_t nt
                           uint64_t times);
 /* Counts a call at point; 1 when it must fail. */
 int segd_store_fault_hit(segd_store_t *s, segd_store_fault_t point);
+
+/* ---------- revocation sweep (consumer/sweep.h, DESIGN §7) ---------- */
+
+/* Deletes a user's record (a RocksDB delete: no tombstone entries, no
+ * delta; the sweep reclaims the space of users another instance owns). */
+void segd_batch_delete_user(segd_batch_t *b, const char *user, size_t user_len);
+/* Deletes a partition's stored input offset: it is restored or replayed
+ * as one assigned without an offset. */
+void segd_batch_delete_offset(segd_batch_t *b, const char *topic, int32_t partition);
+/* meta `sweep/<topic>/<partition>` (read with segd_store_view_positions,
+ * kind "sweep"): the partition's offset is gone and some of its users may
+ * remain, to be deleted before its data comes back. since_ms: when the
+ * sweep began. */
+void segd_batch_set_sweep_mark(segd_batch_t *b, const char *topic, int32_t partition,
+                               int64_t since_ms);
+void segd_batch_clear_sweep_mark(segd_batch_t *b, const char *topic, int32_t partition);
+
+/* Calls cb for up to max user keys of the profiles family in key order,
+ * starting after `after` (NULL: at the first); *end = 1 when no key
+ * follows the last one passed. cb returns non-zero to stop. */
+typedef int (*segd_key_cb)(void *ctx, const char *user, size_t user_len);
+segd_err_t segd_store_scan_users(segd_store_t *s, const char *after, size_t after_len,
+                                 size_t max, segd_key_cb cb, void *ctx, int *end,
+                                 char *errstr, size_t errstr_size);
 
 /* ---------- consistent views (snapshots) ---------- */
 

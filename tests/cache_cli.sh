@@ -72,7 +72,7 @@ for _ in $(seq 100); do
 done
 grep -q '"status":"ok"' "$tmp/health.json" || fail "healthz: $(cat "$tmp/health.json" 2>/dev/null)"
 grep -q "\"users\":$users" "$tmp/health.json" || fail "healthz users: $(cat "$tmp/health.json")"
-grep -q "loaded 4 units of events, $users users" "$tmp/cache.log" || fail "cache load: $(cat "$tmp/cache.log")"
+grep -q "msg=\"loaded 4 units of events\" units=4 users=$users " "$tmp/cache.log" || fail "cache load: $(cat "$tmp/cache.log")"
 grep -q '"snapshot_units":4' "$tmp/health.json" || fail "healthz units: $(cat "$tmp/health.json")"
 
 compare() { # every user: cache == store at the same clock, once both caught up
@@ -121,7 +121,7 @@ curl -sf "http://127.0.0.1:$port/healthz" | grep -q '"changes_applied":[1-9]' ||
 "$segd" snapshot verify "$tmp/periodic/events" |
   grep -q "^valid: events, 4 units (4 partitions, murmur2_random), $users users.*records_format=native$" ||
   fail "periodic snapshot: $("$segd" snapshot verify "$tmp/periodic/events")"
-grep -q "segd run: snapshot: 4 units of events, $users users" "$tmp/run.log" ||
+grep -q "msg=\"snapshot: 4 units of events\" units=4 topic=events users=$users " "$tmp/run.log" ||
   fail "run did not log its snapshots"
 [ "$(grep -l '"records_format": "native"' "$tmp/periodic/events"/p-*/manifest.json | wc -l)" = 4 ] ||
   fail "snapshot.format = native did not reach segd run's units"

@@ -62,7 +62,7 @@ run_until() {
 consumed() { # the messages segd run $1 reported consumed, in its last line
   grep -o 'consumed=[0-9]*' "$tmp/$1.log" 2>/dev/null | tail -1 | cut -d= -f2 || true
 }
-final_consumed() { grep 'final: ' "$tmp/$1.log" | grep -o 'consumed=[0-9]*' | cut -d= -f2; }
+final_consumed() { grep 'msg=final ' "$tmp/$1.log" | grep -o 'consumed=[0-9]*' | cut -d= -f2; }
 
 produce 1
 run_until a '[ "$(consumed a)" -ge 1500 ] 2>/dev/null'
@@ -107,7 +107,9 @@ m1=$(cat "$tmp/dest/events/p-00001/manifest.json")
 # (which other units an export carries depends on how far partition 2's
 # replay got: not asserted)
 exports() { grep -c 'snapshot: [0-9]* units' "$tmp/d.log" 2>/dev/null || true; }
-run_until d '[ "$(exports)" -ge 2 ] 2>/dev/null' SEGD_RESTORE_FROM="$tmp/dest" \
+# (done once unit 1 has been refused and two exports ran: fresh jobs go first)
+run_until d '[ "$(exports)" -ge 2 ] 2>/dev/null && grep -q "restore of events \[1\] failed" "$tmp/d.log"' \
+  SEGD_RESTORE_FROM="$tmp/dest" \
   SEGD_RESTORE_FALLBACK=wait SEGD_SNAPSHOT_TO="$tmp/dest" SEGD_SNAPSHOT_INTERVAL=1
 [ "$(cat "$tmp/dest/events/p-00001/manifest.json")" = "$m1" ] ||
   fail "d: exported unit 1 while it was restoring it"

@@ -131,12 +131,81 @@ static void test_duplicate_and_empty_values(void **state)
     segd_config_free(&c);
 }
 
+/* The key table read back, and --print-config's output: every key once,
+ * values as set, secrets and URL passwords masked, log.* parsed. */
+static void test_print_and_secrets(void **state)
+{
+    (void)state;
+    segd_config_t c;
+    char err[512], v[256];
+    segd_config_init(&c);
+    const char *set[][2] = {{"brokers", "b:9092"}, {"topics", "x,y"}, {"group", "g"},
+                            {"db", "/d"}, {"log.format", "json"}, {"log.level", "warn"},
+                            {"input.schema.registry.url", "https://alice:s3cret@reg/"},
+                            {"input.schema.registry.auth", "alice:s3cret"},
+                            {"kafka.sasl.password", "hunter2"},
+                            {"kafka.ssl.key.pem", "-----BEGIN"}, {"kafka.client.id", "c1"}};
+    for (size_t i = 0; i < sizeof(set) / sizeof(set[0]); i++)
+        assert_int_equal(segd_config_set(&c, set[i][0], set[i][1], err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_config_finish(&c, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(c.log_format, SEGD_LOG_JSON);
+    assert_int_equal(c.log_level, SEGD_LOG_WARN);
+    assert_int_equal(segd_config_set(&c, "log.level", "loud", err, sizeof(err)), SEGD_ERR_CONFIG);
+    assert_non_null(strstr(err, "log.level"));
+    assert_int_equal(segd_config_set(&c, "log.format", "text", err, sizeof(err)), SEGD_ERR_CONFIG);
+    assert_int_equal(segd_config_value(&c, "topics", v, sizeof(v)), SEGD_OK);
+    assert_string_equal(v, "x,y");
+    assert_int_equal(segd_config_value(&c, "batch.max.ms", v, sizeof(v)), SEGD_OK);
+    assert_string_equal(v, "50");
+    assert_int_equal(segd_config_value(&c, "store.granularity.s", v, sizeof(v)), SEGD_OK);
+    assert_string_equal(v, ""); /* unset: the store's */
+    assert_int_equal(segd_config_value(&c, "no.such", v, sizeof(v)), SEGD_ERR_NOTFOUND);
+    assert_true(segd_config_is_secret("kafka.sasl.password"));
+    assert_true(segd_config_is_secret("input.schema.registry.auth"));
+    assert_false(segd_config_is_secret("kafka.client.id"));
+    segd_config_mask_url("https://u:pw@h:1/p?a=b@c", v, sizeof(v));
+    assert_string_equal(v, "https://u:***@h:1/p?a=b@c");
+    segd_config_mask_url("http://h/p@q:r", v, sizeof(v)); /* '@' only after the host */
+    assert_string_equal(v, "http://h/p@q:r");
+    segd_config_mask_url("s3://bucket/prefix", v, sizeof(v));
+    assert_string_equal(v, "s3://bucket/prefix");
+
+    char *out = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&out, &len);
+    segd_config_print(&c, f);
+    fclose(f);
+    assert_null(strstr(out, "s3cret"));
+    assert_null(strstr(out, "hunter2"));
+    assert_null(strstr(out, "BEGIN"));
+    assert_non_null(strstr(out, "input.schema.registry.url = https://alice:***@reg/\n"));
+    assert_non_null(strstr(out, "input.schema.registry.auth = ***\n"));
+    assert_non_null(strstr(out, "kafka.sasl.password = ***\n"));
+    assert_non_null(strstr(out, "kafka.client.id = c1\n"));
+    assert_non_null(strstr(out, "log.format = json\n"));
+    assert_non_null(strstr(out, "# store.granularity.s = (unset)\n"));
+    /* every key of the table, once */
+    for (size_t i = 0; i < segd_config_key_count(); i++) {
+        segd_config_key_info_t k;
+        segd_config_key_at(i, &k);
+        char line[128];
+        snprintf(line, sizeof(line), "\n%s = ", k.key);
+        char *hit = strstr(out, line);
+        snprintf(line, sizeof(line), "# %s = ", k.key);
+        assert_true(hit || strstr(out, line) || !strncmp(out, line + 2, strlen(line + 2)));
+        assert_true(!strcmp(k.type, "enum") == (k.values != NULL));
+    }
+    free(out);
+    segd_config_free(&c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_file_env_flags),
         cmocka_unit_test(test_errors_name_the_key),
         cmocka_unit_test(test_duplicate_and_empty_values),
+        cmocka_unit_test(test_print_and_secrets),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

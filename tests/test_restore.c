@@ -22,6 +22,7 @@
 #include "load/restore.h"
 #include "publisher/snapshot.h"
 #include "store/store.h"
+#include "store/sst.h"
 
 #define NOW 1800000000000LL
 #define DAY_MS 86400000LL
@@ -287,9 +288,8 @@ static void test_restore_into_present_users(void **state)
 /* Beside another writer (shared): merges made between the load's start and
  * its ingest, for users of the unit, are joined, not replaced. Without
  * `shared` the ingested values would hide them (the test's check). */
-static void test_restore_beside_writer(void **state)
+static void beside_writer(int direct)
 {
-    (void)state;
     char da[64], db[64], dc[64], err[256];
     make_dir(da, sizeof(da), "src");
     make_dir(db, sizeof(db), "dst");
@@ -303,6 +303,7 @@ static void test_restore_beside_writer(void **state)
     segd_restore_opts_t o;
     segd_restore_opts_default(&o);
     o.shared = 1;
+    o.direct = direct;
     o.progress = write_meanwhile;
     o.progress_ctx = &m;
     segd_restore_stats_t st;
@@ -322,6 +323,87 @@ static void test_restore_beside_writer(void **state)
     remove_dir(da);
     remove_dir(db);
     remove_dir(dc);
+}
+
+static void test_restore_beside_writer(void **state)
+{
+    (void)state;
+    beside_writer(0);
+}
+
+/* direct: the unit's users in key order straight into SST files (no sort,
+ * no join): the same store */
+static void test_restore_direct_beside_writer(void **state)
+{
+    (void)state;
+    beside_writer(1);
+}
+
+/* direct and a user out of key order: SEGD_ERR_UNSORTED, nothing ingested
+ * (the restorer then loads the unit again), no offset */
+static void test_restore_direct_unsorted(void **state)
+{
+    (void)state;
+    char db[64], err[256];
+    make_dir(db, sizeof(db), "dst");
+    segd_store_t *b = open_store(db, NOW);
+    segd_restore_opts_t o;
+    segd_restore_opts_default(&o);
+    o.shared = 1;
+    o.direct = 1;
+    segd_restore_t *r = NULL;
+    assert_int_equal(segd_restore_new(&r, b, &o, err, sizeof(err)), SEGD_OK);
+    segd_profile_t p;
+    segd_profile_init(&p);
+    segd_entry_t e = {.segment_id = 1, .ts_ms = NOW - 1000, .expiry_s = NOW / 1000 + 86400};
+    assert_int_equal(segd_profile_push(&p, &e), SEGD_OK);
+    assert_int_equal(segd_restore_add(r, "b", 1, &p, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_restore_add(r, "a", 1, &p, err, sizeof(err)), SEGD_ERR_UNSORTED);
+    assert_int_equal(segd_restore_add(r, "b", 1, &p, err, sizeof(err)), SEGD_ERR_UNSORTED);
+    segd_restore_destroy(r);
+    segd_profile_t q;
+    segd_profile_init(&q);
+    assert_int_equal(segd_store_get(b, "b", 1, &q, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(q.n, 0);
+    int64_t off;
+    assert_int_equal(segd_store_offset_get(b, "segments", 3, &off, err, sizeof(err)),
+                     SEGD_ERR_NOTFOUND);
+    segd_profile_free(&p);
+    segd_profile_free(&q);
+    segd_store_close(b);
+    remove_dir(db);
+}
+
+/* A restore whose partition was revoked (cancel set) after its last record
+ * writes neither its data nor its offset: the partition's sweep may have
+ * begun (found by review: the offset of a cancelled load was written over
+ * a sweep's mark). */
+static void test_restore_cancelled_writes_nothing(void **state)
+{
+    (void)state;
+    char da[64], db[64], err[256];
+    make_dir(da, sizeof(da), "src");
+    make_dir(db, sizeof(db), "dst");
+    segd_store_t *a = open_store(da, NOW), *b = open_store(db, NOW);
+    fill(a, USERS, 2, 41);
+    _Atomic int cancel = 1;
+    segd_restore_opts_t o;
+    segd_restore_opts_default(&o);
+    o.shared = 1;
+    o.direct = 1;
+    o.cancel = &cancel;
+    segd_restore_stats_t st;
+    assert_int_equal(restore_opts(a, b, 77, 0, &o, &st, err, sizeof(err)), SEGD_ERR_ABORTED);
+    int64_t off;
+    assert_int_equal(segd_store_offset_get(b, "segments", 3, &off, err, sizeof(err)),
+                     SEGD_ERR_NOTFOUND);
+    int empty = 0;
+    assert_int_equal(segd_store_profiles_empty(b, &empty, err, sizeof(err)), SEGD_OK);
+    assert_true(empty);
+    segd_store_close(a);
+    segd_store_close(b);
+    remove_dir(da);
+    remove_dir(db);
 }
 
 /* The unit's W is the floor of ITS partition here, for good (not of the
@@ -402,6 +484,9 @@ int main(void)
         cmocka_unit_test(test_restore_equals_source),
         cmocka_unit_test(test_restore_into_present_users),
         cmocka_unit_test(test_restore_beside_writer),
+        cmocka_unit_test(test_restore_direct_beside_writer),
+        cmocka_unit_test(test_restore_direct_unsorted),
+        cmocka_unit_test(test_restore_cancelled_writes_nothing),
         cmocka_unit_test(test_floor_and_stop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -8,11 +8,22 @@
 #include <stddef.h>
 
 #include "base/err.h"
+#include "base/log.h"
 
 segd_err_t segd_kconf_set(rd_kafka_conf_t *c, const char *who, const char *key,
                           const char *value, char *errstr, size_t errstr_size);
 /* kv: key, value, key, value, ..., NULL; NULL applies nothing. */
 segd_err_t segd_kconf_apply(rd_kafka_conf_t *c, const char *who, const char *const *kv,
                             char *errstr, size_t errstr_size);
+
+/* librdkafka's log_cb body: one line of component "kafka" with the
+ * client's name and the facility as fields, the syslog level mapped
+ * (0-3 error, 4 warn, 5-6 info, 7 debug). For clients whose opaque is
+ * something else, their own log_cb finds log there and calls this. */
+void segd_kconf_log(const segd_log_t *log, const rd_kafka_t *rk, int level, const char *fac,
+                    const char *buf);
+/* Routes the client's logs to log (borrowed; it must outlive the client)
+ * through the opaque pointer: for clients that use no other opaque. */
+void segd_kconf_set_logger(rd_kafka_conf_t *c, const segd_log_t *log);
 
 #endif
