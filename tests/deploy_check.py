@@ -365,6 +365,13 @@ def check_dockerfile():
     for i, a in build[2]:
         if i == "COPY":
             check(a.split()[0] == ".", "build stage copies %s, not the whole context" % a)
+    # COPY . . must not bring a local build tree (its CMakeCache.txt names another path)
+    ignore = os.path.join(SRC, ".dockerignore")
+    patterns = [l.strip() for l in open(ignore) if l.strip() and not l.startswith("#")] \
+        if os.path.isfile(ignore) else []
+    for tree in ("build", "build-asan"):
+        check(any(re.fullmatch(p.replace("*", ".*"), tree) for p in patterns),
+              ".dockerignore does not keep %s/ out of the build context" % tree)
     return env
 
 
