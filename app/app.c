@@ -38,24 +38,31 @@ segd_store_t *segd_app_open_store(const char *cmd, const char *dir, int64_t now_
     return s;
 }
 
+void segd_app_config_store_opts(const segd_config_t *cfg, segd_store_opts_t *o)
+{
+    segd_app_store_opts(o);
+    o->path = cfg->db;
+    o->granularity_s = cfg->granularity_s;
+    o->horizon_ms = cfg->horizon_s * 1000;
+    o->block_cache_mb = (size_t)cfg->block_cache_mb;
+    o->write_buffer_mb = (size_t)cfg->memory.write_buffer_mb;
+    o->memtable_mb = (size_t)cfg->memory.memtable_mb;
+    o->compaction_rate_mb = cfg->compaction_rate_mb;
+    o->periodic_compaction_s = cfg->periodic_compaction_s;
+    o->min_free_mb = cfg->min_free_mb;
+    o->gc_grace_ms = cfg->gc_grace_s * 1000;
+    o->info_log_level = (int)cfg->store_log_level;
+    o->log = cfg->log;
+}
+
 segd_store_t *segd_app_open_config_store(const char *cmd, const segd_config_t *cfg,
                                          int64_t now_s)
 {
     segd_store_opts_t o;
     char err[512];
     segd_store_t *s = NULL;
-    segd_app_store_opts(&o);
-    o.path = cfg->db;
-    o.granularity_s = cfg->granularity_s;
-    o.horizon_ms = cfg->horizon_s * 1000;
-    o.block_cache_mb = (size_t)cfg->block_cache_mb;
-    o.compaction_rate_mb = cfg->compaction_rate_mb;
-    o.periodic_compaction_s = cfg->periodic_compaction_s;
-    o.min_free_mb = cfg->min_free_mb;
-    o.gc_grace_ms = cfg->gc_grace_s * 1000;
+    segd_app_config_store_opts(cfg, &o);
     o.now_ms = now_s * 1000;
-    o.info_log_level = (int)cfg->store_log_level;
-    o.log = cfg->log;
     if (segd_store_open(&s, &o, err, sizeof(err)) == SEGD_OK)
         return s;
     if (cfg->log) /* segd run */

@@ -21,8 +21,13 @@ void segd_app_store_opts(segd_store_opts_t *o);
 segd_store_t *segd_app_open_store(const char *cmd, const char *dir, int64_t now_s,
                                   int read_only);
 
-/* Opens cfg->db read-write with the config's store.* settings (granularity,
- * horizon, grace, block cache, compaction, free-disk reserve), as `segd run`
+/* Fills o (segd_app_store_opts) with cfg->db and the config's store.*
+ * settings: granularity, horizon, grace, compaction, free-disk reserve, and
+ * the block cache and memtables of memory.limit.mb's split, the RocksDB
+ * LOG level and cfg->log (borrowed). */
+void segd_app_config_store_opts(const segd_config_t *cfg, segd_store_opts_t *o);
+
+/* Opens cfg->db read-write with segd_app_config_store_opts, as `segd run`
  * and `segd replay` do; now_s as for segd_app_open_store. */
 segd_store_t *segd_app_open_config_store(const char *cmd, const segd_config_t *cfg,
                                          int64_t now_s);

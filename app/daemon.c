@@ -44,6 +44,8 @@ void segd_daemon_publisher_opts(const segd_config_t *cfg, segd_publisher_opts_t 
     o->compression = cfg->changes_compression;
     o->partitioner = cfg->partitioner;
     o->retry_max_ms = cfg->retry_max_ms;
+    o->max_entries = (size_t)cfg->memory.publisher_entries;
+    o->queue_kb = cfg->memory.producer_queue_kb;
     o->kafka_props = props;
     o->log = cfg->log;
 }
@@ -121,6 +123,7 @@ static segd_err_t start_restorer(segd_daemon_t *d, const segd_config_t *cfg,
     o.retries = (int)cfg->restore_retries;
     o.retry_max_ms = cfg->retry_max_ms;
     o.partitioner = cfg->partitioner;
+    o.memory_bytes = (uint64_t)cfg->memory.restore_mb << 20;
     o.log = cfg->log;
     return segd_restorer_new(&d->restorer, store, &o, errstr, n);
 }

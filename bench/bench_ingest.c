@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <time.h>
 
 #include "bench/bench.h"
@@ -22,7 +23,8 @@
 #define TOPIC "bench.events"
 
 typedef struct ingest_args {
-    int64_t users, partitions, batch;
+    int64_t users, partitions, batch; /* batch 0 = memory.limit.mb's */
+    int64_t memory_mb;                /* memory.limit.mb; 0 = the default */
     char dir[256];
 } ingest_args_t;
 
@@ -83,6 +85,33 @@ static void *paced_main(void *arg)
     return NULL;
 }
 
+/* segd run's configuration for one benchmark pipeline: batch and budget
+ * from the arguments (batch 0 = the budget's), the db a directory under a->dir. */
+static segd_err_t bench_config(segd_config_t *c, const char *brokers, const ingest_args_t *a,
+                               const char *topic, const char *name, int changes, char *err,
+                               size_t n)
+{
+    char db[300], batch[32], group[64], memory[32];
+    snprintf(db, sizeof(db), "%s/%s", a->dir, name);
+    snprintf(batch, sizeof(batch), "%" PRId64, a->batch);
+    snprintf(memory, sizeof(memory), "%" PRId64,
+             a->memory_mb ? a->memory_mb : (int64_t)SEGD_MEMORY_DEFAULT_MB);
+    snprintf(group, sizeof(group), "bench-%s", name);
+    if (segd_config_set(c, "brokers", brokers, err, n) ||
+        segd_config_set(c, "topics", topic, err, n) || segd_config_set(c, "group", group, err, n) ||
+        segd_config_set(c, "db", db, err, n) ||
+        (a->batch && segd_config_set(c, "batch.max.messages", batch, err, n)) ||
+        segd_config_set(c, "memory.limit.mb", memory, err, n) ||
+        segd_config_set(c, "changes.topic", TOPIC ".changes", err, n) ||
+        segd_config_set(c, "changes.enable", changes ? "1" : "0", err, n) ||
+        segd_config_set_x(c, "session.timeout.ms=6000", err, n) ||
+        /* the mock broker holds an empty fetch for the whole wait (a real one
+         * answers when data arrives): 500 ms would dominate the latency */
+        segd_config_set_x(c, "fetch.wait.max.ms=5", err, n))
+        return SEGD_ERR_CONFIG;
+    return segd_config_finish(c, err, n);
+}
+
 /* Runs the pipeline (with its change publisher) over `want` messages of
  * topic, until every delta is acknowledged; db is a directory under a->dir. */
 static int pipeline_consume(const char *brokers, const ingest_args_t *a, const char *topic,
@@ -92,35 +121,24 @@ static int pipeline_consume(const char *brokers, const ingest_args_t *a, const c
     pthread_t producer;
     int producing = 0, warm = 0;
     segd_config_t cfg;
-    char err[512], db[300], batch[32], group[64];
+    char err[512];
     volatile sig_atomic_t stop = 0;
     segd_config_init(&cfg);
-    snprintf(db, sizeof(db), "%s/%s", a->dir, name);
-    snprintf(batch, sizeof(batch), "%" PRId64, a->batch);
-    snprintf(group, sizeof(group), "bench-%s", name);
     segd_store_opts_t so;
-    segd_app_store_opts(&so);
-    so.path = db;
     segd_store_t *store = NULL;
     segd_daemon_t *d = NULL;
     segd_pipeline_t *p = NULL;
     double t0 = 0;
     int rc = -1;
     memset(r, 0, sizeof(*r));
-    if (segd_config_set(&cfg, "brokers", brokers, err, sizeof(err)) ||
-        segd_config_set(&cfg, "topics", topic, err, sizeof(err)) ||
-        segd_config_set(&cfg, "group", group, err, sizeof(err)) ||
-        segd_config_set(&cfg, "db", db, err, sizeof(err)) ||
-        segd_config_set(&cfg, "batch.max.messages", batch, err, sizeof(err)) ||
-        segd_config_set(&cfg, "changes.topic", TOPIC ".changes", err, sizeof(err)) ||
-        segd_config_set(&cfg, "changes.enable", changes ? "1" : "0", err, sizeof(err)) ||
-        segd_config_set_x(&cfg, "session.timeout.ms=6000", err, sizeof(err)) ||
-        /* the mock broker holds an empty fetch for the whole wait (a real one
-         * answers when data arrives): 500 ms would dominate the latency */
-        segd_config_set_x(&cfg, "fetch.wait.max.ms=5", err, sizeof(err)) ||
-        segd_config_finish(&cfg, err, sizeof(err)) ||
-        segd_store_open(&store, &so, err, sizeof(err)) ||
-        segd_daemon_new(&d, &cfg, store, &stop, err, sizeof(err))) {
+    segd_err_t e = bench_config(&cfg, brokers, a, topic, name, changes, err, sizeof(err));
+    if (!e) {
+        segd_app_config_store_opts(&cfg, &so);
+        e = segd_store_open(&store, &so, err, sizeof(err));
+    }
+    if (!e)
+        e = segd_daemon_new(&d, &cfg, store, &stop, err, sizeof(err));
+    if (e) {
         fprintf(stderr, "bench ingest: %s\n", err);
         goto out;
     }
@@ -128,13 +146,17 @@ static int pipeline_consume(const char *brokers, const ingest_args_t *a, const c
     segd_publisher_t *pub = segd_daemon_publisher(d); /* NULL without changes */
     double end = segd_mono_s() + 600;
     do {
-        if (segd_pipeline_step(p, err, sizeof(err)))
+        if (segd_pipeline_step(p, err, sizeof(err))) {
+            fprintf(stderr, "bench ingest: %s: %s\n", name, err);
             goto out;
+        }
         /* a paced producer starts once the group has assigned partitions,
          * so the join's delay does not count as latency */
         if (pc && !producing && segd_pipeline_assigned(p) > 0) {
-            if (pthread_create(&producer, NULL, paced_main, pc))
+            if (pthread_create(&producer, NULL, paced_main, pc)) {
+                fprintf(stderr, "bench ingest: %s: cannot start the producer\n", name);
                 goto out;
+            }
             producing = 1;
         }
         segd_pipeline_get_stats(p, &r->st);
@@ -146,8 +168,11 @@ static int pipeline_consume(const char *brokers, const ingest_args_t *a, const c
             warm = 1;
         }
     } while ((int64_t)r->st.messages < want && segd_mono_s() < end);
-    if ((int64_t)r->st.messages != want)
+    if ((int64_t)r->st.messages != want) {
+        fprintf(stderr, "bench ingest: %s: %" PRIu64 " of %" PRId64 " messages consumed\n", name,
+                r->st.messages, want);
         goto out;
+    }
     /* the end is the last delta acknowledged, not the last message read */
     for (; pub;) {
         segd_publisher_get_stats(pub, &r->pub);
@@ -157,6 +182,9 @@ static int pipeline_consume(const char *brokers, const ingest_args_t *a, const c
     }
     r->seconds = segd_mono_s() - t0;
     rc = !pub || r->pub.entries >= r->st.batches ? 0 : -1;
+    if (rc)
+        fprintf(stderr, "bench ingest: %s: %" PRIu64 " of %" PRIu64 " outbox entries "
+                "acknowledged in time\n", name, r->pub.entries, r->st.batches);
 out:
     if (producing)
         pthread_join(producer, NULL);
@@ -197,6 +225,8 @@ static int freshness(const char *brokers, const ingest_args_t *a, const char *to
     pc.o.rate = rate;
     int rc = pipeline_consume(brokers, a, topic, topic + strlen(TOPIC) + 1, a->users * 50, 1,
                               &pc, r);
+    if (pc.rc)
+        fprintf(stderr, "bench ingest: the paced producer of %s failed\n", topic);
     return rc || pc.rc ? -1 : 0;
 }
 
@@ -206,12 +236,14 @@ static int parse(int argc, char **argv, ingest_args_t *a)
                                          {"partitions", required_argument, 0, 'p'},
                                          {"batch", required_argument, 0, 'b'},
                                          {"dir", required_argument, 0, 'd'},
+                                         {"memory-mb", required_argument, 0, 'm'},
                                          {0, 0, 0, 0}};
     int c;
     optind = 1;
     a->users = 5000;
     a->partitions = 32;
-    a->batch = 1000;
+    a->batch = 0;
+    a->memory_mb = 0;
     snprintf(a->dir, sizeof(a->dir), "/tmp/segd-bench-ingest-XXXXXX");
     int have_dir = 0;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -221,16 +253,47 @@ static int parse(int argc, char **argv, ingest_args_t *a)
             continue;
         if (c == 'b' && !segd_arg_int("bench", "--batch", optarg, 1, 1000000, &a->batch))
             continue;
+        if (c == 'm' && !segd_arg_int("bench", "--memory-mb", optarg, SEGD_MEMORY_MIN_MB,
+                                      SEGD_MEMORY_MAX_MB, &a->memory_mb))
+            continue;
         if (c == 'd') {
             snprintf(a->dir, sizeof(a->dir), "%s", optarg);
             have_dir = 1;
             continue;
         }
         fprintf(stderr, "usage: segd bench ingest [--users N] [--partitions P] [--batch N] "
-                        "[--dir DIR]\n");
+                        "[--dir DIR] [--memory-mb M]\n");
         return -1;
     }
     return have_dir || mkdtemp(a->dir) ? 0 : -1;
+}
+
+/* Peak RSS of the whole process (getrusage's ru_maxrss, KiB on Linux) against
+ * memory.limit.mb: the in-process broker, which holds every message produced,
+ * and the producer count too, so the figure is an upper bound for segd run. */
+static double peak_rss_mib(void)
+{
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_maxrss / 1024;
+}
+
+static void print_memory(const ingest_args_t *a, double harness)
+{
+    segd_memory_split_t m;
+    int64_t limit = a->memory_mb ? a->memory_mb : SEGD_MEMORY_DEFAULT_MB;
+    segd_memory_split(limit, a->batch, &m);
+    double peak = peak_rss_mib();
+    printf("\nmemory: memory.limit.mb = %" PRId64 " (block cache %" PRId64 " MiB, memtables %"
+           PRId64 " MiB in %" PRId64 " MiB buffers, fetch queue %" PRId64 " KiB, fetch.max.bytes %"
+           PRId64 ", batch %" PRId64 " messages, publisher %" PRId64 " entries/cycle and %" PRId64
+           " KiB queue); peak RSS %.0f MiB (getrusage ru_maxrss, the whole process: broker and "
+           "producer included; %.0f MiB before the first pipeline started), %s the budget + 10 %% "
+           "(%.0f MiB)\n",
+           m.limit_mb, m.block_cache_mb, m.memtable_mb, m.write_buffer_mb, m.fetch_queue_kb,
+           m.fetch_max_bytes, a->batch ? a->batch : m.batch_max_messages, m.publisher_entries,
+           m.producer_queue_kb, peak, harness, peak <= (double)limit * 1.1 ? "within" : "OVER",
+           (double)limit * 1.1);
 }
 
 int segd_bench_ingest(int argc, char **argv)
@@ -263,6 +326,7 @@ int segd_bench_ingest(int argc, char **argv)
     uint64_t sum = 0;
     run_result_t e2e, bare, fresh, fresh4;
     double raw = raw_consume(o.brokers, (int64_t)res.events, &sum);
+    double harness = peak_rss_mib(); /* broker, producer, raw consumer: not segd run's */
     if (raw <= 0 ||
         pipeline_consume(o.brokers, &a, TOPIC, "db", (int64_t)res.events, 1, NULL, &e2e) ||
         pipeline_consume(o.brokers, &a, TOPIC, "bare", (int64_t)res.events, 0, NULL, &bare)) {
@@ -277,8 +341,13 @@ int segd_bench_ingest(int argc, char **argv)
         fprintf(stderr, "bench ingest: the paced freshness run did not complete\n");
         goto out;
     }
-    printf("## segd bench ingest --users %" PRId64 " --partitions %" PRId64 " --batch %" PRId64
-           "\n\n", a.users, a.partitions, a.batch);
+    printf("## segd bench ingest --users %" PRId64 " --partitions %" PRId64, a.users,
+           a.partitions);
+    if (a.batch)
+        printf(" --batch %" PRId64, a.batch);
+    if (a.memory_mb)
+        printf(" --memory-mb %" PRId64, a.memory_mb);
+    printf("\n\n");
     printf("%" PRIu64 " events, %" PRIu64 " segments, %.1f MB Avro (single-object), "
            "in-process mock broker, lz4\n\n", res.events, res.segments, (double)res.bytes / 1e6);
     printf("| path | seconds | events/s | segments/s |\n|---|---|---|---|\n");
@@ -302,6 +371,7 @@ int segd_bench_ingest(int argc, char **argv)
            fresh.pub.latency_p50_ms, fresh.pub.latency_p99_ms, fresh.pub.latency_max_ms);
     printf("| quarter of peak | %.0f | %" PRId64 " | %" PRId64 " | %" PRId64 " |\n", half / 2,
            fresh4.pub.latency_p50_ms, fresh4.pub.latency_p99_ms, fresh4.pub.latency_max_ms);
+    print_memory(&a, harness);
     rc = SEGD_EXIT_OK;
 out:
     segd_dev_broker_destroy(b);

@@ -37,6 +37,7 @@ static void usage(FILE *f)
             "    dlq.topic, batch.max.messages, batch.max.ms, retry.max.ms,\n"
             "    limits.max.segments, limits.max.user.id, limits.max.message.bytes,\n"
             "    limits.max.clock.skew.ms,\n"
+            "    memory.limit.mb (one budget: cache, memtables, fetch queue, batches),\n"
             "    store.granularity.s, store.horizon.s, store.gc.grace.s, store.block.cache.mb,\n"
             "    store.min.free.mb, compaction.rate.mb, compaction.periodic.s,\n"
             "    changes.enable, changes.topic, changes.format (single-object|confluent),\n"

@@ -59,6 +59,7 @@ static const key_def_t keys[] = {
     {"restore.from", K_STR, OFF(restore_from), 0, 0},
     {"restore.fallback", K_FALLBACK, 0, 0, 0},
     {"restore.retries", K_INT, OFF(restore_retries), 1, 1000},
+    {"memory.limit.mb", K_INT, OFF(memory_limit_mb), SEGD_MEMORY_MIN_MB, SEGD_MEMORY_MAX_MB},
     {"sweep.after.s", K_INT, OFF(sweep_after_s), 0, 365LL * 86400},
     {"sweep.records.per.s", K_INT, OFF(sweep_records_per_s), 1, 1000000000},
     {"log.format", K_LOGFMT, 0, 0, 0},
@@ -72,19 +73,48 @@ static const key_def_t keys[] = {
 static const char *const store_log_names[] = {"debug", "info", "warn", "error", "off"};
 #define N_KEYS (sizeof(keys) / sizeof(keys[0]))
 
+/* Keys the memory budget sizes unless the operator sets them. */
+static const struct { size_t offset; unsigned bit; } budgeted[] = {
+    {OFF(block_cache_mb), 1u}, {OFF(batch_max_messages), 2u}};
+
+static void note_explicit(segd_config_t *c, size_t offset)
+{
+    for (size_t i = 0; i < sizeof(budgeted) / sizeof(budgeted[0]); i++)
+        if (budgeted[i].offset == offset)
+            c->explicit_keys |= budgeted[i].bit;
+}
+
+static int is_explicit(const segd_config_t *c, size_t offset)
+{
+    for (size_t i = 0; i < sizeof(budgeted) / sizeof(budgeted[0]); i++)
+        if (budgeted[i].offset == offset)
+            return (c->explicit_keys & budgeted[i].bit) != 0;
+    return 0;
+}
+
+/* Splits memory.limit.mb; the shares of keys set explicitly stay theirs. */
+static void apply_budget(segd_config_t *c)
+{
+    int explicit_batch = is_explicit(c, OFF(batch_max_messages));
+    segd_memory_split(c->memory_limit_mb, explicit_batch ? c->batch_max_messages : 0,
+                      &c->memory);
+    if (!is_explicit(c, OFF(block_cache_mb)))
+        c->block_cache_mb = c->memory.block_cache_mb;
+    if (!explicit_batch)
+        c->batch_max_messages = c->memory.batch_max_messages;
+}
+
 void segd_config_init(segd_config_t *c)
 {
     memset(c, 0, sizeof(*c));
     c->framing = SEGD_FRAMING_AUTO;
     c->offset_reset = strdup("earliest");
-    c->batch_max_messages = 1000; /* bench ingest: 1000 > 5000 > 20000 on 2 cores */
     c->batch_max_ms = 50;
     c->retry_max_ms = 5000;
     segd_limits_default(&c->limits);
     c->granularity_s = 0; /* the store's (3600 for a new store) */
     c->horizon_s = 86400;
     c->gc_grace_s = 2 * 86400;
-    c->block_cache_mb = 256;
     c->min_free_mb = 256;
     c->periodic_compaction_s = 86400;
     c->changes_enable = 1;
@@ -92,6 +122,8 @@ void segd_config_init(segd_config_t *c)
     c->snapshot_buckets = 32;
     c->restore_fallback_replay = 1;
     c->restore_retries = 5;
+    c->memory_limit_mb = SEGD_MEMORY_DEFAULT_MB;
+    apply_budget(c); /* block cache and batch size; finish splits again */
     c->sweep_after_s = 3600;
     c->sweep_records_per_s = 20000;
     c->log_format = SEGD_LOG_LOGFMT;
@@ -213,7 +245,12 @@ segd_err_t segd_config_set(segd_config_t *c, const char *key, const char *value,
             *f = strdup(value);
             return *f ? SEGD_OK : SEGD_ERR_NOMEM;
         }
-        case K_INT: return set_int(k, (char *)c + k->offset, value, errstr, n);
+        case K_INT: {
+            segd_err_t err = set_int(k, (char *)c + k->offset, value, errstr, n);
+            if (!err)
+                note_explicit(c, k->offset);
+            return err;
+        }
         case K_TOPICS: return set_topics(c, value, errstr, n);
         case K_FRAMING: return set_framing(c, value, errstr, n);
         case K_RESET:
@@ -440,6 +477,7 @@ segd_err_t segd_config_finish(segd_config_t *c, char *errstr, size_t n)
     segd_err_t err = finish_outputs(c, errstr, n);
     if (err)
         return err;
+    apply_budget(c);
     return segd_config_default_dlq(c);
 }
 

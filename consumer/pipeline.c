@@ -881,18 +881,38 @@ static segd_err_t instance_id(segd_pipeline_t *p, char *out, size_t size, char *
     return segd_store_instance_id(p->store, out, size, errstr, n);
 }
 
+/* memory.limit.mb's fetch share as librdkafka settings (the operator's
+ * kafka.* settings, applied after, win); librdkafka refuses a fetch.max.bytes
+ * below message.max.bytes, so an operator's larger message.max.bytes raises it. */
+static void fetch_sizes(const segd_config_t *cfg, char queued[24], char fetch[24],
+                        char partition[24])
+{
+    int64_t fetch_max = cfg->memory.fetch_max_bytes;
+    for (size_t i = 0; i < cfg->n_kafka; i++)
+        if (!strcmp(cfg->kafka[i].key, "message.max.bytes")) {
+            long long v = strtoll(cfg->kafka[i].value, NULL, 10);
+            if (v > fetch_max)
+                fetch_max = v;
+        }
+    snprintf(queued, 24, "%" PRId64, cfg->memory.fetch_queue_kb);
+    snprintf(fetch, 24, "%" PRId64, fetch_max);
+    snprintf(partition, 24, "%" PRId64, cfg->memory.partition_fetch_bytes);
+}
+
 static segd_err_t make_consumer(segd_pipeline_t *p, char *errstr, size_t n)
 {
     const segd_config_t *cfg = p->cfg;
-    char member[256];
+    char member[256], queued[24], fetch[24], partition[24];
     segd_err_t err = instance_id(p, member, sizeof(member), errstr, n);
     if (err)
         return err;
+    fetch_sizes(cfg, queued, fetch, partition);
     const char *const defaults[] = {
         "bootstrap.servers", cfg->brokers, "enable.auto.commit", "false",
         "enable.auto.offset.store", "false", "partition.assignment.strategy",
         "cooperative-sticky", "enable.partition.eof", "false", "group.id", cfg->group,
-        "auto.offset.reset", cfg->offset_reset,
+        "auto.offset.reset", cfg->offset_reset, "queued.max.messages.kbytes", queued,
+        "fetch.max.bytes", fetch, "max.partition.fetch.bytes", partition,
         member[0] ? "group.instance.id" : NULL, member, NULL};
     char errbuf[512];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();

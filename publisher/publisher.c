@@ -117,11 +117,15 @@ static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 
 static segd_err_t make_producer(segd_publisher_t *p, char *errstr, size_t n)
 {
+    char queue_kb[24];
+    snprintf(queue_kb, sizeof(queue_kb), "%" PRId64, p->o.queue_kb);
     const char *defaults[] = {"bootstrap.servers", p->o.brokers,
                               "enable.idempotence", "true",
                               "compression.codec", p->o.compression,
                               "linger.ms", "5",
                               "message.timeout.ms", "0", /* retry until acked or stopped */
+                              /* memory.limit.mb's share; a full queue waits (produce_one) */
+                              p->o.queue_kb > 0 ? "queue.buffering.max.kbytes" : NULL, queue_kb,
                               NULL};
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     segd_err_t err = segd_kconf_apply(conf, "changes producer", defaults, errstr, n);

@@ -46,6 +46,8 @@ typedef struct segd_publisher_opts {
     segd_partitioner_t partitioner; /* input.partitioner: the bucket field and the
                                      * partition of deltas with no input source */
     size_t max_entries;             /* outbox entries per cycle, default 64 */
+    int64_t queue_kb;               /* the producer's queue.buffering.max.kbytes;
+                                     * 0 (default) = librdkafka's (1 GiB) */
     size_t max_delta_entries;       /* larger deltas go out in parts, default 32768;
                                      * parts are also cut to fit the producer's
                                      * message.max.bytes (less 1 KiB + 1/64) */

@@ -1,11 +1,17 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages segd builds, tests and demos with, when any
 # is missing. Non-interactive; uses sudo when not root.
+# SEGD_DEPS=build installs what building the segd binary needs and nothing
+# else (docker/Dockerfile's build stage).
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config
       librdkafka-dev libavro-dev librocksdb-dev libcurl4-openssl-dev libcmocka-dev
-      libjansson-dev libxxhash-dev libzstd-dev liblz4-dev libssl-dev zlib1g-dev libmicrohttpd-dev
-      nginx-light kcat python3-avro python3-confluent-kafka python3-zstandard prometheus)
+      libjansson-dev libxxhash-dev libzstd-dev liblz4-dev libssl-dev zlib1g-dev libmicrohttpd-dev)
+# tests and demos: nginx as WebDAV target, kcat, Python clients; python3-yaml,
+# systemd (systemd-analyze) and man-db for tests/deploy_check.py
+[ "${SEGD_DEPS:-all}" = build ] ||
+  pkgs+=(nginx-light kcat python3-avro python3-confluent-kafka python3-zstandard
+         python3-yaml systemd man-db groff-base prometheus)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -13,7 +19,7 @@ done
 # s3rver (an S3-compatible server from npm) for the s3:// round trip in
 # tests/s3_cli.sh; optional: without npm that part of the test is skipped.
 s3rver_dir=/opt/segd-test-tools
-if command -v npm >/dev/null 2>&1 && [ ! -x "$s3rver_dir/node_modules/.bin/s3rver" ] &&
+if [ "${SEGD_DEPS:-all}" != build ] && command -v npm >/dev/null 2>&1 && [ ! -x "$s3rver_dir/node_modules/.bin/s3rver" ] &&
    [ "$(id -u)" -eq 0 ]; then
   npm install --prefix "$s3rver_dir" --no-audit --no-fund s3rver@3 >/dev/null 2>&1 ||
     echo "install-deps: s3rver not installed (npm failed)" >&2

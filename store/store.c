@@ -74,6 +74,7 @@ void segd_store_opts_default(segd_store_opts_t *o)
 {
     memset(o, 0, sizeof(*o));
     o->block_cache_mb = 256;
+    o->write_buffer_mb = 64;
     o->horizon_ms = 24LL * 3600 * 1000;
     o->granularity_s = 0; /* the store's; SEGD_STORE_GRANULARITY_S for a new one */
     o->periodic_compaction_s = 86400;
@@ -116,7 +117,6 @@ static void configure_profiles(segd_store_t *s, rocksdb_options_t *o)
      * compression makes a block-cache miss a copy instead of a decompression */
     rocksdb_options_set_compression(o, rocksdb_no_compression);
     rocksdb_options_set_bottommost_compression(o, rocksdb_no_compression);
-    rocksdb_options_set_write_buffer_size(o, 64 << 20);
     rocksdb_options_set_max_write_buffer_number(o, 4);
     rocksdb_options_set_level_compaction_dynamic_level_bytes(o, 1);
     rocksdb_options_set_max_bytes_for_level_base(o, 256 << 20);
@@ -150,6 +150,14 @@ static segd_err_t make_options(segd_store_t *s, const segd_store_opts_t *o)
     /* meta/outbox take few writes and would otherwise never flush, pinning
      * every WAL file until the 4x-write-buffer default (~2.5 GiB) forces it */
     rocksdb_options_set_max_total_wal_size(s->db_opts, 256 << 20);
+    /* memory.limit.mb's memtable share. RocksDB 7.8's C API has no write
+     * buffer manager charged to the block cache: db_write_buffer_size caps
+     * the families' memtables together (flushing the largest when exceeded),
+     * write_buffer_size x max_write_buffer_number caps each family */
+    rocksdb_options_set_write_buffer_size(s->db_opts, (o->write_buffer_mb ? o->write_buffer_mb
+                                                                          : 64) << 20);
+    if (o->memtable_mb)
+        rocksdb_options_set_db_write_buffer_size(s->db_opts, o->memtable_mb << 20);
     if (o->compaction_rate_mb > 0) { /* the options keep their own reference */
         rocksdb_ratelimiter_t *rl =
             rocksdb_ratelimiter_create(o->compaction_rate_mb << 20, 100000, 10);

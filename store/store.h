@@ -43,6 +43,10 @@ typedef struct segd_store_opts {
     const char *path;
     int read_only;                 /* no lock: readers beside a running writer */
     size_t block_cache_mb;         /* default 256 */
+    size_t write_buffer_mb;        /* one memtable of any family; default 64 (the
+                                    * profiles family keeps up to 4, others 2) */
+    size_t memtable_mb;            /* all families' memtables together (RocksDB's
+                                    * db_write_buffer_size); 0 (default) = no cap */
     int64_t horizon_ms;            /* default 24 h */
     int64_t granularity_s;         /* fixed in meta by the first open; 0 (default) =
                                     * the store's, SEGD_STORE_GRANULARITY_S if new;

@@ -1,0 +1,68 @@
+/* The memory budget's split; see memory.h. The shares and why they are what
+ * they are are in DESIGN §4.1 (the table there is this function in prose). */
+#include "consumer/memory.h"
+
+#define MIB (1LL << 20)
+
+/* bytes a message costs while its batch is built: the fetched message, the
+ * decoded event and its merge operands, the outbox copy in the WriteBatch */
+#define BATCH_BYTES_PER_MESSAGE (16LL << 10)
+/* bytes an ingested message costs in a publish cycle: its operands read back
+ * from the outbox, decoded, joined per user and encoded as change events */
+#define CYCLE_BYTES_PER_MESSAGE (1LL << 10)
+/* librdkafka's defaults, which the budget never exceeds: more does not fetch
+ * faster, and a larger producer queue only delays back-pressure */
+#define FETCH_MAX_BYTES_CAP 52428800LL
+#define PARTITION_FETCH_CAP (1LL << 20)
+#define PRODUCER_QUEUE_KB_CAP 1048576LL
+#define QUEUED_KB_CAP 2097151LL  /* librdkafka's upper bound */
+#define FETCH_MAX_BYTES_MIN 1000000LL /* librdkafka: >= message.max.bytes' default */
+#define MEMTABLE_CAP_MB 512LL    /* 4 memtables of 128 MiB: more only slows flushes */
+#define BATCH_CAP 1000LL         /* bench ingest: 1000 > 5000 > 20000 on 2 cores */
+#define BATCH_MIN 100LL
+
+static int64_t clamp(int64_t v, int64_t lo, int64_t hi)
+{
+    return v < lo ? lo : v > hi ? hi : v;
+}
+
+/* percent of the splittable bytes */
+static int64_t share(int64_t bytes, int percent) { return bytes / 100 * percent; }
+
+static void split_kafka(int64_t bytes, segd_memory_split_t *m)
+{
+    /* the queue may be overshot by one fetch response per broker: that
+     * response comes out of the same share */
+    int64_t fetch = share(bytes, 12);
+    m->fetch_max_bytes = clamp(fetch / 4, FETCH_MAX_BYTES_MIN, FETCH_MAX_BYTES_CAP);
+    m->fetch_queue_kb = clamp((fetch - m->fetch_max_bytes) >> 10, 1024, QUEUED_KB_CAP);
+    m->partition_fetch_bytes = clamp(fetch / 32, 64 << 10, PARTITION_FETCH_CAP);
+}
+
+static void split_publisher(int64_t bytes, int64_t batch, segd_memory_split_t *m)
+{
+    int64_t pub = share(bytes, 8);
+    m->producer_queue_kb = clamp((pub / 2) >> 10, 1024, PRODUCER_QUEUE_KB_CAP);
+    m->publisher_entries = clamp(pub / 2 / (batch * CYCLE_BYTES_PER_MESSAGE), 4, 64);
+}
+
+void segd_memory_split(int64_t limit_mb, int64_t batch_max_messages, segd_memory_split_t *m)
+{
+    m->limit_mb = clamp(limit_mb, SEGD_MEMORY_MIN_MB, SEGD_MEMORY_MAX_MB);
+    int64_t bytes = (m->limit_mb - SEGD_MEMORY_FIXED_MB) * MIB;
+    m->memtable_mb = share(bytes, 25) / MIB;
+    int64_t surplus = 0; /* what memtables cannot use goes to the block cache */
+    if (m->memtable_mb > MEMTABLE_CAP_MB) {
+        surplus = m->memtable_mb - MEMTABLE_CAP_MB;
+        m->memtable_mb = MEMTABLE_CAP_MB;
+    }
+    m->write_buffer_mb = clamp(m->memtable_mb / SEGD_MEMORY_WRITE_BUFFERS, 1, 128);
+    m->block_cache_mb = share(bytes, 30) / MIB + surplus;
+    m->batch_max_messages = clamp(share(bytes, 5) / BATCH_BYTES_PER_MESSAGE, BATCH_MIN,
+                                  BATCH_CAP);
+    split_kafka(bytes, m);
+    split_publisher(bytes, batch_max_messages > 0 ? batch_max_messages : m->batch_max_messages,
+                    m);
+    m->restore_mb = share(bytes, 10) / MIB;
+    /* the remaining 10 %: snapshot exports, the DLQ producer, heap slack */
+}
