@@ -237,8 +237,10 @@ segd_err_t segd_config_set(segd_config_t *c, const char *key, const char *value,
         switch (k->type) {
         case K_STR: {
             /* an empty name (dlq.topic = "") would fail only when first used;
-             * an empty metrics.listen turns the server off, as "off" does */
-            if (!*value && k->offset != OFF(metrics_listen))
+             * an empty metrics.listen turns the server off, as "off" does, and
+             * an empty group.instance.id static membership (DESIGN §4) */
+            if (!*value && k->offset != OFF(metrics_listen) &&
+                k->offset != OFF(group_instance_id))
                 return segd_errf(SEGD_ERR_CONFIG, errstr, n, "%s: empty value", key);
             char **f = (char **)((char *)c + k->offset);
             free(*f);

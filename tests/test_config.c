@@ -124,6 +124,9 @@ static void test_duplicate_and_empty_values(void **state)
     unlink(path);
     assert_int_equal(segd_config_set(&c, "dlq.topic", "", err, sizeof(err)), SEGD_ERR_CONFIG);
     assert_non_null(strstr(err, "dlq.topic: empty value"));
+    /* but an empty group.instance.id turns static membership off */
+    assert_int_equal(segd_config_set(&c, "group.instance.id", "", err, sizeof(err)), SEGD_OK);
+    assert_string_equal(c.group_instance_id, "");
     char *env[] = {"SEGD_CHANGES_TOPIC=", NULL};
     assert_int_equal(segd_config_load_env(&c, env, err, sizeof(err)), SEGD_ERR_CONFIG);
     /* a flag may still override what the file set once */
