@@ -23,6 +23,7 @@ static const struct {
     {"rocksdb.estimate-num-keys", "segd_rocksdb_estimated_keys", "Estimated keys."},
 };
 #define N_CF_PROPS (sizeof(cf_props) / sizeof(cf_props[0]))
+#define STALLED_MS 10000 /* a lag table older than this: not ready ("stalled") */
 
 struct segd_health {
     segd_metrics_t *m;
@@ -202,15 +203,20 @@ int segd_health_ready(void *ctx, segd_buf_t *body)
     int assigned = 0;
     char why[256] = "";
     int writable = segd_store_writable(h->store, why, sizeof(why)) == SEGD_OK;
-    segd_err_t err = segd_pipeline_lags(segd_daemon_pipeline(h->d), &lags, &n, &assigned);
+    int64_t age_ms = 0;
+    segd_err_t err =
+        segd_pipeline_lags(segd_daemon_pipeline(h->d), &lags, &n, &assigned, &age_ms);
     json_t *parts = partitions_json(lags, n, h->cfg->ready_max_lag, &behind);
     free(lags);
+    /* a table this old: the pipeline is stuck in a fault wait (registry or
+     * broker down, change stream behind), and its lag is what it was */
     const char *reason = err ? "memory" : !writable ? "store" : !assigned ? "unassigned"
-                                        : behind ? "lag" : NULL;
+                         : age_ms > STALLED_MS ? "stalled" : behind ? "lag" : NULL;
     if (body) {
-        json_t *o = json_pack("{s:b,s:s?,s:s,s:I,s:o}", "ready", !reason, "reason", reason,
+        json_t *o = json_pack("{s:b,s:s?,s:s,s:I,s:I,s:o}", "ready", !reason, "reason", reason,
                               "store", writable ? "writable" : why, "max_lag",
-                              (json_int_t)h->cfg->ready_max_lag, "partitions", parts);
+                              (json_int_t)h->cfg->ready_max_lag, "lag_age_ms",
+                              (json_int_t)age_ms, "partitions", parts);
         char *text = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;
         if (text)
             segd_buf_append(body, text, strlen(text));

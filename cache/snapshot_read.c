@@ -97,6 +97,7 @@ typedef struct loader {
     uint64_t records, segments;
     segd_profile_t p;
     int wrong_partition, stopped;
+    int fed;           /* rcb has had records: a re-read must start the load anew */
     char bad_user[96]; /* whose record did not decode, when readable */
 } loader_t;
 
@@ -124,6 +125,7 @@ static int load_block(void *ctx, const uint8_t *block, size_t len, int64_t count
         }
         l->records++;
         l->segments += l->p.n;
+        l->fed |= l->rcb != NULL;
         if ((l->cb && l->cb(l->ctx, l->partition, user, ulen, &l->p)) ||
             (l->rcb && l->rcb(l->ctx, l->partition, user, ulen, &l->p, rec, rec_len))) {
             l->stopped = 1;
@@ -245,6 +247,14 @@ static segd_err_t load_unit(const char *topic_url, const segd_dest_opts_t *dopts
         if (err != SEGD_ERR_CORRUPT || !replaced(d, m))
             break;
         segd_manifest_free(m);
+        /* what a restore took from the old unit must not join the new one
+         * (the old may hold entries the new dropped below its W) */
+        if (l->fed) {
+            segd_manifest_init(m);
+            err = segd_errf(SEGD_ERR_UNSORTED, errstr, n,
+                            "unit %d replaced by a newer export while it was read: load it "
+                            "anew", (int)p);
+        }
     }
     segd_dest_close(d);
     return err;

@@ -69,8 +69,9 @@ segd_err_t segd_snapshot_read(const char *src_url, const segd_snapshot_read_opts
  * other users. */
 /* cb as segd_snapshot_cb, plus the record's bytes as the unit holds them
  * when its format is native (the store's own encoding of p: rec, rec_len),
- * NULL for avro units. A unit replaced by a newer export while it was read
- * is read again from its first record: cb then sees users again. */
+ * NULL for avro units. A unit replaced by a newer export after some of its
+ * records went to cb is SEGD_ERR_UNSORTED: start the load anew (what cb
+ * took from the old unit must not join the new one). */
 typedef int (*segd_snapshot_rec_cb)(void *ctx, int32_t partition, const char *user,
                                     size_t user_len, const segd_profile_t *p,
                                     const uint8_t *rec, size_t rec_len);

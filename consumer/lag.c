@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "base/buf.h"
+#include "base/clock.h"
 
 /* Where a partition was started or sought (pipeline thread only). */
 typedef struct start {
@@ -25,6 +26,7 @@ struct segd_lag {
     size_t n, cap;
     int assigned; /* the table reflects an assignment of the group */
     int pending;  /* an assignment came; the next refresh reads it (pipeline thread) */
+    int64_t refreshed_ms; /* segd_mono_ms of the last refresh (0 = none) */
 };
 
 segd_lag_t *segd_lag_new(void)
@@ -153,10 +155,19 @@ void segd_lag_refresh(segd_lag_t *l, rd_kafka_t *rk,
     l->n = n;
     l->cap = cap;
     l->assigned |= l->pending; /* not before the table holds the assignment */
+    l->refreshed_ms = segd_mono_ms();
     pthread_mutex_unlock(&l->mu);
     if (gauge)
         update_gauge(gauge, old, n_old, now, n);
     free(old);
+}
+
+int64_t segd_lag_age_ms(segd_lag_t *l)
+{
+    pthread_mutex_lock(&l->mu);
+    int64_t at = l->refreshed_ms;
+    pthread_mutex_unlock(&l->mu);
+    return at ? segd_mono_ms() - at : INT64_MAX;
 }
 
 segd_err_t segd_lag_get(segd_lag_t *l, segd_partition_lag_t **out, size_t *n, int *assigned)

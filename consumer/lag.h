@@ -53,5 +53,9 @@ void segd_lag_refresh(segd_lag_t *l, rd_kafka_t *rk,
 /* A copy of the table: *out (malloc'd, the caller frees; NULL when empty),
  * *n entries; *assigned as set by segd_lag_assigned. SEGD_ERR_NOMEM. */
 segd_err_t segd_lag_get(segd_lag_t *l, segd_partition_lag_t **out, size_t *n, int *assigned);
+/* How old the table is (ms since the last refresh; INT64_MAX before the
+ * first): a pipeline stalled in a fault wait (registry down, change stream
+ * behind, store faults) stops refreshing it. Any thread. */
+int64_t segd_lag_age_ms(segd_lag_t *l);
 
 #endif

@@ -1017,8 +1017,9 @@ void segd_pipeline_set_metrics(segd_pipeline_t *p, segd_metrics_t *m)
 }
 
 segd_err_t segd_pipeline_lags(segd_pipeline_t *p, segd_partition_lag_t **out, size_t *n,
-                              int *assigned)
+                              int *assigned, int64_t *age_ms)
 {
+    *age_ms = segd_lag_age_ms(p->lag);
     return segd_lag_get(p->lag, out, n, assigned);
 }
 

@@ -103,11 +103,12 @@ void segd_pipeline_set_hooks(segd_pipeline_t *p, const segd_pipeline_hooks_t *h)
  * before the first step, from the pipeline's thread. */
 void segd_pipeline_set_metrics(segd_pipeline_t *p, segd_metrics_t *m);
 
-/* The lag of every assigned partition as of the last step (at most 250 ms
- * old): *out malloc'd (the caller frees; NULL when none), *assigned = 0
- * until the group's first assignment. Thread-safe. */
+/* The lag of every assigned partition as of the last step that got to its
+ * end (250 ms apart; a step stalled in a fault wait does not):
+ * *out malloc'd (the caller frees; NULL when none), *assigned = 0 until the
+ * group's first assignment; *age_ms how old the table is. Thread-safe. */
 segd_err_t segd_pipeline_lags(segd_pipeline_t *p, segd_partition_lag_t **out, size_t *n,
-                              int *assigned);
+                              int *assigned, int64_t *age_ms);
 
 /* The input topic's partition count from the brokers (SEGD_ERR_NOTFOUND
  * for a topic they do not know); remembered for the misrouted check. */

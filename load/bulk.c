@@ -23,6 +23,7 @@
 #define BATCH_ITEMS 1000           /* users per WriteBatch, as backfill's batches */
 #define BATCH_BYTES (1u << 20)     /* or fewer when their deltas are large */
 #define PROGRESS_EVERY 4096
+#define DIRECT_CHECK_BYTES (4u << 20) /* direct: free space checked every 4 MiB */
 
 struct segd_bulk {
     segd_store_t *store;
@@ -46,6 +47,7 @@ struct segd_bulk {
     char **ssts;
     size_t nssts, ssts_cap;
     segd_buf_t last; /* direct: the last user added */
+    uint64_t direct_bytes, direct_checked; /* written, and when the disk was checked */
 };
 
 const char *segd_bulk_phase_name(segd_bulk_phase_t phase)
@@ -141,7 +143,8 @@ segd_err_t segd_bulk_new(segd_bulk_t **out, segd_store_t *store, const segd_bulk
         goto out_destroy;
     b->st.store_was_empty = empty;
     segd_extsort_opts_t so = {.memory_bytes = o->memory_bytes, .dir = b->dir, .store = store};
-    if ((err = segd_extsort_new(&b->sort, &so, errstr, n)) ||
+    /* direct: no sort (and none of its arena) */
+    if ((!b->o.direct && (err = segd_extsort_new(&b->sort, &so, errstr, n))) ||
         (err = segd_batch_new(store, &b->batch)))
         goto out_destroy;
     /* an empty record encodes to no bytes; its buffer must still point
@@ -191,6 +194,15 @@ static segd_err_t add_direct(segd_bulk_t *b, const char *user, size_t user_len,
     }
     segd_buf_t op = {.data = (uint8_t *)operand, .len = operand_len};
     b->st.users_sst++;
+    /* SST files grow with the unit: the free-space reserve is checked as
+     * they do (the sorted path checks before each spill and before its
+     * files), never letting a restore eat what the other writers wait on */
+    b->direct_bytes += user_len + operand_len;
+    if (b->direct_bytes - b->direct_checked >= DIRECT_CHECK_BYTES) {
+        b->direct_checked = b->direct_bytes;
+        if ((err = segd_store_reserve_check(b->store, 2 * DIRECT_CHECK_BYTES, errstr, n)))
+            return err;
+    }
     return sst_put(b, user, user_len, &op, errstr, n);
 }
 
@@ -420,6 +432,8 @@ static segd_err_t finish_direct(segd_bulk_t *b, char *errstr, size_t n)
     b->st.write_s = t2 - b->t0;
     if (b->o.stop && *b->o.stop)
         return segd_errf(SEGD_ERR_ABORTED, errstr, n, "stopped");
+    if (b->o.cancel && *b->o.cancel)
+        return segd_errf(SEGD_ERR_ABORTED, errstr, n, "cancelled");
     progress(b, SEGD_BULK_INGEST, 0, b->nssts);
     if ((err = segd_store_ingest(b->store, (const char *const *)b->ssts, b->nssts, errstr, n)))
         return err;
@@ -462,7 +476,7 @@ segd_err_t segd_bulk_finish(segd_bulk_t *b, segd_bulk_stats_t *stats, char *errs
     double t2 = segd_mono_s();
     b->st.write_s = t2 - t1;
     progress(b, SEGD_BULK_INGEST, 0, b->nssts);
-    if (b->o.stop && *b->o.stop && !b->committed) {
+    if ((b->o.stop && *b->o.stop && !b->committed) || (b->o.cancel && *b->o.cancel)) {
         err = segd_errf(SEGD_ERR_ABORTED, errstr, n, "stopped");
         goto out;
     }

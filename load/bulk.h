@@ -36,6 +36,7 @@
 #define SEGD_BULK_H
 
 #include <signal.h>
+#include <stdatomic.h>
 #include <stddef.h>
 #include <stdint.h>
 
@@ -75,6 +76,8 @@ typedef struct segd_bulk_opts {
                                 * add goes straight into the SST files, no sort, no
                                 * join; an add out of order is SEGD_ERR_UNSORTED (load
                                 * it again without direct) */
+    const _Atomic int *cancel; /* may be NULL; set: finish ingests nothing
+                                * (SEGD_ERR_ABORTED) */
 } segd_bulk_opts_t;
 
 typedef struct segd_bulk_stats {

@@ -56,6 +56,7 @@ segd_err_t segd_restore_new(segd_restore_t **out, segd_store_t *store,
     bo.stop = o->stop;
     bo.shared = o->shared;
     bo.direct = o->shared && o->direct && !o->changes;
+    bo.cancel = o->cancel;
     bo.progress = o->progress;
     bo.progress_ctx = o->progress_ctx;
     segd_err_t err = segd_bulk_new(&r->bulk, store, &bo, errstr, n);

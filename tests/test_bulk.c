@@ -659,6 +659,48 @@ static segd_store_t *open_store_fake_disk(const char *dir, int64_t min_free_mb, 
     return s;
 }
 
+/* direct (a restore's unit, in key order, straight into SST files): the
+ * free-space reserve is checked as the files grow, not only at the start
+ * (found by review: a big unit could eat the reserve the other writers
+ * wait on); a refused load leaves no file */
+static void test_direct_checks_disk(void **state)
+{
+    (void)state;
+    char dir[64], err[256];
+    make_dir(dir, sizeof(dir), "direct");
+    uint64_t avail = (100ull << 20) + (1ull << 20); /* 1 MiB above the reserve */
+    segd_store_t *s = open_store_fake_disk(dir, 100, &avail);
+    segd_bulk_opts_t o;
+    segd_bulk_opts_default(&o);
+    o.changes = 0;
+    o.shared = 1;
+    o.direct = 1;
+    segd_bulk_t *b = NULL;
+    assert_int_equal(segd_bulk_new(&b, s, &o, err, sizeof(err)), SEGD_OK);
+    segd_buf_t op = {0};
+    one_entry_record(&op, 1, 1000);
+    int users = (int)((16u << 20) / op.len), refused = -1;
+    char uid[64];
+    for (int u = 0; u < users && refused < 0; u++) {
+        snprintf(uid, sizeof(uid), "u%07d", u);
+        segd_err_t e = segd_bulk_add(b, uid, strlen(uid), op.data, op.len, 1000, err, sizeof(err));
+        if (e != SEGD_OK) {
+            assert_int_equal(e, SEGD_ERR_IO);
+            assert_non_null(strstr(err, "disk nearly full"));
+            refused = u;
+        }
+    }
+    assert_true(refused > 0 && (uint64_t)refused * op.len < (8u << 20));
+    segd_bulk_destroy(b);
+    assert_int_equal(tmp_dirs(dir), 0);
+    int empty = 0;
+    assert_int_equal(segd_store_profiles_empty(s, &empty, err, sizeof(err)), SEGD_OK);
+    assert_true(empty);
+    segd_store_close(s);
+    segd_buf_free(&op);
+    remove_dir(dir);
+}
+
 /* Below store.min.free.mb + the SST bytes the load needs, the load is
  * refused before any file is written; below the reserve alone, at once. */
 static void test_disk_reserve_refused(void **state)
@@ -808,6 +850,7 @@ int main(void)
         cmocka_unit_test(test_failed_ingest_changes_nothing),
         cmocka_unit_test(test_outbox_written_means_ingest),
         cmocka_unit_test(test_disk_reserve_refused),
+        cmocka_unit_test(test_direct_checks_disk),
         cmocka_unit_test(test_bad_operand_refused),
         cmocka_unit_test(test_empty_operands),
     };
