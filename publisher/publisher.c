@@ -72,6 +72,10 @@ struct segd_publisher {
     pthread_cond_t cv;
     int kicked, stop;
     segd_publisher_stats_t st;
+    int64_t oldest_committed_ms; /* the oldest unacknowledged entry's commit time, as
+                                  * the last scan saw it (0 = none): its age is taken
+                                  * at get_stats, so it grows while a cycle waits
+                                  * on an outage (guarded by mu) */
     uint64_t *lat; /* LAT_BUCKETS counters */
     segd_metric_t *latency; /* segd_change_latency_seconds; NULL = no registry */
     char last_fault[512];
@@ -595,13 +599,12 @@ segd_err_t segd_publisher_cycle(segd_publisher_t *p, size_t *acked, char *errstr
         err = segd_errf(rc.err, errstr, n, "outbox: %s", segd_err_str(rc.err));
     if (err || p->scanned == 0) {
         pthread_mutex_lock(&p->mu);
-        p->st.oldest_unacked_ms = err ? p->st.oldest_unacked_ms : 0;
+        p->oldest_committed_ms = err ? p->oldest_committed_ms : 0;
         pthread_mutex_unlock(&p->mu);
         return err;
     }
-    int64_t now = segd_wall_ms();
     pthread_mutex_lock(&p->mu);
-    p->st.oldest_unacked_ms = p->n_entries ? now - p->entries[0].committed_at_ms : 0;
+    p->oldest_committed_ms = p->n_entries ? p->entries[0].committed_at_ms : 0;
     pthread_mutex_unlock(&p->mu);
     uint64_t events = 0, segments = 0;
     err = produce_cycle(p, &events, &segments, errstr, n);
@@ -783,6 +786,7 @@ void segd_publisher_get_stats(segd_publisher_t *p, segd_publisher_stats_t *st)
 {
     pthread_mutex_lock(&p->mu);
     *st = p->st;
+    st->oldest_unacked_ms = p->oldest_committed_ms ? segd_wall_ms() - p->oldest_committed_ms : 0;
     st->depth = segd_store_outbox_depth(p->store); /* exact, whatever the cycles do */
     st->latency_p50_ms = percentile(p->lat, 0.50);
     st->latency_p99_ms = percentile(p->lat, 0.99);

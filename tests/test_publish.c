@@ -450,6 +450,14 @@ static void test_outage_keeps_outbox_then_resumes(void **state)
     assert_int_equal(acked, 0);
     assert_int_equal(outbox_size(f->store), 2);
     assert_int_equal(recorded_positions(f->store), 0);
+    /* the oldest entry's age goes on growing while nothing is acknowledged
+     * (it was taken once per cycle and stood still through an outage) */
+    segd_publisher_stats_t s1, s2;
+    segd_publisher_get_stats(p, &s1);
+    usleep(300 * 1000);
+    segd_publisher_get_stats(p, &s2);
+    assert_true(s1.oldest_unacked_ms > 0);
+    assert_true(s2.oldest_unacked_ms >= s1.oldest_unacked_ms + 250);
     segd_dev_broker_set_down(f->broker, 1, 0);
     assert_int_equal(segd_publisher_drain(p, 30000, err, sizeof(err)), SEGD_OK);
     assert_int_equal(outbox_size(f->store), 0);
