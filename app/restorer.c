@@ -26,7 +26,7 @@ typedef struct job {
     int attempt;          /* failed attempts since begin */
     int64_t wait_ms;      /* the next backoff */
     int64_t not_before;   /* a QUEUED job after a failure: its retry's time
-                             (segd_mono_s ms); 0 = at once */
+                             (segd_mono_ms); 0 = at once */
 } job_t;
 
 struct segd_restorer {
@@ -203,8 +203,6 @@ static segd_err_t restore_unit(segd_restorer_t *r, const job_t *j, char *errstr,
 
 /* ---------- the worker ---------- */
 
-static int64_t mono_ms(void) { return (int64_t)(segd_mono_s() * 1000.0); }
-
 /* Decided under the lock, where begin and cancel decide too: a job
  * cancelled is CANCELLED, but one cancelled and assigned again since the
  * worker looked (begin cleared the flag) goes back in the queue instead of
@@ -253,7 +251,7 @@ static void job_failed(segd_restorer_t *r, job_t *j, const char *err)
         finish_job(r, j, JOB_REPLAY, 0);
         return;
     }
-    int64_t at = mono_ms() + wait;
+    int64_t at = segd_mono_ms() + wait;
     finish_job(r, j, JOB_QUEUED, at > 0 ? at : 1);
 }
 
@@ -303,17 +301,9 @@ static job_t *next_job(segd_restorer_t *r, int64_t now, int64_t *next_at)
 
 static void wait_until(segd_restorer_t *r, int64_t at_mono_ms)
 {
-    int64_t ms = at_mono_ms - mono_ms();
+    int64_t ms = at_mono_ms - segd_mono_ms();
     struct timespec until;
-    clock_gettime(CLOCK_REALTIME, &until);
-    if (ms < 1)
-        ms = 1;
-    until.tv_sec += ms / 1000;
-    until.tv_nsec += (ms % 1000) * 1000000;
-    if (until.tv_nsec >= 1000000000) {
-        until.tv_sec++;
-        until.tv_nsec -= 1000000000;
-    }
+    segd_realtime_after(&until, ms < 1 ? 1 : ms);
     pthread_cond_timedwait(&r->wake, &r->lock, &until);
 }
 
@@ -323,7 +313,7 @@ static void *worker(void *arg)
     pthread_mutex_lock(&r->lock);
     while (!r->stop) {
         int64_t next_at;
-        job_t *j = next_job(r, mono_ms(), &next_at);
+        job_t *j = next_job(r, segd_mono_ms(), &next_at);
         if (!j) {
             if (next_at)
                 wait_until(r, next_at);

@@ -9,6 +9,10 @@
 int64_t segd_wall_ms(void);
 int64_t segd_mono_ms(void);
 double segd_mono_s(void);
+/* The CLOCK_REALTIME time ms milliseconds from now (ms >= 0), as
+ * pthread_cond_timedwait takes its deadline. */
+struct timespec;
+void segd_realtime_after(struct timespec *ts, int64_t ms);
 /* Sleeps ms milliseconds (<= 0: returns at once); a signal ends it early. */
 void segd_sleep_ms(int64_t ms);
 /* fixed_ms when non-zero, else the wall clock: the injectable now. */

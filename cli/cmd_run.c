@@ -255,8 +255,7 @@ static void *snapshot_main(void *arg)
     pthread_mutex_lock(&sn->mu);
     while (!sn->stop) {
         struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        ts.tv_sec += sn->cfg->snapshot_interval_s;
+        segd_realtime_after(&ts, sn->cfg->snapshot_interval_s * 1000);
         while (!sn->stop && pthread_cond_timedwait(&sn->cv, &sn->mu, &ts) == 0)
             ;
         if (sn->stop)

@@ -5,7 +5,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "base/clock.h"
 #include "consumer/pipeline.h" /* SEGD_COUNTER_MISROUTED */
@@ -101,13 +100,6 @@ static topic_t *find_topic(const segd_sweep_t *sw, const char *name)
         if (!strcmp(sw->topics[i].name, name))
             return &sw->topics[i];
     return NULL;
-}
-
-static int64_t wall_ms(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 /* ---------- construction ---------- */
@@ -376,7 +368,7 @@ static int start_pass(segd_sweep_t *sw, int64_t now, char *errstr, size_t n, seg
          * may have put one back over its half-deleted users */
         segd_batch_delete_offset(sw->batch, p->topic, p->partition);
         if (p->state == P_IDLE)
-            segd_batch_set_sweep_mark(sw->batch, p->topic, p->partition, wall_ms());
+            segd_batch_set_sweep_mark(sw->batch, p->topic, p->partition, segd_wall_ms());
     }
     if (!any)
         return 0;

@@ -423,7 +423,6 @@ static segd_err_t write_all(segd_bulk_t *b, char *errstr, size_t n)
 /* Direct: the SST files are written; what is left is to close and ingest. */
 static segd_err_t finish_direct(segd_bulk_t *b, char *errstr, size_t n)
 {
-    double t1 = segd_mono_s();
     b->st.sort_s = 0;
     segd_err_t err = close_sst(b, errstr, n);
     if (err)
@@ -439,7 +438,6 @@ static segd_err_t finish_direct(segd_bulk_t *b, char *errstr, size_t n)
         return err;
     progress(b, SEGD_BULK_INGEST, b->nssts, b->nssts);
     b->st.ingest_s = segd_mono_s() - t2;
-    (void)t1;
     return SEGD_OK;
 }
 

@@ -18,6 +18,7 @@
 #include <zlib.h>
 #include <zstd.h>
 
+#include "base/clock.h"
 #include "base/varint.h"
 #include "core/record.h"
 #include "load/source.h"
@@ -951,12 +952,7 @@ static segd_err_t consume(loader_t *l, segd_load_chunk_fn cb, void *ctx, segd_lo
             break;
         if (!l->done.head) {
             struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 200 * 1000000L; /* a signal does not wake a condvar */
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
+            segd_realtime_after(&ts, 200); /* a signal does not wake a condvar */
             pthread_cond_timedwait(&l->cv_done, &l->mu, &ts);
             if (stopping(l)) { /* wake the producer waiting for a slot */
                 st->stopped = 1;

@@ -697,12 +697,7 @@ static void *run(void *arg)
         pthread_mutex_lock(&p->mu);
         if (!p->kicked && !p->stop) {
             struct timespec ts;
-            clock_gettime(CLOCK_REALTIME, &ts);
-            ts.tv_nsec += 100 * 1000000L;
-            if (ts.tv_nsec >= 1000000000L) {
-                ts.tv_sec++;
-                ts.tv_nsec -= 1000000000L;
-            }
+            segd_realtime_after(&ts, 100);
             pthread_cond_timedwait(&p->cv, &p->mu, &ts);
         }
         pthread_mutex_unlock(&p->mu);
