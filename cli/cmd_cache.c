@@ -14,6 +14,7 @@
 #include "cache/edge.h"
 #include "cache/edge_load.h"
 #include "cache/http.h"
+#include "cache/resp.h"
 #include "cache/tail.h"
 #include "cli/cli.h"
 #include "metrics/process.h"
@@ -28,6 +29,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: segd cache --snapshot SRC --brokers B --changes TOPIC\n"
             "                  [--listen HOST:PORT] [--now S] [--from-beginning]\n"
+            "                  [--resp HOST:PORT] [--resp-threads N]\n"
             "                  [--horizon-s N] [--load-threads N] [--ready-max-lag N]\n"
             "                  [-X kafka.prop=value ...]\n"
             "                  [--log-format logfmt|json] [--log-level debug|info|warn|error]\n"
@@ -37,6 +39,10 @@ static void usage(FILE *f)
             "  --listen: default 127.0.0.1:8080; GET /v1/users/{id}, GET /healthz,\n"
             "  GET /readyz (200 while serving and the tail is within --ready-max-lag\n"
             "  change events of the topic's end, default 1000), GET /metrics\n"
+            "  --resp: also answer Redis clients (RESP2) on HOST:PORT: a user is a\n"
+            "  sorted set of segment ids scored by expires_at (ZRANGEBYSCORE, ZRANGE,\n"
+            "  ZCOUNT, ZSCORE, ZCARD, EXISTS, ...); off by default\n"
+            "  --resp-threads: its worker threads (default: the CPUs, at most 16)\n"
             "  --now: a fixed clock instead of the wall clock (tests, replays)\n"
             "  --log-format, --log-level: as segd run's log.format and log.level\n"
             "  (default logfmt, info); every option: docs/configuration.md\n"
@@ -51,8 +57,8 @@ static void usage(FILE *f)
 }
 
 typedef struct cache_args {
-    const char *snapshot, *brokers, *changes, *listen;
-    int64_t now_s, horizon_s, load_threads, ready_max_lag;
+    const char *snapshot, *brokers, *changes, *listen, *resp;
+    int64_t now_s, horizon_s, load_threads, ready_max_lag, resp_threads;
     int from_beginning;
     segd_log_format_t log_format;
     segd_log_level_t log_level;
@@ -98,6 +104,8 @@ static int parse(int argc, char **argv, cache_args_t *a)
                                          {"log-format", required_argument, 0, 'F'},
                                          {"log-level", required_argument, 0, 'L'},
                                          {"ready-max-lag", required_argument, 0, 'r'},
+                                         {"resp", required_argument, 0, 'R'},
+                                         {"resp-threads", required_argument, 0, 'T'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     a->listen = "127.0.0.1:8080";
@@ -106,6 +114,8 @@ static int parse(int argc, char **argv, cache_args_t *a)
     a->log_format = SEGD_LOG_LOGFMT;
     a->log_level = SEGD_LOG_INFO;
     a->ready_max_lag = 1000;
+    long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+    a->resp_threads = cpus < 1 ? 1 : cpus > 16 ? 16 : cpus;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "X:", opts, NULL)) != -1) {
@@ -121,6 +131,8 @@ static int parse(int argc, char **argv, cache_args_t *a)
         case 't': bad = segd_arg_int("cache", "--load-threads", optarg, 1, 256, &a->load_threads); break;
         case 'r': bad = segd_arg_int("cache", "--ready-max-lag", optarg, 0, INT64_MAX / 2, &a->ready_max_lag); break;
         case 'X': bad = add_prop(a, optarg); break;
+        case 'R': a->resp = optarg; break;
+        case 'T': bad = segd_arg_int("cache", "--resp-threads", optarg, 1, 256, &a->resp_threads); break;
         case 'F':
             if ((bad = segd_log_format_parse(optarg, &a->log_format)))
                 fprintf(stderr, "segd cache: bad --log-format '%s' (logfmt or json)\n", optarg);
@@ -290,6 +302,7 @@ int segd_cmd_cache(int argc, char **argv)
     eo.now_ms = a.now_s * 1000;
     eo.horizon_ms = a.horizon_s * 1000;
     segd_http_t *http = NULL;
+    segd_resp_t *resp = NULL;
     segd_log_t *log = NULL;
     char err[512] = "";
     rc = SEGD_EXIT_FAIL;
@@ -307,6 +320,17 @@ int segd_cmd_cache(int argc, char **argv)
         goto out;
     }
     segd_log_kv(log, SEGD_LOG_INFO, "cache", "listening", "url=http://%s", a.listen);
+    if (a.resp) {
+        if (segd_resp_start(&resp, a.resp, (int)a.resp_threads, cs.edge, cs.metrics, err,
+                            sizeof(err))) {
+            segd_log(log, SEGD_LOG_ERROR, "cache", "%s", err);
+            rc = SEGD_EXIT_USAGE;
+            goto out;
+        }
+        segd_log_kv(log, SEGD_LOG_INFO, "cache", "listening for Redis clients",
+                    "resp=%s:%d threads=%" PRId64, a.resp, segd_resp_port(resp),
+                    a.resp_threads);
+    }
     if (load(&a, &cs) || start_tail(&a, &cs))
         goto out;
     atomic_store(&cs.tailing, 1);
@@ -321,10 +345,13 @@ int segd_cmd_cache(int argc, char **argv)
             segd_log_kv(log, SEGD_LOG_INFO, "cache", "caught up; serving",
                         "deltas_joined=%" PRIu64, ts.applied);
             segd_http_set_ready(http, ready = 1);
+            if (resp)
+                segd_resp_set_ready(resp, 1);
         }
     }
     rc = SEGD_EXIT_OK;
 out:
+    segd_resp_stop(resp);
     segd_http_stop(http);
     segd_metrics_destroy(cs.metrics);
     segd_tail_destroy(cs.tail);

@@ -11,7 +11,8 @@ pkgs=(build-essential cmake pkg-config
 # systemd (systemd-analyze) and man-db for tests/deploy_check.py
 [ "${SEGD_DEPS:-all}" = build ] ||
   pkgs+=(nginx-light kcat python3-avro python3-confluent-kafka python3-zstandard
-         python3-yaml systemd man-db groff-base prometheus)
+         python3-yaml systemd man-db groff-base prometheus
+         redis-server redis-tools libhiredis-dev)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

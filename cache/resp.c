@@ -1,0 +1,406 @@
+/* The RESP2 server of `segd cache --resp` (cache/resp.h): listening
+ * sockets, epoll loops, per-connection buffers and back-pressure, and the
+ * front's metrics. Parsing and answering are cache/resp_parse.c and
+ * cache/resp_cmd.c. */
+#define _GNU_SOURCE /* accept4 */
+#include "cache/resp.h"
+
+#include <arpa/inet.h>
+#include <errno.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/epoll.h>
+#include <sys/eventfd.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include "base/clock.h"
+#include "cache/resp_cmd.h"
+
+#define READ_CHUNK (64 * 1024)
+/* Replies waiting for a slow client: above this no more commands are read. */
+#define OUT_HIGH (4 * 1024 * 1024)
+#define MAX_EVENTS 64
+
+typedef struct conn {
+    struct conn *prev, *next; /* the worker's open connections */
+    int fd;
+    uint32_t events;   /* registered with epoll */
+    int closing;       /* close once the replies are sent */
+    segd_buf_t in, out;
+    size_t in_pos, out_pos;
+    segd_resp_client_t client;
+} conn_t;
+
+typedef struct worker {
+    struct segd_resp *server;
+    pthread_t thread;
+    int started;
+    int lfd, ep, wake;       /* listening socket, epoll, eventfd that stops the loop */
+    segd_resp_worker_t exec; /* command scratch and counters */
+    segd_resp_cmd_t cmd;     /* 24 KiB: one per worker, not on the stack */
+    conn_t *conns;           /* open connections, closed at stop */
+    _Atomic uint64_t accepted, proto_errors;
+} worker_t;
+
+struct segd_resp {
+    segd_resp_shared_t shared;
+    worker_t *workers;
+    int nworkers;
+    segd_metrics_t *metrics;
+    segd_metric_t *commands, *connections, *accepted, *proto_errors;
+};
+
+/* ---- connections ------------------------------------------------------- */
+
+static void conn_close(worker_t *w, conn_t *c)
+{
+    if (c->prev)
+        c->prev->next = c->next;
+    else
+        w->conns = c->next;
+    if (c->next)
+        c->next->prev = c->prev;
+    epoll_ctl(w->ep, EPOLL_CTL_DEL, c->fd, NULL);
+    close(c->fd);
+    segd_buf_free(&c->in);
+    segd_buf_free(&c->out);
+    free(c);
+    atomic_fetch_sub(&w->server->shared.connections, 1);
+}
+
+static size_t pending_out(const conn_t *c) { return c->out.len - c->out_pos; }
+
+/* Reading while replies pile up would let a client that never reads make
+ * us buffer without bound: input waits until the output drains. */
+static int conn_want(worker_t *w, conn_t *c)
+{
+    uint32_t ev = 0;
+    if (!c->closing && pending_out(c) <= OUT_HIGH)
+        ev |= EPOLLIN;
+    if (pending_out(c))
+        ev |= EPOLLOUT;
+    if (ev == c->events)
+        return 0;
+    struct epoll_event e = {.events = ev, .data.ptr = c};
+    c->events = ev;
+    return epoll_ctl(w->ep, EPOLL_CTL_MOD, c->fd, &e);
+}
+
+/* Every complete command in the input, answered in order. -1: close now. */
+static int conn_process(worker_t *w, conn_t *c)
+{
+    char err[128];
+    while (!c->closing && pending_out(c) <= OUT_HIGH) {
+        size_t used = 0;
+        segd_resp_parse_rc_t rc = segd_resp_parse((const char *)c->in.data + c->in_pos,
+                                                  c->in.len - c->in_pos, &w->cmd, &used, err,
+                                                  sizeof(err));
+        if (rc == SEGD_RESP_MORE)
+            break;
+        if (rc == SEGD_RESP_PROTO) {
+            atomic_fetch_add_explicit(&w->proto_errors, 1, memory_order_relaxed);
+            c->closing = 1;
+            return segd_resp_error(&c->out, err) ? -1 : 0;
+        }
+        int r = segd_resp_exec(&w->exec, &c->client, &w->cmd, &c->out);
+        c->in_pos += used;
+        if (r < 0)
+            return -1;
+        c->closing = r == 1;
+    }
+    if (c->in_pos == c->in.len) {
+        c->in.len = c->in_pos = 0;
+    } else if (c->in_pos > c->in.len / 2) {
+        memmove(c->in.data, c->in.data + c->in_pos, c->in.len - c->in_pos);
+        c->in.len -= c->in_pos;
+        c->in_pos = 0;
+    }
+    return 0;
+}
+
+static int conn_read(worker_t *w, conn_t *c)
+{
+    if (segd_buf_reserve(&c->in, READ_CHUNK))
+        return -1;
+    ssize_t n = read(c->fd, c->in.data + c->in.len, c->in.cap - c->in.len);
+    if (n == 0)
+        return -1;
+    if (n < 0)
+        return errno == EAGAIN || errno == EINTR ? 0 : -1;
+    c->in.len += (size_t)n;
+    return conn_process(w, c);
+}
+
+static int conn_write(conn_t *c)
+{
+    while (pending_out(c)) {
+        ssize_t n = send(c->fd, c->out.data + c->out_pos, pending_out(c), MSG_NOSIGNAL);
+        if (n < 0)
+            return errno == EAGAIN || errno == EINTR ? 0 : -1;
+        c->out_pos += (size_t)n;
+    }
+    c->out.len = c->out_pos = 0;
+    /* a reply of many MiB once need not stay allocated for the connection */
+    if (c->out.cap > OUT_HIGH) {
+        segd_buf_free(&c->out);
+    }
+    return 0;
+}
+
+static void conn_event(worker_t *w, conn_t *c, uint32_t ev)
+{
+    int bad = (ev & (EPOLLERR | EPOLLHUP)) && !(ev & EPOLLIN);
+    if (!bad && (ev & EPOLLIN) && !c->closing)
+        bad = conn_read(w, c);
+    if (!bad && pending_out(c))
+        bad = conn_write(c);
+    /* input held back by back-pressure is answered once the output drained */
+    if (!bad && !c->closing && !pending_out(c) && c->in.len > c->in_pos)
+        bad = conn_process(w, c) || conn_write(c);
+    if (bad || (c->closing && !pending_out(c)) || conn_want(w, c))
+        conn_close(w, c);
+}
+
+static void accept_all(worker_t *w)
+{
+    for (;;) {
+        int fd = accept4(w->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
+        if (fd < 0)
+            return; /* EAGAIN, or out of descriptors: the backlog waits */
+        int one = 1;
+        setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+        conn_t *c = calloc(1, sizeof(*c));
+        struct epoll_event e = {.events = EPOLLIN, .data.ptr = c};
+        if (!c || epoll_ctl(w->ep, EPOLL_CTL_ADD, fd, &e)) {
+            free(c);
+            close(fd);
+            continue;
+        }
+        c->fd = fd;
+        c->events = EPOLLIN;
+        c->next = w->conns;
+        if (w->conns)
+            w->conns->prev = c;
+        w->conns = c;
+        c->client.id = atomic_fetch_add(&w->server->shared.next_client_id, 1) + 1;
+        atomic_fetch_add(&w->server->shared.connections, 1);
+        atomic_fetch_add_explicit(&w->accepted, 1, memory_order_relaxed);
+    }
+}
+
+static void *worker_main(void *arg)
+{
+    worker_t *w = arg;
+    struct epoll_event ev[MAX_EVENTS];
+    static const int listen_tag = 0, wake_tag = 0;
+    struct epoll_event le = {.events = EPOLLIN, .data.ptr = (void *)&listen_tag};
+    struct epoll_event we = {.events = EPOLLIN, .data.ptr = (void *)&wake_tag};
+    if (epoll_ctl(w->ep, EPOLL_CTL_ADD, w->lfd, &le) ||
+        epoll_ctl(w->ep, EPOLL_CTL_ADD, w->wake, &we))
+        return NULL;
+    for (int stop = 0; !stop;) {
+        int n = epoll_wait(w->ep, ev, MAX_EVENTS, -1);
+        for (int i = 0; i < n; i++) {
+            if (ev[i].data.ptr == &wake_tag)
+                stop = 1;
+            else if (ev[i].data.ptr == &listen_tag)
+                accept_all(w);
+            else
+                conn_event(w, ev[i].data.ptr, ev[i].events);
+        }
+    }
+    while (w->conns)
+        conn_close(w, w->conns);
+    return NULL;
+}
+
+static segd_err_t parse_listen(const char *listen, struct sockaddr_in *sa, char *errstr,
+                               size_t n)
+{
+    char host[256];
+    const char *colon = strrchr(listen, ':');
+    char *end = NULL;
+    long port = colon ? strtol(colon + 1, &end, 10) : -1;
+    size_t hlen = colon ? (size_t)(colon - listen) : 0;
+    if (!colon || hlen >= sizeof(host) || !colon[1] || !end || *end || port < 0 ||
+        port > 65535)
+        return segd_errf(SEGD_ERR_CONFIG, errstr, n, "--resp '%s': want HOST:PORT", listen);
+    memcpy(host, listen, hlen);
+    host[hlen] = 0;
+    memset(sa, 0, sizeof(*sa));
+    sa->sin_family = AF_INET;
+    sa->sin_port = htons((uint16_t)port);
+    if (inet_pton(AF_INET, hlen ? host : "0.0.0.0", &sa->sin_addr) == 1)
+        return SEGD_OK;
+    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
+    if (getaddrinfo(host, NULL, &hints, &res) || !res)
+        return segd_errf(SEGD_ERR_CONFIG, errstr, n,
+                         "--resp '%s': not an IPv4 address or a host name with one", listen);
+    sa->sin_addr = ((struct sockaddr_in *)res->ai_addr)->sin_addr;
+    freeaddrinfo(res);
+    return SEGD_OK;
+}
+
+/* A listening socket on sa for one worker; all share the port. */
+static int open_listener(const struct sockaddr_in *sa)
+{
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int one = 1;
+    if (fd < 0)
+        return -1;
+    if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
+        setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) ||
+        bind(fd, (const struct sockaddr *)sa, sizeof(*sa)) || listen(fd, 1024)) {
+        int e = errno;
+        close(fd);
+        errno = e;
+        return -1;
+    }
+    return fd;
+}
+
+static segd_err_t worker_open(segd_resp_t *r, worker_t *w, struct sockaddr_in *sa,
+                              char *errstr, size_t n, const char *listen)
+{
+    w->server = r;
+    w->lfd = w->ep = w->wake = -1;
+    if (segd_resp_worker_init(&w->exec, &r->shared))
+        return SEGD_ERR_NOMEM;
+    w->lfd = open_listener(sa);
+    if (w->lfd < 0)
+        return segd_errf(SEGD_ERR_IO, errstr, n, "--resp %s: cannot listen: %s", listen,
+                         strerror(errno));
+    if (!sa->sin_port) { /* port 0: the others join the port the first got */
+        socklen_t len = sizeof(*sa);
+        getsockname(w->lfd, (struct sockaddr *)sa, &len);
+        r->shared.port = ntohs(sa->sin_port);
+    }
+    w->ep = epoll_create1(EPOLL_CLOEXEC);
+    w->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
+    if (w->ep < 0 || w->wake < 0)
+        return segd_errf(SEGD_ERR_IO, errstr, n, "--resp: epoll: %s", strerror(errno));
+    if (pthread_create(&w->thread, NULL, worker_main, w))
+        return segd_errf(SEGD_ERR_IO, errstr, n, "--resp: cannot start a thread");
+    w->started = 1;
+    return SEGD_OK;
+}
+
+static void collect(void *ctx)
+{
+    segd_resp_t *r = ctx;
+    size_t ncmd = segd_resp_command_count();
+    for (size_t k = 0; k < ncmd; k++) {
+        for (int res = 0; res < 2; res++) {
+            uint64_t sum = 0;
+            for (int i = 0; i < r->nworkers; i++)
+                if (r->workers[i].exec.counts)
+                    sum += atomic_load_explicit(&r->workers[i].exec.counts[k][res],
+                                                memory_order_relaxed);
+            const char *labels[2] = {segd_resp_command_name(k), res ? "error" : "ok"};
+            if (sum)
+                segd_metric_set(r->commands, labels, (double)sum);
+        }
+    }
+    uint64_t acc = 0, perr = 0;
+    for (int i = 0; i < r->nworkers; i++) {
+        acc += atomic_load_explicit(&r->workers[i].accepted, memory_order_relaxed);
+        perr += atomic_load_explicit(&r->workers[i].proto_errors, memory_order_relaxed);
+    }
+    segd_metric_set(r->accepted, NULL, (double)acc);
+    segd_metric_set(r->proto_errors, NULL, (double)perr);
+    segd_metric_set(r->connections, NULL, (double)atomic_load(&r->shared.connections));
+}
+
+static segd_err_t register_metrics(segd_resp_t *r)
+{
+    segd_metrics_t *m = r->metrics;
+    if (!m)
+        return SEGD_OK;
+    r->commands = segd_metrics_counter(m, "segd_resp_commands_total",
+                                       "RESP commands answered, by command and result.",
+                                       "command,result");
+    r->connections = segd_metrics_gauge(m, "segd_resp_connections",
+                                        "RESP client connections open.", NULL);
+    r->accepted = segd_metrics_counter(m, "segd_resp_connections_total",
+                                       "RESP client connections accepted.", NULL);
+    r->proto_errors = segd_metrics_counter(m, "segd_resp_protocol_errors_total",
+                                           "RESP connections closed for a protocol error or "
+                                           "an oversize command.", NULL);
+    if (!r->commands || !r->connections || !r->accepted || !r->proto_errors)
+        return SEGD_ERR_NOMEM;
+    return segd_metrics_add_collector(m, collect, r);
+}
+
+segd_err_t segd_resp_start(segd_resp_t **out, const char *listen, int threads,
+                           segd_edge_t *edge, segd_metrics_t *metrics, char *errstr,
+                           size_t errstr_size)
+{
+    struct sockaddr_in sa;
+    segd_err_t err = parse_listen(listen, &sa, errstr, errstr_size);
+    if (err)
+        return err;
+    if (threads < 1 || threads > 256)
+        return segd_errf(SEGD_ERR_CONFIG, errstr, errstr_size,
+                         "--resp-threads %d: want 1 to 256", threads);
+    segd_resp_t *r = calloc(1, sizeof(*r));
+    if (!r || !(r->workers = calloc((size_t)threads, sizeof(*r->workers)))) {
+        free(r);
+        return SEGD_ERR_NOMEM;
+    }
+    r->shared.edge = edge;
+    r->shared.started_ms = segd_wall_ms();
+    r->shared.port = ntohs(sa.sin_port);
+    r->metrics = metrics;
+    for (; r->nworkers < threads; r->nworkers++) {
+        err = worker_open(r, &r->workers[r->nworkers], &sa, errstr, errstr_size, listen);
+        if (err) {
+            r->nworkers++; /* its parts are closed by stop */
+            goto out_stop;
+        }
+    }
+    if ((err = register_metrics(r)))
+        goto out_stop;
+    *out = r;
+    return SEGD_OK;
+out_stop:
+    segd_resp_stop(r);
+    return err;
+}
+
+void segd_resp_set_ready(segd_resp_t *r, int ready)
+{
+    atomic_store_explicit(&r->shared.serving, ready, memory_order_release);
+}
+
+int segd_resp_port(const segd_resp_t *r) { return r->shared.port; }
+
+void segd_resp_stop(segd_resp_t *r)
+{
+    if (!r)
+        return;
+    if (r->metrics)
+        segd_metrics_remove_collector(r->metrics, collect, r);
+    for (int i = 0; i < r->nworkers; i++) {
+        worker_t *w = &r->workers[i];
+        uint64_t one = 1;
+        if (w->started && write(w->wake, &one, sizeof(one)) == sizeof(one))
+            pthread_join(w->thread, NULL);
+    }
+    for (int i = 0; i < r->nworkers; i++) {
+        worker_t *w = &r->workers[i];
+        if (w->lfd >= 0)
+            close(w->lfd);
+        if (w->ep >= 0)
+            close(w->ep);
+        if (w->wake >= 0)
+            close(w->wake);
+        segd_resp_worker_free(&w->exec);
+    }
+    free(r->workers);
+    free(r);
+}

@@ -1,0 +1,37 @@
+/* The edge cache's Redis-protocol (RESP2) face, `segd cache --resp ADDR`:
+ * redis-cli, hiredis and other Redis clients read a user's live segments
+ * as a sorted set (cache/resp_cmd.h has the commands and data model).
+ *
+ * Threads: `threads` workers, each with its own SO_REUSEPORT listening
+ * socket on ADDR and its own epoll loop over non-blocking connections (the
+ * kernel spreads connections over the workers; no lock on the read path but
+ * the edge shard's). Pipelined commands are answered in order. Limits per
+ * connection: a command of at most SEGD_RESP_MAX_REQUEST bytes (cache/
+ * resp_parse.h; more is a protocol error and a close), and no more input
+ * is read while more than 4 MiB of replies wait for the client.
+ * Ownership: edge and metrics are borrowed and must outlive the server. */
+#ifndef SEGD_RESP_H
+#define SEGD_RESP_H
+
+#include <stddef.h>
+
+#include "base/err.h"
+#include "cache/edge.h"
+#include "metrics/registry.h"
+
+typedef struct segd_resp segd_resp_t;
+
+/* listen: "HOST:PORT" (IPv4 address or a host name with one; port 0 = any
+ * free port). threads: 1..256 workers. metrics may be NULL. A bad address
+ * is SEGD_ERR_CONFIG, one that cannot be bound SEGD_ERR_IO, with the reason
+ * in errstr. Data commands answer -LOADING until segd_resp_set_ready. */
+segd_err_t segd_resp_start(segd_resp_t **out, const char *listen, int threads,
+                           segd_edge_t *edge, segd_metrics_t *metrics, char *errstr,
+                           size_t errstr_size);
+void segd_resp_set_ready(segd_resp_t *r, int ready);
+/* The port bound (what port 0 turned into). */
+int segd_resp_port(const segd_resp_t *r);
+/* Stops the workers and closes every connection. NULL is a no-op. */
+void segd_resp_stop(segd_resp_t *r);
+
+#endif

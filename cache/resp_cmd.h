@@ -1,0 +1,68 @@
+/* The command layer of the Redis-protocol front: one parsed command
+ * (cache/resp_parse.h) in, its RESP2 reply appended to a buffer out,
+ * answered from the edge cache (cache/edge.h). No sockets, so the unit test
+ * and the fuzzer run it as the server does.
+ *
+ * Data model: key = user id, member = segment id (decimal), score =
+ * expires_at (Unix seconds); the live entries at the cache's clock only, so
+ * a user without live segments is a missing key. Replies are byte-identical
+ * to a redis-server holding those sorted sets: members ordered by (score,
+ * member as a byte string), scores printed as Redis prints doubles, Redis's
+ * error messages. Writes answer "-ERR read-only replica".
+ *
+ * Threads: a worker (segd_resp_worker_t) belongs to one thread; any number
+ * of workers share one segd_resp_shared_t. */
+#ifndef SEGD_RESP_CMD_H
+#define SEGD_RESP_CMD_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+
+#include "base/buf.h"
+#include "cache/edge.h"
+#include "cache/resp_parse.h"
+
+/* What every worker of one server reads. */
+typedef struct segd_resp_shared {
+    segd_edge_t *edge;             /* borrowed; outlives the server */
+    _Atomic int serving;           /* 0: data commands answer -LOADING */
+    _Atomic int64_t connections;   /* open now (INFO, the gauge) */
+    _Atomic uint64_t next_client_id;
+    int64_t started_ms;            /* wall clock, for INFO uptime */
+    int port;                      /* for INFO */
+} segd_resp_shared_t;
+
+/* Commands by metrics label: every implemented command, plus "write" (any
+ * write command) and "unknown". */
+size_t segd_resp_command_count(void);
+const char *segd_resp_command_name(size_t i);
+
+typedef struct segd_resp_worker {
+    segd_resp_shared_t *shared; /* borrowed */
+    segd_entry_t *ents;         /* lookup scratch */
+    size_t ents_cap;
+    void *items, *tmp;          /* sort scratch */
+    size_t items_cap;
+    /* [command][0 = ok, 1 = error]; written by the worker's thread only,
+     * read by the metrics collector */
+    _Atomic uint64_t (*counts)[2];
+} segd_resp_worker_t;
+
+segd_err_t segd_resp_worker_init(segd_resp_worker_t *w, segd_resp_shared_t *shared);
+void segd_resp_worker_free(segd_resp_worker_t *w);
+
+typedef struct segd_resp_client {
+    uint64_t id; /* CLIENT ID, HELLO */
+} segd_resp_client_t;
+
+/* Appends cmd's reply to out. Returns 0, 1 when the connection is to be
+ * closed once the reply is sent (QUIT), or SEGD_ERR_NOMEM (out may hold a
+ * partial reply then: close the connection). An empty command (argc 0)
+ * appends nothing. */
+int segd_resp_exec(segd_resp_worker_t *w, segd_resp_client_t *c, const segd_resp_cmd_t *cmd,
+                   segd_buf_t *out);
+
+/* "-ERR <msg>\r\n" with CR and LF in msg made blanks (the parser's errors). */
+segd_err_t segd_resp_error(segd_buf_t *out, const char *msg);
+
+#endif
