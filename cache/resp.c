@@ -25,12 +25,19 @@
 /* Replies waiting for a slow client: above this no more commands are read. */
 #define OUT_HIGH (4 * 1024 * 1024)
 #define MAX_EVENTS 64
+/* After a protocol error the client may still be sending (a 1 GB bulk
+ * string): closing with unread input would reset the connection and could
+ * destroy the error reply before the client reads it. So the reply is
+ * followed by a half-close and this much input is read and dropped. */
+#define LINGER_MAX (4 * 1024 * 1024)
 
 typedef struct conn {
     struct conn *prev, *next; /* the worker's open connections */
     int fd;
     uint32_t events;   /* registered with epoll */
     int closing;       /* close once the replies are sent */
+    int lingering;     /* protocol error sent: input is read and dropped */
+    size_t dropped;    /* bytes dropped while lingering */
     segd_buf_t in, out;
     size_t in_pos, out_pos;
     segd_resp_client_t client;
@@ -104,7 +111,7 @@ static int conn_process(worker_t *w, conn_t *c)
             break;
         if (rc == SEGD_RESP_PROTO) {
             atomic_fetch_add_explicit(&w->proto_errors, 1, memory_order_relaxed);
-            c->closing = 1;
+            c->closing = c->lingering = 1;
             return segd_resp_error(&c->out, err) ? -1 : 0;
         }
         int r = segd_resp_exec(&w->exec, &c->client, &w->cmd, &c->out);
@@ -152,8 +159,24 @@ static int conn_write(conn_t *c)
     return 0;
 }
 
+/* Drops input until the client closes, or LINGER_MAX bytes. -1: close. */
+static int conn_drop(conn_t *c)
+{
+    char b[16384];
+    ssize_t n = read(c->fd, b, sizeof(b));
+    if (n < 0)
+        return errno == EAGAIN || errno == EINTR ? 0 : -1;
+    c->dropped += (size_t)n;
+    return n == 0 || c->dropped > LINGER_MAX ? -1 : 0;
+}
+
 static void conn_event(worker_t *w, conn_t *c, uint32_t ev)
 {
+    if (c->lingering && c->closing && !pending_out(c)) {
+        if (conn_drop(c))
+            conn_close(w, c);
+        return;
+    }
     int bad = (ev & (EPOLLERR | EPOLLHUP)) && !(ev & EPOLLIN);
     if (!bad && (ev & EPOLLIN) && !c->closing)
         bad = conn_read(w, c);
@@ -162,6 +185,14 @@ static void conn_event(worker_t *w, conn_t *c, uint32_t ev)
     /* input held back by back-pressure is answered once the output drained */
     if (!bad && !c->closing && !pending_out(c) && c->in.len > c->in_pos)
         bad = conn_process(w, c) || conn_write(c);
+    if (!bad && c->lingering && !pending_out(c)) {
+        shutdown(c->fd, SHUT_WR);
+        struct epoll_event e = {.events = EPOLLIN, .data.ptr = c};
+        c->events = EPOLLIN;
+        if (!epoll_ctl(w->ep, EPOLL_CTL_MOD, c->fd, &e))
+            return;
+        bad = 1;
+    }
     if (bad || (c->closing && !pending_out(c)) || conn_want(w, c))
         conn_close(w, c);
 }
