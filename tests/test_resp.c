@@ -1,0 +1,489 @@
+/* The Redis-protocol front: the RESP2 parser (cache/resp_parse.h) fed whole,
+ * byte by byte and pipelined, inline and multibulk, with every protocol
+ * error and limit; each command's replies (cache/resp_cmd.h) over a small
+ * edge cache, byte for byte as redis-server 7.0 answers them (order by
+ * score then member bytes, exclusive bounds, LIMIT, REV, WITHSCORES,
+ * expired entries and unknown keys, Redis's error texts, -LOADING before
+ * serving); and the server (cache/resp.h) over loopback: split and
+ * pipelined writes, QUIT, an oversize request answered and closed. */
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cmocka.h>
+
+#include "cache/resp.h"
+#include "cache/resp_cmd.h"
+#include "cache/resp_parse.h"
+
+#define NOW 1800000000LL
+
+/* ---- parser ---------------------------------------------------------- */
+
+static segd_resp_cmd_t cmd; /* 24 KiB: not on the test's stack */
+
+static segd_resp_parse_rc_t parse(const char *s, size_t n, size_t *used, char *err)
+{
+    return segd_resp_parse(s, n, &cmd, used, err, 128);
+}
+
+static void assert_arg(size_t i, const char *want)
+{
+    assert_int_equal(cmd.argl[i], strlen(want));
+    assert_memory_equal(cmd.argv[i], want, strlen(want));
+}
+
+static void test_parse_multibulk(void **state)
+{
+    (void)state;
+    const char *s = "*3\r\n$5\r\nZCARD\r\n$0\r\n\r\n$3\r\na\0b\r\n*1\r\n$4\r\nPING\r\n";
+    size_t len = 44, used = 0;
+    char err[128];
+    assert_int_equal(parse(s, len, &used, err), SEGD_RESP_PARSED);
+    assert_int_equal(cmd.argc, 3);
+    assert_arg(0, "ZCARD");
+    assert_int_equal(cmd.argl[1], 0);
+    assert_int_equal(cmd.argl[2], 3);
+    assert_memory_equal(cmd.argv[2], "a\0b", 3);
+    assert_int_equal(used, 30);
+    /* pipelined: the next command follows */
+    size_t used2 = 0;
+    assert_int_equal(parse(s + used, len - used, &used2, err), SEGD_RESP_PARSED);
+    assert_int_equal(cmd.argc, 1);
+    assert_arg(0, "PING");
+    assert_int_equal(used + used2, len);
+    /* every prefix of the first command needs more bytes */
+    for (size_t k = 0; k < 30; k++)
+        assert_int_equal(parse(s, k, &used2, err), SEGD_RESP_MORE);
+    /* *0 and *-1 are empty commands, consumed */
+    assert_int_equal(parse("*0\r\nPING", 8, &used, err), SEGD_RESP_PARSED);
+    assert_int_equal(cmd.argc, 0);
+    assert_int_equal(used, 4);
+}
+
+static void test_parse_inline(void **state)
+{
+    (void)state;
+    size_t used;
+    char err[128];
+    assert_int_equal(parse("PING\r\n", 6, &used, err), SEGD_RESP_PARSED);
+    assert_int_equal(cmd.argc, 1);
+    assert_arg(0, "PING");
+    assert_int_equal(parse("  ZRANGEBYSCORE\tu1  -inf +inf \nX", 32, &used, err),
+                     SEGD_RESP_PARSED);
+    assert_int_equal(used, 31);
+    assert_int_equal(cmd.argc, 4);
+    assert_arg(1, "u1");
+    assert_arg(3, "+inf");
+    assert_int_equal(parse("\r\n", 2, &used, err), SEGD_RESP_PARSED);
+    assert_int_equal(cmd.argc, 0);
+    assert_int_equal(parse("PING", 4, &used, err), SEGD_RESP_MORE);
+}
+
+static void expect_proto(const char *s, size_t n, const char *msg)
+{
+    size_t used;
+    char err[128] = "";
+    assert_int_equal(parse(s, n, &used, err), SEGD_RESP_PROTO);
+    assert_string_equal(err, msg);
+}
+
+static void test_parse_errors(void **state)
+{
+    (void)state;
+    expect_proto("*x\r\n", 4, "Protocol error: invalid multibulk length");
+    expect_proto("*01\r\n", 5, "Protocol error: invalid multibulk length");
+    expect_proto("*1025\r\n", 7, "Protocol error: invalid multibulk length");
+    expect_proto("*1\r\n:5\r\n", 8, "Protocol error: expected '$', got ':'");
+    expect_proto("*1\r\n$-1\r\n", 9, "Protocol error: invalid bulk length");
+    expect_proto("*1\r\n$65537\r\n", 12, "Protocol error: invalid bulk length");
+    expect_proto("*2\r\n$4\r\nECHO\r\n$1073741824\r\n", 28, "Protocol error: invalid bulk length");
+    expect_proto("*1\r\n$99999999999999999999999999999999999", 40,
+                 "Protocol error: too big bulk count string");
+    expect_proto("*99999999999999999999999999999999999999", 39,
+                 "Protocol error: too big mbulk count string");
+    /* the largest argument is fine; a 64 KiB inline line without its end is not */
+    char *big = malloc(SEGD_RESP_MAX_REQUEST + 64);
+    assert_non_null(big);
+    memset(big, 'a', SEGD_RESP_MAX_INLINE);
+    expect_proto(big, SEGD_RESP_MAX_INLINE, "Protocol error: too big inline request");
+    size_t used;
+    char err[128];
+    assert_int_equal(parse(big, SEGD_RESP_MAX_INLINE - 1, &used, err), SEGD_RESP_MORE);
+    /* 17 arguments of 64 KiB: over the 1 MiB a command may take, refused at
+     * the header that crosses it, before its bytes arrive */
+    size_t n = (size_t)sprintf(big, "*17\r\n");
+    for (int i = 0; i < 15; i++) {
+        n += (size_t)sprintf(big + n, "$65536\r\n");
+        memset(big + n, 'x', 65536);
+        n += 65536;
+        memcpy(big + n, "\r\n", 2);
+        n += 2;
+    }
+    assert_int_equal(parse(big, n, &used, err), SEGD_RESP_MORE);
+    n += (size_t)sprintf(big + n, "$65536\r\n");
+    expect_proto(big, n, "Protocol error: request too big");
+    free(big);
+}
+
+/* ---- commands ------------------------------------------------------------ */
+
+typedef struct fixture {
+    segd_resp_shared_t shared;
+    segd_resp_worker_t w;
+    segd_resp_client_t client;
+    segd_buf_t out;
+    char text[8192];
+} fixture_t;
+
+/* u: 9 (NOW+50), 10 and 5 (NOW+100), 100 (NOW+200), 7 expired;
+ * v: 3 (NOW+1) only; x: all expired. */
+static segd_edge_t *make_edge(void)
+{
+    segd_edge_opts_t o;
+    segd_edge_opts_default(&o);
+    o.now_ms = NOW * 1000;
+    segd_edge_t *e;
+    assert_int_equal(segd_edge_new(&e, &o), SEGD_OK);
+    struct { const char *user; int64_t id, exp; } rows[] = {
+        {"u", 9, NOW + 50}, {"u", 10, NOW + 100}, {"u", 5, NOW + 100}, {"u", 100, NOW + 200},
+        {"u", 7, NOW - 10}, {"v", 3, NOW + 1}, {"x", 4, NOW - 1}};
+    for (const char *user = "uvx"; *user; user++) {
+        segd_profile_t p;
+        segd_profile_init(&p);
+        for (size_t i = 0; i < sizeof(rows) / sizeof(rows[0]); i++) {
+            if (rows[i].user[0] != *user)
+                continue;
+            segd_entry_t en = {.segment_id = rows[i].id, .ts_ms = NOW * 1000 - 1000,
+                               .expiry_s = rows[i].exp};
+            assert_int_equal(segd_profile_push(&p, &en), SEGD_OK);
+        }
+        segd_profile_normalize(&p);
+        assert_int_equal(segd_edge_put(e, user, 1, &p), SEGD_OK);
+        segd_profile_free(&p);
+    }
+    return e;
+}
+
+static int setup(void **state)
+{
+    fixture_t *f = calloc(1, sizeof(*f));
+    f->shared.edge = make_edge();
+    atomic_store(&f->shared.serving, 1);
+    assert_int_equal(segd_resp_worker_init(&f->w, &f->shared), SEGD_OK);
+    f->client.id = 7;
+    *state = f;
+    return 0;
+}
+
+static int teardown(void **state)
+{
+    fixture_t *f = *state;
+    segd_resp_worker_free(&f->w);
+    segd_edge_destroy(f->shared.edge);
+    segd_buf_free(&f->out);
+    free(f);
+    return 0;
+}
+
+/* Runs an inline command line and returns its reply as text; *rc the exec's. */
+static const char *run_rc(fixture_t *f, const char *line, int *rc)
+{
+    size_t used;
+    char err[128];
+    assert_int_equal(segd_resp_parse(line, strlen(line), &cmd, &used, err, sizeof(err)),
+                     SEGD_RESP_PARSED);
+    f->out.len = 0;
+    *rc = segd_resp_exec(&f->w, &f->client, &cmd, &f->out);
+    assert_true(f->out.len < sizeof(f->text));
+    memcpy(f->text, f->out.data, f->out.len);
+    f->text[f->out.len] = 0;
+    return f->text;
+}
+
+static const char *run(fixture_t *f, const char *line)
+{
+    int rc;
+    const char *r = run_rc(f, line, &rc);
+    assert_int_equal(rc, 0);
+    return r;
+}
+
+#define S(x) #x
+#define SCORE(d) S(d)
+
+static void test_zrangebyscore(void **state)
+{
+    fixture_t *f = *state;
+    /* by score, then member bytes: "10" before "5"; 7 expired */
+    assert_string_equal(run(f, "ZRANGEBYSCORE u -inf +inf WITHSCORES\r\n"),
+                        "*8\r\n$1\r\n9\r\n$10\r\n1800000050\r\n$2\r\n10\r\n$10\r\n1800000100\r\n"
+                        "$1\r\n5\r\n$10\r\n1800000100\r\n$3\r\n100\r\n$10\r\n1800000200\r\n");
+    assert_string_equal(run(f, "zrangebyscore u -inf +inf\r\n"),
+                        "*4\r\n$1\r\n9\r\n$2\r\n10\r\n$1\r\n5\r\n$3\r\n100\r\n");
+    assert_string_equal(run(f, "ZRANGEBYSCORE u (1800000050 1800000100\r\n"),
+                        "*2\r\n$2\r\n10\r\n$1\r\n5\r\n");
+    assert_string_equal(run(f, "ZRANGEBYSCORE u 1800000050 (1800000100\r\n"),
+                        "*1\r\n$1\r\n9\r\n");
+    assert_string_equal(run(f, "ZRANGEBYSCORE u (1800000100 (1800000100\r\n"), "*0\r\n");
+    assert_string_equal(run(f, "ZRANGEBYSCORE u 1800000200 1800000050\r\n"), "*0\r\n");
+    assert_string_equal(run(f, "ZRANGEBYSCORE u 1.8e9 +inf LIMIT 1 2\r\n"),
+                        "*2\r\n$2\r\n10\r\n$1\r\n5\r\n");
+    assert_string_equal(run(f, "ZRANGEBYSCORE u -inf +inf LIMIT 3 -1\r\n"),
+                        "*1\r\n$3\r\n100\r\n");
+    assert_string_equal(run(f, "ZRANGEBYSCORE u -inf +inf LIMIT -1 2\r\n"), "*0\r\n");
+    assert_string_equal(run(f, "ZRANGEBYSCORE u -inf +inf LIMIT 0 0\r\n"), "*0\r\n");
+    assert_string_equal(run(f, "ZRANGEBYSCORE u -inf +inf LIMIT 4 1\r\n"), "*0\r\n");
+    assert_string_equal(run(f, "ZREVRANGEBYSCORE u +inf 1800000100 WITHSCORES LIMIT 1 1\r\n"),
+                        "*2\r\n$1\r\n5\r\n$10\r\n1800000100\r\n");
+    /* unknown and all-expired users are missing keys */
+    assert_string_equal(run(f, "ZRANGEBYSCORE nobody -inf +inf\r\n"), "*0\r\n");
+    assert_string_equal(run(f, "ZRANGEBYSCORE x -inf +inf\r\n"), "*0\r\n");
+    /* Redis's errors, checked before the key */
+    assert_string_equal(run(f, "ZRANGEBYSCORE nobody a +inf\r\n"),
+                        "-ERR min or max is not a float\r\n");
+    assert_string_equal(run(f, "ZRANGEBYSCORE u nan +inf\r\n"),
+                        "-ERR min or max is not a float\r\n");
+    assert_string_equal(run(f, "ZRANGEBYSCORE u 0 1 LIMIT 0\r\n"), "-ERR syntax error\r\n");
+    assert_string_equal(run(f, "ZRANGEBYSCORE u 0 1 REV\r\n"), "-ERR syntax error\r\n");
+    assert_string_equal(run(f, "ZRANGEBYSCORE u 0 1 LIMIT 01 2\r\n"),
+                        "-ERR value is not an integer or out of range\r\n");
+    assert_string_equal(run(f, "ZRANGEBYSCORE u 0\r\n"),
+                        "-ERR wrong number of arguments for 'zrangebyscore' command\r\n");
+}
+
+static void test_zrange(void **state)
+{
+    fixture_t *f = *state;
+    assert_string_equal(run(f, "ZRANGE u 1800000100 +inf BYSCORE WITHSCORES\r\n"),
+                        "*6\r\n$2\r\n10\r\n$10\r\n1800000100\r\n$1\r\n5\r\n$10\r\n1800000100\r\n"
+                        "$3\r\n100\r\n$10\r\n1800000200\r\n");
+    /* REV: given max then min, from the top */
+    assert_string_equal(run(f, "ZRANGE u +inf -inf BYSCORE REV LIMIT 1 2\r\n"),
+                        "*2\r\n$1\r\n5\r\n$2\r\n10\r\n");
+    assert_string_equal(run(f, "ZRANGE u -inf +inf BYSCORE REV\r\n"), "*0\r\n");
+    /* by rank */
+    assert_string_equal(run(f, "ZRANGE u 0 -1\r\n"),
+                        "*4\r\n$1\r\n9\r\n$2\r\n10\r\n$1\r\n5\r\n$3\r\n100\r\n");
+    assert_string_equal(run(f, "ZRANGE u -2 10 WITHSCORES\r\n"),
+                        "*4\r\n$1\r\n5\r\n$10\r\n1800000100\r\n$3\r\n100\r\n$10\r\n1800000200\r\n");
+    assert_string_equal(run(f, "ZRANGE u 0 0 REV\r\n"), "*1\r\n$3\r\n100\r\n");
+    assert_string_equal(run(f, "ZREVRANGE u 1 2\r\n"), "*2\r\n$1\r\n5\r\n$2\r\n10\r\n");
+    assert_string_equal(run(f, "ZRANGE u 3 1\r\n"), "*0\r\n");
+    assert_string_equal(run(f, "ZRANGE u 0 1 LIMIT 0 1\r\n"),
+                        "-ERR syntax error, LIMIT is only supported in combination with either "
+                        "BYSCORE or BYLEX\r\n");
+    assert_string_equal(run(f, "ZRANGE u 0 1 BYSCORE BYSCORE\r\n"), "-ERR syntax error\r\n");
+    assert_string_equal(run(f, "ZRANGE u a 1\r\n"),
+                        "-ERR value is not an integer or out of range\r\n");
+}
+
+static void test_point_reads(void **state)
+{
+    fixture_t *f = *state;
+    assert_string_equal(run(f, "ZCOUNT u (1800000050 +inf\r\n"), ":3\r\n");
+    assert_string_equal(run(f, "ZCOUNT u -inf +inf\r\n"), ":4\r\n");
+    assert_string_equal(run(f, "ZCOUNT nobody -inf +inf\r\n"), ":0\r\n");
+    assert_string_equal(run(f, "ZCOUNT u x 1\r\n"), "-ERR min or max is not a float\r\n");
+    assert_string_equal(run(f, "ZSCORE u 10\r\n"), "$10\r\n1800000100\r\n");
+    assert_string_equal(run(f, "ZSCORE u 010\r\n"), "$-1\r\n");
+    assert_string_equal(run(f, "ZSCORE u 7\r\n"), "$-1\r\n"); /* expired */
+    assert_string_equal(run(f, "ZSCORE nobody 7\r\n"), "$-1\r\n");
+    assert_string_equal(run(f, "ZCARD u\r\n"), ":4\r\n");
+    assert_string_equal(run(f, "ZCARD x\r\n"), ":0\r\n");
+    assert_string_equal(run(f, "EXISTS u v x nobody u\r\n"), ":3\r\n");
+    assert_string_equal(run(f, "ZCARD\r\n"),
+                        "-ERR wrong number of arguments for 'zcard' command\r\n");
+}
+
+static void test_connection_commands(void **state)
+{
+    fixture_t *f = *state;
+    assert_string_equal(run(f, "PING\r\n"), "+PONG\r\n");
+    assert_string_equal(run(f, "ping hello\r\n"), "$5\r\nhello\r\n");
+    assert_string_equal(run(f, "PING a b\r\n"),
+                        "-ERR wrong number of arguments for 'ping' command\r\n");
+    assert_string_equal(run(f, "ECHO x\r\n"), "$1\r\nx\r\n");
+    assert_string_equal(run(f, "SELECT 0\r\n"), "+OK\r\n");
+    assert_string_equal(run(f, "SELECT 1\r\n"), "-ERR DB index is out of range\r\n");
+    assert_string_equal(run(f, "CLIENT SETNAME bidder\r\n"), "+OK\r\n");
+    assert_string_equal(run(f, "CLIENT SETINFO LIB-NAME redis-py\r\n"), "+OK\r\n");
+    assert_string_equal(run(f, "CLIENT ID\r\n"), ":7\r\n");
+    assert_string_equal(run(f, "HELLO 2\r\n"),
+                        "*14\r\n$6\r\nserver\r\n$4\r\nsegd\r\n$7\r\nversion\r\n$6\r\n7.0.15\r\n"
+                        "$5\r\nproto\r\n:2\r\n$2\r\nid\r\n:7\r\n$4\r\nmode\r\n$10\r\nstandalone\r\n"
+                        "$4\r\nrole\r\n$7\r\nreplica\r\n$7\r\nmodules\r\n*0\r\n");
+    assert_string_equal(run(f, "HELLO 3\r\n"), "-NOPROTO unsupported protocol version\r\n");
+    assert_string_equal(run(f, "HELLO 2 FOO\r\n"), "-ERR Syntax error in HELLO option 'FOO'\r\n");
+    assert_string_equal(run(f, "COMMAND COUNT\r\n"), ":16\r\n");
+    assert_string_equal(run(f, "COMMAND DOCS\r\n"), "*0\r\n");
+    const char *info = "*2\r\n*10\r\n$5\r\nzcard\r\n:2\r\n*2\r\n+readonly\r\n+fast\r\n"
+                       ":1\r\n:1\r\n:1\r\n*3\r\n+@read\r\n";
+    assert_memory_equal(run(f, "COMMAND INFO zcard nope\r\n"), info, strlen(info));
+    assert_non_null(strstr(f->text, "*-1\r\n"));
+    assert_non_null(strstr(run(f, "INFO\r\n"), "redis_version:7.0.15\r\n"));
+    assert_non_null(strstr(f->text, "db0:keys=3,"));
+    int rc;
+    assert_string_equal(run_rc(f, "QUIT\r\n", &rc), "+OK\r\n");
+    assert_int_equal(rc, 1);
+}
+
+static void test_refused(void **state)
+{
+    fixture_t *f = *state;
+    assert_string_equal(run(f, "ZADD u 1 2\r\n"), "-ERR read-only replica\r\n");
+    assert_string_equal(run(f, "flushall\r\n"), "-ERR read-only replica\r\n");
+    assert_string_equal(run(f, "FOO a b\r\n"),
+                        "-ERR unknown command 'FOO', with args beginning with: 'a' 'b' \r\n");
+    assert_string_equal(run(f, "BYE\r\n"),
+                        "-ERR unknown command 'BYE', with args beginning with: \r\n");
+    assert_string_equal(run(f, "ZRANGE u a b BYLEX\r\n"), "-ERR BYLEX is not supported by segd\r\n");
+    /* before the snapshot is in: data commands wait, connecting works */
+    atomic_store(&f->shared.serving, 0);
+    assert_string_equal(run(f, "ZCARD u\r\n"),
+                        "-LOADING segd is loading the snapshot in memory\r\n");
+    assert_string_equal(run(f, "PING\r\n"),
+                        "-LOADING segd is loading the snapshot in memory\r\n");
+    assert_string_equal(run(f, "SELECT 0\r\n"), "+OK\r\n");
+    /* counted by command and result */
+    size_t zadd = segd_resp_command_count() - 2, zcard = 0;
+    while (strcmp(segd_resp_command_name(zcard), "zcard"))
+        zcard++;
+    assert_string_equal(segd_resp_command_name(zadd), "write");
+    assert_int_equal(atomic_load(&f->w.counts[zadd][1]), 2);
+    assert_int_equal(atomic_load(&f->w.counts[zcard][1]), 1);
+}
+
+/* A user of 3000 segments: the answer is sorted as Redis sorts (the merge
+ * sort past its small cases), and lookups past the first scratch size. */
+static void test_large_user(void **state)
+{
+    fixture_t *f = *state;
+    segd_profile_t p;
+    segd_profile_init(&p);
+    for (int64_t i = 0; i < 3000; i++) {
+        segd_entry_t en = {.segment_id = i, .ts_ms = 1, .expiry_s = NOW + 1 + (i * 7919) % 13};
+        segd_profile_push(&p, &en);
+    }
+    assert_int_equal(segd_edge_put(f->shared.edge, "big", 3, &p), SEGD_OK);
+    segd_profile_free(&p);
+    size_t used;
+    char err[128];
+    const char *line = "ZRANGEBYSCORE big -inf +inf WITHSCORES\r\n";
+    segd_resp_parse(line, strlen(line), &cmd, &used, err, sizeof(err));
+    f->out.len = 0;
+    assert_int_equal(segd_resp_exec(&f->w, &f->client, &cmd, &f->out), 0);
+    char *s = (char *)f->out.data;
+    assert_memory_equal(s, "*6000\r\n", 7);
+    s += 7;
+    char prev_m[32] = "", m[32];
+    long long prev_sc = 0, sc;
+    for (int i = 0; i < 3000; i++) {
+        int ml, sl;
+        assert_int_equal(sscanf(s, "$%d\r\n%31[0-9]\r\n$%d\r\n%lld\r\n", &ml, m, &sl, &sc), 4);
+        s = strstr(s + 1, "$");
+        s = strstr(s + 1, "\r\n") + 2;
+        s = strstr(s, "\r\n") + 2;
+        assert_true(sc > prev_sc || (sc == prev_sc && strcmp(m, prev_m) > 0));
+        prev_sc = sc;
+        strcpy(prev_m, m);
+    }
+    assert_ptr_equal(s, (char *)f->out.data + f->out.len);
+}
+
+/* ---- server over loopback ---------------------------------------------- */
+
+static int connect_to(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+    return fd;
+}
+
+/* Reads until want bytes or the end; returns the count. */
+static size_t read_n(int fd, char *buf, size_t want)
+{
+    size_t got = 0;
+    while (got < want) {
+        ssize_t n = read(fd, buf + got, want - got);
+        if (n <= 0)
+            break;
+        got += (size_t)n;
+    }
+    return got;
+}
+
+static void test_server(void **state)
+{
+    fixture_t *f = *state;
+    segd_resp_t *r;
+    char err[256];
+    assert_int_equal(segd_resp_start(&r, "127.0.0.1:nope", 2, f->shared.edge, NULL, err,
+                                     sizeof(err)), SEGD_ERR_CONFIG);
+    segd_metrics_t *m = segd_metrics_new();
+    assert_int_equal(segd_resp_start(&r, "127.0.0.1:0", 2, f->shared.edge, m, err,
+                                     sizeof(err)), SEGD_OK);
+    int fd = connect_to(segd_resp_port(r));
+    const char *loading = "-LOADING segd is loading the snapshot in memory\r\n";
+    assert_int_equal(write(fd, "ZCARD u\r\n", 9), 9);
+    char buf[512];
+    assert_int_equal(read_n(fd, buf, strlen(loading)), strlen(loading));
+    assert_memory_equal(buf, loading, strlen(loading));
+    segd_resp_set_ready(r, 1);
+    /* pipelined and split mid-command: answered in order */
+    const char *req = "*2\r\n$5\r\nZCARD\r\n$1\r\nu\r\nPING\r\n*3\r\n$6\r\nZSCORE\r\n$1\r\nu\r\n$2\r\n10\r\nQUIT\r\n";
+    size_t half = 20;
+    assert_int_equal(write(fd, req, half), (ssize_t)half);
+    usleep(20000);
+    assert_int_equal(write(fd, req + half, strlen(req) - half), (ssize_t)(strlen(req) - half));
+    const char *want = ":4\r\n+PONG\r\n$10\r\n1800000100\r\n+OK\r\n";
+    assert_int_equal(read_n(fd, buf, sizeof(buf)), strlen(want)); /* then closed by QUIT */
+    assert_memory_equal(buf, want, strlen(want));
+    close(fd);
+    /* a 1 GiB bulk string: the error, then the connection closes */
+    fd = connect_to(segd_resp_port(r));
+    const char *huge = "*2\r\n$4\r\nECHO\r\n$1073741824\r\nxxxxxxxx";
+    assert_int_equal(write(fd, huge, strlen(huge)), (ssize_t)strlen(huge));
+    shutdown(fd, SHUT_WR);
+    const char *perr = "-ERR Protocol error: invalid bulk length\r\n";
+    assert_int_equal(read_n(fd, buf, sizeof(buf)), strlen(perr));
+    assert_memory_equal(buf, perr, strlen(perr));
+    close(fd);
+    segd_buf_t text = {0};
+    assert_int_equal(segd_metrics_render(m, &text), SEGD_OK);
+    assert_int_equal(segd_buf_append(&text, "", 1), SEGD_OK);
+    assert_non_null(strstr((char *)text.data,
+                           "segd_resp_commands_total{command=\"zcard\",result=\"ok\"} 1\n"));
+    assert_non_null(strstr((char *)text.data, "segd_resp_protocol_errors_total 1\n"));
+    assert_non_null(strstr((char *)text.data, "segd_resp_connections_total 2\n"));
+    segd_buf_free(&text);
+    segd_resp_stop(r);
+    segd_metrics_destroy(m);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_parse_multibulk),
+        cmocka_unit_test(test_parse_inline),
+        cmocka_unit_test(test_parse_errors),
+        cmocka_unit_test_setup_teardown(test_zrangebyscore, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_zrange, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_point_reads, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_connection_commands, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_large_user, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_server, setup, teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
