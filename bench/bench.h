@@ -24,6 +24,10 @@ int segd_bench_backfill(int argc, char **argv);
  * raw read of its files vs replaying the partition's input. */
 int segd_bench_restore(int argc, char **argv);
 
+/* argv[0] = "resp": segd cache --resp's read path beside a redis-server
+ * holding the same sorted sets, both read by redis-benchmark. */
+int segd_bench_resp(int argc, char **argv);
+
 /* For the benchmarks (bench_ingest.c): segd run's pipeline over `want`
  * messages of topic into the store dir/name, with or without the change
  * stream; *seconds from the first message to the last one applied (and its

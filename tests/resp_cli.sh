@@ -20,7 +20,7 @@ for tool in redis-server redis-cli; do
 done
 [ -x "$hiredis" ] || fail "no $hiredis: install libhiredis-dev (scripts/install-deps.sh) and re-run cmake"
 now=$(date +%s)
-users=120
+users=60
 horizon=$((40 * 86400)) # the seed workload's late events: see cache_cli.sh
 free_port() { /usr/bin/python3 -c "import socket;s=socket.socket();s.bind(('127.0.0.1',0));print(s.getsockname()[1])"; }
 

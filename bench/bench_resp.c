@@ -1,0 +1,396 @@
+/* `segd bench resp`: the Redis-protocol front (cache/resp.h) beside a real
+ * redis-server holding the same data, read by the same client
+ * (redis-benchmark, Debian redis-tools) in the same run: U users of S
+ * segments (ids spread, expiries over 30 days, a tenth already expired:
+ * segd holds them, Redis only the live ones), then
+ * `ZRANGEBYSCORE user:<random> NOW +inf WITHSCORES` with 1 connection and
+ * with C. Per server: reads/s, p50/p99, and the server's CPU seconds over
+ * the run, so reads per CPU-second compare a multi-threaded server with a
+ * single-threaded one. */
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <inttypes.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "base/args.h"
+#include "base/buf.h"
+#include "base/clock.h"
+#include "bench/bench.h"
+#include "cache/edge.h"
+#include "cache/resp.h"
+
+typedef struct resp_args {
+    int64_t users, segments, requests, clients, threads;
+} resp_args_t;
+
+typedef struct run_result {
+    double rps, p50_ms, p99_ms, cpu_s;
+} run_result_t;
+
+static uint64_t rng_next(uint64_t *s)
+{
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+/* User i's entries: S distinct ids in id order, expiries from now - 1 day
+ * to now + 30 days (a tenth in the past). */
+static void make_profile(segd_profile_t *p, int64_t i, int64_t segments, int64_t now_s)
+{
+    uint64_t s = 0x9E3779B97F4A7C15ULL ^ (uint64_t)(i + 1) * 0xBF58476D1CE4E5B9ULL;
+    segd_profile_clear(p);
+    for (int64_t k = 0; k < segments; k++) {
+        int64_t exp = rng_next(&s) % 10 == 0 ? now_s - 1 - (int64_t)(rng_next(&s) % 86400)
+                                             : now_s + 1 + (int64_t)(rng_next(&s) % (30 * 86400));
+        segd_entry_t e = {.segment_id = k * 100 + (int64_t)(rng_next(&s) % 100),
+                          .ts_ms = now_s * 1000 - 60000, .expiry_s = exp};
+        segd_profile_push(p, &e);
+    }
+}
+
+static int free_port(void)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET};
+    socklen_t len = sizeof(sa);
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
+        getsockname(fd, (struct sockaddr *)&sa, &len)) {
+        if (fd >= 0)
+            close(fd);
+        return -1;
+    }
+    close(fd);
+    return ntohs(sa.sin_port);
+}
+
+static int dial(int port)
+{
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
+    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+    if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
+        return fd;
+    if (fd >= 0)
+        close(fd);
+    return -1;
+}
+
+static pid_t start_redis(int port, const char *dir)
+{
+    char p[16];
+    snprintf(p, sizeof(p), "%d", port);
+    pid_t pid = fork();
+    if (pid == 0) {
+        int null = open("/dev/null", O_WRONLY);
+        dup2(null, 1);
+        dup2(null, 2);
+        execlp("redis-server", "redis-server", "--port", p, "--bind", "127.0.0.1", "--save", "",
+               "--appendonly", "no", "--dir", dir, (char *)NULL);
+        _exit(127);
+    }
+    for (int i = 0; pid > 0 && i < 100; i++) {
+        int fd = dial(port);
+        if (fd >= 0) {
+            close(fd);
+            return pid;
+        }
+        usleep(50000);
+    }
+    if (pid > 0) {
+        kill(pid, SIGTERM);
+        waitpid(pid, NULL, 0);
+    }
+    return -1;
+}
+
+static void add_bulk(segd_buf_t *b, const char *s)
+{
+    char h[32];
+    int n = snprintf(h, sizeof(h), "$%zu\r\n", strlen(s));
+    segd_buf_append(b, h, (size_t)n);
+    segd_buf_append(b, s, strlen(s));
+    segd_buf_append(b, "\r\n", 2);
+}
+
+/* Sends everything in b, then reads until n replies' worth of lines came
+ * (each ZADD answers one ":N\r\n"); -1 on a socket error. */
+static int send_and_count(int fd, segd_buf_t *b, int64_t n)
+{
+    for (size_t off = 0; off < b->len;) {
+        ssize_t w = send(fd, b->data + off, b->len - off, MSG_NOSIGNAL);
+        if (w <= 0)
+            return -1;
+        off += (size_t)w;
+    }
+    b->len = 0;
+    char buf[4096];
+    for (int64_t got = 0; got < n;) {
+        ssize_t r = read(fd, buf, sizeof(buf));
+        if (r <= 0)
+            return -1;
+        for (ssize_t i = 0; i < r; i++) {
+            if (buf[i] == '-')
+                return -1;
+            got += buf[i] == '\n';
+        }
+    }
+    return 0;
+}
+
+/* Each user's live entries as one ZADD, 50 users a round trip. */
+static int load_redis(int port, const resp_args_t *a, int64_t now_s)
+{
+    int fd = dial(port);
+    if (fd < 0)
+        return -1;
+    segd_buf_t b = {0};
+    segd_profile_t p;
+    segd_profile_init(&p);
+    int rc = 0;
+    int64_t pending = 0;
+    for (int64_t i = 0; i < a->users && !rc; i++) {
+        make_profile(&p, i, a->segments, now_s);
+        size_t live = 0;
+        for (size_t k = 0; k < p.n; k++)
+            live += p.entries[k].expiry_s > now_s;
+        char h[32], key[32], num[32];
+        snprintf(h, sizeof(h), "*%zu\r\n", 2 + 2 * live);
+        segd_buf_append(&b, h, strlen(h));
+        add_bulk(&b, "ZADD");
+        snprintf(key, sizeof(key), "user:%012" PRId64, i);
+        add_bulk(&b, key);
+        for (size_t k = 0; k < p.n; k++) {
+            if (p.entries[k].expiry_s <= now_s)
+                continue;
+            snprintf(num, sizeof(num), "%" PRId64, p.entries[k].expiry_s);
+            add_bulk(&b, num);
+            snprintf(num, sizeof(num), "%" PRId64, p.entries[k].segment_id);
+            add_bulk(&b, num);
+        }
+        if (++pending == 50 || i == a->users - 1) {
+            rc = send_and_count(fd, &b, pending);
+            pending = 0;
+        }
+    }
+    segd_profile_free(&p);
+    segd_buf_free(&b);
+    close(fd);
+    return rc;
+}
+
+/* The raw reply bytes of one command then QUIT: the two servers must agree
+ * byte for byte before their speed means anything. */
+static int raw_reply(int port, const char *cmd, segd_buf_t *out)
+{
+    int fd = dial(port);
+    if (fd < 0)
+        return -1;
+    char req[256];
+    int n = snprintf(req, sizeof(req), "%s\r\nQUIT\r\n", cmd);
+    if (send(fd, req, (size_t)n, MSG_NOSIGNAL) != n) {
+        close(fd);
+        return -1;
+    }
+    char buf[65536];
+    ssize_t r;
+    while ((r = read(fd, buf, sizeof(buf))) > 0)
+        segd_buf_append(out, buf, (size_t)r);
+    close(fd);
+    return 0;
+}
+
+static double proc_cpu_s(pid_t pid)
+{
+    if (pid == 0) {
+        struct rusage ru;
+        getrusage(RUSAGE_SELF, &ru);
+        return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
+               (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
+    }
+    char path[64], line[1024];
+    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t n = fread(line, 1, sizeof(line) - 1, f);
+    fclose(f);
+    line[n] = 0;
+    char *p = strrchr(line, ')'); /* fields after the command name */
+    unsigned long ut = 0, st = 0;
+    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+        return -1;
+    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+}
+
+/* redis-benchmark --csv: "test","rps","avg","min","p50","p95","p99","max". */
+static int bench_run(int port, pid_t server, const resp_args_t *a, int64_t clients,
+                     int64_t now_s, run_result_t *r)
+{
+    char cmd[512];
+    snprintf(cmd, sizeof(cmd),
+             "redis-benchmark -h 127.0.0.1 -p %d -n %" PRId64 " -c %" PRId64 " -r %" PRId64
+             " --csv ZRANGEBYSCORE user:__rand_int__ %" PRId64 " +inf WITHSCORES 2>&1",
+             port, a->requests, clients, a->users, now_s);
+    double cpu0 = proc_cpu_s(server);
+    FILE *f = popen(cmd, "r");
+    if (!f)
+        return -1;
+    char line[1024];
+    int ok = 0;
+    while (fgets(line, sizeof(line), f)) {
+        char *p = strstr(line, "\",\"");
+        if (p && strncmp(line, "\"test\"", 6) &&
+            sscanf(p, "\",\"%lf\",\"%*f\",\"%*f\",\"%lf\",\"%*f\",\"%lf\"", &r->rps, &r->p50_ms,
+                   &r->p99_ms) == 3)
+            ok = 1;
+    }
+    int st = pclose(f);
+    r->cpu_s = proc_cpu_s(server) - cpu0;
+    return ok && st == 0 ? 0 : -1;
+}
+
+static int parse(int argc, char **argv, resp_args_t *a)
+{
+    static const struct option opts[] = {{"users", required_argument, 0, 'u'},
+                                         {"segments", required_argument, 0, 's'},
+                                         {"requests", required_argument, 0, 'n'},
+                                         {"clients", required_argument, 0, 'c'},
+                                         {"threads", required_argument, 0, 't'},
+                                         {0, 0, 0, 0}};
+    *a = (resp_args_t){.users = 2000, .segments = 1000, .requests = 20000, .clients = 50,
+                       .threads = 2};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        int bad = c == '?';
+        if (c == 'u') bad = segd_arg_int("bench", "--users", optarg, 1, 10000000, &a->users);
+        if (c == 's') bad = segd_arg_int("bench", "--segments", optarg, 1, 100000, &a->segments);
+        if (c == 'n') bad = segd_arg_int("bench", "--requests", optarg, 1, 100000000, &a->requests);
+        if (c == 'c') bad = segd_arg_int("bench", "--clients", optarg, 1, 10000, &a->clients);
+        if (c == 't') bad = segd_arg_int("bench", "--threads", optarg, 1, 256, &a->threads);
+        if (bad)
+            return -1;
+    }
+    return optind < argc ? -1 : 0;
+}
+
+static segd_edge_t *build_edge(const resp_args_t *a, int64_t now_s)
+{
+    segd_edge_opts_t o;
+    segd_edge_opts_default(&o);
+    o.now_ms = now_s * 1000;
+    segd_edge_t *e = NULL;
+    if (segd_edge_new(&e, &o))
+        return NULL;
+    segd_profile_t p;
+    segd_profile_init(&p);
+    for (int64_t i = 0; i < a->users; i++) {
+        char key[32];
+        make_profile(&p, i, a->segments, now_s);
+        snprintf(key, sizeof(key), "user:%012" PRId64, i);
+        if (segd_edge_put(e, key, strlen(key), &p)) {
+            segd_edge_destroy(e);
+            e = NULL;
+            break;
+        }
+    }
+    segd_profile_free(&p);
+    return e;
+}
+
+int segd_bench_resp(int argc, char **argv)
+{
+    resp_args_t a;
+    if (parse(argc, argv, &a)) {
+        fprintf(stderr, "usage: segd bench resp [--users U] [--segments S] [--requests N]"
+                        " [--clients C] [--threads T]\n");
+        return SEGD_EXIT_USAGE;
+    }
+    int64_t now_s = segd_wall_ms() / 1000;
+    char dir[] = "/tmp/segd-bench-resp-XXXXXX", err[256];
+    int rc = SEGD_EXIT_FAIL, rport = free_port();
+    segd_resp_t *srv = NULL;
+    pid_t redis = -1;
+    segd_buf_t ra = {0}, rb = {0};
+    segd_edge_t *edge = build_edge(&a, now_s);
+    if (!edge || !mkdtemp(dir) || (redis = start_redis(rport, dir)) < 0) {
+        fprintf(stderr, "segd bench resp: cannot build the cache or start redis-server\n");
+        goto out;
+    }
+    if (segd_resp_start(&srv, "127.0.0.1:0", (int)a.threads, edge, NULL, err, sizeof(err))) {
+        fprintf(stderr, "segd bench resp: %s\n", err);
+        goto out;
+    }
+    segd_resp_set_ready(srv, 1);
+    if (load_redis(rport, &a, now_s)) {
+        fprintf(stderr, "segd bench resp: loading redis-server failed\n");
+        goto out;
+    }
+    char q[128];
+    snprintf(q, sizeof(q), "ZRANGEBYSCORE user:%012d %" PRId64 " +inf WITHSCORES", 1, now_s);
+    if (raw_reply(segd_resp_port(srv), q, &ra) || raw_reply(rport, q, &rb) ||
+        ra.len != rb.len || memcmp(ra.data, rb.data, ra.len) || ra.len < 1000) {
+        fprintf(stderr, "segd bench resp: segd and redis-server answer '%s' differently\n", q);
+        goto out;
+    }
+    printf("## segd bench resp: %" PRId64 " users x %" PRId64 " segments (%.0f%% live), "
+           "%" PRId64 " requests a run, reply %zu bytes\n\n",
+           a.users, a.segments, 90.0, a.requests, ra.len);
+    printf("`ZRANGEBYSCORE user:<random> NOW +inf WITHSCORES` by redis-benchmark; CPU = the "
+           "server's CPU seconds over the run\n\n");
+    printf("| server | threads | clients | reads/s | p50 ms | p99 ms | CPU s | reads per CPU-s |\n"
+           "|---|---|---|---|---|---|---|---|\n");
+    int64_t cl[2] = {1, a.clients};
+    run_result_t res[2][2];
+    for (int k = 0; k < 2; k++) {
+        if (bench_run(segd_resp_port(srv), 0, &a, cl[k], now_s, &res[0][k]) ||
+            bench_run(rport, redis, &a, cl[k], now_s, &res[1][k])) {
+            fprintf(stderr, "segd bench resp: redis-benchmark failed\n");
+            goto out;
+        }
+        for (int s = 0; s < 2; s++) {
+            run_result_t *r = &res[s][k];
+            printf("| %s | %d | %" PRId64 " | %.0f | %.3f | %.3f | %.2f | %.0f |\n",
+                   s ? "redis-server 7.0" : "segd cache --resp", s ? 1 : (int)a.threads, cl[k],
+                   r->rps, r->p50_ms, r->p99_ms, r->cpu_s,
+                   r->cpu_s > 0 ? (double)a.requests / r->cpu_s : 0);
+        }
+    }
+    printf("\n");
+    for (int k = 0; k < 2; k++) {
+        double sp = res[0][k].cpu_s > 0 ? a.requests / res[0][k].cpu_s : 0;
+        double rp = res[1][k].cpu_s > 0 ? a.requests / res[1][k].cpu_s : 0;
+        printf("- %" PRId64 " client(s): segd/redis reads/s %.1fx; per CPU-second %.1fx\n", cl[k],
+               res[0][k].rps / res[1][k].rps, rp > 0 ? sp / rp : 0);
+    }
+    rc = SEGD_EXIT_OK;
+out:
+    segd_resp_stop(srv);
+    if (redis > 0) {
+        kill(redis, SIGTERM);
+        waitpid(redis, NULL, 0);
+        char cmdline[128];
+        snprintf(cmdline, sizeof(cmdline), "%s/dump.rdb", dir);
+        unlink(cmdline);
+    }
+    if (dir[sizeof(dir) - 2] != 'X')
+        rmdir(dir);
+    segd_buf_free(&ra);
+    segd_buf_free(&rb);
+    segd_edge_destroy(edge);
+    return rc;
+}
