@@ -228,23 +228,34 @@ static int lookup(segd_resp_worker_t *w, const segd_resp_cmd_t *cmd, size_t i, s
     }
 }
 
-/* A member of the answer; ordered as Redis orders a sorted set: by score,
- * then by the member's bytes. The member's decimal digits, each as its
- * value + 1 in a nibble from the top (0 = past the end), compare as the
- * strings do: hi holds digits 1-16, lo digits 17-19. */
+/* The answer's order is Redis's: by score, then by the member's bytes.
+ * Members are decimal ids, and the entries come in id order; two ways:
+ *
+ * Fast (ids below 10^18, scores exact as doubles and spanning less than
+ * what a 64-bit key leaves beside a rank): ids of one digit count are in
+ * byte order already, so a merge of the digit-count runs gives each entry
+ * its member rank; then one radix sort of (score - min) << bits | rank.
+ *
+ * General: a merge sort of (score, member digits as nibbles) items. */
 typedef struct item {
     double score;
-    uint64_t hi, lo;
-    int64_t id;
+    uint64_t hi, lo; /* digits 1-16 and 17-19, each its value + 1, from the top */
+    uint32_t idx;    /* into the entries */
 } item_t;
 
-static void item_make(item_t *it, const segd_entry_t *e)
+static const int64_t p10[19] = {1LL, 10LL, 100LL, 1000LL, 10000LL, 100000LL, 1000000LL,
+                                10000000LL, 100000000LL, 1000000000LL, 10000000000LL,
+                                100000000000LL, 1000000000000LL, 10000000000000LL,
+                                100000000000000LL, 1000000000000000LL, 10000000000000000LL,
+                                100000000000000000LL, 1000000000000000000LL};
+
+static void item_make(item_t *it, const segd_entry_t *e, uint32_t idx)
 {
     char b[24], *end = b + sizeof(b);
     char *s = fmt_u64(end, (uint64_t)e->segment_id);
     it->score = (double)e->expiry_s;
     it->hi = it->lo = 0;
-    it->id = e->segment_id;
+    it->idx = idx;
     for (int k = 0; s + k < end; k++) {
         uint64_t nib = (uint64_t)(s[k] - '0' + 1);
         if (k < 16)
@@ -264,7 +275,7 @@ static int item_le(const item_t *a, const item_t *b)
 }
 
 /* Stable merge sort of a[0..n) through tmp; skips merging runs already in
- * order (segd's entries often come in order of expiry). */
+ * order. */
 static void item_sort(item_t *a, item_t *tmp, size_t n)
 {
     if (n < 2)
@@ -292,33 +303,206 @@ static void item_sort(item_t *a, item_t *tmp, size_t n)
         a[k++] = tmp[i++];
 }
 
-/* The entries with a score in r (all with r NULL), sorted; *n of them. */
+static int digits(int64_t v)
+{
+    int d = 1;
+    while (d < 19 && v >= p10[d])
+        d++;
+    return d;
+}
+
+/* Byte order of the decimal strings of a (da digits) and b (db), da <= db
+ * <= 18: a before b iff a * 10^(db-da) <= b (equal: a is b's prefix). */
+static int lex_before(int64_t a, int da, int64_t b, int db)
+{
+    if (da <= db)
+        return a * p10[db - da] <= b;
+    return !(b * p10[da - db] <= a);
+}
+
+/* lex[0..n): the entries sel[] (in id order) in member byte order. */
+static void member_order(const segd_entry_t *ents, const uint32_t *sel, size_t n, uint32_t *lex)
+{
+    size_t start[20], end[20];
+    int dig[20], runs = 0;
+    for (size_t i = 0; i < n;) { /* runs of one digit count, in id order */
+        int d = digits(ents[sel[i]].segment_id);
+        size_t j = i + 1;
+        while (j < n && (d == 18 || ents[sel[j]].segment_id < p10[d]))
+            j++;
+        start[runs] = i;
+        end[runs] = j;
+        dig[runs++] = d;
+        i = j;
+    }
+    for (size_t k = 0; k < n; k++) {
+        int best = -1;
+        for (int r = 0; r < runs; r++) {
+            if (start[r] == end[r])
+                continue;
+            if (best < 0 || lex_before(ents[sel[start[r]]].segment_id, dig[r],
+                                       ents[sel[start[best]]].segment_id, dig[best]))
+                best = r;
+        }
+        lex[k] = sel[start[best]++];
+    }
+}
+
+/* LSD radix sort of distinct keys, a byte a pass, skipping bytes all keys
+ * share. */
+static void radix_sort(uint64_t *a, uint64_t *tmp, size_t n)
+{
+    uint64_t all_or = 0, all_and = ~0ULL;
+    for (size_t i = 0; i < n; i++) {
+        all_or |= a[i];
+        all_and &= a[i];
+    }
+    uint64_t *src = a, *dst = tmp;
+    for (int shift = 0; shift < 64; shift += 8) {
+        if ((((all_or ^ all_and) >> shift) & 0xff) == 0)
+            continue;
+        size_t count[257] = {0};
+        for (size_t i = 0; i < n; i++)
+            count[((src[i] >> shift) & 0xff) + 1]++;
+        for (int b = 0; b < 256; b++)
+            count[b + 1] += count[b];
+        for (size_t i = 0; i < n; i++)
+            dst[count[(src[i] >> shift) & 0xff]++] = src[i];
+        uint64_t *t = src;
+        src = dst;
+        dst = t;
+    }
+    if (src != a)
+        memcpy(a, src, n * sizeof(*a));
+}
+
+/* The fast way into w->order; -1 when it does not apply. */
+static int sort_fast(segd_resp_worker_t *w, size_t n)
+{
+    const segd_entry_t *ents = w->ents;
+    int64_t lo = INT64_MAX, hi = INT64_MIN;
+    for (size_t i = 0; i < n; i++) {
+        int64_t x = ents[w->order[i]].expiry_s;
+        lo = x < lo ? x : lo;
+        hi = x > hi ? x : hi;
+    }
+    if (n && ents[w->order[n - 1]].segment_id >= p10[18])
+        return -1;
+    int rank_bits = 1;
+    while (rank_bits < 32 && ((size_t)1 << rank_bits) < n)
+        rank_bits++;
+    const int64_t exact = 1LL << 53;
+    if (lo < -exact || hi > exact || (uint64_t)(hi - lo) >> (63 - rank_bits))
+        return -1;
+    member_order(ents, w->order, n, w->lex);
+    for (size_t r = 0; r < n; r++)
+        w->keys[r] = (uint64_t)(ents[w->lex[r]].expiry_s - lo) << rank_bits | r;
+    radix_sort(w->keys, w->keys_tmp, n);
+    uint64_t mask = ((uint64_t)1 << rank_bits) - 1;
+    for (size_t i = 0; i < n; i++)
+        w->order[i] = w->lex[w->keys[i] & mask];
+    return 0;
+}
+
+static void sort_general(segd_resp_worker_t *w, size_t n)
+{
+    item_t *items = w->items;
+    for (size_t i = 0; i < n; i++)
+        item_make(&items[i], &w->ents[w->order[i]], w->order[i]);
+    item_sort(items, w->tmp, n);
+    for (size_t i = 0; i < n; i++)
+        w->order[i] = items[i].idx;
+}
+
+static int scratch(segd_resp_worker_t *w, size_t n)
+{
+    if (n <= w->items_cap)
+        return RC_OK;
+    void *p[6] = {w->items, w->tmp, w->order, w->lex, w->keys, w->keys_tmp};
+    size_t size[6] = {sizeof(item_t), sizeof(item_t), 4, 4, 8, 8};
+    int ok = 1;
+    for (int i = 0; i < 6; i++) {
+        void *q = realloc(p[i], n * size[i]);
+        ok &= q != NULL;
+        p[i] = q ? q : p[i];
+    }
+    w->items = p[0];
+    w->tmp = p[1];
+    w->order = p[2];
+    w->lex = p[3];
+    w->keys = p[4];
+    w->keys_tmp = p[5];
+    if (!ok)
+        return RC_NOMEM; /* the arrays that grew are kept; items_cap is not raised */
+    w->items_cap = n;
+    return RC_OK;
+}
+
+/* w->order[0..*n): the entries with a score in r (all with r NULL), sorted. */
 static int collect_sorted(segd_resp_worker_t *w, size_t nents, const range_t *r, size_t *n)
 {
-    if (nents > w->items_cap) {
-        item_t *a = realloc(w->items, nents * sizeof(item_t));
-        if (a)
-            w->items = a;
-        item_t *t = a ? realloc(w->tmp, nents * sizeof(item_t)) : NULL;
-        if (!t)
-            return RC_NOMEM;
-        w->tmp = t;
-        w->items_cap = nents;
-    }
-    item_t *items = w->items;
+    if (scratch(w, nents))
+        return RC_NOMEM;
     size_t k = 0;
     for (size_t i = 0; i < nents; i++)
         if (!r || in_range(r, (double)w->ents[i].expiry_s))
-            item_make(&items[k++], &w->ents[i]);
-    item_sort(items, w->tmp, k);
+            w->order[k++] = (uint32_t)i;
+    if (sort_fast(w, k))
+        sort_general(w, k);
     *n = k;
     return RC_OK;
 }
 
-/* items[first], items[first + step], ... count of them as a RESP array of
- * members (and scores). Written in place: the hot path of the front. */
-static int emit_items(segd_buf_t *out, const item_t *items, size_t first, long step,
-                      size_t count, int withscores)
+static const char digit_pairs[201] = "00010203040506070809101112131415161718192021222324"
+                                     "25262728293031323334353637383940414243444546474849"
+                                     "50515253545556575859606162636465666768697071727374"
+                                     "75767778798081828384858687888990919293949596979899";
+
+/* "$<len>\r\n<v>\r\n" for v >= 0 at p; returns the end. */
+static char *put_bulk_u64(char *p, uint64_t v)
+{
+    char b[24], *e = b + sizeof(b), *s = e;
+    while (v >= 100) {
+        s -= 2;
+        memcpy(s, digit_pairs + 2 * (v % 100), 2);
+        v /= 100;
+    }
+    if (v >= 10) {
+        s -= 2;
+        memcpy(s, digit_pairs + 2 * v, 2);
+    } else {
+        *--s = (char)('0' + v);
+    }
+    size_t n = (size_t)(e - s);
+    *p++ = '$';
+    if (n >= 10) /* at most 20 digits */
+        *p++ = (char)('0' + n / 10);
+    *p++ = (char)('0' + n % 10);
+    memcpy(p, "\r\n", 2);
+    memcpy(p + 2, s, (size_t)(e - s));
+    p += 2 + (e - s);
+    memcpy(p, "\r\n", 2);
+    return p + 2;
+}
+
+static char *put_bulk_score(char *p, double d)
+{
+    if (d >= 0 && d < 1e17 && d == (double)(int64_t)d && !(d == 0 && signbit(d)))
+        return put_bulk_u64(p, (uint64_t)d);
+    char num[40];
+    size_t n = fmt_score(num, d);
+    *p++ = '$';
+    p += fmt_i64(p, (int64_t)n);
+    memcpy(p, "\r\n", 2);
+    memcpy(p + 2, num, n);
+    memcpy(p + 2 + n, "\r\n", 2);
+    return p + n + 4;
+}
+
+/* The entries order[first], order[first + step], ... count of them as a
+ * RESP array of members (and scores). Written in place: the hot path. */
+static int emit_items(segd_buf_t *out, const segd_entry_t *ents, const uint32_t *order,
+                      size_t first, long step, size_t count, int withscores)
 {
     if (add_array(out, (int64_t)(count * (withscores ? 2 : 1))))
         return RC_NOMEM;
@@ -326,24 +510,10 @@ static int emit_items(segd_buf_t *out, const item_t *items, size_t first, long s
         return RC_NOMEM;
     char *p = (char *)out->data + out->len;
     for (size_t k = 0; k < count; k++) {
-        const item_t *it = &items[(long)first + (long)k * step];
-        char num[40];
-        size_t n = fmt_i64(num, it->id);
-        *p++ = '$';
-        p += fmt_i64(p, (int64_t)n);
-        memcpy(p, "\r\n", 2);
-        memcpy(p + 2, num, n);
-        memcpy(p + 2 + n, "\r\n", 2);
-        p += n + 4;
-        if (!withscores)
-            continue;
-        n = fmt_score(num, it->score);
-        *p++ = '$';
-        p += fmt_i64(p, (int64_t)n);
-        memcpy(p, "\r\n", 2);
-        memcpy(p + 2, num, n);
-        memcpy(p + 2 + n, "\r\n", 2);
-        p += n + 4;
+        const segd_entry_t *e = &ents[order[(long)first + (long)k * step]];
+        p = put_bulk_u64(p, (uint64_t)e->segment_id);
+        if (withscores)
+            p = put_bulk_score(p, (double)e->expiry_s);
     }
     out->len = (size_t)(p - (char *)out->data);
     return RC_OK;
@@ -429,8 +599,8 @@ static int zrange_rank(segd_resp_worker_t *w, const zrange_req_t *q, size_t nent
         end = len - 1;
     size_t count = (size_t)(end - start + 1);
     if (q->dir == DIR_REV)
-        return emit_items(out, w->items, n - 1 - (size_t)start, -1, count, q->withscores);
-    return emit_items(out, w->items, (size_t)start, 1, count, q->withscores);
+        return emit_items(out, w->ents, w->order, n - 1 - (size_t)start, -1, count, q->withscores);
+    return emit_items(out, w->ents, w->order, (size_t)start, 1, count, q->withscores);
 }
 
 /* genericZrangebyscoreCommand: the members in range in order, an offset
@@ -449,8 +619,8 @@ static int zrange_score(segd_resp_worker_t *w, const zrange_req_t *q, size_t nen
     if (q->limit >= 0 && (size_t)q->limit < count)
         count = (size_t)q->limit;
     if (q->dir == DIR_REV)
-        return emit_items(out, w->items, n - 1 - (size_t)q->offset, -1, count, q->withscores);
-    return emit_items(out, w->items, (size_t)q->offset, 1, count, q->withscores);
+        return emit_items(out, w->ents, w->order, n - 1 - (size_t)q->offset, -1, count, q->withscores);
+    return emit_items(out, w->ents, w->order, (size_t)q->offset, 1, count, q->withscores);
 }
 
 static int zrange_generic(segd_resp_worker_t *w, const segd_resp_cmd_t *cmd, segd_buf_t *out,
@@ -892,6 +1062,10 @@ void segd_resp_worker_free(segd_resp_worker_t *w)
     free(w->ents);
     free(w->items);
     free(w->tmp);
+    free(w->order);
+    free(w->lex);
+    free(w->keys);
+    free(w->keys_tmp);
     free((void *)w->counts);
     memset(w, 0, sizeof(*w));
 }

@@ -41,7 +41,9 @@ typedef struct segd_resp_worker {
     segd_resp_shared_t *shared; /* borrowed */
     segd_entry_t *ents;         /* lookup scratch */
     size_t ents_cap;
-    void *items, *tmp;          /* sort scratch */
+    void *items, *tmp;          /* sort scratch (cache/resp_cmd.c) */
+    uint32_t *order, *lex;
+    uint64_t *keys, *keys_tmp;
     size_t items_cap;
     /* [command][0 = ok, 1 = error]; written by the worker's thread only,
      * read by the metrics collector */

@@ -399,6 +399,27 @@ static void test_large_user(void **state)
     assert_ptr_equal(s, (char *)f->out.data + f->out.len);
 }
 
+/* Ids of 19 digits and scores past 2^53 take the general sort and print
+ * scores as Redis's "%.17g" does. */
+static void test_general_sort(void **state)
+{
+    fixture_t *f = *state;
+    segd_profile_t p;
+    segd_profile_init(&p);
+    segd_entry_t e[3] = {{.segment_id = 2, .ts_ms = 1, .expiry_s = NOW + 5},
+                         {.segment_id = 30, .ts_ms = 1, .expiry_s = 1LL << 60},
+                         {.segment_id = 1000000000000000001LL, .ts_ms = 1, .expiry_s = NOW + 5}};
+    for (int i = 0; i < 3; i++)
+        segd_profile_push(&p, &e[i]);
+    assert_int_equal(segd_edge_put(f->shared.edge, "g", 1, &p), SEGD_OK);
+    segd_profile_free(&p);
+    assert_string_equal(run(f, "ZRANGEBYSCORE g -inf +inf WITHSCORES\r\n"),
+                        "*6\r\n$19\r\n1000000000000000001\r\n$10\r\n1800000005\r\n"
+                        "$1\r\n2\r\n$10\r\n1800000005\r\n"
+                        "$2\r\n30\r\n$21\r\n1.152921504606847e+18\r\n");
+    assert_string_equal(run(f, "ZSCORE g 30\r\n"), "$21\r\n1.152921504606847e+18\r\n");
+}
+
 /* ---- server over loopback ---------------------------------------------- */
 
 static int connect_to(int port)
@@ -483,6 +504,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_connection_commands, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_large_user, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_general_sort, setup, teardown),
         cmocka_unit_test_setup_teardown(test_server, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
