@@ -231,7 +231,7 @@ static int lookup(segd_resp_worker_t *w, const segd_resp_cmd_t *cmd, size_t i, s
 /* The answer's order is Redis's: by score, then by the member's bytes.
  * Members are decimal ids, and the entries come in id order; two ways:
  *
- * Fast (ids below 10^18, scores exact as doubles and spanning less than
+ * Fast (ids below 10^17, scores exact as doubles and spanning less than
  * what a 64-bit key leaves beside a rank): ids of one digit count are in
  * byte order already, so a merge of the digit-count runs gives each entry
  * its member rank; then one radix sort of (score - min) << bits | rank.
@@ -311,40 +311,43 @@ static int digits(int64_t v)
     return d;
 }
 
-/* Byte order of the decimal strings of a (da digits) and b (db), da <= db
- * <= 18: a before b iff a * 10^(db-da) <= b (equal: a is b's prefix). */
-static int lex_before(int64_t a, int da, int64_t b, int db)
+/* lex[0..n): the entries sel[] (ids in order, all below 10^17) in member
+ * byte order. An id of d digits compares as id * 10^(17-d) (its digits
+ * padded to 17 with zeros), a tie going to the shorter (the prefix): key =
+ * that * 18 + d. Ids of one digit count form runs already in that order;
+ * the runs, ascending in digit count and mostly growing tenfold, are merged
+ * one after the other into the whole. keys/tmp: n slots each. */
+static void member_order(const segd_entry_t *ents, const uint32_t *sel, size_t n, uint32_t *lex,
+                         uint64_t *keys, uint64_t *tmp, uint32_t *idx_tmp)
 {
-    if (da <= db)
-        return a * p10[db - da] <= b;
-    return !(b * p10[da - db] <= a);
-}
-
-/* lex[0..n): the entries sel[] (in id order) in member byte order. */
-static void member_order(const segd_entry_t *ents, const uint32_t *sel, size_t n, uint32_t *lex)
-{
-    size_t start[20], end[20];
-    int dig[20], runs = 0;
-    for (size_t i = 0; i < n;) { /* runs of one digit count, in id order */
+    size_t have = 0; /* lex/keys[0..have): the runs merged so far */
+    for (size_t i = 0; i < n;) {
         int d = digits(ents[sel[i]].segment_id);
-        size_t j = i + 1;
-        while (j < n && (d == 18 || ents[sel[j]].segment_id < p10[d]))
-            j++;
-        start[runs] = i;
-        end[runs] = j;
-        dig[runs++] = d;
-        i = j;
-    }
-    for (size_t k = 0; k < n; k++) {
-        int best = -1;
-        for (int r = 0; r < runs; r++) {
-            if (start[r] == end[r])
-                continue;
-            if (best < 0 || lex_before(ents[sel[start[r]]].segment_id, dig[r],
-                                       ents[sel[start[best]]].segment_id, dig[best]))
-                best = r;
+        uint64_t scale = (uint64_t)p10[17 - d] * 18;
+        size_t j = i;
+        /* the run goes to the tail of tmp/idx_tmp, then merges with the head */
+        for (; j < n && (d == 17 || ents[sel[j]].segment_id < p10[d]); j++) {
+            tmp[j] = (uint64_t)ents[sel[j]].segment_id * scale + (uint64_t)d;
+            idx_tmp[j] = sel[j];
         }
-        lex[k] = sel[start[best]++];
+        if (have == 0) {
+            memcpy(keys, tmp + i, (j - i) * sizeof(*keys));
+            memcpy(lex, idx_tmp + i, (j - i) * sizeof(*lex));
+        } else {
+            /* merge keys[0..have) and tmp[i..j) backwards into keys[0..have + j - i) */
+            size_t out = have + (j - i), a = have, b = j;
+            while (b > i) {
+                if (a > 0 && keys[a - 1] > tmp[b - 1]) {
+                    keys[--out] = keys[--a];
+                    lex[out] = lex[a];
+                } else {
+                    keys[--out] = tmp[--b];
+                    lex[out] = idx_tmp[b];
+                }
+            }
+        }
+        have += j - i;
+        i = j;
     }
 }
 
@@ -386,7 +389,7 @@ static int sort_fast(segd_resp_worker_t *w, size_t n)
         lo = x < lo ? x : lo;
         hi = x > hi ? x : hi;
     }
-    if (n && ents[w->order[n - 1]].segment_id >= p10[18])
+    if (n && ents[w->order[n - 1]].segment_id >= p10[17])
         return -1;
     int rank_bits = 1;
     while (rank_bits < 32 && ((size_t)1 << rank_bits) < n)
@@ -394,7 +397,8 @@ static int sort_fast(segd_resp_worker_t *w, size_t n)
     const int64_t exact = 1LL << 53;
     if (lo < -exact || hi > exact || (uint64_t)(hi - lo) >> (63 - rank_bits))
         return -1;
-    member_order(ents, w->order, n, w->lex);
+    /* keys_tmp and items (as scratch of n ids) are free until the radix sort */
+    member_order(ents, w->order, n, w->lex, w->keys, w->keys_tmp, (uint32_t *)w->items);
     for (size_t r = 0; r < n; r++)
         w->keys[r] = (uint64_t)(ents[w->lex[r]].expiry_s - lo) << rank_bits | r;
     radix_sort(w->keys, w->keys_tmp, n);
@@ -485,9 +489,42 @@ static char *put_bulk_u64(char *p, uint64_t v)
     return p + 2;
 }
 
-static char *put_bulk_score(char *p, double d)
+/* Scores come in ascending order and mostly share their leading digits
+ * (expiries within weeks): the digits above the last six are formatted
+ * once per change. */
+typedef struct score_cache {
+    uint64_t high;
+    int valid;
+    size_t n;
+    char digits[24];
+} score_cache_t;
+
+static char *put_bulk_score(char *p, double d, score_cache_t *c)
 {
-    if (d >= 0 && d < 1e17 && d == (double)(int64_t)d && !(d == 0 && signbit(d)))
+    if (d >= 1e6 && d < 1e17 && d == (double)(uint64_t)d) {
+        uint64_t v = (uint64_t)d, h = v / 1000000, l = v % 1000000;
+        if (!c->valid || c->high != h) {
+            char *e = c->digits + sizeof(c->digits), *s = fmt_u64(e, h);
+            c->n = (size_t)(e - s);
+            memmove(c->digits, s, c->n);
+            c->high = h;
+            c->valid = 1;
+        }
+        size_t len = c->n + 6;
+        *p++ = '$';
+        if (len >= 10)
+            *p++ = (char)('0' + len / 10);
+        *p++ = (char)('0' + len % 10);
+        memcpy(p, "\r\n", 2);
+        memcpy(p + 2, c->digits, c->n);
+        p += 2 + c->n;
+        memcpy(p, digit_pairs + 2 * (l / 10000), 2);
+        memcpy(p + 2, digit_pairs + 2 * (l / 100 % 100), 2);
+        memcpy(p + 4, digit_pairs + 2 * (l % 100), 2);
+        memcpy(p + 6, "\r\n", 2);
+        return p + 8;
+    }
+    if (d >= 0 && d < 1e6 && d == (double)(uint64_t)d && !(d == 0 && signbit(d)))
         return put_bulk_u64(p, (uint64_t)d);
     char num[40];
     size_t n = fmt_score(num, d);
@@ -509,11 +546,12 @@ static int emit_items(segd_buf_t *out, const segd_entry_t *ents, const uint32_t 
     if (segd_buf_reserve(out, count * 72))
         return RC_NOMEM;
     char *p = (char *)out->data + out->len;
+    score_cache_t sc = {0};
     for (size_t k = 0; k < count; k++) {
         const segd_entry_t *e = &ents[order[(long)first + (long)k * step]];
         p = put_bulk_u64(p, (uint64_t)e->segment_id);
         if (withscores)
-            p = put_bulk_score(p, (double)e->expiry_s);
+            p = put_bulk_score(p, (double)e->expiry_s, &sc);
     }
     out->len = (size_t)(p - (char *)out->data);
     return RC_OK;
