@@ -383,13 +383,15 @@ static void radix_sort(uint64_t *a, uint64_t *tmp, size_t n)
 static int sort_fast(segd_resp_worker_t *w, size_t n)
 {
     const segd_entry_t *ents = w->ents;
+    if (n == 0)
+        return 0;
     int64_t lo = INT64_MAX, hi = INT64_MIN;
     for (size_t i = 0; i < n; i++) {
         int64_t x = ents[w->order[i]].expiry_s;
         lo = x < lo ? x : lo;
         hi = x > hi ? x : hi;
     }
-    if (n && ents[w->order[n - 1]].segment_id >= p10[17])
+    if (ents[w->order[n - 1]].segment_id >= p10[17])
         return -1;
     int rank_bits = 1;
     while (rank_bits < 32 && ((size_t)1 << rank_bits) < n)
