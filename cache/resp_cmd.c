@@ -152,7 +152,7 @@ static int arg_ll(const segd_resp_cmd_t *cmd, size_t i, long long *v)
     size_t n = cmd->argl[i];
     int neg = n > 0 && s[0] == '-';
     size_t k = neg ? 1 : 0;
-    if (k == n || n - k > 19 || (s[k] == '0' && n - k > 1))
+    if (k == n || n - k > 19 || (s[k] == '0' && (neg || n - k > 1))) /* "-0" too */
         return -1;
     uint64_t u = 0;
     for (; k < n; k++) {

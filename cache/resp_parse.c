@@ -20,7 +20,7 @@ static int parse_ll(const char *s, size_t n, long long *out)
 {
     int neg = n > 0 && s[0] == '-';
     size_t i = neg ? 1 : 0;
-    if (i == n || (s[i] == '0' && n - i > 1))
+    if (i == n || (s[i] == '0' && (neg || n - i > 1))) /* "-0" too */
         return -1;
     unsigned long long v = 0;
     for (; i < n; i++) {

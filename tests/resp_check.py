@@ -121,6 +121,8 @@ def queries(segd, db, now, users):
           ["ZRANGEBYSCORE", "u0000000001", "0", "1", "BOGUS"],
           ["ZRANGEBYSCORE", "u0000000001", "0", "1", "REV"],
           ["ZRANGE", "u0000000001", "0", "1", "LIMIT", "0", "1"],
+          ["ZRANGEBYSCORE", "u0000000001", "-inf", "+inf", "LIMIT", "-0", "1"],
+          ["ZSCORE", "u0000000001", "-0"], ["ZRANGE", "u0000000001", "-0", "2"],
           ["ZCARD"], ["ZCOUNT", "u0000000001", "1"], ["FOO", "bar", "baz"],
           ["PING"], ["PING", "hi"], ["ECHO", "hello"], ["SELECT", "0"]]
     for c in q:

@@ -295,6 +295,9 @@ static void test_point_reads(void **state)
     assert_string_equal(run(f, "ZCOUNT u x 1\r\n"), "-ERR min or max is not a float\r\n");
     assert_string_equal(run(f, "ZSCORE u 10\r\n"), "$10\r\n1800000100\r\n");
     assert_string_equal(run(f, "ZSCORE u 010\r\n"), "$-1\r\n");
+    assert_string_equal(run(f, "ZSCORE v -0\r\n"), "$-1\r\n");
+    assert_string_equal(run(f, "ZRANGEBYSCORE u 0 1 LIMIT -0 1\r\n"),
+                        "-ERR value is not an integer or out of range\r\n");
     assert_string_equal(run(f, "ZSCORE u 7\r\n"), "$-1\r\n"); /* expired */
     assert_string_equal(run(f, "ZSCORE nobody 7\r\n"), "$-1\r\n");
     assert_string_equal(run(f, "ZCARD u\r\n"), ":4\r\n");
