@@ -31,7 +31,7 @@
 #include "cache/resp.h"
 
 typedef struct resp_args {
-    int64_t users, segments, requests, clients, threads;
+    int64_t users, segments, requests, clients, threads, client_threads;
 } resp_args_t;
 
 typedef struct run_result {
@@ -243,8 +243,9 @@ static int bench_run(int port, pid_t server, const resp_args_t *a, int64_t clien
     char cmd[512];
     snprintf(cmd, sizeof(cmd),
              "redis-benchmark -h 127.0.0.1 -p %d -n %" PRId64 " -c %" PRId64 " -r %" PRId64
-             " --csv ZRANGEBYSCORE user:__rand_int__ %" PRId64 " +inf WITHSCORES 2>&1",
-             port, a->requests, clients, a->users, now_s);
+             " --threads %" PRId64 " --csv ZRANGEBYSCORE user:__rand_int__ %" PRId64
+             " +inf WITHSCORES 2>&1",
+             port, a->requests, clients, a->users, a->client_threads, now_s);
     double cpu0 = proc_cpu_s(server);
     FILE *f = popen(cmd, "r");
     if (!f)
@@ -270,9 +271,10 @@ static int parse(int argc, char **argv, resp_args_t *a)
                                          {"requests", required_argument, 0, 'n'},
                                          {"clients", required_argument, 0, 'c'},
                                          {"threads", required_argument, 0, 't'},
+                                         {"client-threads", required_argument, 0, 'k'},
                                          {0, 0, 0, 0}};
     *a = (resp_args_t){.users = 2000, .segments = 1000, .requests = 20000, .clients = 50,
-                       .threads = 2};
+                       .threads = 2, .client_threads = 1};
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -282,6 +284,8 @@ static int parse(int argc, char **argv, resp_args_t *a)
         if (c == 'n') bad = segd_arg_int("bench", "--requests", optarg, 1, 100000000, &a->requests);
         if (c == 'c') bad = segd_arg_int("bench", "--clients", optarg, 1, 10000, &a->clients);
         if (c == 't') bad = segd_arg_int("bench", "--threads", optarg, 1, 256, &a->threads);
+        if (c == 'k')
+            bad = segd_arg_int("bench", "--client-threads", optarg, 1, 64, &a->client_threads);
         if (bad)
             return -1;
     }
@@ -317,7 +321,7 @@ int segd_bench_resp(int argc, char **argv)
     resp_args_t a;
     if (parse(argc, argv, &a)) {
         fprintf(stderr, "usage: segd bench resp [--users U] [--segments S] [--requests N]"
-                        " [--clients C] [--threads T]\n");
+                        " [--clients C] [--threads T] [--client-threads K]\n");
         return SEGD_EXIT_USAGE;
     }
     int64_t now_s = segd_wall_ms() / 1000;
@@ -350,8 +354,9 @@ int segd_bench_resp(int argc, char **argv)
     printf("## segd bench resp: %" PRId64 " users x %" PRId64 " segments (%.0f%% live), "
            "%" PRId64 " requests a run, reply %zu bytes\n\n",
            a.users, a.segments, 90.0, a.requests, ra.len);
-    printf("`ZRANGEBYSCORE user:<random> NOW +inf WITHSCORES` by redis-benchmark; CPU = the "
-           "server's CPU seconds over the run\n\n");
+    printf("`ZRANGEBYSCORE user:<random> NOW +inf WITHSCORES` by redis-benchmark (%" PRId64
+           " client thread(s)); CPU = the server's CPU seconds over the run\n\n",
+           a.client_threads);
     printf("| server | threads | clients | reads/s | p50 ms | p99 ms | CPU s | reads per CPU-s |\n"
            "|---|---|---|---|---|---|---|---|\n");
     int64_t cl[2] = {1, a.clients};

@@ -28,6 +28,6 @@ int segd_cmd_bench(int argc, char **argv)
             "       segd bench backfill [--users N] [--dir DIR] [--keep]\n"
             "       segd bench restore [--users N] [--partitions P] [--dir DIR]\n"
             "       segd bench resp [--users U] [--segments S] [--requests N] [--clients C]\n"
-            "                       [--threads T]\n");
+            "                       [--threads T] [--client-threads K]\n");
     return argc >= 2 && !strcmp(argv[1], "--help") ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
 }
