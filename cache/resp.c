@@ -25,6 +25,7 @@
 /* Replies waiting for a slow client: above this no more commands are read. */
 #define OUT_HIGH (4 * 1024 * 1024)
 #define MAX_EVENTS 64
+#define ACCEPT_RETRY_MS 100
 /* After a protocol error the client may still be sending (a 1 GB bulk
  * string): closing with unread input would reset the connection and could
  * destroy the error reply before the client reads it. So the reply is
@@ -51,6 +52,8 @@ typedef struct worker {
     segd_resp_worker_t exec; /* command scratch and counters */
     segd_resp_cmd_t cmd;     /* 24 KiB: one per worker, not on the stack */
     conn_t *conns;           /* open connections, closed at stop */
+    int accept_paused;       /* out of descriptors: lfd is off the epoll set */
+    void *listen_tag;        /* epoll data of lfd */
     _Atomic uint64_t accepted, proto_errors;
 } worker_t;
 
@@ -63,6 +66,13 @@ struct segd_resp {
 };
 
 /* ---- connections ------------------------------------------------------- */
+
+static void accept_resume(worker_t *w)
+{
+    struct epoll_event le = {.events = EPOLLIN, .data.ptr = w->listen_tag};
+    if (w->accept_paused && !epoll_ctl(w->ep, EPOLL_CTL_ADD, w->lfd, &le))
+        w->accept_paused = 0;
+}
 
 static void conn_close(worker_t *w, conn_t *c)
 {
@@ -78,6 +88,7 @@ static void conn_close(worker_t *w, conn_t *c)
     segd_buf_free(&c->out);
     free(c);
     atomic_fetch_sub(&w->server->shared.connections, 1);
+    accept_resume(w); /* a descriptor is free again */
 }
 
 static size_t pending_out(const conn_t *c) { return c->out.len - c->out_pos; }
@@ -201,8 +212,15 @@ static void accept_all(worker_t *w)
 {
     for (;;) {
         int fd = accept4(w->lfd, NULL, NULL, SOCK_NONBLOCK | SOCK_CLOEXEC);
-        if (fd < 0)
-            return; /* EAGAIN, or out of descriptors: the backlog waits */
+        if (fd < 0) {
+            /* Out of descriptors, the pending connection stays readable: a
+             * level-triggered loop would spin on it. Accepting resumes when
+             * one of ours closes, or after ACCEPT_RETRY_MS. */
+            if ((errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) &&
+                !epoll_ctl(w->ep, EPOLL_CTL_DEL, w->lfd, NULL))
+                w->accept_paused = 1;
+            return;
+        }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         conn_t *c = calloc(1, sizeof(*c));
@@ -230,12 +248,15 @@ static void *worker_main(void *arg)
     struct epoll_event ev[MAX_EVENTS];
     static const int listen_tag = 0, wake_tag = 0;
     struct epoll_event le = {.events = EPOLLIN, .data.ptr = (void *)&listen_tag};
+    w->listen_tag = (void *)&listen_tag;
     struct epoll_event we = {.events = EPOLLIN, .data.ptr = (void *)&wake_tag};
     if (epoll_ctl(w->ep, EPOLL_CTL_ADD, w->lfd, &le) ||
         epoll_ctl(w->ep, EPOLL_CTL_ADD, w->wake, &we))
         return NULL;
     for (int stop = 0; !stop;) {
-        int n = epoll_wait(w->ep, ev, MAX_EVENTS, -1);
+        int n = epoll_wait(w->ep, ev, MAX_EVENTS, w->accept_paused ? ACCEPT_RETRY_MS : -1);
+        if (n == 0)
+            accept_resume(w);
         for (int i = 0; i < n; i++) {
             if (ev[i].data.ptr == &wake_tag)
                 stop = 1;

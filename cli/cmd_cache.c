@@ -1,7 +1,8 @@
 /* `segd cache`: an edge cache. Loads every unit of a snapshot (checksums
  * verified; each unit's W judges the users of its partition), tails each
  * change partition from the minimum position over the units' manifests,
- * joins deltas exactly as the store does, and answers bidders over HTTP (cache/http.h). The proof
+ * joins deltas exactly as the store does, and answers bidders over HTTP (cache/http.h)
+ * and, with --resp, over the Redis protocol (cache/resp.h). The proof
  * that snapshot + deltas reproduce the store, and a usable cache. */
 #include <getopt.h>
 #include <inttypes.h>

@@ -5,7 +5,8 @@
  * score then member bytes, exclusive bounds, LIMIT, REV, WITHSCORES,
  * expired entries and unknown keys, Redis's error texts, -LOADING before
  * serving); and the server (cache/resp.h) over loopback: split and
- * pipelined writes, QUIT, an oversize request answered and closed. */
+ * pipelined writes, QUIT, an oversize request answered and closed, no
+ * descriptors left for a new connection. */
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <setjmp.h>
@@ -15,6 +16,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <dirent.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -495,6 +500,81 @@ static void test_server(void **state)
     segd_metrics_destroy(m);
 }
 
+/* Whether fd answers PING within 3 s (a connection the server accepted). */
+static int pong(int fd)
+{
+    if (write(fd, "PING\r\n", 6) != 6)
+        return 0;
+    struct pollfd p = {.fd = fd, .events = POLLIN};
+    char buf[16];
+    return poll(&p, 1, 3000) == 1 && read(fd, buf, sizeof(buf)) == 7 && !memcmp(buf, "+PONG", 5);
+}
+
+static int max_open_fd(void)
+{
+    int max = 0;
+    DIR *d = opendir("/proc/self/fd");
+    for (struct dirent *e; d && (e = readdir(d));)
+        max = atoi(e->d_name) > max ? atoi(e->d_name) : max;
+    if (d)
+        closedir(d);
+    return max;
+}
+
+/* Out of descriptors, the server keeps its connections and accepts the
+ * waiting one once one of them closes. (That it does not spin meanwhile,
+ * the reason for pausing, is not asserted: it would take a timing.) */
+static void test_server_out_of_fds(void **state)
+{
+    fixture_t *f = *state;
+    segd_resp_t *r;
+    char err[256];
+    assert_int_equal(segd_resp_start(&r, "127.0.0.1:0", 1, f->shared.edge, NULL, err,
+                                     sizeof(err)), SEGD_OK);
+    segd_resp_set_ready(r, 1);
+    struct rlimit old, low;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+    low = old;
+    /* the free numbers below the highest open descriptor are filled, so
+     * that exactly 7 remain under the limit */
+    int top = max_open_fd(), fill[1024], nfill = 0;
+    for (int fd; nfill < 1024 && (fd = open("/dev/null", O_RDONLY)) >= 0;) {
+        fill[nfill++] = fd;
+        if (fd > top)
+            break;
+    }
+    low.rlim_cur = (rlim_t)fill[--nfill] + 7;
+    close(fill[nfill]);
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+    int fds[16], n = 0, waiting = -1;
+    while (n < 16) {
+        int fd = socket(AF_INET, SOCK_STREAM, 0);
+        if (fd < 0)
+            break; /* the test's own side ran out first */
+        struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)segd_resp_port(r))};
+        inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
+        assert_int_equal(connect(fd, (struct sockaddr *)&sa, sizeof(sa)), 0);
+        fds[n++] = fd;
+        if (!pong(fd)) {
+            waiting = fd; /* in the backlog: the server has no descriptor for it */
+            break;
+        }
+    }
+    assert_true(waiting >= 0 && n >= 2);
+    close(fds[0]); /* the server's side of it closes: a descriptor for the waiting one */
+    struct pollfd p = {.fd = waiting, .events = POLLIN};
+    char buf[16];
+    assert_int_equal(poll(&p, 1, 5000), 1);
+    assert_int_equal(read(waiting, buf, sizeof(buf)), 7);
+    assert_memory_equal(buf, "+PONG\r\n", 7);
+    for (int i = 1; i < n; i++)
+        close(fds[i]);
+    for (int i = 0; i < nfill; i++)
+        close(fill[i]);
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+    segd_resp_stop(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -509,6 +589,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_large_user, setup, teardown),
         cmocka_unit_test_setup_teardown(test_general_sort, setup, teardown),
         cmocka_unit_test_setup_teardown(test_server, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_server_out_of_fds, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
