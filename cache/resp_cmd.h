@@ -20,6 +20,7 @@
 
 #include "base/buf.h"
 #include "cache/edge.h"
+#include "cache/resp_order.h"
 #include "cache/resp_parse.h"
 
 /* What every worker of one server reads. */
@@ -41,10 +42,7 @@ typedef struct segd_resp_worker {
     segd_resp_shared_t *shared; /* borrowed */
     segd_entry_t *ents;         /* lookup scratch */
     size_t ents_cap;
-    void *items, *tmp;          /* sort scratch (cache/resp_cmd.c) */
-    uint32_t *order, *lex;
-    uint64_t *keys, *keys_tmp;
-    size_t items_cap;
+    segd_resp_order_t sort;     /* an answer's order and its scratch */
     /* [command][0 = ok, 1 = error]; written by the worker's thread only,
      * read by the metrics collector */
     _Atomic uint64_t (*counts)[2];
