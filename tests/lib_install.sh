@@ -1,0 +1,96 @@
+#!/usr/bin/env bash
+# libsegd-cache as a bidder team gets it (README "Serving reads"):
+# `cmake --install` into a fresh prefix puts the shared (versioned SONAME) and
+# static libraries, include/segd/cache.h and segd-cache.pc there; the shared
+# object exports only segd_cache_* and needs no RocksDB, librdkafka or libcurl;
+# examples/bidder.c compiles from the prefix alone with
+# `pkg-config --cflags --libs segd-cache` (and statically from the .a), loads
+# a real snapshot and answers every user, with and without a filter, as
+# `segd get` does on the store the snapshot came from.
+# usage: lib_install.sh SEGD_BIN SOURCE_DIR
+set -euo pipefail
+segd=$1
+src=$2
+build=$(dirname "$segd")
+source "$src/tests/lib.bash"
+lib_init lib
+now=1800000000
+prefix=$tmp/prefix
+
+cmake --install "$build" --prefix "$prefix" > "$tmp/install.log" 2>&1 || fail "cmake --install"
+pc=$(find "$prefix" -name segd-cache.pc | head -1)
+[ -n "$pc" ] || fail "no segd-cache.pc"
+libdir=$(dirname "$(dirname "$pc")")
+[ -f "$prefix/include/segd/cache.h" ] || fail "no include/segd/cache.h"
+[ -f "$libdir/libsegd-cache.a" ] || fail "no static library"
+soname=$(readelf -d "$libdir/libsegd-cache.so" | sed -n 's/.*SONAME.*\[\(.*\)\]/\1/p')
+[ "$soname" = libsegd-cache.so.1 ] || fail "SONAME '$soname'"
+[ -L "$libdir/libsegd-cache.so.1" ] || fail "no libsegd-cache.so.1 link"
+exported=$(nm -D --defined-only "$libdir/libsegd-cache.so" | awk '$2 ~ /^[TDBR]$/ {print $3}')
+[ -n "$exported" ] || fail "nothing exported"
+if grep -v '^segd_cache_' <<<"$exported"; then fail "exports beyond the segd_cache_ API"; fi
+if readelf -d "$libdir/libsegd-cache.so" | grep NEEDED | grep -E 'rocksdb|rdkafka|curl'; then
+  fail "libsegd-cache needs a writer-side library"
+fi
+
+# sanitized builds: the bidder must carry the same runtime as the library
+cflags=()
+grep -q '^SEGD_SANITIZE:BOOL=ON' "$build/CMakeCache.txt" && cflags=(-fsanitize=address,undefined)
+export PKG_CONFIG_PATH=$libdir/pkgconfig
+pc_libs=$(pkg-config --libs segd-cache | xargs)
+[ "$pc_libs" = "-L$(pkg-config --variable=libdir segd-cache) -lsegd-cache" ] ||
+  fail "pkg-config --libs names more than the library: $pc_libs"
+# shellcheck disable=SC2046
+cc -std=c11 -Wall -Wextra -Werror "${cflags[@]}" -o "$tmp/bidder" "$src/examples/bidder.c" \
+  $(pkg-config --cflags --libs segd-cache) -Wl,-rpath,"$(pkg-config --variable=libdir segd-cache)" \
+  2> "$tmp/cc.log" || fail "bidder does not build against the prefix: $(cat "$tmp/cc.log")"
+# shellcheck disable=SC2046
+cc -std=c11 "${cflags[@]}" -o "$tmp/bidder-static" "$src/examples/bidder.c" \
+  $(pkg-config --cflags segd-cache) "$libdir/libsegd-cache.a" \
+  $(pkg-config --static --libs-only-l segd-cache | sed 's/-lsegd-cache//') \
+  2> "$tmp/cc-static.log" || fail "bidder does not link statically: $(cat "$tmp/cc-static.log")"
+ldd "$tmp/bidder" | grep -q "libsegd-cache.so.1 => $libdir" ||
+  ldd "$tmp/bidder" | grep -q "libsegd-cache.so.1 => .*prefix" || fail "bidder: $(ldd "$tmp/bidder")"
+
+"$segd" generate --out "$tmp/seed.jsonl" --users 60 --now $now > /dev/null
+"$segd" backfill --db "$tmp/db" --now $now "$tmp/seed.jsonl" > /dev/null
+"$segd" snapshot export --db "$tmp/db" --to "$tmp/snap" --topic events --buckets 4 --now $now \
+  --format native > /dev/null
+mapfile -t users < <(python3 -c "
+import json
+print('\n'.join(sorted({json.loads(l)['user_id'] for l in open('$tmp/seed.jsonl')})))")
+users+=(never-seen-user)
+after=$((now + 7 * 86400))
+for filter in "" "--expiring-after $after"; do
+  # shellcheck disable=SC2086
+  for b in bidder bidder-static; do
+    "$tmp/$b" "$tmp/snap/events" $now $filter "${users[@]}" > "$tmp/$b.out" 2> "$tmp/$b.log" ||
+      fail "$b $filter"
+  done
+  cmp -s "$tmp/bidder.out" "$tmp/bidder-static.out" || fail "shared and static bidders differ"
+  # shellcheck disable=SC2086
+  "$segd" get --db "$tmp/db" --now $now --json $filter "${users[@]}" > "$tmp/get.json" ||
+    fail "segd get $filter"
+  python3 - "$tmp/get.json" "$tmp/bidder.out" <<'PY' || fail "bidder and segd get differ ($filter)"
+import json, sys
+want = {}
+for line in open(sys.argv[1]):
+    o = json.loads(line)
+    segs = o.get("segments") or []
+    want[o["user_id"]] = " ".join(["1", str(len(segs))] + ["%d:%d" % (s["id"], s["expires_at"]) for s in segs])
+got = {}
+for line in open(sys.argv[2]):
+    user, rest = line.rstrip("\n").split(" ", 1)
+    got[user] = rest
+want["never-seen-user"] = "0 0"
+bad = [u for u in want if got.get(u) != want[u]] + [u for u in got if u not in want]
+for u in bad[:5]:
+    print("user %s: bidder %.120r, segd get %.120r" % (u, got.get(u), want.get(u)), file=sys.stderr)
+sys.exit(1 if bad else 0)
+PY
+done
+grep -q "^never-seen-user 0 0$" "$tmp/bidder.out" || fail "an unknown user is not 'known 0'"
+[ "$(awk '$3 > 0' "$tmp/bidder.out" | wc -l)" -gt 30 ] || fail "too few users with segments"
+if "$tmp/bidder" "$tmp/nowhere" $now u1 2> "$tmp/missing.log"; then fail "a missing snapshot loaded"; fi
+grep -q "not found" "$tmp/missing.log" || fail "missing snapshot: $(cat "$tmp/missing.log")"
+echo "lib_install: ${#users[@]} users equal to segd get, shared and static, exports only segd_cache_*"
