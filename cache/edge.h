@@ -2,7 +2,8 @@
  * store by joining snapshot records and change-stream deltas with the
  * DESIGN §3 join (core/record.h), and read by bidders at their own clock.
  * No RocksDB and no Kafka here: a bidder can embed this module (with
- * base/, core/ and wire/: examples/edge_lookup.c) and feed it however it likes.
+ * base/, core/ and wire/; installed as libsegd-cache, include/segd/cache.h)
+ * and feed it however it likes.
  *
  * Threads: any number of readers (lookup, get_profile, stats) beside
  * writers (put, apply, retire); the table is split into shards, each under a

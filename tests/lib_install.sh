@@ -5,8 +5,9 @@
 # object exports only segd_cache_* and needs no RocksDB, librdkafka or libcurl;
 # examples/bidder.c compiles from the prefix alone with
 # `pkg-config --cflags --libs segd-cache` (and statically from the .a), loads
-# a real snapshot and answers every user, with and without a filter, as
-# `segd get` does on the store the snapshot came from.
+# a real snapshot (avro and native units) and answers every user, with and
+# without a filter, as `segd get` does on the store the snapshot came from; a
+# missing or damaged snapshot is refused.
 # usage: lib_install.sh SEGD_BIN SOURCE_DIR
 set -euo pipefail
 segd=$1
@@ -54,18 +55,21 @@ ldd "$tmp/bidder" | grep -q "libsegd-cache.so.1 => $libdir" ||
 
 "$segd" generate --out "$tmp/seed.jsonl" --users 60 --now $now > /dev/null
 "$segd" backfill --db "$tmp/db" --now $now "$tmp/seed.jsonl" > /dev/null
-"$segd" snapshot export --db "$tmp/db" --to "$tmp/snap" --topic events --buckets 4 --now $now \
-  --format native > /dev/null
+for fmt in avro native; do
+  "$segd" snapshot export --db "$tmp/db" --to "$tmp/snap-$fmt" --topic events --buckets 4 \
+    --now $now --format $fmt > /dev/null
+done
 mapfile -t users < <(python3 -c "
 import json
 print('\n'.join(sorted({json.loads(l)['user_id'] for l in open('$tmp/seed.jsonl')})))")
 users+=(never-seen-user)
 after=$((now + 7 * 86400))
+for fmt in avro native; do
 for filter in "" "--expiring-after $after"; do
   # shellcheck disable=SC2086
   for b in bidder bidder-static; do
-    "$tmp/$b" "$tmp/snap/events" $now $filter "${users[@]}" > "$tmp/$b.out" 2> "$tmp/$b.log" ||
-      fail "$b $filter"
+    "$tmp/$b" "$tmp/snap-$fmt/events" $now $filter "${users[@]}" > "$tmp/$b.out" 2> "$tmp/$b.log" ||
+      fail "$b $fmt $filter"
   done
   cmp -s "$tmp/bidder.out" "$tmp/bidder-static.out" || fail "shared and static bidders differ"
   # shellcheck disable=SC2086
@@ -89,8 +93,14 @@ for u in bad[:5]:
 sys.exit(1 if bad else 0)
 PY
 done
+done
 grep -q "^never-seen-user 0 0$" "$tmp/bidder.out" || fail "an unknown user is not 'known 0'"
 [ "$(awk '$3 > 0' "$tmp/bidder.out" | wc -l)" -gt 30 ] || fail "too few users with segments"
 if "$tmp/bidder" "$tmp/nowhere" $now u1 2> "$tmp/missing.log"; then fail "a missing snapshot loaded"; fi
 grep -q "not found" "$tmp/missing.log" || fail "missing snapshot: $(cat "$tmp/missing.log")"
+# a unit file damaged after export is refused (its manifest's SHA-256), not served
+unit=$(ls "$tmp/snap-native/events/p-00001/"p-00001-*.avro)
+printf 'X' | dd of="$unit" bs=1 seek=200 conv=notrunc status=none
+if "$tmp/bidder" "$tmp/snap-native/events" $now u1 2> "$tmp/corrupt.log"; then fail "a damaged unit loaded"; fi
+grep -q "corrupt" "$tmp/corrupt.log" || fail "damaged unit: $(cat "$tmp/corrupt.log")"
 echo "lib_install: ${#users[@]} users equal to segd get, shared and static, exports only segd_cache_*"
