@@ -603,6 +603,12 @@ segd_err_t segd_edge_apply(segd_edge_t *e, const segd_change_t *c)
 segd_err_t segd_edge_lookup(segd_edge_t *e, const char *user, size_t len, segd_entry_t *out,
                             size_t cap, size_t *n)
 {
+    return segd_edge_find(e, user, len, out, cap, n, NULL);
+}
+
+segd_err_t segd_edge_find(segd_edge_t *e, const char *user, size_t len, segd_entry_t *out,
+                          size_t cap, size_t *n, int *known)
+{
     uint64_t h = hash_user(user, len);
     shard_t *s = shard_of(e, h);
     int64_t now_ms = segd_edge_now_ms(e), now_s = now_ms / 1000;
@@ -611,6 +617,8 @@ segd_err_t segd_edge_lookup(segd_edge_t *e, const char *user, size_t len, segd_e
     *n = 0;
     pthread_rwlock_rdlock(&s->lock);
     const rec_t *r = s->cap ? s->slots[find_slot(s, h, user, len)] : NULL;
+    if (known)
+        *known = r != NULL;
     if (!r)
         goto out;
     /* liveness is a property of the tuple, except for retirements */

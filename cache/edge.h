@@ -100,6 +100,11 @@ segd_err_t segd_edge_retire(segd_edge_t *e, int64_t segment_id, int64_t before_m
  * that exceeds cap (nothing useful in out then). An unknown user has none. */
 segd_err_t segd_edge_lookup(segd_edge_t *e, const char *user, size_t len, segd_entry_t *out,
                             size_t cap, size_t *n);
+/* segd_edge_lookup, and *known (when not NULL) says whether the table holds
+ * a profile for the user at all (a snapshot record or a delta reached it,
+ * live entries or not): "never seen" against "nothing live". */
+segd_err_t segd_edge_find(segd_edge_t *e, const char *user, size_t len, segd_entry_t *out,
+                          size_t cap, size_t *n, int *known);
 /* The stored profile, dead entries and erase marker included (tests, tools).
  * SEGD_ERR_NOTFOUND for an unknown user. */
 segd_err_t segd_edge_get_profile(segd_edge_t *e, const char *user, size_t len,

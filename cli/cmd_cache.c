@@ -31,12 +31,15 @@ static void usage(FILE *f)
             "                  [--horizon-s N] [--load-threads N] [--ready-max-lag N]\n"
             "                  [-X kafka.prop=value ...]\n"
             "                  [--log-format logfmt|json] [--log-level debug|info|warn|error]\n"
+            "                  [--batch-max N]\n"
             "  SRC: DEST/<topic> of segd snapshot export (or DEST holding one topic), a\n"
             "  directory, http(s):// or s3://; every unit p-PPPPP of its topology is loaded\n"
             "  --load-threads: units loaded side by side (default 2)\n"
-            "  --listen: default 127.0.0.1:8080; GET /v1/users/{id}, GET /healthz,\n"
+            "  --listen: default 127.0.0.1:8080; GET /v1/users/{id}, POST /v1/users:batch,\n"
+            "  GET /healthz,\n"
             "  GET /readyz (200 while serving and the tail is within --ready-max-lag\n"
             "  change events of the topic's end, default 1000), GET /metrics\n"
+            "  --batch-max: users per POST /v1/users:batch (default 1000; more: 413)\n"
             "  --now: a fixed clock instead of the wall clock (tests, replays)\n"
             "  --log-format, --log-level: as segd run's log.format and log.level\n"
             "  (default logfmt, info); every option: docs/configuration.md\n"
@@ -52,7 +55,7 @@ static void usage(FILE *f)
 
 typedef struct cache_args {
     const char *snapshot, *brokers, *changes, *listen;
-    int64_t now_s, horizon_s, load_threads, ready_max_lag;
+    int64_t now_s, horizon_s, load_threads, ready_max_lag, batch_max;
     int from_beginning;
     segd_log_format_t log_format;
     segd_log_level_t log_level;
@@ -98,6 +101,7 @@ static int parse(int argc, char **argv, cache_args_t *a)
                                          {"log-format", required_argument, 0, 'F'},
                                          {"log-level", required_argument, 0, 'L'},
                                          {"ready-max-lag", required_argument, 0, 'r'},
+                                         {"batch-max", required_argument, 0, 'B'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     a->listen = "127.0.0.1:8080";
@@ -106,6 +110,7 @@ static int parse(int argc, char **argv, cache_args_t *a)
     a->log_format = SEGD_LOG_LOGFMT;
     a->log_level = SEGD_LOG_INFO;
     a->ready_max_lag = 1000;
+    a->batch_max = SEGD_HTTP_BATCH_MAX_DEFAULT;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "X:", opts, NULL)) != -1) {
@@ -120,6 +125,7 @@ static int parse(int argc, char **argv, cache_args_t *a)
         case 'f': a->from_beginning = 1; break;
         case 't': bad = segd_arg_int("cache", "--load-threads", optarg, 1, 256, &a->load_threads); break;
         case 'r': bad = segd_arg_int("cache", "--ready-max-lag", optarg, 0, INT64_MAX / 2, &a->ready_max_lag); break;
+        case 'B': bad = segd_arg_int("cache", "--batch-max", optarg, 1, 1000000, &a->batch_max); break;
         case 'X': bad = add_prop(a, optarg); break;
         case 'F':
             if ((bad = segd_log_format_parse(optarg, &a->log_format)))
@@ -306,6 +312,7 @@ int segd_cmd_cache(int argc, char **argv)
         rc = SEGD_EXIT_USAGE;
         goto out;
     }
+    segd_http_set_batch_max(http, (size_t)a.batch_max);
     segd_log_kv(log, SEGD_LOG_INFO, "cache", "listening", "url=http://%s", a.listen);
     if (load(&a, &cs) || start_tail(&a, &cs))
         goto out;
