@@ -2,6 +2,8 @@
 #include "cache/http.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
+#include <inttypes.h>
 #include <microhttpd.h>
 #include <netinet/in.h>
 #include <stdatomic.h>
@@ -10,9 +12,14 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "core/query.h"
 
 #define USERS_PREFIX "/v1/users/"
+#define BATCH_PATH "/v1/users:batch"
 #define FIRST_GUESS 4096 /* entries; a lookup that needs more is retried */
+#define MAX_USER_ID 256
+/* a batch body may hold batch_max quoted, escaped ids plus its filters */
+#define BODY_BYTES(batch_max) (4096 + (batch_max) * (2 * MAX_USER_ID + 8))
 
 struct segd_http {
     struct MHD_Daemon *d;
@@ -20,10 +27,28 @@ struct segd_http {
     segd_health_cb health;
     segd_metrics_t *metrics;
     segd_ready_cb ready_cb;
-    segd_metric_t *lookups, *lookup_seconds;
+    segd_metric_t *lookups, *lookup_seconds, *requests, *request_seconds, *batch_users;
     void *ctx;
     _Atomic int ready;
+    _Atomic size_t batch_max;
 };
+
+/* One request's state across libmicrohttpd's calls: the route, its start
+ * time, and a POST body as it arrives. */
+typedef struct request {
+    const char *route;
+    unsigned status;
+    double t0;
+    segd_buf_t body;
+    int too_big;
+} request_t;
+
+/* The bidder's filters, as `segd get` takes them (core/query.h). */
+typedef struct filters {
+    segd_query_t q;
+    int has_range;
+    int64_t lo, hi;
+} filters_t;
 
 static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, json_t *body)
 {
@@ -32,6 +57,7 @@ static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, json_t *
     if (!text)
         return MHD_NO;
     size_t len = strlen(text);
+    /* from a buffer: libmicrohttpd sends Content-Length, never chunks */
     struct MHD_Response *r = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
     if (!r) {
         free(text);
@@ -48,46 +74,245 @@ static json_t *message(const char *key, const char *value)
     return json_pack("{s:s}", key, value);
 }
 
-static enum MHD_Result user(segd_http_t *h, struct MHD_Connection *c, const char *id)
+static enum MHD_Result fail(struct MHD_Connection *c, request_t *rq, unsigned status,
+                            const char *msg)
 {
-    size_t len = strlen(id), cap = FIRST_GUESS, n = 0;
-    if (len == 0 || len > 256)
-        return reply(c, MHD_HTTP_BAD_REQUEST, message("error", "bad user id"));
-    segd_entry_t *e = malloc(cap * sizeof(*e));
-    segd_err_t err = e ? segd_edge_lookup(h->edge, id, len, e, cap, &n) : SEGD_ERR_NOMEM;
+    rq->status = status;
+    return reply(c, status, message("error", msg));
+}
+
+/* A non-negative decimal, all of s. */
+static int parse_i64(const char *s, int64_t *out)
+{
+    char *end = NULL;
+    if (!s || *s < '0' || *s > '9')
+        return -1;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || *end || v < 0)
+        return -1;
+    *out = v;
+    return 0;
+}
+
+static int parse_range(const char *s, filters_t *f)
+{
+    const char *colon = s ? strchr(s, ':') : NULL;
+    char lo[32];
+    if (!colon || (size_t)(colon - s) >= sizeof(lo))
+        return -1;
+    memcpy(lo, s, (size_t)(colon - s));
+    lo[colon - s] = 0;
+    if (parse_i64(lo, &f->lo) || parse_i64(colon + 1, &f->hi) || f->lo > f->hi)
+        return -1;
+    f->has_range = 1;
+    return 0;
+}
+
+/* One filter by name; 1 = not a filter's name, -1 = a bad value. */
+static int set_filter(filters_t *f, const char *key, const char *value)
+{
+    if (!strcmp(key, "expiring_after"))
+        return parse_i64(value, &f->q.expiring_after_s) ? -1 : 0;
+    if (!strcmp(key, "updated_since_ms"))
+        return parse_i64(value, &f->q.updated_since_ms) ? -1 : 0;
+    if (!strcmp(key, "count_range"))
+        return parse_range(value, f);
+    return 1;
+}
+
+/* The live entries of a user (grown into *buf), then the filters. */
+static segd_err_t find(segd_http_t *h, const char *id, size_t len, segd_entry_t **buf,
+                       size_t *cap, size_t *n, int *known)
+{
+    segd_err_t err = segd_edge_find(h->edge, id, len, *buf, *cap, n, known);
     if (err == SEGD_ERR_LIMIT) { /* a huge profile: once more with room for it */
-        free(e);
-        cap = n + 64;
-        e = malloc(cap * sizeof(*e));
-        err = e ? segd_edge_lookup(h->edge, id, len, e, cap, &n) : SEGD_ERR_NOMEM;
+        size_t want = *n + 64;
+        segd_entry_t *bigger = realloc(*buf, want * sizeof(**buf));
+        if (!bigger)
+            return SEGD_ERR_NOMEM;
+        *buf = bigger;
+        *cap = want;
+        err = segd_edge_find(h->edge, id, len, *buf, *cap, n, known);
     }
+    return err;
+}
+
+/* The user's object, as `segd get --json` prints it plus "known": live
+ * entries matching the filters, and the live count in the range. */
+static json_t *user_json(segd_http_t *h, const char *id, size_t len, const filters_t *f,
+                         segd_entry_t **buf, size_t *cap, int *known, segd_err_t *errp)
+{
+    double t0 = segd_mono_s();
+    size_t n = 0, k = 0;
+    uint64_t in_range = 0;
+    segd_err_t err = find(h, id, len, buf, cap, &n, known);
     segd_metric_add(h->lookups, (const char *[]){err ? "error" : n ? "hit" : "miss"}, 1);
-    if (err) {
-        free(e);
-        return reply(c, MHD_HTTP_INTERNAL_SERVER_ERROR, message("error", segd_err_str(err)));
+    *errp = err;
+    if (err)
+        return NULL;
+    segd_entry_t *e = *buf;
+    for (size_t i = 0; i < n; i++) {
+        if (f->has_range && e[i].segment_id >= f->lo && e[i].segment_id <= f->hi)
+            in_range++;
+        if (f->q.expiring_after_s && e[i].expiry_s <= f->q.expiring_after_s)
+            continue;
+        if (f->q.updated_since_ms && e[i].ts_ms < f->q.updated_since_ms)
+            continue;
+        e[k++] = e[i];
     }
     json_t *o = json_object();
     json_object_set_new(o, "user_id", json_stringn(id, len));
-    json_object_set_new(o, "segments", segd_entries_json(e, n));
-    free(e);
-    return reply(c, MHD_HTTP_OK, o);
+    json_object_set_new(o, "known", json_boolean(*known));
+    json_object_set_new(o, "segments", segd_entries_json(e, k));
+    if (f->has_range)
+        json_object_set_new(o, "count_range",
+                            json_pack("{s:I,s:I,s:I}", "from", (json_int_t)f->lo, "to",
+                                      (json_int_t)f->hi, "count", (json_int_t)in_range));
+    segd_metric_observe(h->lookup_seconds, NULL, segd_mono_s() - t0);
+    return o;
 }
 
-/* A lookup takes microseconds (bench/RESULTS.md): finer than latencies elsewhere. */
+typedef struct args_scan {
+    filters_t *f;
+    json_t *unknown, *bad;
+} args_scan_t;
+
+static enum MHD_Result scan_arg(void *cls, enum MHD_ValueKind kind, const char *key,
+                                const char *value)
+{
+    (void)kind;
+    args_scan_t *a = cls;
+    int r = set_filter(a->f, key, value);
+    if (r)
+        json_array_append_new(r > 0 ? a->unknown : a->bad, json_string(key));
+    return MHD_YES;
+}
+
+static enum MHD_Result get_user(segd_http_t *h, struct MHD_Connection *c, request_t *rq,
+                                const char *id)
+{
+    size_t len = strlen(id);
+    if (len == 0 || len > MAX_USER_ID)
+        return fail(c, rq, MHD_HTTP_BAD_REQUEST, "bad user id");
+    filters_t f = {0};
+    args_scan_t a = {&f, json_array(), json_array()};
+    MHD_get_connection_values(c, MHD_GET_ARGUMENT_KIND, scan_arg, &a);
+    if (json_array_size(a.unknown) || json_array_size(a.bad)) {
+        int unknown = json_array_size(a.unknown) > 0;
+        json_t *o = json_pack("{s:s,s:o}", "error",
+                              unknown ? "unknown parameters" : "malformed parameters",
+                              "parameters", unknown ? a.unknown : a.bad);
+        json_decref(unknown ? a.bad : a.unknown);
+        rq->status = MHD_HTTP_BAD_REQUEST;
+        return reply(c, rq->status, o);
+    }
+    json_decref(a.unknown);
+    json_decref(a.bad);
+    size_t cap = FIRST_GUESS;
+    segd_entry_t *buf = malloc(cap * sizeof(*buf));
+    int known = 0;
+    segd_err_t err = SEGD_ERR_NOMEM;
+    json_t *o = buf ? user_json(h, id, len, &f, &buf, &cap, &known, &err) : NULL;
+    free(buf);
+    if (!o)
+        return fail(c, rq, MHD_HTTP_INTERNAL_SERVER_ERROR, segd_err_str(err));
+    rq->status = known ? MHD_HTTP_OK : MHD_HTTP_NOT_FOUND;
+    return reply(c, rq->status, o);
+}
+
+/* The batch body's filters and users; a message for a 400 otherwise. */
+static const char *parse_batch(json_t *doc, filters_t *f, json_t **users)
+{
+    const char *key;
+    json_t *v;
+    *users = NULL;
+    if (!json_is_object(doc))
+        return "the body is not a JSON object";
+    json_object_foreach(doc, key, v) {
+        if (!strcmp(key, "users")) {
+            *users = v;
+            continue;
+        }
+        char num[32];
+        const char *text = json_is_string(v) ? json_string_value(v) : NULL;
+        if (json_is_integer(v)) {
+            snprintf(num, sizeof(num), "%" JSON_INTEGER_FORMAT, json_integer_value(v));
+            text = num;
+        }
+        int r = set_filter(f, key, text);
+        if (r > 0)
+            return "unknown field in the body";
+        if (r < 0)
+            return "malformed filter in the body";
+    }
+    if (!json_is_array(*users))
+        return "\"users\" must be an array of user ids";
+    size_t i;
+    json_array_foreach(*users, i, v) {
+        size_t len = json_is_string(v) ? json_string_length(v) : 0;
+        if (len == 0 || len > MAX_USER_ID)
+            return "every user id must be a string of 1 to 256 bytes";
+    }
+    return NULL;
+}
+
+static enum MHD_Result batch(segd_http_t *h, struct MHD_Connection *c, request_t *rq)
+{
+    size_t max = atomic_load(&h->batch_max);
+    if (rq->too_big)
+        return fail(c, rq, MHD_HTTP_CONTENT_TOO_LARGE, "body too large");
+    json_error_t jerr;
+    json_t *doc = json_loadb((const char *)rq->body.data, rq->body.len, 0, &jerr);
+    if (!doc)
+        return fail(c, rq, MHD_HTTP_BAD_REQUEST, "malformed JSON");
+    filters_t f = {0};
+    json_t *users;
+    const char *bad = parse_batch(doc, &f, &users);
+    if (bad) {
+        json_decref(doc);
+        return fail(c, rq, MHD_HTTP_BAD_REQUEST, bad);
+    }
+    size_t n = json_array_size(users);
+    segd_metric_observe(h->batch_users, NULL, (double)n);
+    if (n > max) {
+        json_decref(doc);
+        char msg[96];
+        snprintf(msg, sizeof(msg), "%zu users: more than the limit of %zu", n, max);
+        return fail(c, rq, MHD_HTTP_CONTENT_TOO_LARGE, msg);
+    }
+    size_t cap = FIRST_GUESS, i;
+    segd_entry_t *buf = malloc(cap * sizeof(*buf));
+    json_t *results = json_array(), *v;
+    segd_err_t err = buf ? SEGD_OK : SEGD_ERR_NOMEM;
+    json_array_foreach(users, i, v) {
+        int known = 0;
+        json_t *o = err ? NULL
+                        : user_json(h, json_string_value(v), json_string_length(v), &f, &buf,
+                                    &cap, &known, &err);
+        if (!o)
+            break;
+        json_array_append_new(results, o);
+    }
+    free(buf);
+    json_decref(doc);
+    if (err) {
+        json_decref(results);
+        return fail(c, rq, MHD_HTTP_INTERNAL_SERVER_ERROR, segd_err_str(err));
+    }
+    rq->status = MHD_HTTP_OK;
+    return reply(c, rq->status, json_pack("{s:o}", "results", results));
+}
+
+/* Request handling is microseconds to a millisecond (a batch): finer
+ * buckets than the latencies elsewhere. */
 static const double lookup_bounds[] = {0.000005, 0.00001, 0.000025, 0.00005, 0.0001, 0.00025,
                                        0.0005,   0.001,   0.0025,   0.01,    0.1};
+static const double batch_bounds[] = {1, 2, 5, 10, 20, 50, 100, 200, 500, 1000, 5000};
 
-/* The table lookup and its JSON, timed (not the network). */
-static enum MHD_Result timed_user(segd_http_t *h, struct MHD_Connection *c, const char *id)
+static enum MHD_Result readyz(segd_http_t *h, struct MHD_Connection *c, request_t *rq)
 {
-    double t0 = segd_mono_s();
-    enum MHD_Result r = user(h, c, id);
-    segd_metric_observe(h->lookup_seconds, NULL, segd_mono_s() - t0);
-    return r;
-}
-
-static enum MHD_Result readyz(segd_http_t *h, struct MHD_Connection *c)
-{
+    rq->status = MHD_HTTP_SERVICE_UNAVAILABLE;
     if (!atomic_load(&h->ready))
         return reply(c, MHD_HTTP_SERVICE_UNAVAILABLE,
                      json_pack("{s:b,s:s}", "ready", 0, "reason", "loading"));
@@ -97,39 +322,107 @@ static enum MHD_Result readyz(segd_http_t *h, struct MHD_Connection *c)
     segd_buf_free(&b);
     if (!o)
         o = json_pack("{s:b}", "ready", ready);
-    return reply(c, ready ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE, o);
+    rq->status = ready ? MHD_HTTP_OK : MHD_HTTP_SERVICE_UNAVAILABLE;
+    return reply(c, rq->status, o);
 }
 
-static enum MHD_Result healthz(segd_http_t *h, struct MHD_Connection *c)
+static enum MHD_Result healthz(segd_http_t *h, struct MHD_Connection *c, request_t *rq)
 {
+    rq->status = MHD_HTTP_SERVICE_UNAVAILABLE;
     if (!atomic_load(&h->ready))
         return reply(c, MHD_HTTP_SERVICE_UNAVAILABLE, message("status", "loading"));
     json_t *o = message("status", "ok");
     if (h->health)
         h->health(h->ctx, o);
+    rq->status = MHD_HTTP_OK;
     return reply(c, MHD_HTTP_OK, o);
+}
+
+/* Collects a POST body up to the cap; past it the rest is read and dropped
+ * so that the 413 goes out on a connection that stays usable. */
+static void take_body(segd_http_t *h, request_t *rq, const char *upload, size_t *size)
+{
+    size_t cap = BODY_BYTES(atomic_load(&h->batch_max));
+    if (rq->too_big || rq->body.len + *size > cap)
+        rq->too_big = 1;
+    else if (segd_buf_append(&rq->body, upload, *size))
+        rq->too_big = 1; /* out of memory: refused as too large */
+    *size = 0;
+}
+
+static enum MHD_Result route(segd_http_t *h, struct MHD_Connection *c, request_t *rq,
+                             const char *url, const char *method)
+{
+    int post = !strcmp(method, "POST");
+    if (!strcmp(url, BATCH_PATH)) {
+        rq->route = "batch";
+        if (!post)
+            return fail(c, rq, MHD_HTTP_METHOD_NOT_ALLOWED, "POST only");
+        if (!atomic_load(&h->ready))
+            return fail(c, rq, MHD_HTTP_SERVICE_UNAVAILABLE, "loading");
+        return batch(h, c, rq);
+    }
+    if (post || (strcmp(method, "GET") && strcmp(method, "HEAD")))
+        return fail(c, rq, MHD_HTTP_METHOD_NOT_ALLOWED, "GET only");
+    if (!strcmp(url, "/healthz"))
+        return rq->route = "healthz", healthz(h, c, rq);
+    if (!strcmp(url, "/readyz"))
+        return rq->route = "readyz", readyz(h, c, rq);
+    if (!strcmp(url, "/metrics") && h->metrics) {
+        rq->route = "metrics";
+        rq->status = MHD_HTTP_OK;
+        return (enum MHD_Result)segd_metrics_reply(c, h->metrics);
+    }
+    if (!strncmp(url, USERS_PREFIX, strlen(USERS_PREFIX))) {
+        rq->route = "user";
+        if (!atomic_load(&h->ready)) {
+            rq->status = MHD_HTTP_SERVICE_UNAVAILABLE;
+            return reply(c, rq->status, message("status", "loading"));
+        }
+        return get_user(h, c, rq, url + strlen(USERS_PREFIX));
+    }
+    return fail(c, rq, MHD_HTTP_NOT_FOUND, "no such endpoint");
 }
 
 static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *url,
                               const char *method, const char *version, const char *upload,
                               size_t *upload_size, void **req_cls)
 {
-    (void)version, (void)upload, (void)upload_size, (void)req_cls;
+    (void)version;
     segd_http_t *h = cls;
-    if (strcmp(method, "GET") && strcmp(method, "HEAD"))
-        return reply(c, MHD_HTTP_METHOD_NOT_ALLOWED, message("error", "GET only"));
-    if (!strcmp(url, "/healthz"))
-        return healthz(h, c);
-    if (!strcmp(url, "/readyz"))
-        return readyz(h, c);
-    if (!strcmp(url, "/metrics") && h->metrics)
-        return (enum MHD_Result)segd_metrics_reply(c, h->metrics);
-    if (!strncmp(url, USERS_PREFIX, strlen(USERS_PREFIX))) {
-        if (!atomic_load(&h->ready))
-            return reply(c, MHD_HTTP_SERVICE_UNAVAILABLE, message("status", "loading"));
-        return timed_user(h, c, url + strlen(USERS_PREFIX));
+    request_t *rq = *req_cls;
+    if (!rq) { /* the headers: the body, if any, comes in the next calls */
+        if (!(rq = calloc(1, sizeof(*rq))))
+            return MHD_NO;
+        rq->t0 = segd_mono_s();
+        rq->route = "other";
+        *req_cls = rq;
+        return MHD_YES;
     }
-    return reply(c, MHD_HTTP_NOT_FOUND, message("error", "no such endpoint"));
+    if (*upload_size) {
+        take_body(h, rq, upload, upload_size);
+        return MHD_YES;
+    }
+    return route(h, c, rq, url, method);
+}
+
+/* Counts and times every request by route and status, then frees its state. */
+static void completed(void *cls, struct MHD_Connection *c, void **req_cls,
+                      enum MHD_RequestTerminationCode toe)
+{
+    (void)c;
+    segd_http_t *h = cls;
+    request_t *rq = *req_cls;
+    if (!rq)
+        return;
+    char code[16];
+    snprintf(code, sizeof(code), "%u", toe == MHD_REQUEST_TERMINATED_COMPLETED_OK && rq->status
+                                            ? rq->status : 0);
+    segd_metric_add(h->requests, (const char *[]){rq->route, code}, 1);
+    segd_metric_observe(h->request_seconds, (const char *[]){rq->route}, segd_mono_s() - rq->t0);
+    segd_buf_free(&rq->body);
+    free(rq);
+    *req_cls = NULL;
 }
 
 static segd_err_t parse_listen(const char *listen, struct sockaddr_in *sa, char *errstr,
@@ -174,10 +467,21 @@ segd_err_t segd_http_start(segd_http_t **out, const char *listen, segd_edge_t *e
     h->lookup_seconds = segd_metrics_histogram(
         metrics, "segd_cache_lookup_seconds", "Time of a lookup and its JSON, network aside.",
         NULL, lookup_bounds, sizeof(lookup_bounds) / sizeof(lookup_bounds[0]));
+    h->requests = segd_metrics_counter(metrics, "segd_cache_http_requests_total",
+                                       "HTTP requests by route and status code.", "route,code");
+    h->request_seconds = segd_metrics_histogram(
+        metrics, "segd_cache_http_request_seconds",
+        "Time from a request's headers to its response queued, by route.", "route",
+        lookup_bounds, sizeof(lookup_bounds) / sizeof(lookup_bounds[0]));
+    h->batch_users = segd_metrics_histogram(
+        metrics, "segd_cache_http_batch_users", "Users asked for per POST /v1/users:batch.",
+        NULL, batch_bounds, sizeof(batch_bounds) / sizeof(batch_bounds[0]));
+    atomic_store(&h->batch_max, SEGD_HTTP_BATCH_MAX_DEFAULT);
     h->d = MHD_start_daemon(MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL,
                             handle, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
                             MHD_OPTION_THREAD_POOL_SIZE, (unsigned)2,
-                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30, MHD_OPTION_END);
+                            MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30,
+                            MHD_OPTION_NOTIFY_COMPLETED, completed, h, MHD_OPTION_END);
     if (!h->d) {
         free(h);
         return segd_errf(SEGD_ERR_IO, errstr, n, "cannot listen on %s", listen);
@@ -187,6 +491,8 @@ segd_err_t segd_http_start(segd_http_t **out, const char *listen, segd_edge_t *e
 }
 
 void segd_http_set_ready(segd_http_t *h, int ready) { atomic_store(&h->ready, ready); }
+
+void segd_http_set_batch_max(segd_http_t *h, size_t users) { atomic_store(&h->batch_max, users); }
 
 void segd_http_stop(segd_http_t *h)
 {

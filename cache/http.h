@@ -1,17 +1,40 @@
-/* The edge cache's HTTP face (libmicrohttpd, its own thread pool):
- *   GET /v1/users/{id}  -> 200 {"user_id": ..., "segments": [{"id", "expires_at",
- *                          "ts_ms", "flags", "partner_id"}, ...]}, live entries at
- *                          the cache's clock sorted by id: the shape of
- *                          `segd get --json`; a user without live segments has
- *                          an empty array. 503 while the snapshot loads.
+/* The edge cache's HTTP face (libmicrohttpd, its own thread pool). Every
+ * response has a Content-Length (never chunked); connections are HTTP/1.1
+ * keep-alive. The user objects have the shape of `segd get --json` plus
+ * "known":
+ *   {"user_id", "known", "segments": [{"id", "expires_at", "ts_ms", "flags",
+ *    "partner_id"}, ...] [, "count_range": {"from", "to", "count"}]}
+ * segments: the live entries at the cache's clock, sorted by id, that pass
+ * the filters; count_range (asked for only): live entries with from <= id <=
+ * to, before the other filters, as `segd get --count-range`.
+ *
+ *   GET /v1/users/{id}?expiring_after=S&updated_since_ms=MS&count_range=A:B
+ *       filters as segd get's --expiring-after (expires_at > S),
+ *       --updated-since (ts_ms >= MS) and --count-range; 0 = no filter.
+ *       200 with known:true when the cache holds a profile for the user
+ *       (live segments or none: "segments": []), 404 with the same body and
+ *       known:false for a user never seen. An unknown parameter -> 400
+ *       {"error", "parameters": [names]}, a malformed value -> 400 naming it.
+ *   POST /v1/users:batch  body {"users": [ids], "expiring_after": S,
+ *       "updated_since_ms": MS, "count_range": "A:B"} (filters optional,
+ *       numbers as JSON integers or strings) -> 200 {"results": [user
+ *       object, ...]} in request order, "known" per result. More users than
+ *       the batch limit (segd_http_set_batch_max, default 1000) or a body
+ *       above 4096 + limit * 520 bytes -> 413; malformed JSON, an unknown
+ *       field or a bad id -> 400.
+ *   Both are 503 {"status": "loading"} until serving.
  *   GET /healthz        -> 200 {"status": "ok", ...} once serving, 503
  *                          {"status": "loading"} before; the caller's figures.
  *   GET /readyz         -> 200 or 503 with the ready callback's JSON (503
  *                          {"ready":false,"reason":"loading"} before serving)
  *   GET /metrics        -> the registry (Prometheus text format 0.0.4), with
- *                          segd_cache_lookups_total and
- *                          segd_cache_lookup_seconds observed here
- * Anything else is 404 (405 for other methods). */
+ *                          the series of docs/metrics.md "segd cache" observed
+ *                          here: segd_cache_lookups_total,
+ *                          segd_cache_lookup_seconds,
+ *                          segd_cache_http_requests_total{route,code},
+ *                          segd_cache_http_request_seconds{route},
+ *                          segd_cache_http_batch_users
+ * Anything else is 404 (405 for a method a route does not take). */
 #ifndef SEGD_HTTP_H
 #define SEGD_HTTP_H
 
@@ -23,6 +46,8 @@
 #include "wire/profile_json.h"
 
 typedef struct segd_http segd_http_t;
+
+#define SEGD_HTTP_BATCH_MAX_DEFAULT 1000
 
 /* Fills a health object (the server adds "status"); runs on a server thread. */
 typedef void (*segd_health_cb)(void *ctx, json_t *health);
@@ -36,6 +61,8 @@ segd_err_t segd_http_start(segd_http_t **out, const char *listen, segd_edge_t *e
                            size_t errstr_size);
 /* Flips /healthz and lookups from 503 to serving. */
 void segd_http_set_ready(segd_http_t *h, int ready);
+/* Users one POST /v1/users:batch may ask for (and so its body cap). */
+void segd_http_set_batch_max(segd_http_t *h, size_t users);
 void segd_http_stop(segd_http_t *h);
 
 #endif

@@ -34,16 +34,19 @@ static void usage(FILE *f)
             "                  [--horizon-s N] [--load-threads N] [--ready-max-lag N]\n"
             "                  [-X kafka.prop=value ...]\n"
             "                  [--log-format logfmt|json] [--log-level debug|info|warn|error]\n"
+            "                  [--batch-max N]\n"
             "  SRC: DEST/<topic> of segd snapshot export (or DEST holding one topic), a\n"
             "  directory, http(s):// or s3://; every unit p-PPPPP of its topology is loaded\n"
             "  --load-threads: units loaded side by side (default 2)\n"
-            "  --listen: default 127.0.0.1:8080; GET /v1/users/{id}, GET /healthz,\n"
+            "  --listen: default 127.0.0.1:8080; GET /v1/users/{id}, POST /v1/users:batch,\n"
+            "  GET /healthz,\n"
             "  GET /readyz (200 while serving and the tail is within --ready-max-lag\n"
             "  change events of the topic's end, default 1000), GET /metrics\n"
             "  --resp: also answer Redis clients (RESP2) on HOST:PORT: a user is a\n"
             "  sorted set of segment ids scored by expires_at (ZRANGEBYSCORE, ZRANGE,\n"
             "  ZCOUNT, ZSCORE, ZCARD, EXISTS, ...); off by default\n"
             "  --resp-threads: its worker threads (default: the CPUs, at most 16)\n"
+            "  --batch-max: users per POST /v1/users:batch (default 1000; more: 413)\n"
             "  --now: a fixed clock instead of the wall clock (tests, replays)\n"
             "  --log-format, --log-level: as segd run's log.format and log.level\n"
             "  (default logfmt, info); every option: docs/configuration.md\n"
@@ -59,7 +62,7 @@ static void usage(FILE *f)
 
 typedef struct cache_args {
     const char *snapshot, *brokers, *changes, *listen, *resp;
-    int64_t now_s, horizon_s, load_threads, ready_max_lag, resp_threads;
+    int64_t now_s, horizon_s, load_threads, ready_max_lag, resp_threads, batch_max;
     int from_beginning;
     segd_log_format_t log_format;
     segd_log_level_t log_level;
@@ -107,6 +110,7 @@ static int parse(int argc, char **argv, cache_args_t *a)
                                          {"ready-max-lag", required_argument, 0, 'r'},
                                          {"resp", required_argument, 0, 'R'},
                                          {"resp-threads", required_argument, 0, 'T'},
+                                         {"batch-max", required_argument, 0, 'B'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     a->listen = "127.0.0.1:8080";
@@ -117,6 +121,7 @@ static int parse(int argc, char **argv, cache_args_t *a)
     a->ready_max_lag = 1000;
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     a->resp_threads = cpus < 1 ? 1 : cpus > 16 ? 16 : cpus;
+    a->batch_max = SEGD_HTTP_BATCH_MAX_DEFAULT;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "X:", opts, NULL)) != -1) {
@@ -131,6 +136,7 @@ static int parse(int argc, char **argv, cache_args_t *a)
         case 'f': a->from_beginning = 1; break;
         case 't': bad = segd_arg_int("cache", "--load-threads", optarg, 1, 256, &a->load_threads); break;
         case 'r': bad = segd_arg_int("cache", "--ready-max-lag", optarg, 0, INT64_MAX / 2, &a->ready_max_lag); break;
+        case 'B': bad = segd_arg_int("cache", "--batch-max", optarg, 1, 1000000, &a->batch_max); break;
         case 'X': bad = add_prop(a, optarg); break;
         case 'R': a->resp = optarg; break;
         case 'T': bad = segd_arg_int("cache", "--resp-threads", optarg, 1, 256, &a->resp_threads); break;
@@ -320,6 +326,7 @@ int segd_cmd_cache(int argc, char **argv)
         rc = SEGD_EXIT_USAGE;
         goto out;
     }
+    segd_http_set_batch_max(http, (size_t)a.batch_max);
     segd_log_kv(log, SEGD_LOG_INFO, "cache", "listening", "url=http://%s", a.listen);
     if (a.resp) {
         if (segd_resp_start(&resp, a.resp, (int)a.resp_threads, cs.edge, cs.metrics, err,
