@@ -157,15 +157,21 @@ segd_err_t segd_ident_scan_links(segd_store_t *s, segd_link_cb cb, void *ctx, ch
 /* ---------- offline rebuild (DESIGN §10.5) ---------- */
 
 typedef struct segd_ident_rebuild_stats {
-    uint64_t ids, edges_used, components, repointed;
+    uint64_t ids;               /* ids in the graph */
+    uint64_t edges_used;        /* linked edges at or above min_weight */
+    uint64_t refused;           /* unions the component guard refused */
+    uint64_t components;        /* all, singletons included */
+    uint64_t linked_components; /* of more than one id */
+    uint64_t repointed;         /* ids whose master changed */
 } segd_ident_rebuild_stats_t;
 /* Hears a membership change the rebuild makes, with the batch that will
  * carry it (to append an outbox entry to it); non-zero stops the rebuild
  * (SEGD_ERR_NOMEM). ts_ms of a rebuild change is the rebuild's wall clock. */
 typedef int (*segd_ident_rebuild_cb)(void *ctx, segd_batch_t *b, const segd_ident_change_t *c);
 /* Recomputes the components over linked edges with weight >= min_weight
- * and rewrites the `ids` family to match, in batches of bounded size (only
- * records that change are written). progress (may be NULL) is called with
+ * and rewrites the `ids` family to match, in batches of bounded size (the
+ * `i` records whose master changes, every member list, the deletion of the
+ * lists of ids that are no longer masters). progress (may be NULL) is called with
  * (done, total) ids; cb (may be NULL) hears every change. Offline: no other
  * writer may run. */
 segd_err_t segd_ident_rebuild(segd_store_t *s, const segd_ident_opts_t *o,
