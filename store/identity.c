@@ -1181,3 +1181,70 @@ segd_err_t segd_ident_rebuild(segd_store_t *s, const segd_ident_opts_t *o,
     free(r.order);
     return err;
 }
+
+/* ---------- linked reads ---------- */
+
+typedef struct linked {
+    segd_store_t *s;
+    segd_profile_t *parts;
+    size_t n, cap;
+    segd_ident_member_cb cb;
+    void *ctx;
+    segd_err_t err;
+    char *errstr;
+    size_t errstr_size;
+} linked_t;
+
+/* A member's record with its own erase marker applied and then dropped:
+ * erasing one id (ERASE_USER) removes that id's segments, not those its
+ * linked ids hold (DESIGN §10.5). */
+static void own_erase_only(segd_profile_t *p)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < p->n; i++)
+        if (p->entries[i].ts_ms > p->erased_before_ms)
+            p->entries[k++] = p->entries[i];
+    p->n = k;
+    p->erased_before_ms = 0;
+}
+
+static int linked_member(void *ctx, const char *m, size_t len)
+{
+    linked_t *l = ctx;
+    segd_profile_t *v = segd_array_grow(l->parts, &l->cap, l->n + 1, sizeof(*v));
+    if (!v) {
+        l->err = SEGD_ERR_NOMEM;
+        return 1;
+    }
+    l->parts = v;
+    segd_profile_init(&v[l->n]);
+    l->err = segd_store_get(l->s, m, len, &v[l->n], l->errstr, l->errstr_size);
+    own_erase_only(&v[l->n++]);
+    if (!l->err && l->cb && l->cb(l->ctx, m, len))
+        l->err = SEGD_ERR_ABORTED;
+    return l->err != SEGD_OK;
+}
+
+segd_err_t segd_ident_get_linked(segd_store_t *s, const char *id, size_t id_len,
+                                 segd_profile_t *out, segd_ident_member_cb cb, void *ctx,
+                                 char *errstr, size_t errstr_size)
+{
+    linked_t l = {.s = s, .cb = cb, .ctx = ctx, .errstr = errstr, .errstr_size = errstr_size};
+    segd_err_t err = segd_ident_members(s, id, id_len, linked_member, &l, errstr, errstr_size);
+    if (!err)
+        err = l.err;
+    const segd_profile_t **in = NULL;
+    if (!err && !(in = malloc((l.n ? l.n : 1) * sizeof(*in))))
+        err = SEGD_ERR_NOMEM;
+    for (size_t i = 0; !err && i < l.n; i++)
+        in[i] = &l.parts[i];
+    if (!err) {
+        segd_profile_clear(out);
+        err = segd_profile_join(out, (const segd_profile_t *const *)in, l.n, NULL);
+    }
+    free(in);
+    for (size_t i = 0; i < l.n; i++)
+        segd_profile_free(&l.parts[i]);
+    free(l.parts);
+    return err;
+}

@@ -148,6 +148,15 @@ segd_err_t segd_ident_members(segd_store_t *s, const char *id, size_t id_len,
                               segd_ident_member_cb cb, void *ctx, char *errstr,
                               size_t errstr_size);
 
+/* The §3 join of the records of every member of id's component into out
+ * (replaced), each member's erase marker applied to its own record only
+ * (the result has none). cb (may be NULL) hears each member, the master
+ * first; non-zero from it stops with SEGD_ERR_ABORTED. One `segd_store_get`
+ * per member after the two graph reads. */
+segd_err_t segd_ident_get_linked(segd_store_t *s, const char *id, size_t id_len,
+                                 segd_profile_t *out, segd_ident_member_cb cb, void *ctx,
+                                 char *errstr, size_t errstr_size);
+
 /* Every stored edge in key order; cb returns non-zero to stop. */
 typedef int (*segd_link_cb)(void *ctx, const char *a, size_t a_len, const char *b,
                             size_t b_len, const segd_link_state_t *st);
