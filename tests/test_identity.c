@@ -63,6 +63,12 @@ static const char *name(int i)
     return names[i];
 }
 
+/* The index of "uNN" (ids handed to callbacks are not NUL-terminated). */
+static int idx(const char *id)
+{
+    return (id[1] - '0') * 10 + (id[2] - '0');
+}
+
 static segd_link_event_t link_ev(int a, int b, segd_link_op_t op, int64_t ts, double w)
 {
     segd_link_event_t e = {name(a), 3, name(b), 3, op, ts, w};
@@ -150,7 +156,7 @@ static int collect(void *ctx, const char *m, size_t len)
 {
     members_t *ms = ctx;
     assert_int_equal(len, 3);
-    ms->ids[ms->n++] = atoi(m + 1);
+    ms->ids[ms->n++] = idx(m);
     return 0;
 }
 
@@ -188,7 +194,7 @@ static void expect_graph(segd_store_t *s, const model_t *m)
             int want = x == y || (m->fs[x] && m->fs[y] && model_root(m, x) == model_root(m, y));
             assert_int_equal(c, want);
             if (c)
-                assert_int_equal(atoi(rec.master + 1), model_master(m, x));
+                assert_int_equal(idx(rec.master), model_master(m, x));
         }
     }
 }
@@ -204,7 +210,7 @@ static int check_edge(void *ctx, const char *a, size_t al, const char *b, size_t
     edge_check_t *ec = ctx;
     assert_int_equal(al, 3);
     assert_int_equal(bl, 3);
-    int x = atoi(a + 1), y = atoi(b + 1);
+    int x = idx(a), y = idx(b);
     assert_true(x < y);
     assert_true(ec->m->has_edge[x][y]);
     const segd_link_state_t *w = &ec->m->edge[x][y];
@@ -238,7 +244,7 @@ static int on_change(void *ctx, const segd_ident_change_t *c)
     replay_t *r = ctx;
     assert_int_equal(c->id_len, 3);
     assert_int_equal(c->master_len, 3);
-    r->master[atoi(c->id + 1)] = atoi(c->master + 1);
+    r->master[idx(c->id)] = idx(c->master);
     r->changes++;
     return 0;
 }
