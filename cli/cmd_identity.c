@@ -2,6 +2,8 @@
  *   rebuild --db DIR [--min-weight W] [--max-component N]: offline components
  *   check --db DIR A B: "connected master=M" (exit 0) or "not connected" (1)
  *   members --db DIR ID: the component, the master first
+ *   stats --db DIR [--topic T]: links the super-node guard refused
+ *     (count/identity_supernode) and the sum of the links topic's stored offsets
  *   produce --brokers B [--topic T] [--framing F] FILE|-: JSON-lines link
  *     events to the links topic as Avro, keyed by the smaller id */
 #include <getopt.h>
@@ -28,6 +30,7 @@ static void usage(FILE *f)
             "usage: segd identity rebuild --db DIR [--min-weight W] [--max-component N]\n"
             "       segd identity check --db DIR A B\n"
             "       segd identity members --db DIR ID\n"
+            "       segd identity stats --db DIR [--topic T]\n"
             "       segd identity produce --brokers HOST:PORT [--topic T]\n"
             "                             [--framing raw|single-object] FILE|-\n"
             "  rebuild: connected components over the linked edges of weight >= W\n"
@@ -160,6 +163,46 @@ static int cmd_members(const id_args_t *a, const char *x)
     return e ? SEGD_EXIT_FAIL : SEGD_EXIT_OK;
 }
 
+typedef struct sum_ctx {
+    const char *topic;
+    int64_t sum;
+} sum_ctx_t;
+
+static int sum_offsets(void *ctx, const char *topic, int32_t partition, int64_t next)
+{
+    sum_ctx_t *c = ctx;
+    (void)partition;
+    if (!strcmp(topic, c->topic))
+        c->sum += next;
+    return 0;
+}
+
+static int cmd_stats(const id_args_t *a)
+{
+    segd_store_t *s = segd_app_open_store("identity", a->db, 0, 1);
+    if (!s)
+        return SEGD_EXIT_FAIL;
+    int64_t refused = 0;
+    char err[512] = "";
+    segd_err_t e = segd_store_counter_get(s, SEGD_IDENT_SUPERNODE_COUNTER, &refused, err,
+                                          sizeof(err));
+    sum_ctx_t sc = {a->topic, 0};
+    segd_store_view_t *v = NULL;
+    if (!e)
+        e = segd_store_view_open(s, &v, err, sizeof(err));
+    if (!e)
+        e = segd_store_view_positions(v, "offset", sum_offsets, &sc, err, sizeof(err));
+    segd_store_view_close(v);
+    segd_store_close(s);
+    if (e) {
+        fprintf(stderr, "segd identity stats: %s\n", err);
+        return SEGD_EXIT_FAIL;
+    }
+    printf("supernode_refused %lld\nlinks_offsets_sum %lld\n", (long long)refused,
+           (long long)sc.sum);
+    return SEGD_EXIT_OK;
+}
+
 /* ---------- produce ---------- */
 
 static int produce_line(rd_kafka_t *rk, const id_args_t *a, segd_link_codec_t *codec,
@@ -256,6 +299,8 @@ int segd_cmd_identity(int argc, char **argv)
         return cmd_rebuild(&a);
     if (!strcmp(sub, "check") && nargs == 2)
         return cmd_check(&a, args[0], args[1]);
+    if (!strcmp(sub, "stats") && nargs == 0)
+        return cmd_stats(&a);
     if (!strcmp(sub, "members") && nargs == 1)
         return cmd_members(&a, args[0]);
     usage(stderr);

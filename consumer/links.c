@@ -43,10 +43,14 @@ void segd_links_get_stats(const segd_links_t *l, segd_links_stats_t *st) { *st =
 static segd_err_t make_consumer(segd_links_t *l, char *errstr, size_t n)
 {
     const segd_config_t *cfg = l->cfg;
-    /* no group.id: assign() only, offsets live in the store */
-    const char *const defaults[] = {"bootstrap.servers", cfg->brokers, "enable.auto.commit",
-                                    "false", "enable.auto.offset.store", "false",
-                                    "enable.partition.eof", "false", NULL};
+    /* assign() only, offsets in the store: librdkafka wants a group.id for
+     * assign all the same, and uses it for nothing without subscribe or
+     * commit (librdkafka issue 3261), so a name of our own that joins no group */
+    char group[300];
+    snprintf(group, sizeof(group), "%s.links-assign", cfg->group ? cfg->group : "segd");
+    const char *const defaults[] = {"bootstrap.servers", cfg->brokers, "group.id", group,
+                                    "enable.auto.commit", "false", "enable.auto.offset.store",
+                                    "false", "enable.partition.eof", "false", NULL};
     char errbuf[512];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     segd_err_t err = segd_kconf_apply(conf, "links", defaults, errstr, n);
@@ -108,13 +112,11 @@ static segd_err_t assign_all(segd_links_t *l, char *errstr, size_t n)
         }
         rd_kafka_topic_partition_list_add(parts, l->cfg->identity_links_topic, p)->offset = off;
     }
-    rd_kafka_error_t *kerr = err ? NULL : rd_kafka_incremental_assign(l->rk, parts);
+    rd_kafka_resp_err_t kerr = err ? RD_KAFKA_RESP_ERR_NO_ERROR : rd_kafka_assign(l->rk, parts);
     rd_kafka_topic_partition_list_destroy(parts);
-    if (kerr) {
+    if (kerr)
         err = segd_errf(SEGD_ERR_KAFKA, errstr, n, "assign %s: %s", l->cfg->identity_links_topic,
-                        rd_kafka_error_string(kerr));
-        rd_kafka_error_destroy(kerr);
-    }
+                        rd_kafka_err2str(kerr));
     return err;
 }
 
@@ -266,8 +268,8 @@ static int handle(segd_links_t *l, const rd_kafka_message_t *m, char *errstr, si
         else if (res != SEGD_IDENT_APPLIED) {
             reason = SEGD_DLQ_SUPERNODE;
             snprintf(why, sizeof(why), res == SEGD_IDENT_SUPERNODE_LINKS
-                                           ? "an id already has identity.max.links edges"
-                                           : "the component would exceed identity.max.component");
+                                 ? "supernode: an id already has identity.max.links edges"
+                                 : "supernode: the component would exceed identity.max.component");
             l->st.supernode++;
         } else {
             reason = -1;
