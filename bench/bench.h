@@ -24,6 +24,10 @@ int segd_bench_backfill(int argc, char **argv);
  * raw read of its files vs replaying the partition's input. */
 int segd_bench_restore(int argc, char **argv);
 
+/* argv[0] = "identity": linked reads of 1-, 5- and 20-id components of 1000
+ * segments per id (p50/p99), and link events applied per second. */
+int segd_bench_identity(int argc, char **argv);
+
 /* For the benchmarks (bench_ingest.c): segd run's pipeline over `want`
  * messages of topic into the store dir/name, with or without the change
  * stream; *seconds from the first message to the last one applied (and its

@@ -18,12 +18,15 @@ int segd_cmd_bench(int argc, char **argv)
         return segd_bench_backfill(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "restore"))
         return segd_bench_restore(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "identity"))
+        return segd_bench_identity(argc - 1, argv + 1);
     fprintf(argc >= 2 && !strcmp(argv[1], "--help") ? stdout : stderr,
             "usage: segd bench store [--users N] [--dir DIR] [--baseline-users N]\n"
             "       segd bench ingest [--users N] [--partitions P] [--batch N] [--memory-mb M]\n"
             "       segd bench snapshot [--users N] [--rounds R] [--buckets B] [--dir DIR]\n"
             "       segd bench cache [--users N] [--lookups N]\n"
             "       segd bench backfill [--users N] [--dir DIR] [--keep]\n"
-            "       segd bench restore [--users N] [--partitions P] [--dir DIR]\n");
+            "       segd bench restore [--users N] [--partitions P] [--dir DIR]\n"
+            "       segd bench identity [--persons N] [--lookups N] [--link-events N] [--dir DIR]\n");
     return argc >= 2 && !strcmp(argv[1], "--help") ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
 }
