@@ -15,6 +15,8 @@
 
 #include <cmocka.h>
 
+#include <rocksdb/c.h>
+
 #include "consumer/apply.h"
 #include "store/identity.h"
 #include "store_util.h"
@@ -620,6 +622,64 @@ static void test_master_moves(void **state)
     segd_store_close(s);
 }
 
+/* A store written before the graph existed (no `links`, no `ids`): a
+ * read-only open reads an empty graph, a writable one creates them. */
+static void test_older_store(void **state)
+{
+    fixture_t *f = *state;
+    static const char *names[] = {"default", "profiles", "meta", "outbox"};
+    rocksdb_options_t *o = rocksdb_options_create();
+    rocksdb_options_set_create_if_missing(o, 1);
+    rocksdb_options_set_create_missing_column_families(o, 1);
+    const rocksdb_options_t *cfo[4] = {o, o, o, o};
+    rocksdb_column_family_handle_t *h[4];
+    char *rerr = NULL;
+    rocksdb_t *db = rocksdb_open_column_families(o, f->dir, 4, names, cfo, h, &rerr);
+    assert_null(rerr);
+    for (int i = 0; i < 4; i++)
+        rocksdb_column_family_handle_destroy(h[i]);
+    rocksdb_close(db);
+    rocksdb_options_destroy(o);
+
+    segd_store_opts_t so;
+    segd_app_store_opts(&so);
+    so.path = f->dir;
+    so.read_only = 1;
+    so.now_ms = NOW_MS;
+    so.block_cache_mb = 8;
+    so.min_free_mb = 0;
+    segd_store_t *s = NULL;
+    char err[256] = "";
+    assert_int_equal(segd_store_open(&s, &so, err, sizeof(err)), SEGD_OK);
+    int c = -1;
+    assert_int_equal(segd_ident_check(s, "a", 1, "b", 1, &c, NULL, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(c, 0);
+    members_t got = {0};
+    assert_int_equal(segd_ident_members(s, name(3), 3, collect, &got, err, sizeof(err)), 0);
+    assert_int_equal(got.n, 1);
+    segd_ident_t *id = NULL;
+    assert_int_equal(segd_ident_new(s, NULL, &id, err, sizeof(err)), SEGD_ERR_INVALID);
+    segd_store_close(s);
+
+    s = test_store_open(f->dir, NOW_MS); /* writable: the families are created */
+    assert_int_equal(segd_ident_new(s, NULL, &id, err, sizeof(err)), SEGD_OK);
+    segd_batch_t *b = NULL;
+    assert_int_equal(segd_batch_new(s, &b), SEGD_OK);
+    segd_ident_result_t res;
+    segd_link_event_t e = link_ev(1, 2, SEGD_LINK, T0, 1);
+    assert_int_equal(segd_ident_apply(id, b, &e, NULL, NULL, &res, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_store_write(s, b, err, sizeof(err)), SEGD_OK);
+    segd_batch_destroy(b);
+    segd_ident_destroy(id);
+    segd_store_close(s);
+    so.read_only = 1;
+    assert_int_equal(segd_store_open(&s, &so, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_ident_check(s, name(1), 3, name(2), 3, &c, NULL, err, sizeof(err)),
+                     SEGD_OK);
+    assert_int_equal(c, 1);
+    segd_store_close(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -628,6 +688,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_model, setup, teardown),
         cmocka_unit_test_setup_teardown(test_supernode, setup, teardown),
         cmocka_unit_test_setup_teardown(test_master_moves, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_older_store, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
