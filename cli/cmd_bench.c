@@ -20,6 +20,8 @@ int segd_cmd_bench(int argc, char **argv)
         return segd_bench_restore(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "resp"))
         return segd_bench_resp(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "identity"))
+        return segd_bench_identity(argc - 1, argv + 1);
     fprintf(argc >= 2 && !strcmp(argv[1], "--help") ? stdout : stderr,
             "usage: segd bench store [--users N] [--dir DIR] [--baseline-users N]\n"
             "       segd bench ingest [--users N] [--partitions P] [--batch N] [--memory-mb M]\n"
@@ -28,6 +30,7 @@ int segd_cmd_bench(int argc, char **argv)
             "       segd bench backfill [--users N] [--dir DIR] [--keep]\n"
             "       segd bench restore [--users N] [--partitions P] [--dir DIR]\n"
             "       segd bench resp [--users U] [--segments S] [--requests N] [--clients C]\n"
-            "                       [--threads T] [--client-threads K]\n");
+            "                       [--threads T] [--client-threads K]\n"
+            "       segd bench identity [--persons N] [--lookups N] [--link-events N] [--dir DIR]\n");
     return argc >= 2 && !strcmp(argv[1], "--help") ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
 }

@@ -14,6 +14,7 @@
 #include "consumer/config.h"
 #include "core/partition.h"
 #include "core/query.h"
+#include "store/identity.h"
 
 #define MAX_HELD 4096
 
@@ -39,13 +40,18 @@ typedef struct get_args {
     int64_t range_lo, range_hi;
     int64_t limit; /* text output: segments printed per user; 0 = all */
     segd_partitioner_t partitioner; /* input.partitioner from --config */
+    int linked;       /* --linked: the join over USER's component (DESIGN §10.5) */
+    const held_t *held; /* NULL: ownership unknown */
 } get_args_t;
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: segd get --db DIR [--json] [--now S] [--expiring-after S]\n"
                "                [--updated-since MS] [--count-range A:B] [--limit N]\n"
-               "                [--config FILE] USER...\n"
+               "                [--config FILE] [--linked] USER...\n"
+               "  --linked: the join of the segments of every id linked to USER (its\n"
+               "    identity-graph component), with \"master\", \"members\" and the input\n"
+               "    partitions of members this store does not own (\"missing_partitions\")\n"
                "  --limit N: print at most N segments per user (text output)\n"
                "  --config FILE: segd run's configuration, for input.partitioner: a user\n"
                "    of an input partition this store holds no offset for is answered\n"
@@ -53,7 +59,7 @@ static void usage(FILE *f)
 }
 
 static void print_json(const char *user, const segd_entry_t *e, size_t n,
-                       const get_args_t *a, uint64_t count)
+                       const get_args_t *a, uint64_t count, json_t *extra)
 {
     json_t *o = json_object();
     json_object_set_new(o, "user_id", json_string(user));
@@ -62,15 +68,26 @@ static void print_json(const char *user, const segd_entry_t *e, size_t n,
         json_object_set_new(o, "count_range",
                             json_pack("{s:I,s:I,s:I}", "from", (json_int_t)a->range_lo, "to",
                                       (json_int_t)a->range_hi, "count", (json_int_t)count));
+    if (extra)
+        json_object_update(o, extra);
     json_dumpf(o, stdout, JSON_COMPACT | JSON_PRESERVE_ORDER);
     fputc('\n', stdout);
     json_decref(o);
 }
 
 static void print_text(const char *user, const segd_entry_t *e, size_t n,
-                       const get_args_t *a, uint64_t count)
+                       const get_args_t *a, uint64_t count, json_t *extra)
 {
     printf("%s: %zu live segments\n", user, n);
+    if (extra) {
+        char *members = json_dumps(json_object_get(extra, "members"), JSON_COMPACT);
+        char *missing = json_dumps(json_object_get(extra, "missing_partitions"), JSON_COMPACT);
+        printf("  master=%s members=%s missing_partitions=%s\n",
+               json_string_value(json_object_get(extra, "master")), members ? members : "?",
+               missing ? missing : "?");
+        free(members);
+        free(missing);
+    }
     if (a->has_range)
         printf("  live in [%" PRId64 ", %" PRId64 "]: %" PRIu64 "\n", a->range_lo,
                a->range_hi, count);
@@ -83,23 +100,70 @@ static void print_text(const char *user, const segd_entry_t *e, size_t n,
         printf("  ... %zu more\n", n - shown);
 }
 
+static int32_t unowned_partition(const held_t *h, const get_args_t *a, const char *user,
+                                 size_t len);
+
+typedef struct linked_out {
+    const get_args_t *a;
+    json_t *members, *missing;
+} linked_out_t;
+
+static int add_member(void *ctx, const char *m, size_t len)
+{
+    linked_out_t *lo = ctx;
+    json_array_append_new(lo->members, json_stringn(m, len));
+    int32_t p = lo->a->held ? unowned_partition(lo->a->held, lo->a, m, len) : -1;
+    int seen = p < 0;
+    for (size_t i = 0; !seen && i < json_array_size(lo->missing); i++)
+        seen = json_integer_value(json_array_get(lo->missing, i)) == p;
+    if (!seen)
+        json_array_append_new(lo->missing, json_integer(p));
+    return 0;
+}
+
+/* The §3 join over user's component; *extra gets master, members and the
+ * partitions of members this store does not own. */
+static segd_err_t read_user(segd_store_t *s, const char *user, const get_args_t *a,
+                            segd_profile_t *p, json_t **extra, char *err, size_t n)
+{
+    *extra = NULL;
+    if (!a->linked)
+        return segd_store_get(s, user, strlen(user), p, err, n);
+    linked_out_t lo = {a, json_array(), json_array()};
+    segd_err_t e = segd_ident_get_linked(s, user, strlen(user), p, add_member, &lo, err, n);
+    if (e) {
+        json_decref(lo.members);
+        json_decref(lo.missing);
+        return e;
+    }
+    *extra = json_object();
+    json_object_set(*extra, "master", json_array_get(lo.members, 0));
+    json_object_set_new(*extra, "members", lo.members);
+    json_object_set_new(*extra, "missing_partitions", lo.missing);
+    return SEGD_OK;
+}
+
 static int get_user(segd_store_t *s, const char *user, const get_args_t *a,
                     segd_profile_t *p)
 {
     char err[512];
-    if (segd_store_get(s, user, strlen(user), p, err, sizeof(err)) != SEGD_OK) {
+    json_t *extra = NULL;
+    if (read_user(s, user, a, p, &extra, err, sizeof(err)) != SEGD_OK) {
         fprintf(stderr, "segd get: %s: %s\n", user, err);
         return -1;
     }
     segd_prune_t rule;
     segd_policy_rule(segd_store_policy(s), &rule, 1);
     segd_entry_t *sel = malloc((p->n ? p->n : 1) * sizeof(*sel));
-    if (!sel)
+    if (!sel) {
+        json_decref(extra);
         return -1;
+    }
     size_t n = segd_query_select(p, &rule, &a->q, sel);
     uint64_t count =
         a->has_range ? segd_query_count_range(p, &rule, a->range_lo, a->range_hi) : 0;
-    (a->json ? print_json : print_text)(user, sel, n, a, count);
+    (a->json ? print_json : print_text)(user, sel, n, a, count, extra);
+    json_decref(extra);
     free(sel);
     return 0;
 }
@@ -137,22 +201,30 @@ static void load_held(segd_store_t *s, held_t *h)
             h->topics[i].count = 0;
 }
 
-static void note_if_not_owned(const held_t *h, const get_args_t *a, const char *user)
+/* The input partition of user when this store does not own it, else -1. */
+static int32_t unowned_partition(const held_t *h, const get_args_t *a, const char *user,
+                                 size_t len)
 {
     for (size_t i = 0; i < h->n; i++) {
         const held_topic_t *t = &h->topics[i];
         if (t->count <= 0)
             continue;
-        int32_t p = segd_partition_of(a->partitioner, user, strlen(user), t->count);
+        int32_t p = segd_partition_of(a->partitioner, user, len, t->count);
         int held = 0;
         for (size_t j = 0; j < t->n && !held; j++)
             held = t->parts[j] == p;
-        if (!held) {
-            fprintf(stderr, "user %s is in partition %" PRId32 ", owned by another instance: "
-                            "this store may be stale\n", user, p);
-            return;
-        }
+        if (!held)
+            return p;
     }
+    return -1;
+}
+
+static void note_if_not_owned(const held_t *h, const get_args_t *a, const char *user)
+{
+    int32_t p = unowned_partition(h, a, user, strlen(user));
+    if (p >= 0)
+        fprintf(stderr, "user %s is in partition %" PRId32 ", owned by another instance: "
+                        "this store may be stale\n", user, p);
 }
 
 /* input.partitioner from segd run's configuration file. */
@@ -194,6 +266,7 @@ int segd_cmd_get(int argc, char **argv)
                                          {"count-range", required_argument, 0, 'r'},
                                          {"limit", required_argument, 0, 'l'},
                                          {"config", required_argument, 0, 'c'},
+                                         {"linked", no_argument, 0, 'L'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     get_args_t a = {0};
@@ -217,6 +290,7 @@ int segd_cmd_get(int argc, char **argv)
         case 'r': bad = parse_range(optarg, &a); break;
         case 'l': bad = segd_arg_int("get", "--limit", optarg, 0, INT64_MAX, &a.limit); break;
         case 'c': bad = load_partitioner(optarg, &a); break;
+        case 'L': a.linked = 1; break;
         case 'h': usage(stdout); return SEGD_EXIT_OK;
         default: bad = 1; usage(stderr);
         }
@@ -235,6 +309,7 @@ int segd_cmd_get(int argc, char **argv)
     held_t *held = calloc(1, sizeof(*held));
     if (held)
         load_held(s, held);
+    a.held = held;
     /* one unreadable user must not hide the others: each is reported */
     int rc = SEGD_EXIT_OK;
     for (int i = optind; i < argc; i++) {

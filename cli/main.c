@@ -23,6 +23,7 @@ static const segd_cmd_t commands[] = {
     {"snapshot", segd_cmd_snapshot, "export / verify consistent bucketed snapshots for caches"},
     {"cache", segd_cmd_cache, "edge cache: snapshot + change stream, served over HTTP"},
     {"bench", segd_cmd_bench, "benchmarks (bench store)"},
+    {"identity", segd_cmd_identity, "identity graph: rebuild, check, members, produce links"},
 };
 
 static void usage(FILE *f)

@@ -9,7 +9,7 @@
 #include <string.h>
 
 typedef enum { K_STR, K_INT, K_TOPICS, K_FRAMING, K_RESET, K_PARTITIONER, K_SNAPFMT,
-               K_FALLBACK, K_LOGFMT, K_LOGLEVEL, K_STORELOG } key_type_t;
+               K_FALLBACK, K_LOGFMT, K_LOGLEVEL, K_STORELOG, K_WEIGHT } key_type_t;
 
 typedef struct key_def {
     const char *key;
@@ -67,6 +67,11 @@ static const key_def_t keys[] = {
     {"store.log.level", K_STORELOG, 0, 0, 0},
     {"metrics.listen", K_STR, OFF(metrics_listen), 0, 0},
     {"ready.max.lag", K_INT, OFF(ready_max_lag), 0, INT64_MAX / 2},
+    {"identity.enable", K_INT, OFF(identity_enable), 0, 1},
+    {"identity.links.topic", K_STR, OFF(identity_links_topic), 0, 0},
+    {"identity.min.weight", K_WEIGHT, OFF(identity_min_weight), 0, 1},
+    {"identity.max.component", K_INT, OFF(identity_max_component), 2, 1000000},
+    {"identity.max.links", K_INT, OFF(identity_max_links), 1, 100000000},
 };
 
 /* store.log.level's names, indexed by RocksDB's InfoLogLevel */
@@ -131,6 +136,10 @@ void segd_config_init(segd_config_t *c)
     c->store_log_level = 4; /* off: see store.c (a full disk would abort RocksDB 7.8) */
     c->metrics_listen = strdup("127.0.0.1:9464");
     c->ready_max_lag = 1000;
+    c->identity_links_topic = strdup("segments.links");
+    c->identity_min_weight = 0.5;
+    c->identity_max_component = 1000;
+    c->identity_max_links = 10000;
 }
 
 void segd_config_free(segd_config_t *c)
@@ -151,6 +160,7 @@ void segd_config_free(segd_config_t *c)
     free(c->snapshot_to);
     free(c->restore_from);
     free(c->metrics_listen);
+    free(c->identity_links_topic);
     for (size_t i = 0; i < c->n_topics; i++)
         free(c->topics[i]);
     for (size_t i = 0; i < c->n_kafka; i++) {
@@ -192,6 +202,19 @@ static segd_err_t set_int(const key_def_t *k, void *field, const char *v, char *
         *(size_t *)field = (size_t)x;
     else
         *(int64_t *)field = x;
+    return SEGD_OK;
+}
+
+static segd_err_t set_weight(const key_def_t *k, double *field, const char *v, char *errstr,
+                             size_t n)
+{
+    char *end;
+    errno = 0;
+    double x = strtod(v, &end);
+    if (!*v || *end || errno || !(x >= (double)k->lo && x <= (double)k->hi))
+        return segd_errf(SEGD_ERR_CONFIG, errstr, n, "%s: '%s' is not a number in [%lld, %lld]",
+                         k->key, v, (long long)k->lo, (long long)k->hi);
+    *field = x;
     return SEGD_OK;
 }
 
@@ -253,6 +276,7 @@ segd_err_t segd_config_set(segd_config_t *c, const char *key, const char *value,
                 note_explicit(c, k->offset);
             return err;
         }
+        case K_WEIGHT: return set_weight(k, (double *)((char *)c + k->offset), value, errstr, n);
         case K_TOPICS: return set_topics(c, value, errstr, n);
         case K_FRAMING: return set_framing(c, value, errstr, n);
         case K_RESET:
@@ -491,6 +515,7 @@ static const char *type_name(key_type_t t)
     case K_INT: return "integer";
     case K_TOPICS: return "topic list";
     case K_STR: return "string";
+    case K_WEIGHT: return "number";
     default: return "enum";
     }
 }
@@ -568,6 +593,8 @@ segd_err_t segd_config_value(const segd_config_t *c, const char *key, char *out,
         return SEGD_OK;
     }
     case K_TOPICS: topics_value(c, out, cap); return SEGD_OK;
+    case K_WEIGHT: snprintf(out, cap, "%g", *(const double *)((const char *)c + k->offset));
+        return SEGD_OK;
     case K_FRAMING: s = framing_name(c->framing); break;
     case K_RESET: s = c->offset_reset; break;
     case K_PARTITIONER: s = segd_partitioner_name(c->partitioner); break;

@@ -83,6 +83,11 @@ typedef struct segd_config {
      * makes it from log.*), borrowed by every component given the config;
      * NULL = info and up, logfmt, on stderr. */
     segd_log_t *log;
+    int64_t identity_enable;        /* consume the links topic (DESIGN §10); default 0 */
+    char *identity_links_topic;     /* default "segments.links" */
+    double identity_min_weight;     /* a LINK at or above joins; default 0.5 */
+    int64_t identity_max_component; /* super-node guard: ids per component; default 1000 */
+    int64_t identity_max_links;     /* edges per id; default 10000 */
 } segd_config_t;
 
 /* One row of the key table, for documentation and --print-config. */

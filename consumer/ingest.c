@@ -23,7 +23,7 @@ struct segd_ingest {
 
 static const char *const reason_names[SEGD_DLQ_REASONS] = {
     "decode", "unknown_schema", "oversize", "limit", "invalid", "key_mismatch", "bad_utf8",
-    "too_late", "from_future"};
+    "too_late", "from_future", "supernode"};
 
 const char *segd_dlq_reason_name(int reason)
 {

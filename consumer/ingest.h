@@ -26,6 +26,7 @@ enum segd_dlq_reason {
     SEGD_DLQ_BAD_UTF8,     /* user_id is not strict UTF-8 */
     SEGD_DLQ_TOO_LATE,     /* ts_ms below W + grace: can no longer apply exactly */
     SEGD_DLQ_FROM_FUTURE,  /* ts_ms above now + limits.max.clock.skew.ms */
+    SEGD_DLQ_SUPERNODE,    /* a link event the identity graph's guard refused (§10.4) */
     SEGD_DLQ_REASONS
 };
 

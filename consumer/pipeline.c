@@ -13,6 +13,7 @@
 
 #include "consumer/apply.h"
 #include "consumer/dlq.h"
+#include "consumer/links.h"
 #include "consumer/sweep.h"
 #include "consumer/lag.h"
 #include "core/partition.h"
@@ -65,6 +66,7 @@ typedef struct unread {
 } unread_t;
 
 struct segd_pipeline {
+    segd_links_t *links; /* identity.enable: the links topic, applied in this thread */
     const segd_config_t *cfg;
     segd_store_t *store;
     volatile sig_atomic_t *stop;
@@ -677,6 +679,11 @@ segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
     retry_unread(p);
     sweep_step(p);
     wait_for_publisher(p);
+    if (p->links) {
+        segd_err_t lerr = segd_links_step(p->links, 0, errstr, n);
+        if (lerr)
+            return lerr;
+    }
     int64_t deadline = segd_mono_ms() + p->cfg->batch_max_ms;
     int64_t taken = 0;
     int rc = 0;
@@ -1052,6 +1059,8 @@ segd_err_t segd_pipeline_new(segd_pipeline_t **out, const segd_config_t *cfg,
         segd_applier_enable_outbox(&p->ap);
     if (!err)
         err = make_consumer(p, errstr, n);
+    if (!err && cfg->identity_enable)
+        err = segd_links_new(&p->links, cfg, store, stop, &p->bo, errstr, n);
     if (err) {
         segd_pipeline_destroy(p);
         return err;
@@ -1194,6 +1203,7 @@ void segd_pipeline_destroy(segd_pipeline_t *p)
     if (!p)
         return;
     segd_pipeline_close(p);
+    segd_links_destroy(p->links);
     segd_dlq_destroy(p->dlq);
     segd_sweep_destroy(p->sweep);
     segd_ingest_destroy(p->ingest);
@@ -1201,3 +1211,5 @@ void segd_pipeline_destroy(segd_pipeline_t *p)
     segd_lag_destroy(p->lag);
     free(p);
 }
+
+segd_links_t *segd_pipeline_links(segd_pipeline_t *p) { return p->links; }

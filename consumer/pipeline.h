@@ -135,4 +135,10 @@ void segd_pipeline_close(segd_pipeline_t *p);
 /* Closes if needed and frees everything. */
 void segd_pipeline_destroy(segd_pipeline_t *p);
 
+/* The links topic's consumer (identity.enable, DESIGN §10), NULL when off;
+ * borrowed until segd_pipeline_destroy. Set its change callback before the
+ * first step. */
+typedef struct segd_links segd_links_t;
+segd_links_t *segd_pipeline_links(segd_pipeline_t *p);
+
 #endif

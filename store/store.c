@@ -19,8 +19,9 @@
 #include "store/sst.h"
 #include "store/store_int.h"
 
-enum { CF_DEFAULT, CF_PROFILES, CF_META, CF_OUTBOX, CF_COUNT };
-static const char *const cf_names[CF_COUNT] = {"default", "profiles", "meta", "outbox"};
+enum { CF_DEFAULT, CF_PROFILES, CF_META, CF_OUTBOX, CF_LINKS, CF_IDS, CF_COUNT };
+static const char *const cf_names[CF_COUNT] = {"default", "profiles", "meta",
+                                               "outbox",  "links",    "ids"};
 
 struct segd_store {
     rocksdb_t *db;
@@ -257,6 +258,38 @@ static segd_err_t load_retirements(segd_store_t *s)
     return err;
 }
 
+/* A read-only open cannot create families, and RocksDB refuses to open one
+ * that is missing: a store written by an older segd lacks `links` and `ids`
+ * (DESIGN §10.2), so only the families present are opened and the absent
+ * ones keep a NULL handle, read as empty. */
+static void open_read_only(segd_store_t *s, const char *path, const rocksdb_options_t **cfo,
+                           char **rerr)
+{
+    size_t n_present = 0;
+    char **present = rocksdb_list_column_families(s->db_opts, path, &n_present, rerr);
+    if (*rerr)
+        return;
+    const char *names[CF_COUNT];
+    const rocksdb_options_t *opts[CF_COUNT];
+    rocksdb_column_family_handle_t *handles[CF_COUNT];
+    int which[CF_COUNT], n = 0;
+    for (int i = 0; i < CF_COUNT; i++)
+        for (size_t j = 0; j < n_present; j++)
+            if (strcmp(present[j], cf_names[i]) == 0) {
+                names[n] = cf_names[i];
+                opts[n] = cfo[i];
+                which[n++] = i;
+                break;
+            }
+    rocksdb_list_column_families_destroy(present, n_present);
+    s->db = rocksdb_open_for_read_only_column_families(s->db_opts, path, n, names, opts,
+                                                       handles, 0, rerr);
+    if (*rerr)
+        return;
+    for (int k = 0; k < n; k++)
+        s->cf[which[k]] = handles[k];
+}
+
 static segd_err_t open_db(segd_store_t *s, const segd_store_opts_t *o, char *errstr,
                           size_t n)
 {
@@ -265,8 +298,7 @@ static segd_err_t open_db(segd_store_t *s, const segd_store_opts_t *o, char *err
     for (int i = 0; i < CF_COUNT; i++)
         cfo[i] = s->cf_opts[i];
     if (o->read_only)
-        s->db = rocksdb_open_for_read_only_column_families(
-            s->db_opts, o->path, CF_COUNT, cf_names, cfo, s->cf, 0, &rerr);
+        open_read_only(s, o->path, cfo, &rerr);
     else
         s->db = rocksdb_open_column_families(s->db_opts, o->path, CF_COUNT, cf_names, cfo,
                                              s->cf, &rerr);
@@ -1356,6 +1388,22 @@ rocksdb_column_family_handle_t *segd_store_profiles_cf(segd_store_t *s)
 rocksdb_column_family_handle_t *segd_store_outbox_cf(segd_store_t *s)
 {
     return s->cf[CF_OUTBOX];
+}
+rocksdb_column_family_handle_t *segd_store_links_cf(segd_store_t *s)
+{
+    return s->cf[CF_LINKS];
+}
+rocksdb_column_family_handle_t *segd_store_ids_cf(segd_store_t *s)
+{
+    return s->cf[CF_IDS];
+}
+rocksdb_writebatch_t *segd_batch_writebatch(segd_batch_t *b)
+{
+    return b->wb;
+}
+int segd_store_is_read_only(const segd_store_t *s)
+{
+    return s->read_only;
 }
 const rocksdb_options_t *segd_store_profiles_options(segd_store_t *s)
 {

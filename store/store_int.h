@@ -13,6 +13,14 @@
 rocksdb_t *segd_store_rocks(segd_store_t *s);
 rocksdb_column_family_handle_t *segd_store_profiles_cf(segd_store_t *s);
 rocksdb_column_family_handle_t *segd_store_outbox_cf(segd_store_t *s);
+/* The identity graph's families (DESIGN §10.2); NULL in a read-only store
+ * written by a segd that had none (read them as empty). */
+rocksdb_column_family_handle_t *segd_store_links_cf(segd_store_t *s);
+rocksdb_column_family_handle_t *segd_store_ids_cf(segd_store_t *s);
+/* The batch's RocksDB WriteBatch, for the store layer's other writers
+ * (identity.c puts into links/ids). Borrowed from the batch. */
+rocksdb_writebatch_t *segd_batch_writebatch(segd_batch_t *b);
+int segd_store_is_read_only(const segd_store_t *s);
 /* The profiles family's options (merge operator, table options, no
  * compression): an SST built with them is what the family writes itself. */
 const rocksdb_options_t *segd_store_profiles_options(segd_store_t *s);

@@ -1,0 +1,308 @@
+/* `segd identity`: the identity graph of a store (DESIGN §10).
+ *   rebuild --db DIR [--min-weight W] [--max-component N]: offline components
+ *   check --db DIR A B: "connected master=M" (exit 0) or "not connected" (1)
+ *   members --db DIR ID: the component, the master first
+ *   stats --db DIR [--topic T]: links the super-node guard refused
+ *     (count/identity_supernode) and the sum of the links topic's stored offsets
+ *   produce --brokers B [--topic T] [--framing F] FILE|-: JSON-lines link
+ *     events to the links topic as Avro, keyed by the smaller id */
+#include <getopt.h>
+#include <librdkafka/rdkafka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/progress.h"
+#include "cli/cli.h"
+#include "store/identity.h"
+#include "wire/link_event.h"
+
+typedef struct id_args {
+    const char *db, *brokers, *topic;
+    double min_weight;
+    int64_t max_component;
+    segd_framing_t framing;
+} id_args_t;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: segd identity rebuild --db DIR [--min-weight W] [--max-component N]\n"
+            "       segd identity check --db DIR A B\n"
+            "       segd identity members --db DIR ID\n"
+            "       segd identity stats --db DIR [--topic T]\n"
+            "       segd identity produce --brokers HOST:PORT [--topic T]\n"
+            "                             [--framing raw|single-object] FILE|-\n"
+            "  rebuild: connected components over the linked edges of weight >= W\n"
+            "    (default 0.5, identity.min.weight), master = the oldest first-seen;\n"
+            "    where UNLINKs split components. Offline: stop segd run first.\n"
+            "  check: exit 0 and \"connected master=M\", or exit 1 \"not connected\"\n"
+            "  produce: JSON lines {\"id_a\",\"id_b\",\"op\",\"ts_ms\",\"weight\"?,\"source\"?}\n"
+            "    to the links topic (default segments.links)\n");
+}
+
+static int parse(int argc, char **argv, id_args_t *a)
+{
+    static const struct option opts[] = {{"db", required_argument, 0, 'd'},
+                                         {"brokers", required_argument, 0, 'b'},
+                                         {"topic", required_argument, 0, 't'},
+                                         {"framing", required_argument, 0, 'f'},
+                                         {"min-weight", required_argument, 0, 'w'},
+                                         {"max-component", required_argument, 0, 'm'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        char *end;
+        switch (c) {
+        case 'd': a->db = optarg; break;
+        case 'b': a->brokers = optarg; break;
+        case 't': a->topic = optarg; break;
+        case 'f':
+            if (!strcmp(optarg, "raw"))
+                a->framing = SEGD_FRAMING_RAW;
+            else if (!strcmp(optarg, "single-object"))
+                a->framing = SEGD_FRAMING_SINGLE_OBJECT;
+            else
+                return fprintf(stderr, "segd identity: --framing raw|single-object\n"), -1;
+            break;
+        case 'w':
+            a->min_weight = strtod(optarg, &end);
+            if (*end || !(a->min_weight >= 0 && a->min_weight <= 1))
+                return fprintf(stderr, "segd identity: --min-weight: a number in [0, 1]\n"), -1;
+            break;
+        case 'm':
+            if (segd_arg_int("identity", "--max-component", optarg, 2, 1000000,
+                             &a->max_component))
+                return -1;
+            break;
+        case 'h': usage(stdout); return 1;
+        default: usage(stderr); return -1;
+        }
+    }
+    return 0;
+}
+
+static void show_progress(void *ctx, uint64_t done, uint64_t total)
+{
+    segd_progress_t *p = ctx;
+    p->total = total;
+    segd_progress_update(p, done, 0, 0);
+}
+
+static int cmd_rebuild(const id_args_t *a)
+{
+    segd_store_t *s = segd_app_open_store("identity", a->db, 0, 0);
+    if (!s)
+        return SEGD_EXIT_FAIL;
+    segd_ident_opts_t o;
+    segd_ident_opts_default(&o);
+    o.min_weight = a->min_weight;
+    if (a->max_component)
+        o.max_component = (uint32_t)a->max_component;
+    segd_progress_t bar;
+    segd_progress_init(&bar, stderr, "ids", 0, 0);
+    segd_ident_rebuild_stats_t st;
+    char err[512] = "";
+    segd_err_t e = segd_ident_rebuild(s, &o, show_progress, &bar, NULL, NULL, &st, err,
+                                      sizeof(err));
+    segd_progress_end(&bar);
+    segd_store_close(s);
+    if (e) {
+        fprintf(stderr, "segd identity rebuild: %s\n", err);
+        return SEGD_EXIT_FAIL;
+    }
+    printf("ids=%llu edges_used=%llu components=%llu linked_components=%llu repointed=%llu "
+           "refused=%llu\n",
+           (unsigned long long)st.ids, (unsigned long long)st.edges_used,
+           (unsigned long long)st.components, (unsigned long long)st.linked_components,
+           (unsigned long long)st.repointed, (unsigned long long)st.refused);
+    return SEGD_EXIT_OK;
+}
+
+static int cmd_check(const id_args_t *a, const char *x, const char *y)
+{
+    segd_store_t *s = segd_app_open_store("identity", a->db, 0, 1);
+    if (!s)
+        return SEGD_EXIT_FAIL;
+    int connected = 0;
+    segd_ident_rec_t m;
+    char err[512] = "";
+    segd_err_t e = segd_ident_check(s, x, strlen(x), y, strlen(y), &connected, &m, err,
+                                    sizeof(err));
+    segd_store_close(s);
+    if (e) {
+        fprintf(stderr, "segd identity check: %s\n", err);
+        return SEGD_EXIT_USAGE;
+    }
+    if (connected)
+        printf("connected master=%.*s\n", (int)m.master_len, m.master);
+    else
+        printf("not connected\n");
+    return connected ? SEGD_EXIT_OK : SEGD_EXIT_FAIL;
+}
+
+static int print_member(void *ctx, const char *m, size_t len)
+{
+    (void)ctx;
+    printf("%.*s\n", (int)len, m);
+    return 0;
+}
+
+static int cmd_members(const id_args_t *a, const char *x)
+{
+    segd_store_t *s = segd_app_open_store("identity", a->db, 0, 1);
+    if (!s)
+        return SEGD_EXIT_FAIL;
+    char err[512] = "";
+    segd_err_t e = segd_ident_members(s, x, strlen(x), print_member, NULL, err, sizeof(err));
+    segd_store_close(s);
+    if (e)
+        fprintf(stderr, "segd identity members: %s\n", err);
+    return e ? SEGD_EXIT_FAIL : SEGD_EXIT_OK;
+}
+
+typedef struct sum_ctx {
+    const char *topic;
+    int64_t sum;
+} sum_ctx_t;
+
+static int sum_offsets(void *ctx, const char *topic, int32_t partition, int64_t next)
+{
+    sum_ctx_t *c = ctx;
+    (void)partition;
+    if (!strcmp(topic, c->topic))
+        c->sum += next;
+    return 0;
+}
+
+static int cmd_stats(const id_args_t *a)
+{
+    segd_store_t *s = segd_app_open_store("identity", a->db, 0, 1);
+    if (!s)
+        return SEGD_EXIT_FAIL;
+    int64_t refused = 0;
+    char err[512] = "";
+    segd_err_t e = segd_store_counter_get(s, SEGD_IDENT_SUPERNODE_COUNTER, &refused, err,
+                                          sizeof(err));
+    sum_ctx_t sc = {a->topic, 0};
+    segd_store_view_t *v = NULL;
+    if (!e)
+        e = segd_store_view_open(s, &v, err, sizeof(err));
+    if (!e)
+        e = segd_store_view_positions(v, "offset", sum_offsets, &sc, err, sizeof(err));
+    segd_store_view_close(v);
+    segd_store_close(s);
+    if (e) {
+        fprintf(stderr, "segd identity stats: %s\n", err);
+        return SEGD_EXIT_FAIL;
+    }
+    printf("supernode_refused %lld\nlinks_offsets_sum %lld\n", (long long)refused,
+           (long long)sc.sum);
+    return SEGD_EXIT_OK;
+}
+
+/* ---------- produce ---------- */
+
+static int produce_line(rd_kafka_t *rk, const id_args_t *a, segd_link_codec_t *codec,
+                        const char *line, size_t len, segd_buf_t *out, long line_no)
+{
+    segd_wire_link_t w;
+    char err[512];
+    if (segd_link_json_parse(codec, line, len, &w, err, sizeof(err))) {
+        fprintf(stderr, "segd identity produce: line %ld: %s\n", line_no, err);
+        return 1;
+    }
+    if (segd_link_encode(&w, a->framing, 0, out))
+        return -1;
+    int a_first = strcmp(w.id_a, w.id_b) <= 0; /* JSON ids hold no NUL: refused before */
+    const char *key = a_first ? w.id_a : w.id_b;
+    size_t klen = a_first ? w.id_a_len : w.id_b_len;
+    rd_kafka_resp_err_t kerr;
+    while ((kerr = rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(a->topic),
+                                     RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                                     RD_KAFKA_V_KEY(key, klen), RD_KAFKA_V_VALUE(out->data, out->len),
+                                     RD_KAFKA_V_END)) == RD_KAFKA_RESP_ERR__QUEUE_FULL)
+        rd_kafka_poll(rk, 100);
+    if (kerr) {
+        fprintf(stderr, "segd identity produce: %s\n", rd_kafka_err2str(kerr));
+        return -1;
+    }
+    return 0;
+}
+
+static int cmd_produce(const id_args_t *a, const char *path)
+{
+    FILE *f = strcmp(path, "-") ? fopen(path, "r") : stdin;
+    if (!f)
+        return perror(path), SEGD_EXIT_FAIL;
+    char errbuf[512];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(conf, "bootstrap.servers", a->brokers, errbuf, sizeof(errbuf));
+    rd_kafka_conf_set(conf, "enable.idempotence", "true", errbuf, sizeof(errbuf));
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errbuf, sizeof(errbuf));
+    segd_link_codec_t *codec = NULL;
+    if (!rk || segd_link_codec_new(&codec, NULL, errbuf, sizeof(errbuf))) {
+        fprintf(stderr, "segd identity produce: %s\n", errbuf);
+        if (!rk)
+            rd_kafka_conf_destroy(conf);
+        rd_kafka_destroy(rk);
+        return SEGD_EXIT_FAIL;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    long no = 0, bad = 0;
+    int rc = 0;
+    segd_buf_t out = {0};
+    while (rc >= 0 && (len = getline(&line, &cap, f)) > 0) {
+        no++;
+        while (len && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+            len--;
+        if (len && (rc = produce_line(rk, a, codec, line, (size_t)len, &out, no)) > 0)
+            bad++;
+    }
+    int left = rd_kafka_flush(rk, 30000) ? rd_kafka_outq_len(rk) : 0;
+    if (left)
+        fprintf(stderr, "segd identity produce: %d messages not delivered\n", left);
+    free(line);
+    segd_buf_free(&out);
+    segd_link_codec_destroy(codec);
+    rd_kafka_destroy(rk);
+    if (f != stdin)
+        fclose(f);
+    return rc < 0 || left ? SEGD_EXIT_FAIL : bad ? SEGD_EXIT_PARTIAL : SEGD_EXIT_OK;
+}
+
+int segd_cmd_identity(int argc, char **argv)
+{
+    id_args_t a = {.topic = "segments.links", .min_weight = SEGD_IDENT_MIN_WEIGHT,
+                   .framing = SEGD_FRAMING_SINGLE_OBJECT};
+    if (argc < 2) {
+        usage(stderr);
+        return SEGD_EXIT_USAGE;
+    }
+    const char *sub = argv[1];
+    int rc = parse(argc - 1, argv + 1, &a);
+    if (rc)
+        return rc > 0 ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
+    int nargs = argc - 1 - optind;
+    char **args = argv + 1 + optind;
+    if (!strcmp(sub, "produce") && a.brokers && nargs == 1)
+        return cmd_produce(&a, args[0]);
+    if (!a.db) {
+        usage(stderr);
+        return SEGD_EXIT_USAGE;
+    }
+    if (!strcmp(sub, "rebuild") && nargs == 0)
+        return cmd_rebuild(&a);
+    if (!strcmp(sub, "check") && nargs == 2)
+        return cmd_check(&a, args[0], args[1]);
+    if (!strcmp(sub, "stats") && nargs == 0)
+        return cmd_stats(&a);
+    if (!strcmp(sub, "members") && nargs == 1)
+        return cmd_members(&a, args[0]);
+    usage(stderr);
+    return SEGD_EXIT_USAGE;
+}

@@ -1,0 +1,46 @@
+/* The links topic into the identity graph (DESIGN §10.1, §10.3): its own
+ * librdkafka consumer outside the group, assigned every partition of
+ * identity.links.topic from the offsets stored in the store (the beginning
+ * when none: each store holds the whole graph); each step decodes and
+ * checks a batch of link events, applies them with store/identity.h,
+ * dead-letters refusals and bad messages, and writes the graph, the
+ * offsets and the supernode counter in one WriteBatch. Runs in the
+ * pipeline's thread (segd_pipeline_step calls it), so the store keeps one
+ * outbox appender. cfg, store, stop and the backoff are borrowed. */
+#ifndef SEGD_LINKS_H
+#define SEGD_LINKS_H
+
+#include <signal.h>
+#include <stdint.h>
+
+#include "consumer/backoff.h"
+#include "consumer/config.h"
+#include "store/identity.h"
+#include "store/store.h"
+
+typedef struct segd_links segd_links_t;
+
+typedef struct segd_links_stats {
+    uint64_t messages, applied, dlq, supernode, batches;
+} segd_links_stats_t;
+
+/* SEGD_ERR_CONFIG when the links topic does not exist. */
+segd_err_t segd_links_new(segd_links_t **out, const segd_config_t *cfg, segd_store_t *store,
+                          volatile sig_atomic_t *stop, segd_backoff_t *backoff, char *errstr,
+                          size_t errstr_size);
+void segd_links_destroy(segd_links_t *l);
+
+/* Membership changes (store/identity.h), with the batch they go into:
+ * for the change stream's control events (DESIGN §10.3). Set before the
+ * first step; non-zero from cb fails the step with SEGD_ERR_NOMEM. */
+typedef int (*segd_links_change_cb)(void *ctx, segd_batch_t *b, const segd_ident_change_t *c);
+void segd_links_set_change_cb(segd_links_t *l, segd_links_change_cb cb, void *ctx);
+
+/* Applies what the consumer has, up to batch.max.messages, waiting at most
+ * wait_ms for the first message. A failed store write is retried with
+ * backoff until it succeeds or stop is set. */
+segd_err_t segd_links_step(segd_links_t *l, int wait_ms, char *errstr, size_t errstr_size);
+
+void segd_links_get_stats(const segd_links_t *l, segd_links_stats_t *st);
+
+#endif
