@@ -12,6 +12,8 @@ jobs=$(nproc)
 # broker's group join, a retry backoff or a child process, not on a core
 # (ASan on 2 loaded cores: -j4 508 s and 643 s of CPU, -j2 532 s and 553 s).
 # The tests assert bounds, never timings, so a busier machine only slows them.
+# Not the TSan run: its tests compute (TSan ~5x), and there -j4 made the
+# TSan snapshot_cli, its tail, 129 s against 83 s at -j2 (run 129 s vs 97 s).
 test_jobs=${SEGD_TEST_JOBS:-$((2 * jobs))}
 # stores in tests are small: do not let a nearly full CI disk stall every write
 # behind the 256 MiB production reserve (tests/disk_full.sh sets its own)
@@ -43,4 +45,4 @@ tsan_targets=$(cd build-tsan && ctest -N -LE kafka -R "$tsan_tests" |
                sed -n 's/^ *Test *#[0-9]*: \(test_[a-z0-9_]*\)$/\1/p')
 cmake --build build-tsan -j"$jobs" --target segd $tsan_targets
 (cd build-tsan && TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/../tests/tsan.supp" \
-   ctest --output-on-failure -j"$test_jobs" -LE kafka -R "$tsan_tests")
+   ctest --output-on-failure -j"$jobs" -LE kafka -R "$tsan_tests")
