@@ -321,7 +321,11 @@ static rd_kafka_t *plain_producer(const fixture_t *f)
     return rk;
 }
 
-/* Reads the DLQ topic from the start: returns the segd.error of each message. */
+/* Reads the DLQ topic from the start to its end: returns the segd.error of
+ * each message. The pipeline stored its offsets only once every dead letter
+ * was acknowledged (and it is destroyed before this runs), so the end of
+ * every partition (a partition EOF event) is the whole DLQ: waiting for more
+ * would only wait out the bound. */
 static int read_dlq(const fixture_t *f, char reasons[][128], int max)
 {
     char err[256];
@@ -329,6 +333,7 @@ static int read_dlq(const fixture_t *f, char reasons[][128], int max)
     rd_kafka_conf_set(conf, "bootstrap.servers", segd_dev_broker_bootstraps(f->broker), err,
                       sizeof(err));
     rd_kafka_conf_set(conf, "group.id", "dlq-reader", err, sizeof(err));
+    rd_kafka_conf_set(conf, "enable.partition.eof", "true", err, sizeof(err));
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof(err));
     rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(PARTITIONS);
     for (int p = 0; p < PARTITIONS; p++)
@@ -336,12 +341,17 @@ static int read_dlq(const fixture_t *f, char reasons[][128], int max)
             RD_KAFKA_OFFSET_BEGINNING;
     rd_kafka_assign(rk, parts);
     rd_kafka_topic_partition_list_destroy(parts);
-    int n = 0;
-    time_t end = time(NULL) + 10;
-    while (n < max && time(NULL) < end) {
+    int n = 0, at_end[PARTITIONS] = {0}, ends = 0;
+    time_t end = time(NULL) + 30; /* a bound: the end of every partition stops it */
+    while (n < max && ends < PARTITIONS && time(NULL) < end) {
         rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 200);
         if (!m)
             continue;
+        if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF && m->partition >= 0 &&
+            m->partition < PARTITIONS && !at_end[m->partition]) {
+            at_end[m->partition] = 1;
+            ends++;
+        }
         rd_kafka_headers_t *h = NULL;
         const void *v;
         size_t vlen;
