@@ -40,7 +40,7 @@ cmake --build build-asan -j"$jobs"
 # uninstrumented RocksDB/librdkafka.
 cmake -S . -B build-tsan -DCMAKE_BUILD_TYPE=Debug -DSEGD_TSAN=ON -DSEGD_WERROR=ON >/dev/null
 # only what those tests run (segd and their test programs): the fuzz replays,
-# edge_lookup and the kafka tests' programs would be compiled for nothing
+# and the kafka tests' programs would be compiled for nothing
 tsan_tests='^test_|^snapshot_cli$'
 tsan_targets=$(cd build-tsan && ctest -N -LE kafka -R "$tsan_tests" |
                sed -n 's/^ *Test *#[0-9]*: \(test_[a-z0-9_]*\)$/\1/p')
