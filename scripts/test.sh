@@ -23,7 +23,7 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSEGD_WERROR=ON >/dev/nul
 cmake --build build -j"$jobs"
 # The slowest tests run under ASan+UBSan below (same assertions, sanitized):
 # running them twice would spend two minutes of CI on nothing new.
-twice_slow='^(test_ingest|test_ingest_faults|test_publish|test_converge|snapshot_cli|restore_cli|cli_replay|sweep_cli|run_logs|demo_cli|metrics_prom)$'
+twice_slow='^(test_ingest|test_ingest_faults|test_publish|test_converge|snapshot_cli|restore_cli|cli_replay|sweep_cli|run_logs|demo_cli|metrics_prom|resp_cli)$'
 (cd build && ctest --output-on-failure -j"$test_jobs" -E "$twice_slow")
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSEGD_SANITIZE=ON -DSEGD_WERROR=ON >/dev/null
 cmake --build build-asan -j"$jobs"
