@@ -64,7 +64,7 @@ grep -q "snapshot: 4 units of events (4 partitions" "$tmp/export.log" ||
 
 port=$(free_port)
 "$segd" cache --snapshot "$tmp/snap" --brokers "$brokers" --changes segments.changes \
-  --listen 127.0.0.1:$port --now $now --horizon-s $horizon 2> "$tmp/cache.log" &
+  --listen 127.0.0.1:$port --now $now --horizon-s $horizon --batch-max 50 2> "$tmp/cache.log" &
 pids+=($!)
 for _ in $(seq 100); do
   curl -sf "http://127.0.0.1:$port/healthz" > "$tmp/health.json" 2>/dev/null && break
@@ -91,7 +91,7 @@ while True:  # segd run and the cache both work asynchronously
         c.request("GET", "/v1/users/" + w["user_id"])
         r = c.getresponse()
         body = json.loads(r.read())
-        if r.status != 200 or body != w:
+        if r.status != 200 or body.pop("known", None) is not True or body != w:
             bad.append(w["user_id"])
     if not bad or time.time() > deadline:
         break
@@ -100,13 +100,71 @@ assert not bad, f"{phase}: {len(bad)} users differ, e.g. {bad[:3]}"
 assert len(want) == int(users) and sum(len(w["segments"]) for w in want) > 0
 c.request("GET", "/v1/users/nobody")
 r = c.getresponse()
-assert r.status == 200 and json.loads(r.read()) == {"user_id": "nobody", "segments": []}
+assert r.status == 404 and json.loads(r.read()) == {"user_id": "nobody", "known": False,
+                                                     "segments": []}
 c.request("GET", "/nope")
 assert c.getresponse().status == 404
 print(f"{phase}: {len(want)} users equal")
 PY
 }
 compare "after load" || fail "cache != store after load"
+
+# the bidders' API (cache/http.h): filters as segd get's flags, 400s, batch
+# in request order with known per user, 413 above --batch-max 50
+/usr/bin/python3 - "$port" "$segd" "$tmp/db" $now <<'PY' || fail "HTTP API"
+import http.client, json, subprocess, sys
+port, segd, db, now = sys.argv[1:5]
+c = http.client.HTTPConnection("127.0.0.1", int(port), timeout=5)
+def call(method, path, body=None):
+    c.request(method, path, body=body)
+    r = c.getresponse()
+    data = r.read()
+    assert r.getheader("Content-Length") == str(len(data)), r.getheaders()
+    return r.status, json.loads(data)
+def get(users, *flags):
+    out = subprocess.run([segd, "get", "--db", db, "--now", now, "--json", *flags] + users,
+                         capture_output=True, text=True, check=True).stdout
+    return [json.loads(l) for l in out.splitlines()]
+ids = ["u%010d" % i for i in (7, 3, 150, 42)]
+after, since = int(now) + 5 * 86400, (int(now) - 10 * 86400) * 1000
+for flags, query in ((["--expiring-after", str(after)], "expiring_after=%d" % after),
+                     (["--updated-since", str(since)], "updated_since_ms=%d" % since),
+                     (["--count-range", "100:5000"], "count_range=100:5000")):
+    for w in get(ids, *flags):
+        st, body = call("GET", "/v1/users/%s?%s" % (w["user_id"], query))
+        assert st == 200 and body.pop("known") is True and body == w, (query, body, w)
+everything = get(ids)
+assert any(len(a["segments"]) != len(w["segments"])
+           for a, w in zip(get(ids, "--expiring-after", str(after)), everything))
+st, body = call("GET", "/v1/users/u0000000007?expiring_after=1&colour=red&size=2")
+assert st == 400 and body["parameters"] == ["colour", "size"], body
+st, body = call("GET", "/v1/users/u0000000007?count_range=9")
+assert st == 400 and body["parameters"] == ["count_range"], body
+req = {"users": ids[:2] + ["nobody"] + ids[2:], "expiring_after": after,
+       "count_range": "100:5000"}
+st, body = call("POST", "/v1/users:batch", json.dumps(req))
+want = get(ids, "--expiring-after", str(after), "--count-range", "100:5000")
+want = want[:2] + [{"user_id": "nobody", "segments": [],
+                    "count_range": {"from": 100, "to": 5000, "count": 0}}] + want[2:]
+assert st == 200 and [r.pop("known") for r in body["results"]] == [True] * 2 + [False] + [True] * 2
+assert body["results"] == want, body
+st, body = call("POST", "/v1/users:batch", json.dumps({"users": ["u%d" % i for i in range(51)]}))
+assert st == 413 and "limit of 50" in body["error"], (st, body)
+st, body = call("POST", "/v1/users:batch", json.dumps({"users": ["x" * 200] * 200}))
+assert st == 413, (st, body)
+for bad in ('{"users": [', '{"users": ["a"], "colour": 1}', '{"users": [1]}', '[]'):
+    st, body = call("POST", "/v1/users:batch", bad)
+    assert st == 400, (bad, st, body)
+st, body = call("POST", "/v1/users:batch", '{"users": []}')
+assert st == 200 and body == {"results": []}
+print("HTTP API: filters, 400s, batch order and known, 413 ok")
+PY
+# keep-alive: curl reuses one connection for two URLs
+curl -sv "http://127.0.0.1:$port/v1/users/u0000000001" "http://127.0.0.1:$port/v1/users/u0000000002" \
+  -o /dev/null -o /dev/null 2> "$tmp/curl.txt" || fail "curl"
+grep -q "Re-using existing connection" "$tmp/curl.txt" || fail "no keep-alive: $(cat "$tmp/curl.txt")"
+grep -qi "content-length" "$tmp/curl.txt" || fail "no Content-Length"
+! grep -qi "transfer-encoding: chunked" "$tmp/curl.txt" || fail "chunked"
 
 # more events: the cache follows the change stream
 "$segd" produce --brokers "$brokers" --topic events --users $users --now $now --seed 2 \
@@ -123,6 +181,9 @@ curl -sf "http://127.0.0.1:$port/readyz" > "$tmp/ready.json" ||
 grep -q '"ready":true,"reason":null,"lag":0,' "$tmp/ready.json" || fail "readyz: $(cat "$tmp/ready.json")"
 curl -sf "http://127.0.0.1:$port/metrics" > "$tmp/metrics.txt" || fail "no /metrics"
 for want in "segd_cache_users $users" 'segd_cache_tail_lag_messages 0' \
+    'segd_cache_http_requests_total{route="batch",code="413"} 2' \
+    'segd_cache_http_requests_total{route="user",code="404"} 2' \
+    '# TYPE segd_cache_http_request_seconds histogram' 'segd_cache_http_batch_users_count 3' \
     'segd_cache_snapshot_units 4' '# TYPE segd_cache_lookup_seconds histogram'; do
   grep -qxF "$want" "$tmp/metrics.txt" || fail "/metrics lacks '$want': $(grep segd_cache "$tmp/metrics.txt")"
 done
