@@ -260,28 +260,41 @@ static segd_err_t load_retirements(segd_store_t *s)
 
 /* A read-only open cannot create families, and RocksDB refuses to open one
  * that is missing: a store written by an older segd lacks `links` and `ids`
- * (DESIGN §10.2), so only the families present are opened and the absent
- * ones keep a NULL handle, read as empty. */
+ * (DESIGN §10.2), so those two are opened only when present and otherwise
+ * keep a NULL handle, read as empty. Every other family must be there: a
+ * store whose first writer is still creating them (a reader beside a
+ * starting `segd run`) is refused as before, never opened without `meta`. */
 static void open_read_only(segd_store_t *s, const char *path, const rocksdb_options_t **cfo,
                            char **rerr)
 {
     size_t n_present = 0;
     char **present = rocksdb_list_column_families(s->db_opts, path, &n_present, rerr);
-    if (*rerr)
+    if (*rerr) {
+        rocksdb_list_column_families_destroy(present, n_present); /* malloc(0) on error */
         return;
+    }
     const char *names[CF_COUNT];
     const rocksdb_options_t *opts[CF_COUNT];
     rocksdb_column_family_handle_t *handles[CF_COUNT];
     int which[CF_COUNT], n = 0;
-    for (int i = 0; i < CF_COUNT; i++)
-        for (size_t j = 0; j < n_present; j++)
-            if (strcmp(present[j], cf_names[i]) == 0) {
-                names[n] = cf_names[i];
-                opts[n] = cfo[i];
-                which[n++] = i;
-                break;
-            }
+    for (int i = 0; i < CF_COUNT && !*rerr; i++) {
+        size_t j = 0;
+        while (j < n_present && strcmp(present[j], cf_names[i]) != 0)
+            j++;
+        if (j < n_present) {
+            names[n] = cf_names[i];
+            opts[n] = cfo[i];
+            which[n++] = i;
+        } else if (i != CF_LINKS && i != CF_IDS) {
+            char msg[128];
+            snprintf(msg, sizeof(msg), "Invalid argument: column family not found: %s",
+                     cf_names[i]);
+            *rerr = strdup(msg);
+        }
+    }
     rocksdb_list_column_families_destroy(present, n_present);
+    if (*rerr)
+        return;
     s->db = rocksdb_open_for_read_only_column_families(s->db_opts, path, n, names, opts,
                                                        handles, 0, rerr);
     if (*rerr)
@@ -297,8 +310,11 @@ static segd_err_t open_db(segd_store_t *s, const segd_store_opts_t *o, char *err
     const rocksdb_options_t *cfo[CF_COUNT];
     for (int i = 0; i < CF_COUNT; i++)
         cfo[i] = s->cf_opts[i];
-    if (o->read_only)
+    if (o->read_only) {
         open_read_only(s, o->path, cfo, &rerr);
+        if (!rerr && !s->db) /* a refusal whose message could not be allocated */
+            return segd_errf(SEGD_ERR_NOMEM, errstr, n, "%s: out of memory", o->path);
+    }
     else
         s->db = rocksdb_open_column_families(s->db_opts, o->path, CF_COUNT, cf_names, cfo,
                                              s->cf, &rerr);
