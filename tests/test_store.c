@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include <cmocka.h>
+#include <rocksdb/c.h>
 
 #include "app/app.h"
 #include "consumer/apply.h"
@@ -307,6 +308,29 @@ static void test_snapshot_refuses_undecodable(void **state)
     segd_store_close(s);
 }
 
+/* A store its first writer has only begun creating holds the default
+ * family alone: a read-only open beside it (segd get, stats, a test reading
+ * offsets) must be refused, not opened without meta and profiles. */
+static void test_read_only_refuses_partial_store(void **state)
+{
+    fixture_t *f = *state;
+    rocksdb_options_t *o = rocksdb_options_create();
+    rocksdb_options_set_create_if_missing(o, 1);
+    char *rerr = NULL;
+    rocksdb_t *db = rocksdb_open(o, f->dir, &rerr);
+    assert_null(rerr);
+    rocksdb_close(db);
+    rocksdb_options_destroy(o);
+    assert_null(open_store(f->dir, 1, 0));
+    /* a complete store still opens read-only, the identity families read empty */
+    segd_store_t *w = open_store(f->dir, 0, 0);
+    assert_non_null(w);
+    segd_store_close(w);
+    segd_store_t *r = open_store(f->dir, 1, 0);
+    assert_non_null(r);
+    segd_store_close(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -319,6 +343,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_outbox_depth_is_exact, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fault_points, setup, teardown),
         cmocka_unit_test_setup_teardown(test_snapshot_refuses_undecodable, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_read_only_refuses_partial_store, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
