@@ -245,8 +245,13 @@ static int decode(segd_links_t *l, const rd_kafka_message_t *m, segd_wire_link_t
     }
 }
 
-/* 0 handled, -1 stopped before deciding (the message comes again), or a
- * negative segd_err_t below -1 on a store or memory failure. */
+/* handle()'s "stopped before deciding": positive, because SEGD_ERR_NOMEM is
+ * -1 and an allocation failure must never pass for a stop (the batch would
+ * be written with half an event in it, and the event applied again). */
+#define UNDECIDED 1
+
+/* 0 handled, UNDECIDED (the message comes again), or a segd_err_t on a store
+ * or memory failure. */
 static int handle(segd_links_t *l, const rd_kafka_message_t *m, char *errstr, size_t n)
 {
     char why[256] = "";
@@ -254,7 +259,7 @@ static int handle(segd_links_t *l, const rd_kafka_message_t *m, char *errstr, si
     segd_wire_link_t w;
     int ok = decode(l, m, &w, &reason, why, sizeof(why));
     if (ok < 0)
-        return -1;
+        return UNDECIDED;
     if (ok && (reason = check_link(l, m, &w, why, sizeof(why))) == 0) {
         segd_link_event_t ev = {w.id_a, w.id_a_len, w.id_b, w.id_b_len,
                                 w.op == SEGD_WIRE_LINK ? SEGD_LINK : SEGD_UNLINK, w.ts_ms,
@@ -339,7 +344,7 @@ segd_err_t segd_links_step(segd_links_t *l, int wait_ms, char *errstr, size_t n)
             rd_kafka_topic_partition_list_destroy(pos);
         }
         rd_kafka_message_destroy(m);
-        if (rc < -1) { /* the batch may hold half an event: drop it, and segd run stops
+        if (rc < 0) { /* the batch may hold half an event: drop it, and segd run stops
                         * (a restart reads the links from their stored offsets) */
             segd_batch_clear(l->batch);
             segd_ident_reset(l->ident);

@@ -571,6 +571,13 @@ static segd_err_t merge_into(segd_ident_t *id, segd_batch_t *b, const ident_id_t
     if (err)
         return err;
     qsort(id->merged.v, id->merged.n, sizeof(ident_id_t), ident_cmp);
+    /* lists that overlap (a store damaged, or written by a half-applied
+     * event) must not make a member count twice against the guard */
+    size_t k = 0;
+    for (size_t i = 0; i < id->merged.n; i++)
+        if (!k || ident_cmp(&id->merged.v[k - 1], &id->merged.v[i]))
+            id->merged.v[k++] = id->merged.v[i];
+    id->merged.n = k;
     if (ident_cmp(m1, w) && (err = members_store(id, b, m1->s, m1->len, NULL)))
         return err;
     if (two && ident_cmp(m2, w) && (err = members_store(id, b, m2->s, m2->len, NULL)))
