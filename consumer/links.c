@@ -1,5 +1,6 @@
 /* Links topic -> identity graph; see links.h. */
 #include "consumer/links.h"
+#include "transport/kmeta.h"
 
 #include <librdkafka/rdkafka.h>
 #include <stdio.h>
@@ -73,24 +74,11 @@ static segd_err_t make_consumer(segd_links_t *l, char *errstr, size_t n)
 static segd_err_t partition_count(segd_links_t *l, int32_t *count, char *errstr, size_t n)
 {
     const char *topic = l->cfg->identity_links_topic;
-    rd_kafka_topic_t *rkt = rd_kafka_topic_new(l->rk, topic, NULL);
-    const struct rd_kafka_metadata *md = NULL;
-    rd_kafka_resp_err_t kerr = rkt ? rd_kafka_metadata(l->rk, 0, rkt, &md, 10000)
-                                   : RD_KAFKA_RESP_ERR__INVALID_ARG;
-    if (!kerr && (md->topic_cnt != 1 || md->topics[0].err))
-        kerr = md->topic_cnt == 1 ? md->topics[0].err : RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC;
-    if (!kerr)
-        *count = md->topics[0].partition_cnt;
-    if (md)
-        rd_kafka_metadata_destroy(md);
-    if (rkt)
-        rd_kafka_topic_destroy(rkt);
-    if (kerr == RD_KAFKA_RESP_ERR_UNKNOWN_TOPIC_OR_PART || kerr == RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC)
+    segd_err_t err = segd_kmeta_partitions(l->rk, topic, 10000, count, errstr, n);
+    if (err == SEGD_ERR_NOTFOUND)
         return segd_errf(SEGD_ERR_CONFIG, errstr, n,
                          "identity.links.topic %s does not exist (identity.enable = 1)", topic);
-    return kerr ? segd_errf(SEGD_ERR_KAFKA, errstr, n, "metadata of %s: %s", topic,
-                            rd_kafka_err2str(kerr))
-                : SEGD_OK;
+    return err;
 }
 
 /* Every partition, from its stored offset or the beginning. */
