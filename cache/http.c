@@ -10,9 +10,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 
 #include "base/clock.h"
 #include "core/query.h"
+#include "metrics/listen.h"
 
 #define USERS_PREFIX "/v1/users/"
 #define BATCH_PATH "/v1/users:batch"
@@ -425,32 +427,13 @@ static void completed(void *cls, struct MHD_Connection *c, void **req_cls,
     *req_cls = NULL;
 }
 
-static segd_err_t parse_listen(const char *listen, struct sockaddr_in *sa, char *errstr,
-                               size_t n)
-{
-    char host[64];
-    const char *colon = strrchr(listen, ':');
-    char *end = NULL;
-    long port = colon ? strtol(colon + 1, &end, 10) : -1;
-    if (!colon || (size_t)(colon - listen) >= sizeof(host) || !end || *end || port < 0 ||
-        port > 65535)
-        return segd_errf(SEGD_ERR_CONFIG, errstr, n, "--listen %s: want HOST:PORT", listen);
-    memcpy(host, listen, (size_t)(colon - listen));
-    host[colon - listen] = 0;
-    memset(sa, 0, sizeof(*sa));
-    sa->sin_family = AF_INET;
-    sa->sin_port = htons((uint16_t)port);
-    if (inet_pton(AF_INET, host[0] ? host : "0.0.0.0", &sa->sin_addr) != 1)
-        return segd_errf(SEGD_ERR_CONFIG, errstr, n, "--listen %s: not an IPv4 address", listen);
-    return SEGD_OK;
-}
-
 segd_err_t segd_http_start(segd_http_t **out, const char *listen, segd_edge_t *edge,
                            segd_health_cb health, segd_metrics_t *metrics, segd_ready_cb ready,
                            void *ctx, char *errstr, size_t n)
 {
-    struct sockaddr_in sa;
-    segd_err_t err = parse_listen(listen, &sa, errstr, n);
+    struct sockaddr_storage sa;
+    socklen_t salen;
+    segd_err_t err = segd_listen_parse("--listen", listen, &sa, &salen, errstr, n);
     if (err)
         return err;
     segd_http_t *h = calloc(1, sizeof(*h));
@@ -477,7 +460,9 @@ segd_err_t segd_http_start(segd_http_t **out, const char *listen, segd_edge_t *e
         metrics, "segd_cache_http_batch_users", "Users asked for per POST /v1/users:batch.",
         NULL, batch_bounds, sizeof(batch_bounds) / sizeof(batch_bounds[0]));
     atomic_store(&h->batch_max, SEGD_HTTP_BATCH_MAX_DEFAULT);
-    h->d = MHD_start_daemon(MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG, 0, NULL, NULL,
+    unsigned flags = MHD_USE_AUTO_INTERNAL_THREAD | MHD_USE_ERROR_LOG |
+                     (sa.ss_family == AF_INET6 ? MHD_USE_IPv6 : 0);
+    h->d = MHD_start_daemon(flags, 0, NULL, NULL,
                             handle, h, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
                             MHD_OPTION_THREAD_POOL_SIZE, (unsigned)2,
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30,

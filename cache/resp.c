@@ -7,7 +7,6 @@
 
 #include <arpa/inet.h>
 #include <errno.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <pthread.h>
@@ -20,6 +19,7 @@
 
 #include "base/clock.h"
 #include "cache/resp_cmd.h"
+#include "metrics/listen.h"
 
 #define READ_CHUNK (64 * 1024)
 /* Replies waiting for a slow client: above this no more commands are read. */
@@ -271,43 +271,16 @@ static void *worker_main(void *arg)
     return NULL;
 }
 
-static segd_err_t parse_listen(const char *listen, struct sockaddr_in *sa, char *errstr,
-                               size_t n)
-{
-    char host[256];
-    const char *colon = strrchr(listen, ':');
-    char *end = NULL;
-    long port = colon ? strtol(colon + 1, &end, 10) : -1;
-    size_t hlen = colon ? (size_t)(colon - listen) : 0;
-    if (!colon || hlen >= sizeof(host) || !colon[1] || !end || *end || port < 0 ||
-        port > 65535)
-        return segd_errf(SEGD_ERR_CONFIG, errstr, n, "--resp '%s': want HOST:PORT", listen);
-    memcpy(host, listen, hlen);
-    host[hlen] = 0;
-    memset(sa, 0, sizeof(*sa));
-    sa->sin_family = AF_INET;
-    sa->sin_port = htons((uint16_t)port);
-    if (inet_pton(AF_INET, hlen ? host : "0.0.0.0", &sa->sin_addr) == 1)
-        return SEGD_OK;
-    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
-    if (getaddrinfo(host, NULL, &hints, &res) || !res)
-        return segd_errf(SEGD_ERR_CONFIG, errstr, n,
-                         "--resp '%s': not an IPv4 address or a host name with one", listen);
-    sa->sin_addr = ((struct sockaddr_in *)res->ai_addr)->sin_addr;
-    freeaddrinfo(res);
-    return SEGD_OK;
-}
-
 /* A listening socket on sa for one worker; all share the port. */
-static int open_listener(const struct sockaddr_in *sa)
+static int open_listener(const struct sockaddr_storage *sa, socklen_t salen)
 {
-    int fd = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+    int fd = socket(sa->ss_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
     int one = 1;
     if (fd < 0)
         return -1;
     if (setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one)) ||
         setsockopt(fd, SOL_SOCKET, SO_REUSEPORT, &one, sizeof(one)) ||
-        bind(fd, (const struct sockaddr *)sa, sizeof(*sa)) || listen(fd, 1024)) {
+        bind(fd, (const struct sockaddr *)sa, salen) || listen(fd, 1024)) {
         int e = errno;
         close(fd);
         errno = e;
@@ -316,21 +289,21 @@ static int open_listener(const struct sockaddr_in *sa)
     return fd;
 }
 
-static segd_err_t worker_open(segd_resp_t *r, worker_t *w, struct sockaddr_in *sa,
-                              char *errstr, size_t n, const char *listen)
+static segd_err_t worker_open(segd_resp_t *r, worker_t *w, struct sockaddr_storage *sa,
+                              socklen_t salen, char *errstr, size_t n, const char *listen)
 {
     w->server = r;
     w->lfd = w->ep = w->wake = -1;
     if (segd_resp_worker_init(&w->exec, &r->shared))
         return SEGD_ERR_NOMEM;
-    w->lfd = open_listener(sa);
+    w->lfd = open_listener(sa, salen);
     if (w->lfd < 0)
         return segd_errf(SEGD_ERR_IO, errstr, n, "--resp %s: cannot listen: %s", listen,
                          strerror(errno));
-    if (!sa->sin_port) { /* port 0: the others join the port the first got */
-        socklen_t len = sizeof(*sa);
+    if (!segd_listen_port(sa)) { /* port 0: the others join the port the first got */
+        socklen_t len = salen;
         getsockname(w->lfd, (struct sockaddr *)sa, &len);
-        r->shared.port = ntohs(sa->sin_port);
+        r->shared.port = segd_listen_port(sa);
     }
     w->ep = epoll_create1(EPOLL_CLOEXEC);
     w->wake = eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
@@ -392,8 +365,9 @@ segd_err_t segd_resp_start(segd_resp_t **out, const char *listen, int threads,
                            segd_edge_t *edge, segd_metrics_t *metrics, char *errstr,
                            size_t errstr_size)
 {
-    struct sockaddr_in sa;
-    segd_err_t err = parse_listen(listen, &sa, errstr, errstr_size);
+    struct sockaddr_storage sa;
+    socklen_t salen;
+    segd_err_t err = segd_listen_parse("--resp", listen, &sa, &salen, errstr, errstr_size);
     if (err)
         return err;
     if (threads < 1 || threads > 256)
@@ -406,10 +380,10 @@ segd_err_t segd_resp_start(segd_resp_t **out, const char *listen, int threads,
     }
     r->shared.edge = edge;
     r->shared.started_ms = segd_wall_ms();
-    r->shared.port = ntohs(sa.sin_port);
+    r->shared.port = segd_listen_port(&sa);
     r->metrics = metrics;
     for (; r->nworkers < threads; r->nworkers++) {
-        err = worker_open(r, &r->workers[r->nworkers], &sa, errstr, errstr_size, listen);
+        err = worker_open(r, &r->workers[r->nworkers], &sa, salen, errstr, errstr_size, listen);
         if (err) {
             r->nworkers++; /* its parts are closed by stop */
             goto out_stop;

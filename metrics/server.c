@@ -4,10 +4,10 @@
 #define _GNU_SOURCE
 #include "metrics/server.h"
 
-#include <arpa/inet.h>
+#include "metrics/listen.h"
+
 #include <errno.h>
 #include <microhttpd.h>
-#include <netdb.h>
 #include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,55 +98,6 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
                      "no such endpoint: /metrics, /healthz, /readyz\n");
 }
 
-/* A host name's first IPv4 address (localhost, a container's name). */
-static int resolve(const char *host, struct sockaddr_in *a4)
-{
-    struct addrinfo hints = {.ai_family = AF_INET, .ai_socktype = SOCK_STREAM}, *res = NULL;
-    if (getaddrinfo(host, NULL, &hints, &res) || !res)
-        return 0;
-    a4->sin_addr = ((struct sockaddr_in *)res->ai_addr)->sin_addr;
-    freeaddrinfo(res);
-    return 1;
-}
-
-/* "1.2.3.4:9464", "localhost:9464" or "[::1]:9464" into sa; *len its size. */
-static segd_err_t parse_listen(const char *listen, struct sockaddr_storage *sa, socklen_t *len,
-                               char *errstr, size_t n)
-{
-    char host[64];
-    const char *colon = strrchr(listen, ':');
-    char *end = NULL;
-    long port = colon ? strtol(colon + 1, &end, 10) : -1;
-    size_t hlen = colon ? (size_t)(colon - listen) : 0;
-    if (!colon || hlen >= sizeof(host) || !colon[1] || !end || *end || port < 0 ||
-        port > 65535)
-        return segd_errf(SEGD_ERR_CONFIG, errstr, n,
-                         "metrics.listen '%s': want HOST:PORT (or off)", listen);
-    memcpy(host, listen, hlen);
-    host[hlen] = 0;
-    memset(sa, 0, sizeof(*sa));
-    if (hlen >= 2 && host[0] == '[' && host[hlen - 1] == ']') {
-        struct sockaddr_in6 *a6 = (struct sockaddr_in6 *)sa;
-        host[hlen - 1] = 0;
-        a6->sin6_family = AF_INET6;
-        a6->sin6_port = htons((uint16_t)port);
-        *len = sizeof(*a6);
-        if (inet_pton(AF_INET6, host + 1, &a6->sin6_addr) == 1)
-            return SEGD_OK;
-    } else {
-        struct sockaddr_in *a4 = (struct sockaddr_in *)sa;
-        a4->sin_family = AF_INET;
-        a4->sin_port = htons((uint16_t)port);
-        *len = sizeof(*a4);
-        if (inet_pton(AF_INET, hlen ? host : "0.0.0.0", &a4->sin_addr) == 1 ||
-            resolve(host, a4))
-            return SEGD_OK;
-    }
-    return segd_errf(SEGD_ERR_CONFIG, errstr, n,
-                     "metrics.listen '%s': not an IPv4 address, [IPv6] address or host name "
-                     "with an IPv4 address", listen);
-}
-
 static int bound_port(int fd)
 {
     struct sockaddr_storage sa;
@@ -162,7 +113,7 @@ static segd_err_t open_socket(segd_metrics_server_t *s, const char *addr, char *
 {
     struct sockaddr_storage sa;
     socklen_t len = 0;
-    segd_err_t err = parse_listen(addr, &sa, &len, errstr, n);
+    segd_err_t err = segd_listen_parse("metrics.listen", addr, &sa, &len, errstr, n);
     if (err)
         return err;
     s->fd = socket(sa.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);

@@ -16,6 +16,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "metrics/listen.h"
 #include "metrics/process.h"
 #include "metrics/registry.h"
 #include "metrics/server.h"
@@ -284,6 +285,40 @@ static void test_server(void **state)
     segd_metrics_destroy(m);
 }
 
+/* The one parser behind metrics.listen, the cache's --listen and --resp. */
+static void test_listen_parse(void **state)
+{
+    (void)state;
+    struct sockaddr_storage sa;
+    socklen_t len = 0;
+    char err[256] = "";
+    assert_int_equal(segd_listen_parse("--x", "127.0.0.1:9464", &sa, &len, err, sizeof(err)),
+                     SEGD_OK);
+    assert_int_equal(sa.ss_family, AF_INET);
+    assert_int_equal(len, sizeof(struct sockaddr_in));
+    assert_int_equal(segd_listen_port(&sa), 9464);
+    assert_int_equal(((struct sockaddr_in *)&sa)->sin_addr.s_addr, htonl(INADDR_LOOPBACK));
+    assert_int_equal(segd_listen_parse("--x", ":0", &sa, &len, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(((struct sockaddr_in *)&sa)->sin_addr.s_addr, htonl(INADDR_ANY));
+    assert_int_equal(segd_listen_port(&sa), 0);
+    assert_int_equal(segd_listen_parse("--x", "[::1]:7", &sa, &len, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(sa.ss_family, AF_INET6);
+    assert_int_equal(len, sizeof(struct sockaddr_in6));
+    assert_int_equal(segd_listen_port(&sa), 7);
+    assert_int_equal(segd_listen_parse("--x", "localhost:80", &sa, &len, err, sizeof(err)),
+                     SEGD_OK);
+    assert_int_equal(sa.ss_family, AF_INET);
+    const char *bad[] = {"9464", "127.0.0.1:", "127.0.0.1:65536", "127.0.0.1:-1", "1.2.3.4:9x",
+                         "[::1:5", "[zz]:5", "no-such-host.invalid:5"};
+    for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+        err[0] = 0;
+        assert_int_equal(segd_listen_parse("--x", bad[i], &sa, &len, err, sizeof(err)),
+                         SEGD_ERR_CONFIG);
+        assert_non_null(strstr(err, "--x"));
+        assert_non_null(strstr(err, bad[i]));
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -294,6 +329,7 @@ int main(void)
         cmocka_unit_test(test_collectors_run_at_render),
         cmocka_unit_test(test_threads),
         cmocka_unit_test(test_server),
+        cmocka_unit_test(test_listen_parse),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

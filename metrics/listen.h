@@ -1,0 +1,21 @@
+/* Listen addresses of segd's servers ("HOST:PORT"): one parser for the
+ * metrics server (metrics.listen), the cache's HTTP API (--listen) and its
+ * RESP front (--resp), so the three accept the same forms and say the same
+ * things about bad ones. */
+#ifndef SEGD_LISTEN_H
+#define SEGD_LISTEN_H
+
+#include <sys/socket.h>
+
+#include "base/err.h"
+
+/* listen: "1.2.3.4:9464", ":9464" (every IPv4 interface), "localhost:9464"
+ * (a host name's first IPv4 address) or "[::1]:9464"; port 0 = any free
+ * port. Fills sa and *len. A malformed address is SEGD_ERR_CONFIG with
+ * errstr naming what (the option's name, e.g. "--listen") and the text. */
+segd_err_t segd_listen_parse(const char *what, const char *listen, struct sockaddr_storage *sa,
+                             socklen_t *len, char *errstr, size_t errstr_size);
+/* The port of sa (either family). */
+int segd_listen_port(const struct sockaddr_storage *sa);
+
+#endif
