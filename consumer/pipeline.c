@@ -1101,26 +1101,6 @@ static int cmp_i32(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-static segd_err_t topic_partition_count(rd_kafka_t *rk, const char *topic, int32_t *count,
-                                        char *errstr, size_t n)
-{
-    rd_kafka_topic_t *rkt = rd_kafka_topic_new(rk, topic, NULL);
-    const struct rd_kafka_metadata *md = NULL;
-    rd_kafka_resp_err_t kerr = rkt ? rd_kafka_metadata(rk, 0, rkt, &md, 10000)
-                                   : RD_KAFKA_RESP_ERR__INVALID_ARG;
-    if (!kerr && (md->topic_cnt != 1 || md->topics[0].err))
-        kerr = md->topic_cnt == 1 ? md->topics[0].err : RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC;
-    if (!kerr)
-        *count = md->topics[0].partition_cnt;
-    if (md)
-        rd_kafka_metadata_destroy(md);
-    if (rkt)
-        rd_kafka_topic_destroy(rkt);
-    return kerr ? segd_errf(SEGD_ERR_KAFKA, errstr, n, "metadata of %s: %s", topic,
-                            rd_kafka_err2str(kerr))
-                : SEGD_OK;
-}
-
 segd_err_t segd_pipeline_assignment(segd_pipeline_t *p, const char *topic, int32_t **parts,
                                     size_t *n_parts, int32_t *partition_count,
                                     char *errstr, size_t n)
@@ -1141,7 +1121,7 @@ segd_err_t segd_pipeline_assignment(segd_pipeline_t *p, const char *topic, int32
     if (!err)
         qsort(*parts, *n_parts, sizeof(**parts), cmp_i32);
     if (!err && *n_parts) /* a broker round trip only when there is something to export */
-        err = topic_partition_count(p->consumer, topic, partition_count, errstr, n);
+        err = segd_kmeta_partitions(p->consumer, topic, 10000, partition_count, errstr, n);
     if (err || !*n_parts) {
         free(*parts);
         *parts = NULL;
