@@ -215,6 +215,8 @@ static void export_topic(snapshotter_t *sn, const char *topic)
     o.format = sn->cfg->snapshot_native ? SEGD_SNAPFMT_NATIVE : SEGD_SNAPFMT_AVRO;
     o.codec = segd_snapshot_default_codec(o.format);
     o.log = sn->cfg->log;
+    o.dest.max_retries = (int)sn->cfg->snapshot_upload_retries;
+    o.dest.backoff_ms = (long)sn->cfg->snapshot_upload_backoff_ms;
     segd_manifest_t m;
     size_t failed = 0;
     double t0 = segd_mono_s();

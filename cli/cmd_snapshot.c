@@ -181,6 +181,10 @@ static int resolve_export(export_args_t *a)
         a->o.changes_topic = a->cfg.changes_topic;
     if (from_config && !a->buckets_given)
         a->buckets = a->cfg.snapshot_buckets;
+    if (from_config) {
+        a->o.dest.max_retries = (int)a->cfg.snapshot_upload_retries;
+        a->o.dest.backoff_ms = (long)a->cfg.snapshot_upload_backoff_ms;
+    }
     if (from_config && !a->format_given)
         a->o.format = a->cfg.snapshot_native ? SEGD_SNAPFMT_NATIVE : SEGD_SNAPFMT_AVRO;
     if (!a->codec_given)

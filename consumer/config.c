@@ -54,6 +54,8 @@ static const key_def_t keys[] = {
     {"changes.max.outbox", K_INT, OFF(changes_max_outbox), 0, 100000000},
     {"snapshot.buckets", K_INT, OFF(snapshot_buckets), 1, 1 << 16},
     {"snapshot.interval", K_INT, OFF(snapshot_interval_s), 0, 30 * 86400},
+    {"snapshot.upload.retries", K_INT, OFF(snapshot_upload_retries), 0, 100},
+    {"snapshot.upload.backoff.ms", K_INT, OFF(snapshot_upload_backoff_ms), 1, 600000},
     {"snapshot.to", K_STR, OFF(snapshot_to), 0, 0},
     {"snapshot.format", K_SNAPFMT, 0, 0, 0},
     {"restore.from", K_STR, OFF(restore_from), 0, 0},
@@ -125,6 +127,8 @@ void segd_config_init(segd_config_t *c)
     c->changes_enable = 1;
     c->changes_max_outbox = 100000;
     c->snapshot_buckets = 32;
+    c->snapshot_upload_retries = 5;
+    c->snapshot_upload_backoff_ms = 200;
     c->restore_fallback_replay = 1;
     c->restore_retries = 5;
     c->memory_limit_mb = SEGD_MEMORY_DEFAULT_MB;

@@ -57,6 +57,8 @@ typedef struct segd_config {
     int64_t changes_max_outbox;  /* ingest waits while more entries are unpublished */
     int64_t snapshot_buckets;    /* power of two, default 32 */
     int64_t snapshot_interval_s; /* periodic export from run; 0 = off */
+    int64_t snapshot_upload_retries;    /* per http(s)/s3 request, default 5 */
+    int64_t snapshot_upload_backoff_ms; /* first retry's wait, doubling; default 200 */
     char *snapshot_to;           /* directory, http(s):// or s3:// */
     int64_t snapshot_native;     /* snapshot.format: 0 = avro (default), 1 = native */
     char *restore_from;          /* restore a partition assigned without an offset
