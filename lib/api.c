@@ -11,13 +11,10 @@
 
 #include "cache/edge.h"
 #include "cache/edge_load.h"
+#include "lib/cache_int.h"
 #include "wire/change.h"
 #include "wire/change_frame.h"
 
-struct segd_cache {
-    segd_edge_t *edge;
-    _Atomic uint64_t changes;
-};
 
 /* The public segment is segd's entry, field for field: lookups hand the
  * caller's array straight to the table. */
@@ -32,7 +29,7 @@ _Static_assert(offsetof(segd_cache_segment_t, partner_id) ==
                    offsetof(segd_entry_t, partner_id),
                "partner");
 
-static int status_of(segd_err_t err)
+int segd_cache_status_of(segd_err_t err)
 {
     switch (err) {
     case SEGD_OK: return SEGD_CACHE_OK;
@@ -63,8 +60,11 @@ SEGD_CACHE_API const char *segd_cache_strerror(int status)
         [SEGD_CACHE_EIO] = "I/O error",
         [SEGD_CACHE_ELIMIT] = "array too small",
         [SEGD_CACHE_EOTHER] = "error",
+        [SEGD_CACHE_EGAP] = "the change topic no longer holds deltas the snapshot needs: "
+                            "load a newer snapshot",
+        [SEGD_CACHE_EKAFKA] = "Kafka: broker or topic not reachable",
     };
-    return status >= 0 && status <= SEGD_CACHE_EOTHER ? text[status] : "unknown status";
+    return status >= 0 && status <= SEGD_CACHE_EKAFKA ? text[status] : "unknown status";
 }
 
 SEGD_CACHE_API int segd_cache_new(segd_cache_t **out, int64_t now_ms)
@@ -81,7 +81,7 @@ SEGD_CACHE_API int segd_cache_new(segd_cache_t **out, int64_t now_ms)
     segd_err_t err = segd_edge_new(&c->edge, &o);
     if (err) {
         free(c);
-        return status_of(err);
+        return segd_cache_status_of(err);
     }
     *out = c;
     return SEGD_CACHE_OK;
@@ -92,6 +92,8 @@ SEGD_CACHE_API void segd_cache_destroy(segd_cache_t *c)
     if (!c)
         return;
     segd_edge_destroy(c->edge);
+    if (c->loaded)
+        segd_manifest_free(&c->manifest);
     free(c);
 }
 
@@ -109,10 +111,17 @@ SEGD_CACHE_API int segd_cache_load_snapshot(segd_cache_t *c, const char *dir,
     segd_manifest_t m;
     char why[512];
     segd_err_t err = segd_edge_load_snapshot(c->edge, dir, &o, &m, why, sizeof(why));
-    if (!err && users)
+    if (err) {
+        segd_manifest_free(&m);
+        return segd_cache_status_of(err);
+    }
+    if (users)
         *users = m.records;
-    segd_manifest_free(&m);
-    return status_of(err);
+    if (c->loaded) /* a tail made later starts from the newest snapshot's positions */
+        segd_manifest_free(&c->manifest);
+    c->manifest = m;
+    c->loaded = 1;
+    return segd_cache_status_of(err);
 }
 
 SEGD_CACHE_API int segd_cache_apply_change(segd_cache_t *c, const void *msg, size_t len)
@@ -133,7 +142,7 @@ SEGD_CACHE_API int segd_cache_apply_change(segd_cache_t *c, const void *msg, siz
     if (!err)
         atomic_fetch_add(&c->changes, 1);
     segd_change_free(&ch);
-    return status_of(err);
+    return segd_cache_status_of(err);
 }
 
 static size_t keep_matching(segd_cache_segment_t *s, size_t n, const segd_cache_filter_t *f)
@@ -155,7 +164,7 @@ SEGD_CACHE_API int segd_cache_lookup(segd_cache_t *c, const char *user, size_t l
         segd_edge_find(c->edge, user, len, (segd_entry_t *)out, cap, n, known);
     if (!err && f)
         *n = keep_matching(out, *n, f);
-    return status_of(err);
+    return segd_cache_status_of(err);
 }
 
 SEGD_CACHE_API int segd_cache_count_range(segd_cache_t *c, const char *user, size_t len,
@@ -184,7 +193,7 @@ SEGD_CACHE_API int segd_cache_count_range(segd_cache_t *c, const char *user, siz
         free(buf);
     if (!err)
         *count = k;
-    return status_of(err);
+    return segd_cache_status_of(err);
 }
 
 SEGD_CACHE_API void segd_cache_stats(segd_cache_t *c, segd_cache_stats_t *st)

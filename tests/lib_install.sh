@@ -7,7 +7,10 @@
 # `pkg-config --cflags --libs segd-cache` (and statically from the .a), loads
 # a real snapshot (avro and native units) and answers every user, with and
 # without a filter, as `segd get` does on the store the snapshot came from; a
-# missing or damaged snapshot is refused.
+# missing or damaged snapshot is refused. libsegd-tail (segd/tail.h,
+# segd-tail.pc): the same bidder built with -DBIDDER_TAIL loads the snapshot,
+# joins the change topic `segd run` published after it, and equals
+# `segd get` on the store that went on; exports only segd_cache_*.
 # usage: lib_install.sh SEGD_BIN SOURCE_DIR
 set -euo pipefail
 segd=$1
@@ -34,6 +37,13 @@ if readelf -d "$libdir/libsegd-cache.so" | grep NEEDED | grep -E 'rocksdb|rdkafk
   fail "libsegd-cache needs a writer-side library"
 fi
 
+[ -f "$prefix/include/segd/tail.h" ] || fail "no include/segd/tail.h"
+[ -f "$libdir/libsegd-tail.a" ] || fail "no static libsegd-tail"
+tail_exported=$(nm -D --defined-only "$libdir/libsegd-tail.so" | awk '$2 ~ /^[TDBR]$/ {print $3}')
+if grep -v '^segd_cache_' <<<"$tail_exported"; then fail "libsegd-tail exports beyond segd_cache_"; fi
+grep -qx segd_cache_tail_poll <<<"$tail_exported" || fail "libsegd-tail lacks the tail API"
+readelf -d "$libdir/libsegd-tail.so" | grep NEEDED | grep -q rdkafka || fail "libsegd-tail without librdkafka"
+
 # sanitized builds: the bidder must carry the same runtime as the library
 cflags=()
 grep -q '^SEGD_SANITIZE:BOOL=ON' "$build/CMakeCache.txt" && cflags=(-fsanitize=address,undefined)
@@ -50,6 +60,11 @@ cc -std=c11 "${cflags[@]}" -o "$tmp/bidder-static" "$src/examples/bidder.c" \
   $(pkg-config --cflags segd-cache) "$libdir/libsegd-cache.a" \
   $(pkg-config --static --libs-only-l segd-cache | sed 's/-lsegd-cache//') \
   2> "$tmp/cc-static.log" || fail "bidder does not link statically: $(cat "$tmp/cc-static.log")"
+# shellcheck disable=SC2046
+cc -std=c11 -Wall -Wextra -Werror "${cflags[@]}" -DBIDDER_TAIL -o "$tmp/bidder-tail" \
+  "$src/examples/bidder.c" $(pkg-config --cflags --libs segd-tail) \
+  -Wl,-rpath,"$(pkg-config --variable=libdir segd-tail)" 2> "$tmp/cc-tail.log" ||
+  fail "bidder does not build against segd-tail: $(cat "$tmp/cc-tail.log")"
 ldd "$tmp/bidder" | grep -q "libsegd-cache.so.1 => $libdir" ||
   ldd "$tmp/bidder" | grep -q "libsegd-cache.so.1 => .*prefix" || fail "bidder: $(ldd "$tmp/bidder")"
 
@@ -96,6 +111,45 @@ done
 done
 grep -q "^never-seen-user 0 0$" "$tmp/bidder.out" || fail "an unknown user is not 'known 0'"
 [ "$(awk '$3 > 0' "$tmp/bidder.out" | wc -l)" -gt 30 ] || fail "too few users with segments"
+
+# the tail: users the snapshot does not hold and new events of old ones
+# reach the store after it, through the outbox `segd run` publishes
+start_broker 2 events,segments.changes
+"$segd" generate --out "$tmp/later.jsonl" --users 80 --seed 9 --now $now > /dev/null
+"$segd" backfill --db "$tmp/db" --now $now "$tmp/later.jsonl" > /dev/null
+"$segd" run --brokers "$brokers" --topic events --group lib --db "$tmp/db" 2> "$tmp/run.log" &
+run_pid=$!
+pids+=($run_pid)
+for _ in $(seq 150); do
+  "$segd" stats --db "$tmp/db" 2>/dev/null | grep -q "^unpublished outbox *0 entries" && break
+  sleep 0.2
+done
+"$segd" stats --db "$tmp/db" | grep -q "^unpublished outbox *0 entries" || fail "outbox not published"
+kill -TERM $run_pid
+wait $run_pid || fail "segd run exit $?"
+mapfile -t later < <(python3 -c "
+import json
+print('\n'.join(sorted({json.loads(l)['user_id'] for f in ('$tmp/seed.jsonl', '$tmp/later.jsonl') for l in open(f)})))")
+"$tmp/bidder-tail" "$tmp/snap-native/events" $now --tail "$brokers" segments.changes \
+  "${later[@]}" > "$tmp/tail.out" 2> "$tmp/tail.log" || fail "bidder-tail"
+"$segd" get --db "$tmp/db" --now $now --json "${later[@]}" > "$tmp/get-later.json" || fail "get"
+python3 - "$tmp/get-later.json" "$tmp/tail.out" <<'PY' || fail "bidder-tail and segd get differ"
+import json, sys
+want = {}
+for line in open(sys.argv[1]):
+    o = json.loads(line)
+    segs = o.get("segments") or []
+    want[o["user_id"]] = " ".join(["1", str(len(segs))] + ["%d:%d" % (s["id"], s["expires_at"]) for s in segs])
+got = dict(l.rstrip("\n").split(" ", 1) for l in open(sys.argv[2]))
+bad = [u for u in want if got.get(u) != want[u]]
+for u in bad[:3]:
+    print("user %s: bidder-tail %.100r, segd get %.100r" % (u, got.get(u), want[u]), file=sys.stderr)
+sys.exit(1 if bad or len(got) != len(want) else 0)
+PY
+# the snapshot alone lacks the later users: the tail made the difference
+"$tmp/bidder" "$tmp/snap-native/events" $now "${later[@]}" > "$tmp/snap-only.out" 2>/dev/null
+cmp -s "$tmp/snap-only.out" "$tmp/tail.out" && fail "the tail added nothing to the snapshot"
+
 if "$tmp/bidder" "$tmp/nowhere" $now u1 2> "$tmp/missing.log"; then fail "a missing snapshot loaded"; fi
 grep -q "not found" "$tmp/missing.log" || fail "missing snapshot: $(cat "$tmp/missing.log")"
 # a unit file damaged after export is refused (its manifest's SHA-256), not served
@@ -103,4 +157,4 @@ unit=$(ls "$tmp/snap-native/events/p-00001/"p-00001-*.avro)
 printf 'X' | dd of="$unit" bs=1 seek=200 conv=notrunc status=none
 if "$tmp/bidder" "$tmp/snap-native/events" $now u1 2> "$tmp/corrupt.log"; then fail "a damaged unit loaded"; fi
 grep -q "corrupt" "$tmp/corrupt.log" || fail "damaged unit: $(cat "$tmp/corrupt.log")"
-echo "lib_install: ${#users[@]} users equal to segd get, shared and static, exports only segd_cache_*"
+echo "lib_install: ${#users[@]} users equal to segd get, shared and static, exports only segd_cache_*; ${#later[@]} after the change topic through libsegd-tail"

@@ -128,6 +128,8 @@ static void test_bad_input(void **state)
                      SEGD_CACHE_EINVAL);
     assert_string_equal(segd_cache_strerror(SEGD_CACHE_ELIMIT), "array too small");
     assert_string_equal(segd_cache_strerror(-5), "unknown status");
+    assert_non_null(strstr(segd_cache_strerror(SEGD_CACHE_EGAP), "newer snapshot"));
+    assert_string_equal(segd_cache_strerror(SEGD_CACHE_EKAFKA + 1), "unknown status");
     segd_buf_free(&msg);
     segd_cache_destroy(c);
     segd_cache_destroy(NULL);

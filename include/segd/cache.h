@@ -4,8 +4,8 @@
  * exported by `segd snapshot export` (a local directory) and kept fresh by
  * applying the change-topic messages segd publishes (any order, duplicates
  * harmless: the join is the store's, DESIGN §3). Reading the change topic
- * from Kafka is the caller's (or `segd cache`'s): this library has no Kafka,
- * RocksDB or HTTP client in it.
+ * from Kafka is the caller's (or `segd cache`'s, or libsegd-tail's: segd/tail.h):
+ * this library has no Kafka, RocksDB or HTTP client in it.
  *
  * Conventions
  * - Every function returning int returns a segd_cache_status_t: 0 on success.
@@ -28,11 +28,11 @@ extern "C" {
 #endif
 
 #define SEGD_CACHE_VERSION_MAJOR 1
-#define SEGD_CACHE_VERSION_MINOR 0
+#define SEGD_CACHE_VERSION_MINOR 1
 #define SEGD_CACHE_VERSION_PATCH 0
 /* major * 10000 + minor * 100 + patch: compare with segd_cache_version() to
  * find a header built against another library than the one loaded. */
-#define SEGD_CACHE_VERSION 10000
+#define SEGD_CACHE_VERSION 10100
 
 #if defined(__GNUC__)
 #define SEGD_CACHE_API __attribute__((visibility("default")))
@@ -51,7 +51,11 @@ typedef enum segd_cache_status {
     SEGD_CACHE_EIO = 5,       /* the operating system refused a read */
     SEGD_CACHE_ELIMIT = 6,    /* the caller's array is too small (*n says how
                                * many it takes) */
-    SEGD_CACHE_EOTHER = 7
+    SEGD_CACHE_EOTHER = 7,
+    /* libsegd-tail (segd/tail.h) only: */
+    SEGD_CACHE_EGAP = 8,   /* the change topic no longer holds deltas the loaded
+                            * snapshot needs (retention): load a newer one */
+    SEGD_CACHE_EKAFKA = 9  /* brokers or the change topic not reachable */
 } segd_cache_status_t;
 
 typedef struct segd_cache segd_cache_t;
