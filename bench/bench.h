@@ -27,6 +27,9 @@ int segd_bench_restore(int argc, char **argv);
 /* argv[0] = "resp": segd cache --resp's read path beside a redis-server
  * holding the same sorted sets, both read by redis-benchmark. */
 int segd_bench_resp(int argc, char **argv);
+/* argv[0] = "serve": the cache's HTTP API under wrk (single GETs, 100-user
+ * batches) beside the in-process lookup of the same table. */
+int segd_bench_serve(int argc, char **argv);
 /* argv[0] = "identity": linked reads of 1-, 5- and 20-id components of 1000
  * segments per id (p50/p99), and link events applied per second. */
 int segd_bench_identity(int argc, char **argv);

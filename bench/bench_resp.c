@@ -27,6 +27,7 @@
 #include "base/buf.h"
 #include "base/clock.h"
 #include "bench/bench.h"
+#include "bench/fixture.h"
 #include "cache/edge.h"
 #include "cache/resp.h"
 
@@ -37,57 +38,6 @@ typedef struct resp_args {
 typedef struct run_result {
     double rps, p50_ms, p99_ms, cpu_s;
 } run_result_t;
-
-static uint64_t rng_next(uint64_t *s)
-{
-    *s ^= *s << 13;
-    *s ^= *s >> 7;
-    *s ^= *s << 17;
-    return *s;
-}
-
-/* User i's entries: S distinct ids in id order, expiries from now - 1 day
- * to now + 30 days (a tenth in the past). */
-static void make_profile(segd_profile_t *p, int64_t i, int64_t segments, int64_t now_s)
-{
-    uint64_t s = 0x9E3779B97F4A7C15ULL ^ (uint64_t)(i + 1) * 0xBF58476D1CE4E5B9ULL;
-    segd_profile_clear(p);
-    for (int64_t k = 0; k < segments; k++) {
-        int64_t exp = rng_next(&s) % 10 == 0 ? now_s - 1 - (int64_t)(rng_next(&s) % 86400)
-                                             : now_s + 1 + (int64_t)(rng_next(&s) % (30 * 86400));
-        segd_entry_t e = {.segment_id = k * 100 + (int64_t)(rng_next(&s) % 100),
-                          .ts_ms = now_s * 1000 - 60000, .expiry_s = exp};
-        segd_profile_push(p, &e);
-    }
-}
-
-static int free_port(void)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET};
-    socklen_t len = sizeof(sa);
-    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-    if (fd < 0 || bind(fd, (struct sockaddr *)&sa, sizeof(sa)) ||
-        getsockname(fd, (struct sockaddr *)&sa, &len)) {
-        if (fd >= 0)
-            close(fd);
-        return -1;
-    }
-    close(fd);
-    return ntohs(sa.sin_port);
-}
-
-static int dial(int port)
-{
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in sa = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    inet_pton(AF_INET, "127.0.0.1", &sa.sin_addr);
-    if (fd >= 0 && connect(fd, (struct sockaddr *)&sa, sizeof(sa)) == 0)
-        return fd;
-    if (fd >= 0)
-        close(fd);
-    return -1;
-}
 
 static pid_t start_redis(int port, const char *dir)
 {
@@ -103,7 +53,7 @@ static pid_t start_redis(int port, const char *dir)
         _exit(127);
     }
     for (int i = 0; pid > 0 && i < 100; i++) {
-        int fd = dial(port);
+        int fd = segd_bench_dial(port);
         if (fd >= 0) {
             close(fd);
             return pid;
@@ -154,7 +104,7 @@ static int send_and_count(int fd, segd_buf_t *b, int64_t n)
 /* Each user's live entries as one ZADD, 50 users a round trip. */
 static int load_redis(int port, const resp_args_t *a, int64_t now_s)
 {
-    int fd = dial(port);
+    int fd = segd_bench_dial(port);
     if (fd < 0)
         return -1;
     segd_buf_t b = {0};
@@ -163,7 +113,7 @@ static int load_redis(int port, const resp_args_t *a, int64_t now_s)
     int rc = 0;
     int64_t pending = 0;
     for (int64_t i = 0; i < a->users && !rc; i++) {
-        make_profile(&p, i, a->segments, now_s);
+        segd_bench_make_profile(&p, i, a->segments, now_s);
         size_t live = 0;
         for (size_t k = 0; k < p.n; k++)
             live += p.entries[k].expiry_s > now_s;
@@ -171,7 +121,7 @@ static int load_redis(int port, const resp_args_t *a, int64_t now_s)
         snprintf(h, sizeof(h), "*%zu\r\n", 2 + 2 * live);
         segd_buf_append(&b, h, strlen(h));
         add_bulk(&b, "ZADD");
-        snprintf(key, sizeof(key), "user:%012" PRId64, i);
+        segd_bench_user_key(key, sizeof(key), i);
         add_bulk(&b, key);
         for (size_t k = 0; k < p.n; k++) {
             if (p.entries[k].expiry_s <= now_s)
@@ -196,7 +146,7 @@ static int load_redis(int port, const resp_args_t *a, int64_t now_s)
  * byte for byte before their speed means anything. */
 static int raw_reply(int port, const char *cmd, segd_buf_t *out)
 {
-    int fd = dial(port);
+    int fd = segd_bench_dial(port);
     if (fd < 0)
         return -1;
     char req[256];
@@ -213,29 +163,6 @@ static int raw_reply(int port, const char *cmd, segd_buf_t *out)
     return 0;
 }
 
-static double proc_cpu_s(pid_t pid)
-{
-    if (pid == 0) {
-        struct rusage ru;
-        getrusage(RUSAGE_SELF, &ru);
-        return (double)ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 +
-               (double)ru.ru_stime.tv_sec + ru.ru_stime.tv_usec / 1e6;
-    }
-    char path[64], line[1024];
-    snprintf(path, sizeof(path), "/proc/%d/stat", (int)pid);
-    FILE *f = fopen(path, "r");
-    if (!f)
-        return -1;
-    size_t n = fread(line, 1, sizeof(line) - 1, f);
-    fclose(f);
-    line[n] = 0;
-    char *p = strrchr(line, ')'); /* fields after the command name */
-    unsigned long ut = 0, st = 0;
-    if (!p || sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
-        return -1;
-    return (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
-}
-
 /* redis-benchmark --csv: "test","rps","avg","min","p50","p95","p99","max". */
 static int bench_run(int port, pid_t server, const resp_args_t *a, int64_t clients,
                      int64_t now_s, run_result_t *r)
@@ -246,7 +173,7 @@ static int bench_run(int port, pid_t server, const resp_args_t *a, int64_t clien
              " --threads %" PRId64 " --csv ZRANGEBYSCORE user:__rand_int__ %" PRId64
              " +inf WITHSCORES 2>&1",
              port, a->requests, clients, a->users, a->client_threads, now_s);
-    double cpu0 = proc_cpu_s(server);
+    double cpu0 = segd_bench_cpu_s(server);
     FILE *f = popen(cmd, "r");
     if (!f)
         return -1;
@@ -260,7 +187,7 @@ static int bench_run(int port, pid_t server, const resp_args_t *a, int64_t clien
             ok = 1;
     }
     int st = pclose(f);
-    r->cpu_s = proc_cpu_s(server) - cpu0;
+    r->cpu_s = segd_bench_cpu_s(server) - cpu0;
     return ok && st == 0 ? 0 : -1;
 }
 
@@ -292,30 +219,6 @@ static int parse(int argc, char **argv, resp_args_t *a)
     return optind < argc ? -1 : 0;
 }
 
-static segd_edge_t *build_edge(const resp_args_t *a, int64_t now_s)
-{
-    segd_edge_opts_t o;
-    segd_edge_opts_default(&o);
-    o.now_ms = now_s * 1000;
-    segd_edge_t *e = NULL;
-    if (segd_edge_new(&e, &o))
-        return NULL;
-    segd_profile_t p;
-    segd_profile_init(&p);
-    for (int64_t i = 0; i < a->users; i++) {
-        char key[32];
-        make_profile(&p, i, a->segments, now_s);
-        snprintf(key, sizeof(key), "user:%012" PRId64, i);
-        if (segd_edge_put(e, key, strlen(key), &p)) {
-            segd_edge_destroy(e);
-            e = NULL;
-            break;
-        }
-    }
-    segd_profile_free(&p);
-    return e;
-}
-
 int segd_bench_resp(int argc, char **argv)
 {
     resp_args_t a;
@@ -326,11 +229,11 @@ int segd_bench_resp(int argc, char **argv)
     }
     int64_t now_s = segd_wall_ms() / 1000;
     char dir[] = "/tmp/segd-bench-resp-XXXXXX", err[256];
-    int rc = SEGD_EXIT_FAIL, rport = free_port();
+    int rc = SEGD_EXIT_FAIL, rport = segd_bench_free_port();
     segd_resp_t *srv = NULL;
     pid_t redis = -1;
     segd_buf_t ra = {0}, rb = {0};
-    segd_edge_t *edge = build_edge(&a, now_s);
+    segd_edge_t *edge = segd_bench_build_edge(a.users, a.segments, now_s);
     if (!edge || !mkdtemp(dir) || (redis = start_redis(rport, dir)) < 0) {
         fprintf(stderr, "segd bench resp: cannot build the cache or start redis-server\n");
         goto out;

@@ -52,7 +52,7 @@ typedef struct segd_http segd_http_t;
 /* Fills a health object (the server adds "status"); runs on a server thread. */
 typedef void (*segd_health_cb)(void *ctx, json_t *health);
 
-/* listen: "HOST:PORT" (IPv4). edge, metrics (NULL = no /metrics) and ctx
+/* listen: "HOST:PORT" (metrics/listen.h). edge, metrics (NULL = no /metrics) and ctx
  * are borrowed and must outlive the server; ready (NULL = ready once
  * serving) is asked by /readyz once serving, with ctx. */
 segd_err_t segd_http_start(segd_http_t **out, const char *listen, segd_edge_t *edge,

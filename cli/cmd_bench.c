@@ -20,6 +20,8 @@ int segd_cmd_bench(int argc, char **argv)
         return segd_bench_restore(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "resp"))
         return segd_bench_resp(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "serve"))
+        return segd_bench_serve(argc - 1, argv + 1);
     if (argc >= 2 && !strcmp(argv[1], "identity"))
         return segd_bench_identity(argc - 1, argv + 1);
     fprintf(argc >= 2 && !strcmp(argv[1], "--help") ? stdout : stderr,
@@ -31,6 +33,8 @@ int segd_cmd_bench(int argc, char **argv)
             "       segd bench restore [--users N] [--partitions P] [--dir DIR]\n"
             "       segd bench resp [--users U] [--segments S] [--requests N] [--clients C]\n"
             "                       [--threads T] [--client-threads K]\n"
+            "       segd bench serve [--users U] [--segments S] [--duration S]\n"
+            "                        [--connections C] [--wrk-threads T]\n"
             "       segd bench identity [--persons N] [--lookups N] [--link-events N] [--dir DIR]\n");
     return argc >= 2 && !strcmp(argv[1], "--help") ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
 }

@@ -7,12 +7,13 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config
       librdkafka-dev libavro-dev librocksdb-dev libcurl4-openssl-dev libcmocka-dev
       libjansson-dev libxxhash-dev libzstd-dev liblz4-dev libssl-dev zlib1g-dev libmicrohttpd-dev)
-# tests and demos: nginx as WebDAV target, kcat, Python clients; python3-yaml,
+# tests, demos and benchmarks (wrk: segd bench serve): nginx as WebDAV target,
+# kcat, Python clients; python3-yaml,
 # systemd (systemd-analyze) and man-db for tests/deploy_check.py
 [ "${SEGD_DEPS:-all}" = build ] ||
   pkgs+=(nginx-light kcat python3-avro python3-confluent-kafka python3-zstandard
          python3-yaml systemd man-db groff-base prometheus
-         redis-server redis-tools libhiredis-dev)
+         redis-server redis-tools libhiredis-dev wrk)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
