@@ -140,6 +140,10 @@ st, body = call("GET", "/v1/users/u0000000007?expiring_after=1&colour=red&size=2
 assert st == 400 and body["parameters"] == ["colour", "size"], body
 st, body = call("GET", "/v1/users/u0000000007?count_range=9")
 assert st == 400 and body["parameters"] == ["count_range"], body
+st, body = call("GET", "/v1/users/%FFab")
+assert st == 400 and body["error"] == "bad user id", (st, body)
+st, body = call("GET", "/v1/users/a%22b%5Cc%09%01%C3%A9")
+assert st == 404 and body == {"user_id": 'a"b\\c\t\x01\u00e9', "known": False, "segments": []}, body
 req = {"users": ids[:2] + ["nobody"] + ids[2:], "expiring_after": after,
        "count_range": "100:5000"}
 st, body = call("POST", "/v1/users:batch", json.dumps(req))
@@ -182,7 +186,7 @@ grep -q '"ready":true,"reason":null,"lag":0,' "$tmp/ready.json" || fail "readyz:
 curl -sf "http://127.0.0.1:$port/metrics" > "$tmp/metrics.txt" || fail "no /metrics"
 for want in "segd_cache_users $users" 'segd_cache_tail_lag_messages 0' \
     'segd_cache_http_requests_total{route="batch",code="413"} 2' \
-    'segd_cache_http_requests_total{route="user",code="404"} 2' \
+    'segd_cache_http_requests_total{route="user",code="404"} 3' \
     '# TYPE segd_cache_http_request_seconds histogram' 'segd_cache_http_batch_users_count 3' \
     'segd_cache_snapshot_units 4' '# TYPE segd_cache_lookup_seconds histogram'; do
   grep -qxF "$want" "$tmp/metrics.txt" || fail "/metrics lacks '$want': $(grep segd_cache "$tmp/metrics.txt")"
