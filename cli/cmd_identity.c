@@ -12,10 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "base/progress.h"
 #include "cli/cli.h"
 #include "store/identity.h"
 #include "wire/link_event.h"
+#include "wire/outbox.h"
 
 typedef struct id_args {
     const char *db, *brokers, *topic;
@@ -91,6 +93,28 @@ static void show_progress(void *ctx, uint64_t done, uint64_t total)
     segd_progress_update(p, done, 0, 0);
 }
 
+/* The rebuild's membership changes, one outbox entry per batch it writes:
+ * the next `segd run` publishes them as MemberEvents (DESIGN §10.6). */
+typedef struct rebuild_outbox {
+    segd_outbox_builder_t members;
+    segd_buf_t value;
+} rebuild_outbox_t;
+
+static int rebuild_change(void *ctx, segd_batch_t *b, const segd_ident_change_t *c)
+{
+    rebuild_outbox_t *ro = ctx;
+    if (c)
+        return segd_outbox_add_member(&ro->members, c->id, c->id_len, c->master, c->master_len,
+                                      c->master_first_seen_ms, c->epoch_ms) != SEGD_OK;
+    if (!ro->members.n_items)
+        return 0;
+    if (segd_outbox_finish_members(&ro->members, segd_wall_ms(), &ro->value))
+        return 1;
+    segd_batch_outbox_append(b, ro->value.data, ro->value.len);
+    segd_outbox_builder_reset(&ro->members);
+    return 0;
+}
+
 static int cmd_rebuild(const id_args_t *a)
 {
     segd_store_t *s = segd_app_open_store("identity", a->db, 0, 0);
@@ -105,19 +129,24 @@ static int cmd_rebuild(const id_args_t *a)
     segd_progress_init(&bar, stderr, "ids", 0, 0);
     segd_ident_rebuild_stats_t st;
     char err[512] = "";
-    segd_err_t e = segd_ident_rebuild(s, &o, show_progress, &bar, NULL, NULL, &st, err,
-                                      sizeof(err));
+    rebuild_outbox_t ro = {0};
+    segd_outbox_builder_init(&ro.members);
+    segd_err_t e = segd_ident_rebuild(s, &o, show_progress, &bar, rebuild_change, &ro, &st,
+                                      err, sizeof(err));
     segd_progress_end(&bar);
+    segd_outbox_builder_free(&ro.members);
+    segd_buf_free(&ro.value);
     segd_store_close(s);
     if (e) {
         fprintf(stderr, "segd identity rebuild: %s\n", err);
         return SEGD_EXIT_FAIL;
     }
     printf("ids=%llu edges_used=%llu components=%llu linked_components=%llu repointed=%llu "
-           "refused=%llu\n",
+           "refused=%llu epoch_ms=%lld\n",
            (unsigned long long)st.ids, (unsigned long long)st.edges_used,
            (unsigned long long)st.components, (unsigned long long)st.linked_components,
-           (unsigned long long)st.repointed, (unsigned long long)st.refused);
+           (unsigned long long)st.repointed, (unsigned long long)st.refused,
+           (long long)st.epoch_ms);
     return SEGD_EXIT_OK;
 }
 

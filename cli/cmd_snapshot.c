@@ -179,6 +179,8 @@ static int resolve_export(export_args_t *a)
         a->o.topic = a->cfg.topics[0];
     if (from_config && !a->o.changes_topic)
         a->o.changes_topic = a->cfg.changes_topic;
+    if (from_config)
+        a->o.links_topic = a->cfg.identity_links_topic;
     if (from_config && !a->buckets_given)
         a->buckets = a->cfg.snapshot_buckets;
     if (from_config) {

@@ -12,7 +12,9 @@
 #include "consumer/ingest.h"
 #include "transport/kconf.h"
 #include "transport/registry.h"
+#include "base/clock.h"
 #include "wire/link_event.h"
+#include "wire/outbox.h"
 
 struct segd_links {
     const segd_config_t *cfg;
@@ -30,6 +32,8 @@ struct segd_links {
     uint8_t *dirty; /* per partition: next moved in this batch */
     segd_links_change_cb cb;
     void *cb_ctx;
+    segd_outbox_builder_t members; /* the batch's membership changes (DESIGN §10.6) */
+    segd_buf_t value;
     segd_links_stats_t st;
 };
 
@@ -169,6 +173,8 @@ void segd_links_destroy(segd_links_t *l)
     segd_registry_destroy(l->registry);
     segd_batch_destroy(l->batch);
     segd_ident_destroy(l->ident);
+    segd_outbox_builder_free(&l->members);
+    segd_buf_free(&l->value);
     free(l->next);
     free(l->dirty);
     free(l);
@@ -176,9 +182,14 @@ void segd_links_destroy(segd_links_t *l)
 
 /* ---------- one message ---------- */
 
+/* A membership change goes into the batch's outbox entry (the change
+ * stream's MemberEvents, written with the graph it describes). */
 static int change_cb(void *ctx, const segd_ident_change_t *c)
 {
     segd_links_t *l = ctx;
+    if (segd_outbox_add_member(&l->members, c->id, c->id_len, c->master, c->master_len,
+                               c->master_first_seen_ms, c->epoch_ms))
+        return 1;
     return l->cb ? l->cb(l->cb_ctx, l->batch, c) : 0;
 }
 
@@ -292,6 +303,13 @@ static segd_err_t write_batch(segd_links_t *l, char *errstr, size_t n)
     if (!any)
         return SEGD_OK;
     segd_err_t err;
+    if (l->members.n_items) { /* once: a retried write keeps the batch, entry included */
+        if ((err = segd_outbox_finish_members(&l->members, segd_wall_ms(), &l->value)))
+            return err;
+        segd_batch_outbox_append(l->batch, l->value.data, l->value.len);
+        l->st.member_changes += l->members.n_items;
+        segd_outbox_builder_reset(&l->members);
+    }
     int64_t wait = 100;
     while ((err = segd_dlq_deliver(l->dlq, errstr, n)) ||
            (err = segd_store_write(l->store, l->batch, errstr, n))) {
@@ -337,6 +355,7 @@ segd_err_t segd_links_step(segd_links_t *l, int wait_ms, char *errstr, size_t n)
             segd_batch_clear(l->batch);
             segd_ident_reset(l->ident);
             segd_dlq_clear(l->dlq);
+            segd_outbox_builder_reset(&l->members);
             memset(l->dirty, 0, (size_t)l->n_parts);
             return (segd_err_t)rc;
         }

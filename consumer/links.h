@@ -4,7 +4,8 @@
  * when none: each store holds the whole graph); each step decodes and
  * checks a batch of link events, applies them with store/identity.h,
  * dead-letters refusals and bad messages, and writes the graph, the
- * offsets and the supernode counter in one WriteBatch. Runs in the
+ * offsets, the supernode counter and one outbox entry of the batch's
+ * membership changes (the change stream's MemberEvents) in one WriteBatch. Runs in the
  * pipeline's thread (segd_pipeline_step calls it), so the store keeps one
  * outbox appender. cfg, store, stop and the backoff are borrowed. */
 #ifndef SEGD_LINKS_H
@@ -22,6 +23,7 @@ typedef struct segd_links segd_links_t;
 
 typedef struct segd_links_stats {
     uint64_t messages, applied, dlq, supernode, batches;
+    uint64_t member_changes; /* membership changes put in the outbox */
 } segd_links_stats_t;
 
 /* SEGD_ERR_CONFIG when the links topic does not exist. */

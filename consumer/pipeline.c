@@ -680,9 +680,14 @@ segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
     sweep_step(p);
     wait_for_publisher(p);
     if (p->links) {
+        segd_links_stats_t before, after;
+        segd_links_get_stats(p->links, &before);
         segd_err_t lerr = segd_links_step(p->links, 0, errstr, n);
         if (lerr)
             return lerr;
+        segd_links_get_stats(p->links, &after);
+        if (after.member_changes != before.member_changes && p->hooks.committed)
+            p->hooks.committed(p->hooks.ctx); /* the outbox has MemberEvents to publish */
     }
     int64_t deadline = segd_mono_ms() + p->cfg->batch_max_ms;
     int64_t taken = 0;

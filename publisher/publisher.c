@@ -46,6 +46,7 @@ struct segd_publisher {
     rd_kafka_topic_t *rkt;
     segd_registry_t *registry;
     int32_t schema_id; /* Confluent id; -1 until registered */
+    int32_t member_schema_id; /* MemberEvents' Confluent id; -1 until registered */
     int32_t partitions; /* the change topic's partition count; 0 = not known yet */
     uint64_t cursor;   /* next outbox seq to read */
     int64_t known[MAX_PARTITIONS]; /* change positions already recorded */
@@ -360,20 +361,13 @@ static segd_err_t build_retire(segd_publisher_t *p)
  * for at most ack_timeout_ms: with the brokers down the queue never drains,
  * and an unbounded wait kept a stopping publisher (and segd run) hanging.
  * Giving up fails the cycle; its entries stay in the outbox. */
-static segd_err_t produce_one(segd_publisher_t *p, const segd_change_t *c, int32_t partition,
-                              char *errstr, size_t n)
+static segd_err_t produce_msg(segd_publisher_t *p, int32_t partition, const char *key,
+                              size_t key_len, char *errstr, size_t n)
 {
-    p->msg.len = 0;
-    segd_err_t err = segd_change_frame(p->o.framing, p->schema_id, &p->msg);
-    if (!err)
-        err = segd_change_encode(c, &p->msg);
-    if (err)
-        return segd_errf(err, errstr, n, "encode change event: %s", segd_err_str(err));
     int64_t give_up = segd_mono_ms() + p->o.ack_timeout_ms;
     for (;;) {
         if (rd_kafka_produce(p->rkt, partition, RD_KAFKA_MSG_F_COPY, p->msg.data,
-                             p->msg.len, c->user_id_len ? (void *)c->user_id : NULL,
-                             c->user_id_len, NULL) == 0)
+                             p->msg.len, key_len ? (void *)key : NULL, key_len, NULL) == 0)
             return SEGD_OK;
         rd_kafka_resp_err_t kerr = rd_kafka_last_error();
         if (kerr != RD_KAFKA_RESP_ERR__QUEUE_FULL)
@@ -383,6 +377,18 @@ static segd_err_t produce_one(segd_publisher_t *p, const segd_change_t *c, int32
                              " ms (brokers unreachable?)", p->o.ack_timeout_ms);
         rd_kafka_poll(p->rk, 100);
     }
+}
+
+static segd_err_t produce_one(segd_publisher_t *p, const segd_change_t *c, int32_t partition,
+                              char *errstr, size_t n)
+{
+    p->msg.len = 0;
+    segd_err_t err = segd_change_frame(p->o.framing, p->schema_id, &p->msg);
+    if (!err)
+        err = segd_change_encode(c, &p->msg);
+    if (err)
+        return segd_errf(err, errstr, n, "encode change event: %s", segd_err_str(err));
+    return produce_msg(p, partition, c->user_id, c->user_id_len, errstr, n);
 }
 
 /* The bytes of c's framed value without its entries, plus the largest
@@ -495,6 +501,55 @@ static segd_err_t produce_retire(segd_publisher_t *p, uint64_t *events, uint64_t
     return err;
 }
 
+/* The Confluent id of MemberEvents, registered under their own subject
+ * (TopicRecordNameStrategy's `<topic>-segd.MemberEvent`) the first time
+ * a cycle has one: a deployment without identities registers nothing new. */
+static segd_err_t ensure_member_schema(segd_publisher_t *p, char *errstr, size_t n)
+{
+    if (p->o.framing != SEGD_CHANGE_CONFLUENT || p->member_schema_id >= 0)
+        return SEGD_OK;
+    char subject[512];
+    snprintf(subject, sizeof(subject), "%s-segd.MemberEvent", p->o.topic);
+    return segd_registry_register(p->registry, subject, segd_member_schema_json(),
+                                  &p->member_schema_id, errstr, n);
+}
+
+/* A membership change goes to the change partition of its id (DESIGN
+ * §10.6), where the cache shard holding the id's profile reads it. */
+static segd_err_t produce_member(segd_publisher_t *p, const segd_member_t *m, char *errstr,
+                                 size_t n)
+{
+    segd_member_t ev = *m;
+    ev.buckets = p->partitions;
+    ev.bucket = segd_partition_of(p->o.partitioner, m->id, m->id_len, p->partitions);
+    p->msg.len = 0;
+    segd_err_t err = segd_frame(SEGD_FRAME_MEMBER, p->o.framing, p->member_schema_id, &p->msg);
+    if (!err)
+        err = segd_member_encode(&ev, &p->msg);
+    if (err)
+        return segd_errf(err, errstr, n, "encode member event: %s", segd_err_str(err));
+    return produce_msg(p, ev.bucket, m->id, m->id_len, errstr, n);
+}
+
+static segd_err_t produce_members(segd_publisher_t *p, uint64_t *events, char *errstr,
+                                  size_t n)
+{
+    segd_err_t err = SEGD_OK;
+    for (size_t i = 0; !err && i < p->n_entries; i++) {
+        const segd_outbox_entry_t *e = &p->entries[i];
+        if (e->kind != SEGD_OUTBOX_MEMBER || !e->n_members)
+            continue;
+        err = ensure_partitions(p, 0, errstr, n);
+        if (!err)
+            err = ensure_member_schema(p, errstr, n);
+        for (size_t j = 0; !err && j < e->n_members; j++) {
+            err = produce_member(p, &e->members[j], errstr, n);
+            (*events)++;
+        }
+    }
+    return err;
+}
+
 /* One delta per (user, source input partition) of the cycle. */
 static segd_err_t produce_cycle(segd_publisher_t *p, uint64_t *events, uint64_t *segments,
                                 char *errstr, size_t n)
@@ -517,6 +572,8 @@ static segd_err_t produce_cycle(segd_publisher_t *p, uint64_t *events, uint64_t 
         retirements |= p->entries[i].n_retirements > 0;
     if (!err && retirements)
         err = produce_retire(p, events, segments, errstr, n);
+    if (!err)
+        err = produce_members(p, events, errstr, n);
     return err;
 }
 
@@ -831,6 +888,7 @@ segd_err_t segd_publisher_new(segd_publisher_t **out, segd_store_t *store,
         p->o.max_delta_entries = 32768;
     p->store = store;
     p->schema_id = -1;
+    p->member_schema_id = -1;
     pthread_mutex_init(&p->mu, NULL);
     pthread_cond_init(&p->cv, NULL);
     segd_profile_init(&p->acc);

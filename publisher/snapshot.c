@@ -24,6 +24,8 @@
 
 #include "base/clock.h"
 #include "publisher/snapshot_plan.h"
+#include "store/identity.h"
+#include "wire/member.h"
 #include "wire/avro_file.h"
 #include "wire/snap_native.h"
 #include "wire/topology.h"
@@ -37,6 +39,7 @@ void segd_snapshot_opts_default(segd_snapshot_opts_t *o)
     o->level = 1;
     o->threads = 2;
     o->changes_topic = "segments.changes";
+    o->links_topic = "segments.links";
     o->format = SEGD_SNAPFMT_AVRO;
     o->native_copy = 1;
     segd_dest_opts_default(&o->dest);
@@ -74,6 +77,9 @@ typedef struct unit {
     segd_manifest_t old;    /* the manifest it replaces (empty if none) */
     segd_manifest_t m;      /* the new one */
     segd_ocf_writer_t *w;
+    segd_ocf_writer_t *mw;  /* its identity members file (DESIGN §10.6); NULL = none */
+    char mname[64];
+    char mstaged[4400];
     uint64_t segments;
     int64_t import_floor;   /* its partition's restored W (store.h), read after the scan */
     segd_err_t err;         /* set: the unit failed (errmsg says why) */
@@ -379,6 +385,43 @@ static segd_err_t check_not_behind(const unit_t *u, char *errstr, size_t n)
     return SEGD_OK;
 }
 
+/* Puts a staged file of the unit at its final name. */
+static segd_err_t unit_put(const exporter_t *x, unit_t *u, const char *name, const char *staged,
+                           char *errstr, size_t n)
+{
+    if (segd_dest_is_remote(x->topic_url))
+        return segd_dest_put_file(u->d, name, staged, errstr, n);
+    char final[4400];
+    snprintf(final, sizeof(final), "%s/%s", u->url, name);
+    if (rename(staged, final))
+        return segd_errf(SEGD_ERR_IO, errstr, n, "rename %s: %s", staged, strerror(errno));
+    return SEGD_OK;
+}
+
+/* The members file (when the graph has ids of the unit), before the
+ * manifest that names it. */
+static segd_err_t members_publish(const exporter_t *x, unit_t *u, char *errstr, size_t n)
+{
+    if (!u->mw)
+        return SEGD_OK;
+    segd_ocf_info_t info;
+    segd_err_t err = segd_ocf_writer_close(u->mw, &info, errstr, n);
+    u->mw = NULL;
+    if (!err)
+        err = unit_put(x, u, u->mname, u->mstaged, errstr, n);
+    if (err)
+        return err;
+    segd_snapshot_file_t *f = &u->m.members;
+    snprintf(f->name, sizeof(f->name), "%s", u->mname);
+    f->partition = u->partition;
+    f->records = info.records;
+    f->segments = 0;
+    f->bytes = info.bytes;
+    memcpy(f->sha256, info.sha256, sizeof(f->sha256));
+    u->m.has_members = 1;
+    return SEGD_OK;
+}
+
 /* File, then manifest (replacing the previous one in one step). */
 static segd_err_t unit_publish(const exporter_t *x, unit_t *u, char *errstr, size_t n)
 {
@@ -391,17 +434,13 @@ static segd_err_t unit_publish(const exporter_t *x, unit_t *u, char *errstr, siz
         return segd_errf(err, errstr, n, "out of memory");
     if (!err && (err = check_not_behind(u, errstr, n)))
         return err;
-    if (!err && segd_dest_is_remote(x->topic_url)) {
-        err = segd_dest_put_file(u->d, u->name, u->staged, errstr, n);
-    } else if (!err) {
-        char final[4400];
-        snprintf(final, sizeof(final), "%s/%s", u->url, u->name);
-        if (rename(u->staged, final))
-            err = segd_errf(SEGD_ERR_IO, errstr, n, "rename %s: %s", u->staged, strerror(errno));
-    }
+    if (!err)
+        err = unit_put(x, u, u->name, u->staged, errstr, n);
     if (err)
         return err;
     u->published = 1;
+    if ((err = members_publish(x, u, errstr, n)))
+        return err;
     char *json = segd_manifest_dump(&u->m, segd_ocf_codec_name(x->o->codec));
     if (!json)
         return segd_errf(SEGD_ERR_NOMEM, errstr, n, "out of memory");
@@ -426,6 +465,10 @@ static void delete_files(const segd_log_t *log, segd_dest_t *d, const segd_manif
             segd_log(log, SEGD_LOG_WARN, "snapshot", "could not delete %s: %s", m->files[i].name,
                      err);
     }
+    int kept = keep && keep->has_members && m->has_members &&
+               !strcmp(keep->members.name, m->members.name);
+    if (m->has_members && !kept && segd_dest_delete(d, m->members.name, err, sizeof(err)))
+        segd_log(log, SEGD_LOG_WARN, "snapshot", "could not delete %s: %s", m->members.name, err);
 }
 
 /* Lands the unit or rolls it back: its previous manifest stays. */
@@ -447,8 +490,11 @@ static void unit_finish(exporter_t *x, unit_t *u)
 static void unit_close(unit_t *u)
 {
     segd_ocf_writer_abort(u->w);
+    segd_ocf_writer_abort(u->mw);
     if (u->staged[0]) /* renamed when it landed in place */
         unlink(u->staged);
+    if (u->mstaged[0])
+        unlink(u->mstaged);
     segd_dest_close(u->d);
     if (u->lock_fd >= 0)
         close(u->lock_fd); /* releases the lock */
@@ -567,6 +613,59 @@ static segd_err_t scan_units(exporter_t *x, segd_store_t *s, segd_store_view_t *
     return err;
 }
 
+/* ---------- the identity graph's members files (DESIGN §10.6) ---------- */
+
+typedef struct members_pass {
+    exporter_t *x;
+    int64_t epoch_ms;
+} members_pass_t;
+
+static segd_err_t members_open(exporter_t *x, unit_t *u, char *errstr, size_t n)
+{
+    snprintf(u->mname, sizeof(u->mname), "members-%05d-%" PRId64 ".avro", (int)u->partition,
+             u->gen);
+    if (segd_dest_is_remote(x->topic_url))
+        snprintf(u->mstaged, sizeof(u->mstaged), "%s/%s", x->staging, u->mname);
+    else
+        snprintf(u->mstaged, sizeof(u->mstaged), "%s/%s.partial", u->url, u->mname);
+    return segd_ocf_writer_open_codec(&u->mw, u->mstaged, segd_member_schema_json(),
+                                      x->o->codec, x->o->level, errstr, n);
+}
+
+/* One id of the graph into its unit's members file (opened at its first). */
+static int member_entry(void *ctx, const char *id, size_t len, const char *master,
+                        size_t master_len, int64_t master_first_seen_ms)
+{
+    members_pass_t *mp = ctx;
+    exporter_t *x = mp->x;
+    int32_t p = segd_partition_of(x->o->partitioner, id, len, x->plan.partitions);
+    if (x->slot[p] < 0)
+        return 0;
+    unit_t *u = &x->u[x->slot[p]];
+    if (u->err)
+        return 0;
+    char msg[512] = "";
+    segd_err_t err = u->mw ? SEGD_OK : members_open(x, u, msg, sizeof(msg));
+    if (!err) {
+        segd_member_t m = {id, len, master, master_len, master_first_seen_ms, mp->epoch_ms,
+                           p, x->plan.partitions, u->gen};
+        err = segd_member_encode(&m, segd_ocf_writer_buf(u->mw));
+    }
+    if (!err)
+        err = segd_ocf_writer_commit(u->mw, msg, sizeof(msg));
+    if (err)
+        unit_fail(u, err, msg[0] ? msg : segd_err_str(err));
+    return 0;
+}
+
+/* The graph's ids from the same view as the profiles: every unit's
+ * members agree with its records and positions. */
+static segd_err_t export_members(exporter_t *x, segd_store_view_t *v, char *errstr, size_t n)
+{
+    members_pass_t mp = {x, 0};
+    return segd_ident_view_scan(v, member_entry, &mp, &mp.epoch_ms, errstr, n);
+}
+
 /* Lands the units, then the topology; folds what landed into out and
  * reports the first unit that failed. */
 static segd_err_t finish_units(exporter_t *x, segd_dest_t *topic_dest, segd_manifest_t *out,
@@ -615,6 +714,8 @@ segd_err_t segd_snapshot_export(segd_store_t *s, const char *dest_url,
         err = open_units(&x, errstr, n);
     if (!err)
         err = scan_units(&x, s, v, errstr, n);
+    if (!err)
+        err = export_members(&x, v, errstr, n);
     if (!err)
         err = finish_units(&x, topic_dest, out, &nfailed, errstr, n);
     else

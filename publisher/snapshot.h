@@ -27,7 +27,11 @@
 
 typedef struct segd_snapshot_opts {
     const char *topic;          /* the input topic whose partitions the units are;
-                                 * NULL = the only topic the store holds offsets for */
+                                 * NULL = the only topic the store holds offsets for,
+                                 * links_topic's aside */
+    const char *links_topic;    /* identity.links.topic (DESIGN §10.1): its offsets
+                                 * are the graph's, never a unit's; default
+                                 * "segments.links" */
     const int32_t *partitions;  /* the units to export (borrowed); NULL = every
                                  * partition of topic the store holds an offset for,
                                  * or all P when it holds none */

@@ -23,6 +23,8 @@ segd_err_t segd_snapshot_plan_topic(const segd_snapshot_opts_t *o,
 {
     const char *t = o->topic;
     for (size_t i = 0; !o->topic && i < n_offsets; i++) {
+        if (o->links_topic && !strcmp(o->links_topic, offsets[i].topic))
+            continue; /* the identity graph's, every partition of it in every store */
         if (t && strcmp(t, offsets[i].topic))
             return segd_errf(SEGD_ERR_CONFIG, errstr, n,
                              "the store holds offsets of several topics (%s, %s): give --topic",

@@ -54,6 +54,7 @@ struct segd_ident {
     id_list_t la, lb, merged;
     uint64_t applied, refused;
     int64_t supernode_total;
+    int64_t epoch_ms; /* the store's identity epoch (meta counter), for changes */
     segd_ident_change_cb cb;
     void *cb_ctx;
     int64_t ts_ms; /* the event being applied */
@@ -465,6 +466,9 @@ segd_err_t segd_ident_new(segd_store_t *s, const segd_ident_opts_t *o, segd_iden
         segd_ident_opts_default(&id->opts);
     segd_err_t err = segd_store_counter_get(s, SEGD_IDENT_SUPERNODE_COUNTER,
                                             &id->supernode_total, errstr, errstr_size);
+    if (!err)
+        err = segd_store_counter_get(s, SEGD_IDENT_EPOCH_COUNTER, &id->epoch_ms, errstr,
+                                     errstr_size);
     if (err) {
         free(id);
         return err;
@@ -524,7 +528,7 @@ static int ident_cmp(const void *x, const void *y)
 
 /* Re-points every member of l to master w, telling the callback. */
 static segd_err_t repoint(segd_ident_t *id, segd_batch_t *b, const id_list_t *l,
-                          const char *w, size_t wlen, char *errstr, size_t n)
+                          const char *w, size_t wlen, int64_t w_fs, char *errstr, size_t n)
 {
     for (size_t i = 0; i < l->n; i++) {
         segd_ident_rec_t r;
@@ -542,7 +546,7 @@ static segd_err_t repoint(segd_ident_t *id, segd_batch_t *b, const id_list_t *l,
         r.master_len = wlen;
         if ((err = rec_store(id, b, l->v[i].s, l->v[i].len, &r)))
             return err;
-        segd_ident_change_t c = {l->v[i].s, l->v[i].len, w, wlen, id->ts_ms};
+        segd_ident_change_t c = {l->v[i].s, l->v[i].len, w, wlen, id->ts_ms, w_fs, id->epoch_ms};
         if (id->cb && id->cb(id->cb_ctx, &c))
             return SEGD_ERR_NOMEM;
     }
@@ -553,8 +557,8 @@ static segd_err_t repoint(segd_ident_t *id, segd_batch_t *b, const id_list_t *l,
  * one) the master of their union: member lists merged, old lists dropped,
  * members re-pointed. */
 static segd_err_t merge_into(segd_ident_t *id, segd_batch_t *b, const ident_id_t *w,
-                             const ident_id_t *m1, const ident_id_t *m2, char *errstr,
-                             size_t n)
+                             int64_t w_fs, const ident_id_t *m1, const ident_id_t *m2,
+                             char *errstr, size_t n)
 {
     segd_store_t *s = id->store;
     id->merged.n = 0;
@@ -584,7 +588,7 @@ static segd_err_t merge_into(segd_ident_t *id, segd_batch_t *b, const ident_id_t
         return err;
     if ((err = members_store(id, b, w->s, w->len, &id->merged)))
         return err;
-    return repoint(id, b, &id->merged, w->s, w->len, errstr, n);
+    return repoint(id, b, &id->merged, w->s, w->len, w_fs, errstr, n);
 }
 
 /* The master of x and its record (x's own when x is its own master). */
@@ -624,7 +628,7 @@ static segd_err_t promote_if_older(segd_ident_t *id, segd_batch_t *b, const iden
     segd_err_t err = master_of(id, x, &m, &mr, errstr, n);
     if (err || ident_cmp(&m, x) == 0 || !older(fs, x->s, x->len, mr.first_seen_ms, m.s, m.len))
         return err;
-    return merge_into(id, b, x, &m, &m, errstr, n);
+    return merge_into(id, b, x, fs, &m, &m, errstr, n);
 }
 
 /* Joins the components of a and b when their masters differ. */
@@ -639,7 +643,8 @@ static segd_err_t join(segd_ident_t *id, segd_batch_t *b, const ident_id_t *a,
     if (err || ident_cmp(&ma, &mb) == 0)
         return err;
     int a_wins = older(ra.first_seen_ms, ma.s, ma.len, rb.first_seen_ms, mb.s, mb.len);
-    return merge_into(id, b, a_wins ? &ma : &mb, &ma, &mb, errstr, n);
+    return merge_into(id, b, a_wins ? &ma : &mb, a_wins ? ra.first_seen_ms : rb.first_seen_ms,
+                      &ma, &mb, errstr, n);
 }
 
 /* The size of x's component (x unknown: 1). */
@@ -1059,6 +1064,11 @@ static segd_err_t rb_flush(rb_writer_t *wr, int force, char *errstr, size_t n)
 {
     if (segd_batch_count(wr->b) == 0 || (!force && segd_batch_count(wr->b) < RB_BATCH_OPS))
         return SEGD_OK;
+    /* every batch raises the epoch (a set, so once is as good as many): a
+     * rebuild cut short has raised it before any change it wrote */
+    segd_batch_set_counter(wr->b, SEGD_IDENT_EPOCH_COUNTER, wr->w.epoch_ms);
+    if (wr->cb && wr->cb(wr->cctx, wr->b, NULL))
+        return SEGD_ERR_NOMEM;
     segd_err_t err = segd_store_write(wr->r->s, wr->b, errstr, n);
     if (err)
         return err;
@@ -1093,7 +1103,8 @@ static segd_err_t rb_write_component(rb_writer_t *wr, size_t from, size_t to)
         if ((err = rec_store(&wr->w, wr->b, xs, x->len, &rec)))
             break;
         r->st.repointed++;
-        segd_ident_change_t c = {xs, x->len, ms, m->len, wr->now_ms};
+        segd_ident_change_t c = {xs, x->len, ms, m->len, wr->now_ms, m->first_seen_ms,
+                                 wr->w.epoch_ms};
         if (wr->cb && wr->cb(wr->cctx, wr->b, &c))
             err = SEGD_ERR_NOMEM;
     }
@@ -1167,13 +1178,27 @@ segd_err_t segd_ident_rebuild(segd_store_t *s, const segd_ident_opts_t *o,
     rb_writer_t wr = {.r = &r, .cb = cb, .cctx = cctx, .now_ms = segd_wall_ms()};
     wr.w.store = s;
     wr.w.opts = *o;
-    segd_err_t err = rb_load(&r, errstr, errstr_size);
+    int64_t epoch = 0;
+    segd_err_t err = segd_store_counter_get(s, SEGD_IDENT_EPOCH_COUNTER, &epoch, errstr,
+                                            errstr_size);
+    /* later than every epoch before, and readable as the rebuild's time */
+    wr.w.epoch_ms = epoch + 1 > wr.now_ms ? epoch + 1 : wr.now_ms;
+    if (!err)
+        err = rb_load(&r, errstr, errstr_size);
     if (!err)
         err = segd_batch_new(s, &wr.b);
     if (!err)
         err = rb_write(&wr, progress, pctx, errstr, errstr_size);
-    if (st)
+    if (!err && segd_batch_count(wr.b) == 0 && epoch != wr.w.epoch_ms) {
+        /* nothing was rewritten: the epoch is raised all the same, so that
+         * the rebuild is the start of an epoch whatever it found */
+        segd_batch_set_counter(wr.b, SEGD_IDENT_EPOCH_COUNTER, wr.w.epoch_ms);
+        err = segd_store_write(s, wr.b, errstr, errstr_size);
+    }
+    if (st) {
         *st = r.st;
+        st->epoch_ms = wr.w.epoch_ms;
+    }
     segd_batch_destroy(wr.b);
     kv_clear(&wr.new_m);
     kv_clear(&wr.w.overlay);
@@ -1186,6 +1211,84 @@ segd_err_t segd_ident_rebuild(segd_store_t *s, const segd_ident_opts_t *o,
     segd_buf_free(&r.arena);
     free(r.nodes);
     free(r.order);
+    return err;
+}
+
+/* ---------- a view's ids (snapshots, DESIGN §10.6) ---------- */
+
+/* The master's first-seen through the view; the last master looked up is
+ * remembered (the members of a component are not adjacent in key order,
+ * but a singleton's master is itself and needs no read at all). */
+static segd_err_t view_first_seen(segd_store_view_t *v, const segd_ident_rec_t *r,
+                                  const char *id, size_t len, int64_t own_fs, segd_buf_t *key,
+                                  int64_t *fs, char *errstr, size_t n)
+{
+    if (id_cmp(r->master, r->master_len, id, len) == 0) {
+        *fs = own_fs;
+        return SEGD_OK;
+    }
+    segd_err_t err = ids_key(key, 'i', r->master, r->master_len);
+    if (err)
+        return err;
+    segd_store_t *s = segd_store_view_store(v);
+    char *rerr = NULL;
+    size_t vl;
+    char *val = rocksdb_get_cf(segd_store_rocks(s), segd_store_view_read_options(v),
+                               segd_store_ids_cf(s), (const char *)key->data, key->len, &vl,
+                               &rerr);
+    if (rerr) {
+        segd_errf(SEGD_ERR_IO, errstr, n, "read ids: %s", rerr);
+        rocksdb_free(rerr);
+        return SEGD_ERR_IO;
+    }
+    segd_ident_rec_t mr;
+    err = val && !rec_decode((const uint8_t *)val, vl, &mr) ? SEGD_OK : SEGD_ERR_CORRUPT;
+    rocksdb_free(val);
+    if (err)
+        return segd_errf(err, errstr, n, "master %.*s of %.*s has no valid ids record",
+                         (int)r->master_len, r->master, (int)len, id);
+    *fs = mr.first_seen_ms;
+    return SEGD_OK;
+}
+
+segd_err_t segd_ident_view_scan(segd_store_view_t *v, segd_ident_entry_cb cb, void *ctx,
+                                int64_t *epoch_ms, char *errstr, size_t n)
+{
+    segd_store_t *s = segd_store_view_store(v);
+    *epoch_ms = 0;
+    rocksdb_column_family_handle_t *cf = segd_store_ids_cf(s);
+    if (!cf)
+        return SEGD_OK;
+    segd_err_t err = segd_store_view_counter(v, SEGD_IDENT_EPOCH_COUNTER, epoch_ms, errstr, n);
+    if (err)
+        return err;
+    segd_buf_t key = {0};
+    rocksdb_iterator_t *it =
+        rocksdb_create_iterator_cf(segd_store_rocks(s), segd_store_view_read_options(v), cf);
+    /* `i` records only: the `m` lists follow from them */
+    for (rocksdb_iter_seek(it, "i", 1); !err && rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
+        size_t kl, vl;
+        const char *k = rocksdb_iter_key(it, &kl), *val = rocksdb_iter_value(it, &vl);
+        if (kl < 1 || k[0] != 'i')
+            break;
+        segd_ident_rec_t r;
+        int64_t fs = 0;
+        if (kl < 2 || kl > SEGD_IDENT_MAX_ID + 1 || rec_decode((const uint8_t *)val, vl, &r)) {
+            err = segd_errf(SEGD_ERR_CORRUPT, errstr, n, "bad ids record");
+            break;
+        }
+        err = view_first_seen(v, &r, k + 1, kl - 1, r.first_seen_ms, &key, &fs, errstr, n);
+        if (!err && cb(ctx, k + 1, kl - 1, r.master, r.master_len, fs))
+            break;
+    }
+    char *rerr = NULL;
+    rocksdb_iter_get_error(it, &rerr);
+    rocksdb_iter_destroy(it);
+    segd_buf_free(&key);
+    if (rerr) {
+        err = err ? err : segd_errf(SEGD_ERR_IO, errstr, n, "scan ids: %s", rerr);
+        rocksdb_free(rerr);
+    }
     return err;
 }
 

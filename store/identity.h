@@ -26,6 +26,10 @@
 
 /* The counter (meta `count/<name>`) of links refused by the guard. */
 #define SEGD_IDENT_SUPERNODE_COUNTER "identity_supernode"
+/* The store's identity epoch (meta `count/identity_epoch`, DESIGN §10.6):
+ * 0 until the first rebuild, then raised by every rebuild to
+ * max(previous + 1, wall ms); every membership change carries it. */
+#define SEGD_IDENT_EPOCH_COUNTER "identity_epoch"
 
 typedef enum segd_link_op { SEGD_LINK = 0, SEGD_UNLINK = 1 } segd_link_op_t;
 
@@ -56,13 +60,18 @@ typedef struct segd_ident_rec {
 } segd_ident_rec_t;
 
 /* A membership change: id now has master (DESIGN §10.3). Bytes borrowed
- * for the callback only. ts_ms: the event that caused it. */
+ * for the callback only. ts_ms: the event that caused it (a rebuild: its
+ * wall clock); master_first_seen_ms: the master's first-seen when the
+ * change was made; epoch_ms: the store's identity epoch (together the key
+ * of the change stream's register, wire/member.h). */
 typedef struct segd_ident_change {
     const char *id;
     size_t id_len;
     const char *master;
     size_t master_len;
     int64_t ts_ms;
+    int64_t master_first_seen_ms;
+    int64_t epoch_ms;
 } segd_ident_change_t;
 /* Called for each membership change while a link event is applied, in the
  * order made; a non-zero return fails the apply with SEGD_ERR_NOMEM (the
@@ -163,6 +172,16 @@ typedef int (*segd_link_cb)(void *ctx, const char *a, size_t a_len, const char *
 segd_err_t segd_ident_scan_links(segd_store_t *s, segd_link_cb cb, void *ctx, char *errstr,
                                  size_t errstr_size);
 
+/* Every id of the graph as a view holds it (DESIGN §10.6: a snapshot's
+ * members files): cb(ctx, id, master, the master's first-seen), in key
+ * order; non-zero from cb stops. *epoch_ms = the view's identity epoch.
+ * A store without the families has no ids. SEGD_ERR_CORRUPT for a record
+ * that does not decode or a master without one. */
+typedef int (*segd_ident_entry_cb)(void *ctx, const char *id, size_t id_len, const char *master,
+                                   size_t master_len, int64_t master_first_seen_ms);
+segd_err_t segd_ident_view_scan(segd_store_view_t *v, segd_ident_entry_cb cb, void *ctx,
+                                int64_t *epoch_ms, char *errstr, size_t errstr_size);
+
 /* ---------- offline rebuild (DESIGN §10.5) ---------- */
 
 typedef struct segd_ident_rebuild_stats {
@@ -172,10 +191,13 @@ typedef struct segd_ident_rebuild_stats {
     uint64_t components;        /* all, singletons included */
     uint64_t linked_components; /* of more than one id */
     uint64_t repointed;         /* ids whose master changed */
+    int64_t epoch_ms;           /* the epoch the rebuild started */
 } segd_ident_rebuild_stats_t;
 /* Hears a membership change the rebuild makes, with the batch that will
- * carry it (to append an outbox entry to it); non-zero stops the rebuild
- * (SEGD_ERR_NOMEM). ts_ms of a rebuild change is the rebuild's wall clock. */
+ * carry it, and then c == NULL just before that batch is written (to
+ * append one outbox entry of the changes heard); non-zero stops the
+ * rebuild (SEGD_ERR_NOMEM). ts_ms of a rebuild change is the rebuild's wall
+ * clock. Every batch also sets the epoch counter. */
 typedef int (*segd_ident_rebuild_cb)(void *ctx, segd_batch_t *b, const segd_ident_change_t *c);
 /* Recomputes the components over linked edges with weight >= min_weight
  * and rewrites the `ids` family to match, in batches of bounded size (the

@@ -177,14 +177,20 @@ static segd_err_t make_options(segd_store_t *s, const segd_store_opts_t *o)
     return SEGD_OK;
 }
 
-static segd_err_t meta_get(segd_store_t *s, const char *key, size_t klen, char **val,
-                           size_t *vlen, char *errstr, size_t n)
+static segd_err_t meta_get_at(segd_store_t *s, const rocksdb_readoptions_t *ro, const char *key,
+                              size_t klen, char **val, size_t *vlen, char *errstr, size_t n)
 {
     char *rerr = NULL;
-    *val = rocksdb_get_cf(s->db, s->ropts, s->cf[CF_META], key, klen, vlen, &rerr);
+    *val = rocksdb_get_cf(s->db, ro, s->cf[CF_META], key, klen, vlen, &rerr);
     if (rerr)
         return rocks_err(rerr, SEGD_ERR_IO, errstr, n, "read meta");
     return *val ? SEGD_OK : SEGD_ERR_NOTFOUND;
+}
+
+static segd_err_t meta_get(segd_store_t *s, const char *key, size_t klen, char **val,
+                           size_t *vlen, char *errstr, size_t n)
+{
+    return meta_get_at(s, s->ropts, key, klen, val, vlen, errstr, n);
 }
 
 /* Format version and granularity are fixed under existing data: the store's
@@ -355,13 +361,13 @@ struct import_floor {
     int64_t floor_ms;
 };
 
-static segd_err_t meta_get_i64(segd_store_t *s, const char *key, int64_t *out,
-                               char *errstr, size_t n)
+static segd_err_t meta_get_i64_at(segd_store_t *s, const rocksdb_readoptions_t *ro,
+                                  const char *key, int64_t *out, char *errstr, size_t n)
 {
     char *v = NULL;
     size_t vlen;
     *out = 0;
-    segd_err_t err = meta_get(s, key, strlen(key), &v, &vlen, errstr, n);
+    segd_err_t err = meta_get_at(s, ro, key, strlen(key), &v, &vlen, errstr, n);
     if (err == SEGD_ERR_NOTFOUND)
         return SEGD_OK;
     if (err)
@@ -372,6 +378,12 @@ static segd_err_t meta_get_i64(segd_store_t *s, const char *key, int64_t *out,
         err = segd_errf(SEGD_ERR_CORRUPT, errstr, n, "bad %s in meta", key);
     rocksdb_free(v);
     return err;
+}
+
+static segd_err_t meta_get_i64(segd_store_t *s, const char *key, int64_t *out,
+                               char *errstr, size_t n)
+{
+    return meta_get_i64_at(s, s->ropts, key, out, errstr, n);
 }
 
 /* Until this runs the policy's W is 0: compactions at open drop nothing by
@@ -969,6 +981,21 @@ segd_err_t segd_store_counter_get(segd_store_t *s, const char *name, int64_t *va
     char key[256];
     snprintf(key, sizeof(key), "count/%s", name);
     return meta_get_i64(s, key, value, errstr, n);
+}
+
+segd_err_t segd_store_view_counter(segd_store_view_t *v, const char *name, int64_t *value,
+                                   char *errstr, size_t n)
+{
+    char key[256];
+    snprintf(key, sizeof(key), "count/%s", name);
+    return meta_get_i64_at(v->store, v->ropts, key, value, errstr, n);
+}
+
+segd_store_t *segd_store_view_store(segd_store_view_t *v) { return v->store; }
+
+const rocksdb_readoptions_t *segd_store_view_read_options(segd_store_view_t *v)
+{
+    return v->ropts;
 }
 
 void segd_batch_set_partition_count(segd_batch_t *b, const char *topic, int32_t count)

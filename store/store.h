@@ -324,6 +324,9 @@ typedef int (*segd_position_cb)(void *ctx, const char *topic, int32_t partition,
 segd_err_t segd_store_view_positions(segd_store_view_t *v, const char *kind,
                                      segd_position_cb cb, void *ctx, char *errstr,
                                      size_t errstr_size);
+/* A counter (segd_store_counter_get) as the view holds it. */
+segd_err_t segd_store_view_counter(segd_store_view_t *v, const char *name, int64_t *value,
+                                   char *errstr, size_t errstr_size);
 /* Retirement markers: cb(ctx, segment_id, retired_before_ms). */
 typedef int (*segd_retired_cb)(void *ctx, int64_t segment_id, int64_t before_ms);
 segd_err_t segd_store_view_retirements(segd_store_view_t *v, segd_retired_cb cb, void *ctx,

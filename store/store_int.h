@@ -25,6 +25,10 @@ int segd_store_is_read_only(const segd_store_t *s);
  * compression): an SST built with them is what the family writes itself. */
 const rocksdb_options_t *segd_store_profiles_options(segd_store_t *s);
 const rocksdb_readoptions_t *segd_store_read_options(segd_store_t *s);
+/* A view's store and read options (its RocksDB snapshot), for the store
+ * layer's readers of other families (identity.c's snapshot scan). */
+segd_store_t *segd_store_view_store(segd_store_view_t *v);
+const rocksdb_readoptions_t *segd_store_view_read_options(segd_store_view_t *v);
 
 /* SEGD_ERR_ABORTED once a write has failed (write_failed in store.c). */
 segd_err_t segd_store_check_writable(segd_store_t *s, char *errstr, size_t errstr_size);

@@ -577,6 +577,12 @@ static void test_plan(void **state)
     segd_snapshot_plan_t p;
     segd_snapshot_opts_default(&o);
     assert_int_equal(plan(&o, off, 3, 0, &p), SEGD_ERR_CONFIG); /* two topics */
+    o.links_topic = "other"; /* the identity graph's offsets are no unit's */
+    assert_int_equal(plan(&o, off, 3, 0, &p), SEGD_OK);
+    assert_string_equal(p.topic, "in");
+    segd_snapshot_plan_free(&p);
+    assert_int_equal(plan(&o, off + 2, 1, 0, &p), SEGD_ERR_CONFIG); /* links only: no topic */
+    o.links_topic = NULL;
     assert_int_equal(plan(&o, off, 0, 0, &p), SEGD_ERR_CONFIG); /* none, no --topic */
     assert_int_equal(plan(&o, off, 2, 0, &p), SEGD_OK);          /* the only topic */
     assert_string_equal(p.topic, "in");

@@ -92,7 +92,8 @@ segd_err_t segd_outbox_finish(const segd_outbox_builder_t *b, int64_t committed_
         put(out, b->sources[i].partition);
     }
     put(out, (int64_t)b->n_items);
-    memcpy(out->data + out->len, b->items.data, b->items.len);
+    if (b->items.len) /* an empty builder has no buffer: memcpy from NULL is UB */
+        memcpy(out->data + out->len, b->items.data, b->items.len);
     out->len += b->items.len;
     return SEGD_OK;
 }
@@ -110,6 +111,31 @@ segd_err_t segd_outbox_retire_value(const segd_retirement_t *r, size_t n,
     return SEGD_OK;
 }
 
+segd_err_t segd_outbox_add_member(segd_outbox_builder_t *b, const char *id, size_t id_len,
+                                  const char *master, size_t master_len,
+                                  int64_t master_first_seen_ms, int64_t epoch_ms)
+{
+    if (segd_buf_reserve(&b->items, id_len + master_len + 4 * SEGD_ZZ_MAX))
+        return SEGD_ERR_NOMEM;
+    put_bytes(&b->items, id, id_len);
+    put_bytes(&b->items, master, master_len);
+    put(&b->items, master_first_seen_ms);
+    put(&b->items, epoch_ms);
+    b->n_items++;
+    return SEGD_OK;
+}
+
+segd_err_t segd_outbox_finish_members(const segd_outbox_builder_t *b, int64_t committed_at_ms,
+                                      segd_buf_t *out)
+{
+    if (put_header(out, SEGD_OUTBOX_MEMBER, committed_at_ms, 0, b->items.len + SEGD_ZZ_MAX))
+        return SEGD_ERR_NOMEM;
+    put(out, (int64_t)b->n_items);
+    memcpy(out->data + out->len, b->items.data, b->items.len);
+    out->len += b->items.len;
+    return SEGD_OK;
+}
+
 /* ---------- decoding ---------- */
 
 void segd_outbox_entry_init(segd_outbox_entry_t *e) { memset(e, 0, sizeof(*e)); }
@@ -119,6 +145,7 @@ void segd_outbox_entry_free(segd_outbox_entry_t *e)
     free(e->sources);
     free(e->items);
     free(e->retirements);
+    free(e->members);
     segd_outbox_entry_init(e);
 }
 
@@ -207,6 +234,28 @@ static segd_err_t decode_retire(cur_t *c, segd_outbox_entry_t *e)
     return c->bad ? SEGD_ERR_CORRUPT : SEGD_OK;
 }
 
+static segd_err_t decode_member(cur_t *c, segd_outbox_entry_t *e)
+{
+    size_t n = get_count(c);
+    if (c->bad)
+        return SEGD_ERR_CORRUPT;
+    e->members = n ? calloc(n, sizeof(*e->members)) : NULL;
+    if (n && !e->members)
+        return SEGD_ERR_NOMEM;
+    for (size_t i = 0; i < n; i++) {
+        segd_member_t *m = &e->members[i];
+        m->id = (const char *)get_bytes(c, &m->id_len);
+        m->master = (const char *)get_bytes(c, &m->master_len);
+        m->master_first_seen_ms = get(c);
+        m->epoch_ms = get(c);
+        m->committed_at_ms = e->committed_at_ms;
+        if (!c->bad && (!m->id_len || !m->master_len))
+            c->bad = 1;
+    }
+    e->n_members = n;
+    return c->bad ? SEGD_ERR_CORRUPT : SEGD_OK;
+}
+
 segd_err_t segd_outbox_decode(const uint8_t *data, size_t len, segd_outbox_entry_t *e)
 {
     segd_outbox_entry_free(e);
@@ -220,6 +269,7 @@ segd_err_t segd_outbox_decode(const uint8_t *data, size_t len, segd_outbox_entry
         return SEGD_ERR_CORRUPT;
     segd_err_t err = e->kind == SEGD_OUTBOX_DATA     ? decode_data(&c, e)
                      : e->kind == SEGD_OUTBOX_RETIRE ? decode_retire(&c, e)
+                     : e->kind == SEGD_OUTBOX_MEMBER ? decode_member(&c, e)
                                                      : SEGD_ERR_CORRUPT;
     if (!err && c.p != c.end)
         err = SEGD_ERR_CORRUPT;

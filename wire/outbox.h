@@ -9,6 +9,9 @@
  *   data:   n_sources, n_sources x (topic bytes, partition)
  *           n_items,   n_items x (user bytes, source index, offset, operand bytes)
  *   retire: n, n x (segment_id, retired_before_ms)
+ *   member: n, n x (id bytes, master bytes, master_first_seen_ms, epoch_ms)
+ *           (identity membership changes, DESIGN §10.6: the publisher sends
+ *           each as a MemberEvent to the change partition of its id)
  * event_ms is the oldest input timestamp in the batch (0 = unknown): the
  * start of the event -> delta-published latency. */
 #ifndef SEGD_OUTBOX_H
@@ -18,13 +21,14 @@
 #include <stdint.h>
 
 #include "wire/change.h"
+#include "wire/member.h"
 #include "base/err.h"
 #include "core/record.h"
 
 #define SEGD_OUTBOX_VERSION 1
 #define SEGD_OUTBOX_MAX_SOURCES 256
 
-enum { SEGD_OUTBOX_DATA = 0, SEGD_OUTBOX_RETIRE = 1 };
+enum { SEGD_OUTBOX_DATA = 0, SEGD_OUTBOX_RETIRE = 1, SEGD_OUTBOX_MEMBER = 2 };
 
 typedef struct segd_outbox_source {
     char topic[256];
@@ -52,6 +56,14 @@ segd_err_t segd_outbox_finish(const segd_outbox_builder_t *b, int64_t committed_
                               segd_buf_t *out);
 segd_err_t segd_outbox_retire_value(const segd_retirement_t *r, size_t n,
                                     int64_t committed_at_ms, segd_buf_t *out);
+/* A member entry is built in the same builder (never mixed with data
+ * items): one item per membership change (id, master, master_first_seen_ms,
+ * epoch_ms; bucket, buckets and committed_at_ms are the publisher's). */
+segd_err_t segd_outbox_add_member(segd_outbox_builder_t *b, const char *id, size_t id_len,
+                                  const char *master, size_t master_len,
+                                  int64_t master_first_seen_ms, int64_t epoch_ms);
+segd_err_t segd_outbox_finish_members(const segd_outbox_builder_t *b, int64_t committed_at_ms,
+                                      segd_buf_t *out);
 
 typedef struct segd_outbox_item {
     const char *user;
@@ -78,6 +90,8 @@ typedef struct segd_outbox_entry {
     size_t n_items, cap_items;
     segd_retirement_t *retirements;
     size_t n_retirements;
+    segd_member_t *members; /* kind member: ids borrow the value's bytes */
+    size_t n_members;
 } segd_outbox_entry_t;
 
 void segd_outbox_entry_init(segd_outbox_entry_t *e);
