@@ -137,9 +137,35 @@ char *segd_manifest_dump(const segd_manifest_t *m, const char *codec)
         json_object_set_new(o, "changes",
                             json_pack("{s:s,s:o}", "topic", m->changes_topic, "positions",
                                       positions_json(m->changes, m->n_changes, 0)));
+    if (m->has_members)
+        json_object_set_new(o, "members",
+                            json_pack("{s:s,s:I,s:I,s:s}", "name", m->members.name, "records",
+                                      (json_int_t)m->members.records, "bytes",
+                                      (json_int_t)m->members.bytes, "sha256",
+                                      m->members.sha256));
     char *s = json_dumps(o, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
     json_decref(o);
     return s;
+}
+
+/* One file's fields into f; segments only where the file has them. */
+static segd_err_t parse_file(json_t *o, int with_segments, segd_snapshot_file_t *f)
+{
+    const char *name = NULL, *sha = NULL;
+    json_int_t rec = -1, seg = 0, bytes = -1;
+    if ((with_segments ? json_unpack(o, "{s:s,s:I,s:I,s:I,s:s}", "name", &name, "records", &rec,
+                                     "segments", &seg, "bytes", &bytes, "sha256", &sha)
+                       : json_unpack(o, "{s:s,s:I,s:I,s:s}", "name", &name, "records", &rec,
+                                     "bytes", &bytes, "sha256", &sha)) ||
+        rec < 0 || seg < 0 || bytes < 0 || strlen(name) >= sizeof(f->name) ||
+        strchr(name, '/') || strlen(sha) != 64)
+        return SEGD_ERR_CORRUPT;
+    snprintf(f->name, sizeof(f->name), "%s", name);
+    snprintf(f->sha256, sizeof(f->sha256), "%s", sha);
+    f->records = (uint64_t)rec;
+    f->segments = (uint64_t)seg;
+    f->bytes = (uint64_t)bytes;
+    return SEGD_OK;
 }
 
 static segd_err_t parse_files(json_t *a, segd_manifest_t *m)
@@ -150,19 +176,9 @@ static segd_err_t parse_files(json_t *a, segd_manifest_t *m)
         return SEGD_ERR_NOMEM;
     for (size_t i = 0; i < n; i++) {
         segd_snapshot_file_t *f = &m->files[i];
-        const char *name = NULL, *sha = NULL;
-        json_int_t rec = -1, seg = -1, bytes = -1;
-        if (json_unpack(json_array_get(a, i), "{s:s,s:I,s:I,s:I,s:s}", "name", &name,
-                        "records", &rec, "segments", &seg, "bytes", &bytes, "sha256", &sha) ||
-            rec < 0 || seg < 0 || bytes < 0 ||
-            strlen(name) >= sizeof(f->name) || strchr(name, '/') || strlen(sha) != 64)
+        if (parse_file(json_array_get(a, i), 1, f))
             return SEGD_ERR_CORRUPT;
-        snprintf(f->name, sizeof(f->name), "%s", name);
-        snprintf(f->sha256, sizeof(f->sha256), "%s", sha);
         f->partition = m->partition;
-        f->records = (uint64_t)rec;
-        f->segments = (uint64_t)seg;
-        f->bytes = (uint64_t)bytes;
         m->n_files++;
     }
     return SEGD_OK;
@@ -270,6 +286,12 @@ segd_err_t segd_manifest_parse(const char *text, size_t len, segd_manifest_t *m,
     err = parse_files(json_object_get(o, "files"), m);
     if (!err)
         err = parse_positions(o, m);
+    json_t *members = json_object_get(o, "members");
+    if (!err && members) {
+        err = parse_file(members, 0, &m->members);
+        m->members.partition = m->partition;
+        m->has_members = !err;
+    }
     if (err)
         segd_errf(err, errstr, n, "manifest: malformed files, offsets or positions");
 out:

@@ -17,7 +17,12 @@
  *    "input_offsets": [{"topic": t, "partition": p, "next_offset": o}],
  *    "retirements": [{"segment_id": s, "retired_before_ms": ms}, ...],
  *    "changes": {"topic": "segments.changes",
- *                "positions": [{"partition": c, "offset": o}, ...]}}
+ *                "positions": [{"partition": c, "offset": o}, ...]},
+ *    "members": {"name": "members-PPPPP-<created_at_ms>.avro", "records": n,
+ *                "bytes": b, "sha256": "<hex>"}}
+ * "members" (DESIGN §10.6) is present when the store's identity graph has
+ * ids of the unit's partition: a file of MemberEvent records
+ * (member_event.avsc), one per id. Readers that predate it ignore it.
  * Every record of the unit's files has partitioner(user_id, P) == p.
  * input_offsets holds the store's offset of (t, p) when it has one (none for
  * a store filled by backfill). "changes" lists every change-topic position
@@ -79,6 +84,10 @@ typedef struct segd_manifest {
     char *changes_topic;            /* owned; NULL when none was recorded */
     segd_topic_offset_t *changes;   /* change-topic positions to tail from */
     size_t n_changes;
+    /* A unit's identity members file (its segments field is 0). Not
+     * folded: a loader reads each unit's own before folding it. */
+    int has_members;
+    segd_snapshot_file_t members;
 } segd_manifest_t;
 
 void segd_manifest_init(segd_manifest_t *m);
