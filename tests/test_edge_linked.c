@@ -26,6 +26,11 @@
 #include <cmocka.h>
 
 #include "cache/edge.h"
+#include "cache/edge_load.h"
+#include "core/partition.h"
+#include "publisher/snapshot.h"
+#include "wire/avro_file.h"
+#include "wire/manifest.h"
 #include "consumer/apply.h"
 #include "core/query.h"
 #include "store/identity.h"
@@ -436,11 +441,12 @@ static int put_scanned(void *ctx, const char *user, size_t len, const segd_profi
     return 0;
 }
 
-static void test_linked_equals_store(void **state)
+/* A store with links among i00..i17 and segments (erases among them) for
+ * every id. */
+static segd_store_t *build_store(const char *dir)
 {
-    fixture_t *f = *state;
     char err[256] = "";
-    segd_store_t *s = test_store_open(f->dir, NOW_MS);
+    segd_store_t *s = test_store_open(dir, NOW_MS);
     /* links: a few chains and pairs among i00..i17, some weak, an UNLINK */
     segd_ident_t *id = NULL;
     segd_batch_t *b = NULL;
@@ -490,29 +496,34 @@ static void test_linked_equals_store(void **state)
     assert_int_equal(segd_applier_flush(&ap, err, sizeof(err)), SEGD_OK);
     segd_applier_free(&ap);
     segd_event_free(&ev);
-    /* the cache: the store's profiles and MemberEvents from its `ids` */
-    segd_edge_opts_t o;
-    segd_edge_opts_default(&o);
-    o.now_ms = NOW_MS;
-    segd_edge_t *e = NULL;
-    assert_int_equal(segd_edge_new(&e, &o), SEGD_OK);
-    assert_int_equal(segd_store_scan(s, put_scanned, e, err, sizeof(err)), SEGD_OK);
-    int linked = 0;
-    for (int x = 0; x < N; x++) {
-        segd_ident_rec_t rec, mrec;
-        segd_err_t r = segd_ident_get(s, name(x), 3, &rec, err, sizeof(err));
-        if (r == SEGD_ERR_NOTFOUND)
-            continue;
-        assert_int_equal(r, SEGD_OK);
-        assert_int_equal(segd_ident_get(s, rec.master, rec.master_len, &mrec, err, sizeof(err)),
-                         SEGD_OK);
-        segd_member_t m = {.id = name(x), .id_len = 3, .master = rec.master,
-                           .master_len = rec.master_len,
-                           .master_first_seen_ms = mrec.first_seen_ms, .epoch_ms = 0};
-        assert_int_equal(segd_edge_apply_member(e, &m), SEGD_OK);
-        linked += rec.master_len != 3 || memcmp(rec.master, name(x), 3);
-    }
-    assert_true(linked > 3); /* the fixture links something */
+    return s;
+}
+
+/* The MemberEvent of the store's `i` record of id x (0 when the graph does
+ * not know x); *linked = whether x's master is another id. */
+static int store_member(segd_store_t *s, int x, segd_member_t *m, segd_ident_rec_t *rec,
+                        int *linked)
+{
+    char err[256] = "";
+    segd_ident_rec_t mrec;
+    segd_err_t r = segd_ident_get(s, name(x), 3, rec, err, sizeof(err));
+    if (r == SEGD_ERR_NOTFOUND)
+        return 0;
+    assert_int_equal(r, SEGD_OK);
+    assert_int_equal(segd_ident_get(s, rec->master, rec->master_len, &mrec, err, sizeof(err)),
+                     SEGD_OK);
+    *m = (segd_member_t){.id = name(x), .id_len = 3, .master = rec->master,
+                         .master_len = rec->master_len,
+                         .master_first_seen_ms = mrec.first_seen_ms, .epoch_ms = 0};
+    *linked = rec->master_len != 3 || memcmp(rec->master, name(x), 3);
+    return 1;
+}
+
+/* For every id (and two never seen): members, the joined profile and the
+ * live answer of the cache equal the store's (unlinked: every id alone). */
+static void expect_store(segd_store_t *s, segd_edge_t *e, int unlinked)
+{
+    char err[256] = "";
     segd_prune_t rule;
     segd_policy_rule(segd_store_policy(s), &rule, 1);
     segd_query_t q = {0};
@@ -526,8 +537,26 @@ static void test_linked_equals_store(void **state)
                          SEGD_OK);
         assert_int_equal(segd_edge_get_linked(e, name(x), 3, &got, on_member, &gm, NULL),
                          SEGD_OK);
-        assert_int_equal(gm.n, wm.n);
-        assert_memory_equal(gm.ids, wm.ids, (size_t)wm.n * sizeof(int));
+        if (unlinked) { /* the cache answers each id alone */
+            assert_int_equal(gm.n, 1);
+            assert_int_equal(gm.ids[0], x);
+            segd_profile_t one;
+            segd_profile_init(&one);
+            assert_int_equal(segd_store_get(s, name(x), 3, &one, err, sizeof(err)), SEGD_OK);
+            segd_profile_clear(&want);
+            const segd_profile_t *in[1] = {&one};
+            size_t k = 0;
+            for (size_t i = 0; i < one.n; i++)
+                if (one.entries[i].ts_ms > one.erased_before_ms)
+                    one.entries[k++] = one.entries[i];
+            one.n = k;
+            one.erased_before_ms = 0;
+            assert_int_equal(segd_profile_join(&want, in, 1, NULL), SEGD_OK);
+            segd_profile_free(&one);
+        } else {
+            assert_int_equal(gm.n, wm.n);
+            assert_memory_equal(gm.ids, wm.ids, (size_t)wm.n * sizeof(int));
+        }
         assert_int_equal(got.n, want.n);
         assert_int_equal(got.erased_before_ms, want.erased_before_ms);
         if (want.n)
@@ -544,7 +573,139 @@ static void test_linked_equals_store(void **state)
     }
     segd_profile_free(&want);
     segd_profile_free(&got);
+}
+
+static void test_linked_equals_store(void **state)
+{
+    fixture_t *f = *state;
+    char err[256] = "";
+    segd_store_t *s = build_store(f->dir);
+    /* the cache: the store's profiles and MemberEvents from its `ids` */
+    segd_edge_opts_t o;
+    segd_edge_opts_default(&o);
+    o.now_ms = NOW_MS;
+    segd_edge_t *e = NULL;
+    assert_int_equal(segd_edge_new(&e, &o), SEGD_OK);
+    assert_int_equal(segd_store_scan(s, put_scanned, e, err, sizeof(err)), SEGD_OK);
+    int linked = 0;
+    for (int x = 0; x < N; x++) {
+        segd_member_t m;
+        segd_ident_rec_t rec;
+        int l = 0;
+        if (store_member(s, x, &m, &rec, &l))
+            assert_int_equal(segd_edge_apply_member(e, &m), SEGD_OK);
+        linked += l;
+    }
+    assert_true(linked > 3); /* the fixture links something */
+    expect_store(s, e, 0);
     segd_edge_destroy(e);
+    segd_store_close(s);
+}
+
+/* A snapshot of the store (the exporter's units) with a members file
+ * written here into each unit, as DESIGN §6/§10.5 specify it: loading it
+ * gives the store's linked answers; a unit without the file, none; a
+ * damaged members file fails the load naming it. */
+static void add_members_files(segd_store_t *s, const char *topic_dir, int corrupt)
+{
+    char path[512], err[256] = "";
+    for (int32_t p = 0; p < 4; p++) {
+        segd_manifest_t m;
+        snprintf(path, sizeof(path), "%s/p-%05d/manifest.json", topic_dir, (int)p);
+        FILE *fp = fopen(path, "rb");
+        assert_non_null(fp);
+        static char text[1 << 16];
+        size_t n = fread(text, 1, sizeof(text), fp);
+        fclose(fp);
+        segd_manifest_init(&m);
+        assert_int_equal(segd_manifest_parse(text, n, &m, err, sizeof(err)), SEGD_OK);
+        snprintf(m.members.name, sizeof(m.members.name), "members-%05d-%lld.avro", (int)p,
+                 (long long)m.created_at_ms);
+        snprintf(path, sizeof(path), "%s/p-%05d/%s", topic_dir, (int)p, m.members.name);
+        segd_ocf_writer_t *w = NULL;
+        assert_int_equal(segd_ocf_writer_open(&w, path, segd_member_schema_json(), 1, err,
+                                              sizeof(err)),
+                         SEGD_OK);
+        for (int x = 0; x < N; x++) {
+            segd_member_t mm;
+            segd_ident_rec_t rec;
+            int l;
+            if (segd_partition_of(m.partitioner, name(x), 3, m.partitions) != p ||
+                !store_member(s, x, &mm, &rec, &l))
+                continue;
+            mm.bucket = p;
+            mm.buckets = m.partitions;
+            assert_int_equal(segd_member_encode(&mm, segd_ocf_writer_buf(w)), SEGD_OK);
+            assert_int_equal(segd_ocf_writer_commit(w, err, sizeof(err)), SEGD_OK);
+        }
+        segd_ocf_info_t info;
+        assert_int_equal(segd_ocf_writer_close(w, &info, err, sizeof(err)), SEGD_OK);
+        m.has_members = 1;
+        m.members.partition = p;
+        m.members.records = info.records + (corrupt && p == 2);
+        m.members.bytes = info.bytes;
+        memcpy(m.members.sha256, info.sha256, sizeof(info.sha256));
+        char *out = segd_manifest_dump(&m, "deflate");
+        assert_non_null(out);
+        snprintf(path, sizeof(path), "%s/p-%05d/manifest.json", topic_dir, (int)p);
+        fp = fopen(path, "wb");
+        assert_non_null(fp);
+        fputs(out, fp);
+        fclose(fp);
+        free(out);
+        segd_manifest_free(&m);
+    }
+}
+
+static void test_snapshot_members(void **state)
+{
+    fixture_t *f = *state;
+    char err[512] = "", db[128], snap[128], topic_dir[160];
+    snprintf(db, sizeof(db), "%s/db", f->dir);
+    snprintf(snap, sizeof(snap), "%s/snap", f->dir);
+    segd_store_t *s = build_store(db);
+    segd_snapshot_opts_t so;
+    segd_snapshot_opts_default(&so);
+    so.buckets = 4;
+    so.topic = "in";
+    segd_manifest_t fold;
+    assert_int_equal(segd_snapshot_export(s, snap, &so, &fold, NULL, err, sizeof(err)), SEGD_OK);
+    segd_manifest_free(&fold);
+    snprintf(topic_dir, sizeof(topic_dir), "%s/in", snap);
+    segd_edge_opts_t o;
+    segd_edge_opts_default(&o);
+    o.now_ms = NOW_MS;
+    /* as exported: no members file, no identities */
+    segd_edge_t *e = NULL;
+    assert_int_equal(segd_edge_new(&e, &o), SEGD_OK);
+    assert_int_equal(segd_edge_load_snapshot(e, topic_dir, NULL, &fold, err, sizeof(err)),
+                     SEGD_OK);
+    segd_manifest_free(&fold);
+    segd_edge_stats_t st;
+    segd_edge_get_stats(e, &st);
+    assert_int_equal(st.ids, 0);
+    expect_store(s, e, 1);
+    segd_edge_destroy(e);
+    /* with members files: the store's linked answers */
+    add_members_files(s, topic_dir, 0);
+    assert_int_equal(segd_edge_new(&e, &o), SEGD_OK);
+    assert_int_equal(segd_edge_load_snapshot(e, topic_dir, NULL, &fold, err, sizeof(err)),
+                     SEGD_OK);
+    segd_manifest_free(&fold);
+    segd_edge_get_stats(e, &st);
+    assert_true(st.ids > 0);
+    expect_store(s, e, 0);
+    segd_edge_destroy(e);
+    /* verify-only reads check it too; a wrong count fails naming the file */
+    segd_manifest_t vm;
+    assert_int_equal(segd_snapshot_read(topic_dir, NULL, &vm, NULL, NULL, err, sizeof(err)),
+                     SEGD_OK);
+    segd_manifest_free(&vm);
+    add_members_files(s, topic_dir, 1);
+    assert_int_equal(segd_snapshot_read(topic_dir, NULL, &vm, NULL, NULL, err, sizeof(err)),
+                     SEGD_ERR_CORRUPT);
+    segd_manifest_free(&vm);
+    assert_non_null(strstr(err, "members-00002-"));
     segd_store_close(s);
 }
 
@@ -555,6 +716,7 @@ int main(void)
         cmocka_unit_test(test_bad_member),
         cmocka_unit_test(test_linked_equals_reference),
         cmocka_unit_test_setup_teardown(test_linked_equals_store, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_snapshot_members, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
