@@ -176,6 +176,21 @@ SEGD_CACHE_API int segd_cache_lookup(segd_cache_t *c, const char *user, size_t l
     return segd_cache_status_of(err);
 }
 
+SEGD_CACHE_API int segd_cache_lookup_linked(segd_cache_t *c, const char *user, size_t len,
+                                            const segd_cache_filter_t *f,
+                                            segd_cache_segment_t *out, size_t cap, size_t *n,
+                                            int *known, segd_cache_member_cb on_member,
+                                            void *ctx)
+{
+    if (!c || !user || !len || !n || (!out && cap))
+        return SEGD_CACHE_EINVAL;
+    segd_err_t err = segd_edge_lookup_linked(c->edge, user, len, (segd_entry_t *)out, cap, n,
+                                             known, on_member, ctx);
+    if (!err && f)
+        *n = keep_matching(out, *n, f);
+    return segd_cache_status_of(err);
+}
+
 SEGD_CACHE_API int segd_cache_count_range(segd_cache_t *c, const char *user, size_t len,
                                           int64_t lo, int64_t hi, uint64_t *count)
 {
