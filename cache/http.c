@@ -191,8 +191,8 @@ static segd_err_t find(segd_http_t *h, const char *id, size_t len, segd_entry_t 
 
 /* The filters over the live entries e[0..n), and the object's text. */
 static segd_err_t user_text_tail(const filters_t *f, const char *id, size_t len,
-                                 segd_entry_t *e, size_t n, size_t *kp, uint64_t *rp,
-                                 int known, const members_text_t *mt, segd_buf_t *out)
+                                 segd_entry_t *e, size_t n, int known,
+                                 const members_text_t *mt, segd_buf_t *out)
 {
     size_t k = 0;
     uint64_t in_range = 0;
@@ -205,8 +205,6 @@ static segd_err_t user_text_tail(const filters_t *f, const char *id, size_t len,
             continue;
         e[k++] = e[i];
     }
-    *kp = k;
-    *rp = in_range;
     char tail[160];
     int tn = f->has_range ? snprintf(tail, sizeof(tail),
                                      ",\"count_range\":{\"from\":%" PRId64 ",\"to\":%" PRId64
@@ -236,14 +234,12 @@ static segd_err_t user_text(segd_http_t *h, const char *id, size_t len, const fi
                             segd_entry_t **buf, size_t *cap, int *known, segd_buf_t *out)
 {
     double t0 = segd_mono_s();
-    size_t n = 0, k = 0;
-    uint64_t in_range = 0;
+    size_t n = 0;
     members_text_t mt = {0};
     segd_err_t err = find(h, id, len, buf, cap, &n, known, f->linked ? &mt : NULL);
     segd_metric_add(h->lookups, (const char *[]){err ? "error" : n ? "hit" : "miss"}, 1);
     if (!err)
-        err = user_text_tail(f, id, len, *buf, n, &k, &in_range, *known, f->linked ? &mt : NULL,
-                             out);
+        err = user_text_tail(f, id, len, *buf, n, *known, f->linked ? &mt : NULL, out);
     segd_buf_free(&mt.master);
     segd_buf_free(&mt.members);
     if (!err)

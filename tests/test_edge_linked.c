@@ -13,8 +13,12 @@
  *   applied to a store, its profiles put into a cache with MemberEvents
  *   made from its `ids` records: lookup_linked and get_linked equal
  *   segd_ident_get_linked (and the live selection segd get prints) for
- *   every id, members included. */
+ *   every id, members included, and so does a snapshot with members
+ *   files written into its units (without them: every id alone);
+ * - readers beside a writer of deltas and membership changes (ASan). */
+#include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -409,6 +413,77 @@ static void test_linked_equals_reference(void **state)
     }
 }
 
+/* ---------- readers beside writers ---------- */
+
+typedef struct race {
+    segd_edge_t *e;
+    _Atomic int stop;
+} race_t;
+
+/* Deltas and membership changes of i00..i09 while readers look up. */
+static void *race_writer(void *arg)
+{
+    race_t *r = arg;
+    segd_change_t c;
+    segd_change_init(&c);
+    uint64_t s = 12345;
+    for (int k = 0; k < 3000; k++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        int x = (int)(s % 10);
+        if (k % 3 == 0) {
+            ev_t v = {x, (int)((s >> 8) % 4), T0 - (int64_t)((s >> 16) % 50), (int64_t)(k / 1000)};
+            segd_member_t m = member_of(&v);
+            assert_int_equal(segd_edge_apply_member(r->e, &m), SEGD_OK);
+            continue;
+        }
+        segd_change_reset(&c);
+        c.kind = SEGD_CHANGE_DELTA;
+        c.user_id = name(x);
+        c.user_id_len = 3;
+        segd_entry_t en = {(int64_t)((s >> 20) % SEGS), T0 + k, NOW_MS / 1000 + 3600, 0, 0};
+        assert_int_equal(segd_profile_push(&c.profile, &en), SEGD_OK);
+        assert_int_equal(segd_edge_apply(r->e, &c), SEGD_OK);
+    }
+    segd_change_free(&c);
+    atomic_store(&r->stop, 1);
+    return NULL;
+}
+
+static void *race_reader(void *arg)
+{
+    race_t *r = arg;
+    segd_entry_t out[SEGS];
+    for (int x = 0; !atomic_load(&r->stop); x = (x + 1) % 10) {
+        size_t n = 0;
+        list_t l = {0};
+        assert_int_equal(segd_edge_lookup_linked(r->e, name(x), 3, out, SEGS, &n, NULL,
+                                                 on_member, &l),
+                         SEGD_OK);
+        assert_true(l.n >= 1 && l.n <= 11);
+        for (size_t i = 1; i < n; i++) /* a whole, sorted answer */
+            assert_true(out[i - 1].segment_id < out[i].segment_id);
+    }
+    return NULL;
+}
+
+static void test_readers_beside_writers(void **state)
+{
+    (void)state;
+    segd_edge_opts_t o;
+    segd_edge_opts_default(&o);
+    o.now_ms = NOW_MS;
+    race_t r = {0};
+    assert_int_equal(segd_edge_new(&r.e, &o), SEGD_OK);
+    pthread_t w, rd[2];
+    assert_int_equal(pthread_create(&w, NULL, race_writer, &r), 0);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&rd[i], NULL, race_reader, &r), 0);
+    pthread_join(w, NULL);
+    for (int i = 0; i < 2; i++)
+        pthread_join(rd[i], NULL);
+    segd_edge_destroy(r.e);
+}
+
 /* ---------- against the store ---------- */
 
 typedef struct fixture {
@@ -715,6 +790,7 @@ int main(void)
         cmocka_unit_test(test_registers_order_free),
         cmocka_unit_test(test_bad_member),
         cmocka_unit_test(test_linked_equals_reference),
+        cmocka_unit_test(test_readers_beside_writers),
         cmocka_unit_test_setup_teardown(test_linked_equals_store, setup, teardown),
         cmocka_unit_test_setup_teardown(test_snapshot_members, setup, teardown),
     };
