@@ -8,6 +8,7 @@
 #define _GNU_SOURCE /* pthread_rwlockattr_setkind_np */
 #include "cache/edge.h"
 #include "base/clock.h"
+#include "cache/members.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -63,6 +64,7 @@ struct segd_edge {
     _Atomic(retired_t *) retired;
     pthread_mutex_t retire_mu; /* writers of the retirement set */
     _Atomic uint64_t puts, deltas, controls;
+    segd_members_t *members; /* the identity table (cache/members.h) */
 };
 
 static tuple_t *rec_tuples(const rec_t *r) { return (tuple_t *)(r + 1); }
@@ -124,7 +126,8 @@ segd_err_t segd_edge_new(segd_edge_t **out, const segd_edge_opts_t *o)
     e->nshards = e->o.shards;
     atomic_store(&e->now_ms, e->o.now_ms);
     e->shards = calloc(e->nshards, sizeof(*e->shards));
-    if (!e->shards) {
+    if (!e->shards || segd_members_new(&e->members)) {
+        free(e->shards);
         free(wm);
         free(e);
         return SEGD_ERR_NOMEM;
@@ -164,6 +167,7 @@ void segd_edge_destroy(segd_edge_t *e)
         free(m);
     }
     pthread_mutex_destroy(&e->retire_mu);
+    segd_members_destroy(e->members);
     free(e->shards);
     free(e);
 }
@@ -683,4 +687,118 @@ void segd_edge_get_stats(segd_edge_t *e, segd_edge_stats_t *st)
     st->puts = atomic_load(&e->puts);
     st->deltas = atomic_load(&e->deltas);
     st->control_events = atomic_load(&e->controls);
+    segd_members_stats_t ms;
+    segd_members_get_stats(e->members, &ms);
+    st->ids = ms.ids;
+    st->id_bytes = ms.bytes;
+    st->bytes += ms.bytes;
+    st->member_events = ms.applied;
+    st->member_stale = ms.stale;
+}
+
+/* ---------- identity (DESIGN §10.5) ---------- */
+
+segd_err_t segd_edge_apply_member(segd_edge_t *e, const segd_member_t *m)
+{
+    atomic_fetch_add(&e->controls, 1);
+    return segd_members_apply(e->members, m, NULL);
+}
+
+segd_err_t segd_edge_members(segd_edge_t *e, const char *id, size_t len,
+                             segd_edge_member_cb cb, void *ctx)
+{
+    segd_member_list_t l = {0};
+    segd_err_t err = segd_members_component(e->members, id, len, &l);
+    for (size_t i = 0; !err && i < l.n; i++)
+        if (cb(ctx, l.bytes + l.off[i], l.off[i + 1] - l.off[i]))
+            err = SEGD_ERR_ABORTED;
+    segd_member_list_free(&l);
+    return err;
+}
+
+segd_err_t segd_edge_scan_registers(segd_edge_t *e, segd_edge_register_cb cb, void *ctx)
+{
+    return segd_members_scan(e->members, cb, ctx);
+}
+
+/* A member's profile with its own erase marker applied and then dropped:
+ * erasing one id removes that id's segments, not those of the ids linked to
+ * it (DESIGN §10.5; store/identity.c does the same before its join). */
+static void own_erase_only(segd_profile_t *p)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < p->n; i++)
+        if (p->entries[i].ts_ms > p->erased_before_ms)
+            p->entries[k++] = p->entries[i];
+    p->n = k;
+    p->erased_before_ms = 0;
+}
+
+segd_err_t segd_edge_get_linked(segd_edge_t *e, const char *id, size_t len,
+                                segd_profile_t *out, segd_edge_member_cb cb, void *ctx,
+                                int *known)
+{
+    segd_member_list_t l = {0};
+    segd_profile_t *parts = NULL;
+    const segd_profile_t **in = NULL;
+    size_t got = 0;
+    int any = 0;
+    segd_err_t err = segd_members_component(e->members, id, len, &l);
+    if (!err && (!(parts = calloc(l.n, sizeof(*parts))) || !(in = calloc(l.n, sizeof(*in)))))
+        err = SEGD_ERR_NOMEM;
+    for (size_t i = 0; !err && cb && i < l.n; i++)
+        if (cb(ctx, l.bytes + l.off[i], l.off[i + 1] - l.off[i]))
+            err = SEGD_ERR_ABORTED;
+    for (size_t i = 0; !err && i < l.n; i++) {
+        segd_profile_init(&parts[i]);
+        got = i + 1;
+        err = segd_edge_get_profile(e, l.bytes + l.off[i], l.off[i + 1] - l.off[i], &parts[i]);
+        if (err == SEGD_ERR_NOTFOUND) /* a member the cache holds nothing of */
+            err = SEGD_OK;
+        else if (!err)
+            any = 1;
+        own_erase_only(&parts[i]);
+        in[i] = &parts[i];
+    }
+    if (!err) {
+        segd_profile_clear(out);
+        err = segd_profile_join(out, in, l.n, NULL);
+    }
+    if (known)
+        *known = !err && any;
+    for (size_t i = 0; i < got; i++)
+        segd_profile_free(&parts[i]);
+    free(parts);
+    free(in);
+    segd_member_list_free(&l);
+    return err;
+}
+
+segd_err_t segd_edge_lookup_linked(segd_edge_t *e, const char *id, size_t len,
+                                   segd_entry_t *out, size_t cap, size_t *n, int *known,
+                                   segd_edge_member_cb cb, void *ctx)
+{
+    segd_profile_t p;
+    segd_profile_init(&p);
+    *n = 0;
+    segd_err_t err = segd_edge_get_linked(e, id, len, &p, cb, ctx, known);
+    if (!err) {
+        /* liveness as the store's reads judge it (segd_entry_live), with the
+         * cache's clock and retirements: the join left no erase marker */
+        segd_prune_t rule;
+        prune_rule(e, id, len, &rule);
+        size_t k = 0;
+        for (size_t i = 0; i < p.n; i++) {
+            if (!segd_entry_live(&p.entries[i], 0, &rule))
+                continue;
+            if (k < cap)
+                out[k] = p.entries[i];
+            k++;
+        }
+        *n = k;
+        if (k > cap)
+            err = SEGD_ERR_LIMIT;
+    }
+    segd_profile_free(&p);
+    return err;
 }

@@ -25,6 +25,7 @@
 #include "base/err.h"
 #include "core/partition.h"
 #include "core/record.h"
+#include "wire/member.h"
 
 typedef struct segd_edge segd_edge_t;
 
@@ -38,9 +39,14 @@ typedef struct segd_edge_opts {
 typedef struct segd_edge_stats {
     uint64_t users;     /* profiles held (live or not) */
     uint64_t entries;   /* entries held, dead ones within the horizon included */
-    uint64_t bytes;     /* memory of the profiles (not the hash tables) */
+    uint64_t bytes;     /* memory of the profiles and of the identity table
+                         * (not the hash tables' slot arrays) */
     uint64_t retirements;
     uint64_t puts, deltas, control_events;
+    uint64_t ids;          /* identity registers held (segd_edge_apply_member) */
+    uint64_t id_bytes;     /* their share of bytes */
+    uint64_t member_events, member_stale; /* member events applied, and lost to
+                                           * the register held */
 } segd_edge_stats_t;
 
 void segd_edge_opts_default(segd_edge_opts_t *o);
@@ -112,5 +118,59 @@ segd_err_t segd_edge_get_profile(segd_edge_t *e, const char *user, size_t len,
                                  segd_profile_t *out);
 
 void segd_edge_get_stats(segd_edge_t *e, segd_edge_stats_t *st);
+
+/* ---------- identity (DESIGN §10.5, cache side) ----------
+ * Per id a master register fed by MemberEvents (cache/members.h): an event
+ * is taken only when segd_member_wins(event, register); an id with no
+ * register is its own master. Component of X: master M = register(X)'s (or
+ * X), members = {M} and the ids whose register names M (an index, no
+ * scan). Order-free and idempotent like the profiles' join. */
+
+/* Applies one MemberEvent (a change-topic message or a snapshot unit's
+ * members file). SEGD_ERR_INVALID for an empty id or master, or one longer
+ * than 256 bytes. */
+segd_err_t segd_edge_apply_member(segd_edge_t *e, const segd_member_t *m);
+
+/* Calls cb for the members of id's component, the master first, then the
+ * others bytewise; an id the table does not know yields itself alone.
+ * Bytes borrowed for the call, which runs with no lock held; non-zero from
+ * cb stops with SEGD_ERR_ABORTED. */
+typedef int (*segd_edge_member_cb)(void *ctx, const char *member, size_t len);
+segd_err_t segd_edge_members(segd_edge_t *e, const char *id, size_t len,
+                             segd_edge_member_cb cb, void *ctx);
+
+/* The §3 join over id's component exactly as the store's
+ * segd_ident_get_linked computes it: each member's profile (as
+ * segd_edge_get_profile holds it, dead entries included) with its own erase
+ * marker applied and then dropped, then segd_profile_join of them all
+ * without pruning; out (replaced) has no erase marker. cb (may be NULL)
+ * hears each member, the master first, before any profile is read; non-zero
+ * from it stops with SEGD_ERR_ABORTED. *known (may be NULL) = 1 when the
+ * table holds a profile for at least one member.
+ *
+ * Consistency: the member list is one state of the identity table; each
+ * member's profile is read whole under its own shard's lock, one after the
+ * other, so a delta or a membership event applied meanwhile may be seen for
+ * one member and not yet for another. Since every apply is a join (states
+ * only grow), the answer lies between the component's state when the call
+ * began and when it ended, member by member (the members together may
+ * never have held exactly that state at one instant), and never older than
+ * what a lookup that ended before this one began saw. */
+segd_err_t segd_edge_get_linked(segd_edge_t *e, const char *id, size_t len,
+                                segd_profile_t *out, segd_edge_member_cb cb, void *ctx,
+                                int *known);
+/* The live entries of segd_edge_get_linked's join at the cache's clock
+ * (expiry, retirements; the join leaves no erase marker), sorted by segment
+ * id, into out[0..cap), as segd_edge_find answers for one user: *n = their
+ * number, SEGD_ERR_LIMIT when that exceeds cap. */
+segd_err_t segd_edge_lookup_linked(segd_edge_t *e, const char *id, size_t len,
+                                   segd_entry_t *out, size_t cap, size_t *n, int *known,
+                                   segd_edge_member_cb cb, void *ctx);
+
+/* Every identity register (id, master, master_first_seen_ms, epoch_ms), in
+ * no order, under the identity table's read lock (tests, tools): cb must not
+ * call into e's identity functions. */
+typedef int (*segd_edge_register_cb)(void *ctx, const segd_member_t *reg);
+segd_err_t segd_edge_scan_registers(segd_edge_t *e, segd_edge_register_cb cb, void *ctx);
 
 #endif

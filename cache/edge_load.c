@@ -37,6 +37,12 @@ static int put_cb(void *ctx, int32_t partition, const char *user, size_t len,
     return segd_edge_put(ctx, user, len, p) != SEGD_OK;
 }
 
+static int member_cb(void *ctx, int32_t partition, const segd_member_t *m)
+{
+    (void)partition;
+    return segd_edge_apply_member(ctx, m) != SEGD_OK;
+}
+
 /* After the records: a W raised earlier would only make the load's joins
  * drop what the units already dropped, and lookups honour markers whenever
  * they arrive. */
@@ -68,6 +74,8 @@ segd_err_t segd_edge_load_snapshot(segd_edge_t *e, const char *src_url,
         ro = *o;
     ro.on_unit = on_unit;
     ro.unit_ctx = &u;
+    ro.on_member = member_cb; /* a unit's identity registers (DESIGN §10.5) */
+    ro.member_ctx = e;
     segd_err_t err = segd_snapshot_read(src_url, &ro, m, put_cb, e, errstr, errstr_size);
     if (err)
         goto out;

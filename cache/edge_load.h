@@ -1,5 +1,6 @@
 /* Loading a snapshot into an edge table (cache/edge.h): every unit's
- * records, then the units' retirements and each unit's GC watermark W as the
+ * records and its members file's identity registers (segd_edge_apply_member;
+ * a unit without one brings none), then the units' retirements and each unit's GC watermark W as the
  * W of its input partition (DESIGN §3.1, §6). The units of a fleet come from
  * stores with different W: each user must be judged by the W of the store
  * that exported it, never by the smallest over the units. Used by `segd

@@ -51,6 +51,7 @@ typedef struct filters {
     segd_query_t q;
     int has_range;
     int64_t lo, hi;
+    int linked; /* the join over the user's identity component (DESIGN §10.5) */
 } filters_t;
 
 static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, json_t *body)
@@ -137,14 +138,45 @@ static int set_filter(filters_t *f, const char *key, const char *value)
         return parse_i64(value, &f->q.updated_since_ms) ? -1 : 0;
     if (!strcmp(key, "count_range"))
         return parse_range(value, f);
+    if (!strcmp(key, "linked")) {
+        if (!value || (strcmp(value, "true") && strcmp(value, "false")))
+            return -1;
+        f->linked = !strcmp(value, "true");
+        return 0;
+    }
     return 1;
 }
 
-/* The live entries of a user (grown into *buf), then the filters. */
-static segd_err_t find(segd_http_t *h, const char *id, size_t len, segd_entry_t **buf,
-                       size_t *cap, size_t *n, int *known)
+/* A linked answer's "master" and "members" as JSON text (master first). */
+typedef struct members_text {
+    segd_buf_t master, members;
+    size_t n;
+} members_text_t;
+
+static int add_member(void *ctx, const char *m, size_t len)
 {
-    segd_err_t err = segd_edge_find(h->edge, id, len, *buf, *cap, n, known);
+    members_text_t *t = ctx;
+    if (!t->n++ && segd_json_string_text(&t->master, m, len))
+        return 1;
+    return (t->n > 1 && segd_buf_append(&t->members, ",", 1)) ||
+           segd_json_string_text(&t->members, m, len) != SEGD_OK;
+}
+
+static segd_err_t lookup(segd_http_t *h, const char *id, size_t len, segd_entry_t *buf,
+                         size_t cap, size_t *n, int *known, members_text_t *mt)
+{
+    if (!mt)
+        return segd_edge_find(h->edge, id, len, buf, cap, n, known);
+    mt->master.len = mt->members.len = mt->n = 0;
+    return segd_edge_lookup_linked(h->edge, id, len, buf, cap, n, known, add_member, mt);
+}
+
+/* The live entries of a user (grown into *buf), or of its component when
+ * mt is not NULL (its members into mt), then the filters. */
+static segd_err_t find(segd_http_t *h, const char *id, size_t len, segd_entry_t **buf,
+                       size_t *cap, size_t *n, int *known, members_text_t *mt)
+{
+    segd_err_t err = lookup(h, id, len, *buf, *cap, n, known, mt);
     if (err == SEGD_ERR_LIMIT) { /* a huge profile: once more with room for it */
         size_t want = *n + 64;
         segd_entry_t *bigger = realloc(*buf, want * sizeof(**buf));
@@ -152,26 +184,18 @@ static segd_err_t find(segd_http_t *h, const char *id, size_t len, segd_entry_t 
             return SEGD_ERR_NOMEM;
         *buf = bigger;
         *cap = want;
-        err = segd_edge_find(h->edge, id, len, *buf, *cap, n, known);
+        err = lookup(h, id, len, *buf, *cap, n, known, mt);
     }
     return err;
 }
 
-/* The user's object as text, as `segd get --json` prints it plus "known"
- * (key order user_id, known, segments, count_range): live entries matching
- * the filters, and the live count in the range. Written straight into out
- * (wire/profile_json.h): a value per field cost most of a request. */
-static segd_err_t user_text(segd_http_t *h, const char *id, size_t len, const filters_t *f,
-                            segd_entry_t **buf, size_t *cap, int *known, segd_buf_t *out)
+/* The filters over the live entries e[0..n), and the object's text. */
+static segd_err_t user_text_tail(const filters_t *f, const char *id, size_t len,
+                                 segd_entry_t *e, size_t n, int known,
+                                 const members_text_t *mt, segd_buf_t *out)
 {
-    double t0 = segd_mono_s();
-    size_t n = 0, k = 0;
+    size_t k = 0;
     uint64_t in_range = 0;
-    segd_err_t err = find(h, id, len, buf, cap, &n, known);
-    segd_metric_add(h->lookups, (const char *[]){err ? "error" : n ? "hit" : "miss"}, 1);
-    if (err)
-        return err;
-    segd_entry_t *e = *buf;
     for (size_t i = 0; i < n; i++) {
         if (f->has_range && e[i].segment_id >= f->lo && e[i].segment_id <= f->hi)
             in_range++;
@@ -184,18 +208,44 @@ static segd_err_t user_text(segd_http_t *h, const char *id, size_t len, const fi
     char tail[160];
     int tn = f->has_range ? snprintf(tail, sizeof(tail),
                                      ",\"count_range\":{\"from\":%" PRId64 ",\"to\":%" PRId64
-                                     ",\"count\":%" PRIu64 "}}",
+                                     ",\"count\":%" PRIu64 "}",
                                      f->lo, f->hi, in_range)
-                          : snprintf(tail, sizeof(tail), "}");
-    const char *kn = *known ? ",\"known\":true,\"segments\":" : ",\"known\":false,\"segments\":";
+                          : 0;
+    const char *kn = known ? ",\"known\":true,\"segments\":" : ",\"known\":false,\"segments\":";
     if (segd_buf_append(out, "{\"user_id\":", 11) || segd_json_string_text(out, id, len) ||
         segd_buf_append(out, kn, strlen(kn)) || segd_entries_json_text(out, e, k) ||
         segd_buf_append(out, tail, (size_t)tn))
         return SEGD_ERR_NOMEM;
-    segd_metric_observe(h->lookup_seconds, NULL, segd_mono_s() - t0);
-    return SEGD_OK;
+    if (mt && (segd_buf_append(out, ",\"master\":", 10) ||
+               segd_buf_append(out, mt->master.data, mt->master.len) ||
+               segd_buf_append(out, ",\"members\":[", 12) ||
+               segd_buf_append(out, mt->members.data, mt->members.len) ||
+               segd_buf_append(out, "]", 1)))
+        return SEGD_ERR_NOMEM;
+    return segd_buf_append(out, "}", 1) ? SEGD_ERR_NOMEM : SEGD_OK;
 }
 
+/* The user's object as text, as `segd get --json` prints it plus "known"
+ * (key order user_id, known, segments, count_range, then for a linked read
+ * master and members as `segd get --linked --json`): live entries matching
+ * the filters, and the live count in the range. Written straight into out
+ * (wire/profile_json.h): a value per field cost most of a request. */
+static segd_err_t user_text(segd_http_t *h, const char *id, size_t len, const filters_t *f,
+                            segd_entry_t **buf, size_t *cap, int *known, segd_buf_t *out)
+{
+    double t0 = segd_mono_s();
+    size_t n = 0;
+    members_text_t mt = {0};
+    segd_err_t err = find(h, id, len, buf, cap, &n, known, f->linked ? &mt : NULL);
+    segd_metric_add(h->lookups, (const char *[]){err ? "error" : n ? "hit" : "miss"}, 1);
+    if (!err)
+        err = user_text_tail(f, id, len, *buf, n, *known, f->linked ? &mt : NULL, out);
+    segd_buf_free(&mt.master);
+    segd_buf_free(&mt.members);
+    if (!err)
+        segd_metric_observe(h->lookup_seconds, NULL, segd_mono_s() - t0);
+    return err;
+}
 typedef struct args_scan {
     filters_t *f;
     json_t *unknown, *bad;
@@ -260,7 +310,9 @@ static const char *parse_batch(json_t *doc, filters_t *f, json_t **users)
             continue;
         }
         char num[32];
-        const char *text = json_is_string(v) ? json_string_value(v) : NULL;
+        const char *text = json_is_string(v)    ? json_string_value(v)
+                           : json_is_boolean(v) ? (json_is_true(v) ? "true" : "false")
+                                                : NULL;
         if (json_is_integer(v)) {
             snprintf(num, sizeof(num), "%" JSON_INTEGER_FORMAT, json_integer_value(v));
             text = num;

@@ -9,15 +9,24 @@
  * to, before the other filters, as `segd get --count-range`.
  *
  *   GET /v1/users/{id}?expiring_after=S&updated_since_ms=MS&count_range=A:B
+ *       &linked=true|false
  *       filters as segd get's --expiring-after (expires_at > S),
  *       --updated-since (ts_ms >= MS) and --count-range; 0 = no filter.
+ *       linked=true (DESIGN §10.5): the segments of the join over the id's
+ *       identity component (segd_edge_lookup_linked), and the object ends
+ *       with "master" and "members" (master first, then bytewise), as
+ *       `segd get --linked --json` prints them; known:true when the cache
+ *       holds a profile of any member. No "missing_partitions": a cache
+ *       loads every unit of its snapshot (a missing one fails the load) and
+ *       tails every change partition, so it lacks no member's partition.
  *       200 with known:true when the cache holds a profile for the user
  *       (live segments or none: "segments": []), 404 with the same body and
  *       known:false for a user never seen. An unknown parameter -> 400
  *       {"error", "parameters": [names]}, a malformed value -> 400 naming it.
  *   POST /v1/users:batch  body {"users": [ids], "expiring_after": S,
- *       "updated_since_ms": MS, "count_range": "A:B"} (filters optional,
- *       numbers as JSON integers or strings) -> 200 {"results": [user
+ *       "updated_since_ms": MS, "count_range": "A:B", "linked": true}
+ *       (filters optional, numbers as JSON integers or strings, linked a
+ *       JSON boolean or "true"/"false") -> 200 {"results": [user
  *       object, ...]} in request order, "known" per result. More users than
  *       the batch limit (segd_http_set_batch_max, default 1000) or a body
  *       above 4096 + limit * 520 bytes -> 413; malformed JSON, an unknown

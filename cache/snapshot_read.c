@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "base/varint.h"
 #include "core/partition.h"
 #include "wire/snap_native.h"
 #include "wire/avro_file.h"
@@ -89,6 +90,9 @@ out:
 
 typedef struct loader {
     segd_snapshot_cb cb;
+    segd_snapshot_member_cb mcb; /* a members file's records (NULL = verify only) */
+    void *mctx;
+    uint64_t members;
     segd_snapshot_rec_cb rcb; /* or this one (segd_snapshot_read_unit) */
     void *ctx;
     segd_partitioner_t partitioner;
@@ -176,6 +180,77 @@ static segd_err_t load_file(segd_dest_t *d, const segd_snapshot_file_t *f, loade
     return SEGD_OK;
 }
 
+/* The end of the MemberEvent starting at p (blocks hold records back to
+ * back; segd_member_decode wants exactly one): tag, id, master, then five
+ * longs (member_event.avsc). NULL when it runs past end. */
+static const uint8_t *member_end(const uint8_t *p, const uint8_t *end)
+{
+    int64_t v;
+    for (int field = 0; field < 8; field++) {
+        if (segd_zz_get(&p, end, &v))
+            return NULL;
+        if (field == 1 || field == 2) { /* a string: its bytes follow */
+            if (v < 0 || v > end - p)
+                return NULL;
+            p += v;
+        }
+    }
+    return p;
+}
+
+static int members_block(void *ctx, const uint8_t *block, size_t len, int64_t count)
+{
+    loader_t *l = ctx;
+    const uint8_t *pos = block, *end = block + len;
+    for (int64_t i = 0; i < count; i++) {
+        const uint8_t *next = member_end(pos, end);
+        segd_member_t m;
+        if (!next || segd_member_decode(pos, (size_t)(next - pos), &m) != SEGD_OK)
+            return -1;
+        if (segd_partition_of(l->partitioner, m.id, m.id_len, l->partitions) != l->partition) {
+            l->wrong_partition = 1;
+            return -1;
+        }
+        pos = next;
+        l->members++;
+        if (l->mcb && l->mcb(l->mctx, l->partition, &m)) {
+            l->stopped = 1;
+            return 1;
+        }
+    }
+    return pos == end ? 0 : -1;
+}
+
+/* The unit's identity members file (DESIGN §10.5), checked like the
+ * profile files: size, SHA-256, every record, the count. */
+static segd_err_t load_members(segd_dest_t *d, const segd_snapshot_file_t *f, loader_t *l,
+                               segd_buf_t *buf, char *errstr, size_t n)
+{
+    segd_err_t err = segd_dest_get_mem(d, f->name, buf, errstr, n);
+    if (err == SEGD_ERR_NOTFOUND)
+        return segd_errf(SEGD_ERR_CORRUPT, errstr, n, "%s: missing", f->name);
+    if (!err)
+        err = check_file(f, buf, errstr, n);
+    if (err)
+        return err;
+    char msg[256] = "";
+    l->members = 0;
+    l->wrong_partition = 0;
+    err = segd_ocf_read(buf->data, buf->len, members_block, l, NULL, msg, sizeof(msg));
+    if (l->stopped)
+        return segd_errf(SEGD_ERR_INVALID, errstr, n, "load stopped by the caller");
+    if (err)
+        return segd_errf(SEGD_ERR_CORRUPT, errstr, n, "%s: %s%s", f->name,
+                         l->wrong_partition ? "an id of another partition; "
+                                            : "a record that is not a MemberEvent; ",
+                         msg);
+    if (l->members != f->records)
+        return segd_errf(SEGD_ERR_CORRUPT, errstr, n,
+                         "%s: %" PRIu64 " members, manifest says %" PRIu64, f->name,
+                         l->members, f->records);
+    return SEGD_OK;
+}
+
 static segd_err_t fetch_manifest(segd_dest_t *d, segd_manifest_t *m, char *errstr, size_t n)
 {
     segd_buf_t buf = {0};
@@ -216,6 +291,8 @@ static segd_err_t load_unit_once(segd_dest_t *d, const segd_topology_t *t, int32
         err = load_file(d, &m->files[i], l, &buf, errstr, n);
     if (!err && (l->records != m->records || l->segments != m->segments))
         err = segd_errf(SEGD_ERR_CORRUPT, errstr, n, "totals differ from the manifest");
+    if (!err && m->has_members)
+        err = load_members(d, &m->members, l, &buf, errstr, n);
     segd_buf_free(&buf);
     return err;
 }
@@ -291,7 +368,8 @@ static void *read_units(void *arg)
 {
     reader_t *r = arg;
     loader_t l = {.cb = r->cb, .ctx = r->ctx, .partitioner = r->t.partitioner,
-                  .partitions = r->t.partitions};
+                  .partitions = r->t.partitions, .mcb = r->o ? r->o->on_member : NULL,
+                  .mctx = r->o ? r->o->member_ctx : NULL};
     segd_profile_init(&l.p);
     int keep_going = r->o && r->o->keep_going;
     for (;;) {

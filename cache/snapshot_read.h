@@ -14,6 +14,7 @@
 #include "core/record.h"
 #include "transport/dest.h"
 #include "wire/manifest.h"
+#include "wire/member.h"
 #include "wire/topology.h"
 
 /* Finds SRC's topology.json: SRC/topology.json, else (a local directory)
@@ -40,8 +41,16 @@ typedef struct segd_unit_report {
     const char *errmsg;
 } segd_unit_report_t;
 
+/* Called for every MemberEvent of a unit's members file (DESIGN §10.5:
+ * the store's id -> master registers of the unit's ids) after the file
+ * passed its checks, as segd_snapshot_cb. Borrowed for the call; non-zero
+ * stops (SEGD_ERR_INVALID). */
+typedef int (*segd_snapshot_member_cb)(void *ctx, int32_t partition, const segd_member_t *m);
+
 typedef struct segd_snapshot_read_opts {
     const segd_dest_opts_t *dest; /* NULL = defaults */
+    segd_snapshot_member_cb on_member; /* NULL = members files are only verified */
+    void *member_ctx;
     uint32_t threads;             /* units loaded side by side; 0 or 1 = this thread */
     int keep_going;               /* go on after a failed unit (verify reports all) */
     void (*on_unit)(void *ctx, const segd_unit_report_t *r); /* NULL = none */
@@ -49,7 +58,9 @@ typedef struct segd_snapshot_read_opts {
 } segd_snapshot_read_opts_t;
 
 /* Loads (cb != NULL) or verifies (cb == NULL) every unit the topology
- * names: each file's size and SHA-256 against its unit's manifest, each
+ * names: each file's size and SHA-256 against its unit's manifest (the
+ * members file's too: its records must decode as MemberEvents whose id is
+ * of the unit's partition, as many as the manifest says), each
  * record's partition (partitioner(user_id, P) == the unit's), strict UTF-8
  * user ids, record and entry counts, and that each unit's manifest matches
  * the topology. A unit replaced by a newer export while it was read is read

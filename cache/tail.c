@@ -12,6 +12,7 @@
 
 #include "transport/kconf.h"
 #include "wire/change_frame.h"
+#include "wire/member.h"
 #include "base/clock.h"
 
 #define BATCH 1000
@@ -36,6 +37,7 @@ void segd_tail_opts_default(segd_tail_opts_t *o)
     memset(o, 0, sizeof(*o));
     o->topic = "segments.changes";
     o->schema_id = -1;
+    o->member_schema_id = -1;
 }
 
 
@@ -198,30 +200,38 @@ void segd_tail_destroy(segd_tail_t *t)
     free(t);
 }
 
-/* Returns 1 when applied, 0 when skipped (bad message). */
-/* 1 = applied, 0 = not a change event (skipped and counted); a delta that
- * decodes but cannot be joined (out of memory) is not skipped: the cache
- * would silently lack it, so it stops like a gap (SEGD_TAIL_GAP). */
+/* 1 = applied, 0 = not a change or member event (skipped and counted); a
+ * delta or membership change that decodes but cannot be applied (out of
+ * memory) is not skipped: the cache would silently lack it, so it stops
+ * like a gap (SEGD_TAIL_GAP). The topic carries ChangeEvents and
+ * MemberEvents (DESIGN §5, §10.5): the framing says which. */
 static int apply_message(segd_tail_t *t, const rd_kafka_message_t *m)
 {
     const uint8_t *body;
     size_t blen;
-    segd_err_t err = segd_change_unframe(m->payload, m->len, t->o.schema_id, &body, &blen);
-    if (!err)
+    segd_frame_kind_t kind;
+    segd_member_t mem;
+    segd_err_t err = segd_change_unframe_kind(m->payload, m->len, t->o.schema_id,
+                                              t->o.member_schema_id, &body, &blen, &kind);
+    if (!err && kind == SEGD_FRAME_MEMBER) {
+        if (!(err = segd_member_decode(body, blen, &mem)))
+            err = segd_edge_apply_member(t->edge, &mem);
+    } else if (!err) {
         err = segd_change_decode(body, blen, &t->change);
-    if (!err && t->change.kind == SEGD_CHANGE_DELTA && t->change.user_id_len == 0)
-        err = SEGD_ERR_CORRUPT;
-    if (!err)
-        err = segd_edge_apply(t->edge, &t->change);
+        if (!err && t->change.kind == SEGD_CHANGE_DELTA && t->change.user_id_len == 0)
+            err = SEGD_ERR_CORRUPT;
+        if (!err)
+            err = segd_edge_apply(t->edge, &t->change);
+    }
     if (err == SEGD_ERR_NOMEM) {
         snprintf(t->gap, sizeof(t->gap),
-                 "%s/%" PRId32 " at offset %" PRId64 ": out of memory joining a delta: "
+                 "%s/%" PRId32 " at offset %" PRId64 ": out of memory applying a change: "
                  "restart the cache", rd_kafka_topic_name(m->rkt), m->partition, m->offset);
         segd_log(t->o.log, SEGD_LOG_ERROR, "cache", "%s", t->gap);
         return -1;
     }
     if (err) {
-        segd_log_kv(t->o.log, SEGD_LOG_WARN, "cache", "skipped: not a change event",
+        segd_log_kv(t->o.log, SEGD_LOG_WARN, "cache", "skipped: not a change or member event",
                     "topic=%s partition=%" PRId32 " offset=%" PRId64,
                     rd_kafka_topic_name(m->rkt), m->partition, m->offset);
         return 0;

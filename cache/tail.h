@@ -28,7 +28,9 @@ typedef struct segd_tail_opts {
     const char *brokers;
     const char *topic;               /* default "segments.changes" */
     int from_beginning;              /* ignore the manifest's positions */
-    int32_t schema_id;               /* Confluent frames: expected id, -1 = any */
+    int32_t schema_id;               /* Confluent frames: ChangeEvent's id, -1 = any */
+    int32_t member_schema_id;        /* Confluent frames: MemberEvent's id, -1 = any
+                                      * (the body's first byte tells, wire/member.h) */
     const char *const *kafka_props;  /* extra librdkafka settings: k, v, ..., NULL */
     const segd_log_t *log;           /* borrowed, outlives the tail; NULL = default */
 } segd_tail_opts_t;

@@ -14,6 +14,7 @@
 #include "lib/cache_int.h"
 #include "wire/change.h"
 #include "wire/change_frame.h"
+#include "wire/member.h"
 
 
 /* The public segment is segd's entry, field for field: lookups hand the
@@ -130,15 +131,23 @@ SEGD_CACHE_API int segd_cache_apply_change(segd_cache_t *c, const void *msg, siz
         return SEGD_CACHE_EINVAL;
     const uint8_t *body;
     size_t blen;
+    segd_frame_kind_t kind;
+    segd_member_t mem;
     segd_change_t ch;
     segd_change_init(&ch);
-    segd_err_t err = segd_change_unframe(msg, len, -1, &body, &blen);
-    if (!err)
+    /* the change topic carries ChangeEvents and MemberEvents: no registry
+     * here, so either Confluent id and the body's first byte decide */
+    segd_err_t err = segd_change_unframe_kind(msg, len, -1, -1, &body, &blen, &kind);
+    if (!err && kind == SEGD_FRAME_MEMBER) {
+        if (!(err = segd_member_decode(body, blen, &mem)))
+            err = segd_edge_apply_member(c->edge, &mem);
+    } else if (!err) {
         err = segd_change_decode(body, blen, &ch);
-    if (!err && ch.kind == SEGD_CHANGE_DELTA && ch.user_id_len == 0)
-        err = SEGD_ERR_CORRUPT;
-    if (!err)
-        err = segd_edge_apply(c->edge, &ch);
+        if (!err && ch.kind == SEGD_CHANGE_DELTA && ch.user_id_len == 0)
+            err = SEGD_ERR_CORRUPT;
+        if (!err)
+            err = segd_edge_apply(c->edge, &ch);
+    }
     if (!err)
         atomic_fetch_add(&c->changes, 1);
     segd_change_free(&ch);
@@ -162,6 +171,21 @@ SEGD_CACHE_API int segd_cache_lookup(segd_cache_t *c, const char *user, size_t l
         return SEGD_CACHE_EINVAL;
     segd_err_t err =
         segd_edge_find(c->edge, user, len, (segd_entry_t *)out, cap, n, known);
+    if (!err && f)
+        *n = keep_matching(out, *n, f);
+    return segd_cache_status_of(err);
+}
+
+SEGD_CACHE_API int segd_cache_lookup_linked(segd_cache_t *c, const char *user, size_t len,
+                                            const segd_cache_filter_t *f,
+                                            segd_cache_segment_t *out, size_t cap, size_t *n,
+                                            int *known, segd_cache_member_cb on_member,
+                                            void *ctx)
+{
+    if (!c || !user || !len || !n || (!out && cap))
+        return SEGD_CACHE_EINVAL;
+    segd_err_t err = segd_edge_lookup_linked(c->edge, user, len, (segd_entry_t *)out, cap, n,
+                                             known, on_member, ctx);
     if (!err && f)
         *n = keep_matching(out, *n, f);
     return segd_cache_status_of(err);

@@ -33,6 +33,7 @@ soname=$(readelf -d "$libdir/libsegd-cache.so" | sed -n 's/.*SONAME.*\[\(.*\)\]/
 exported=$(nm -D --defined-only "$libdir/libsegd-cache.so" | awk '$2 ~ /^[TDBR]$/ {print $3}')
 [ -n "$exported" ] || fail "nothing exported"
 if grep -v '^segd_cache_' <<<"$exported"; then fail "exports beyond the segd_cache_ API"; fi
+grep -qx segd_cache_lookup_linked <<<"$exported" || fail "libsegd-cache lacks segd_cache_lookup_linked"
 if readelf -d "$libdir/libsegd-cache.so" | grep NEEDED | grep -E 'rocksdb|rdkafka|curl'; then
   fail "libsegd-cache needs a writer-side library"
 fi

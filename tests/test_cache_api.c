@@ -7,6 +7,7 @@
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <string.h>
 
 #include <cmocka.h>
@@ -14,6 +15,7 @@
 #include "segd/cache.h"
 #include "wire/change.h"
 #include "wire/change_frame.h"
+#include "wire/member.h"
 
 #define NOW_S 1800000000LL
 
@@ -135,11 +137,113 @@ static void test_bad_input(void **state)
     segd_cache_destroy(NULL);
 }
 
+/* A framed MemberEvent: id's master is master. */
+static void member_msg(segd_buf_t *msg, segd_change_framing_t f, const char *id,
+                       const char *master, int64_t first_seen, int64_t epoch)
+{
+    segd_member_t m = {.id = id, .id_len = strlen(id), .master = master,
+                       .master_len = strlen(master), .master_first_seen_ms = first_seen,
+                       .epoch_ms = epoch, .bucket = 0, .buckets = 1, .committed_at_ms = 1};
+    msg->len = 0;
+    assert_int_equal(segd_frame(SEGD_FRAME_MEMBER, f, 8, msg), SEGD_OK);
+    assert_int_equal(segd_member_encode(&m, msg), SEGD_OK);
+}
+
+typedef struct names {
+    int n;
+    char v[8][16];
+} names_t;
+
+static int on_member(void *ctx, const char *m, size_t len)
+{
+    names_t *l = ctx;
+    snprintf(l->v[l->n++], sizeof(l->v[0]), "%.*s", (int)len, m);
+    return 0;
+}
+
+static void test_lookup_linked(void **state)
+{
+    (void)state;
+    assert_true(segd_cache_version() >= 10200);
+    segd_cache_t *c = NULL;
+    assert_int_equal(segd_cache_new(&c, NOW_S * 1000), SEGD_CACHE_OK);
+    segd_buf_t msg = {0};
+    /* ann: 10..50 at ts 1000+k; bob: 10..20 later, 20 a tombstone */
+    delta(&msg, SEGD_CHANGE_SINGLE_OBJECT, "ann", 5, 1000, -1);
+    assert_int_equal(segd_cache_apply_change(c, msg.data, msg.len), SEGD_CACHE_OK);
+    delta(&msg, SEGD_CHANGE_CONFLUENT, "bob", 2, 9000, 20);
+    assert_int_equal(segd_cache_apply_change(c, msg.data, msg.len), SEGD_CACHE_OK);
+    segd_cache_segment_t s[8];
+    size_t n = 0;
+    int known = -1;
+    names_t mem = {0};
+    /* no membership yet: bob alone */
+    assert_int_equal(segd_cache_lookup_linked(c, "bob", 3, NULL, s, 8, &n, &known, on_member,
+                                              &mem),
+                     SEGD_CACHE_OK);
+    assert_int_equal(n, 1);
+    assert_int_equal(mem.n, 1);
+    assert_string_equal(mem.v[0], "bob");
+    /* bob -> ann in both framings, a stale one for bob, ann -> ann */
+    member_msg(&msg, SEGD_CHANGE_SINGLE_OBJECT, "bob", "ann", 500, 0);
+    assert_int_equal(segd_cache_apply_change(c, msg.data, msg.len), SEGD_CACHE_OK);
+    member_msg(&msg, SEGD_CHANGE_CONFLUENT, "bob", "ann", 500, 0);
+    assert_int_equal(segd_cache_apply_change(c, msg.data, msg.len), SEGD_CACHE_OK);
+    member_msg(&msg, SEGD_CHANGE_CONFLUENT, "bob", "zed", 900, 0); /* loses: later first-seen */
+    assert_int_equal(segd_cache_apply_change(c, msg.data, msg.len), SEGD_CACHE_OK);
+    member_msg(&msg, SEGD_CHANGE_SINGLE_OBJECT, "ann", "ann", 500, 0);
+    assert_int_equal(segd_cache_apply_change(c, msg.data, msg.len), SEGD_CACHE_OK);
+    for (int who = 0; who < 2; who++) {
+        mem.n = 0;
+        n = 0;
+        assert_int_equal(segd_cache_lookup_linked(c, who ? "bob" : "ann", 3, NULL, s, 8, &n,
+                                                  &known, on_member, &mem),
+                         SEGD_CACHE_OK);
+        assert_int_equal(known, 1);
+        assert_int_equal(mem.n, 2);
+        assert_string_equal(mem.v[0], "ann");
+        assert_string_equal(mem.v[1], "bob");
+        /* 10 from bob (later), 20 removed by bob's later tombstone, 30..50 ann's */
+        assert_int_equal(n, 4);
+        assert_int_equal(s[0].id, 10);
+        assert_int_equal(s[0].ts_ms, 9001);
+        assert_int_equal(s[1].id, 30);
+        assert_int_equal(s[3].id, 50);
+    }
+    /* filters, a short array, an unknown id */
+    segd_cache_filter_t f = {.expiring_after = NOW_S + 3 * 3600};
+    assert_int_equal(segd_cache_lookup_linked(c, "bob", 3, &f, s, 8, &n, NULL, NULL, NULL),
+                     SEGD_CACHE_OK);
+    assert_int_equal(n, 2); /* 40, 50 */
+    assert_int_equal(segd_cache_lookup_linked(c, "bob", 3, NULL, s, 2, &n, NULL, NULL, NULL),
+                     SEGD_CACHE_ELIMIT);
+    assert_int_equal(n, 4);
+    assert_int_equal(segd_cache_lookup_linked(c, "nobody", 6, NULL, s, 8, &n, &known, NULL,
+                                              NULL),
+                     SEGD_CACHE_OK);
+    assert_int_equal(n, 0);
+    assert_int_equal(known, 0);
+    assert_int_equal(segd_cache_lookup_linked(c, NULL, 3, NULL, s, 8, &n, NULL, NULL, NULL),
+                     SEGD_CACHE_EINVAL);
+    /* a member event with an empty master does not decode */
+    msg.len = 0;
+    assert_int_equal(segd_frame(SEGD_FRAME_MEMBER, SEGD_CHANGE_SINGLE_OBJECT, 8, &msg), SEGD_OK);
+    const uint8_t bad[] = {0x01, 0x02, 'x', 0x00, 0, 0, 0, 0, 0};
+    assert_int_equal(segd_buf_append(&msg, bad, sizeof(bad)), SEGD_OK);
+    assert_int_equal(segd_cache_apply_change(c, msg.data, msg.len), SEGD_CACHE_ECORRUPT);
+    segd_cache_stats_t st;
+    segd_cache_stats(c, &st);
+    assert_int_equal(st.changes, 6);
+    segd_buf_free(&msg);
+    segd_cache_destroy(c);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_apply_lookup_filters),
         cmocka_unit_test(test_bad_input),
+        cmocka_unit_test(test_lookup_linked),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

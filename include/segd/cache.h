@@ -28,11 +28,11 @@ extern "C" {
 #endif
 
 #define SEGD_CACHE_VERSION_MAJOR 1
-#define SEGD_CACHE_VERSION_MINOR 1
+#define SEGD_CACHE_VERSION_MINOR 2
 #define SEGD_CACHE_VERSION_PATCH 0
 /* major * 10000 + minor * 100 + patch: compare with segd_cache_version() to
  * find a header built against another library than the one loaded. */
-#define SEGD_CACHE_VERSION 10100
+#define SEGD_CACHE_VERSION 10200
 
 #if defined(__GNUC__)
 #define SEGD_CACHE_API __attribute__((visibility("default")))
@@ -79,7 +79,7 @@ typedef struct segd_cache_filter {
 typedef struct segd_cache_stats {
     uint64_t users;   /* profiles held (live segments or not) */
     uint64_t entries; /* entries held, dead ones within the horizon included */
-    uint64_t bytes;   /* memory of the profiles */
+    uint64_t bytes;   /* memory of the profiles and of the identity table */
     uint64_t changes; /* change messages applied */
 } segd_cache_stats_t;
 
@@ -107,10 +107,12 @@ SEGD_CACHE_API int segd_cache_load_snapshot(segd_cache_t *c, const char *dir,
                                             unsigned threads, uint64_t *users);
 
 /* Applies one message value of segd's change topic (DESIGN §5: single-object
- * or Confluent framing before a ChangeEvent): a DELTA joins into its user,
- * a RETIRE retires segments. Order-free and idempotent. A message that is
- * not a change event is SEGD_CACHE_ECORRUPT and changes nothing. Beside
- * lookups and other applies (any thread). */
+ * or Confluent framing before a ChangeEvent or a MemberEvent): a DELTA
+ * joins into its user, a RETIRE retires segments, a MemberEvent (1.2) sets
+ * an id's identity master when it wins the id's register (DESIGN §10.5).
+ * Order-free and idempotent. A message that is neither is
+ * SEGD_CACHE_ECORRUPT and changes nothing. Beside lookups and other
+ * applies (any thread). */
 SEGD_CACHE_API int segd_cache_apply_change(segd_cache_t *c, const void *msg, size_t len);
 
 /* The user's live segments at the cache's clock that pass f (NULL = none),
@@ -125,6 +127,32 @@ SEGD_CACHE_API int segd_cache_lookup(segd_cache_t *c, const char *user, size_t l
 /* The number of the user's live segments with lo <= id <= hi. */
 SEGD_CACHE_API int segd_cache_count_range(segd_cache_t *c, const char *user, size_t len,
                                           int64_t lo, int64_t hi, uint64_t *count);
+
+/* Hears one member of a linked lookup's component; the bytes are borrowed
+ * for the call. Non-zero stops the lookup (SEGD_CACHE_EOTHER). */
+typedef int (*segd_cache_member_cb)(void *ctx, const char *member, size_t len);
+
+/* Since 1.2 (SEGD_CACHE_VERSION >= 10200): segd_cache_lookup over the
+ * user's identity component (DESIGN §10.5), as `segd get --linked` reads
+ * it from the store: the members are the component's master and every id
+ * whose master it is (from the change topic's MemberEvents and the
+ * snapshot units' members files; an id the cache knows no membership of is
+ * alone); the answer is the §3 join of their profiles, each member's erase
+ * (ERASE_USER) applied to its own segments only, then the live segments at
+ * the cache's clock that pass f, sorted by id, into out[0..cap).
+ * on_member (NULL = not wanted) hears the members first, the master first
+ * and then the others bytewise, before any segment is read. *known = 1 when
+ * the table holds a profile for at least one member. SEGD_CACHE_ELIMIT when
+ * the live segments (before filtering) exceed cap: *n says how many to
+ * allow for. Any thread, beside loads and applies: each member's profile
+ * is read whole, one after the other, so a change applied meanwhile may be
+ * seen for one member and not yet for another (never an older state than a
+ * lookup that returned before this one began). */
+SEGD_CACHE_API int segd_cache_lookup_linked(segd_cache_t *c, const char *user, size_t len,
+                                            const segd_cache_filter_t *f,
+                                            segd_cache_segment_t *out, size_t cap, size_t *n,
+                                            int *known, segd_cache_member_cb on_member,
+                                            void *ctx);
 
 SEGD_CACHE_API void segd_cache_stats(segd_cache_t *c, segd_cache_stats_t *st);
 
