@@ -187,4 +187,41 @@ assert snap_only != want, "the snapshot already held the final graph: the tail p
 print("identity_cache: %d MemberEvents, %d ids: change topic and snapshot + tail equal the store"
       % (len(events), len(want)))
 PY
+# a cache from the snapshot and the change stream after it
+port=$(/usr/bin/python3 -c "import socket;s=socket.socket();s.bind(('127.0.0.1',0));print(s.getsockname()[1])")
+"$segd" cache --snapshot "$tmp/snap" --brokers "$brokers" --changes segments.changes \
+  --listen 127.0.0.1:$port --now "$now" 2> "$tmp/cache.log" &
+pids+=($!)
+/usr/bin/python3 - "$tmp" "$port" <<'PY' || fail "cache linked reads != store"
+import http.client, json, sys, time
+tmp, port = sys.argv[1:3]
+want = [json.loads(l) for l in open(f"{tmp}/linked.jsonl")]
+deadline = time.time() + 60
+while True:
+    try:
+        c = http.client.HTTPConnection("127.0.0.1", int(port), timeout=5)
+        c.request("GET", "/readyz")
+        r = c.getresponse()
+        r.read()
+        ready = r.status == 200
+    except OSError:
+        ready = False
+    bad = []
+    for w in want if ready else []:
+        c.request("GET", "/v1/users/%s?linked=true" % w["user_id"])
+        r = c.getresponse()
+        got = json.loads(r.read())
+        if (r.status != 200 or got["master"] != w["master"] or got["members"] != w["members"]
+                or got["segments"] != w["segments"]):
+            bad.append((w["user_id"], got.get("master"), w["master"]))
+    if ready and not bad or time.time() > deadline:
+        break
+    time.sleep(0.3)
+assert ready, "cache never ready"
+assert not bad, bad[:5]
+linked = sum(len(w["members"]) > 1 for w in want)
+assert linked, "no linked id"
+print("identity_cache: cache linked reads of %d ids (%d in components) equal the store"
+      % (len(want), linked))
+PY
 echo "identity_cache: ok"
