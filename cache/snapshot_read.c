@@ -15,7 +15,6 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "base/varint.h"
 #include "core/partition.h"
 #include "wire/snap_native.h"
 #include "wire/avro_file.h"
@@ -180,38 +179,18 @@ static segd_err_t load_file(segd_dest_t *d, const segd_snapshot_file_t *f, loade
     return SEGD_OK;
 }
 
-/* The end of the MemberEvent starting at p (blocks hold records back to
- * back; segd_member_decode wants exactly one): tag, id, master, then five
- * longs (member_event.avsc). NULL when it runs past end. */
-static const uint8_t *member_end(const uint8_t *p, const uint8_t *end)
-{
-    int64_t v;
-    for (int field = 0; field < 8; field++) {
-        if (segd_zz_get(&p, end, &v))
-            return NULL;
-        if (field == 1 || field == 2) { /* a string: its bytes follow */
-            if (v < 0 || v > end - p)
-                return NULL;
-            p += v;
-        }
-    }
-    return p;
-}
-
 static int members_block(void *ctx, const uint8_t *block, size_t len, int64_t count)
 {
     loader_t *l = ctx;
     const uint8_t *pos = block, *end = block + len;
     for (int64_t i = 0; i < count; i++) {
-        const uint8_t *next = member_end(pos, end);
         segd_member_t m;
-        if (!next || segd_member_decode(pos, (size_t)(next - pos), &m) != SEGD_OK)
+        if (segd_member_decode_next(&pos, end, &m) != SEGD_OK)
             return -1;
         if (segd_partition_of(l->partitioner, m.id, m.id_len, l->partitions) != l->partition) {
             l->wrong_partition = 1;
             return -1;
         }
-        pos = next;
         l->members++;
         if (l->mcb && l->mcb(l->mctx, l->partition, &m)) {
             l->stopped = 1;

@@ -750,7 +750,8 @@ static void test_snapshot_members(void **state)
     segd_edge_opts_t o;
     segd_edge_opts_default(&o);
     o.now_ms = NOW_MS;
-    /* as exported: no members file, no identities */
+    /* as the exporter writes it (publisher/snapshot.c: a members file per
+     * unit from the same view): the store's linked answers */
     segd_edge_t *e = NULL;
     assert_int_equal(segd_edge_new(&e, &o), SEGD_OK);
     assert_int_equal(segd_edge_load_snapshot(e, topic_dir, NULL, &fold, err, sizeof(err)),
@@ -758,10 +759,10 @@ static void test_snapshot_members(void **state)
     segd_manifest_free(&fold);
     segd_edge_stats_t st;
     segd_edge_get_stats(e, &st);
-    assert_int_equal(st.ids, 0);
-    expect_store(s, e, 1);
+    assert_true(st.ids > 0);
+    expect_store(s, e, 0);
     segd_edge_destroy(e);
-    /* with members files: the store's linked answers */
+    /* with members files written here, record by record: the same */
     add_members_files(s, topic_dir, 0);
     assert_int_equal(segd_edge_new(&e, &o), SEGD_OK);
     assert_int_equal(segd_edge_load_snapshot(e, topic_dir, NULL, &fold, err, sizeof(err)),

@@ -98,9 +98,9 @@ static const char *get_id(reader_t *r, size_t *len)
     return s;
 }
 
-segd_err_t segd_member_decode(const uint8_t *data, size_t len, segd_member_t *m)
+segd_err_t segd_member_decode_next(const uint8_t **pos, const uint8_t *end, segd_member_t *m)
 {
-    reader_t r = {data, data + len, 0};
+    reader_t r = {*pos, end, 0};
     memset(m, 0, sizeof(*m));
     if (get_long(&r) != SEGD_MEMBER_TAG || r.bad)
         return SEGD_ERR_DECODE;
@@ -111,5 +111,15 @@ segd_err_t segd_member_decode(const uint8_t *data, size_t len, segd_member_t *m)
     m->bucket = get_int(&r);
     m->buckets = get_int(&r);
     m->committed_at_ms = get_long(&r);
-    return r.bad || r.p != r.end ? SEGD_ERR_DECODE : SEGD_OK;
+    if (r.bad)
+        return SEGD_ERR_DECODE;
+    *pos = r.p;
+    return SEGD_OK;
+}
+
+segd_err_t segd_member_decode(const uint8_t *data, size_t len, segd_member_t *m)
+{
+    const uint8_t *pos = data;
+    segd_err_t err = segd_member_decode_next(&pos, data + len, m);
+    return err || pos != data + len ? SEGD_ERR_DECODE : SEGD_OK;
 }

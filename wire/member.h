@@ -47,6 +47,9 @@ segd_err_t segd_member_encode(const segd_member_t *m, segd_buf_t *out);
  * SEGD_MEMBER_TAG, id and master non-empty strict UTF-8 of at most 256
  * bytes. SEGD_ERR_DECODE otherwise. */
 segd_err_t segd_member_decode(const uint8_t *data, size_t len, segd_member_t *m);
+/* Decodes the body starting at *pos (records back to back, as in a
+ * container file's block) and moves *pos past it; the same rules. */
+segd_err_t segd_member_decode_next(const uint8_t **pos, const uint8_t *end, segd_member_t *m);
 /* Whether an unframed body is a MemberEvent's (its first byte is the tag),
  * not a ChangeEvent's. */
 int segd_member_is_body(const uint8_t *data, size_t len);
