@@ -5,7 +5,10 @@
  *   stats --db DIR [--topic T]: links the super-node guard refused
  *     (count/identity_supernode) and the sum of the links topic's stored offsets
  *   produce --brokers B [--topic T] [--framing F] FILE|-: JSON-lines link
- *     events to the links topic as Avro, keyed by the smaller id */
+ *     events to the links topic as Avro, keyed by the smaller id
+ *   backfill --db DIR [--no-changes] FILE...: JSON-lines link events applied
+ *     straight into the store (as segd run applies the links topic) */
+#include <errno.h>
 #include <getopt.h>
 #include <librdkafka/rdkafka.h>
 #include <stdio.h>
@@ -23,6 +26,7 @@ typedef struct id_args {
     const char *db, *brokers, *topic;
     double min_weight;
     int64_t max_component;
+    int no_changes;
     segd_framing_t framing;
 } id_args_t;
 
@@ -35,12 +39,19 @@ static void usage(FILE *f)
             "       segd identity stats --db DIR [--topic T]\n"
             "       segd identity produce --brokers HOST:PORT [--topic T]\n"
             "                             [--framing raw|single-object] FILE|-\n"
+            "       segd identity backfill --db DIR [--min-weight W] [--max-component N]\n"
+            "                              [--no-changes] FILE...\n"
             "  rebuild: connected components over the linked edges of weight >= W\n"
             "    (default 0.5, identity.min.weight), master = the oldest first-seen;\n"
             "    where UNLINKs split components. Offline: stop segd run first.\n"
             "  check: exit 0 and \"connected master=M\", or exit 1 \"not connected\"\n"
             "  produce: JSON lines {\"id_a\",\"id_b\",\"op\",\"ts_ms\",\"weight\"?,\"source\"?}\n"
-            "    to the links topic (default segments.links)\n");
+            "    to the links topic (default segments.links)\n"
+            "  backfill: the same JSON lines applied to the store in file order, as\n"
+            "    segd run applies the links topic (guard included); membership changes\n"
+            "    go to the outbox for the next segd run to publish (--no-changes: not).\n"
+            "    Lines refused (malformed, invalid, supernode) are named on stderr as\n"
+            "    FILE:LINE and exit 3. Offline: stop segd run first.\n");
 }
 
 static int parse(int argc, char **argv, id_args_t *a)
@@ -51,6 +62,7 @@ static int parse(int argc, char **argv, id_args_t *a)
                                          {"framing", required_argument, 0, 'f'},
                                          {"min-weight", required_argument, 0, 'w'},
                                          {"max-component", required_argument, 0, 'm'},
+                                         {"no-changes", no_argument, 0, 'n'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     int c;
@@ -79,6 +91,7 @@ static int parse(int argc, char **argv, id_args_t *a)
                              &a->max_component))
                 return -1;
             break;
+        case 'n': a->no_changes = 1; break;
         case 'h': usage(stdout); return 1;
         default: usage(stderr); return -1;
         }
@@ -304,6 +317,146 @@ static int cmd_produce(const id_args_t *a, const char *path)
     return rc < 0 || left ? SEGD_EXIT_FAIL : bad ? SEGD_EXIT_PARTIAL : SEGD_EXIT_OK;
 }
 
+/* ---------- backfill ---------- */
+
+#define BACKFILL_BATCH 1000
+
+typedef struct link_backfill {
+    const id_args_t *a;
+    segd_store_t *s;
+    segd_ident_t *ident;
+    segd_batch_t *b;
+    segd_link_codec_t *codec;
+    segd_outbox_builder_t members;
+    segd_buf_t value;
+    size_t in_batch;
+    uint64_t applied, refused;
+} link_backfill_t;
+
+static int backfill_change(void *ctx, const segd_ident_change_t *c)
+{
+    link_backfill_t *lb = ctx;
+    return lb->a->no_changes ? 0
+                             : segd_outbox_add_member(&lb->members, c->id, c->id_len, c->master,
+                                                      c->master_len, c->master_first_seen_ms,
+                                                      c->epoch_ms) != SEGD_OK;
+}
+
+/* The batch with its outbox entry of membership changes (DESIGN §10.6). */
+static segd_err_t backfill_flush(link_backfill_t *lb, char *err, size_t n)
+{
+    if (!lb->in_batch)
+        return SEGD_OK;
+    segd_err_t e = SEGD_OK;
+    if (lb->members.n_items) {
+        e = segd_outbox_finish_members(&lb->members, segd_wall_ms(), &lb->value);
+        if (e)
+            return segd_errf(e, err, n, "out of memory");
+        segd_batch_outbox_append(lb->b, lb->value.data, lb->value.len);
+    }
+    e = segd_store_write(lb->s, lb->b, err, n);
+    if (e)
+        return e;
+    segd_batch_clear(lb->b);
+    segd_ident_reset(lb->ident);
+    segd_outbox_builder_reset(&lb->members);
+    lb->in_batch = 0;
+    return SEGD_OK;
+}
+
+/* One line: 0 applied, 1 refused (named on stderr), <0 a failure (err). */
+static int backfill_line(link_backfill_t *lb, const char *path, long no, const char *line,
+                         size_t len, char *err, size_t n)
+{
+    segd_wire_link_t w;
+    char why[512];
+    segd_ident_result_t res = SEGD_IDENT_APPLIED;
+    if (segd_link_json_parse(lb->codec, line, len, &w, why, sizeof(why)) == SEGD_OK) {
+        segd_link_event_t ev = {w.id_a, w.id_a_len, w.id_b, w.id_b_len,
+                                w.op == SEGD_WIRE_LINK ? SEGD_LINK : SEGD_UNLINK, w.ts_ms,
+                                w.weight};
+        if (segd_link_event_check(&ev, why, sizeof(why)) == SEGD_OK) {
+            segd_err_t e = segd_ident_apply(lb->ident, lb->b, &ev, backfill_change, lb, &res,
+                                            err, n);
+            if (e)
+                return -1;
+            lb->in_batch++;
+            if (res == SEGD_IDENT_APPLIED) {
+                lb->applied++;
+                return lb->in_batch >= BACKFILL_BATCH && backfill_flush(lb, err, n) ? -1 : 0;
+            }
+            snprintf(why, sizeof(why), "supernode: %s",
+                     res == SEGD_IDENT_SUPERNODE_LINKS ? "an id already has identity.max.links edges"
+                                                       : "the component would exceed "
+                                                         "identity.max.component");
+        }
+    }
+    fprintf(stderr, "%s:%ld: %s\n", path, no, why);
+    lb->refused++;
+    return 1;
+}
+
+static int backfill_file(link_backfill_t *lb, const char *path, char *err, size_t n)
+{
+    FILE *f = fopen(path, "r");
+    if (!f) {
+        snprintf(err, n, "%s: %s", path, strerror(errno));
+        return -1;
+    }
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    long no = 0;
+    int rc = 0;
+    while (rc >= 0 && (len = getline(&line, &cap, f)) > 0) {
+        no++;
+        while (len && (line[len - 1] == '\n' || line[len - 1] == '\r'))
+            len--;
+        if (len)
+            rc = backfill_line(lb, path, no, line, (size_t)len, err, n);
+    }
+    free(line);
+    fclose(f);
+    return rc < 0 ? -1 : 0;
+}
+
+static int cmd_backfill(const id_args_t *a, char **files, int nfiles)
+{
+    segd_store_t *s = segd_app_open_store("identity", a->db, 0, 0);
+    if (!s)
+        return SEGD_EXIT_FAIL;
+    segd_ident_opts_t o;
+    segd_ident_opts_default(&o);
+    o.min_weight = a->min_weight;
+    if (a->max_component)
+        o.max_component = (uint32_t)a->max_component;
+    link_backfill_t lb = {.a = a, .s = s};
+    segd_outbox_builder_init(&lb.members);
+    char err[512] = "";
+    int rc = segd_ident_new(s, &o, &lb.ident, err, sizeof(err)) ||
+                     segd_batch_new(s, &lb.b) ||
+                     segd_link_codec_new(&lb.codec, NULL, err, sizeof(err))
+                 ? -1
+                 : 0;
+    for (int i = 0; !rc && i < nfiles; i++)
+        rc = backfill_file(&lb, files[i], err, sizeof(err));
+    if (!rc && backfill_flush(&lb, err, sizeof(err)))
+        rc = -1;
+    segd_link_codec_destroy(lb.codec);
+    segd_batch_destroy(lb.b);
+    segd_ident_destroy(lb.ident);
+    segd_outbox_builder_free(&lb.members);
+    segd_buf_free(&lb.value);
+    segd_store_close(s);
+    if (rc) { /* the batch in hand is not written: applying the files again is harmless */
+        fprintf(stderr, "segd identity backfill: %s\n", err[0] ? err : "out of memory");
+        return SEGD_EXIT_FAIL;
+    }
+    printf("applied %llu link events, refused %llu\n", (unsigned long long)lb.applied,
+           (unsigned long long)lb.refused);
+    return lb.refused ? SEGD_EXIT_PARTIAL : SEGD_EXIT_OK;
+}
+
 int segd_cmd_identity(int argc, char **argv)
 {
     id_args_t a = {.topic = "segments.links", .min_weight = SEGD_IDENT_MIN_WEIGHT,
@@ -332,6 +485,8 @@ int segd_cmd_identity(int argc, char **argv)
         return cmd_stats(&a);
     if (!strcmp(sub, "members") && nargs == 1)
         return cmd_members(&a, args[0]);
+    if (!strcmp(sub, "backfill") && nargs >= 1)
+        return cmd_backfill(&a, args, nargs);
     usage(stderr);
     return SEGD_EXIT_USAGE;
 }

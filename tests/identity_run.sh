@@ -6,7 +6,9 @@
 # `segd identity check` agrees for random pairs, a super-node attempt is
 # refused (DLQ reason supernode, counted), a bad link is dead-lettered, and
 # `segd identity rebuild` after the UNLINKs equals the model's offline
-# components over the final edges.
+# components over the final edges. The same events through `segd backfill`
+# and `segd identity backfill` (no Kafka) give a store that passes the same
+# checks.
 # usage: identity_run.sh SEGD_BIN SOURCE_DIR
 set -euo pipefail
 segd=$1
@@ -107,9 +109,10 @@ kcat -C -b "$brokers" -t segments.events.dlq -e -q -f '%h %k\n' > "$tmp/dlq.out"
 grep -q "segd.error=supernode.* i00$" "$tmp/dlq.out" || fail "no supernode letter: $(cat "$tmp/dlq.out")"
 grep -q "segd.error=id_a equals id_b.* i05$" "$tmp/dlq.out" || fail "no invalid letter: $(cat "$tmp/dlq.out")"
 
-python3 - "$segd" "$tmp" <<'PY'
+model_check() { # $1: the store to hold against the model
+python3 - "$segd" "$tmp" "$1" <<'PY'
 import json, random, subprocess, sys
-segd, tmp = sys.argv[1:]
+segd, tmp, db = sys.argv[1:]
 m = json.load(open(f"{tmp}/model_in.json"))
 ids, events = m["ids"], m["events"]
 
@@ -161,7 +164,7 @@ def expect_linked(root, x):
     return master, ms, segs
 
 def check_all(root, what):
-    out = subprocess.run([segd, "get", "--db", f"{tmp}/db", "--json", "--linked"] + ids,
+    out = subprocess.run([segd, "get", "--db", db, "--json", "--linked"] + ids,
                          capture_output=True, text=True, check=True).stdout.splitlines()
     assert len(out) == len(ids), out
     for x, line in zip(ids, out):
@@ -175,7 +178,7 @@ def check_all(root, what):
     rnd = random.Random(7)
     for _ in range(12):
         a, b = rnd.sample(ids, 2)
-        r = subprocess.run([segd, "identity", "check", "--db", f"{tmp}/db", a, b],
+        r = subprocess.run([segd, "identity", "check", "--db", db, a, b],
                            capture_output=True, text=True)
         want = a in fs and b in fs and root(a) == root(b)
         assert r.returncode == (0 if want else 1), (what, a, b, r.returncode, r.stdout)
@@ -186,8 +189,24 @@ def check_all(root, what):
     print(what, "ok:", len(set(map(root, fs))), "components")
 
 check_all(online, "online")
-r = subprocess.run([segd, "identity", "rebuild", "--db", f"{tmp}/db"], capture_output=True,
+r = subprocess.run([segd, "identity", "rebuild", "--db", db], capture_output=True,
                    text=True, check=True)
 check_all(offline, "rebuild")
 PY
+}
+model_check "$tmp/db" || fail "segd run's store != model"
+
+# the same events without Kafka: segments, then links in the order the run
+# consumed them (phase 1, phase 2); the guard refuses the same link
+"$segd" backfill --db "$tmp/db2" "$tmp/segs.jsonl" > "$tmp/backfill2.log" 2>&1 || fail "backfill 2"
+rc=0
+"$segd" identity backfill --db "$tmp/db2" --max-component 6 "$tmp/links1.jsonl" \
+  "$tmp/links2.jsonl" > "$tmp/ibackfill.out" 2> "$tmp/ibackfill.log" || rc=$?
+[ $rc = 3 ] || fail "identity backfill exit $rc (want 3: two lines refused)"
+grep -qx "applied $n1 link events, refused 2" "$tmp/ibackfill.out" ||
+  fail "identity backfill: $(cat "$tmp/ibackfill.out")"
+grep -q "links2.jsonl:1: supernode: " "$tmp/ibackfill.log" || fail "no supernode line: $(cat "$tmp/ibackfill.log")"
+grep -q "links2.jsonl:2: " "$tmp/ibackfill.log" || fail "no invalid line: $(cat "$tmp/ibackfill.log")"
+"$segd" identity stats --db "$tmp/db2" | grep -qx "supernode_refused 1" || fail "backfill counter"
+model_check "$tmp/db2" || fail "identity backfill's store != model"
 echo "identity_run: ok"
