@@ -4,9 +4,10 @@
  * segments (ids spread, expiries over 30 days, a tenth already expired:
  * segd holds them, Redis only the live ones), then
  * `ZRANGEBYSCORE user:<random> NOW +inf WITHSCORES` with 1 connection and
- * with C. Per server: reads/s, p50/p99, and the server's CPU seconds over
- * the run, so reads per CPU-second compare a multi-threaded server with a
- * single-threaded one. */
+ * with C (segd's reply cache: --reply-cache-mb a worker). Per server:
+ * reads/s, p50/p99, and the server's CPU seconds over the run, so reads
+ * per CPU-second compare a multi-threaded server with a single-threaded
+ * one. */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -30,9 +31,10 @@
 #include "bench/fixture.h"
 #include "cache/edge.h"
 #include "cache/resp.h"
+#include "cache/resp_cmd.h"
 
 typedef struct resp_args {
-    int64_t users, segments, requests, clients, threads, client_threads;
+    int64_t users, segments, requests, clients, threads, client_threads, reply_cache_mb;
 } resp_args_t;
 
 typedef struct run_result {
@@ -199,9 +201,11 @@ static int parse(int argc, char **argv, resp_args_t *a)
                                          {"clients", required_argument, 0, 'c'},
                                          {"threads", required_argument, 0, 't'},
                                          {"client-threads", required_argument, 0, 'k'},
+                                         {"reply-cache-mb", required_argument, 0, 'm'},
                                          {0, 0, 0, 0}};
     *a = (resp_args_t){.users = 2000, .segments = 1000, .requests = 20000, .clients = 50,
-                       .threads = 2, .client_threads = 1};
+                       .threads = 2, .client_threads = 1,
+                       .reply_cache_mb = SEGD_RESP_REPLY_CACHE_DEFAULT_MB};
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -213,6 +217,8 @@ static int parse(int argc, char **argv, resp_args_t *a)
         if (c == 't') bad = segd_arg_int("bench", "--threads", optarg, 1, 256, &a->threads);
         if (c == 'k')
             bad = segd_arg_int("bench", "--client-threads", optarg, 1, 64, &a->client_threads);
+        if (c == 'm')
+            bad = segd_arg_int("bench", "--reply-cache-mb", optarg, 0, 1 << 20, &a->reply_cache_mb);
         if (bad)
             return -1;
     }
@@ -224,7 +230,8 @@ int segd_bench_resp(int argc, char **argv)
     resp_args_t a;
     if (parse(argc, argv, &a)) {
         fprintf(stderr, "usage: segd bench resp [--users U] [--segments S] [--requests N]"
-                        " [--clients C] [--threads T] [--client-threads K]\n");
+                        " [--clients C] [--threads T] [--client-threads K]"
+                        " [--reply-cache-mb M]\n");
         return SEGD_EXIT_USAGE;
     }
     int64_t now_s = segd_wall_ms() / 1000;
@@ -238,7 +245,8 @@ int segd_bench_resp(int argc, char **argv)
         fprintf(stderr, "segd bench resp: cannot build the cache or start redis-server\n");
         goto out;
     }
-    if (segd_resp_start(&srv, "127.0.0.1:0", (int)a.threads, edge, NULL, err, sizeof(err))) {
+    if (segd_resp_start_cached(&srv, "127.0.0.1:0", (int)a.threads,
+                               (size_t)a.reply_cache_mb << 20, edge, NULL, err, sizeof(err))) {
         fprintf(stderr, "segd bench resp: %s\n", err);
         goto out;
     }
@@ -255,8 +263,9 @@ int segd_bench_resp(int argc, char **argv)
         goto out;
     }
     printf("## segd bench resp: %" PRId64 " users x %" PRId64 " segments (%.0f%% live), "
-           "%" PRId64 " requests a run, reply %zu bytes\n\n",
-           a.users, a.segments, 90.0, a.requests, ra.len);
+           "%" PRId64 " requests a run, reply %zu bytes, segd reply cache %" PRId64
+           " MiB a worker\n\n",
+           a.users, a.segments, 90.0, a.requests, ra.len, a.reply_cache_mb);
     printf("`ZRANGEBYSCORE user:<random> NOW +inf WITHSCORES` by redis-benchmark (%" PRId64
            " client thread(s)); CPU = the server's CPU seconds over the run\n\n",
            a.client_threads);

@@ -26,6 +26,7 @@ typedef struct tuple {
  * user[ulen] (in that order, so every array stays aligned). */
 typedef struct rec {
     uint64_t hash;
+    uint64_t version; /* segd_edge_stamp_t.profile: new for every record built */
     int64_t erased_before_ms;
     uint32_t n, ntup, ulen, pad;
 } rec_t;
@@ -42,6 +43,7 @@ typedef struct shard {
 } shard_t;
 
 typedef struct retired {
+    uint64_t version;         /* segd_edge_stamp_t.retirements */
     size_t n;
     segd_retirement_t *pairs; /* sorted by segment id */
     struct retired *older;    /* kept alive until destroy */
@@ -66,6 +68,13 @@ struct segd_edge {
     _Atomic uint64_t puts, deltas, controls;
     segd_members_t *members; /* the identity table (cache/members.h) */
 };
+
+/* Versions for segd_edge_stamp_t, from one counter for the whole process:
+ * a record or retirement set built later, in this edge or in one that
+ * replaced it (a reload), never repeats one a reader may have kept. */
+static _Atomic uint64_t versions;
+
+static uint64_t next_version(void) { return atomic_fetch_add(&versions, 1) + 1; }
 
 static tuple_t *rec_tuples(const rec_t *r) { return (tuple_t *)(r + 1); }
 static int64_t *rec_ids(const rec_t *r) { return (int64_t *)(rec_tuples(r) + r->ntup); }
@@ -215,6 +224,7 @@ segd_err_t segd_edge_retire(segd_edge_t *e, int64_t segment_id, int64_t before_m
     }
     for (; i < n; i++)
         pairs[w++] = cur->pairs[i];
+    next->version = next_version();
     next->n = w;
     next->pairs = pairs;
     next->older = cur;
@@ -382,6 +392,7 @@ static rec_t *rec_build(const char *user, size_t ulen, uint64_t hash, const segd
     if (!r)
         return NULL;
     r->hash = hash;
+    r->version = next_version(); /* under the shard's write lock */
     r->erased_before_ms = p->erased_before_ms;
     r->n = (uint32_t)p->n;
     r->ntup = (uint32_t)ntup;
@@ -610,12 +621,16 @@ segd_err_t segd_edge_lookup(segd_edge_t *e, const char *user, size_t len, segd_e
     return segd_edge_find(e, user, len, out, cap, n, NULL);
 }
 
-segd_err_t segd_edge_find(segd_edge_t *e, const char *user, size_t len, segd_entry_t *out,
-                          size_t cap, size_t *n, int *known)
+/* The clock's second that judges liveness: an entry is live while
+ * expiry_s > now_s (segd_edge_stamp_t relies on this being the only use). */
+static int64_t now_s_of(const segd_edge_t *e) { return segd_edge_now_ms(e) / 1000; }
+
+static segd_err_t find_stamped(segd_edge_t *e, const char *user, size_t len, segd_entry_t *out,
+                               size_t cap, size_t *n, int *known, segd_edge_stamp_t *st)
 {
     uint64_t h = hash_user(user, len);
     shard_t *s = shard_of(e, h);
-    int64_t now_ms = segd_edge_now_ms(e), now_s = now_ms / 1000;
+    int64_t now_s = now_s_of(e);
     retired_t *ret = atomic_load(&e->retired);
     segd_err_t err = SEGD_OK;
     *n = 0;
@@ -623,6 +638,8 @@ segd_err_t segd_edge_find(segd_edge_t *e, const char *user, size_t len, segd_ent
     const rec_t *r = s->cap ? s->slots[find_slot(s, h, user, len)] : NULL;
     if (known)
         *known = r != NULL;
+    if (st) /* read with the entries, under the same lock */
+        *st = (segd_edge_stamp_t){r ? r->version : 0, ret ? ret->version : 0, now_s};
     if (!r)
         goto out;
     /* liveness is a property of the tuple, except for retirements */
@@ -654,6 +671,31 @@ segd_err_t segd_edge_find(segd_edge_t *e, const char *user, size_t len, segd_ent
 out:
     pthread_rwlock_unlock(&s->lock);
     return err;
+}
+
+segd_err_t segd_edge_find(segd_edge_t *e, const char *user, size_t len, segd_entry_t *out,
+                          size_t cap, size_t *n, int *known)
+{
+    return find_stamped(e, user, len, out, cap, n, known, NULL);
+}
+
+segd_err_t segd_edge_lookup_stamped(segd_edge_t *e, const char *user, size_t len,
+                                    segd_entry_t *out, size_t cap, size_t *n,
+                                    segd_edge_stamp_t *st)
+{
+    return find_stamped(e, user, len, out, cap, n, NULL, st);
+}
+
+void segd_edge_stamp(segd_edge_t *e, const char *user, size_t len, segd_edge_stamp_t *st)
+{
+    uint64_t h = hash_user(user, len);
+    shard_t *s = shard_of(e, h);
+    int64_t now_s = now_s_of(e);
+    retired_t *ret = atomic_load(&e->retired);
+    pthread_rwlock_rdlock(&s->lock);
+    const rec_t *r = s->cap ? s->slots[find_slot(s, h, user, len)] : NULL;
+    *st = (segd_edge_stamp_t){r ? r->version : 0, ret ? ret->version : 0, now_s};
+    pthread_rwlock_unlock(&s->lock);
 }
 
 segd_err_t segd_edge_get_profile(segd_edge_t *e, const char *user, size_t len,

@@ -112,6 +112,30 @@ segd_err_t segd_edge_lookup(segd_edge_t *e, const char *user, size_t len, segd_e
  * live entries or not): "never seen" against "nothing live". */
 segd_err_t segd_edge_find(segd_edge_t *e, const char *user, size_t len, segd_entry_t *out,
                           size_t cap, size_t *n, int *known);
+/* What a user's live entries at the cache's clock are a function of, for
+ * readers that keep something computed from them (the RESP front's reply
+ * cache, cache/resp_reply_cache.h): the same user with an equal profile
+ * and retirements versions, at a clock second c with now_s <= c < e (e the
+ * smallest expiry among the entries that were live at now_s), has the same
+ * live entries. Versions come from one counter per process, so they never
+ * repeat, also across edges (a reload into a new edge).
+ *   profile: the user's stored record; every change to it (a put or delta
+ *            joined, the user dropped) gives another; 0 = no record.
+ *   retirements: the retirement markers; every raise gives another.
+ *   now_s: the clock's second liveness was judged at (expiry_s > now_s). */
+typedef struct segd_edge_stamp {
+    uint64_t profile, retirements;
+    int64_t now_s;
+} segd_edge_stamp_t;
+
+/* segd_edge_lookup, and the stamp of the entries returned (read with them,
+ * under the same lock). */
+segd_err_t segd_edge_lookup_stamped(segd_edge_t *e, const char *user, size_t len,
+                                    segd_entry_t *out, size_t cap, size_t *n,
+                                    segd_edge_stamp_t *st);
+/* The stamp a lookup of user would return now, without the entries. */
+void segd_edge_stamp(segd_edge_t *e, const char *user, size_t len, segd_edge_stamp_t *st);
+
 /* The stored profile, dead entries and erase marker included (tests, tools).
  * SEGD_ERR_NOTFOUND for an unknown user. */
 segd_err_t segd_edge_get_profile(segd_edge_t *e, const char *user, size_t len,

@@ -365,6 +365,15 @@ segd_err_t segd_resp_start(segd_resp_t **out, const char *listen, int threads,
                            segd_edge_t *edge, segd_metrics_t *metrics, char *errstr,
                            size_t errstr_size)
 {
+    return segd_resp_start_cached(out, listen, threads,
+                                  (size_t)SEGD_RESP_REPLY_CACHE_DEFAULT_MB << 20, edge, metrics,
+                                  errstr, errstr_size);
+}
+
+segd_err_t segd_resp_start_cached(segd_resp_t **out, const char *listen, int threads,
+                                  size_t reply_cache_bytes, segd_edge_t *edge,
+                                  segd_metrics_t *metrics, char *errstr, size_t errstr_size)
+{
     struct sockaddr_storage sa;
     socklen_t salen;
     segd_err_t err = segd_listen_parse("--resp", listen, &sa, &salen, errstr, errstr_size);
@@ -379,6 +388,7 @@ segd_err_t segd_resp_start(segd_resp_t **out, const char *listen, int threads,
         return SEGD_ERR_NOMEM;
     }
     r->shared.edge = edge;
+    r->shared.reply_cache_bytes = reply_cache_bytes;
     r->shared.started_ms = segd_wall_ms();
     r->shared.port = segd_listen_port(&sa);
     r->metrics = metrics;

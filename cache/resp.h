@@ -28,6 +28,12 @@ typedef struct segd_resp segd_resp_t;
 segd_err_t segd_resp_start(segd_resp_t **out, const char *listen, int threads,
                            segd_edge_t *edge, segd_metrics_t *metrics, char *errstr,
                            size_t errstr_size);
+/* segd_resp_start with each worker's reply cache (cache/
+ * resp_reply_cache.h) of reply_cache_bytes; 0 keeps no replies. The one
+ * above uses SEGD_RESP_REPLY_CACHE_DEFAULT_MB (cache/resp_cmd.h). */
+segd_err_t segd_resp_start_cached(segd_resp_t **out, const char *listen, int threads,
+                                  size_t reply_cache_bytes, segd_edge_t *edge,
+                                  segd_metrics_t *metrics, char *errstr, size_t errstr_size);
 void segd_resp_set_ready(segd_resp_t *r, int ready);
 /* The port bound (what port 0 turned into). */
 int segd_resp_port(const segd_resp_t *r);

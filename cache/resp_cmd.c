@@ -229,15 +229,21 @@ static int lookup(segd_resp_worker_t *w, const segd_resp_cmd_t *cmd, size_t i, s
 }
 
 /* w->sort.order[0..*n): the entries with a score in r (all with r NULL),
- * in Redis's order. */
+ * in Redis's order. The answer is a function of these entries alone, so
+ * it holds until the first of them expires: w->until_s (INT64_MAX if
+ * none; entries outside r leaving the live set change nothing). */
 static int collect_sorted(segd_resp_worker_t *w, size_t nents, const range_t *r, size_t *n)
 {
     if (segd_resp_order_reserve(&w->sort, nents))
         return RC_NOMEM;
     size_t k = 0;
+    int64_t until = INT64_MAX;
     for (size_t i = 0; i < nents; i++)
-        if (!r || in_range(r, (double)w->ents[i].expiry_s))
+        if (!r || in_range(r, (double)w->ents[i].expiry_s)) {
             w->sort.order[k++] = (uint32_t)i;
+            until = w->ents[i].expiry_s < until ? w->ents[i].expiry_s : until;
+        }
+    w->until_s = until;
     segd_resp_order_sort(&w->sort, w->ents, k);
     *n = k;
     return RC_OK;
@@ -447,6 +453,41 @@ static int zrange_score(segd_resp_worker_t *w, const zrange_req_t *q, size_t nen
     return emit_items(out, w->ents, w->sort.order, (size_t)q->offset, 1, count, q->withscores);
 }
 
+/* The reply cache's key: the parsed request, not the argument bytes, so
+ * spellings Redis answers alike ("withscores", "1e9") share a reply; then
+ * the user. The reply is a function of these and the live entries. */
+#define KEY_FIXED (10 * sizeof(int64_t))
+#define KEY_MAX_USER 512
+
+static size_t reply_key(const zrange_req_t *q, const char *user, size_t ulen, uint8_t *key)
+{
+    int64_t f[10] = {q->by, q->dir, q->withscores, q->offset, q->limit, q->start, q->end,
+                     0, 0, q->r.minex | q->r.maxex << 1};
+    memcpy(&f[7], &q->r.min, sizeof(double));
+    memcpy(&f[8], &q->r.max, sizeof(double));
+    memcpy(key, f, KEY_FIXED);
+    memcpy(key + KEY_FIXED, user, ulen);
+    return KEY_FIXED + ulen;
+}
+
+/* The live entries of key into w->ents, and their stamp. */
+static int lookup_stamped(segd_resp_worker_t *w, const segd_resp_cmd_t *cmd, size_t i,
+                          size_t *n, segd_edge_stamp_t *st)
+{
+    for (;;) {
+        segd_err_t e = segd_edge_lookup_stamped(w->shared->edge, cmd->argv[i], cmd->argl[i],
+                                                w->ents, w->ents_cap, n, st);
+        if (e == SEGD_OK)
+            return RC_OK;
+        if (e != SEGD_ERR_LIMIT)
+            return RC_NOMEM;
+        segd_entry_t *g = segd_array_grow(w->ents, &w->ents_cap, *n, sizeof(*g));
+        if (!g)
+            return RC_NOMEM;
+        w->ents = g;
+    }
+}
+
 static int zrange_generic(segd_resp_worker_t *w, const segd_resp_cmd_t *cmd, segd_buf_t *out,
                           int by, int dir)
 {
@@ -454,12 +495,33 @@ static int zrange_generic(segd_resp_worker_t *w, const segd_resp_cmd_t *cmd, seg
     int rc = zrange_parse(cmd, &q, out);
     if (rc)
         return rc;
+    /* sorting and formatting a 1000-segment answer is most of a request's
+     * user-space CPU: an unchanged answer is copied from the last one */
+    uint8_t key[KEY_FIXED + KEY_MAX_USER];
+    size_t klen = 0;
+    uint64_t hash = 0;
+    if (w->replies && cmd->argl[1] <= KEY_MAX_USER) {
+        klen = reply_key(&q, cmd->argv[1], cmd->argl[1], key);
+        hash = segd_reply_cache_hash(key, klen);
+        size_t len;
+        const uint8_t *hit = segd_reply_cache_get(w->replies, key, klen, hash, w->shared->edge,
+                                                  cmd->argv[1], cmd->argl[1], &len);
+        if (hit)
+            return add(out, hit, len);
+    }
     size_t nents;
-    if (lookup(w, cmd, 1, &nents))
+    segd_edge_stamp_t st;
+    if (lookup_stamped(w, cmd, 1, &nents, &st))
         return RC_NOMEM;
-    if (!nents)
+    if (!nents) /* as cheap as the cache */
         return add_array(out, 0);
-    return q.by == BY_RANK ? zrange_rank(w, &q, nents, out) : zrange_score(w, &q, nents, out);
+    size_t start = out->len;
+    w->until_s = INT64_MIN; /* set by collect_sorted: only its answers are kept */
+    rc = q.by == BY_RANK ? zrange_rank(w, &q, nents, out) : zrange_score(w, &q, nents, out);
+    if (rc == RC_OK && klen && w->until_s != INT64_MIN)
+        segd_reply_cache_put(w->replies, key, klen, hash, &st, w->until_s, out->data + start,
+                             out->len - start);
+    return rc;
 }
 
 static int cmd_zrange(segd_resp_worker_t *w, segd_resp_client_t *c, const segd_resp_cmd_t *cmd,
@@ -876,7 +938,12 @@ segd_err_t segd_resp_worker_init(segd_resp_worker_t *w, segd_resp_shared_t *shar
     memset(w, 0, sizeof(*w));
     w->shared = shared;
     w->counts = calloc(NCOMMANDS + 2, sizeof(*w->counts));
-    return w->counts ? SEGD_OK : SEGD_ERR_NOMEM;
+    if (!w->counts || segd_reply_cache_new(&w->replies, shared->reply_cache_bytes)) {
+        free((void *)w->counts);
+        w->counts = NULL;
+        return SEGD_ERR_NOMEM;
+    }
+    return SEGD_OK;
 }
 
 void segd_resp_worker_free(segd_resp_worker_t *w)
@@ -885,6 +952,7 @@ void segd_resp_worker_free(segd_resp_worker_t *w)
         return;
     free(w->ents);
     segd_resp_order_free(&w->sort);
+    segd_reply_cache_free(w->replies);
     free((void *)w->counts);
     memset(w, 0, sizeof(*w));
 }

@@ -22,6 +22,7 @@
 #include "cache/edge.h"
 #include "cache/resp_order.h"
 #include "cache/resp_parse.h"
+#include "cache/resp_reply_cache.h"
 
 /* What every worker of one server reads. */
 typedef struct segd_resp_shared {
@@ -31,7 +32,11 @@ typedef struct segd_resp_shared {
     _Atomic uint64_t next_client_id;
     int64_t started_ms;            /* wall clock, for INFO uptime */
     int port;                      /* for INFO */
+    size_t reply_cache_bytes;      /* each worker's reply cache; 0 = none */
 } segd_resp_shared_t;
+
+/* The default of reply_cache_bytes (`segd cache --resp-reply-cache-mb`). */
+#define SEGD_RESP_REPLY_CACHE_DEFAULT_MB 16
 
 /* Commands by metrics label: every implemented command, plus "write" (any
  * write command) and "unknown". */
@@ -43,11 +48,16 @@ typedef struct segd_resp_worker {
     segd_entry_t *ents;         /* lookup scratch */
     size_t ents_cap;
     segd_resp_order_t sort;     /* an answer's order and its scratch */
+    /* range replies already formatted (NULL: none kept), and the clock
+     * second from which the answer being computed may change */
+    segd_reply_cache_t *replies;
+    int64_t until_s;
     /* [command][0 = ok, 1 = error]; written by the worker's thread only,
      * read by the metrics collector */
     _Atomic uint64_t (*counts)[2];
 } segd_resp_worker_t;
 
+/* A worker with a reply cache of shared->reply_cache_bytes. */
 segd_err_t segd_resp_worker_init(segd_resp_worker_t *w, segd_resp_shared_t *shared);
 void segd_resp_worker_free(segd_resp_worker_t *w);
 

@@ -16,6 +16,7 @@
 #include "cache/edge_load.h"
 #include "cache/http.h"
 #include "cache/resp.h"
+#include "cache/resp_cmd.h"
 #include "cache/tail.h"
 #include "cli/cli.h"
 #include "metrics/process.h"
@@ -30,7 +31,7 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: segd cache --snapshot SRC --brokers B --changes TOPIC\n"
             "                  [--listen HOST:PORT] [--now S] [--from-beginning]\n"
-            "                  [--resp HOST:PORT] [--resp-threads N]\n"
+            "                  [--resp HOST:PORT] [--resp-threads N] [--resp-reply-cache-mb N]\n"
             "                  [--horizon-s N] [--load-threads N] [--ready-max-lag N]\n"
             "                  [-X kafka.prop=value ...]\n"
             "                  [--log-format logfmt|json] [--log-level debug|info|warn|error]\n"
@@ -46,6 +47,8 @@ static void usage(FILE *f)
             "  sorted set of segment ids scored by expires_at (ZRANGEBYSCORE, ZRANGE,\n"
             "  ZCOUNT, ZSCORE, ZCARD, EXISTS, ...); off by default\n"
             "  --resp-threads: its worker threads (default: the CPUs, at most 16)\n"
+            "  --resp-reply-cache-mb: each worker's cache of formatted range replies\n"
+            "  (default 16; 0: none)\n"
             "  --batch-max: users per POST /v1/users:batch (default 1000; more: 413)\n"
             "  --now: a fixed clock instead of the wall clock (tests, replays)\n"
             "  --log-format, --log-level: as segd run's log.format and log.level\n"
@@ -63,6 +66,7 @@ static void usage(FILE *f)
 typedef struct cache_args {
     const char *snapshot, *brokers, *changes, *listen, *resp;
     int64_t now_s, horizon_s, load_threads, ready_max_lag, resp_threads, batch_max;
+    int64_t resp_reply_cache_mb;
     int from_beginning;
     segd_log_format_t log_format;
     segd_log_level_t log_level;
@@ -110,6 +114,7 @@ static int parse(int argc, char **argv, cache_args_t *a)
                                          {"ready-max-lag", required_argument, 0, 'r'},
                                          {"resp", required_argument, 0, 'R'},
                                          {"resp-threads", required_argument, 0, 'T'},
+                                         {"resp-reply-cache-mb", required_argument, 0, 'M'},
                                          {"batch-max", required_argument, 0, 'B'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
@@ -122,6 +127,7 @@ static int parse(int argc, char **argv, cache_args_t *a)
     long cpus = sysconf(_SC_NPROCESSORS_ONLN);
     a->resp_threads = cpus < 1 ? 1 : cpus > 16 ? 16 : cpus;
     a->batch_max = SEGD_HTTP_BATCH_MAX_DEFAULT;
+    a->resp_reply_cache_mb = SEGD_RESP_REPLY_CACHE_DEFAULT_MB;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "X:", opts, NULL)) != -1) {
@@ -140,6 +146,7 @@ static int parse(int argc, char **argv, cache_args_t *a)
         case 'X': bad = add_prop(a, optarg); break;
         case 'R': a->resp = optarg; break;
         case 'T': bad = segd_arg_int("cache", "--resp-threads", optarg, 1, 256, &a->resp_threads); break;
+        case 'M': bad = segd_arg_int("cache", "--resp-reply-cache-mb", optarg, 0, 1 << 20, &a->resp_reply_cache_mb); break;
         case 'F':
             if ((bad = segd_log_format_parse(optarg, &a->log_format)))
                 fprintf(stderr, "segd cache: bad --log-format '%s' (logfmt or json)\n", optarg);
@@ -329,15 +336,16 @@ int segd_cmd_cache(int argc, char **argv)
     segd_http_set_batch_max(http, (size_t)a.batch_max);
     segd_log_kv(log, SEGD_LOG_INFO, "cache", "listening", "url=http://%s", a.listen);
     if (a.resp) {
-        if (segd_resp_start(&resp, a.resp, (int)a.resp_threads, cs.edge, cs.metrics, err,
-                            sizeof(err))) {
+        if (segd_resp_start_cached(&resp, a.resp, (int)a.resp_threads,
+                                   (size_t)a.resp_reply_cache_mb << 20, cs.edge, cs.metrics, err,
+                                   sizeof(err))) {
             segd_log(log, SEGD_LOG_ERROR, "cache", "%s", err);
             rc = SEGD_EXIT_USAGE;
             goto out;
         }
         segd_log_kv(log, SEGD_LOG_INFO, "cache", "listening for Redis clients",
-                    "resp=%s:%d threads=%" PRId64, a.resp, segd_resp_port(resp),
-                    a.resp_threads);
+                    "resp=%s:%d threads=%" PRId64 " reply_cache_mb=%" PRId64, a.resp,
+                    segd_resp_port(resp), a.resp_threads, a.resp_reply_cache_mb);
     }
     if (load(&a, &cs) || start_tail(&a, &cs))
         goto out;

@@ -146,7 +146,7 @@ typedef struct fixture {
     segd_resp_worker_t w;
     segd_resp_client_t client;
     segd_buf_t out;
-    char text[8192];
+    char text[131072];
 } fixture_t;
 
 /* u: 9 (NOW+50), 10 and 5 (NOW+100), 100 (NOW+200), 7 expired;
@@ -183,6 +183,8 @@ static int setup(void **state)
     fixture_t *f = calloc(1, sizeof(*f));
     f->shared.edge = make_edge();
     atomic_store(&f->shared.serving, 1);
+    /* every command test runs with the reply cache, as the server does */
+    f->shared.reply_cache_bytes = (size_t)SEGD_RESP_REPLY_CACHE_DEFAULT_MB << 20;
     assert_int_equal(segd_resp_worker_init(&f->w, &f->shared), SEGD_OK);
     f->client.id = 7;
     *state = f;
@@ -428,6 +430,232 @@ static void test_general_sort(void **state)
     assert_string_equal(run(f, "ZSCORE g 30\r\n"), "$21\r\n1.152921504606847e+18\r\n");
 }
 
+/* ---- the reply cache --------------------------------------------------- */
+
+static segd_reply_cache_stats_t cache_stats(fixture_t *f)
+{
+    segd_reply_cache_stats_t st;
+    segd_reply_cache_get_stats(f->w.replies, &st);
+    return st;
+}
+
+/* A new worker with a reply cache of budget bytes. */
+static void rebudget(fixture_t *f, size_t budget)
+{
+    segd_resp_worker_free(&f->w);
+    f->shared.reply_cache_bytes = budget;
+    assert_int_equal(segd_resp_worker_init(&f->w, &f->shared), SEGD_OK);
+}
+
+#define U_ALL "*8\r\n$1\r\n9\r\n$10\r\n1800000050\r\n$2\r\n10\r\n$10\r\n1800000100\r\n" \
+              "$1\r\n5\r\n$10\r\n1800000100\r\n$3\r\n100\r\n$10\r\n1800000200\r\n"
+#define U_NO9 "*6\r\n$2\r\n10\r\n$10\r\n1800000100\r\n" \
+              "$1\r\n5\r\n$10\r\n1800000100\r\n$3\r\n100\r\n$10\r\n1800000200\r\n"
+
+/* The same request twice, or spelled another way Redis reads alike, is
+ * answered from the cache, byte for byte as computed. */
+static void test_reply_cache_hit(void **state)
+{
+    fixture_t *f = *state;
+    assert_string_equal(run(f, "ZRANGEBYSCORE u -inf +inf WITHSCORES\r\n"), U_ALL);
+    assert_int_equal(cache_stats(f).fills, 1);
+    assert_int_equal(cache_stats(f).hits, 0);
+    assert_string_equal(run(f, "ZRANGEBYSCORE u -inf +inf WITHSCORES\r\n"), U_ALL);
+    assert_string_equal(run(f, "zrangebyscore u -INF inf withscores\r\n"), U_ALL);
+    assert_string_equal(run(f, "ZRANGE u -inf +inf BYSCORE WITHSCORES\r\n"), U_ALL);
+    assert_int_equal(cache_stats(f).hits, 3);
+    /* other arguments, another user: other replies */
+    assert_string_equal(run(f, "ZRANGEBYSCORE u -inf +inf\r\n"),
+                        "*4\r\n$1\r\n9\r\n$2\r\n10\r\n$1\r\n5\r\n$3\r\n100\r\n");
+    assert_string_equal(run(f, "ZRANGEBYSCORE v -inf +inf WITHSCORES\r\n"),
+                        "*2\r\n$1\r\n3\r\n$10\r\n1800000001\r\n");
+    assert_string_equal(run(f, "ZRANGE u 0 0\r\n"), "*1\r\n$1\r\n9\r\n");
+    assert_string_equal(run(f, "ZRANGE u 0 0 REV\r\n"), "*1\r\n$3\r\n100\r\n");
+    assert_int_equal(cache_stats(f).hits, 3);
+    assert_string_equal(run(f, "ZRANGE u 0 0 REV\r\n"), "*1\r\n$3\r\n100\r\n");
+    assert_int_equal(cache_stats(f).hits, 4);
+}
+
+/* A delta joined into the user, a retirement and a user dropped change
+ * the answer: none is served from the cache. */
+static void test_reply_cache_changes(void **state)
+{
+    fixture_t *f = *state;
+    assert_string_equal(run(f, "ZRANGEBYSCORE u -inf +inf WITHSCORES\r\n"), U_ALL);
+    segd_change_t c;
+    segd_change_init(&c);
+    c.kind = SEGD_CHANGE_DELTA;
+    c.user_id = "u";
+    c.user_id_len = 1;
+    segd_entry_t en = {.segment_id = 11, .ts_ms = NOW * 1000, .expiry_s = NOW + 300};
+    assert_int_equal(segd_profile_push(&c.profile, &en), SEGD_OK);
+    assert_int_equal(segd_edge_apply(f->shared.edge, &c), SEGD_OK);
+    segd_change_free(&c);
+    const char *with11 = "*10\r\n$1\r\n9\r\n$10\r\n1800000050\r\n$2\r\n10\r\n$10\r\n1800000100\r\n"
+                         "$1\r\n5\r\n$10\r\n1800000100\r\n$3\r\n100\r\n$10\r\n1800000200\r\n"
+                         "$2\r\n11\r\n$10\r\n1800000300\r\n";
+    assert_string_equal(run(f, "ZRANGEBYSCORE u -inf +inf WITHSCORES\r\n"), with11);
+    assert_string_equal(run(f, "ZRANGEBYSCORE u -inf +inf WITHSCORES\r\n"), with11);
+    assert_int_equal(cache_stats(f).hits, 1);
+    /* segment 9's entries up to now retired: another user's cached reply
+     * (v) and u's both go */
+    assert_string_equal(run(f, "ZRANGEBYSCORE v -inf +inf\r\n"), "*1\r\n$1\r\n3\r\n");
+    assert_int_equal(segd_edge_retire(f->shared.edge, 9, NOW * 1000), SEGD_OK);
+    assert_string_equal(run(f, "ZRANGEBYSCORE u -inf +inf WITHSCORES LIMIT 0 1\r\n"),
+                        "*2\r\n$2\r\n10\r\n$10\r\n1800000100\r\n");
+    assert_string_equal(run(f, "ZRANGEBYSCORE u -inf +inf WITHSCORES\r\n"),
+                        "*8\r\n$2\r\n10\r\n$10\r\n1800000100\r\n$1\r\n5\r\n$10\r\n1800000100\r\n"
+                        "$3\r\n100\r\n$10\r\n1800000200\r\n$2\r\n11\r\n$10\r\n1800000300\r\n");
+    assert_string_equal(run(f, "ZRANGEBYSCORE v -inf +inf\r\n"), "*1\r\n$1\r\n3\r\n");
+    assert_int_equal(cache_stats(f).stale, 3);
+    /* a snapshot record erasing v's past: v is a missing key */
+    assert_string_equal(run(f, "ZRANGE v 0 -1\r\n"), "*1\r\n$1\r\n3\r\n");
+    segd_profile_t p;
+    segd_profile_init(&p);
+    p.erased_before_ms = NOW * 1000;
+    assert_int_equal(segd_edge_put(f->shared.edge, "v", 1, &p), SEGD_OK);
+    segd_profile_free(&p);
+    assert_string_equal(run(f, "ZRANGE v 0 -1\r\n"), "*0\r\n");
+}
+
+/* A reload: the server reads another edge, whose first record is u's,
+ * with other entries. A version counter per edge would give it the stamp
+ * of the first edge's u. */
+static void test_reply_cache_reload(void **state)
+{
+    fixture_t *f = *state;
+    segd_edge_t *old = f->shared.edge;
+    assert_string_equal(run(f, "ZRANGE u 0 0\r\n"), "*1\r\n$1\r\n9\r\n");
+    segd_edge_opts_t o;
+    segd_edge_opts_default(&o);
+    o.now_ms = NOW * 1000;
+    assert_int_equal(segd_edge_new(&f->shared.edge, &o), SEGD_OK);
+    segd_profile_t p;
+    segd_profile_init(&p);
+    segd_entry_t five = {.segment_id = 5, .ts_ms = 1, .expiry_s = NOW + 7};
+    assert_int_equal(segd_profile_push(&p, &five), SEGD_OK);
+    assert_int_equal(segd_edge_put(f->shared.edge, "u", 1, &p), SEGD_OK);
+    segd_profile_free(&p);
+    segd_edge_destroy(old);
+    assert_string_equal(run(f, "ZRANGE u 0 0\r\n"), "*1\r\n$1\r\n5\r\n");
+}
+
+/* The clock: a reply holds until the first of its entries expires, not a
+ * second longer; entries outside a score range do not cut it short; a
+ * clock set back (an expired entry live again) is not served the reply
+ * of a later second. */
+static void test_reply_cache_clock(void **state)
+{
+    fixture_t *f = *state;
+    segd_edge_t *e = f->shared.edge;
+    assert_string_equal(run(f, "ZRANGEBYSCORE u -inf +inf WITHSCORES\r\n"), U_ALL);
+    assert_string_equal(run(f, "ZRANGEBYSCORE u 1800000100 +inf\r\n"),
+                        "*3\r\n$2\r\n10\r\n$1\r\n5\r\n$3\r\n100\r\n");
+    segd_edge_set_now(e, (NOW + 49) * 1000 + 999); /* 9 (NOW+50) still live */
+    assert_string_equal(run(f, "ZRANGEBYSCORE u -inf +inf WITHSCORES\r\n"), U_ALL);
+    assert_int_equal(cache_stats(f).hits, 1);
+    segd_edge_set_now(e, (NOW + 50) * 1000); /* 9 expires */
+    assert_string_equal(run(f, "ZRANGEBYSCORE u -inf +inf WITHSCORES\r\n"), U_NO9);
+    assert_int_equal(cache_stats(f).stale, 1);
+    /* 9 was outside this range: still the cached reply */
+    assert_string_equal(run(f, "ZRANGEBYSCORE u 1800000100 +inf\r\n"),
+                        "*3\r\n$2\r\n10\r\n$1\r\n5\r\n$3\r\n100\r\n");
+    assert_int_equal(cache_stats(f).hits, 2);
+    assert_string_equal(run(f, "ZRANGEBYSCORE u -inf +inf WITHSCORES\r\n"), U_NO9);
+    assert_int_equal(cache_stats(f).hits, 3);
+    /* back before 9's expiry: 9 is live again */
+    segd_edge_set_now(e, (NOW + 49) * 1000);
+    assert_string_equal(run(f, "ZRANGEBYSCORE u -inf +inf WITHSCORES\r\n"), U_ALL);
+    /* by rank: every live entry counts */
+    segd_edge_set_now(e, NOW * 1000);
+    assert_string_equal(run(f, "ZRANGE u -1 -1\r\n"), "*1\r\n$3\r\n100\r\n");
+    segd_edge_set_now(e, (NOW + 100) * 1000);
+    assert_string_equal(run(f, "ZRANGE u -1 -1\r\n"), "*1\r\n$3\r\n100\r\n");
+    assert_string_equal(run(f, "ZRANGE u 0 0\r\n"), "*1\r\n$3\r\n100\r\n");
+    segd_edge_set_now(e, (NOW + 200) * 1000);
+    assert_string_equal(run(f, "ZRANGE u -1 -1\r\n"), "*0\r\n");
+    assert_string_equal(run(f, "ZRANGEBYSCORE u -inf +inf WITHSCORES\r\n"), "*0\r\n");
+}
+
+/* Requests over u, v and a 3000-segment user. */
+static const char *const mix[] = {
+    "ZRANGEBYSCORE u -inf +inf WITHSCORES\r\n", "ZRANGEBYSCORE u (1800000050 1800000100\r\n",
+    "ZREVRANGEBYSCORE u +inf 1800000100 WITHSCORES LIMIT 1 1\r\n", "ZRANGE u 0 -1\r\n",
+    "ZRANGE u -2 10 WITHSCORES\r\n", "ZREVRANGE u 1 2\r\n", "ZRANGEBYSCORE v -inf +inf\r\n",
+    "ZRANGEBYSCORE big -inf +inf\r\n", "ZRANGE big 0 99\r\n",
+    "ZRANGE big 100 599 WITHSCORES\r\n", "ZRANGEBYSCORE big (1800000005 +inf LIMIT 5 50\r\n",
+};
+
+static void new_edge(fixture_t *f)
+{
+    segd_edge_destroy(f->shared.edge);
+    f->shared.edge = make_edge();
+    segd_profile_t p;
+    segd_profile_init(&p);
+    for (int64_t i = 0; i < 3000; i++) {
+        segd_entry_t en = {.segment_id = i, .ts_ms = 1, .expiry_s = NOW + 1 + (i * 7919) % 13};
+        segd_profile_push(&p, &en);
+    }
+    assert_int_equal(segd_edge_put(f->shared.edge, "big", 3, &p), SEGD_OK);
+    segd_profile_free(&p);
+}
+
+/* Rounds of the mix requests on a fresh edge, first without a cache, then
+ * with budget: the replies must be equal, while the clock moves and users
+ * change between rounds. */
+static void compare_mix(fixture_t *f, size_t budget, segd_reply_cache_stats_t *st)
+{
+    enum { N = sizeof(mix) / sizeof(mix[0]), ROUNDS = 6 };
+    char *want[ROUNDS][N];
+    for (int pass = 0; pass < 2; pass++) {
+        new_edge(f);
+        rebudget(f, pass ? budget : 0);
+        segd_edge_t *e = f->shared.edge;
+        for (int r = 0; r < ROUNDS; r++) {
+            if (r == 2) { /* big's entries expiring at NOW+1..NOW+3 go */
+                segd_edge_set_now(e, (NOW + 3) * 1000);
+            } else if (r == 3) { /* u gains a segment */
+                segd_profile_t p;
+                segd_profile_init(&p);
+                segd_entry_t en = {.segment_id = 8, .ts_ms = NOW * 1000, .expiry_s = NOW + 100};
+                segd_profile_push(&p, &en);
+                assert_int_equal(segd_edge_put(e, "u", 1, &p), SEGD_OK);
+                segd_profile_free(&p);
+            } else if (r == 4) { /* big loses one */
+                assert_int_equal(segd_edge_retire(e, 1000, NOW * 1000), SEGD_OK);
+            }
+            for (size_t i = 0; i < N; i++) {
+                run(f, mix[(i * 7 + (size_t)r) % N]);
+                if (!pass) {
+                    want[r][i] = strdup(f->text);
+                } else {
+                    assert_string_equal(f->text, want[r][i]);
+                    free(want[r][i]);
+                }
+            }
+        }
+    }
+    segd_reply_cache_get_stats(f->w.replies, st);
+}
+
+static void test_reply_cache_budget(void **state)
+{
+    fixture_t *f = *state;
+    segd_reply_cache_stats_t st;
+    /* no cache: nothing kept, nothing counted */
+    compare_mix(f, 0, &st);
+    assert_null(f->w.replies);
+    assert_int_equal(st.fills + st.hits, 0);
+    /* room for all: hits */
+    compare_mix(f, 16 << 20, &st);
+    assert_true(st.hits > 0);
+    /* a tiny budget: evictions, and replies too big to keep, answers right */
+    compare_mix(f, 1024, &st);
+    assert_true(st.fills > 0);
+    assert_true(st.evictions > 0);
+    assert_true(st.bytes <= 1024);
+}
+
 /* ---- server over loopback ---------------------------------------------- */
 
 static int connect_to(int port)
@@ -588,6 +816,11 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_large_user, setup, teardown),
         cmocka_unit_test_setup_teardown(test_general_sort, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reply_cache_hit, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reply_cache_changes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reply_cache_reload, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reply_cache_clock, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reply_cache_budget, setup, teardown),
         cmocka_unit_test_setup_teardown(test_server, setup, teardown),
         cmocka_unit_test_setup_teardown(test_server_out_of_fds, setup, teardown),
     };
