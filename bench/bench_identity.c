@@ -15,6 +15,9 @@
 #include "app/app.h"
 #include "base/args.h"
 #include "bench/bench.h"
+#include "cache/edge.h"
+#include "cache/edge_load.h"
+#include "publisher/snapshot.h"
 #include "consumer/apply.h"
 #include "core/query.h"
 #include "store/identity.h"
@@ -183,6 +186,69 @@ static int time_reads(segd_store_t *s, const id_bench_args_t *a, int size, doubl
     return rc;
 }
 
+/* The edge cache a snapshot of the store loads (DESIGN §10.6: the units
+ * carry the graph's members files), as a bidder's cache holds it. */
+static int build_cache(segd_store_t *s, const id_bench_args_t *a, int64_t now_ms,
+                       segd_edge_t **out)
+{
+    char snap[600], topic_dir[700], err[512] = "";
+    snprintf(snap, sizeof(snap), "%s/snap", a->dir);
+    snprintf(topic_dir, sizeof(topic_dir), "%s/bench", snap);
+    segd_snapshot_opts_t so;
+    segd_snapshot_opts_default(&so);
+    so.topic = "bench";
+    so.buckets = 4;
+    segd_manifest_t m;
+    segd_edge_opts_t eo;
+    segd_edge_opts_default(&eo);
+    eo.now_ms = now_ms;
+    int rc = segd_snapshot_export(s, snap, &so, &m, NULL, err, sizeof(err)) != SEGD_OK;
+    if (!rc)
+        segd_manifest_free(&m);
+    rc = rc || segd_edge_new(out, &eo) != SEGD_OK ||
+         segd_edge_load_snapshot(*out, topic_dir, NULL, &m, err, sizeof(err)) != SEGD_OK;
+    if (!rc)
+        segd_manifest_free(&m);
+    else
+        fprintf(stderr, "segd bench identity: cache: %s\n", err);
+    return rc;
+}
+
+/* The same reads from the cache: segd_edge_lookup_linked, in microseconds. */
+static int time_cache_reads(segd_edge_t *e, const id_bench_args_t *a, int size, double *p50,
+                            double *p99, size_t *live)
+{
+    size_t cap = (size_t)size * SEGMENTS;
+    double *lat = malloc((size_t)a->lookups * sizeof(*lat));
+    segd_entry_t *out = malloc(cap * sizeof(*out));
+    uint64_t seed = 7 + (uint64_t)size; /* the store's sequence of persons */
+    char id[64];
+    int rc = !lat || !out;
+    *live = 0;
+    for (int64_t i = 0; !rc && i < a->lookups; i++) {
+        int64_t person = (int64_t)(rng(&seed) % (uint64_t)a->persons);
+        size_t len = (size_t)member_id(id, sizeof(id), size, person,
+                                       (int)(rng(&seed) % (uint64_t)size));
+        size_t n = 0;
+        int known = 0;
+        double t0 = now_s();
+        rc = segd_edge_lookup_linked(e, id, len, out, cap, &n, &known, NULL, NULL) != SEGD_OK ||
+             !known;
+        lat[i] = (now_s() - t0) * 1e6;
+        *live += n;
+    }
+    if (!rc) {
+        qsort(lat, (size_t)a->lookups, sizeof(*lat), cmp_double);
+        *p50 = lat[a->lookups / 2];
+        *p99 = lat[a->lookups * 99 / 100];
+        *live /= (size_t)a->lookups;
+    } else
+        fprintf(stderr, "segd bench identity: a cache lookup failed\n");
+    free(lat);
+    free(out);
+    return rc;
+}
+
 /* Random LINKs within groups of 10 fresh ids: events applied per second. */
 static int time_link_rate(segd_store_t *s, segd_ident_t *id, const id_bench_args_t *a,
                           int64_t now_ms, double *rate)
@@ -258,18 +324,29 @@ int segd_bench_identity(int argc, char **argv)
     char err[512];
     int rc = segd_ident_new(s, NULL, &id, err, sizeof(err)) ||
              load_segments(s, &a, sizes, 3, now_ms) || link_persons(s, id, &a, sizes, 3, now_ms);
+    segd_edge_t *edge = NULL;
+    if (!rc)
+        rc = build_cache(s, &a, now_ms, &edge);
     printf("## identity (segd bench identity --persons %" PRId64 " --lookups %" PRId64
-           " --link-events %" PRId64 ")\n\n| component | linked read p50 µs | p99 µs | live "
-           "segments returned |\n|---|---|---|---|\n",
+           " --link-events %" PRId64 ")\n\n| component | store linked read p50 µs | p99 µs | "
+           "cache linked read p50 µs | p99 µs | live segments returned |\n"
+           "|---|---|---|---|---|---|\n",
            a.persons, a.lookups, a.link_events);
     for (int k = 0; k < 3 && !rc; k++) {
-        double p50, p99, members;
-        size_t live;
-        rc = time_reads(s, &a, sizes[k], &p50, &p99, &members, &live);
+        double p50, p99, members, c50 = 0, c99 = 0;
+        size_t live, clive = 0;
+        rc = time_reads(s, &a, sizes[k], &p50, &p99, &members, &live) ||
+             time_cache_reads(edge, &a, sizes[k], &c50, &c99, &clive);
+        if (!rc && clive != live) {
+            fprintf(stderr, "segd bench identity: the cache returned %zu live segments a read, "
+                    "the store %zu\n", clive, live);
+            rc = 1;
+        }
         if (!rc)
-            printf("| %d id%s | %.1f | %.1f | %zu |\n", sizes[k], sizes[k] > 1 ? "s" : "", p50,
-                   p99, live);
+            printf("| %d id%s | %.1f | %.1f | %.2f | %.2f | %zu |\n", sizes[k],
+                   sizes[k] > 1 ? "s" : "", p50, p99, c50, c99, live);
     }
+    segd_edge_destroy(edge);
     double rate = 0;
     if (!rc)
         rc = time_link_rate(s, id, &a, now_ms, &rate);

@@ -83,6 +83,7 @@ typedef struct cache_state {
     double load_s;
     int64_t ready_max_lag;
     segd_metrics_t *metrics;
+    segd_metric_t *ids, *id_bytes;
     segd_metric_t *users, *entries, *bytes, *retirements, *applied, *skipped, *lag,
         *lag_seconds, *load_seconds, *units;
 } cache_state_t;
@@ -224,6 +225,10 @@ static void register_metrics(cache_state_t *cs)
                                    "Memory of the profiles (not the hash tables).", NULL);
     cs->retirements = segd_metrics_gauge(m, "segd_cache_retirements", "Segment retirements.",
                                          NULL);
+    cs->ids = segd_metrics_gauge(m, "segd_cache_identity_ids",
+                                 "Identity registers held (ids of the graph, DESIGN §10.6).", NULL);
+    cs->id_bytes = segd_metrics_gauge(m, "segd_cache_identity_bytes",
+                                      "Memory of the identity registers and their index.", NULL);
     cs->applied = segd_metrics_counter(m, "segd_cache_deltas_applied_total",
                                        "Change events joined into the table.", NULL);
     cs->skipped = segd_metrics_counter(m, "segd_cache_deltas_skipped_total",
@@ -248,6 +253,8 @@ static void collect(void *ctx)
     segd_metric_set(cs->entries, NULL, (double)es.entries);
     segd_metric_set(cs->bytes, NULL, (double)es.bytes);
     segd_metric_set(cs->retirements, NULL, (double)es.retirements);
+    segd_metric_set(cs->ids, NULL, (double)es.ids);
+    segd_metric_set(cs->id_bytes, NULL, (double)es.id_bytes);
     if (!atomic_load(&cs->tailing)) /* still loading */
         return;
     segd_tail_stats_t ts;

@@ -49,7 +49,8 @@ static void usage(FILE *f)
             "    to the links topic (default segments.links)\n"
             "  backfill: the same JSON lines applied to the store in file order, as\n"
             "    segd run applies the links topic (guard included); membership changes\n"
-            "    go to the outbox for the next segd run to publish (--no-changes: not).\n"
+            "    go to the outbox for the next segd run to publish (--no-changes: not;\n"
+            "    caches then keep their masters until they load a later snapshot).\n"
             "    Lines refused (malformed, invalid, supernode) are named on stderr as\n"
             "    FILE:LINE and exit 3. Offline: stop segd run first.\n");
 }
@@ -113,19 +114,33 @@ typedef struct rebuild_outbox {
     segd_buf_t value;
 } rebuild_outbox_t;
 
+/* The gathered changes as one outbox entry of b (none gathered: none). */
+static int append_members(segd_outbox_builder_t *members, segd_buf_t *value, segd_batch_t *b)
+{
+    if (!members->n_items)
+        return 0;
+    if (segd_outbox_finish_members(members, segd_wall_ms(), value))
+        return 1;
+    segd_batch_outbox_append(b, value->data, value->len);
+    segd_outbox_builder_reset(members);
+    return 0;
+}
+
+/* A change into the entry being gathered, cut at SEGD_OUTBOX_MAX_MEMBERS. */
+static int gather_member(segd_outbox_builder_t *members, segd_buf_t *value, segd_batch_t *b,
+                         const segd_ident_change_t *c)
+{
+    if (segd_outbox_add_member(members, c->id, c->id_len, c->master, c->master_len,
+                               c->master_first_seen_ms, c->epoch_ms))
+        return 1;
+    return members->n_items >= SEGD_OUTBOX_MAX_MEMBERS ? append_members(members, value, b) : 0;
+}
+
 static int rebuild_change(void *ctx, segd_batch_t *b, const segd_ident_change_t *c)
 {
     rebuild_outbox_t *ro = ctx;
-    if (c)
-        return segd_outbox_add_member(&ro->members, c->id, c->id_len, c->master, c->master_len,
-                                      c->master_first_seen_ms, c->epoch_ms) != SEGD_OK;
-    if (!ro->members.n_items)
-        return 0;
-    if (segd_outbox_finish_members(&ro->members, segd_wall_ms(), &ro->value))
-        return 1;
-    segd_batch_outbox_append(b, ro->value.data, ro->value.len);
-    segd_outbox_builder_reset(&ro->members);
-    return 0;
+    return c ? gather_member(&ro->members, &ro->value, b, c)
+             : append_members(&ro->members, &ro->value, b);
 }
 
 static int cmd_rebuild(const id_args_t *a)
@@ -336,10 +351,7 @@ typedef struct link_backfill {
 static int backfill_change(void *ctx, const segd_ident_change_t *c)
 {
     link_backfill_t *lb = ctx;
-    return lb->a->no_changes ? 0
-                             : segd_outbox_add_member(&lb->members, c->id, c->id_len, c->master,
-                                                      c->master_len, c->master_first_seen_ms,
-                                                      c->epoch_ms) != SEGD_OK;
+    return lb->a->no_changes ? 0 : gather_member(&lb->members, &lb->value, lb->b, c);
 }
 
 /* The batch with its outbox entry of membership changes (DESIGN §10.6). */
@@ -347,14 +359,9 @@ static segd_err_t backfill_flush(link_backfill_t *lb, char *err, size_t n)
 {
     if (!lb->in_batch)
         return SEGD_OK;
-    segd_err_t e = SEGD_OK;
-    if (lb->members.n_items) {
-        e = segd_outbox_finish_members(&lb->members, segd_wall_ms(), &lb->value);
-        if (e)
-            return segd_errf(e, err, n, "out of memory");
-        segd_batch_outbox_append(lb->b, lb->value.data, lb->value.len);
-    }
-    e = segd_store_write(lb->s, lb->b, err, n);
+    if (append_members(&lb->members, &lb->value, lb->b))
+        return segd_errf(SEGD_ERR_NOMEM, err, n, "out of memory");
+    segd_err_t e = segd_store_write(lb->s, lb->b, err, n);
     if (e)
         return e;
     segd_batch_clear(lb->b);

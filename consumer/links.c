@@ -33,6 +33,7 @@ struct segd_links {
     segd_links_change_cb cb;
     void *cb_ctx;
     segd_outbox_builder_t members; /* the batch's membership changes (DESIGN §10.6) */
+    uint64_t pending_members;      /* in the batch's outbox entries, not yet written */
     segd_buf_t value;
     segd_links_stats_t st;
 };
@@ -184,11 +185,26 @@ void segd_links_destroy(segd_links_t *l)
 
 /* A membership change goes into the batch's outbox entry (the change
  * stream's MemberEvents, written with the graph it describes). */
+/* The gathered changes as one outbox entry of the batch. */
+static segd_err_t append_members(segd_links_t *l)
+{
+    if (!l->members.n_items)
+        return SEGD_OK;
+    segd_err_t err = segd_outbox_finish_members(&l->members, segd_wall_ms(), &l->value);
+    if (err)
+        return err;
+    segd_batch_outbox_append(l->batch, l->value.data, l->value.len);
+    l->pending_members += l->members.n_items;
+    segd_outbox_builder_reset(&l->members);
+    return SEGD_OK;
+}
+
 static int change_cb(void *ctx, const segd_ident_change_t *c)
 {
     segd_links_t *l = ctx;
     if (segd_outbox_add_member(&l->members, c->id, c->id_len, c->master, c->master_len,
-                               c->master_first_seen_ms, c->epoch_ms))
+                               c->master_first_seen_ms, c->epoch_ms) ||
+        (l->members.n_items >= SEGD_OUTBOX_MAX_MEMBERS && append_members(l)))
         return 1;
     return l->cb ? l->cb(l->cb_ctx, l->batch, c) : 0;
 }
@@ -303,13 +319,9 @@ static segd_err_t write_batch(segd_links_t *l, char *errstr, size_t n)
     if (!any)
         return SEGD_OK;
     segd_err_t err;
-    if (l->members.n_items) { /* once: a retried write keeps the batch, entry included */
-        if ((err = segd_outbox_finish_members(&l->members, segd_wall_ms(), &l->value)))
-            return err;
-        segd_batch_outbox_append(l->batch, l->value.data, l->value.len);
-        l->st.member_changes += l->members.n_items;
-        segd_outbox_builder_reset(&l->members);
-    }
+    /* once: a retried write keeps the batch, entries included */
+    if ((err = append_members(l)))
+        return err;
     int64_t wait = 100;
     while ((err = segd_dlq_deliver(l->dlq, errstr, n)) ||
            (err = segd_store_write(l->store, l->batch, errstr, n))) {
@@ -321,6 +333,8 @@ static segd_err_t write_batch(segd_links_t *l, char *errstr, size_t n)
     segd_ident_reset(l->ident);
     segd_dlq_clear(l->dlq);
     memset(l->dirty, 0, (size_t)l->n_parts);
+    l->st.member_changes += l->pending_members;
+    l->pending_members = 0;
     l->st.batches++;
     return SEGD_OK;
 }
@@ -356,6 +370,7 @@ segd_err_t segd_links_step(segd_links_t *l, int wait_ms, char *errstr, size_t n)
             segd_ident_reset(l->ident);
             segd_dlq_clear(l->dlq);
             segd_outbox_builder_reset(&l->members);
+            l->pending_members = 0;
             memset(l->dirty, 0, (size_t)l->n_parts);
             return (segd_err_t)rc;
         }

@@ -44,6 +44,7 @@ typedef struct pipeline_metrics {
     segd_metric_t *dlq, *misrouted, *batches, *fault_waits;
     segd_metric_t *batch_messages, *apply_seconds, *lag, *assigned;
     segd_metric_t *swept_users, *swept_examined, *swept_partitions, *sweep_off;
+    segd_metric_t *link_events, *member_changes; /* identity.enable (DESIGN §10) */
 } pipeline_metrics_t;
 
 /* An input topic's partition count from the brokers' metadata: the P of
@@ -673,6 +674,19 @@ static void refresh_lag(segd_pipeline_t *p)
     }
 }
 
+/* The links step's figures into the registry (its stats are the source). */
+static void count_links(segd_pipeline_t *p, const segd_links_stats_t *b,
+                        const segd_links_stats_t *a)
+{
+    uint64_t other_dlq = (a->dlq - a->supernode) - (b->dlq - b->supernode);
+    segd_metric_add(p->mx.link_events, (const char *[]){"applied"},
+                    (double)(a->applied - b->applied));
+    segd_metric_add(p->mx.link_events, (const char *[]){"supernode"},
+                    (double)(a->supernode - b->supernode));
+    segd_metric_add(p->mx.link_events, (const char *[]){"dead_lettered"}, (double)other_dlq);
+    segd_metric_add(p->mx.member_changes, NULL, (double)(a->member_changes - b->member_changes));
+}
+
 segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
 {
     advance_gc(p);
@@ -686,6 +700,7 @@ segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
         if (lerr)
             return lerr;
         segd_links_get_stats(p->links, &after);
+        count_links(p, &before, &after);
         if (after.member_changes != before.member_changes && p->hooks.committed)
             p->hooks.committed(p->hooks.ctx); /* the outbox has MemberEvents to publish */
     }
@@ -1023,6 +1038,11 @@ void segd_pipeline_set_metrics(segd_pipeline_t *p, segd_metrics_t *m)
         "Records the revocation sweep examined.", NULL);
     x->swept_partitions = segd_metrics_counter(m, "segd_sweep_partitions_total",
         "Partitions whose sweep pass ended (users and offset gone).", NULL);
+    x->link_events = segd_metrics_counter(m, "segd_identity_link_events_total",
+        "Link events taken from the links topic, by result: applied, supernode (refused by "
+        "the guard) or dead_lettered (malformed or invalid).", "result");
+    x->member_changes = segd_metrics_counter(m, "segd_identity_member_changes_total",
+        "Identity membership changes written to the outbox (MemberEvents to publish).", NULL);
     x->sweep_off = segd_metrics_gauge(m, "segd_sweep_disabled",
         "1 when this store refuses to sweep (misrouted or unchecked events, or a partition "
         "it could not track).", NULL);

@@ -540,8 +540,6 @@ static segd_err_t produce_members(segd_publisher_t *p, uint64_t *events, char *e
         if (e->kind != SEGD_OUTBOX_MEMBER || !e->n_members)
             continue;
         err = ensure_partitions(p, 0, errstr, n);
-        if (!err)
-            err = ensure_member_schema(p, errstr, n);
         for (size_t j = 0; !err && j < e->n_members; j++) {
             err = produce_member(p, &e->members[j], errstr, n);
             (*events)++;
@@ -664,7 +662,13 @@ segd_err_t segd_publisher_cycle(segd_publisher_t *p, size_t *acked, char *errstr
     p->oldest_committed_ms = p->n_entries ? p->entries[0].committed_at_ms : 0;
     pthread_mutex_unlock(&p->mu);
     uint64_t events = 0, segments = 0;
-    err = produce_cycle(p, &events, &segments, errstr, n);
+    /* before anything is produced: a registry that refuses the subject must
+     * not make every retry of the cycle send its deltas again */
+    for (size_t i = 0; !err && i < p->n_entries; i++)
+        if (p->entries[i].kind == SEGD_OUTBOX_MEMBER)
+            err = ensure_member_schema(p, errstr, n);
+    if (!err)
+        err = produce_cycle(p, &events, &segments, errstr, n);
     if (!err)
         err = wait_acks(p, events, errstr, n);
     uint64_t first = p->first_seq, end = p->last_seq + 1;

@@ -261,7 +261,8 @@ static void remove_leftovers(const char *dir)
     while (d && (e = readdir(d))) {
         const char *nm = e->d_name;
         size_t len = strlen(nm);
-        int ours = !strncmp(nm, "p-", 2) || !strncmp(nm, SEGD_MANIFEST_NAME, 13);
+        int ours = !strncmp(nm, "p-", 2) || !strncmp(nm, "members-", 8) ||
+                   !strncmp(nm, SEGD_MANIFEST_NAME, 13);
         if (ours && ((len > 8 && !strcmp(nm + len - 8, ".partial")) || strstr(nm, ".tmp.")))
             unlinkat(dirfd(d), nm, 0);
     }

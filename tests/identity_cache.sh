@@ -221,6 +221,10 @@ assert ready, "cache never ready"
 assert not bad, bad[:5]
 linked = sum(len(w["members"]) > 1 for w in want)
 assert linked, "no linked id"
+c.request("GET", "/metrics")
+metrics = c.getresponse().read().decode()
+ids = [l for l in metrics.splitlines() if l.startswith("segd_cache_identity_ids ")]
+assert ids and float(ids[0].split()[1]) >= linked, ids
 print("identity_cache: cache linked reads of %d ids (%d in components) equal the store"
       % (len(want), linked))
 PY

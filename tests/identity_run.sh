@@ -209,4 +209,21 @@ grep -q "links2.jsonl:1: supernode: " "$tmp/ibackfill.log" || fail "no supernode
 grep -q "links2.jsonl:2: " "$tmp/ibackfill.log" || fail "no invalid line: $(cat "$tmp/ibackfill.log")"
 "$segd" identity stats --db "$tmp/db2" | grep -qx "supernode_refused 1" || fail "backfill counter"
 model_check "$tmp/db2" || fail "identity backfill's store != model"
+
+# a chain whose every link makes an older id master of the whole component:
+# ~20 000 membership changes in one batch go out as outbox entries of at
+# most 10 000 (SEGD_OUTBOX_MAX_MEMBERS), which the publisher can send and
+# have acknowledged one cycle at a time
+python3 -c "
+import json, sys
+with open(sys.argv[1], 'w') as f:
+    for i in range(199):
+        f.write(json.dumps({'id_a': 'c%03d' % i, 'id_b': 'c%03d' % (i + 1), 'op': 'LINK',
+                            'ts_ms': 1800000000000 - i}) + '\\n')
+" "$tmp/chain.jsonl"
+"$segd" identity backfill --db "$tmp/db3" "$tmp/chain.jsonl" > "$tmp/chain.out" 2>&1 ||
+  fail "chain backfill: $(cat "$tmp/chain.out")"
+entries=$("$segd" stats --db "$tmp/db3" | sed -n 's/^unpublished outbox *\([0-9]*\) entries.*/\1/p')
+[ "${entries:-0}" -ge 2 ] || fail "membership changes not cut into entries: ${entries:-none}"
+[ "$("$segd" identity members --db "$tmp/db3" c000 | head -1)" = c198 ] || fail "chain master"
 echo "identity_run: ok"

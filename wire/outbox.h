@@ -64,6 +64,11 @@ segd_err_t segd_outbox_add_member(segd_outbox_builder_t *b, const char *id, size
                                   int64_t master_first_seen_ms, int64_t epoch_ms);
 segd_err_t segd_outbox_finish_members(const segd_outbox_builder_t *b, int64_t committed_at_ms,
                                       segd_buf_t *out);
+/* Changes per member entry at most: one applied link event may re-point
+ * identity.max.component ids, a batch many of them; the publisher reads
+ * entries 64 at a time and must have a cycle's events acknowledged in
+ * time, so writers cut entries at this size (several in one WriteBatch). */
+#define SEGD_OUTBOX_MAX_MEMBERS 10000
 
 typedef struct segd_outbox_item {
     const char *user;
