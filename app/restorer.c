@@ -119,7 +119,8 @@ static segd_err_t finish_unit(segd_restore_t *r, const segd_unit_load_t *u,
                               .next_offset = next,
                               .gc_watermark_ms = m->gc_watermark_ms,
                               .retirements = m->retirements,
-                              .n_retirements = m->n_retirements};
+                              .n_retirements = m->n_retirements,
+                              .identity_epoch_ms = m->identity_epoch_ms};
     return segd_restore_finish(r, &ru, st, errstr, n);
 }
 

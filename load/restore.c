@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "base/buf.h"
+#include "store/identity.h"
 
 struct segd_restore {
     segd_store_t *store;
@@ -22,6 +23,26 @@ void segd_restore_opts_default(segd_restore_opts_t *o)
     o->memory_bytes = 1ull << 30;
 }
 
+/* The restored store's membership changes must not lose, in caches that
+ * hold the exporter's registers, to those of an epoch they never saw
+ * (DESIGN §10.6): its epoch becomes at least the exporter's. */
+static segd_err_t raise_epoch(segd_store_t *s, int64_t epoch_ms, char *errstr, size_t n)
+{
+    int64_t cur = 0;
+    segd_err_t err = epoch_ms > 0 ? segd_store_counter_get(s, SEGD_IDENT_EPOCH_COUNTER, &cur,
+                                                           errstr, n)
+                                  : SEGD_OK;
+    if (err || cur >= epoch_ms)
+        return err;
+    segd_batch_t *b = NULL;
+    if ((err = segd_batch_new(s, &b)))
+        return segd_errf(err, errstr, n, "restore: out of memory");
+    segd_batch_set_counter(b, SEGD_IDENT_EPOCH_COUNTER, epoch_ms);
+    err = segd_store_write_sync(s, b, errstr, n);
+    segd_batch_destroy(b);
+    return err;
+}
+
 static segd_err_t take_markers(segd_store_t *s, const segd_restore_unit_t *u, char *errstr,
                                size_t n)
 {
@@ -35,6 +56,8 @@ static segd_err_t take_markers(segd_store_t *s, const segd_restore_unit_t *u, ch
     for (size_t i = 0; !err && i < u->n_retirements; i++)
         err = segd_store_retire(s, u->retirements[i].segment_id,
                                 u->retirements[i].retired_before_ms, NULL, errstr, n);
+    if (!err)
+        err = raise_epoch(s, u->identity_epoch_ms, errstr, n);
     return err;
 }
 

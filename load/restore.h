@@ -40,6 +40,8 @@ typedef struct segd_restore_unit {
     int64_t gc_watermark_ms; /* the exporting store's W */
     const segd_retirement_t *retirements;
     size_t n_retirements;
+    int64_t identity_epoch_ms; /* the exporting store's identity epoch (DESIGN §10.6):
+                                * the store's is raised to it (0 = none) */
 } segd_restore_unit_t;
 
 typedef struct segd_restore_opts {

@@ -97,6 +97,7 @@ typedef struct exporter {
     char topic_url[4200];
     char staging[4096];     /* remote destinations: the staging directory */
     int64_t gen;            /* in every file name: exports never share files */
+    int64_t identity_epoch_ms; /* the view's (DESIGN §10.6), for the manifests */
     double last_progress;
     _Atomic uint64_t records, entries;
 } exporter_t;
@@ -412,6 +413,7 @@ static segd_err_t members_publish(const exporter_t *x, unit_t *u, char *errstr, 
         err = unit_put(x, u, u->mname, u->mstaged, errstr, n);
     if (err)
         return err;
+    u->m.identity_epoch_ms = x->identity_epoch_ms;
     segd_snapshot_file_t *f = &u->m.members;
     snprintf(f->name, sizeof(f->name), "%s", u->mname);
     f->partition = u->partition;
@@ -664,7 +666,9 @@ static int member_entry(void *ctx, const char *id, size_t len, const char *maste
 static segd_err_t export_members(exporter_t *x, segd_store_view_t *v, char *errstr, size_t n)
 {
     members_pass_t mp = {x, 0};
-    return segd_ident_view_scan(v, member_entry, &mp, &mp.epoch_ms, errstr, n);
+    segd_err_t err = segd_ident_view_scan(v, member_entry, &mp, &mp.epoch_ms, errstr, n);
+    x->identity_epoch_ms = mp.epoch_ms;
+    return err;
 }
 
 /* Lands the units, then the topology; folds what landed into out and

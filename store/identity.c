@@ -55,6 +55,7 @@ struct segd_ident {
     uint64_t applied, refused;
     int64_t supernode_total;
     int64_t epoch_ms; /* the store's identity epoch (meta counter), for changes */
+    int epoch_stale;  /* read it again before the next event (segd_ident_reset) */
     segd_ident_change_cb cb;
     void *cb_ctx;
     int64_t ts_ms; /* the event being applied */
@@ -491,7 +492,13 @@ void segd_ident_destroy(segd_ident_t *id)
     free(id);
 }
 
-void segd_ident_reset(segd_ident_t *id) { kv_clear(&id->overlay); }
+/* The epoch is read again for the next batch: a restore beside segd run
+ * (load/restore.c) may raise it while this handle lives. */
+void segd_ident_reset(segd_ident_t *id)
+{
+    kv_clear(&id->overlay);
+    id->epoch_stale = 1;
+}
 uint64_t segd_ident_applied(const segd_ident_t *id) { return id->applied; }
 int64_t segd_ident_supernode_total(const segd_ident_t *id) { return id->supernode_total; }
 
@@ -778,6 +785,12 @@ segd_err_t segd_ident_apply(segd_ident_t *id, segd_batch_t *b, const segd_link_e
     segd_err_t err = segd_link_event_check(ev, errstr, errstr_size);
     if (err)
         return err;
+    if (id->epoch_stale) {
+        if ((err = segd_store_counter_get(id->store, SEGD_IDENT_EPOCH_COUNTER, &id->epoch_ms,
+                                          errstr, errstr_size)))
+            return err;
+        id->epoch_stale = 0;
+    }
     id->cb = cb;
     id->cb_ctx = ctx;
     id->ts_ms = ev->ts_ms;

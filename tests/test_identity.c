@@ -622,6 +622,59 @@ static void test_master_moves(void **state)
     segd_store_close(s);
 }
 
+/* Membership changes carry the master's first-seen and the store's epoch
+ * (DESIGN §10.6), read again after each batch: a restore beside segd run
+ * raises it while the handle lives. */
+typedef struct keys {
+    int64_t fs[4], epoch[4];
+    int n;
+} keys_t;
+
+static int on_key(void *ctx, const segd_ident_change_t *c)
+{
+    keys_t *k = ctx;
+    if (k->n < 4) {
+        k->fs[k->n] = c->master_first_seen_ms;
+        k->epoch[k->n] = c->epoch_ms;
+    }
+    k->n++;
+    return 0;
+}
+
+static void test_change_keys(void **state)
+{
+    fixture_t *f = *state;
+    char err[256] = "";
+    segd_store_t *s = test_store_open(f->dir, NOW_MS);
+    segd_ident_t *id = NULL;
+    segd_batch_t *b = NULL;
+    assert_int_equal(segd_ident_new(s, NULL, &id, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_batch_new(s, &b), SEGD_OK);
+    segd_ident_result_t res;
+    keys_t k = {0};
+    segd_link_event_t e1 = link_ev(1, 2, SEGD_LINK, T0 + 10, 1),
+                      e2 = link_ev(2, 3, SEGD_LINK, T0 + 5, 1);
+    assert_int_equal(segd_ident_apply(id, b, &e1, on_key, &k, &res, err, sizeof(err)), 0);
+    assert_int_equal(k.n, 1); /* u02 -> u01, first seen T0 + 10, epoch 0 */
+    assert_true(k.fs[0] == T0 + 10 && k.epoch[0] == 0);
+    assert_int_equal(segd_store_write(s, b, err, sizeof(err)), SEGD_OK);
+    segd_batch_clear(b);
+    segd_ident_reset(id);
+    /* the epoch moves under the handle (as a restore moves it) */
+    segd_batch_set_counter(b, SEGD_IDENT_EPOCH_COUNTER, 1800000000999LL);
+    assert_int_equal(segd_store_write(s, b, err, sizeof(err)), SEGD_OK);
+    segd_batch_clear(b);
+    k.n = 0;
+    assert_int_equal(segd_ident_apply(id, b, &e2, on_key, &k, &res, err, sizeof(err)), 0);
+    /* u02 (first seen T0 + 5 now) is the oldest: u01, u02, u03 point at it */
+    assert_int_equal(k.n, 3);
+    for (int i = 0; i < 3; i++)
+        assert_true(k.fs[i] == T0 + 5 && k.epoch[i] == 1800000000999LL);
+    segd_batch_destroy(b);
+    segd_ident_destroy(id);
+    segd_store_close(s);
+}
+
 /* A store written before the graph existed (no `links`, no `ids`): a
  * read-only open reads an empty graph, a writable one creates them. */
 static void test_older_store(void **state)
@@ -688,6 +741,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_model, setup, teardown),
         cmocka_unit_test_setup_teardown(test_supernode, setup, teardown),
         cmocka_unit_test_setup_teardown(test_master_moves, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_change_keys, setup, teardown),
         cmocka_unit_test_setup_teardown(test_older_store, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

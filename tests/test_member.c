@@ -237,6 +237,7 @@ static void test_manifest_members(void **state)
     snprintf(m.members.name, sizeof(m.members.name), "members-00002-1800000000000.avro");
     m.members.records = 17;
     m.members.bytes = 900;
+    m.identity_epoch_ms = 1800000000777LL;
     memset(m.members.sha256, 'a', 64);
     json = segd_manifest_dump(&m, "null");
     segd_manifest_init(&back);
@@ -244,7 +245,7 @@ static void test_manifest_members(void **state)
     assert_true(back.has_members);
     assert_string_equal(back.members.name, m.members.name);
     assert_true(back.members.records == 17 && back.members.bytes == 900 &&
-                back.members.partition == 2);
+                back.members.partition == 2 && back.identity_epoch_ms == 1800000000777LL);
     assert_string_equal(back.members.sha256, m.members.sha256);
     segd_manifest_free(&back);
     char *bad = strstr(json, "members-00002");

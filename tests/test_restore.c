@@ -138,6 +138,9 @@ static void write_meanwhile(void *ctx, segd_bulk_phase_t phase, uint64_t done, u
     rng = saved;
 }
 
+/* The exporter's identity epoch a unit carries (DESIGN §10.6). */
+#define RESTORED_EPOCH 1800000000123LL
+
 static segd_err_t restore_opts(segd_store_t *src, segd_store_t *dst, int64_t next_offset,
                                int64_t w, const segd_restore_opts_t *o,
                                segd_restore_stats_t *st, char *err, size_t n);
@@ -159,7 +162,8 @@ static segd_err_t restore_opts(segd_store_t *src, segd_store_t *dst, int64_t nex
 {
     static const segd_retirement_t ret[] = {{7, NOW - 3 * DAY_MS}};
     segd_restore_unit_t u = {.topic = "segments", .partition = 3, .next_offset = next_offset,
-                             .gc_watermark_ms = w, .retirements = ret, .n_retirements = 1};
+                             .gc_watermark_ms = w, .retirements = ret, .n_retirements = 1,
+                             .identity_epoch_ms = RESTORED_EPOCH};
     segd_restore_opts_t o = *opts;
     o.memory_bytes = 256 << 10; /* spilled runs */
     feed_t f = {0};
@@ -224,6 +228,11 @@ static void test_restore_equals_source(void **state)
     int64_t off = 0;
     assert_int_equal(segd_store_offset_get(b, "segments", 3, &off, err, sizeof(err)), SEGD_OK);
     assert_int_equal(off, 1234);
+    /* its identity epoch is at least the exporter's: the restored store's
+     * membership changes do not lose to the registers caches hold */
+    int64_t epoch = 0;
+    assert_int_equal(segd_store_counter_get(b, "identity_epoch", &epoch, err, sizeof(err)), 0);
+    assert_int_equal(epoch, RESTORED_EPOCH);
     static const int64_t clocks[] = {NOW, NOW + 6 * DAY_MS, NOW + 30 * DAY_MS};
     for (size_t c = 0; c < 3; c++) {
         segd_store_close(a);

@@ -139,10 +139,10 @@ char *segd_manifest_dump(const segd_manifest_t *m, const char *codec)
                                       positions_json(m->changes, m->n_changes, 0)));
     if (m->has_members)
         json_object_set_new(o, "members",
-                            json_pack("{s:s,s:I,s:I,s:s}", "name", m->members.name, "records",
-                                      (json_int_t)m->members.records, "bytes",
-                                      (json_int_t)m->members.bytes, "sha256",
-                                      m->members.sha256));
+                            json_pack("{s:s,s:I,s:I,s:s,s:I}", "name", m->members.name,
+                                      "records", (json_int_t)m->members.records, "bytes",
+                                      (json_int_t)m->members.bytes, "sha256", m->members.sha256,
+                                      "epoch_ms", (json_int_t)m->identity_epoch_ms));
     char *s = json_dumps(o, JSON_INDENT(1) | JSON_PRESERVE_ORDER);
     json_decref(o);
     return s;
@@ -291,6 +291,10 @@ segd_err_t segd_manifest_parse(const char *text, size_t len, segd_manifest_t *m,
         err = parse_file(members, 0, &m->members);
         m->members.partition = m->partition;
         m->has_members = !err;
+        json_int_t epoch = 0; /* absent in files of the first exporters: 0 */
+        if (!err && json_unpack(members, "{s?I}", "epoch_ms", &epoch))
+            err = SEGD_ERR_CORRUPT;
+        m->identity_epoch_ms = epoch;
     }
     if (err)
         segd_errf(err, errstr, n, "manifest: malformed files, offsets or positions");

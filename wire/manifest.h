@@ -19,7 +19,7 @@
  *    "changes": {"topic": "segments.changes",
  *                "positions": [{"partition": c, "offset": o}, ...]},
  *    "members": {"name": "members-PPPPP-<created_at_ms>.avro", "records": n,
- *                "bytes": b, "sha256": "<hex>"}}
+ *                "bytes": b, "sha256": "<hex>", "epoch_ms": e}}
  * "members" (DESIGN §10.6) is present when the store's identity graph has
  * ids of the unit's partition: a file of MemberEvent records
  * (member_event.avsc), one per id. Readers that predate it ignore it.
@@ -88,6 +88,8 @@ typedef struct segd_manifest {
      * folded: a loader reads each unit's own before folding it. */
     int has_members;
     segd_snapshot_file_t members;
+    int64_t identity_epoch_ms; /* the exporting store's identity epoch (DESIGN §10.6),
+                                * "members": {"epoch_ms"}; 0 = none */
 } segd_manifest_t;
 
 void segd_manifest_init(segd_manifest_t *m);
