@@ -348,9 +348,11 @@ static rocksdb_column_family_handle_t *family(segd_store_t *s, char fam)
 }
 
 /* Reads fam/key into out; *found = 0 when absent. Through the overlay when
- * ov is given (the batch's own writes first). */
-static segd_err_t fam_get(segd_store_t *s, kvmap_t *ov, char fam, const uint8_t *key,
-                          size_t klen, segd_buf_t *out, int *found, char *errstr, size_t n)
+ * ov is given (the batch's own writes first); with ro (a view's snapshot)
+ * when given, else the store's read options (the latest state). */
+static segd_err_t fam_get(segd_store_t *s, const rocksdb_readoptions_t *ro, kvmap_t *ov,
+                          char fam, const uint8_t *key, size_t klen, segd_buf_t *out,
+                          int *found, char *errstr, size_t n)
 {
     *found = 0;
     out->len = 0;
@@ -372,7 +374,8 @@ static segd_err_t fam_get(segd_store_t *s, kvmap_t *ov, char fam, const uint8_t 
         return SEGD_OK;
     char *rerr = NULL;
     rocksdb_pinnableslice_t *v = rocksdb_get_pinned_cf(
-        segd_store_rocks(s), segd_store_read_options(s), cf, (const char *)key, klen, &rerr);
+        segd_store_rocks(s), ro ? ro : segd_store_read_options(s), cf, (const char *)key, klen,
+        &rerr);
     if (rerr) {
         segd_errf(SEGD_ERR_IO, errstr, n, "read %s: %s", fam == FAM_LINKS ? "links" : "ids",
                   rerr);
@@ -415,29 +418,36 @@ static segd_err_t ids_key(segd_buf_t *k, char kind, const char *id, size_t len)
 }
 
 /* The `i` record of id; *found = 0 when the graph does not know it. */
-static segd_err_t rec_load(segd_store_t *s, kvmap_t *ov, segd_buf_t *k, segd_buf_t *v,
-                           const char *id, size_t len, segd_ident_rec_t *r, int *found,
-                           char *errstr, size_t n)
+static segd_err_t rec_load_at(segd_store_t *s, const rocksdb_readoptions_t *ro, kvmap_t *ov,
+                              segd_buf_t *k, segd_buf_t *v, const char *id, size_t len,
+                              segd_ident_rec_t *r, int *found, char *errstr, size_t n)
 {
     segd_err_t err = ids_key(k, 'i', id, len);
     if (!err)
-        err = fam_get(s, ov, FAM_IDS, k->data, k->len, v, found, errstr, n);
+        err = fam_get(s, ro, ov, FAM_IDS, k->data, k->len, v, found, errstr, n);
     if (!err && *found && rec_decode(v->data, v->len, r))
         err = segd_errf(SEGD_ERR_CORRUPT, errstr, n, "bad ids record of %.*s", (int)len, id);
     return err;
 }
 
+static segd_err_t rec_load(segd_store_t *s, kvmap_t *ov, segd_buf_t *k, segd_buf_t *v,
+                           const char *id, size_t len, segd_ident_rec_t *r, int *found,
+                           char *errstr, size_t n)
+{
+    return rec_load_at(s, NULL, ov, k, v, id, len, r, found, errstr, n);
+}
+
 /* The members of master's component into l (sorted; {master} when it has
  * no `m` record). */
-static segd_err_t members_load(segd_store_t *s, kvmap_t *ov, segd_buf_t *k, segd_buf_t *v,
-                               const char *master, size_t len, id_list_t *l, char *errstr,
-                               size_t n)
+static segd_err_t members_load_at(segd_store_t *s, const rocksdb_readoptions_t *ro, kvmap_t *ov,
+                                  segd_buf_t *k, segd_buf_t *v, const char *master, size_t len,
+                                  id_list_t *l, char *errstr, size_t n)
 {
     int found;
     l->n = 0;
     segd_err_t err = ids_key(k, 'm', master, len);
     if (!err)
-        err = fam_get(s, ov, FAM_IDS, k->data, k->len, v, &found, errstr, n);
+        err = fam_get(s, ro, ov, FAM_IDS, k->data, k->len, v, &found, errstr, n);
     if (err)
         return err;
     if (!found)
@@ -446,6 +456,13 @@ static segd_err_t members_load(segd_store_t *s, kvmap_t *ov, segd_buf_t *k, segd
         return segd_errf(SEGD_ERR_CORRUPT, errstr, n, "bad member list of %.*s", (int)len,
                          master);
     return SEGD_OK;
+}
+
+static segd_err_t members_load(segd_store_t *s, kvmap_t *ov, segd_buf_t *k, segd_buf_t *v,
+                               const char *master, size_t len, id_list_t *l, char *errstr,
+                               size_t n)
+{
+    return members_load_at(s, NULL, ov, k, v, master, len, l, errstr, n);
 }
 
 /* ---------- online apply ---------- */
@@ -692,7 +709,7 @@ static segd_err_t edge_load(segd_ident_t *id, const segd_link_event_t *ev,
 {
     segd_err_t err = segd_link_key(ev->id_a, ev->id_a_len, ev->id_b, ev->id_b_len, &id->key);
     if (!err)
-        err = fam_get(id->store, &id->overlay, FAM_LINKS, id->key.data, id->key.len, &id->val,
+        err = fam_get(id->store, NULL, &id->overlay, FAM_LINKS, id->key.data, id->key.len, &id->val,
                       found, errstr, n);
     if (!err && *found && segd_link_state_decode(id->val.data, id->val.len, st))
         err = segd_errf(SEGD_ERR_CORRUPT, errstr, n, "bad links value");
@@ -801,21 +818,37 @@ segd_err_t segd_ident_get(segd_store_t *s, const char *id, size_t id_len, segd_i
     return err ? err : found ? SEGD_OK : SEGD_ERR_NOTFOUND;
 }
 
-/* id's master: its record's, or id itself when the graph does not know it. */
-static segd_err_t master_or_self(segd_store_t *s, const char *id, size_t len,
-                                 segd_ident_rec_t *r, char *errstr, size_t n)
+/* id's master through ro: its record's, or id itself when the graph does
+ * not know it. */
+static segd_err_t master_or_self(segd_store_t *s, const rocksdb_readoptions_t *ro,
+                                 const char *id, size_t len, segd_ident_rec_t *r,
+                                 char *errstr, size_t n)
 {
     if (len == 0 || len > SEGD_IDENT_MAX_ID)
         return segd_errf(SEGD_ERR_INVALID, errstr, n, "an id is 1..%d bytes",
                          SEGD_IDENT_MAX_ID);
-    segd_err_t err = segd_ident_get(s, id, len, r, errstr, n);
-    if (err == SEGD_ERR_NOTFOUND) {
+    segd_buf_t k = {0}, v = {0};
+    int found = 0;
+    segd_err_t err = rec_load_at(s, ro, NULL, &k, &v, id, len, r, &found, errstr, n);
+    segd_buf_free(&k);
+    segd_buf_free(&v);
+    if (!err && !found) {
         memcpy(r->master, id, len);
         r->master_len = len;
         r->first_seen_ms = 0;
         r->n_links = 0;
-        err = SEGD_OK;
     }
+    return err;
+}
+
+/* A view for a few point reads: the graph reads of one lookup (and a
+ * linked read's member records) then see one state of the store, whatever
+ * a concurrent writer (segd run) commits meanwhile. */
+static segd_err_t point_view(segd_store_t *s, segd_store_view_t **v, char *errstr, size_t n)
+{
+    segd_err_t err = segd_store_view_open(s, v, errstr, n);
+    if (!err)
+        segd_store_view_set_fill_cache(*v, 1);
     return err;
 }
 
@@ -823,10 +856,15 @@ segd_err_t segd_ident_check(segd_store_t *s, const char *a, size_t a_len, const 
                             size_t b_len, int *connected, segd_ident_rec_t *master,
                             char *errstr, size_t errstr_size)
 {
+    segd_store_view_t *v = NULL;
     segd_ident_rec_t ra, rb;
-    segd_err_t err = master_or_self(s, a, a_len, &ra, errstr, errstr_size);
+    segd_err_t err = point_view(s, &v, errstr, errstr_size);
+    const rocksdb_readoptions_t *ro = v ? segd_store_view_read_options(v) : NULL;
     if (!err)
-        err = master_or_self(s, b, b_len, &rb, errstr, errstr_size);
+        err = master_or_self(s, ro, a, a_len, &ra, errstr, errstr_size);
+    if (!err)
+        err = master_or_self(s, ro, b, b_len, &rb, errstr, errstr_size);
+    segd_store_view_close(v);
     if (err)
         return err;
     *connected = id_cmp(ra.master, ra.master_len, rb.master, rb.master_len) == 0;
@@ -835,17 +873,20 @@ segd_err_t segd_ident_check(segd_store_t *s, const char *a, size_t a_len, const 
     return SEGD_OK;
 }
 
-segd_err_t segd_ident_members(segd_store_t *s, const char *id, size_t id_len,
-                              segd_ident_member_cb cb, void *ctx, char *errstr,
-                              size_t errstr_size)
+segd_err_t segd_ident_view_members(segd_store_view_t *vw, const char *id, size_t id_len,
+                                   segd_ident_member_cb cb, void *ctx, char *errstr,
+                                   size_t errstr_size)
 {
+    segd_store_t *s = segd_store_view_store(vw);
+    const rocksdb_readoptions_t *ro = segd_store_view_read_options(vw);
     segd_ident_rec_t r;
-    segd_err_t err = master_or_self(s, id, id_len, &r, errstr, errstr_size);
+    segd_err_t err = master_or_self(s, ro, id, id_len, &r, errstr, errstr_size);
     if (err)
         return err;
     id_list_t l = {0};
     segd_buf_t k = {0}, v = {0};
-    err = members_load(s, NULL, &k, &v, r.master, r.master_len, &l, errstr, errstr_size);
+    err = members_load_at(s, ro, NULL, &k, &v, r.master, r.master_len, &l, errstr,
+                          errstr_size);
     if (!err && !cb(ctx, r.master, r.master_len))
         for (size_t i = 0; i < l.n; i++)
             if (id_cmp(l.v[i].s, l.v[i].len, r.master, r.master_len) &&
@@ -854,6 +895,18 @@ segd_err_t segd_ident_members(segd_store_t *s, const char *id, size_t id_len,
     list_free(&l);
     segd_buf_free(&k);
     segd_buf_free(&v);
+    return err;
+}
+
+segd_err_t segd_ident_members(segd_store_t *s, const char *id, size_t id_len,
+                              segd_ident_member_cb cb, void *ctx, char *errstr,
+                              size_t errstr_size)
+{
+    segd_store_view_t *v = NULL;
+    segd_err_t err = point_view(s, &v, errstr, errstr_size);
+    if (!err)
+        err = segd_ident_view_members(v, id, id_len, cb, ctx, errstr, errstr_size);
+    segd_store_view_close(v);
     return err;
 }
 
@@ -1295,7 +1348,7 @@ segd_err_t segd_ident_view_scan(segd_store_view_t *v, segd_ident_entry_cb cb, vo
 /* ---------- linked reads ---------- */
 
 typedef struct linked {
-    segd_store_t *s;
+    segd_store_view_t *v;
     segd_profile_t *parts;
     size_t n, cap;
     segd_ident_member_cb cb;
@@ -1328,19 +1381,20 @@ static int linked_member(void *ctx, const char *m, size_t len)
     }
     l->parts = v;
     segd_profile_init(&v[l->n]);
-    l->err = segd_store_get(l->s, m, len, &v[l->n], l->errstr, l->errstr_size);
+    l->err = segd_store_view_get(l->v, m, len, &v[l->n], l->errstr, l->errstr_size);
     own_erase_only(&v[l->n++]);
     if (!l->err && l->cb && l->cb(l->ctx, m, len))
         l->err = SEGD_ERR_ABORTED;
     return l->err != SEGD_OK;
 }
 
-segd_err_t segd_ident_get_linked(segd_store_t *s, const char *id, size_t id_len,
-                                 segd_profile_t *out, segd_ident_member_cb cb, void *ctx,
-                                 char *errstr, size_t errstr_size)
+segd_err_t segd_ident_view_get_linked(segd_store_view_t *v, const char *id, size_t id_len,
+                                      segd_profile_t *out, segd_ident_member_cb cb, void *ctx,
+                                      char *errstr, size_t errstr_size)
 {
-    linked_t l = {.s = s, .cb = cb, .ctx = ctx, .errstr = errstr, .errstr_size = errstr_size};
-    segd_err_t err = segd_ident_members(s, id, id_len, linked_member, &l, errstr, errstr_size);
+    linked_t l = {.v = v, .cb = cb, .ctx = ctx, .errstr = errstr, .errstr_size = errstr_size};
+    segd_err_t err =
+        segd_ident_view_members(v, id, id_len, linked_member, &l, errstr, errstr_size);
     if (!err)
         err = l.err;
     const segd_profile_t **in = NULL;
@@ -1356,5 +1410,17 @@ segd_err_t segd_ident_get_linked(segd_store_t *s, const char *id, size_t id_len,
     for (size_t i = 0; i < l.n; i++)
         segd_profile_free(&l.parts[i]);
     free(l.parts);
+    return err;
+}
+
+segd_err_t segd_ident_get_linked(segd_store_t *s, const char *id, size_t id_len,
+                                 segd_profile_t *out, segd_ident_member_cb cb, void *ctx,
+                                 char *errstr, size_t errstr_size)
+{
+    segd_store_view_t *v = NULL;
+    segd_err_t err = point_view(s, &v, errstr, errstr_size);
+    if (!err)
+        err = segd_ident_view_get_linked(v, id, id_len, out, cb, ctx, errstr, errstr_size);
+    segd_store_view_close(v);
     return err;
 }

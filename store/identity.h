@@ -140,12 +140,18 @@ uint64_t segd_ident_applied(const segd_ident_t *id);
 int64_t segd_ident_supernode_total(const segd_ident_t *id);
 
 /* ---------- reads (at most two point reads per id) ---------- */
+/* check, members and get_linked each read through one RocksDB snapshot of
+ * their own (a store view): all their reads see one state of the store, so
+ * a concurrent writer (segd run applying links or segments) cannot make
+ * them mix the graph of one moment with records of another. The _view_
+ * forms read through the caller's view. */
 
 /* SEGD_ERR_NOTFOUND when the graph does not know id (it is then a
  * component of itself). */
 segd_err_t segd_ident_get(segd_store_t *s, const char *id, size_t id_len, segd_ident_rec_t *rec,
                           char *errstr, size_t errstr_size);
-/* *connected = 1 and master filled when a and b share a master. */
+/* *connected = 1 and master filled when a and b share a master (both
+ * records read through one view). */
 segd_err_t segd_ident_check(segd_store_t *s, const char *a, size_t a_len, const char *b,
                             size_t b_len, int *connected, segd_ident_rec_t *master,
                             char *errstr, size_t errstr_size);
@@ -156,15 +162,22 @@ typedef int (*segd_ident_member_cb)(void *ctx, const char *member, size_t len);
 segd_err_t segd_ident_members(segd_store_t *s, const char *id, size_t id_len,
                               segd_ident_member_cb cb, void *ctx, char *errstr,
                               size_t errstr_size);
+segd_err_t segd_ident_view_members(segd_store_view_t *v, const char *id, size_t id_len,
+                                   segd_ident_member_cb cb, void *ctx, char *errstr,
+                                   size_t errstr_size);
 
 /* The §3 join of the records of every member of id's component into out
  * (replaced), each member's erase marker applied to its own record only
  * (the result has none). cb (may be NULL) hears each member, the master
- * first; non-zero from it stops with SEGD_ERR_ABORTED. One `segd_store_get`
- * per member after the two graph reads. */
+ * first; non-zero from it stops with SEGD_ERR_ABORTED. One point read per
+ * member (segd_store_view_get) after the two graph reads, all through one
+ * view: the member list and every record are of the same store state. */
 segd_err_t segd_ident_get_linked(segd_store_t *s, const char *id, size_t id_len,
                                  segd_profile_t *out, segd_ident_member_cb cb, void *ctx,
                                  char *errstr, size_t errstr_size);
+segd_err_t segd_ident_view_get_linked(segd_store_view_t *v, const char *id, size_t id_len,
+                                      segd_profile_t *out, segd_ident_member_cb cb, void *ctx,
+                                      char *errstr, size_t errstr_size);
 
 /* Every stored edge in key order; cb returns non-zero to stop. */
 typedef int (*segd_link_cb)(void *ctx, const char *a, size_t a_len, const char *b,

@@ -580,6 +580,105 @@ static void test_supernode(void **state)
     segd_store_close(s);
 }
 
+/* One UPSERT of segment seg for id x, written. */
+static void write_one(segd_store_t *s, int x, int64_t seg, int64_t ts)
+{
+    segd_applier_t ap;
+    segd_event_t ev;
+    char err[256] = "";
+    segd_event_init(&ev);
+    assert_int_equal(segd_applier_init(&ap, s), SEGD_OK);
+    segd_event_set_user(&ev, name(x), 3);
+    ev.ts_ms = ts;
+    ev.op = SEGD_OP_UPSERT;
+    segd_seg_update_t u = {seg, 86400, 0, x};
+    segd_event_add_segment(&ev, &u);
+    assert_int_equal(segd_applier_add(&ap, &ev), SEGD_OK);
+    assert_int_equal(segd_applier_flush(&ap, err, sizeof(err)), SEGD_OK);
+    segd_applier_free(&ap);
+    segd_event_free(&ev);
+}
+
+static void apply_one(segd_store_t *s, segd_link_event_t e)
+{
+    segd_ident_t *id = NULL;
+    segd_batch_t *b = NULL;
+    char err[256] = "";
+    segd_ident_result_t res;
+    assert_int_equal(segd_ident_new(s, NULL, &id, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_batch_new(s, &b), SEGD_OK);
+    assert_int_equal(segd_ident_apply(id, b, &e, NULL, NULL, &res, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(res, SEGD_IDENT_APPLIED);
+    assert_int_equal(segd_store_write(s, b, err, sizeof(err)), SEGD_OK);
+    segd_batch_destroy(b);
+    segd_ident_destroy(id);
+}
+
+static int has_segment(const segd_profile_t *p, int64_t seg)
+{
+    for (size_t i = 0; i < p->n; i++)
+        if (p->entries[i].segment_id == seg)
+            return 1;
+    return 0;
+}
+
+/* A linked read through a view sees the graph and every member's record as
+ * of the view, whatever is written after it (a join and a new segment of a
+ * member): the whole read is of one store state. The plain read, which
+ * opens its own view, sees the new state. */
+static void test_linked_view(void **state)
+{
+    fixture_t *f = *state;
+    char err[256] = "";
+    segd_store_t *s = test_store_open(f->dir, NOW_MS);
+    write_one(s, 1, 101, T0);
+    write_one(s, 2, 102, T0);
+    write_one(s, 3, 103, T0);
+    apply_one(s, link_ev(1, 2, SEGD_LINK, T0, 1));
+
+    segd_profile_t before, in_view, after;
+    segd_profile_init(&before);
+    segd_profile_init(&in_view);
+    segd_profile_init(&after);
+    members_t m0 = {0}, m1 = {0}, m2 = {0}, m3 = {0};
+    assert_int_equal(segd_ident_get_linked(s, name(1), 3, &before, collect, &m0, err,
+                                           sizeof(err)),
+                     SEGD_OK);
+    segd_store_view_t *v = NULL;
+    assert_int_equal(segd_store_view_open(s, &v, err, sizeof(err)), SEGD_OK);
+
+    /* after the view: u02 joins u03's component and gains a segment */
+    apply_one(s, link_ev(2, 3, SEGD_LINK, T0 + 1, 1));
+    write_one(s, 2, 999, T0 + 2);
+
+    assert_int_equal(segd_ident_view_get_linked(v, name(1), 3, &in_view, collect, &m1, err,
+                                                sizeof(err)),
+                     SEGD_OK);
+    assert_int_equal(segd_ident_view_members(v, name(3), 3, collect, &m2, err, sizeof(err)),
+                     SEGD_OK);
+    segd_store_view_close(v);
+    /* the view's answer is the one read before the writes */
+    assert_int_equal(m1.n, 2);
+    assert_int_equal(m1.n, m0.n);
+    assert_memory_equal(m1.ids, m0.ids, sizeof(int) * (size_t)m0.n);
+    assert_int_equal(in_view.n, before.n);
+    assert_memory_equal(in_view.entries, before.entries, before.n * sizeof(segd_entry_t));
+    assert_false(has_segment(&in_view, 999));
+    assert_false(has_segment(&in_view, 103));
+    assert_int_equal(m2.n, 1); /* u03 alone, as the view holds it */
+
+    assert_int_equal(segd_ident_get_linked(s, name(1), 3, &after, collect, &m3, err,
+                                           sizeof(err)),
+                     SEGD_OK);
+    assert_int_equal(m3.n, 3);
+    assert_true(has_segment(&after, 999));
+    assert_true(has_segment(&after, 103));
+    segd_profile_free(&before);
+    segd_profile_free(&in_view);
+    segd_profile_free(&after);
+    segd_store_close(s);
+}
+
 /* An older master loses its place when a late event shows a member seen
  * earlier: every member is re-pointed and told. */
 static void test_master_moves(void **state)
@@ -689,6 +788,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_supernode, setup, teardown),
         cmocka_unit_test_setup_teardown(test_master_moves, setup, teardown),
         cmocka_unit_test_setup_teardown(test_older_store, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_linked_view, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
