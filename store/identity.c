@@ -481,8 +481,10 @@ segd_err_t segd_ident_new(segd_store_t *s, const segd_ident_opts_t *o, segd_iden
         id->opts = *o;
     else
         segd_ident_opts_default(&id->opts);
-    segd_err_t err = segd_store_counter_get(s, SEGD_IDENT_SUPERNODE_COUNTER,
-                                            &id->supernode_total, errstr, errstr_size);
+    segd_err_t err = segd_ident_rebuild_check(s, errstr, errstr_size);
+    if (!err)
+        err = segd_store_counter_get(s, SEGD_IDENT_SUPERNODE_COUNTER, &id->supernode_total,
+                                     errstr, errstr_size);
     if (!err)
         err = segd_store_counter_get(s, SEGD_IDENT_EPOCH_COUNTER, &id->epoch_ms, errstr,
                                      errstr_size);
@@ -807,6 +809,27 @@ segd_err_t segd_ident_apply(segd_ident_t *id, segd_batch_t *b, const segd_link_e
 
 /* ---------- reads ---------- */
 
+static segd_err_t rebuild_mark(int64_t mark, char *errstr, size_t n)
+{
+    return mark ? segd_errf(SEGD_ERR_INVALID, errstr, n, SEGD_IDENT_REBUILD_MSG) : SEGD_OK;
+}
+
+segd_err_t segd_ident_rebuild_check(segd_store_t *s, char *errstr, size_t n)
+{
+    int64_t mark = 0;
+    segd_err_t err = segd_store_counter_get(s, SEGD_IDENT_REBUILD_COUNTER, &mark, errstr, n);
+    return err ? err : rebuild_mark(mark, errstr, n);
+}
+
+/* The rebuild mark as the view holds it: the reads that follow are of
+ * the same state. */
+static segd_err_t view_rebuild_check(segd_store_view_t *v, char *errstr, size_t n)
+{
+    int64_t mark = 0;
+    segd_err_t err = segd_store_view_counter(v, SEGD_IDENT_REBUILD_COUNTER, &mark, errstr, n);
+    return err ? err : rebuild_mark(mark, errstr, n);
+}
+
 segd_err_t segd_ident_get(segd_store_t *s, const char *id, size_t id_len, segd_ident_rec_t *rec,
                           char *errstr, size_t errstr_size)
 {
@@ -861,6 +884,8 @@ segd_err_t segd_ident_check(segd_store_t *s, const char *a, size_t a_len, const 
     segd_err_t err = point_view(s, &v, errstr, errstr_size);
     const rocksdb_readoptions_t *ro = v ? segd_store_view_read_options(v) : NULL;
     if (!err)
+        err = view_rebuild_check(v, errstr, errstr_size);
+    if (!err)
         err = master_or_self(s, ro, a, a_len, &ra, errstr, errstr_size);
     if (!err)
         err = master_or_self(s, ro, b, b_len, &rb, errstr, errstr_size);
@@ -880,7 +905,9 @@ segd_err_t segd_ident_view_members(segd_store_view_t *vw, const char *id, size_t
     segd_store_t *s = segd_store_view_store(vw);
     const rocksdb_readoptions_t *ro = segd_store_view_read_options(vw);
     segd_ident_rec_t r;
-    segd_err_t err = master_or_self(s, ro, id, id_len, &r, errstr, errstr_size);
+    segd_err_t err = view_rebuild_check(vw, errstr, errstr_size);
+    if (!err)
+        err = master_or_self(s, ro, id, id_len, &r, errstr, errstr_size);
     if (err)
         return err;
     id_list_t l = {0};
@@ -1113,13 +1140,19 @@ typedef struct rb_writer {
     int64_t now_ms;
 } rb_writer_t;
 
-static segd_err_t rb_flush(rb_writer_t *wr, int force, char *errstr, size_t n)
+/* Writes the batch once it is full, and always when it is the last (the
+ * one that clears the mark, even with nothing else in it). */
+static segd_err_t rb_flush(rb_writer_t *wr, int last, char *errstr, size_t n)
 {
-    if (segd_batch_count(wr->b) == 0 || (!force && segd_batch_count(wr->b) < RB_BATCH_OPS))
+    if (!last && segd_batch_count(wr->b) < RB_BATCH_OPS)
         return SEGD_OK;
     /* every batch raises the epoch (a set, so once is as good as many): a
      * rebuild cut short has raised it before any change it wrote */
     segd_batch_set_counter(wr->b, SEGD_IDENT_EPOCH_COUNTER, wr->w.epoch_ms);
+    /* the mark: set with every batch but the last, cleared by the last, so
+     * the ids family is never a mix of two rebuilds' states unmarked; the
+     * rebuild is one batch (nothing to mark) when it fits in one */
+    segd_batch_set_counter(wr->b, SEGD_IDENT_REBUILD_COUNTER, last ? 0 : wr->w.epoch_ms);
     if (wr->cb && wr->cb(wr->cctx, wr->b, NULL))
         return SEGD_ERR_NOMEM;
     segd_err_t err = segd_store_write(wr->r->s, wr->b, errstr, n);
@@ -1240,14 +1273,11 @@ segd_err_t segd_ident_rebuild(segd_store_t *s, const segd_ident_opts_t *o,
         err = rb_load(&r, errstr, errstr_size);
     if (!err)
         err = segd_batch_new(s, &wr.b);
+    /* the last batch is written even when nothing was rewritten: the epoch
+     * is raised all the same (the rebuild is the start of an epoch whatever
+     * it found) and the mark of an interrupted rebuild is cleared */
     if (!err)
         err = rb_write(&wr, progress, pctx, errstr, errstr_size);
-    if (!err && segd_batch_count(wr.b) == 0 && epoch != wr.w.epoch_ms) {
-        /* nothing was rewritten: the epoch is raised all the same, so that
-         * the rebuild is the start of an epoch whatever it found */
-        segd_batch_set_counter(wr.b, SEGD_IDENT_EPOCH_COUNTER, wr.w.epoch_ms);
-        err = segd_store_write(s, wr.b, errstr, errstr_size);
-    }
     if (st) {
         *st = r.st;
         st->epoch_ms = wr.w.epoch_ms;
@@ -1313,6 +1343,8 @@ segd_err_t segd_ident_view_scan(segd_store_view_t *v, segd_ident_entry_cb cb, vo
     if (!cf)
         return SEGD_OK;
     segd_err_t err = segd_store_view_counter(v, SEGD_IDENT_EPOCH_COUNTER, epoch_ms, errstr, n);
+    if (!err) /* a snapshot must not carry a half-rebuilt graph to the caches */
+        err = view_rebuild_check(v, errstr, n);
     if (err)
         return err;
     segd_buf_t key = {0};

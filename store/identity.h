@@ -30,6 +30,14 @@
  * 0 until the first rebuild, then raised by every rebuild to
  * max(previous + 1, wall ms); every membership change carries it. */
 #define SEGD_IDENT_EPOCH_COUNTER "identity_epoch"
+/* The rebuild mark (meta `count/identity_rebuild_in_progress`, DESIGN
+ * §10.5): the epoch of a rebuild that has written a batch of `ids` but not
+ * its last one, 0 otherwise. While it is set the `ids` family mixes old and
+ * new components: segd run, backfill and the reads refuse
+ * (SEGD_ERR_INVALID, SEGD_IDENT_REBUILD_MSG) until a rebuild completes. */
+#define SEGD_IDENT_REBUILD_COUNTER "identity_rebuild_in_progress"
+#define SEGD_IDENT_REBUILD_MSG \
+    "an identity rebuild was interrupted: run segd identity rebuild again"
 
 typedef enum segd_link_op { SEGD_LINK = 0, SEGD_UNLINK = 1 } segd_link_op_t;
 
@@ -108,7 +116,9 @@ segd_err_t segd_link_event_check(const segd_link_event_t *ev, char *errstr,
 typedef struct segd_ident segd_ident_t;
 
 /* Reads the supernode counter's stored total. *out freed with
- * segd_ident_destroy. The store is borrowed until then. */
+ * segd_ident_destroy. The store is borrowed until then. SEGD_ERR_INVALID
+ * (SEGD_IDENT_REBUILD_MSG) while an interrupted rebuild's mark is set:
+ * online joins over a half-rewritten `ids` family would spread the mix. */
 segd_err_t segd_ident_new(segd_store_t *s, const segd_ident_opts_t *o, segd_ident_t **out,
                           char *errstr, size_t errstr_size);
 void segd_ident_destroy(segd_ident_t *id);
@@ -140,6 +150,10 @@ uint64_t segd_ident_applied(const segd_ident_t *id);
 int64_t segd_ident_supernode_total(const segd_ident_t *id);
 
 /* ---------- reads (at most two point reads per id) ---------- */
+/* SEGD_OK, or SEGD_ERR_INVALID with SEGD_IDENT_REBUILD_MSG in errstr while
+ * the rebuild mark is set (check, members, get_linked and the view scan
+ * test it through their view). */
+segd_err_t segd_ident_rebuild_check(segd_store_t *s, char *errstr, size_t errstr_size);
 /* check, members and get_linked each read through one RocksDB snapshot of
  * their own (a store view): all their reads see one state of the store, so
  * a concurrent writer (segd run applying links or segments) cannot make
@@ -215,7 +229,9 @@ typedef int (*segd_ident_rebuild_cb)(void *ctx, segd_batch_t *b, const segd_iden
 /* Recomputes the components over linked edges with weight >= min_weight
  * and rewrites the `ids` family to match, in batches of bounded size (the
  * `i` records whose master changes, every member list, the deletion of the
- * lists of ids that are no longer masters). progress (may be NULL) is called with
+ * lists of ids that are no longer masters). Every batch but the last sets
+ * the rebuild mark, the last clears it: a rebuild cut short leaves it set,
+ * and the next one (which does not test it) completes and clears it. progress (may be NULL) is called with
  * (done, total) ids; cb (may be NULL) hears every change. Offline: no other
  * writer may run. */
 segd_err_t segd_ident_rebuild(segd_store_t *s, const segd_ident_opts_t *o,

@@ -679,6 +679,106 @@ static void test_linked_view(void **state)
     segd_store_close(s);
 }
 
+#define PAIRS 4500 /* a rebuild of 2 * PAIRS ids writes more than one batch */
+
+static const char *pair_id(int i)
+{
+    static char b[2][32];
+    snprintf(b[i & 1], sizeof(b[0]), "p%05d", i);
+    return b[i & 1];
+}
+
+static int ignore_member(void *ctx, const char *m, size_t len)
+{
+    (void)ctx, (void)m, (void)len;
+    return 0;
+}
+
+/* What every reader says while the rebuild mark is set. */
+static void expect_refused(segd_store_t *s)
+{
+    char err[256] = "";
+    int c;
+    segd_profile_t p;
+    segd_profile_init(&p);
+    segd_ident_t *id = NULL;
+    assert_int_equal(segd_ident_new(s, NULL, &id, err, sizeof(err)), SEGD_ERR_INVALID);
+    assert_string_equal(err, SEGD_IDENT_REBUILD_MSG);
+    err[0] = 0;
+    assert_int_equal(segd_ident_check(s, "p00000", 6, "p00001", 6, &c, NULL, err, sizeof(err)),
+                     SEGD_ERR_INVALID);
+    assert_string_equal(err, SEGD_IDENT_REBUILD_MSG);
+    err[0] = 0;
+    assert_int_equal(segd_ident_members(s, "p00000", 6, ignore_member, NULL, err, sizeof(err)),
+                     SEGD_ERR_INVALID);
+    assert_string_equal(err, SEGD_IDENT_REBUILD_MSG);
+    err[0] = 0;
+    assert_int_equal(segd_ident_get_linked(s, "p00000", 6, &p, NULL, NULL, err, sizeof(err)),
+                     SEGD_ERR_INVALID);
+    assert_string_equal(err, SEGD_IDENT_REBUILD_MSG);
+    assert_int_equal(segd_ident_rebuild_check(s, err, sizeof(err)), SEGD_ERR_INVALID);
+    segd_profile_free(&p);
+}
+
+/* A rebuild cut short after its first batch (the second write fails)
+ * leaves the mark: segd run's handle (segd_ident_new, also backfill's) and
+ * every read refuse with the message; a second rebuild completes, clears
+ * it, and the graph reads as before. A rebuild of one batch never sets it. */
+static void test_rebuild_interrupted(void **state)
+{
+    fixture_t *f = *state;
+    char err[256] = "";
+    segd_store_t *s = test_store_open(f->dir, NOW_MS);
+    segd_ident_t *id = NULL;
+    segd_batch_t *b = NULL;
+    segd_ident_result_t res;
+    assert_int_equal(segd_ident_new(s, NULL, &id, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_batch_new(s, &b), SEGD_OK);
+    for (int i = 0; i < PAIRS; i++) {
+        char a[8];
+        memcpy(a, pair_id(2 * i), 7); /* "pNNNNN": pair_id's buffers rotate */
+        segd_link_event_t e = {a, 6, pair_id(2 * i + 1), 6, SEGD_LINK, T0 + i, 1};
+        assert_int_equal(segd_ident_apply(id, b, &e, NULL, NULL, &res, err, sizeof(err)), 0);
+    }
+    assert_int_equal(segd_store_write(s, b, err, sizeof(err)), SEGD_OK);
+    segd_batch_destroy(b);
+    segd_ident_destroy(id);
+
+    segd_ident_opts_t o;
+    segd_ident_opts_default(&o);
+    segd_ident_rebuild_stats_t st;
+    segd_store_fault_set(s, SEGD_FAULT_WRITE, 2, 1); /* the second batch fails */
+    assert_int_equal(segd_ident_rebuild(s, &o, NULL, NULL, NULL, NULL, &st, err, sizeof(err)),
+                     SEGD_ERR_IO);
+    int64_t mark = 0;
+    assert_int_equal(segd_store_counter_get(s, SEGD_IDENT_REBUILD_COUNTER, &mark, err,
+                                            sizeof(err)),
+                     SEGD_OK);
+    assert_true(mark > 0);
+    expect_refused(s);
+    segd_store_close(s);
+    s = test_store_open(f->dir, NOW_MS); /* a restart does not clear it */
+    expect_refused(s);
+
+    assert_int_equal(segd_ident_rebuild(s, &o, NULL, NULL, NULL, NULL, &st, err, sizeof(err)),
+                     SEGD_OK);
+    assert_int_equal(st.linked_components, PAIRS);
+    assert_int_equal(segd_store_counter_get(s, SEGD_IDENT_REBUILD_COUNTER, &mark, err,
+                                            sizeof(err)),
+                     SEGD_OK);
+    assert_int_equal(mark, 0);
+    assert_int_equal(segd_ident_rebuild_check(s, err, sizeof(err)), SEGD_OK);
+    int c = 0;
+    segd_ident_rec_t m;
+    assert_int_equal(segd_ident_check(s, "p08998", 6, "p08999", 6, &c, &m, err, sizeof(err)),
+                     SEGD_OK);
+    assert_int_equal(c, 1);
+    assert_memory_equal(m.master, "p08998", 6);
+    assert_int_equal(segd_ident_new(s, NULL, &id, err, sizeof(err)), SEGD_OK);
+    segd_ident_destroy(id);
+    segd_store_close(s);
+}
+
 /* An older master loses its place when a late event shows a member seen
  * earlier: every member is re-pointed and told. */
 static void test_master_moves(void **state)
@@ -789,6 +889,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_master_moves, setup, teardown),
         cmocka_unit_test_setup_teardown(test_older_store, setup, teardown),
         cmocka_unit_test_setup_teardown(test_linked_view, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rebuild_interrupted, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
