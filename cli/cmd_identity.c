@@ -155,11 +155,11 @@ static int cmd_rebuild(const id_args_t *a)
         return SEGD_EXIT_FAIL;
     }
     printf("ids=%llu edges_used=%llu components=%llu linked_components=%llu repointed=%llu "
-           "refused=%llu epoch_ms=%lld\n",
+           "refused=%llu epoch_ms=%lld repaired=%llu\n",
            (unsigned long long)st.ids, (unsigned long long)st.edges_used,
            (unsigned long long)st.components, (unsigned long long)st.linked_components,
            (unsigned long long)st.repointed, (unsigned long long)st.refused,
-           (long long)st.epoch_ms);
+           (long long)st.epoch_ms, (unsigned long long)st.repaired);
     return SEGD_EXIT_OK;
 }
 

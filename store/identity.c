@@ -426,7 +426,9 @@ static segd_err_t rec_load_at(segd_store_t *s, const rocksdb_readoptions_t *ro, 
     if (!err)
         err = fam_get(s, ro, ov, FAM_IDS, k->data, k->len, v, found, errstr, n);
     if (!err && *found && rec_decode(v->data, v->len, r))
-        err = segd_errf(SEGD_ERR_CORRUPT, errstr, n, "bad ids record of %.*s", (int)len, id);
+        err = segd_errf(SEGD_ERR_CORRUPT, errstr, n,
+                        "bad ids record of %.*s (segd identity rebuild rewrites it)", (int)len,
+                        id);
     return err;
 }
 
@@ -453,8 +455,9 @@ static segd_err_t members_load_at(segd_store_t *s, const rocksdb_readoptions_t *
     if (!found)
         return list_push(l, master, len);
     if (members_decode(v->data, v->len, l))
-        return segd_errf(SEGD_ERR_CORRUPT, errstr, n, "bad member list of %.*s", (int)len,
-                         master);
+        return segd_errf(SEGD_ERR_CORRUPT, errstr, n,
+                         "bad member list of %.*s (segd identity rebuild rewrites it)",
+                         (int)len, master);
     return SEGD_OK;
 }
 
@@ -714,7 +717,8 @@ static segd_err_t edge_load(segd_ident_t *id, const segd_link_event_t *ev,
         err = fam_get(id->store, NULL, &id->overlay, FAM_LINKS, id->key.data, id->key.len, &id->val,
                       found, errstr, n);
     if (!err && *found && segd_link_state_decode(id->val.data, id->val.len, st))
-        err = segd_errf(SEGD_ERR_CORRUPT, errstr, n, "bad links value");
+        err = segd_errf(SEGD_ERR_CORRUPT, errstr, n, "bad links value of %.*s and %.*s",
+                        (int)ev->id_a_len, ev->id_a, (int)ev->id_b_len, ev->id_b);
     return err;
 }
 
@@ -968,7 +972,18 @@ typedef struct link_scan {
     segd_link_cb cb;
     void *ctx;
     int corrupt;
+    char bad[80]; /* the key that did not decode, printable */
 } link_scan_t;
+
+/* A key for a message: bytes outside printable ASCII (the 0x00 between a
+ * links key's ids among them) as '.'. */
+static void printable(char *out, size_t n, const uint8_t *k, size_t kl)
+{
+    size_t i = 0;
+    for (; i + 1 < n && i < kl; i++)
+        out[i] = k[i] >= 0x20 && k[i] < 0x7f ? (char)k[i] : '.';
+    out[i] = 0;
+}
 
 static int link_entry(void *ctx, const uint8_t *k, size_t kl, const uint8_t *v, size_t vl)
 {
@@ -977,6 +992,7 @@ static int link_entry(void *ctx, const uint8_t *k, size_t kl, const uint8_t *v, 
     const uint8_t *sep = memchr(k, 0, kl);
     if (!sep || sep == k || sep + 1 == k + kl || segd_link_state_decode(v, vl, &st)) {
         ls->corrupt = 1;
+        printable(ls->bad, sizeof(ls->bad), k, kl);
         return 1;
     }
     return ls->cb(ls->ctx, (const char *)k, (size_t)(sep - k), (const char *)sep + 1,
@@ -986,10 +1002,13 @@ static int link_entry(void *ctx, const uint8_t *k, size_t kl, const uint8_t *v, 
 segd_err_t segd_ident_scan_links(segd_store_t *s, segd_link_cb cb, void *ctx, char *errstr,
                                  size_t errstr_size)
 {
-    link_scan_t ls = {cb, ctx, 0};
+    link_scan_t ls = {cb, ctx, 0, ""};
     segd_err_t err = fam_scan(s, FAM_LINKS, link_entry, &ls, errstr, errstr_size);
     if (!err && ls.corrupt)
-        err = segd_errf(SEGD_ERR_CORRUPT, errstr, errstr_size, "bad key or value in links");
+        err = segd_errf(SEGD_ERR_CORRUPT, errstr, errstr_size,
+                        "bad key or value in links: %s (ids shown with '.' for the 0x00 "
+                        "between them)",
+                        ls.bad);
     return err;
 }
 
@@ -1002,6 +1021,7 @@ typedef struct rb_node {
     int64_t first_seen_ms;
     uint32_t n_links;
     uint32_t parent, size;
+    int derived; /* its `i` record is corrupt or absent: rebuilt from links */
 } rb_node_t;
 
 typedef struct rebuild {
@@ -1016,6 +1036,7 @@ typedef struct rebuild {
     segd_ident_rebuild_stats_t st;
     segd_err_t err;
     int corrupt;
+    char bad[80]; /* the ids key that cannot be rebuilt, printable */
 } rebuild_t;
 
 static const char *rb_id(const rebuild_t *r, const rb_node_t *x)
@@ -1049,6 +1070,7 @@ static segd_err_t rb_add(rebuild_t *r, const char *id, size_t len, const char *m
     x->n_links = n_links;
     x->parent = k;
     x->size = 1;
+    x->derived = 0;
     segd_err_t err = segd_buf_append(&r->arena, id, len);
     if (!err)
         err = segd_buf_append(&r->arena, m, mlen);
@@ -1059,21 +1081,55 @@ static int rb_ids_entry(void *ctx, const uint8_t *k, size_t kl, const uint8_t *v
 {
     rebuild_t *r = ctx;
     segd_ident_rec_t rec;
-    if (kl < 2 || kl > SEGD_IDENT_MAX_ID + 1 || (k[0] != 'i' && k[0] != 'm')) {
+    if (kl < 2 || kl > SEGD_IDENT_MAX_ID + 1 || (k[0] != 'i' && k[0] != 'm') ||
+        memchr(k + 1, 0, kl - 1)) {
         r->corrupt = 1;
+        printable(r->bad, sizeof(r->bad), k, kl);
         return 1;
     }
-    if (k[0] == 'm') {
+    if (k[0] == 'm') { /* never decoded: every list is rewritten or deleted */
         r->err = list_push(&r->old_m, (const char *)k + 1, kl - 1);
         return r->err != SEGD_OK;
     }
     if (rec_decode(v, vl, &rec)) {
-        r->corrupt = 1;
-        return 1;
+        /* first_seen and n_links come back from the id's edges (rb_edge),
+         * the master from the components; "" never equals the new master,
+         * so the record is rewritten */
+        r->err = rb_add(r, (const char *)k + 1, kl - 1, "", 0, INT64_MAX, 0);
+        if (!r->err)
+            r->nodes[r->n - 1].derived = 1;
+        return r->err != SEGD_OK;
     }
     r->err = rb_add(r, (const char *)k + 1, kl - 1, rec.master, rec.master_len,
                     rec.first_seen_ms, rec.n_links);
     return r->err != SEGD_OK;
+}
+
+/* The node of an edge's end; one without an `i` record (lost, or never
+ * written by a store damaged in between) gets a derived node. */
+static int rb_node_of(rebuild_t *r, const char *id, size_t len, uint32_t *out)
+{
+    if (rb_find_node(r, id, len, out))
+        return 0;
+    if ((r->err = rb_add(r, id, len, "", 0, INT64_MAX, 0)))
+        return 1;
+    *out = (uint32_t)(r->n - 1);
+    r->nodes[*out].derived = 1;
+    return 0;
+}
+
+/* A derived node's record from its edges, as §10.2 defines them: n_links
+ * counts the keys naming it; first_seen is the smallest ts_ms they hold (the
+ * edges keep their LWW winner's ts, so this is at or after the true
+ * first-seen, and equal when each edge saw one event). */
+static void rb_derive(rebuild_t *r, uint32_t x, const segd_link_state_t *st)
+{
+    rb_node_t *v = &r->nodes[x];
+    if (!v->derived)
+        return;
+    v->n_links++;
+    if (st->ts_ms < v->first_seen_ms)
+        v->first_seen_ms = st->ts_ms;
 }
 
 static uint32_t rb_root(rebuild_t *r, uint32_t x)
@@ -1091,13 +1147,13 @@ static int rb_edge(void *ctx, const char *a, size_t al, const char *b, size_t bl
                    const segd_link_state_t *st)
 {
     rebuild_t *r = ctx;
+    uint32_t x, y;
+    if (rb_node_of(r, a, al, &x) || rb_node_of(r, b, bl, &y))
+        return 1;
+    rb_derive(r, x, st);
+    rb_derive(r, y, st);
     if (!st->linked || !(st->weight >= r->o->min_weight))
         return 0;
-    uint32_t x, y;
-    if (!rb_find_node(r, a, al, &x) || !rb_find_node(r, b, bl, &y)) {
-        r->corrupt = 1; /* every edge's ends have `i` records (§10.3 step 2) */
-        return 1;
-    }
     x = rb_root(r, x);
     y = rb_root(r, y);
     r->st.edges_used++;
@@ -1180,6 +1236,13 @@ static segd_err_t rb_write_component(rb_writer_t *wr, size_t from, size_t to)
     for (size_t i = from; !err && i < to; i++) {
         const rb_node_t *x = &r->nodes[r->order[i]];
         const char *xs = rb_id(r, x), *old = (const char *)r->arena.data + x->moff;
+        if (x->derived && !x->n_links) { /* a corrupt record no edge names: no id */
+            if (!(err = ids_key(&wr->w.key, 'i', xs, x->len)))
+                err = fam_put(&wr->w, wr->b, FAM_IDS, wr->w.key.data, wr->w.key.len, NULL, 0);
+            r->st.repaired++;
+            continue;
+        }
+        r->st.repaired += x->derived ? 1u : 0u;
         if (to - from > 1 && (err = list_push(l, xs, x->len)))
             break;
         if (id_cmp(old, x->mlen, ms, m->len) == 0)
@@ -1237,7 +1300,7 @@ static segd_err_t rb_load(rebuild_t *r, char *errstr, size_t n)
     if (!err && r->err)
         err = segd_errf(r->err, errstr, n, "rebuild: %s", segd_err_str(r->err));
     if (!err && r->corrupt)
-        err = segd_errf(SEGD_ERR_CORRUPT, errstr, n, "rebuild: bad ids record or dangling edge");
+        err = segd_errf(SEGD_ERR_CORRUPT, errstr, n, "rebuild: bad ids key %s", r->bad);
     if (err)
         return err;
     if (r->n && !(r->order = malloc(r->n * sizeof(*r->order))))
@@ -1359,7 +1422,10 @@ segd_err_t segd_ident_view_scan(segd_store_view_t *v, segd_ident_entry_cb cb, vo
         segd_ident_rec_t r;
         int64_t fs = 0;
         if (kl < 2 || kl > SEGD_IDENT_MAX_ID + 1 || rec_decode((const uint8_t *)val, vl, &r)) {
-            err = segd_errf(SEGD_ERR_CORRUPT, errstr, n, "bad ids record");
+            char bad[80];
+            printable(bad, sizeof(bad), (const uint8_t *)k, kl);
+            err = segd_errf(SEGD_ERR_CORRUPT, errstr, n,
+                            "bad ids record %s (segd identity rebuild rewrites it)", bad);
             break;
         }
         err = view_first_seen(v, &r, k + 1, kl - 1, r.first_seen_ms, &key, &fs, errstr, n);

@@ -218,6 +218,9 @@ typedef struct segd_ident_rebuild_stats {
     uint64_t components;        /* all, singletons included */
     uint64_t linked_components; /* of more than one id */
     uint64_t repointed;         /* ids whose master changed */
+    uint64_t repaired;          /* ids whose `i` record was corrupt or absent: rebuilt
+                                 * from the links family (or deleted when no edge
+                                 * names the id) */
     int64_t epoch_ms;           /* the epoch the rebuild started */
 } segd_ident_rebuild_stats_t;
 /* Hears a membership change the rebuild makes, with the batch that will
@@ -227,6 +230,9 @@ typedef struct segd_ident_rebuild_stats {
  * clock. Every batch also sets the epoch counter. */
 typedef int (*segd_ident_rebuild_cb)(void *ctx, segd_batch_t *b, const segd_ident_change_t *c);
 /* Recomputes the components over linked edges with weight >= min_weight
+ * (the `i` records that do not decode, or that an edge's end lacks, are
+ * rebuilt from the id's edges: DESIGN §10.5; SEGD_ERR_CORRUPT naming the key
+ * for a `links` key or value, or an `ids` key, that does not decode)
  * and rewrites the `ids` family to match, in batches of bounded size (the
  * `i` records whose master changes, every member list, the deletion of the
  * lists of ids that are no longer masters). Every batch but the last sets

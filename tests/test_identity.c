@@ -19,6 +19,7 @@
 
 #include "consumer/apply.h"
 #include "store/identity.h"
+#include "store/store_int.h" /* writing junk into the graph's families */
 #include "store_util.h"
 
 #define NOW_MS 1800000000000LL
@@ -779,6 +780,124 @@ static void test_rebuild_interrupted(void **state)
     segd_store_close(s);
 }
 
+/* Overwrites ids key kind‖x (or links key of x, y) with junk, straight
+ * through RocksDB (no segd writer produces one). */
+static void put_junk(segd_store_t *s, char kind, int x, int y)
+{
+    char key[16];
+    size_t kl;
+    rocksdb_column_family_handle_t *cf;
+    if (kind == 'L') {
+        kl = (size_t)snprintf(key, sizeof(key), "%s", name(x)) + 1; /* the 0x00 */
+        kl += (size_t)snprintf(key + kl, sizeof(key) - kl, "%s", name(y));
+        cf = segd_store_links_cf(s);
+    } else {
+        kl = (size_t)snprintf(key, sizeof(key), "%c%s", kind, name(x));
+        cf = segd_store_ids_cf(s);
+    }
+    rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
+    char *rerr = NULL;
+    rocksdb_put_cf(segd_store_rocks(s), wo, cf, key, kl, "junk", 4, &rerr);
+    rocksdb_writeoptions_destroy(wo);
+    assert_null(rerr);
+}
+
+/* Corrupt graph records: the reads and the online apply report the id and
+ * SEGD_ERR_CORRUPT (segd run then stops before writing the batch); the
+ * rebuild rewrites `i` records that do not decode from the id's edges and
+ * deletes one no edge names; a corrupt `links` value is named. */
+static void test_corrupt_graph(void **state)
+{
+    fixture_t *f = *state;
+    char err[256] = "";
+    segd_store_t *s = test_store_open(f->dir, NOW_MS);
+    apply_one(s, link_ev(1, 2, SEGD_LINK, T0 + 5, 1));
+    apply_one(s, link_ev(2, 3, SEGD_LINK, T0 + 1, 1));
+    apply_one(s, link_ev(4, 5, SEGD_LINK, T0 + 3, 1));
+    apply_one(s, link_ev(6, 7, SEGD_UNLINK, T0 + 4, 1));
+    segd_ident_rec_t r;
+    assert_int_equal(segd_ident_get(s, name(2), 3, &r, err, sizeof(err)), SEGD_OK);
+    assert_memory_equal(r.master, name(2), 3); /* (T0+1, u02) < (T0+1, u03) */
+    put_junk(s, 'i', 2, 0); /* the master of {1, 2, 3} */
+    put_junk(s, 'i', 5, 0); /* a member of {4, 5} */
+    put_junk(s, 'm', 4, 0); /* and its master's list */
+    put_junk(s, 'i', 9, 0); /* an id no edge names */
+
+    members_t got = {0};
+    int c;
+    segd_profile_t p;
+    segd_profile_init(&p);
+    assert_int_equal(segd_ident_members(s, name(2), 3, collect, &got, err, sizeof(err)),
+                     SEGD_ERR_CORRUPT);
+    assert_non_null(strstr(err, "bad ids record of u02"));
+    assert_int_equal(segd_ident_check(s, name(4), 3, name(5), 3, &c, NULL, err, sizeof(err)),
+                     SEGD_ERR_CORRUPT);
+    assert_non_null(strstr(err, "u05"));
+    assert_int_equal(segd_ident_get_linked(s, name(4), 3, &p, NULL, NULL, err, sizeof(err)),
+                     SEGD_ERR_CORRUPT);
+    assert_non_null(strstr(err, "bad member list of u04"));
+    /* the online apply (segd run, backfill): an error, nothing to write */
+    segd_ident_t *id = NULL;
+    segd_batch_t *b = NULL;
+    segd_ident_result_t res;
+    assert_int_equal(segd_ident_new(s, NULL, &id, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_batch_new(s, &b), SEGD_OK);
+    segd_link_event_t e = link_ev(2, 8, SEGD_LINK, T0 + 9, 1);
+    assert_int_equal(segd_ident_apply(id, b, &e, NULL, NULL, &res, err, sizeof(err)),
+                     SEGD_ERR_CORRUPT);
+    assert_non_null(strstr(err, "u02"));
+    segd_batch_destroy(b);
+    segd_ident_destroy(id);
+
+    segd_ident_opts_t o;
+    segd_ident_opts_default(&o);
+    segd_ident_rebuild_stats_t st;
+    assert_int_equal(segd_ident_rebuild(s, &o, NULL, NULL, NULL, NULL, &st, err, sizeof(err)),
+                     SEGD_OK);
+    assert_int_equal(st.repaired, 3);
+    assert_int_equal(segd_ident_get(s, name(2), 3, &r, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(r.first_seen_ms, T0 + 1); /* the smallest ts of its edges */
+    assert_int_equal(r.n_links, 2);
+    assert_memory_equal(r.master, name(2), 3);
+    assert_int_equal(segd_ident_get(s, name(5), 3, &r, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(r.first_seen_ms, T0 + 3);
+    assert_int_equal(r.n_links, 1);
+    assert_memory_equal(r.master, name(4), 3);
+    assert_int_equal(segd_ident_get(s, name(9), 3, &r, err, sizeof(err)), SEGD_ERR_NOTFOUND);
+    memset(&got, 0, sizeof(got));
+    assert_int_equal(segd_ident_members(s, name(1), 3, collect, &got, err, sizeof(err)),
+                     SEGD_OK);
+    assert_int_equal(got.n, 3);
+    assert_int_equal(got.ids[0], 2);
+    memset(&got, 0, sizeof(got));
+    assert_int_equal(segd_ident_members(s, name(5), 3, collect, &got, err, sizeof(err)),
+                     SEGD_OK);
+    assert_int_equal(got.n, 2);
+    assert_int_equal(got.ids[0], 4);
+    assert_int_equal(segd_ident_get_linked(s, name(5), 3, &p, NULL, NULL, err, sizeof(err)),
+                     SEGD_OK);
+    assert_int_equal(segd_ident_rebuild(s, &o, NULL, NULL, NULL, NULL, &st, err, sizeof(err)),
+                     SEGD_OK);
+    assert_int_equal(st.repaired, 0);
+    assert_int_equal(st.repointed, 0);
+
+    /* a links value is the graph's source: named, not guessed */
+    put_junk(s, 'L', 6, 7);
+    assert_int_equal(segd_ident_rebuild(s, &o, NULL, NULL, NULL, NULL, &st, err, sizeof(err)),
+                     SEGD_ERR_CORRUPT);
+    assert_non_null(strstr(err, "u06.u07"));
+    assert_int_equal(segd_ident_new(s, NULL, &id, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_batch_new(s, &b), SEGD_OK);
+    e = link_ev(7, 6, SEGD_LINK, T0 + 9, 1);
+    assert_int_equal(segd_ident_apply(id, b, &e, NULL, NULL, &res, err, sizeof(err)),
+                     SEGD_ERR_CORRUPT);
+    assert_non_null(strstr(err, "bad links value of u07 and u06"));
+    segd_batch_destroy(b);
+    segd_ident_destroy(id);
+    segd_profile_free(&p);
+    segd_store_close(s);
+}
+
 /* An older master loses its place when a late event shows a member seen
  * earlier: every member is re-pointed and told. */
 static void test_master_moves(void **state)
@@ -890,6 +1009,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_older_store, setup, teardown),
         cmocka_unit_test_setup_teardown(test_linked_view, setup, teardown),
         cmocka_unit_test_setup_teardown(test_rebuild_interrupted, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_corrupt_graph, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
