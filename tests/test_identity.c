@@ -566,9 +566,23 @@ static void test_supernode(void **state)
     assert_int_equal(segd_ident_apply(id, b, &again, NULL, NULL, &res, err, sizeof(err)),
                      SEGD_OK);
     assert_int_equal(res, SEGD_IDENT_APPLIED); /* an existing edge: always */
+    /* the boundary from the other end: u02 (max_links edges) as id_b of a
+     * new edge is refused; u05 (1 edge) takes one up to max_links - 1 = 2 */
+    segd_link_event_t as_b = link_ev(8, 2, SEGD_UNLINK, T0 + 7, 1),
+                      below = link_ev(5, 8, SEGD_UNLINK, T0 + 8, 1);
+    assert_int_equal(segd_ident_apply(id, b, &as_b, NULL, NULL, &res, err, sizeof(err)),
+                     SEGD_OK);
+    assert_int_equal(res, SEGD_IDENT_SUPERNODE_LINKS);
+    assert_int_equal(segd_ident_apply(id, b, &below, NULL, NULL, &res, err, sizeof(err)),
+                     SEGD_OK);
+    assert_int_equal(res, SEGD_IDENT_APPLIED);
     assert_int_equal(segd_store_write(s, b, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_ident_get(s, name(2), 3, &r, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(r.n_links, 3); /* exactly max_links, never more */
+    assert_int_equal(segd_ident_get(s, name(5), 3, &r, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(r.n_links, 2);
     assert_int_equal(segd_ident_get(s, name(6), 3, &r, err, sizeof(err)), SEGD_ERR_NOTFOUND);
-    assert_int_equal(segd_ident_supernode_total(id), 2);
+    assert_int_equal(segd_ident_supernode_total(id), 3);
     segd_batch_destroy(b);
     segd_ident_destroy(id);
     segd_store_close(s);
@@ -576,7 +590,7 @@ static void test_supernode(void **state)
     /* the counter survives a reopen and goes on from there */
     s = test_store_open(f->dir, NOW_MS);
     assert_int_equal(segd_ident_new(s, &o, &id, err, sizeof(err)), SEGD_OK);
-    assert_int_equal(segd_ident_supernode_total(id), 2);
+    assert_int_equal(segd_ident_supernode_total(id), 3);
     segd_ident_destroy(id);
     segd_store_close(s);
 }
