@@ -7,7 +7,11 @@
  *   produce --brokers B [--topic T] [--framing F] FILE|-: JSON-lines link
  *     events to the links topic as Avro, keyed by the smaller id
  *   backfill --db DIR [--no-changes] FILE...: JSON-lines link events applied
- *     straight into the store (as segd run applies the links topic) */
+ *     straight into the store (as segd run applies the links topic)
+ * --config FILE (every subcommand but produce): segd run's configuration
+ * gives db, identity.min.weight, identity.max.component, identity.max.links
+ * and identity.links.topic, so an offline command applies the guard segd
+ * run applies; explicit flags win over the file. */
 #include <errno.h>
 #include <getopt.h>
 #include <librdkafka/rdkafka.h>
@@ -18,16 +22,18 @@
 #include "base/clock.h"
 #include "base/progress.h"
 #include "cli/cli.h"
+#include "consumer/config.h"
 #include "store/identity.h"
 #include "wire/link_event.h"
 #include "wire/outbox.h"
 
 typedef struct id_args {
-    const char *db, *brokers, *topic;
+    const char *db, *brokers, *topic, *config;
     double min_weight;
-    int64_t max_component;
-    int no_changes;
+    int64_t max_component, max_links; /* 0: not given */
+    int weight_given, no_changes;
     segd_framing_t framing;
+    segd_config_t cfg; /* --config's, when given */
 } id_args_t;
 
 static void usage(FILE *f)
@@ -40,7 +46,11 @@ static void usage(FILE *f)
             "       segd identity produce --brokers HOST:PORT [--topic T]\n"
             "                             [--framing raw|single-object] FILE|-\n"
             "       segd identity backfill --db DIR [--min-weight W] [--max-component N]\n"
-            "                              [--no-changes] FILE...\n"
+            "                              [--max-links N] [--no-changes] FILE...\n"
+            "  --config FILE (all but produce): segd run's configuration: db, and\n"
+            "    identity.min.weight, identity.max.component, identity.max.links,\n"
+            "    identity.links.topic as defaults (the same guard as segd run);\n"
+            "    --db, --min-weight, --max-component, --max-links, --topic win over it\n"
             "  rebuild: connected components over the linked edges of weight >= W\n"
             "    (default 0.5, identity.min.weight), master = the oldest first-seen;\n"
             "    where UNLINKs split components. Offline: stop segd run first.\n"
@@ -63,6 +73,8 @@ static int parse(int argc, char **argv, id_args_t *a)
                                          {"framing", required_argument, 0, 'f'},
                                          {"min-weight", required_argument, 0, 'w'},
                                          {"max-component", required_argument, 0, 'm'},
+                                         {"max-links", required_argument, 0, 'L'},
+                                         {"config", required_argument, 0, 'C'},
                                          {"no-changes", no_argument, 0, 'n'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
@@ -86,7 +98,13 @@ static int parse(int argc, char **argv, id_args_t *a)
             a->min_weight = strtod(optarg, &end);
             if (*end || !(a->min_weight >= 0 && a->min_weight <= 1))
                 return fprintf(stderr, "segd identity: --min-weight: a number in [0, 1]\n"), -1;
+            a->weight_given = 1;
             break;
+        case 'L':
+            if (segd_arg_int("identity", "--max-links", optarg, 1, 100000000, &a->max_links))
+                return -1;
+            break;
+        case 'C': a->config = optarg; break;
         case 'm':
             if (segd_arg_int("identity", "--max-component", optarg, 2, 1000000,
                              &a->max_component))
@@ -98,6 +116,41 @@ static int parse(int argc, char **argv, id_args_t *a)
         }
     }
     return 0;
+}
+
+/* --config's values as defaults under the flags (as segd snapshot export's
+ * resolve_export): 0, or -1 after naming the problem. */
+static int resolve_config(id_args_t *a, int topic_given)
+{
+    if (!a->config)
+        return 0;
+    char err[512];
+    if (segd_config_load_file(&a->cfg, a->config, err, sizeof(err))) {
+        fprintf(stderr, "segd identity: %s\n", err);
+        return -1;
+    }
+    if (!a->db)
+        a->db = a->cfg.db;
+    if (!topic_given && a->cfg.identity_links_topic)
+        a->topic = a->cfg.identity_links_topic;
+    if (!a->weight_given)
+        a->min_weight = a->cfg.identity_min_weight;
+    if (!a->max_component)
+        a->max_component = a->cfg.identity_max_component;
+    if (!a->max_links)
+        a->max_links = a->cfg.identity_max_links;
+    return 0;
+}
+
+/* The guard of rebuild and backfill: defaults, then --config, then flags. */
+static void ident_opts(const id_args_t *a, segd_ident_opts_t *o)
+{
+    segd_ident_opts_default(o);
+    o->min_weight = a->min_weight;
+    if (a->max_component)
+        o->max_component = (uint32_t)a->max_component;
+    if (a->max_links)
+        o->max_links = (uint32_t)a->max_links;
 }
 
 static void show_progress(void *ctx, uint64_t done, uint64_t total)
@@ -149,10 +202,7 @@ static int cmd_rebuild(const id_args_t *a)
     if (!s)
         return SEGD_EXIT_FAIL;
     segd_ident_opts_t o;
-    segd_ident_opts_default(&o);
-    o.min_weight = a->min_weight;
-    if (a->max_component)
-        o.max_component = (uint32_t)a->max_component;
+    ident_opts(a, &o);
     segd_progress_t bar;
     segd_progress_init(&bar, stderr, "ids", 0, 0);
     segd_ident_rebuild_stats_t st;
@@ -170,11 +220,11 @@ static int cmd_rebuild(const id_args_t *a)
         return SEGD_EXIT_FAIL;
     }
     printf("ids=%llu edges_used=%llu components=%llu linked_components=%llu repointed=%llu "
-           "refused=%llu epoch_ms=%lld\n",
+           "refused=%llu epoch_ms=%lld repaired=%llu\n",
            (unsigned long long)st.ids, (unsigned long long)st.edges_used,
            (unsigned long long)st.components, (unsigned long long)st.linked_components,
            (unsigned long long)st.repointed, (unsigned long long)st.refused,
-           (long long)st.epoch_ms);
+           (long long)st.epoch_ms, (unsigned long long)st.repaired);
     return SEGD_EXIT_OK;
 }
 
@@ -433,10 +483,7 @@ static int cmd_backfill(const id_args_t *a, char **files, int nfiles)
     if (!s)
         return SEGD_EXIT_FAIL;
     segd_ident_opts_t o;
-    segd_ident_opts_default(&o);
-    o.min_weight = a->min_weight;
-    if (a->max_component)
-        o.max_component = (uint32_t)a->max_component;
+    ident_opts(a, &o);
     link_backfill_t lb = {.a = a, .s = s};
     segd_outbox_builder_init(&lb.members);
     char err[512] = "";
@@ -464,10 +511,33 @@ static int cmd_backfill(const id_args_t *a, char **files, int nfiles)
     return lb.refused ? SEGD_EXIT_PARTIAL : SEGD_EXIT_OK;
 }
 
+static int run_sub(id_args_t *a, const char *sub, int topic_given, char **args, int nargs)
+{
+    if (!strcmp(sub, "produce") && a->brokers && nargs == 1)
+        return cmd_produce(a, args[0]);
+    if (resolve_config(a, topic_given))
+        return SEGD_EXIT_USAGE;
+    if (!a->db) {
+        usage(stderr);
+        return SEGD_EXIT_USAGE;
+    }
+    if (!strcmp(sub, "rebuild") && nargs == 0)
+        return cmd_rebuild(a);
+    if (!strcmp(sub, "check") && nargs == 2)
+        return cmd_check(a, args[0], args[1]);
+    if (!strcmp(sub, "stats") && nargs == 0)
+        return cmd_stats(a);
+    if (!strcmp(sub, "members") && nargs == 1)
+        return cmd_members(a, args[0]);
+    if (!strcmp(sub, "backfill") && nargs >= 1)
+        return cmd_backfill(a, args, nargs);
+    usage(stderr);
+    return SEGD_EXIT_USAGE;
+}
+
 int segd_cmd_identity(int argc, char **argv)
 {
-    id_args_t a = {.topic = "segments.links", .min_weight = SEGD_IDENT_MIN_WEIGHT,
-                   .framing = SEGD_FRAMING_SINGLE_OBJECT};
+    id_args_t a = {.min_weight = SEGD_IDENT_MIN_WEIGHT, .framing = SEGD_FRAMING_SINGLE_OBJECT};
     if (argc < 2) {
         usage(stderr);
         return SEGD_EXIT_USAGE;
@@ -476,24 +546,11 @@ int segd_cmd_identity(int argc, char **argv)
     int rc = parse(argc - 1, argv + 1, &a);
     if (rc)
         return rc > 0 ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
-    int nargs = argc - 1 - optind;
-    char **args = argv + 1 + optind;
-    if (!strcmp(sub, "produce") && a.brokers && nargs == 1)
-        return cmd_produce(&a, args[0]);
-    if (!a.db) {
-        usage(stderr);
-        return SEGD_EXIT_USAGE;
-    }
-    if (!strcmp(sub, "rebuild") && nargs == 0)
-        return cmd_rebuild(&a);
-    if (!strcmp(sub, "check") && nargs == 2)
-        return cmd_check(&a, args[0], args[1]);
-    if (!strcmp(sub, "stats") && nargs == 0)
-        return cmd_stats(&a);
-    if (!strcmp(sub, "members") && nargs == 1)
-        return cmd_members(&a, args[0]);
-    if (!strcmp(sub, "backfill") && nargs >= 1)
-        return cmd_backfill(&a, args, nargs);
-    usage(stderr);
-    return SEGD_EXIT_USAGE;
+    int topic_given = a.topic != NULL;
+    if (!a.topic)
+        a.topic = "segments.links";
+    segd_config_init(&a.cfg);
+    rc = run_sub(&a, sub, topic_given, argv + 1 + optind, argc - 1 - optind);
+    segd_config_free(&a.cfg); /* after: a's strings may point into it */
+    return rc;
 }

@@ -349,9 +349,11 @@ static rocksdb_column_family_handle_t *family(segd_store_t *s, char fam)
 }
 
 /* Reads fam/key into out; *found = 0 when absent. Through the overlay when
- * ov is given (the batch's own writes first). */
-static segd_err_t fam_get(segd_store_t *s, kvmap_t *ov, char fam, const uint8_t *key,
-                          size_t klen, segd_buf_t *out, int *found, char *errstr, size_t n)
+ * ov is given (the batch's own writes first); with ro (a view's snapshot)
+ * when given, else the store's read options (the latest state). */
+static segd_err_t fam_get(segd_store_t *s, const rocksdb_readoptions_t *ro, kvmap_t *ov,
+                          char fam, const uint8_t *key, size_t klen, segd_buf_t *out,
+                          int *found, char *errstr, size_t n)
 {
     *found = 0;
     out->len = 0;
@@ -373,7 +375,8 @@ static segd_err_t fam_get(segd_store_t *s, kvmap_t *ov, char fam, const uint8_t 
         return SEGD_OK;
     char *rerr = NULL;
     rocksdb_pinnableslice_t *v = rocksdb_get_pinned_cf(
-        segd_store_rocks(s), segd_store_read_options(s), cf, (const char *)key, klen, &rerr);
+        segd_store_rocks(s), ro ? ro : segd_store_read_options(s), cf, (const char *)key, klen,
+        &rerr);
     if (rerr) {
         segd_errf(SEGD_ERR_IO, errstr, n, "read %s: %s", fam == FAM_LINKS ? "links" : "ids",
                   rerr);
@@ -416,37 +419,54 @@ static segd_err_t ids_key(segd_buf_t *k, char kind, const char *id, size_t len)
 }
 
 /* The `i` record of id; *found = 0 when the graph does not know it. */
+static segd_err_t rec_load_at(segd_store_t *s, const rocksdb_readoptions_t *ro, kvmap_t *ov,
+                              segd_buf_t *k, segd_buf_t *v, const char *id, size_t len,
+                              segd_ident_rec_t *r, int *found, char *errstr, size_t n)
+{
+    segd_err_t err = ids_key(k, 'i', id, len);
+    if (!err)
+        err = fam_get(s, ro, ov, FAM_IDS, k->data, k->len, v, found, errstr, n);
+    if (!err && *found && rec_decode(v->data, v->len, r))
+        err = segd_errf(SEGD_ERR_CORRUPT, errstr, n,
+                        "bad ids record of %.*s (segd identity rebuild rewrites it)", (int)len,
+                        id);
+    return err;
+}
+
 static segd_err_t rec_load(segd_store_t *s, kvmap_t *ov, segd_buf_t *k, segd_buf_t *v,
                            const char *id, size_t len, segd_ident_rec_t *r, int *found,
                            char *errstr, size_t n)
 {
-    segd_err_t err = ids_key(k, 'i', id, len);
-    if (!err)
-        err = fam_get(s, ov, FAM_IDS, k->data, k->len, v, found, errstr, n);
-    if (!err && *found && rec_decode(v->data, v->len, r))
-        err = segd_errf(SEGD_ERR_CORRUPT, errstr, n, "bad ids record of %.*s", (int)len, id);
-    return err;
+    return rec_load_at(s, NULL, ov, k, v, id, len, r, found, errstr, n);
 }
 
 /* The members of master's component into l (sorted; {master} when it has
  * no `m` record). */
-static segd_err_t members_load(segd_store_t *s, kvmap_t *ov, segd_buf_t *k, segd_buf_t *v,
-                               const char *master, size_t len, id_list_t *l, char *errstr,
-                               size_t n)
+static segd_err_t members_load_at(segd_store_t *s, const rocksdb_readoptions_t *ro, kvmap_t *ov,
+                                  segd_buf_t *k, segd_buf_t *v, const char *master, size_t len,
+                                  id_list_t *l, char *errstr, size_t n)
 {
     int found;
     l->n = 0;
     segd_err_t err = ids_key(k, 'm', master, len);
     if (!err)
-        err = fam_get(s, ov, FAM_IDS, k->data, k->len, v, &found, errstr, n);
+        err = fam_get(s, ro, ov, FAM_IDS, k->data, k->len, v, &found, errstr, n);
     if (err)
         return err;
     if (!found)
         return list_push(l, master, len);
     if (members_decode(v->data, v->len, l))
-        return segd_errf(SEGD_ERR_CORRUPT, errstr, n, "bad member list of %.*s", (int)len,
-                         master);
+        return segd_errf(SEGD_ERR_CORRUPT, errstr, n,
+                         "bad member list of %.*s (segd identity rebuild rewrites it)",
+                         (int)len, master);
     return SEGD_OK;
+}
+
+static segd_err_t members_load(segd_store_t *s, kvmap_t *ov, segd_buf_t *k, segd_buf_t *v,
+                               const char *master, size_t len, id_list_t *l, char *errstr,
+                               size_t n)
+{
+    return members_load_at(s, NULL, ov, k, v, master, len, l, errstr, n);
 }
 
 /* ---------- online apply ---------- */
@@ -465,8 +485,10 @@ segd_err_t segd_ident_new(segd_store_t *s, const segd_ident_opts_t *o, segd_iden
         id->opts = *o;
     else
         segd_ident_opts_default(&id->opts);
-    segd_err_t err = segd_store_counter_get(s, SEGD_IDENT_SUPERNODE_COUNTER,
-                                            &id->supernode_total, errstr, errstr_size);
+    segd_err_t err = segd_ident_rebuild_check(s, errstr, errstr_size);
+    if (!err)
+        err = segd_store_counter_get(s, SEGD_IDENT_SUPERNODE_COUNTER, &id->supernode_total,
+                                     errstr, errstr_size);
     if (!err)
         err = segd_store_counter_get(s, SEGD_IDENT_EPOCH_COUNTER, &id->epoch_ms, errstr,
                                      errstr_size);
@@ -699,10 +721,11 @@ static segd_err_t edge_load(segd_ident_t *id, const segd_link_event_t *ev,
 {
     segd_err_t err = segd_link_key(ev->id_a, ev->id_a_len, ev->id_b, ev->id_b_len, &id->key);
     if (!err)
-        err = fam_get(id->store, &id->overlay, FAM_LINKS, id->key.data, id->key.len, &id->val,
+        err = fam_get(id->store, NULL, &id->overlay, FAM_LINKS, id->key.data, id->key.len, &id->val,
                       found, errstr, n);
     if (!err && *found && segd_link_state_decode(id->val.data, id->val.len, st))
-        err = segd_errf(SEGD_ERR_CORRUPT, errstr, n, "bad links value");
+        err = segd_errf(SEGD_ERR_CORRUPT, errstr, n, "bad links value of %.*s and %.*s",
+                        (int)ev->id_a_len, ev->id_a, (int)ev->id_b_len, ev->id_b);
     return err;
 }
 
@@ -803,6 +826,27 @@ segd_err_t segd_ident_apply(segd_ident_t *id, segd_batch_t *b, const segd_link_e
 
 /* ---------- reads ---------- */
 
+static segd_err_t rebuild_mark(int64_t mark, char *errstr, size_t n)
+{
+    return mark ? segd_errf(SEGD_ERR_INVALID, errstr, n, SEGD_IDENT_REBUILD_MSG) : SEGD_OK;
+}
+
+segd_err_t segd_ident_rebuild_check(segd_store_t *s, char *errstr, size_t n)
+{
+    int64_t mark = 0;
+    segd_err_t err = segd_store_counter_get(s, SEGD_IDENT_REBUILD_COUNTER, &mark, errstr, n);
+    return err ? err : rebuild_mark(mark, errstr, n);
+}
+
+/* The rebuild mark as the view holds it: the reads that follow are of
+ * the same state. */
+static segd_err_t view_rebuild_check(segd_store_view_t *v, char *errstr, size_t n)
+{
+    int64_t mark = 0;
+    segd_err_t err = segd_store_view_counter(v, SEGD_IDENT_REBUILD_COUNTER, &mark, errstr, n);
+    return err ? err : rebuild_mark(mark, errstr, n);
+}
+
 segd_err_t segd_ident_get(segd_store_t *s, const char *id, size_t id_len, segd_ident_rec_t *rec,
                           char *errstr, size_t errstr_size)
 {
@@ -814,21 +858,37 @@ segd_err_t segd_ident_get(segd_store_t *s, const char *id, size_t id_len, segd_i
     return err ? err : found ? SEGD_OK : SEGD_ERR_NOTFOUND;
 }
 
-/* id's master: its record's, or id itself when the graph does not know it. */
-static segd_err_t master_or_self(segd_store_t *s, const char *id, size_t len,
-                                 segd_ident_rec_t *r, char *errstr, size_t n)
+/* id's master through ro: its record's, or id itself when the graph does
+ * not know it. */
+static segd_err_t master_or_self(segd_store_t *s, const rocksdb_readoptions_t *ro,
+                                 const char *id, size_t len, segd_ident_rec_t *r,
+                                 char *errstr, size_t n)
 {
     if (len == 0 || len > SEGD_IDENT_MAX_ID)
         return segd_errf(SEGD_ERR_INVALID, errstr, n, "an id is 1..%d bytes",
                          SEGD_IDENT_MAX_ID);
-    segd_err_t err = segd_ident_get(s, id, len, r, errstr, n);
-    if (err == SEGD_ERR_NOTFOUND) {
+    segd_buf_t k = {0}, v = {0};
+    int found = 0;
+    segd_err_t err = rec_load_at(s, ro, NULL, &k, &v, id, len, r, &found, errstr, n);
+    segd_buf_free(&k);
+    segd_buf_free(&v);
+    if (!err && !found) {
         memcpy(r->master, id, len);
         r->master_len = len;
         r->first_seen_ms = 0;
         r->n_links = 0;
-        err = SEGD_OK;
     }
+    return err;
+}
+
+/* A view for a few point reads: the graph reads of one lookup (and a
+ * linked read's member records) then see one state of the store, whatever
+ * a concurrent writer (segd run) commits meanwhile. */
+static segd_err_t point_view(segd_store_t *s, segd_store_view_t **v, char *errstr, size_t n)
+{
+    segd_err_t err = segd_store_view_open(s, v, errstr, n);
+    if (!err)
+        segd_store_view_set_fill_cache(*v, 1);
     return err;
 }
 
@@ -836,10 +896,17 @@ segd_err_t segd_ident_check(segd_store_t *s, const char *a, size_t a_len, const 
                             size_t b_len, int *connected, segd_ident_rec_t *master,
                             char *errstr, size_t errstr_size)
 {
+    segd_store_view_t *v = NULL;
     segd_ident_rec_t ra, rb;
-    segd_err_t err = master_or_self(s, a, a_len, &ra, errstr, errstr_size);
+    segd_err_t err = point_view(s, &v, errstr, errstr_size);
+    const rocksdb_readoptions_t *ro = v ? segd_store_view_read_options(v) : NULL;
     if (!err)
-        err = master_or_self(s, b, b_len, &rb, errstr, errstr_size);
+        err = view_rebuild_check(v, errstr, errstr_size);
+    if (!err)
+        err = master_or_self(s, ro, a, a_len, &ra, errstr, errstr_size);
+    if (!err)
+        err = master_or_self(s, ro, b, b_len, &rb, errstr, errstr_size);
+    segd_store_view_close(v);
     if (err)
         return err;
     *connected = id_cmp(ra.master, ra.master_len, rb.master, rb.master_len) == 0;
@@ -848,17 +915,22 @@ segd_err_t segd_ident_check(segd_store_t *s, const char *a, size_t a_len, const 
     return SEGD_OK;
 }
 
-segd_err_t segd_ident_members(segd_store_t *s, const char *id, size_t id_len,
-                              segd_ident_member_cb cb, void *ctx, char *errstr,
-                              size_t errstr_size)
+segd_err_t segd_ident_view_members(segd_store_view_t *vw, const char *id, size_t id_len,
+                                   segd_ident_member_cb cb, void *ctx, char *errstr,
+                                   size_t errstr_size)
 {
+    segd_store_t *s = segd_store_view_store(vw);
+    const rocksdb_readoptions_t *ro = segd_store_view_read_options(vw);
     segd_ident_rec_t r;
-    segd_err_t err = master_or_self(s, id, id_len, &r, errstr, errstr_size);
+    segd_err_t err = view_rebuild_check(vw, errstr, errstr_size);
+    if (!err)
+        err = master_or_self(s, ro, id, id_len, &r, errstr, errstr_size);
     if (err)
         return err;
     id_list_t l = {0};
     segd_buf_t k = {0}, v = {0};
-    err = members_load(s, NULL, &k, &v, r.master, r.master_len, &l, errstr, errstr_size);
+    err = members_load_at(s, ro, NULL, &k, &v, r.master, r.master_len, &l, errstr,
+                          errstr_size);
     if (!err && !cb(ctx, r.master, r.master_len))
         for (size_t i = 0; i < l.n; i++)
             if (id_cmp(l.v[i].s, l.v[i].len, r.master, r.master_len) &&
@@ -867,6 +939,18 @@ segd_err_t segd_ident_members(segd_store_t *s, const char *id, size_t id_len,
     list_free(&l);
     segd_buf_free(&k);
     segd_buf_free(&v);
+    return err;
+}
+
+segd_err_t segd_ident_members(segd_store_t *s, const char *id, size_t id_len,
+                              segd_ident_member_cb cb, void *ctx, char *errstr,
+                              size_t errstr_size)
+{
+    segd_store_view_t *v = NULL;
+    segd_err_t err = point_view(s, &v, errstr, errstr_size);
+    if (!err)
+        err = segd_ident_view_members(v, id, id_len, cb, ctx, errstr, errstr_size);
+    segd_store_view_close(v);
     return err;
 }
 
@@ -901,7 +985,18 @@ typedef struct link_scan {
     segd_link_cb cb;
     void *ctx;
     int corrupt;
+    char bad[80]; /* the key that did not decode, printable */
 } link_scan_t;
+
+/* A key for a message: bytes outside printable ASCII (the 0x00 between a
+ * links key's ids among them) as '.'. */
+static void printable(char *out, size_t n, const uint8_t *k, size_t kl)
+{
+    size_t i = 0;
+    for (; i + 1 < n && i < kl; i++)
+        out[i] = k[i] >= 0x20 && k[i] < 0x7f ? (char)k[i] : '.';
+    out[i] = 0;
+}
 
 static int link_entry(void *ctx, const uint8_t *k, size_t kl, const uint8_t *v, size_t vl)
 {
@@ -910,6 +1005,7 @@ static int link_entry(void *ctx, const uint8_t *k, size_t kl, const uint8_t *v, 
     const uint8_t *sep = memchr(k, 0, kl);
     if (!sep || sep == k || sep + 1 == k + kl || segd_link_state_decode(v, vl, &st)) {
         ls->corrupt = 1;
+        printable(ls->bad, sizeof(ls->bad), k, kl);
         return 1;
     }
     return ls->cb(ls->ctx, (const char *)k, (size_t)(sep - k), (const char *)sep + 1,
@@ -919,10 +1015,13 @@ static int link_entry(void *ctx, const uint8_t *k, size_t kl, const uint8_t *v, 
 segd_err_t segd_ident_scan_links(segd_store_t *s, segd_link_cb cb, void *ctx, char *errstr,
                                  size_t errstr_size)
 {
-    link_scan_t ls = {cb, ctx, 0};
+    link_scan_t ls = {cb, ctx, 0, ""};
     segd_err_t err = fam_scan(s, FAM_LINKS, link_entry, &ls, errstr, errstr_size);
     if (!err && ls.corrupt)
-        err = segd_errf(SEGD_ERR_CORRUPT, errstr, errstr_size, "bad key or value in links");
+        err = segd_errf(SEGD_ERR_CORRUPT, errstr, errstr_size,
+                        "bad key or value in links: %s (ids shown with '.' for the 0x00 "
+                        "between them)",
+                        ls.bad);
     return err;
 }
 
@@ -935,6 +1034,7 @@ typedef struct rb_node {
     int64_t first_seen_ms;
     uint32_t n_links;
     uint32_t parent, size;
+    int derived; /* its `i` record is corrupt or absent: rebuilt from links */
 } rb_node_t;
 
 typedef struct rebuild {
@@ -949,6 +1049,7 @@ typedef struct rebuild {
     segd_ident_rebuild_stats_t st;
     segd_err_t err;
     int corrupt;
+    char bad[80]; /* the ids key that cannot be rebuilt, printable */
 } rebuild_t;
 
 static const char *rb_id(const rebuild_t *r, const rb_node_t *x)
@@ -982,6 +1083,7 @@ static segd_err_t rb_add(rebuild_t *r, const char *id, size_t len, const char *m
     x->n_links = n_links;
     x->parent = k;
     x->size = 1;
+    x->derived = 0;
     segd_err_t err = segd_buf_append(&r->arena, id, len);
     if (!err)
         err = segd_buf_append(&r->arena, m, mlen);
@@ -992,21 +1094,55 @@ static int rb_ids_entry(void *ctx, const uint8_t *k, size_t kl, const uint8_t *v
 {
     rebuild_t *r = ctx;
     segd_ident_rec_t rec;
-    if (kl < 2 || kl > SEGD_IDENT_MAX_ID + 1 || (k[0] != 'i' && k[0] != 'm')) {
+    if (kl < 2 || kl > SEGD_IDENT_MAX_ID + 1 || (k[0] != 'i' && k[0] != 'm') ||
+        memchr(k + 1, 0, kl - 1)) {
         r->corrupt = 1;
+        printable(r->bad, sizeof(r->bad), k, kl);
         return 1;
     }
-    if (k[0] == 'm') {
+    if (k[0] == 'm') { /* never decoded: every list is rewritten or deleted */
         r->err = list_push(&r->old_m, (const char *)k + 1, kl - 1);
         return r->err != SEGD_OK;
     }
     if (rec_decode(v, vl, &rec)) {
-        r->corrupt = 1;
-        return 1;
+        /* first_seen and n_links come back from the id's edges (rb_edge),
+         * the master from the components; "" never equals the new master,
+         * so the record is rewritten */
+        r->err = rb_add(r, (const char *)k + 1, kl - 1, "", 0, INT64_MAX, 0);
+        if (!r->err)
+            r->nodes[r->n - 1].derived = 1;
+        return r->err != SEGD_OK;
     }
     r->err = rb_add(r, (const char *)k + 1, kl - 1, rec.master, rec.master_len,
                     rec.first_seen_ms, rec.n_links);
     return r->err != SEGD_OK;
+}
+
+/* The node of an edge's end; one without an `i` record (lost, or never
+ * written by a store damaged in between) gets a derived node. */
+static int rb_node_of(rebuild_t *r, const char *id, size_t len, uint32_t *out)
+{
+    if (rb_find_node(r, id, len, out))
+        return 0;
+    if ((r->err = rb_add(r, id, len, "", 0, INT64_MAX, 0)))
+        return 1;
+    *out = (uint32_t)(r->n - 1);
+    r->nodes[*out].derived = 1;
+    return 0;
+}
+
+/* A derived node's record from its edges, as §10.2 defines them: n_links
+ * counts the keys naming it; first_seen is the smallest ts_ms they hold (the
+ * edges keep their LWW winner's ts, so this is at or after the true
+ * first-seen, and equal when each edge saw one event). */
+static void rb_derive(rebuild_t *r, uint32_t x, const segd_link_state_t *st)
+{
+    rb_node_t *v = &r->nodes[x];
+    if (!v->derived)
+        return;
+    v->n_links++;
+    if (st->ts_ms < v->first_seen_ms)
+        v->first_seen_ms = st->ts_ms;
 }
 
 static uint32_t rb_root(rebuild_t *r, uint32_t x)
@@ -1024,13 +1160,13 @@ static int rb_edge(void *ctx, const char *a, size_t al, const char *b, size_t bl
                    const segd_link_state_t *st)
 {
     rebuild_t *r = ctx;
+    uint32_t x, y;
+    if (rb_node_of(r, a, al, &x) || rb_node_of(r, b, bl, &y))
+        return 1;
+    rb_derive(r, x, st);
+    rb_derive(r, y, st);
     if (!st->linked || !(st->weight >= r->o->min_weight))
         return 0;
-    uint32_t x, y;
-    if (!rb_find_node(r, a, al, &x) || !rb_find_node(r, b, bl, &y)) {
-        r->corrupt = 1; /* every edge's ends have `i` records (§10.3 step 2) */
-        return 1;
-    }
     x = rb_root(r, x);
     y = rb_root(r, y);
     r->st.edges_used++;
@@ -1073,13 +1209,19 @@ typedef struct rb_writer {
     int64_t now_ms;
 } rb_writer_t;
 
-static segd_err_t rb_flush(rb_writer_t *wr, int force, char *errstr, size_t n)
+/* Writes the batch once it is full, and always when it is the last (the
+ * one that clears the mark, even with nothing else in it). */
+static segd_err_t rb_flush(rb_writer_t *wr, int last, char *errstr, size_t n)
 {
-    if (segd_batch_count(wr->b) == 0 || (!force && segd_batch_count(wr->b) < RB_BATCH_OPS))
+    if (!last && segd_batch_count(wr->b) < RB_BATCH_OPS)
         return SEGD_OK;
     /* every batch raises the epoch (a set, so once is as good as many): a
      * rebuild cut short has raised it before any change it wrote */
     segd_batch_set_counter(wr->b, SEGD_IDENT_EPOCH_COUNTER, wr->w.epoch_ms);
+    /* the mark: set with every batch but the last, cleared by the last, so
+     * the ids family is never a mix of two rebuilds' states unmarked; the
+     * rebuild is one batch (nothing to mark) when it fits in one */
+    segd_batch_set_counter(wr->b, SEGD_IDENT_REBUILD_COUNTER, last ? 0 : wr->w.epoch_ms);
     if (wr->cb && wr->cb(wr->cctx, wr->b, NULL))
         return SEGD_ERR_NOMEM;
     segd_err_t err = segd_store_write(wr->r->s, wr->b, errstr, n);
@@ -1107,6 +1249,13 @@ static segd_err_t rb_write_component(rb_writer_t *wr, size_t from, size_t to)
     for (size_t i = from; !err && i < to; i++) {
         const rb_node_t *x = &r->nodes[r->order[i]];
         const char *xs = rb_id(r, x), *old = (const char *)r->arena.data + x->moff;
+        if (x->derived && !x->n_links) { /* a corrupt record no edge names: no id */
+            if (!(err = ids_key(&wr->w.key, 'i', xs, x->len)))
+                err = fam_put(&wr->w, wr->b, FAM_IDS, wr->w.key.data, wr->w.key.len, NULL, 0);
+            r->st.repaired++;
+            continue;
+        }
+        r->st.repaired += x->derived ? 1u : 0u;
         if (to - from > 1 && (err = list_push(l, xs, x->len)))
             break;
         if (id_cmp(old, x->mlen, ms, m->len) == 0)
@@ -1164,7 +1313,7 @@ static segd_err_t rb_load(rebuild_t *r, char *errstr, size_t n)
     if (!err && r->err)
         err = segd_errf(r->err, errstr, n, "rebuild: %s", segd_err_str(r->err));
     if (!err && r->corrupt)
-        err = segd_errf(SEGD_ERR_CORRUPT, errstr, n, "rebuild: bad ids record or dangling edge");
+        err = segd_errf(SEGD_ERR_CORRUPT, errstr, n, "rebuild: bad ids key %s", r->bad);
     if (err)
         return err;
     if (r->n && !(r->order = malloc(r->n * sizeof(*r->order))))
@@ -1200,14 +1349,11 @@ segd_err_t segd_ident_rebuild(segd_store_t *s, const segd_ident_opts_t *o,
         err = rb_load(&r, errstr, errstr_size);
     if (!err)
         err = segd_batch_new(s, &wr.b);
+    /* the last batch is written even when nothing was rewritten: the epoch
+     * is raised all the same (the rebuild is the start of an epoch whatever
+     * it found) and the mark of an interrupted rebuild is cleared */
     if (!err)
         err = rb_write(&wr, progress, pctx, errstr, errstr_size);
-    if (!err && segd_batch_count(wr.b) == 0 && epoch != wr.w.epoch_ms) {
-        /* nothing was rewritten: the epoch is raised all the same, so that
-         * the rebuild is the start of an epoch whatever it found */
-        segd_batch_set_counter(wr.b, SEGD_IDENT_EPOCH_COUNTER, wr.w.epoch_ms);
-        err = segd_store_write(s, wr.b, errstr, errstr_size);
-    }
     if (st) {
         *st = r.st;
         st->epoch_ms = wr.w.epoch_ms;
@@ -1273,6 +1419,8 @@ segd_err_t segd_ident_view_scan(segd_store_view_t *v, segd_ident_entry_cb cb, vo
     if (!cf)
         return SEGD_OK;
     segd_err_t err = segd_store_view_counter(v, SEGD_IDENT_EPOCH_COUNTER, epoch_ms, errstr, n);
+    if (!err) /* a snapshot must not carry a half-rebuilt graph to the caches */
+        err = view_rebuild_check(v, errstr, n);
     if (err)
         return err;
     segd_buf_t key = {0};
@@ -1287,7 +1435,10 @@ segd_err_t segd_ident_view_scan(segd_store_view_t *v, segd_ident_entry_cb cb, vo
         segd_ident_rec_t r;
         int64_t fs = 0;
         if (kl < 2 || kl > SEGD_IDENT_MAX_ID + 1 || rec_decode((const uint8_t *)val, vl, &r)) {
-            err = segd_errf(SEGD_ERR_CORRUPT, errstr, n, "bad ids record");
+            char bad[80];
+            printable(bad, sizeof(bad), (const uint8_t *)k, kl);
+            err = segd_errf(SEGD_ERR_CORRUPT, errstr, n,
+                            "bad ids record %s (segd identity rebuild rewrites it)", bad);
             break;
         }
         err = view_first_seen(v, &r, k + 1, kl - 1, r.first_seen_ms, &key, &fs, errstr, n);
@@ -1308,7 +1459,7 @@ segd_err_t segd_ident_view_scan(segd_store_view_t *v, segd_ident_entry_cb cb, vo
 /* ---------- linked reads ---------- */
 
 typedef struct linked {
-    segd_store_t *s;
+    segd_store_view_t *v;
     segd_profile_t *parts;
     size_t n, cap;
     segd_ident_member_cb cb;
@@ -1341,19 +1492,20 @@ static int linked_member(void *ctx, const char *m, size_t len)
     }
     l->parts = v;
     segd_profile_init(&v[l->n]);
-    l->err = segd_store_get(l->s, m, len, &v[l->n], l->errstr, l->errstr_size);
+    l->err = segd_store_view_get(l->v, m, len, &v[l->n], l->errstr, l->errstr_size);
     own_erase_only(&v[l->n++]);
     if (!l->err && l->cb && l->cb(l->ctx, m, len))
         l->err = SEGD_ERR_ABORTED;
     return l->err != SEGD_OK;
 }
 
-segd_err_t segd_ident_get_linked(segd_store_t *s, const char *id, size_t id_len,
-                                 segd_profile_t *out, segd_ident_member_cb cb, void *ctx,
-                                 char *errstr, size_t errstr_size)
+segd_err_t segd_ident_view_get_linked(segd_store_view_t *v, const char *id, size_t id_len,
+                                      segd_profile_t *out, segd_ident_member_cb cb, void *ctx,
+                                      char *errstr, size_t errstr_size)
 {
-    linked_t l = {.s = s, .cb = cb, .ctx = ctx, .errstr = errstr, .errstr_size = errstr_size};
-    segd_err_t err = segd_ident_members(s, id, id_len, linked_member, &l, errstr, errstr_size);
+    linked_t l = {.v = v, .cb = cb, .ctx = ctx, .errstr = errstr, .errstr_size = errstr_size};
+    segd_err_t err =
+        segd_ident_view_members(v, id, id_len, linked_member, &l, errstr, errstr_size);
     if (!err)
         err = l.err;
     const segd_profile_t **in = NULL;
@@ -1369,5 +1521,17 @@ segd_err_t segd_ident_get_linked(segd_store_t *s, const char *id, size_t id_len,
     for (size_t i = 0; i < l.n; i++)
         segd_profile_free(&l.parts[i]);
     free(l.parts);
+    return err;
+}
+
+segd_err_t segd_ident_get_linked(segd_store_t *s, const char *id, size_t id_len,
+                                 segd_profile_t *out, segd_ident_member_cb cb, void *ctx,
+                                 char *errstr, size_t errstr_size)
+{
+    segd_store_view_t *v = NULL;
+    segd_err_t err = point_view(s, &v, errstr, errstr_size);
+    if (!err)
+        err = segd_ident_view_get_linked(v, id, id_len, out, cb, ctx, errstr, errstr_size);
+    segd_store_view_close(v);
     return err;
 }

@@ -30,6 +30,14 @@
  * 0 until the first rebuild, then raised by every rebuild to
  * max(previous + 1, wall ms); every membership change carries it. */
 #define SEGD_IDENT_EPOCH_COUNTER "identity_epoch"
+/* The rebuild mark (meta `count/identity_rebuild_in_progress`, DESIGN
+ * §10.5): the epoch of a rebuild that has written a batch of `ids` but not
+ * its last one, 0 otherwise. While it is set the `ids` family mixes old and
+ * new components: segd run, backfill and the reads refuse
+ * (SEGD_ERR_INVALID, SEGD_IDENT_REBUILD_MSG) until a rebuild completes. */
+#define SEGD_IDENT_REBUILD_COUNTER "identity_rebuild_in_progress"
+#define SEGD_IDENT_REBUILD_MSG \
+    "an identity rebuild was interrupted: run segd identity rebuild again"
 
 typedef enum segd_link_op { SEGD_LINK = 0, SEGD_UNLINK = 1 } segd_link_op_t;
 
@@ -108,7 +116,9 @@ segd_err_t segd_link_event_check(const segd_link_event_t *ev, char *errstr,
 typedef struct segd_ident segd_ident_t;
 
 /* Reads the supernode counter's stored total. *out freed with
- * segd_ident_destroy. The store is borrowed until then. */
+ * segd_ident_destroy. The store is borrowed until then. SEGD_ERR_INVALID
+ * (SEGD_IDENT_REBUILD_MSG) while an interrupted rebuild's mark is set:
+ * online joins over a half-rewritten `ids` family would spread the mix. */
 segd_err_t segd_ident_new(segd_store_t *s, const segd_ident_opts_t *o, segd_ident_t **out,
                           char *errstr, size_t errstr_size);
 void segd_ident_destroy(segd_ident_t *id);
@@ -140,12 +150,22 @@ uint64_t segd_ident_applied(const segd_ident_t *id);
 int64_t segd_ident_supernode_total(const segd_ident_t *id);
 
 /* ---------- reads (at most two point reads per id) ---------- */
+/* SEGD_OK, or SEGD_ERR_INVALID with SEGD_IDENT_REBUILD_MSG in errstr while
+ * the rebuild mark is set (check, members, get_linked and the view scan
+ * test it through their view). */
+segd_err_t segd_ident_rebuild_check(segd_store_t *s, char *errstr, size_t errstr_size);
+/* check, members and get_linked each read through one RocksDB snapshot of
+ * their own (a store view): all their reads see one state of the store, so
+ * a concurrent writer (segd run applying links or segments) cannot make
+ * them mix the graph of one moment with records of another. The _view_
+ * forms read through the caller's view. */
 
 /* SEGD_ERR_NOTFOUND when the graph does not know id (it is then a
  * component of itself). */
 segd_err_t segd_ident_get(segd_store_t *s, const char *id, size_t id_len, segd_ident_rec_t *rec,
                           char *errstr, size_t errstr_size);
-/* *connected = 1 and master filled when a and b share a master. */
+/* *connected = 1 and master filled when a and b share a master (both
+ * records read through one view). */
 segd_err_t segd_ident_check(segd_store_t *s, const char *a, size_t a_len, const char *b,
                             size_t b_len, int *connected, segd_ident_rec_t *master,
                             char *errstr, size_t errstr_size);
@@ -156,15 +176,22 @@ typedef int (*segd_ident_member_cb)(void *ctx, const char *member, size_t len);
 segd_err_t segd_ident_members(segd_store_t *s, const char *id, size_t id_len,
                               segd_ident_member_cb cb, void *ctx, char *errstr,
                               size_t errstr_size);
+segd_err_t segd_ident_view_members(segd_store_view_t *v, const char *id, size_t id_len,
+                                   segd_ident_member_cb cb, void *ctx, char *errstr,
+                                   size_t errstr_size);
 
 /* The §3 join of the records of every member of id's component into out
  * (replaced), each member's erase marker applied to its own record only
  * (the result has none). cb (may be NULL) hears each member, the master
- * first; non-zero from it stops with SEGD_ERR_ABORTED. One `segd_store_get`
- * per member after the two graph reads. */
+ * first; non-zero from it stops with SEGD_ERR_ABORTED. One point read per
+ * member (segd_store_view_get) after the two graph reads, all through one
+ * view: the member list and every record are of the same store state. */
 segd_err_t segd_ident_get_linked(segd_store_t *s, const char *id, size_t id_len,
                                  segd_profile_t *out, segd_ident_member_cb cb, void *ctx,
                                  char *errstr, size_t errstr_size);
+segd_err_t segd_ident_view_get_linked(segd_store_view_t *v, const char *id, size_t id_len,
+                                      segd_profile_t *out, segd_ident_member_cb cb, void *ctx,
+                                      char *errstr, size_t errstr_size);
 
 /* Every stored edge in key order; cb returns non-zero to stop. */
 typedef int (*segd_link_cb)(void *ctx, const char *a, size_t a_len, const char *b,
@@ -191,6 +218,9 @@ typedef struct segd_ident_rebuild_stats {
     uint64_t components;        /* all, singletons included */
     uint64_t linked_components; /* of more than one id */
     uint64_t repointed;         /* ids whose master changed */
+    uint64_t repaired;          /* ids whose `i` record was corrupt or absent: rebuilt
+                                 * from the links family (or deleted when no edge
+                                 * names the id) */
     int64_t epoch_ms;           /* the epoch the rebuild started */
 } segd_ident_rebuild_stats_t;
 /* Hears a membership change the rebuild makes, with the batch that will
@@ -200,9 +230,14 @@ typedef struct segd_ident_rebuild_stats {
  * clock. Every batch also sets the epoch counter. */
 typedef int (*segd_ident_rebuild_cb)(void *ctx, segd_batch_t *b, const segd_ident_change_t *c);
 /* Recomputes the components over linked edges with weight >= min_weight
+ * (the `i` records that do not decode, or that an edge's end lacks, are
+ * rebuilt from the id's edges: DESIGN §10.5; SEGD_ERR_CORRUPT naming the key
+ * for a `links` key or value, or an `ids` key, that does not decode)
  * and rewrites the `ids` family to match, in batches of bounded size (the
  * `i` records whose master changes, every member list, the deletion of the
- * lists of ids that are no longer masters). progress (may be NULL) is called with
+ * lists of ids that are no longer masters). Every batch but the last sets
+ * the rebuild mark, the last clears it: a rebuild cut short leaves it set,
+ * and the next one (which does not test it) completes and clears it. progress (may be NULL) is called with
  * (done, total) ids; cb (may be NULL) hears every change. Offline: no other
  * writer may run. */
 segd_err_t segd_ident_rebuild(segd_store_t *s, const segd_ident_opts_t *o,

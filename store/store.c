@@ -998,6 +998,11 @@ const rocksdb_readoptions_t *segd_store_view_read_options(segd_store_view_t *v)
     return v->ropts;
 }
 
+void segd_store_view_set_fill_cache(segd_store_view_t *v, int fill)
+{
+    rocksdb_readoptions_set_fill_cache(v->ropts, fill ? 1 : 0);
+}
+
 void segd_batch_set_partition_count(segd_batch_t *b, const char *topic, int32_t count)
 {
     char key[512];
@@ -1024,14 +1029,15 @@ segd_err_t segd_store_partition_count(segd_store_t *s, const char *topic, int32_
 
 /* ---------- reads ---------- */
 
-segd_err_t segd_store_get(segd_store_t *s, const char *user, size_t user_len,
-                          segd_profile_t *out, char *errstr, size_t n)
+static segd_err_t get_with(segd_store_t *s, const rocksdb_readoptions_t *ropts,
+                           const char *user, size_t user_len, segd_profile_t *out,
+                           char *errstr, size_t n)
 {
     char *rerr = NULL;
     size_t vlen = 0;
     /* pinned: decode straight from the block cache, no copy of the value */
     rocksdb_pinnableslice_t *v =
-        rocksdb_get_pinned_cf(s->db, s->ropts, s->cf[CF_PROFILES], user, user_len, &rerr);
+        rocksdb_get_pinned_cf(s->db, ropts, s->cf[CF_PROFILES], user, user_len, &rerr);
     if (rerr)
         return rocks_err(rerr, SEGD_ERR_IO, errstr, n, "get");
     const char *data = v ? rocksdb_pinnableslice_value(v, &vlen) : NULL;
@@ -1044,6 +1050,18 @@ segd_err_t segd_store_get(segd_store_t *s, const char *user, size_t user_len,
     segd_policy_rule(s->policy, &rule, 1);
     segd_profile_prune(out, &rule);
     return SEGD_OK;
+}
+
+segd_err_t segd_store_get(segd_store_t *s, const char *user, size_t user_len,
+                          segd_profile_t *out, char *errstr, size_t n)
+{
+    return get_with(s, s->ropts, user, user_len, out, errstr, n);
+}
+
+segd_err_t segd_store_view_get(segd_store_view_t *v, const char *user, size_t user_len,
+                               segd_profile_t *out, char *errstr, size_t n)
+{
+    return get_with(v->store, v->ropts, user, user_len, out, errstr, n);
 }
 
 static segd_err_t scan_with(segd_store_t *s, const rocksdb_readoptions_t *ropts,

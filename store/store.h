@@ -324,6 +324,10 @@ typedef int (*segd_position_cb)(void *ctx, const char *topic, int32_t partition,
 segd_err_t segd_store_view_positions(segd_store_view_t *v, const char *kind,
                                      segd_position_cb cb, void *ctx, char *errstr,
                                      size_t errstr_size);
+/* As segd_store_get, through the view: reads of several users through one
+ * view see one state of the store (a linked read, DESIGN §10.5). */
+segd_err_t segd_store_view_get(segd_store_view_t *v, const char *user, size_t user_len,
+                               segd_profile_t *out, char *errstr, size_t errstr_size);
 /* A counter (segd_store_counter_get) as the view holds it. */
 segd_err_t segd_store_view_counter(segd_store_view_t *v, const char *name, int64_t *value,
                                    char *errstr, size_t errstr_size);

@@ -29,6 +29,10 @@ const rocksdb_readoptions_t *segd_store_read_options(segd_store_t *s);
  * layer's readers of other families (identity.c's snapshot scan). */
 segd_store_t *segd_store_view_store(segd_store_view_t *v);
 const rocksdb_readoptions_t *segd_store_view_read_options(segd_store_view_t *v);
+/* A view opens for full scans, which must not evict the working set
+ * (fill_cache off); a view used for a few point reads (a linked read) fills
+ * the block cache as segd_store_get does. */
+void segd_store_view_set_fill_cache(segd_store_view_t *v, int fill);
 
 /* SEGD_ERR_ABORTED once a write has failed (write_failed in store.c). */
 segd_err_t segd_store_check_writable(segd_store_t *s, char *errstr, size_t errstr_size);

@@ -19,6 +19,7 @@
 
 #include "consumer/apply.h"
 #include "store/identity.h"
+#include "store/store_int.h" /* writing junk into the graph's families */
 #include "store_util.h"
 
 #define NOW_MS 1800000000000LL
@@ -565,9 +566,23 @@ static void test_supernode(void **state)
     assert_int_equal(segd_ident_apply(id, b, &again, NULL, NULL, &res, err, sizeof(err)),
                      SEGD_OK);
     assert_int_equal(res, SEGD_IDENT_APPLIED); /* an existing edge: always */
+    /* the boundary from the other end: u02 (max_links edges) as id_b of a
+     * new edge is refused; u05 (1 edge) takes one up to max_links - 1 = 2 */
+    segd_link_event_t as_b = link_ev(8, 2, SEGD_UNLINK, T0 + 7, 1),
+                      below = link_ev(5, 8, SEGD_UNLINK, T0 + 8, 1);
+    assert_int_equal(segd_ident_apply(id, b, &as_b, NULL, NULL, &res, err, sizeof(err)),
+                     SEGD_OK);
+    assert_int_equal(res, SEGD_IDENT_SUPERNODE_LINKS);
+    assert_int_equal(segd_ident_apply(id, b, &below, NULL, NULL, &res, err, sizeof(err)),
+                     SEGD_OK);
+    assert_int_equal(res, SEGD_IDENT_APPLIED);
     assert_int_equal(segd_store_write(s, b, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_ident_get(s, name(2), 3, &r, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(r.n_links, 3); /* exactly max_links, never more */
+    assert_int_equal(segd_ident_get(s, name(5), 3, &r, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(r.n_links, 2);
     assert_int_equal(segd_ident_get(s, name(6), 3, &r, err, sizeof(err)), SEGD_ERR_NOTFOUND);
-    assert_int_equal(segd_ident_supernode_total(id), 2);
+    assert_int_equal(segd_ident_supernode_total(id), 3);
     segd_batch_destroy(b);
     segd_ident_destroy(id);
     segd_store_close(s);
@@ -575,8 +590,325 @@ static void test_supernode(void **state)
     /* the counter survives a reopen and goes on from there */
     s = test_store_open(f->dir, NOW_MS);
     assert_int_equal(segd_ident_new(s, &o, &id, err, sizeof(err)), SEGD_OK);
-    assert_int_equal(segd_ident_supernode_total(id), 2);
+    assert_int_equal(segd_ident_supernode_total(id), 3);
     segd_ident_destroy(id);
+    segd_store_close(s);
+}
+
+/* One UPSERT of segment seg for id x, written. */
+static void write_one(segd_store_t *s, int x, int64_t seg, int64_t ts)
+{
+    segd_applier_t ap;
+    segd_event_t ev;
+    char err[256] = "";
+    segd_event_init(&ev);
+    assert_int_equal(segd_applier_init(&ap, s), SEGD_OK);
+    segd_event_set_user(&ev, name(x), 3);
+    ev.ts_ms = ts;
+    ev.op = SEGD_OP_UPSERT;
+    segd_seg_update_t u = {seg, 86400, 0, x};
+    segd_event_add_segment(&ev, &u);
+    assert_int_equal(segd_applier_add(&ap, &ev), SEGD_OK);
+    assert_int_equal(segd_applier_flush(&ap, err, sizeof(err)), SEGD_OK);
+    segd_applier_free(&ap);
+    segd_event_free(&ev);
+}
+
+static void apply_one(segd_store_t *s, segd_link_event_t e)
+{
+    segd_ident_t *id = NULL;
+    segd_batch_t *b = NULL;
+    char err[256] = "";
+    segd_ident_result_t res;
+    assert_int_equal(segd_ident_new(s, NULL, &id, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_batch_new(s, &b), SEGD_OK);
+    assert_int_equal(segd_ident_apply(id, b, &e, NULL, NULL, &res, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(res, SEGD_IDENT_APPLIED);
+    assert_int_equal(segd_store_write(s, b, err, sizeof(err)), SEGD_OK);
+    segd_batch_destroy(b);
+    segd_ident_destroy(id);
+}
+
+static int has_segment(const segd_profile_t *p, int64_t seg)
+{
+    for (size_t i = 0; i < p->n; i++)
+        if (p->entries[i].segment_id == seg)
+            return 1;
+    return 0;
+}
+
+/* A linked read through a view sees the graph and every member's record as
+ * of the view, whatever is written after it (a join and a new segment of a
+ * member): the whole read is of one store state. The plain read, which
+ * opens its own view, sees the new state. */
+static void test_linked_view(void **state)
+{
+    fixture_t *f = *state;
+    char err[256] = "";
+    segd_store_t *s = test_store_open(f->dir, NOW_MS);
+    write_one(s, 1, 101, T0);
+    write_one(s, 2, 102, T0);
+    write_one(s, 3, 103, T0);
+    apply_one(s, link_ev(1, 2, SEGD_LINK, T0, 1));
+
+    segd_profile_t before, in_view, after;
+    segd_profile_init(&before);
+    segd_profile_init(&in_view);
+    segd_profile_init(&after);
+    members_t m0 = {0}, m1 = {0}, m2 = {0}, m3 = {0};
+    assert_int_equal(segd_ident_get_linked(s, name(1), 3, &before, collect, &m0, err,
+                                           sizeof(err)),
+                     SEGD_OK);
+    segd_store_view_t *v = NULL;
+    assert_int_equal(segd_store_view_open(s, &v, err, sizeof(err)), SEGD_OK);
+
+    /* after the view: u02 joins u03's component and gains a segment */
+    apply_one(s, link_ev(2, 3, SEGD_LINK, T0 + 1, 1));
+    write_one(s, 2, 999, T0 + 2);
+
+    assert_int_equal(segd_ident_view_get_linked(v, name(1), 3, &in_view, collect, &m1, err,
+                                                sizeof(err)),
+                     SEGD_OK);
+    assert_int_equal(segd_ident_view_members(v, name(3), 3, collect, &m2, err, sizeof(err)),
+                     SEGD_OK);
+    segd_store_view_close(v);
+    /* the view's answer is the one read before the writes */
+    assert_int_equal(m1.n, 2);
+    assert_int_equal(m1.n, m0.n);
+    assert_memory_equal(m1.ids, m0.ids, sizeof(int) * (size_t)m0.n);
+    assert_int_equal(in_view.n, before.n);
+    assert_memory_equal(in_view.entries, before.entries, before.n * sizeof(segd_entry_t));
+    assert_false(has_segment(&in_view, 999));
+    assert_false(has_segment(&in_view, 103));
+    assert_int_equal(m2.n, 1); /* u03 alone, as the view holds it */
+
+    assert_int_equal(segd_ident_get_linked(s, name(1), 3, &after, collect, &m3, err,
+                                           sizeof(err)),
+                     SEGD_OK);
+    assert_int_equal(m3.n, 3);
+    assert_true(has_segment(&after, 999));
+    assert_true(has_segment(&after, 103));
+    segd_profile_free(&before);
+    segd_profile_free(&in_view);
+    segd_profile_free(&after);
+    segd_store_close(s);
+}
+
+#define PAIRS 4500 /* a rebuild of 2 * PAIRS ids writes more than one batch */
+
+static const char *pair_id(int i)
+{
+    static char b[2][32];
+    snprintf(b[i & 1], sizeof(b[0]), "p%05d", i);
+    return b[i & 1];
+}
+
+static int ignore_member(void *ctx, const char *m, size_t len)
+{
+    (void)ctx, (void)m, (void)len;
+    return 0;
+}
+
+/* What every reader says while the rebuild mark is set. */
+static void expect_refused(segd_store_t *s)
+{
+    char err[256] = "";
+    int c;
+    segd_profile_t p;
+    segd_profile_init(&p);
+    segd_ident_t *id = NULL;
+    assert_int_equal(segd_ident_new(s, NULL, &id, err, sizeof(err)), SEGD_ERR_INVALID);
+    assert_string_equal(err, SEGD_IDENT_REBUILD_MSG);
+    err[0] = 0;
+    assert_int_equal(segd_ident_check(s, "p00000", 6, "p00001", 6, &c, NULL, err, sizeof(err)),
+                     SEGD_ERR_INVALID);
+    assert_string_equal(err, SEGD_IDENT_REBUILD_MSG);
+    err[0] = 0;
+    assert_int_equal(segd_ident_members(s, "p00000", 6, ignore_member, NULL, err, sizeof(err)),
+                     SEGD_ERR_INVALID);
+    assert_string_equal(err, SEGD_IDENT_REBUILD_MSG);
+    err[0] = 0;
+    assert_int_equal(segd_ident_get_linked(s, "p00000", 6, &p, NULL, NULL, err, sizeof(err)),
+                     SEGD_ERR_INVALID);
+    assert_string_equal(err, SEGD_IDENT_REBUILD_MSG);
+    assert_int_equal(segd_ident_rebuild_check(s, err, sizeof(err)), SEGD_ERR_INVALID);
+    segd_profile_free(&p);
+}
+
+/* A rebuild cut short after its first batch (the second write fails)
+ * leaves the mark: segd run's handle (segd_ident_new, also backfill's) and
+ * every read refuse with the message; a second rebuild completes, clears
+ * it, and the graph reads as before. A rebuild of one batch never sets it. */
+static void test_rebuild_interrupted(void **state)
+{
+    fixture_t *f = *state;
+    char err[256] = "";
+    segd_store_t *s = test_store_open(f->dir, NOW_MS);
+    segd_ident_t *id = NULL;
+    segd_batch_t *b = NULL;
+    segd_ident_result_t res;
+    assert_int_equal(segd_ident_new(s, NULL, &id, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_batch_new(s, &b), SEGD_OK);
+    for (int i = 0; i < PAIRS; i++) {
+        char a[8];
+        memcpy(a, pair_id(2 * i), 7); /* "pNNNNN": pair_id's buffers rotate */
+        segd_link_event_t e = {a, 6, pair_id(2 * i + 1), 6, SEGD_LINK, T0 + i, 1};
+        assert_int_equal(segd_ident_apply(id, b, &e, NULL, NULL, &res, err, sizeof(err)), 0);
+    }
+    assert_int_equal(segd_store_write(s, b, err, sizeof(err)), SEGD_OK);
+    segd_batch_destroy(b);
+    segd_ident_destroy(id);
+
+    segd_ident_opts_t o;
+    segd_ident_opts_default(&o);
+    segd_ident_rebuild_stats_t st;
+    segd_store_fault_set(s, SEGD_FAULT_WRITE, 2, 1); /* the second batch fails */
+    assert_int_equal(segd_ident_rebuild(s, &o, NULL, NULL, NULL, NULL, &st, err, sizeof(err)),
+                     SEGD_ERR_IO);
+    int64_t mark = 0;
+    assert_int_equal(segd_store_counter_get(s, SEGD_IDENT_REBUILD_COUNTER, &mark, err,
+                                            sizeof(err)),
+                     SEGD_OK);
+    assert_true(mark > 0);
+    expect_refused(s);
+    segd_store_close(s);
+    s = test_store_open(f->dir, NOW_MS); /* a restart does not clear it */
+    expect_refused(s);
+
+    assert_int_equal(segd_ident_rebuild(s, &o, NULL, NULL, NULL, NULL, &st, err, sizeof(err)),
+                     SEGD_OK);
+    assert_int_equal(st.linked_components, PAIRS);
+    assert_int_equal(segd_store_counter_get(s, SEGD_IDENT_REBUILD_COUNTER, &mark, err,
+                                            sizeof(err)),
+                     SEGD_OK);
+    assert_int_equal(mark, 0);
+    assert_int_equal(segd_ident_rebuild_check(s, err, sizeof(err)), SEGD_OK);
+    int c = 0;
+    segd_ident_rec_t m;
+    assert_int_equal(segd_ident_check(s, "p08998", 6, "p08999", 6, &c, &m, err, sizeof(err)),
+                     SEGD_OK);
+    assert_int_equal(c, 1);
+    assert_memory_equal(m.master, "p08998", 6);
+    assert_int_equal(segd_ident_new(s, NULL, &id, err, sizeof(err)), SEGD_OK);
+    segd_ident_destroy(id);
+    segd_store_close(s);
+}
+
+/* Overwrites ids key kind‖x (or links key of x, y) with junk, straight
+ * through RocksDB (no segd writer produces one). */
+static void put_junk(segd_store_t *s, char kind, int x, int y)
+{
+    char key[16];
+    size_t kl;
+    rocksdb_column_family_handle_t *cf;
+    if (kind == 'L') {
+        kl = (size_t)snprintf(key, sizeof(key), "%s", name(x)) + 1; /* the 0x00 */
+        kl += (size_t)snprintf(key + kl, sizeof(key) - kl, "%s", name(y));
+        cf = segd_store_links_cf(s);
+    } else {
+        kl = (size_t)snprintf(key, sizeof(key), "%c%s", kind, name(x));
+        cf = segd_store_ids_cf(s);
+    }
+    rocksdb_writeoptions_t *wo = rocksdb_writeoptions_create();
+    char *rerr = NULL;
+    rocksdb_put_cf(segd_store_rocks(s), wo, cf, key, kl, "junk", 4, &rerr);
+    rocksdb_writeoptions_destroy(wo);
+    assert_null(rerr);
+}
+
+/* Corrupt graph records: the reads and the online apply report the id and
+ * SEGD_ERR_CORRUPT (segd run then stops before writing the batch); the
+ * rebuild rewrites `i` records that do not decode from the id's edges and
+ * deletes one no edge names; a corrupt `links` value is named. */
+static void test_corrupt_graph(void **state)
+{
+    fixture_t *f = *state;
+    char err[256] = "";
+    segd_store_t *s = test_store_open(f->dir, NOW_MS);
+    apply_one(s, link_ev(1, 2, SEGD_LINK, T0 + 5, 1));
+    apply_one(s, link_ev(2, 3, SEGD_LINK, T0 + 1, 1));
+    apply_one(s, link_ev(4, 5, SEGD_LINK, T0 + 3, 1));
+    apply_one(s, link_ev(6, 7, SEGD_UNLINK, T0 + 4, 1));
+    segd_ident_rec_t r;
+    assert_int_equal(segd_ident_get(s, name(2), 3, &r, err, sizeof(err)), SEGD_OK);
+    assert_memory_equal(r.master, name(2), 3); /* (T0+1, u02) < (T0+1, u03) */
+    put_junk(s, 'i', 2, 0); /* the master of {1, 2, 3} */
+    put_junk(s, 'i', 5, 0); /* a member of {4, 5} */
+    put_junk(s, 'm', 4, 0); /* and its master's list */
+    put_junk(s, 'i', 9, 0); /* an id no edge names */
+
+    members_t got = {0};
+    int c;
+    segd_profile_t p;
+    segd_profile_init(&p);
+    assert_int_equal(segd_ident_members(s, name(2), 3, collect, &got, err, sizeof(err)),
+                     SEGD_ERR_CORRUPT);
+    assert_non_null(strstr(err, "bad ids record of u02"));
+    assert_int_equal(segd_ident_check(s, name(4), 3, name(5), 3, &c, NULL, err, sizeof(err)),
+                     SEGD_ERR_CORRUPT);
+    assert_non_null(strstr(err, "u05"));
+    assert_int_equal(segd_ident_get_linked(s, name(4), 3, &p, NULL, NULL, err, sizeof(err)),
+                     SEGD_ERR_CORRUPT);
+    assert_non_null(strstr(err, "bad member list of u04"));
+    /* the online apply (segd run, backfill): an error, nothing to write */
+    segd_ident_t *id = NULL;
+    segd_batch_t *b = NULL;
+    segd_ident_result_t res;
+    assert_int_equal(segd_ident_new(s, NULL, &id, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_batch_new(s, &b), SEGD_OK);
+    segd_link_event_t e = link_ev(2, 8, SEGD_LINK, T0 + 9, 1);
+    assert_int_equal(segd_ident_apply(id, b, &e, NULL, NULL, &res, err, sizeof(err)),
+                     SEGD_ERR_CORRUPT);
+    assert_non_null(strstr(err, "u02"));
+    segd_batch_destroy(b);
+    segd_ident_destroy(id);
+
+    segd_ident_opts_t o;
+    segd_ident_opts_default(&o);
+    segd_ident_rebuild_stats_t st;
+    assert_int_equal(segd_ident_rebuild(s, &o, NULL, NULL, NULL, NULL, &st, err, sizeof(err)),
+                     SEGD_OK);
+    assert_int_equal(st.repaired, 3);
+    assert_int_equal(segd_ident_get(s, name(2), 3, &r, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(r.first_seen_ms, T0 + 1); /* the smallest ts of its edges */
+    assert_int_equal(r.n_links, 2);
+    assert_memory_equal(r.master, name(2), 3);
+    assert_int_equal(segd_ident_get(s, name(5), 3, &r, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(r.first_seen_ms, T0 + 3);
+    assert_int_equal(r.n_links, 1);
+    assert_memory_equal(r.master, name(4), 3);
+    assert_int_equal(segd_ident_get(s, name(9), 3, &r, err, sizeof(err)), SEGD_ERR_NOTFOUND);
+    memset(&got, 0, sizeof(got));
+    assert_int_equal(segd_ident_members(s, name(1), 3, collect, &got, err, sizeof(err)),
+                     SEGD_OK);
+    assert_int_equal(got.n, 3);
+    assert_int_equal(got.ids[0], 2);
+    memset(&got, 0, sizeof(got));
+    assert_int_equal(segd_ident_members(s, name(5), 3, collect, &got, err, sizeof(err)),
+                     SEGD_OK);
+    assert_int_equal(got.n, 2);
+    assert_int_equal(got.ids[0], 4);
+    assert_int_equal(segd_ident_get_linked(s, name(5), 3, &p, NULL, NULL, err, sizeof(err)),
+                     SEGD_OK);
+    assert_int_equal(segd_ident_rebuild(s, &o, NULL, NULL, NULL, NULL, &st, err, sizeof(err)),
+                     SEGD_OK);
+    assert_int_equal(st.repaired, 0);
+    assert_int_equal(st.repointed, 0);
+
+    /* a links value is the graph's source: named, not guessed */
+    put_junk(s, 'L', 6, 7);
+    assert_int_equal(segd_ident_rebuild(s, &o, NULL, NULL, NULL, NULL, &st, err, sizeof(err)),
+                     SEGD_ERR_CORRUPT);
+    assert_non_null(strstr(err, "u06.u07"));
+    assert_int_equal(segd_ident_new(s, NULL, &id, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_batch_new(s, &b), SEGD_OK);
+    e = link_ev(7, 6, SEGD_LINK, T0 + 9, 1);
+    assert_int_equal(segd_ident_apply(id, b, &e, NULL, NULL, &res, err, sizeof(err)),
+                     SEGD_ERR_CORRUPT);
+    assert_non_null(strstr(err, "bad links value of u07 and u06"));
+    segd_batch_destroy(b);
+    segd_ident_destroy(id);
+    segd_profile_free(&p);
     segd_store_close(s);
 }
 
@@ -743,6 +1075,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_master_moves, setup, teardown),
         cmocka_unit_test_setup_teardown(test_change_keys, setup, teardown),
         cmocka_unit_test_setup_teardown(test_older_store, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_linked_view, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rebuild_interrupted, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_corrupt_graph, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
