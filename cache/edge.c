@@ -763,19 +763,6 @@ segd_err_t segd_edge_scan_registers(segd_edge_t *e, segd_edge_register_cb cb, vo
     return segd_members_scan(e->members, cb, ctx);
 }
 
-/* A member's profile with its own erase marker applied and then dropped:
- * erasing one id removes that id's segments, not those of the ids linked to
- * it (DESIGN §10.5; store/identity.c does the same before its join). */
-static void own_erase_only(segd_profile_t *p)
-{
-    size_t k = 0;
-    for (size_t i = 0; i < p->n; i++)
-        if (p->entries[i].ts_ms > p->erased_before_ms)
-            p->entries[k++] = p->entries[i];
-    p->n = k;
-    p->erased_before_ms = 0;
-}
-
 segd_err_t segd_edge_get_linked(segd_edge_t *e, const char *id, size_t len,
                                 segd_profile_t *out, segd_edge_member_cb cb, void *ctx,
                                 int *known)
@@ -799,7 +786,7 @@ segd_err_t segd_edge_get_linked(segd_edge_t *e, const char *id, size_t len,
             err = SEGD_OK;
         else if (!err)
             any = 1;
-        own_erase_only(&parts[i]);
+        segd_profile_apply_own_erase(&parts[i]);
         in[i] = &parts[i];
     }
     if (!err) {

@@ -37,6 +37,16 @@ void segd_profile_clear(segd_profile_t *p)
     p->erased_before_ms = 0;
 }
 
+void segd_profile_apply_own_erase(segd_profile_t *p)
+{
+    size_t k = 0;
+    for (size_t i = 0; i < p->n; i++)
+        if (p->entries[i].ts_ms > p->erased_before_ms)
+            p->entries[k++] = p->entries[i];
+    p->n = k;
+    p->erased_before_ms = 0;
+}
+
 segd_err_t segd_profile_reserve(segd_profile_t *p, size_t n)
 {
     if (n <= p->cap)

@@ -53,6 +53,10 @@ typedef struct segd_prune {
 void segd_profile_init(segd_profile_t *p);
 void segd_profile_free(segd_profile_t *p);
 void segd_profile_clear(segd_profile_t *p);
+/* Applies p's erase marker to its own entries and drops it: what a linked
+ * read does to each member before the join, because erasing one id removes
+ * that id's segments, not those of the ids linked to it (DESIGN §10.5). */
+void segd_profile_apply_own_erase(segd_profile_t *p);
 segd_err_t segd_profile_reserve(segd_profile_t *p, size_t n);
 /* Appends without ordering checks; callers append in id order or sort. */
 segd_err_t segd_profile_push(segd_profile_t *p, const segd_entry_t *e);

@@ -1469,19 +1469,6 @@ typedef struct linked {
     size_t errstr_size;
 } linked_t;
 
-/* A member's record with its own erase marker applied and then dropped:
- * erasing one id (ERASE_USER) removes that id's segments, not those its
- * linked ids hold (DESIGN §10.5). */
-static void own_erase_only(segd_profile_t *p)
-{
-    size_t k = 0;
-    for (size_t i = 0; i < p->n; i++)
-        if (p->entries[i].ts_ms > p->erased_before_ms)
-            p->entries[k++] = p->entries[i];
-    p->n = k;
-    p->erased_before_ms = 0;
-}
-
 static int linked_member(void *ctx, const char *m, size_t len)
 {
     linked_t *l = ctx;
@@ -1493,7 +1480,7 @@ static int linked_member(void *ctx, const char *m, size_t len)
     l->parts = v;
     segd_profile_init(&v[l->n]);
     l->err = segd_store_view_get(l->v, m, len, &v[l->n], l->errstr, l->errstr_size);
-    own_erase_only(&v[l->n++]);
+    segd_profile_apply_own_erase(&v[l->n++]);
     if (!l->err && l->cb && l->cb(l->ctx, m, len))
         l->err = SEGD_ERR_ABORTED;
     return l->err != SEGD_OK;

@@ -8,6 +8,7 @@
 
 #include "segd_schemas.h"
 #include "base/varint.h"
+#include "wire/avro_bin.h"
 #include "base/utf8.h"
 
 /* Bounds for untrusted arrays: a decoder never allocates more than the
@@ -74,63 +75,20 @@ segd_err_t segd_change_add_retirement(segd_change_t *c, int64_t segment_id, int6
     return SEGD_OK;
 }
 
-/* ---------- Avro binary primitives ---------- */
-
-static void put_long(segd_buf_t *b, int64_t v) { b->len += segd_zz_put(b->data + b->len, v); }
-
-static void put_bytes(segd_buf_t *b, const void *p, size_t n)
-{
-    put_long(b, (int64_t)n);
-    memcpy(b->data + b->len, p, n);
-    b->len += n;
-}
-
-typedef struct reader {
-    const uint8_t *p, *end;
-    int bad;
-} reader_t;
-
-static int64_t get_long(reader_t *r)
-{
-    int64_t v = 0;
-    if (!r->bad && segd_zz_get(&r->p, r->end, &v))
-        r->bad = 1;
-    return v;
-}
-
-static int32_t get_int(reader_t *r)
-{
-    int64_t v = get_long(r);
-    if (v < INT32_MIN || v > INT32_MAX)
-        r->bad = 1;
-    return (int32_t)v;
-}
-
-static const char *get_string(reader_t *r, size_t *len)
-{
-    int64_t n = get_long(r);
-    if (r->bad || n < 0 || n > r->end - r->p) {
-        r->bad = 1;
-        return NULL;
-    }
-    const char *s = (const char *)r->p;
-    r->p += n;
-    *len = (size_t)n;
-    return s;
-}
+/* ---------- Avro binary primitives (wire/avro_bin.h) ---------- */
 
 /* Reads an array block header; a negative count is followed by the block's
  * byte size (skipped: items are decoded one by one). */
-static int64_t get_block_count(reader_t *r, size_t min_item_bytes)
+static int64_t get_block_count(segd_avro_reader_t *r, size_t min_item_bytes)
 {
-    int64_t n = get_long(r);
+    int64_t n = segd_avro_get_long(r);
     if (n < 0) {
         if (n == INT64_MIN) {
             r->bad = 1;
             return 0;
         }
         n = -n;
-        get_long(r);
+        segd_avro_get_long(r);
     }
     if (r->bad || (uint64_t)n > (uint64_t)(r->end - r->p) / min_item_bytes) {
         r->bad = 1;
@@ -146,17 +104,17 @@ static int64_t get_block_count(reader_t *r, size_t min_item_bytes)
 static void put_segments(segd_buf_t *b, const segd_profile_t *p)
 {
     if (p->n) {
-        put_long(b, (int64_t)p->n);
+        segd_avro_put_long(b, (int64_t)p->n);
         for (size_t i = 0; i < p->n; i++) {
             const segd_entry_t *e = &p->entries[i];
-            put_long(b, e->segment_id);
-            put_long(b, e->expiry_s);
-            put_long(b, e->ts_ms);
-            put_long(b, e->flags);
-            put_long(b, e->partner_id);
+            segd_avro_put_long(b, e->segment_id);
+            segd_avro_put_long(b, e->expiry_s);
+            segd_avro_put_long(b, e->ts_ms);
+            segd_avro_put_long(b, e->flags);
+            segd_avro_put_long(b, e->partner_id);
         }
     }
-    put_long(b, 0);
+    segd_avro_put_long(b, 0);
 }
 
 size_t segd_change_entry_bytes(const segd_entry_t *e)
@@ -168,7 +126,7 @@ size_t segd_change_entry_bytes(const segd_entry_t *e)
 }
 
 /* Replaces p's entries; its erase marker (read before) stays. */
-static segd_err_t get_segments(reader_t *r, segd_profile_t *p)
+static segd_err_t get_segments(segd_avro_reader_t *r, segd_profile_t *p)
 {
     p->n = 0;
     for (;;) {
@@ -181,11 +139,11 @@ static segd_err_t get_segments(reader_t *r, segd_profile_t *p)
             return SEGD_ERR_NOMEM;
         for (int64_t i = 0; i < n; i++) {
             segd_entry_t e;
-            e.segment_id = get_long(r);
-            e.expiry_s = get_long(r);
-            e.ts_ms = get_long(r);
-            e.flags = get_int(r);
-            e.partner_id = get_int(r);
+            e.segment_id = segd_avro_get_long(r);
+            e.expiry_s = segd_avro_get_long(r);
+            e.ts_ms = segd_avro_get_long(r);
+            e.flags = segd_avro_get_int(r);
+            e.partner_id = segd_avro_get_int(r);
             if (r->bad || e.segment_id < 0 || e.expiry_s < 0 ||
                 (p->n && p->entries[p->n - 1].segment_id >= e.segment_id))
                 return SEGD_ERR_CORRUPT;
@@ -204,36 +162,36 @@ segd_err_t segd_change_encode(const segd_change_t *c, segd_buf_t *out)
         need += c->sources[i].topic_len + 40;
     if (segd_buf_reserve(out, need))
         return SEGD_ERR_NOMEM;
-    put_long(out, c->kind);
-    put_bytes(out, c->user_id, c->user_id_len);
-    put_long(out, c->bucket);
-    put_long(out, c->buckets);
-    put_long(out, c->profile.erased_before_ms);
+    segd_avro_put_long(out, c->kind);
+    segd_avro_put_bytes(out, c->user_id, c->user_id_len);
+    segd_avro_put_long(out, c->bucket);
+    segd_avro_put_long(out, c->buckets);
+    segd_avro_put_long(out, c->profile.erased_before_ms);
     put_segments(out, &c->profile);
     if (c->n_retirements) {
-        put_long(out, (int64_t)c->n_retirements);
+        segd_avro_put_long(out, (int64_t)c->n_retirements);
         for (size_t i = 0; i < c->n_retirements; i++) {
-            put_long(out, c->retirements[i].segment_id);
-            put_long(out, c->retirements[i].retired_before_ms);
+            segd_avro_put_long(out, c->retirements[i].segment_id);
+            segd_avro_put_long(out, c->retirements[i].retired_before_ms);
         }
     }
-    put_long(out, 0);
+    segd_avro_put_long(out, 0);
     if (c->n_sources) {
-        put_long(out, (int64_t)c->n_sources);
+        segd_avro_put_long(out, (int64_t)c->n_sources);
         for (size_t i = 0; i < c->n_sources; i++) {
             const segd_source_range_t *s = &c->sources[i];
-            put_bytes(out, s->topic, s->topic_len);
-            put_long(out, s->partition);
-            put_long(out, s->first_offset);
-            put_long(out, s->last_offset);
+            segd_avro_put_bytes(out, s->topic, s->topic_len);
+            segd_avro_put_long(out, s->partition);
+            segd_avro_put_long(out, s->first_offset);
+            segd_avro_put_long(out, s->last_offset);
         }
     }
-    put_long(out, 0);
-    put_long(out, c->committed_at_ms);
+    segd_avro_put_long(out, 0);
+    segd_avro_put_long(out, c->committed_at_ms);
     return SEGD_OK;
 }
 
-static segd_err_t get_retirements(reader_t *r, segd_change_t *c)
+static segd_err_t get_retirements(segd_avro_reader_t *r, segd_change_t *c)
 {
     for (;;) {
         int64_t n = get_block_count(r, MIN_RETIREMENT_BYTES);
@@ -242,7 +200,7 @@ static segd_err_t get_retirements(reader_t *r, segd_change_t *c)
         if (n == 0)
             return SEGD_OK;
         for (int64_t i = 0; i < n; i++) {
-            int64_t id = get_long(r), before = get_long(r);
+            int64_t id = segd_avro_get_long(r), before = segd_avro_get_long(r);
             if (r->bad || id < 0)
                 return SEGD_ERR_CORRUPT;
             if (segd_change_add_retirement(c, id, before))
@@ -251,7 +209,7 @@ static segd_err_t get_retirements(reader_t *r, segd_change_t *c)
     }
 }
 
-static segd_err_t get_sources(reader_t *r, segd_change_t *c)
+static segd_err_t get_sources(segd_avro_reader_t *r, segd_change_t *c)
 {
     for (;;) {
         int64_t n = get_block_count(r, MIN_SOURCE_BYTES);
@@ -261,9 +219,9 @@ static segd_err_t get_sources(reader_t *r, segd_change_t *c)
             return SEGD_OK;
         for (int64_t i = 0; i < n; i++) {
             size_t tlen = 0;
-            const char *topic = get_string(r, &tlen);
-            int32_t part = get_int(r);
-            int64_t first = get_long(r), last = get_long(r);
+            const char *topic = segd_avro_get_bytes(r, &tlen);
+            int32_t part = segd_avro_get_int(r);
+            int64_t first = segd_avro_get_long(r), last = segd_avro_get_long(r);
             if (r->bad)
                 return SEGD_ERR_CORRUPT;
             if (segd_change_add_source(c, topic, tlen, part, first, last))
@@ -274,16 +232,16 @@ static segd_err_t get_sources(reader_t *r, segd_change_t *c)
 
 segd_err_t segd_change_decode(const uint8_t *data, size_t len, segd_change_t *c)
 {
-    reader_t r = {data, data + len, 0};
+    segd_avro_reader_t r = {data, data + len, 0};
     segd_change_reset(c);
-    int64_t kind = get_long(&r);
+    int64_t kind = segd_avro_get_long(&r);
     if (r.bad || (kind != SEGD_CHANGE_DELTA && kind != SEGD_CHANGE_RETIRE))
         return SEGD_ERR_CORRUPT;
     c->kind = (segd_change_kind_t)kind;
-    c->user_id = get_string(&r, &c->user_id_len);
-    c->bucket = get_int(&r);
-    c->buckets = get_int(&r);
-    c->profile.erased_before_ms = get_long(&r);
+    c->user_id = segd_avro_get_bytes(&r, &c->user_id_len);
+    c->bucket = segd_avro_get_int(&r);
+    c->buckets = segd_avro_get_int(&r);
+    c->profile.erased_before_ms = segd_avro_get_long(&r);
     if (r.bad)
         return SEGD_ERR_CORRUPT;
     segd_err_t err = get_segments(&r, &c->profile);
@@ -293,7 +251,7 @@ segd_err_t segd_change_decode(const uint8_t *data, size_t len, segd_change_t *c)
         err = get_sources(&r, c);
     if (err)
         return err;
-    c->committed_at_ms = get_long(&r);
+    c->committed_at_ms = segd_avro_get_long(&r);
     return r.bad || r.p != r.end ? SEGD_ERR_CORRUPT : SEGD_OK;
 }
 
@@ -304,8 +262,8 @@ segd_err_t segd_snaprec_encode(const char *user, size_t user_len, const segd_pro
 {
     if (segd_buf_reserve(out, user_len + 30 + p->n * MAX_SEGMENT_BYTES))
         return SEGD_ERR_NOMEM;
-    put_bytes(out, user, user_len);
-    put_long(out, p->erased_before_ms);
+    segd_avro_put_bytes(out, user, user_len);
+    segd_avro_put_long(out, p->erased_before_ms);
     put_segments(out, p);
     return SEGD_OK;
 }
@@ -313,9 +271,9 @@ segd_err_t segd_snaprec_encode(const char *user, size_t user_len, const segd_pro
 segd_err_t segd_snaprec_decode(const uint8_t **pos, const uint8_t *end, const char **user,
                                size_t *user_len, segd_profile_t *p)
 {
-    reader_t r = {*pos, end, 0};
-    *user = get_string(&r, user_len);
-    p->erased_before_ms = get_long(&r);
+    segd_avro_reader_t r = {*pos, end, 0};
+    *user = segd_avro_get_bytes(&r, user_len);
+    p->erased_before_ms = segd_avro_get_long(&r);
     /* Avro strings are UTF-8: stock readers refuse a bucket holding another
      * user id, so `snapshot verify` and cache loads refuse it too */
     if (r.bad || !segd_utf8_valid(*user, *user_len))
