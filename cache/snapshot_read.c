@@ -151,14 +151,20 @@ static segd_err_t check_file(const segd_snapshot_file_t *f, const segd_buf_t *bu
     return SEGD_OK;
 }
 
-static segd_err_t load_file(segd_dest_t *d, const segd_snapshot_file_t *f, loader_t *l,
-                            segd_buf_t *buf, char *errstr, size_t n)
+/* The file into buf, its size and SHA-256 checked against the manifest. */
+static segd_err_t fetch_file(segd_dest_t *d, const segd_snapshot_file_t *f, segd_buf_t *buf,
+                             char *errstr, size_t n)
 {
     segd_err_t err = segd_dest_get_mem(d, f->name, buf, errstr, n);
     if (err == SEGD_ERR_NOTFOUND)
         return segd_errf(SEGD_ERR_CORRUPT, errstr, n, "%s: missing", f->name);
-    if (!err)
-        err = check_file(f, buf, errstr, n);
+    return err ? err : check_file(f, buf, errstr, n);
+}
+
+static segd_err_t load_file(segd_dest_t *d, const segd_snapshot_file_t *f, loader_t *l,
+                            segd_buf_t *buf, char *errstr, size_t n)
+{
+    segd_err_t err = fetch_file(d, f, buf, errstr, n);
     if (err)
         return err;
     uint64_t records = l->records, segments = l->segments;
@@ -200,16 +206,12 @@ static int members_block(void *ctx, const uint8_t *block, size_t len, int64_t co
     return pos == end ? 0 : -1;
 }
 
-/* The unit's identity members file (DESIGN §10.5), checked like the
+/* The unit's identity members file (DESIGN §10.6), checked like the
  * profile files: size, SHA-256, every record, the count. */
 static segd_err_t load_members(segd_dest_t *d, const segd_snapshot_file_t *f, loader_t *l,
                                segd_buf_t *buf, char *errstr, size_t n)
 {
-    segd_err_t err = segd_dest_get_mem(d, f->name, buf, errstr, n);
-    if (err == SEGD_ERR_NOTFOUND)
-        return segd_errf(SEGD_ERR_CORRUPT, errstr, n, "%s: missing", f->name);
-    if (!err)
-        err = check_file(f, buf, errstr, n);
+    segd_err_t err = fetch_file(d, f, buf, errstr, n);
     if (err)
         return err;
     char msg[256] = "";
