@@ -62,7 +62,7 @@ struct segd_resp {
     worker_t *workers;
     int nworkers;
     segd_metrics_t *metrics;
-    segd_metric_t *commands, *connections, *accepted, *proto_errors;
+    segd_metric_t *commands, *connections, *accepted, *proto_errors, *reply_lookups;
 };
 
 /* ---- connections ------------------------------------------------------- */
@@ -331,10 +331,16 @@ static void collect(void *ctx)
                 segd_metric_set(r->commands, labels, (double)sum);
         }
     }
-    uint64_t acc = 0, perr = 0;
+    uint64_t acc = 0, perr = 0, hits = 0, misses = 0;
     for (int i = 0; i < r->nworkers; i++) {
         acc += atomic_load_explicit(&r->workers[i].accepted, memory_order_relaxed);
         perr += atomic_load_explicit(&r->workers[i].proto_errors, memory_order_relaxed);
+        hits += atomic_load_explicit(&r->workers[i].exec.reply_hits, memory_order_relaxed);
+        misses += atomic_load_explicit(&r->workers[i].exec.reply_misses, memory_order_relaxed);
+    }
+    if (hits + misses) {
+        segd_metric_set(r->reply_lookups, (const char *[]){"hit"}, (double)hits);
+        segd_metric_set(r->reply_lookups, (const char *[]){"miss"}, (double)misses);
     }
     segd_metric_set(r->accepted, NULL, (double)acc);
     segd_metric_set(r->proto_errors, NULL, (double)perr);
@@ -356,7 +362,11 @@ static segd_err_t register_metrics(segd_resp_t *r)
     r->proto_errors = segd_metrics_counter(m, "segd_resp_protocol_errors_total",
                                            "RESP connections closed for a protocol error or "
                                            "an oversize command.", NULL);
-    if (!r->commands || !r->connections || !r->accepted || !r->proto_errors)
+    r->reply_lookups = segd_metrics_counter(m, "segd_resp_reply_cache_lookups_total",
+                                            "Range replies looked up in the workers' reply "
+                                            "caches, by result (hit, miss).", "result");
+    if (!r->commands || !r->connections || !r->accepted || !r->proto_errors ||
+        !r->reply_lookups)
         return SEGD_ERR_NOMEM;
     return segd_metrics_add_collector(m, collect, r);
 }

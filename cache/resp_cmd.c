@@ -506,6 +506,8 @@ static int zrange_generic(segd_resp_worker_t *w, const segd_resp_cmd_t *cmd, seg
         size_t len;
         const uint8_t *hit = segd_reply_cache_get(w->replies, key, klen, hash, w->shared->edge,
                                                   cmd->argv[1], cmd->argl[1], &len);
+        atomic_fetch_add_explicit(hit ? &w->reply_hits : &w->reply_misses, 1,
+                                  memory_order_relaxed);
         if (hit)
             return add(out, hit, len);
     }

@@ -55,6 +55,9 @@ typedef struct segd_resp_worker {
     /* [command][0 = ok, 1 = error]; written by the worker's thread only,
      * read by the metrics collector */
     _Atomic uint64_t (*counts)[2];
+    /* range replies found in / missing from the reply cache (with one);
+     * written by the worker's thread, read by the metrics collector */
+    _Atomic uint64_t reply_hits, reply_misses;
 } segd_resp_worker_t;
 
 /* A worker with a reply cache of shared->reply_cache_bytes. */

@@ -111,7 +111,8 @@ redis-cli -p $port PING | grep -qx PONG || fail "the server did not survive"
 curl -sf "http://127.0.0.1:$hport/metrics" > "$tmp/metrics.txt" || fail "no /metrics"
 for want in 'segd_resp_commands_total{command="zrangebyscore",result="ok"}' \
     'segd_resp_commands_total{command="write",result="error"} 2' \
-    'segd_resp_protocol_errors_total 1' 'segd_resp_connections '; do
+    'segd_resp_protocol_errors_total 1' 'segd_resp_connections ' \
+    'segd_resp_reply_cache_lookups_total{result="miss"}'; do
   grep -qF "$want" "$tmp/metrics.txt" || fail "/metrics lacks '$want': $(grep segd_resp "$tmp/metrics.txt")"
 done
 kill -TERM $redis_pid
