@@ -56,7 +56,8 @@ static uint64_t rnd(void)
 
 static const char *name(int i)
 {
-    static char names[64][8];
+    /* per thread: test_readers_beside_writers names ids on two threads */
+    static _Thread_local char names[64][8];
     snprintf(names[i], sizeof(names[i]), "i%02d", i);
     return names[i];
 }
