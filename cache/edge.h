@@ -129,7 +129,7 @@ typedef struct segd_edge_stamp {
 } segd_edge_stamp_t;
 
 /* segd_edge_lookup, and the stamp of the entries returned (read with them,
- * under the same lock). */
+ * under the same lock); st NULL: none, exactly segd_edge_lookup. */
 segd_err_t segd_edge_lookup_stamped(segd_edge_t *e, const char *user, size_t len,
                                     segd_entry_t *out, size_t cap, size_t *n,
                                     segd_edge_stamp_t *st);

@@ -54,14 +54,11 @@ typedef struct filters {
     int linked; /* the join over the user's identity component (DESIGN §10.5) */
 } filters_t;
 
-static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, json_t *body)
+/* A JSON body of len bytes at text (malloc'd; freed here either way).
+ * From a buffer: libmicrohttpd sends Content-Length, never chunks. */
+static enum MHD_Result reply_owned(struct MHD_Connection *c, unsigned status, void *text,
+                                   size_t len)
 {
-    char *text = json_dumps(body, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    json_decref(body);
-    if (!text)
-        return MHD_NO;
-    size_t len = strlen(text);
-    /* from a buffer: libmicrohttpd sends Content-Length, never chunks */
     struct MHD_Response *r = MHD_create_response_from_buffer(len, text, MHD_RESPMEM_MUST_FREE);
     if (!r) {
         free(text);
@@ -73,20 +70,19 @@ static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, json_t *
     return ret;
 }
 
+static enum MHD_Result reply(struct MHD_Connection *c, unsigned status, json_t *body)
+{
+    char *text = json_dumps(body, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(body);
+    return text ? reply_owned(c, status, text, strlen(text)) : MHD_NO;
+}
+
 /* A body rendered as text (the users' answers); takes out's memory. */
 static enum MHD_Result reply_text(struct MHD_Connection *c, unsigned status, segd_buf_t *out)
 {
-    struct MHD_Response *r =
-        MHD_create_response_from_buffer(out->len, out->data, MHD_RESPMEM_MUST_FREE);
-    if (!r) {
-        segd_buf_free(out);
-        return MHD_NO;
-    }
+    segd_buf_t b = *out;
     *out = (segd_buf_t){0};
-    MHD_add_response_header(r, "Content-Type", "application/json");
-    enum MHD_Result ret = MHD_queue_response(c, status, r);
-    MHD_destroy_response(r);
-    return ret;
+    return reply_owned(c, status, b.data, b.len);
 }
 
 static json_t *message(const char *key, const char *value)

@@ -211,12 +211,14 @@ static int in_range(const range_t *r, double v)
 
 /* ---- the user's live entries -------------------------------------------- */
 
-/* The live entries of key into w->ents; *n of them (0 = a missing key). */
-static int lookup(segd_resp_worker_t *w, const segd_resp_cmd_t *cmd, size_t i, size_t *n)
+/* The live entries of key into w->ents; *n of them (0 = a missing key);
+ * their stamp into st unless it is NULL (the reply cache's key). */
+static int lookup_stamped(segd_resp_worker_t *w, const segd_resp_cmd_t *cmd, size_t i,
+                          size_t *n, segd_edge_stamp_t *st)
 {
     for (;;) {
-        segd_err_t e = segd_edge_lookup(w->shared->edge, cmd->argv[i], cmd->argl[i], w->ents,
-                                        w->ents_cap, n);
+        segd_err_t e = segd_edge_lookup_stamped(w->shared->edge, cmd->argv[i], cmd->argl[i],
+                                                w->ents, w->ents_cap, n, st);
         if (e == SEGD_OK)
             return RC_OK;
         if (e != SEGD_ERR_LIMIT)
@@ -226,6 +228,11 @@ static int lookup(segd_resp_worker_t *w, const segd_resp_cmd_t *cmd, size_t i, s
             return RC_NOMEM;
         w->ents = g;
     }
+}
+
+static int lookup(segd_resp_worker_t *w, const segd_resp_cmd_t *cmd, size_t i, size_t *n)
+{
+    return lookup_stamped(w, cmd, i, n, NULL);
 }
 
 /* w->sort.order[0..*n): the entries with a score in r (all with r NULL),
@@ -470,23 +477,6 @@ static size_t reply_key(const zrange_req_t *q, const char *user, size_t ulen, ui
     return KEY_FIXED + ulen;
 }
 
-/* The live entries of key into w->ents, and their stamp. */
-static int lookup_stamped(segd_resp_worker_t *w, const segd_resp_cmd_t *cmd, size_t i,
-                          size_t *n, segd_edge_stamp_t *st)
-{
-    for (;;) {
-        segd_err_t e = segd_edge_lookup_stamped(w->shared->edge, cmd->argv[i], cmd->argl[i],
-                                                w->ents, w->ents_cap, n, st);
-        if (e == SEGD_OK)
-            return RC_OK;
-        if (e != SEGD_ERR_LIMIT)
-            return RC_NOMEM;
-        segd_entry_t *g = segd_array_grow(w->ents, &w->ents_cap, *n, sizeof(*g));
-        if (!g)
-            return RC_NOMEM;
-        w->ents = g;
-    }
-}
 
 static int zrange_generic(segd_resp_worker_t *w, const segd_resp_cmd_t *cmd, segd_buf_t *out,
                           int by, int dir)

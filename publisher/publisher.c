@@ -170,14 +170,21 @@ static size_t message_budget(segd_publisher_t *p)
     return budget > 4096 ? (size_t)budget : 4096;
 }
 
-static segd_err_t ensure_schema(segd_publisher_t *p, char *errstr, size_t n)
+/* With Confluent framing, schema's id under the subject <topic><suffix>,
+ * registered once into *id. */
+static segd_err_t ensure_subject(segd_publisher_t *p, const char *suffix, const char *schema,
+                                 int32_t *id, char *errstr, size_t n)
 {
-    if (p->o.framing != SEGD_CHANGE_CONFLUENT || p->schema_id >= 0)
+    if (p->o.framing != SEGD_CHANGE_CONFLUENT || *id >= 0)
         return SEGD_OK;
     char subject[512];
-    snprintf(subject, sizeof(subject), "%s-value", p->o.topic);
-    return segd_registry_register(p->registry, subject, segd_change_schema_json(),
-                                  &p->schema_id, errstr, n);
+    snprintf(subject, sizeof(subject), "%s%s", p->o.topic, suffix);
+    return segd_registry_register(p->registry, subject, schema, id, errstr, n);
+}
+
+static segd_err_t ensure_schema(segd_publisher_t *p, char *errstr, size_t n)
+{
+    return ensure_subject(p, "-value", segd_change_schema_json(), &p->schema_id, errstr, n);
 }
 
 /* ---------- reading the outbox ---------- */
@@ -506,12 +513,8 @@ static segd_err_t produce_retire(segd_publisher_t *p, uint64_t *events, uint64_t
  * a cycle has one: a deployment without identities registers nothing new. */
 static segd_err_t ensure_member_schema(segd_publisher_t *p, char *errstr, size_t n)
 {
-    if (p->o.framing != SEGD_CHANGE_CONFLUENT || p->member_schema_id >= 0)
-        return SEGD_OK;
-    char subject[512];
-    snprintf(subject, sizeof(subject), "%s-segd.MemberEvent", p->o.topic);
-    return segd_registry_register(p->registry, subject, segd_member_schema_json(),
-                                  &p->member_schema_id, errstr, n);
+    return ensure_subject(p, "-segd.MemberEvent", segd_member_schema_json(),
+                          &p->member_schema_id, errstr, n);
 }
 
 /* A membership change goes to the change partition of its id (DESIGN
