@@ -1,7 +1,11 @@
-/* Test helper: a small store for unit tests (8 MiB block cache, no free
- * space reserve) at a fixed clock; fails the test if it cannot open. */
+/* Test helpers: a small store for unit tests (8 MiB block cache, no free
+ * space reserve) at a fixed clock, failing the test if it cannot open; and
+ * a cmocka fixture of a fresh temporary directory, removed after the test. */
 #ifndef SEGD_TEST_STORE_UTIL_H
 #define SEGD_TEST_STORE_UTIL_H
+
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "app/app.h"
 #include "store/store.h"
@@ -19,6 +23,34 @@ static inline segd_store_t *test_store_open(const char *dir, int64_t now_ms)
     if (segd_store_open(&s, &o, err, sizeof(err)) != SEGD_OK)
         fail_msg("open %s: %s", dir, err);
     return s;
+}
+
+typedef struct test_dir {
+    char dir[64];
+} test_dir_t;
+
+static inline int test_dir_setup(void **state)
+{
+    test_dir_t *f = calloc(1, sizeof(*f));
+    if (!f)
+        return -1;
+    snprintf(f->dir, sizeof(f->dir), "/tmp/segd-test-XXXXXX");
+    if (!mkdtemp(f->dir)) {
+        free(f);
+        return -1;
+    }
+    *state = f;
+    return 0;
+}
+
+static inline int test_dir_teardown(void **state)
+{
+    test_dir_t *f = *state;
+    char cmd[128];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", f->dir);
+    int rc = system(cmd);
+    free(f);
+    return rc;
 }
 
 #endif

@@ -487,30 +487,6 @@ static void test_readers_beside_writers(void **state)
 
 /* ---------- against the store ---------- */
 
-typedef struct fixture {
-    char dir[64];
-} fixture_t;
-
-static int setup(void **state)
-{
-    fixture_t *f = calloc(1, sizeof(*f));
-    snprintf(f->dir, sizeof(f->dir), "/tmp/segd-test-edgelinked-XXXXXX");
-    if (!mkdtemp(f->dir))
-        return -1;
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    fixture_t *f = *state;
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", f->dir);
-    int rc = system(cmd);
-    free(f);
-    return rc;
-}
-
 static int put_scanned(void *ctx, const char *user, size_t len, const segd_profile_t *p)
 {
     assert_int_equal(segd_edge_put(ctx, user, len, p), SEGD_OK);
@@ -653,7 +629,7 @@ static void expect_store(segd_store_t *s, segd_edge_t *e, int unlinked)
 
 static void test_linked_equals_store(void **state)
 {
-    fixture_t *f = *state;
+    test_dir_t *f = *state;
     char err[256] = "";
     segd_store_t *s = build_store(f->dir);
     /* the cache: the store's profiles and MemberEvents from its `ids` */
@@ -735,7 +711,7 @@ static void add_members_files(segd_store_t *s, const char *topic_dir, int corrup
 
 static void test_snapshot_members(void **state)
 {
-    fixture_t *f = *state;
+    test_dir_t *f = *state;
     char err[512] = "", db[128], snap[128], topic_dir[160];
     snprintf(db, sizeof(db), "%s/db", f->dir);
     snprintf(snap, sizeof(snap), "%s/snap", f->dir);
@@ -793,8 +769,8 @@ int main(void)
         cmocka_unit_test(test_bad_member),
         cmocka_unit_test(test_linked_equals_reference),
         cmocka_unit_test(test_readers_beside_writers),
-        cmocka_unit_test_setup_teardown(test_linked_equals_store, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_snapshot_members, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_linked_equals_store, test_dir_setup, test_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_snapshot_members, test_dir_setup, test_dir_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -27,30 +27,6 @@
 #define N 30      /* ids u00..u29: bytewise order = index order */
 #define SEGS 12   /* segment ids drawn from 0..SEGS-1: members overlap */
 
-typedef struct fixture {
-    char dir[64];
-} fixture_t;
-
-static int setup(void **state)
-{
-    fixture_t *f = calloc(1, sizeof(*f));
-    snprintf(f->dir, sizeof(f->dir), "/tmp/segd-test-ident-XXXXXX");
-    if (!mkdtemp(f->dir))
-        return -1;
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    fixture_t *f = *state;
-    char cmd[128];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", f->dir);
-    int rc = system(cmd);
-    free(f);
-    return rc;
-}
-
 static uint64_t rng_next(uint64_t *s)
 {
     *s ^= *s << 13;
@@ -456,7 +432,7 @@ static void test_event_check(void **state)
 
 static void test_model(void **state)
 {
-    fixture_t *f = *state;
+    test_dir_t *f = *state;
     static model_t m, off;
     static gen_t g;
     static segs_model_t sm;
@@ -511,7 +487,7 @@ static void test_model(void **state)
 
 static void test_supernode(void **state)
 {
-    fixture_t *f = *state;
+    test_dir_t *f = *state;
     char err[256] = "";
     segd_store_t *s = test_store_open(f->dir, NOW_MS);
     segd_ident_opts_t o;
@@ -643,7 +619,7 @@ static int has_segment(const segd_profile_t *p, int64_t seg)
  * opens its own view, sees the new state. */
 static void test_linked_view(void **state)
 {
-    fixture_t *f = *state;
+    test_dir_t *f = *state;
     char err[256] = "";
     segd_store_t *s = test_store_open(f->dir, NOW_MS);
     write_one(s, 1, 101, T0);
@@ -741,7 +717,7 @@ static void expect_refused(segd_store_t *s)
  * it, and the graph reads as before. A rebuild of one batch never sets it. */
 static void test_rebuild_interrupted(void **state)
 {
-    fixture_t *f = *state;
+    test_dir_t *f = *state;
     char err[256] = "";
     segd_store_t *s = test_store_open(f->dir, NOW_MS);
     segd_ident_t *id = NULL;
@@ -822,7 +798,7 @@ static void put_junk(segd_store_t *s, char kind, int x, int y)
  * deletes one no edge names; a corrupt `links` value is named. */
 static void test_corrupt_graph(void **state)
 {
-    fixture_t *f = *state;
+    test_dir_t *f = *state;
     char err[256] = "";
     segd_store_t *s = test_store_open(f->dir, NOW_MS);
     apply_one(s, link_ev(1, 2, SEGD_LINK, T0 + 5, 1));
@@ -916,7 +892,7 @@ static void test_corrupt_graph(void **state)
  * earlier: every member is re-pointed and told. */
 static void test_master_moves(void **state)
 {
-    fixture_t *f = *state;
+    test_dir_t *f = *state;
     char err[256] = "";
     segd_store_t *s = test_store_open(f->dir, NOW_MS);
     segd_ident_t *id = NULL;
@@ -975,7 +951,7 @@ static int on_key(void *ctx, const segd_ident_change_t *c)
 
 static void test_change_keys(void **state)
 {
-    fixture_t *f = *state;
+    test_dir_t *f = *state;
     char err[256] = "";
     segd_store_t *s = test_store_open(f->dir, NOW_MS);
     segd_ident_t *id = NULL;
@@ -1011,7 +987,7 @@ static void test_change_keys(void **state)
  * read-only open reads an empty graph, a writable one creates them. */
 static void test_older_store(void **state)
 {
-    fixture_t *f = *state;
+    test_dir_t *f = *state;
     static const char *names[] = {"default", "profiles", "meta", "outbox"};
     rocksdb_options_t *o = rocksdb_options_create();
     rocksdb_options_set_create_if_missing(o, 1);
@@ -1070,14 +1046,14 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_codecs),
         cmocka_unit_test(test_event_check),
-        cmocka_unit_test_setup_teardown(test_model, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_supernode, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_master_moves, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_change_keys, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_older_store, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_linked_view, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_rebuild_interrupted, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_corrupt_graph, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_model, test_dir_setup, test_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_supernode, test_dir_setup, test_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_master_moves, test_dir_setup, test_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_change_keys, test_dir_setup, test_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_older_store, test_dir_setup, test_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_linked_view, test_dir_setup, test_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_rebuild_interrupted, test_dir_setup, test_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_corrupt_graph, test_dir_setup, test_dir_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
