@@ -1375,39 +1375,25 @@ segd_err_t segd_ident_rebuild(segd_store_t *s, const segd_ident_opts_t *o,
 
 /* ---------- a view's ids (snapshots, DESIGN §10.6) ---------- */
 
-/* The master's first-seen through the view; the last master looked up is
- * remembered (the members of a component are not adjacent in key order,
- * but a singleton's master is itself and needs no read at all). */
+/* The master's first-seen through the view (a master is its own: no read). */
 static segd_err_t view_first_seen(segd_store_view_t *v, const segd_ident_rec_t *r,
                                   const char *id, size_t len, int64_t own_fs, segd_buf_t *key,
-                                  int64_t *fs, char *errstr, size_t n)
+                                  segd_buf_t *val, int64_t *fs, char *errstr, size_t n)
 {
     if (id_cmp(r->master, r->master_len, id, len) == 0) {
         *fs = own_fs;
         return SEGD_OK;
     }
-    segd_err_t err = ids_key(key, 'i', r->master, r->master_len);
-    if (err)
-        return err;
-    segd_store_t *s = segd_store_view_store(v);
-    char *rerr = NULL;
-    size_t vl;
-    char *val = rocksdb_get_cf(segd_store_rocks(s), segd_store_view_read_options(v),
-                               segd_store_ids_cf(s), (const char *)key->data, key->len, &vl,
-                               &rerr);
-    if (rerr) {
-        segd_errf(SEGD_ERR_IO, errstr, n, "read ids: %s", rerr);
-        rocksdb_free(rerr);
-        return SEGD_ERR_IO;
-    }
     segd_ident_rec_t mr;
-    err = val && !rec_decode((const uint8_t *)val, vl, &mr) ? SEGD_OK : SEGD_ERR_CORRUPT;
-    rocksdb_free(val);
-    if (err)
-        return segd_errf(err, errstr, n, "master %.*s of %.*s has no valid ids record",
-                         (int)r->master_len, r->master, (int)len, id);
-    *fs = mr.first_seen_ms;
-    return SEGD_OK;
+    int found;
+    segd_err_t err = rec_load_at(segd_store_view_store(v), segd_store_view_read_options(v), NULL,
+                                 key, val, r->master, r->master_len, &mr, &found, errstr, n);
+    if (!err && !found)
+        err = segd_errf(SEGD_ERR_CORRUPT, errstr, n, "master %.*s of %.*s has no ids record",
+                        (int)r->master_len, r->master, (int)len, id);
+    if (!err)
+        *fs = mr.first_seen_ms;
+    return err;
 }
 
 segd_err_t segd_ident_view_scan(segd_store_view_t *v, segd_ident_entry_cb cb, void *ctx,
@@ -1423,7 +1409,7 @@ segd_err_t segd_ident_view_scan(segd_store_view_t *v, segd_ident_entry_cb cb, vo
         err = view_rebuild_check(v, errstr, n);
     if (err)
         return err;
-    segd_buf_t key = {0};
+    segd_buf_t key = {0}, mval = {0};
     rocksdb_iterator_t *it =
         rocksdb_create_iterator_cf(segd_store_rocks(s), segd_store_view_read_options(v), cf);
     /* `i` records only: the `m` lists follow from them */
@@ -1441,7 +1427,8 @@ segd_err_t segd_ident_view_scan(segd_store_view_t *v, segd_ident_entry_cb cb, vo
                             "bad ids record %s (segd identity rebuild rewrites it)", bad);
             break;
         }
-        err = view_first_seen(v, &r, k + 1, kl - 1, r.first_seen_ms, &key, &fs, errstr, n);
+        err = view_first_seen(v, &r, k + 1, kl - 1, r.first_seen_ms, &key, &mval, &fs, errstr,
+                              n);
         if (!err && cb(ctx, k + 1, kl - 1, r.master, r.master_len, fs))
             break;
     }
@@ -1449,6 +1436,7 @@ segd_err_t segd_ident_view_scan(segd_store_view_t *v, segd_ident_entry_cb cb, vo
     rocksdb_iter_get_error(it, &rerr);
     rocksdb_iter_destroy(it);
     segd_buf_free(&key);
+    segd_buf_free(&mval);
     if (rerr) {
         err = err ? err : segd_errf(SEGD_ERR_IO, errstr, n, "scan ids: %s", rerr);
         rocksdb_free(rerr);
