@@ -30,19 +30,11 @@ struct segd_links {
     int32_t n_parts;
     int64_t *next;  /* per partition: the offset after the last message taken */
     uint8_t *dirty; /* per partition: next moved in this batch */
-    segd_links_change_cb cb;
-    void *cb_ctx;
     segd_outbox_builder_t members; /* the batch's membership changes (DESIGN §10.6) */
     uint64_t pending_members;      /* in the batch's outbox entries, not yet written */
     segd_buf_t value;
     segd_links_stats_t st;
 };
-
-void segd_links_set_change_cb(segd_links_t *l, segd_links_change_cb cb, void *ctx)
-{
-    l->cb = cb;
-    l->cb_ctx = ctx;
-}
 
 void segd_links_get_stats(const segd_links_t *l, segd_links_stats_t *st) { *st = l->st; }
 
@@ -202,11 +194,9 @@ static segd_err_t append_members(segd_links_t *l)
 static int change_cb(void *ctx, const segd_ident_change_t *c)
 {
     segd_links_t *l = ctx;
-    if (segd_outbox_add_member(&l->members, c->id, c->id_len, c->master, c->master_len,
-                               c->master_first_seen_ms, c->epoch_ms) ||
-        (l->members.n_items >= SEGD_OUTBOX_MAX_MEMBERS && append_members(l)))
-        return 1;
-    return l->cb ? l->cb(l->cb_ctx, l->batch, c) : 0;
+    return segd_outbox_add_member(&l->members, c->id, c->id_len, c->master, c->master_len,
+                                  c->master_first_seen_ms, c->epoch_ms) ||
+           (l->members.n_items >= SEGD_OUTBOX_MAX_MEMBERS && append_members(l));
 }
 
 /* The checks of DESIGN §10.1 after decoding; 0 = ok, else the DLQ reason. */

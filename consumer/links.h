@@ -32,12 +32,6 @@ segd_err_t segd_links_new(segd_links_t **out, const segd_config_t *cfg, segd_sto
                           size_t errstr_size);
 void segd_links_destroy(segd_links_t *l);
 
-/* Membership changes (store/identity.h), with the batch they go into:
- * for the change stream's control events (DESIGN §10.3). Set before the
- * first step; non-zero from cb fails the step with SEGD_ERR_NOMEM. */
-typedef int (*segd_links_change_cb)(void *ctx, segd_batch_t *b, const segd_ident_change_t *c);
-void segd_links_set_change_cb(segd_links_t *l, segd_links_change_cb cb, void *ctx);
-
 /* Applies what the consumer has, up to batch.max.messages, waiting at most
  * wait_ms for the first message. A failed store write is retried with
  * backoff until it succeeds or stop is set. */
