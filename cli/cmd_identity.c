@@ -19,13 +19,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "base/clock.h"
 #include "base/progress.h"
 #include "cli/cli.h"
 #include "consumer/config.h"
+#include "consumer/member_outbox.h"
 #include "store/identity.h"
 #include "wire/link_event.h"
-#include "wire/outbox.h"
 
 typedef struct id_args {
     const char *db, *brokers, *topic, *config;
@@ -160,40 +159,13 @@ static void show_progress(void *ctx, uint64_t done, uint64_t total)
     segd_progress_update(p, done, 0, 0);
 }
 
-/* The rebuild's membership changes, one outbox entry per batch it writes:
- * the next `segd run` publishes them as MemberEvents (DESIGN §10.6). */
-typedef struct rebuild_outbox {
-    segd_outbox_builder_t members;
-    segd_buf_t value;
-} rebuild_outbox_t;
-
-/* The gathered changes as one outbox entry of b (none gathered: none). */
-static int append_members(segd_outbox_builder_t *members, segd_buf_t *value, segd_batch_t *b)
-{
-    if (!members->n_items)
-        return 0;
-    if (segd_outbox_finish_members(members, segd_wall_ms(), value))
-        return 1;
-    segd_batch_outbox_append(b, value->data, value->len);
-    segd_outbox_builder_reset(members);
-    return 0;
-}
-
-/* A change into the entry being gathered, cut at SEGD_OUTBOX_MAX_MEMBERS. */
-static int gather_member(segd_outbox_builder_t *members, segd_buf_t *value, segd_batch_t *b,
-                         const segd_ident_change_t *c)
-{
-    if (segd_outbox_add_member(members, c->id, c->id_len, c->master, c->master_len,
-                               c->master_first_seen_ms, c->epoch_ms))
-        return 1;
-    return members->n_items >= SEGD_OUTBOX_MAX_MEMBERS ? append_members(members, value, b) : 0;
-}
-
+/* The rebuild's membership changes into the outbox entries of the batches
+ * it writes: the next `segd run` publishes them as MemberEvents (DESIGN
+ * §10.6). c NULL: b is about to be written. */
 static int rebuild_change(void *ctx, segd_batch_t *b, const segd_ident_change_t *c)
 {
-    rebuild_outbox_t *ro = ctx;
-    return c ? gather_member(&ro->members, &ro->value, b, c)
-             : append_members(&ro->members, &ro->value, b);
+    segd_member_outbox_t *mo = ctx;
+    return (c ? segd_member_outbox_add(mo, b, c) : segd_member_outbox_flush(mo, b)) != SEGD_OK;
 }
 
 static int cmd_rebuild(const id_args_t *a)
@@ -207,13 +179,12 @@ static int cmd_rebuild(const id_args_t *a)
     segd_progress_init(&bar, stderr, "ids", 0, 0);
     segd_ident_rebuild_stats_t st;
     char err[512] = "";
-    rebuild_outbox_t ro = {0};
-    segd_outbox_builder_init(&ro.members);
-    segd_err_t e = segd_ident_rebuild(s, &o, show_progress, &bar, rebuild_change, &ro, &st,
+    segd_member_outbox_t mo;
+    segd_member_outbox_init(&mo);
+    segd_err_t e = segd_ident_rebuild(s, &o, show_progress, &bar, rebuild_change, &mo, &st,
                                       err, sizeof(err));
     segd_progress_end(&bar);
-    segd_outbox_builder_free(&ro.members);
-    segd_buf_free(&ro.value);
+    segd_member_outbox_free(&mo);
     segd_store_close(s);
     if (e) {
         fprintf(stderr, "segd identity rebuild: %s\n", err);
@@ -392,8 +363,7 @@ typedef struct link_backfill {
     segd_ident_t *ident;
     segd_batch_t *b;
     segd_link_codec_t *codec;
-    segd_outbox_builder_t members;
-    segd_buf_t value;
+    segd_member_outbox_t members;
     size_t in_batch;
     uint64_t applied, refused;
 } link_backfill_t;
@@ -401,7 +371,7 @@ typedef struct link_backfill {
 static int backfill_change(void *ctx, const segd_ident_change_t *c)
 {
     link_backfill_t *lb = ctx;
-    return lb->a->no_changes ? 0 : gather_member(&lb->members, &lb->value, lb->b, c);
+    return lb->a->no_changes ? 0 : segd_member_outbox_add(&lb->members, lb->b, c) != SEGD_OK;
 }
 
 /* The batch with its outbox entry of membership changes (DESIGN §10.6). */
@@ -409,14 +379,14 @@ static segd_err_t backfill_flush(link_backfill_t *lb, char *err, size_t n)
 {
     if (!lb->in_batch)
         return SEGD_OK;
-    if (append_members(&lb->members, &lb->value, lb->b))
+    if (segd_member_outbox_flush(&lb->members, lb->b))
         return segd_errf(SEGD_ERR_NOMEM, err, n, "out of memory");
     segd_err_t e = segd_store_write(lb->s, lb->b, err, n);
     if (e)
         return e;
     segd_batch_clear(lb->b);
     segd_ident_reset(lb->ident);
-    segd_outbox_builder_reset(&lb->members);
+    lb->members.appended = 0;
     lb->in_batch = 0;
     return SEGD_OK;
 }
@@ -485,7 +455,7 @@ static int cmd_backfill(const id_args_t *a, char **files, int nfiles)
     segd_ident_opts_t o;
     ident_opts(a, &o);
     link_backfill_t lb = {.a = a, .s = s};
-    segd_outbox_builder_init(&lb.members);
+    segd_member_outbox_init(&lb.members);
     char err[512] = "";
     int rc = segd_ident_new(s, &o, &lb.ident, err, sizeof(err)) ||
                      segd_batch_new(s, &lb.b) ||
@@ -499,8 +469,7 @@ static int cmd_backfill(const id_args_t *a, char **files, int nfiles)
     segd_link_codec_destroy(lb.codec);
     segd_batch_destroy(lb.b);
     segd_ident_destroy(lb.ident);
-    segd_outbox_builder_free(&lb.members);
-    segd_buf_free(&lb.value);
+    segd_member_outbox_free(&lb.members);
     segd_store_close(s);
     if (rc) { /* the batch in hand is not written: applying the files again is harmless */
         fprintf(stderr, "segd identity backfill: %s\n", err[0] ? err : "out of memory");

@@ -10,11 +10,10 @@
 #include "base/utf8.h"
 #include "consumer/dlq.h"
 #include "consumer/ingest.h"
+#include "consumer/member_outbox.h"
 #include "transport/kconf.h"
 #include "transport/registry.h"
-#include "base/clock.h"
 #include "wire/link_event.h"
-#include "wire/outbox.h"
 
 struct segd_links {
     const segd_config_t *cfg;
@@ -30,9 +29,8 @@ struct segd_links {
     int32_t n_parts;
     int64_t *next;  /* per partition: the offset after the last message taken */
     uint8_t *dirty; /* per partition: next moved in this batch */
-    segd_outbox_builder_t members; /* the batch's membership changes (DESIGN §10.6) */
-    uint64_t pending_members;      /* in the batch's outbox entries, not yet written */
-    segd_buf_t value;
+    segd_member_outbox_t members; /* the batch's membership changes (DESIGN §10.6); zeroed
+                                   * is initialised */
     segd_links_stats_t st;
 };
 
@@ -166,8 +164,7 @@ void segd_links_destroy(segd_links_t *l)
     segd_registry_destroy(l->registry);
     segd_batch_destroy(l->batch);
     segd_ident_destroy(l->ident);
-    segd_outbox_builder_free(&l->members);
-    segd_buf_free(&l->value);
+    segd_member_outbox_free(&l->members);
     free(l->next);
     free(l->dirty);
     free(l);
@@ -175,28 +172,12 @@ void segd_links_destroy(segd_links_t *l)
 
 /* ---------- one message ---------- */
 
-/* A membership change goes into the batch's outbox entry (the change
- * stream's MemberEvents, written with the graph it describes). */
-/* The gathered changes as one outbox entry of the batch. */
-static segd_err_t append_members(segd_links_t *l)
-{
-    if (!l->members.n_items)
-        return SEGD_OK;
-    segd_err_t err = segd_outbox_finish_members(&l->members, segd_wall_ms(), &l->value);
-    if (err)
-        return err;
-    segd_batch_outbox_append(l->batch, l->value.data, l->value.len);
-    l->pending_members += l->members.n_items;
-    segd_outbox_builder_reset(&l->members);
-    return SEGD_OK;
-}
-
+/* A membership change goes into the batch's outbox entries (the change
+ * stream's MemberEvents, written with the graph they describe). */
 static int change_cb(void *ctx, const segd_ident_change_t *c)
 {
     segd_links_t *l = ctx;
-    return segd_outbox_add_member(&l->members, c->id, c->id_len, c->master, c->master_len,
-                                  c->master_first_seen_ms, c->epoch_ms) ||
-           (l->members.n_items >= SEGD_OUTBOX_MAX_MEMBERS && append_members(l));
+    return segd_member_outbox_add(&l->members, l->batch, c) != SEGD_OK;
 }
 
 /* The checks of DESIGN §10.1 after decoding; 0 = ok, else the DLQ reason. */
@@ -310,7 +291,7 @@ static segd_err_t write_batch(segd_links_t *l, char *errstr, size_t n)
         return SEGD_OK;
     segd_err_t err;
     /* once: a retried write keeps the batch, entries included */
-    if ((err = append_members(l)))
+    if ((err = segd_member_outbox_flush(&l->members, l->batch)))
         return err;
     int64_t wait = 100;
     while ((err = segd_dlq_deliver(l->dlq, errstr, n)) ||
@@ -323,8 +304,8 @@ static segd_err_t write_batch(segd_links_t *l, char *errstr, size_t n)
     segd_ident_reset(l->ident);
     segd_dlq_clear(l->dlq);
     memset(l->dirty, 0, (size_t)l->n_parts);
-    l->st.member_changes += l->pending_members;
-    l->pending_members = 0;
+    l->st.member_changes += l->members.appended;
+    l->members.appended = 0;
     l->st.batches++;
     return SEGD_OK;
 }
@@ -359,8 +340,7 @@ segd_err_t segd_links_step(segd_links_t *l, int wait_ms, char *errstr, size_t n)
             segd_batch_clear(l->batch);
             segd_ident_reset(l->ident);
             segd_dlq_clear(l->dlq);
-            segd_outbox_builder_reset(&l->members);
-            l->pending_members = 0;
+            segd_member_outbox_reset(&l->members);
             memset(l->dirty, 0, (size_t)l->n_parts);
             return (segd_err_t)rc;
         }
