@@ -10,10 +10,15 @@ pkgs=(build-essential cmake pkg-config
 # tests, demos and benchmarks (wrk: segd bench serve): nginx as WebDAV target,
 # kcat, Python clients; python3-yaml,
 # systemd (systemd-analyze) and man-db for tests/deploy_check.py
-[ "${SEGD_DEPS:-all}" = build ] ||
+if [ "${SEGD_DEPS:-all}" != build ]; then
   pkgs+=(nginx-light kcat python3-avro python3-confluent-kafka python3-zstandard
          python3-yaml systemd man-db groff-base prometheus
          redis-server redis-tools libhiredis-dev wrk)
+  # the real Apache Kafka cluster of the tests (scripts/kafka.sh) runs from
+  # Maven Central's jars: a JRE and Maven, when the machine has none of its own
+  command -v java >/dev/null 2>&1 || pkgs+=(default-jre-headless)
+  command -v mvn >/dev/null 2>&1 || pkgs+=(maven)
+fi
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -21,6 +21,14 @@ test_jobs=${SEGD_TEST_JOBS:-$((jobs + 1))}
 export SEGD_STORE_MIN_FREE_MB=8
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSEGD_WERROR=ON >/dev/null
 cmake --build build -j"$jobs"
+# One real Apache Kafka cluster (scripts/kafka.sh: 3 KRaft nodes on loopback,
+# auto topic creation off) for the plain and sanitizer stages: every test that
+# goes through tests/lib.bash's start_broker creates its own topics there
+# (README "Tests" says which tests stay on the mock and why). Stopped by pid
+# when this script exits, however it exits.
+export KAFKA_CLUSTER_DIR="$PWD/build/kafka"
+trap 'bash scripts/kafka.sh stop' EXIT
+bash scripts/kafka.sh start 3 >/dev/null
 # The slowest tests run under ASan+UBSan below (same assertions, sanitized):
 # running them twice would spend two minutes of CI on nothing new.
 twice_slow='^(test_ingest|test_ingest_faults|test_publish|test_converge|snapshot_cli|restore_cli|cli_replay|sweep_cli|run_logs|demo_cli|metrics_prom|resp_cli)$'

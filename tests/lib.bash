@@ -1,9 +1,22 @@
-# Shared by the shell tests that run segd against the dev broker: source it
-# after `set -euo pipefail` with segd=$1 set. lib_init NAME makes $tmp
-# (kept with KEEP=1), a pids array whose processes are stopped on exit, and
-# fail (prints the tail of every log in $tmp); start_broker PARTITIONS
-# TOPICS starts `segd dev-broker` on loopback and sets $brokers.
+# Shared by the shell tests that run segd against a broker: source it after
+# `set -euo pipefail` with segd=$1 set. lib_init NAME makes $tmp (kept with
+# KEEP=1), a pids array whose processes are stopped on exit, and fail (prints
+# the tail of every log in $tmp); start_broker PARTITIONS TOPICS gives the
+# test a broker on loopback with those topics and sets $brokers.
+#
+# Which broker: when KAFKA_CLUSTER_DIR names a running Apache Kafka
+# cluster (scripts/kafka.sh; scripts/test.sh starts one for the whole run),
+# start_broker creates the topics there (replication factor 3,
+# min.insync.replicas 2, as in production); otherwise, or for a test named
+# in tests/mock_only.txt, it starts `segd dev-broker` (librdkafka's mock).
+# The tests share that one cluster and run side by side, so on real Kafka
+# every topic and group name of a test carries $tp, a prefix of its own
+# (empty on the mock): write "${tp}events", "${tp}g".
+lib_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+tp=""
+lib_topics=()
 lib_init() {
+  lib_name=$1
   tmp=$(mktemp -d "/tmp/segd-$1-XXXXXX")
   pids=()
   trap lib_cleanup EXIT
@@ -11,7 +24,17 @@ lib_init() {
 lib_cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  # a shared cluster outlives the test: leave it as it was found
+  if [ ${#lib_topics[@]} -gt 0 ]; then
+    bash "$lib_root/scripts/kafka.sh" delete-topic \
+      "${lib_topics[@]}" >/dev/null 2>&1 || true
+  fi
   [ -n "${KEEP:-}" ] || rm -rf "$tmp"
+}
+# true when this test runs against the real cluster
+kafka_real() {
+  [ -n "${KAFKA_CLUSTER_DIR:-}" ] || return 1
+  ! grep -q "^${lib_name:-?} " "$lib_root/tests/mock_only.txt" 2>/dev/null
 }
 fail() {
   echo "FAIL: $*" >&2
@@ -19,6 +42,18 @@ fail() {
   exit 1
 }
 start_broker() {
+  if kafka_real; then
+    [ -f "$KAFKA_CLUSTER_DIR/bootstrap" ] || fail "no Kafka cluster in $KAFKA_CLUSTER_DIR"
+    tp="$lib_name-$$-$RANDOM."
+    brokers=$(cat "$KAFKA_CLUSTER_DIR/bootstrap")
+    local t
+    for t in ${2//,/ }; do
+      bash "$lib_root/scripts/kafka.sh" topic "$tp$t" "$1" 3 \
+        min.insync.replicas=2 > "$tmp/topic.out" 2>&1 || fail "cannot create $tp$t: $(cat "$tmp/topic.out")"
+      lib_topics+=("$tp$t")
+    done
+    return 0
+  fi
   "$segd" dev-broker --partitions "$1" --topics "$2" > "$tmp/broker.out" 2> "$tmp/broker.log" &
   pids+=($!)
   for _ in $(seq 50); do grep -q bootstrap= "$tmp/broker.out" 2>/dev/null && break; sleep 0.1; done

@@ -14,7 +14,8 @@ now=1800000000
 users=200
 export SEGD_LIMITS_MAX_CLOCK_SKEW_MS=3000000000000 SEGD_STORE_HORIZON_S=$((80 * 86400))
 start_broker 4 events,segments.changes
-"$segd" produce --brokers "$brokers" --topic events --users $users --events 1500 \
+export SEGD_CHANGES_TOPIC="${tp}segments.changes"
+"$segd" produce --brokers "$brokers" --topic "${tp}events" --users $users --events 1500 \
   --seed 1 --now $now > /dev/null 2> "$tmp/produce.log" || fail "produce"
 all_users() { for u in $(seq 0 $((users - 1))); do printf 'u%010d\n' "$u"; done; }
 reads() { all_users | xargs "$segd" get --db "$tmp/$1" --now $now --json 2>/dev/null || true; }
@@ -22,7 +23,7 @@ consumed() { grep -o 'consumed=[0-9]*' "$tmp/$1.log" 2>/dev/null | tail -1 | cut
 start() { # name group, env settings follow
   local name=$1 group=$2
   shift 2
-  env "$@" "$segd" run --brokers "$brokers" --topic events --group "$group" \
+  env "$@" "$segd" run --brokers "$brokers" --topic "${tp}events" --group "$tp$group" \
     --db "$tmp/$name" -X session.timeout.ms=6000 2> "$tmp/$name.log" &
   pids+=($!)
   eval "pid_$name=$!"
@@ -40,10 +41,10 @@ start a g-f SEGD_SWEEP_AFTER_S=1 SEGD_SWEEP_RECORDS_PER_S=1000000 $units \
 wait_for "a consumed all" '[ "$(consumed a)" -ge 1500 ] 2>/dev/null'
 before=$(reads a) # everything, consumed once
 [ -n "$before" ] || fail "no reads"
-wait_for "a exported 4 units" '[ "$(ls -d "$tmp"/dest/events/p-* 2>/dev/null | wc -l)" = 4 ]'
+wait_for "a exported 4 units" '[ "$(ls -d "$tmp"/dest/"${tp}"events/p-* 2>/dev/null | wc -l)" = 4 ]'
 start b g-f SEGD_SWEEP_AFTER_S=0 $units
-wait_for "a swept" 'grep -q "swept events" "$tmp/a.log"'
-swept=$(grep -o "swept events[^:]*" "$tmp/a.log" | head -1)
+wait_for "a swept" 'grep -q "swept ${tp}events" "$tmp/a.log"'
+swept=$(grep -o "swept ${tp}events[^:]*" "$tmp/a.log" | head -1)
 # and /metrics says so
 wait_for "a's sweep metrics" 'curl -sf "http://127.0.0.1:$mport/metrics" | grep -Eq "^segd_sweep_users_deleted_total [1-9]"'
 # the users A still owns are untouched; the others are gone
