@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The edge cache as a process: `segd dev-broker`, `segd produce`, `segd run`
+# The edge cache as a process: a broker (tests/lib.bash), `segd produce`, `segd run`
 # (publishing the change stream), `segd snapshot export` beside it (native
 # records_format; segd run's periodic ones too, snapshot.format), then
 # `segd cache` loads the snapshot's units (one per input partition), tails
@@ -9,19 +9,8 @@
 # usage: cache_cli.sh SEGD_BIN SOURCE_DIR
 set -euo pipefail
 segd=$1
-tmp=$(mktemp -d /tmp/segd-cache-XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*" >&2
-  for f in "$tmp"/*.log; do echo "--- $f" >&2; tail -5 "$f" >&2; done
-  exit 1
-}
+source "$(dirname "$0")/lib.bash"
+lib_init cache
 now=$(date +%s)
 users=200
 # The seed workload's events are up to 30 days old: late arrivals far beyond
@@ -30,17 +19,13 @@ users=200
 horizon=$((40 * 86400))
 free_port() { /usr/bin/python3 -c "import socket;s=socket.socket();s.bind(('127.0.0.1',0));print(s.getsockname()[1])"; }
 
-"$segd" dev-broker --partitions 4 --topics events,events.dlq,segments.changes \
-  > "$tmp/broker.out" 2> "$tmp/broker.log" &
-pids+=($!)
-for _ in $(seq 50); do grep -q bootstrap= "$tmp/broker.out" 2>/dev/null && break; sleep 0.1; done
-brokers=$(sed -n 's/^bootstrap=//p' "$tmp/broker.out")
-[ -n "$brokers" ] || fail "no broker"
+start_broker 4 events,events.dlq,segments.changes
+export SEGD_CHANGES_TOPIC="${tp}segments.changes"
 
-"$segd" produce --brokers "$brokers" --topic events --users $users --now $now \
+"$segd" produce --brokers "$brokers" --topic "${tp}events" --users $users --now $now \
   > /dev/null 2> "$tmp/produce.log" || fail "produce"
 SEGD_STORE_HORIZON_S=$horizon SEGD_SNAPSHOT_INTERVAL=1 SEGD_SNAPSHOT_TO="$tmp/periodic" \
-  SEGD_SNAPSHOT_BUCKETS=2 SEGD_SNAPSHOT_FORMAT=native "$segd" run --brokers "$brokers" --topic events --group g \
+  SEGD_SNAPSHOT_BUCKETS=2 SEGD_SNAPSHOT_FORMAT=native "$segd" run --brokers "$brokers" --topic "${tp}events" --group "${tp}g" \
   --db "$tmp/db" -X session.timeout.ms=6000 2> "$tmp/run.log" &
 run_pid=$!
 pids+=($run_pid)
@@ -57,13 +42,13 @@ wait_users 100 u0000000199
 sleep 1 # let the publisher acknowledge the last batches
 "$segd" snapshot export --db "$tmp/db" --to "$tmp/snap" --now $now \
   --horizon-s $horizon --format native > "$tmp/export.log" 2>&1 || fail "export"
-grep -q "snapshot: 4 units of events (4 partitions" "$tmp/export.log" ||
+grep -q "snapshot: 4 units of ${tp}events (4 partitions" "$tmp/export.log" ||
   fail "a unit per input partition: $(cat "$tmp/export.log")"
-[ "$(grep -l '"records_format": "native"' "$tmp/snap/events"/p-*/manifest.json | wc -l)" = 4 ] ||
+[ "$(grep -l '"records_format": "native"' "$tmp/snap/${tp}events"/p-*/manifest.json | wc -l)" = 4 ] ||
   fail "not native units"
 
 port=$(free_port)
-"$segd" cache --snapshot "$tmp/snap" --brokers "$brokers" --changes segments.changes \
+"$segd" cache --snapshot "$tmp/snap" --brokers "$brokers" --changes "${tp}segments.changes" \
   --listen 127.0.0.1:$port --now $now --horizon-s $horizon --batch-max 50 2> "$tmp/cache.log" &
 pids+=($!)
 for _ in $(seq 100); do
@@ -72,7 +57,7 @@ for _ in $(seq 100); do
 done
 grep -q '"status":"ok"' "$tmp/health.json" || fail "healthz: $(cat "$tmp/health.json" 2>/dev/null)"
 grep -q "\"users\":$users" "$tmp/health.json" || fail "healthz users: $(cat "$tmp/health.json")"
-grep -q "msg=\"loaded 4 units of events\" units=4 users=$users " "$tmp/cache.log" || fail "cache load: $(cat "$tmp/cache.log")"
+grep -q "msg=\"loaded 4 units of ${tp}events\" units=4 users=$users " "$tmp/cache.log" || fail "cache load: $(cat "$tmp/cache.log")"
 grep -q '"snapshot_units":4' "$tmp/health.json" || fail "healthz units: $(cat "$tmp/health.json")"
 
 compare() { # every user: cache == store at the same clock, once both caught up
@@ -171,7 +156,7 @@ grep -qi "content-length" "$tmp/curl.txt" || fail "no Content-Length"
 ! grep -qi "transfer-encoding: chunked" "$tmp/curl.txt" || fail "chunked"
 
 # more events: the cache follows the change stream
-"$segd" produce --brokers "$brokers" --topic events --users $users --now $now --seed 2 \
+"$segd" produce --brokers "$brokers" --topic "${tp}events" --users $users --now $now --seed 2 \
   > /dev/null 2>> "$tmp/produce.log" || fail "second produce"
 wait_users 150 u0000000199
 compare "after tailing" || fail "cache != store after tailing"
@@ -199,12 +184,12 @@ applied=$(sed -n 's/^segd_cache_deltas_applied_total //p' "$tmp/metrics.txt")
 # segd run's own periodic snapshots (snapshot.interval / snapshot.to): the
 # units of the partitions it owns (all 4: it is the group's only member), in
 # its snapshot.format (native)
-"$segd" snapshot verify "$tmp/periodic/events" |
-  grep -q "^valid: events, 4 units (4 partitions, murmur2_random), $users users.*records_format=native$" ||
-  fail "periodic snapshot: $("$segd" snapshot verify "$tmp/periodic/events")"
-grep -q "msg=\"snapshot: 4 units of events\" units=4 topic=events users=$users " "$tmp/run.log" ||
+"$segd" snapshot verify "$tmp/periodic/${tp}events" |
+  grep -q "^valid: ${tp}events, 4 units (4 partitions, murmur2_random), $users users.*records_format=native$" ||
+  fail "periodic snapshot: $("$segd" snapshot verify "$tmp/periodic/${tp}events")"
+grep -q "msg=\"snapshot: 4 units of ${tp}events\" units=4 topic=${tp}events users=$users " "$tmp/run.log" ||
   fail "run did not log its snapshots"
-[ "$(grep -l '"records_format": "native"' "$tmp/periodic/events"/p-*/manifest.json | wc -l)" = 4 ] ||
+[ "$(grep -l '"records_format": "native"' "$tmp/periodic/${tp}events"/p-*/manifest.json | wc -l)" = 4 ] ||
   fail "snapshot.format = native did not reach segd run's units"
 kill -TERM $run_pid
 wait $run_pid || fail "segd run exit $?"

@@ -8,19 +8,12 @@
 # usage: cli_erase.sh SEGD_BIN SOURCE_DIR
 set -euo pipefail
 segd=$1
-tmp=$(mktemp -d /tmp/segd-erase-XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*" >&2
-  for f in "$tmp"/*.log; do [ -f "$f" ] && { echo "--- $f" >&2; tail -5 "$f" >&2; }; done
-  exit 1
-}
+source "$(dirname "$0")/lib.bash"
+lib_init erase
+# the broker (and so $tp, the topic prefix) first: the snapshot below names
+# the input topic segd run consumes later
+start_broker 2 events,events.dlq,segments.changes
+export SEGD_CHANGES_TOPIC="${tp}segments.changes"
 now=$(date +%s)
 users=20
 live() { "$segd" get --db "$tmp/db" --now $now --json "$1" |
@@ -29,7 +22,7 @@ outbox() { "$segd" stats --db "$tmp/db" | sed -n 's/^unpublished outbox *\([0-9]
 
 "$segd" generate --users $users --now $now --out "$tmp/in.json" > /dev/null
 "$segd" backfill --db "$tmp/db" "$tmp/in.json" > "$tmp/backfill.log" || fail "backfill"
-"$segd" snapshot export --db "$tmp/db" --to "$tmp/snap" --topic events --buckets 2 --now $now \
+"$segd" snapshot export --db "$tmp/db" --to "$tmp/snap" --topic "${tp}events" --buckets 2 --now $now \
   > "$tmp/export.log" 2>&1 || fail "export"
 [ "$(live u0000000003)" -gt 0 ] || fail "u0000000003 has no segments before the erase"
 "$segd" get --db "$tmp/db" --now $now --json u0000000004 > "$tmp/other.before"
@@ -83,13 +76,7 @@ printf '{"user_id":"u0000000003","ts_ms":%d,"op":"UPSERT","segments":[{"segment_
 
 # the erasure travels the change stream: a cache from the older snapshot
 # tails it and ends equal to the store, u0000000003 included
-"$segd" dev-broker --partitions 2 --topics events,events.dlq,segments.changes \
-  > "$tmp/broker.out" 2> "$tmp/broker.log" &
-pids+=($!)
-for _ in $(seq 50); do grep -q bootstrap= "$tmp/broker.out" 2>/dev/null && break; sleep 0.1; done
-brokers=$(sed -n 's/^bootstrap=//p' "$tmp/broker.out")
-[ -n "$brokers" ] || fail "no broker"
-"$segd" run --brokers "$brokers" --topic events --group g --db "$tmp/db" \
+"$segd" run --brokers "$brokers" --topic "${tp}events" --group "${tp}g" --db "$tmp/db" \
   -X session.timeout.ms=6000 2> "$tmp/run.log" &
 run_pid=$!
 pids+=($run_pid)
@@ -98,7 +85,7 @@ kill -TERM $run_pid
 wait $run_pid || fail "segd run exit $?"
 [ "$(outbox)" = 0 ] || fail "segd run left $(outbox) outbox entries"
 port=$(/usr/bin/python3 -c "import socket;s=socket.socket();s.bind(('127.0.0.1',0));print(s.getsockname()[1])")
-"$segd" cache --snapshot "$tmp/snap" --brokers "$brokers" --changes segments.changes \
+"$segd" cache --snapshot "$tmp/snap" --brokers "$brokers" --changes "${tp}segments.changes" \
   --listen 127.0.0.1:$port --now $((now + 1)) 2> "$tmp/cache.log" &
 pids+=($!)
 for _ in $(seq 100); do

@@ -9,31 +9,16 @@ set -euo pipefail
 # keeps the wall clock: allow them past the from_future bound
 export SEGD_LIMITS_MAX_CLOCK_SKEW_MS=3000000000000
 segd=$1
-tmp=$(mktemp -d /tmp/segd-gran-XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*" >&2
-  for f in "$tmp"/*.log; do echo "--- $f" >&2; tail -5 "$f" >&2; done
-  exit 1
-}
+source "$(dirname "$0")/lib.bash"
+lib_init gran
 now=1800000000
-"$segd" dev-broker --partitions 2 --topics events,segments.changes \
-  > "$tmp/broker.out" 2> "$tmp/broker.log" &
-pids+=($!)
-for _ in $(seq 50); do grep -q bootstrap= "$tmp/broker.out" 2>/dev/null && break; sleep 0.1; done
-brokers=$(sed -n 's/^bootstrap=//p' "$tmp/broker.out")
-[ -n "$brokers" ] || fail "no broker"
-"$segd" produce --brokers "$brokers" --topic events --users 10 --now $now \
+start_broker 2 events,segments.changes
+export SEGD_CHANGES_TOPIC="${tp}segments.changes"
+"$segd" produce --brokers "$brokers" --topic "${tp}events" --users 10 --now $now \
   > /dev/null 2> "$tmp/produce.log" || fail "produce"
 
 run_until_applied() { # $1: extra env assignment; runs until u9 is in the store
-  env "$1" "$segd" run --brokers "$brokers" --topic events --group g --db "$tmp/db" \
+  env "$1" "$segd" run --brokers "$brokers" --topic "${tp}events" --group "${tp}g" --db "$tmp/db" \
     -X session.timeout.ms=6000 2>> "$tmp/run.log" &
   local pid=$! ok=0
   for _ in $(seq 200); do
@@ -63,7 +48,7 @@ echo "$out" | grep -q '"expires_at":1799990160' || fail "backfill expiry not at 
 # segd run again without the setting takes the store's
 run_until_applied SEGD_STORE_HORIZON_S=86400
 # an explicit conflicting value is still refused
-SEGD_STORE_GRANULARITY_S=3600 "$segd" run --brokers "$brokers" --topic events --group g \
+SEGD_STORE_GRANULARITY_S=3600 "$segd" run --brokers "$brokers" --topic "${tp}events" --group "${tp}g" \
   --db "$tmp/db" 2> "$tmp/conflict.log" && fail "a conflicting granularity was accepted"
 grep -q "store.granularity_s is 60 in .* but 3600 was configured" "$tmp/conflict.log" ||
   fail "conflict message: $(cat "$tmp/conflict.log")"

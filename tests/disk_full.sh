@@ -15,22 +15,19 @@ set -euo pipefail
 # keeps the wall clock: allow them past the from_future bound
 export SEGD_LIMITS_MAX_CLOCK_SKEW_MS=3000000000000
 segd=$1
-tmp=$(mktemp -d /tmp/segd-full-XXXXXX)
+source "$(dirname "$0")/lib.bash"
+lib_init full
 fs=$tmp/fs
 mkdir "$fs"
-pids=()
-cleanup() {
+# lib.bash's cleanup, with the tmpfs unmounted once nothing uses it and
+# before $tmp is removed
+full_cleanup() {
   for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
   for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
   umount "$fs" 2>/dev/null || true
-  rm -rf "$tmp"
+  lib_cleanup
 }
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*" >&2
-  for f in "$tmp"/*.log; do [ -e "$f" ] && { echo "--- $f" >&2; tail -5 "$f" >&2; }; done
-  exit 1
-}
+trap full_cleanup EXIT
 if ! mount -t tmpfs -o size=64m tmpfs "$fs" 2>/dev/null; then
   echo "disk_full: SKIPPED: cannot mount a tmpfs here (needs root or CAP_SYS_ADMIN)"
   exit 0
@@ -63,13 +60,9 @@ grep -q resumed "$tmp/backfill.log" || fail "no 'resumed'"
 rm -rf "$fs/db"
 
 # 2. segd run stalls, then catches up
-"$segd" dev-broker --partitions 2 --topics events,events.dlq,segments.changes \
-  > "$tmp/broker.out" 2> "$tmp/broker.log" &
-pids+=($!)
-for _ in $(seq 50); do grep -q bootstrap= "$tmp/broker.out" 2>/dev/null && break; sleep 0.1; done
-brokers=$(sed -n 's/^bootstrap=//p' "$tmp/broker.out")
-[ -n "$brokers" ] || fail "no broker"
-"$segd" produce --brokers "$brokers" --topic events --users 300 --now $now \
+start_broker 2 events,events.dlq,segments.changes
+export SEGD_CHANGES_TOPIC="${tp}segments.changes"
+"$segd" produce --brokers "$brokers" --topic "${tp}events" --users 300 --now $now \
   > /dev/null 2> "$tmp/produce.log" || fail "produce"
 "$segd" generate --out "$tmp/run.jsonl" --users 300 --now $now >/dev/null
 "$segd" backfill --db "$tmp/runref" --now $now --no-changes "$tmp/run.jsonl" >/dev/null
@@ -78,7 +71,7 @@ fill_to 4
 mport=$(/usr/bin/python3 -c "import socket;s=socket.socket();s.bind(('127.0.0.1',0));print(s.getsockname()[1])")
 SEGD_METRICS_LISTEN=127.0.0.1:$mport \
 SEGD_STORE_MIN_FREE_MB=8 SEGD_STORE_HORIZON_S=$((40 * 86400)) "$segd" run --brokers "$brokers" \
-  --topic events --group g --db "$fs/rundb" -X session.timeout.ms=6000 2> "$tmp/run.log" &
+  --topic "${tp}events" --group "${tp}g" --db "$fs/rundb" -X session.timeout.ms=6000 2> "$tmp/run.log" &
 run=$!
 pids+=($run)
 for _ in $(seq 200); do grep -q 'disk nearly full' "$tmp/run.log" && break; sleep 0.1; done

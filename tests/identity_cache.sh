@@ -19,6 +19,7 @@ segd=$1
 . "$2/tests/lib.bash"
 lib_init identcache
 start_broker 3 segments.events,segments.events.dlq,segments.changes,segments.links
+export SEGD_CHANGES_TOPIC="${tp}segments.changes" SEGD_IDENTITY_LINKS_TOPIC="${tp}segments.links"
 now=$(date +%s)
 
 /usr/bin/python3 - "$tmp" "$now" <<'PY'
@@ -60,7 +61,7 @@ CONF
 
 run_pid=
 start_run() {
-  "$segd" run --brokers "$brokers" --topic segments.events --group identcache --db "$tmp/db" \
+  "$segd" run --brokers "$brokers" --topic "${tp}segments.events" --group "${tp}identcache" --db "$tmp/db" \
     --config "$tmp/segd.conf" 2>> "$tmp/run.log" &
   run_pid=$!
   pids+=($run_pid)
@@ -73,7 +74,7 @@ stop_run() {
 settled() {
   for _ in $(seq 200); do
     kill -0 $run_pid 2>/dev/null || fail "segd run exited"
-    if "$segd" identity stats --db "$tmp/db" 2>/dev/null | grep -qx "links_offsets_sum $1" &&
+    if "$segd" identity stats --db "$tmp/db" --topic "${tp}segments.links" 2>/dev/null | grep -qx "links_offsets_sum $1" &&
        "$segd" stats --db "$tmp/db" 2>/dev/null | grep -q "unpublished outbox *0 entries"; then
       return 0
     fi
@@ -83,15 +84,15 @@ settled() {
 }
 n1=$(wc -l < "$tmp/links1.jsonl")
 n2=$(wc -l < "$tmp/links2.jsonl")
-"$segd" identity produce --brokers "$brokers" "$tmp/links1.jsonl" 2> "$tmp/produce.log" ||
+"$segd" identity produce --brokers "$brokers" --topic "${tp}segments.links" "$tmp/links1.jsonl" 2> "$tmp/produce.log" ||
   fail "produce 1"
 start_run
 settled "$n1"
-"$segd" snapshot export --db "$tmp/db" --to "$tmp/snap" --now "$now" --topic segments.events \
+"$segd" snapshot export --db "$tmp/db" --to "$tmp/snap" --now "$now" --topic "${tp}segments.events" \
   --partition-count 3 > "$tmp/export.log" 2>&1 ||
   fail "export"
-ls "$tmp"/snap/segments.events/p-*/members-*.avro > /dev/null 2>&1 || fail "no members files"
-"$segd" identity produce --brokers "$brokers" "$tmp/links2.jsonl" 2>> "$tmp/produce.log" ||
+ls "$tmp"/snap/"${tp}"segments.events/p-*/members-*.avro > /dev/null 2>&1 || fail "no members files"
+"$segd" identity produce --brokers "$brokers" --topic "${tp}segments.links" "$tmp/links2.jsonl" 2>> "$tmp/produce.log" ||
   fail "produce 2"
 settled $((n1 + n2))
 stop_run
@@ -105,11 +106,11 @@ stop_run
   "import json,sys;print(' '.join(json.load(open(sys.argv[1]))))" "$tmp/ids.json") \
   > "$tmp/linked.jsonl" || fail "get --linked"
 
-/usr/bin/python3 - "$tmp" "$brokers" <<'PY' || fail "MemberEvents / members files != store"
+/usr/bin/python3 - "$tmp" "$brokers" "$tp" <<'PY' || fail "MemberEvents / members files != store"
 import glob, io, json, sys
 import avro.datafile, avro.io
 from confluent_kafka import Consumer, TopicPartition
-tmp, brokers = sys.argv[1:3]
+tmp, brokers, tp = sys.argv[1:4]
 want = {}
 for line in open(f"{tmp}/linked.jsonl"):
     o = json.loads(line)
@@ -138,10 +139,11 @@ def fold(reg, mid, key):
     if mid not in reg or wins(key, reg[mid]):
         reg[mid] = key
 
-c = Consumer({"bootstrap.servers": brokers, "group.id": "identcache-check",
+c = Consumer({"bootstrap.servers": brokers, "group.id": tp + "identcache-check",
               "enable.auto.commit": False, "enable.partition.eof": True})
-parts = c.list_topics("segments.changes", timeout=10).topics["segments.changes"].partitions
-c.assign([TopicPartition("segments.changes", p, 0) for p in parts])
+changes = tp + "segments.changes"
+parts = c.list_topics(changes, timeout=10).topics[changes].partitions
+c.assign([TopicPartition(changes, p, 0) for p in parts])
 events, eof = [], set()
 while len(eof) < len(parts):
     m = c.poll(10)
@@ -167,7 +169,7 @@ assert got == want, ("change topic", {x: (got[x], want[x]) for x in want if got[
 
 # the snapshot's members files, then what came after its positions
 reg, pos = {}, {}
-for man in glob.glob(f"{tmp}/snap/segments.events/p-*/manifest.json"):
+for man in glob.glob(f"{tmp}/snap/{tp}segments.events/p-*/manifest.json"):
     mf = json.load(open(man))
     for p in mf["changes"]["positions"]:
         pos[p["partition"]] = min(pos.get(p["partition"], p["offset"]), p["offset"])
@@ -189,7 +191,7 @@ print("identity_cache: %d MemberEvents, %d ids: change topic and snapshot + tail
 PY
 # a cache from the snapshot and the change stream after it
 port=$(/usr/bin/python3 -c "import socket;s=socket.socket();s.bind(('127.0.0.1',0));print(s.getsockname()[1])")
-"$segd" cache --snapshot "$tmp/snap" --brokers "$brokers" --changes segments.changes \
+"$segd" cache --snapshot "$tmp/snap" --brokers "$brokers" --changes "${tp}segments.changes" \
   --listen 127.0.0.1:$port --now "$now" 2> "$tmp/cache.log" &
 pids+=($!)
 /usr/bin/python3 - "$tmp" "$port" <<'PY' || fail "cache linked reads != store"

@@ -15,6 +15,7 @@ segd=$1
 . "$2/tests/lib.bash"
 lib_init identity
 start_broker 2 segments.events,segments.events.dlq,segments.changes,segments.links
+export SEGD_IDENTITY_LINKS_TOPIC="${tp}segments.links"
 
 python3 - "$tmp" <<'PY'
 import json, random, sys, time
@@ -66,7 +67,7 @@ json.dump({"events": events, "segs": segs, "ids": ids}, open(f"{tmp}/model_in.js
 PY
 
 "$segd" backfill --db "$tmp/db" "$tmp/segs.jsonl" > "$tmp/backfill.log" 2>&1 || fail "backfill"
-"$segd" identity produce --brokers "$brokers" "$tmp/links1.jsonl" 2> "$tmp/produce.log" \
+"$segd" identity produce --brokers "$brokers" --topic "${tp}segments.links" "$tmp/links1.jsonl" 2> "$tmp/produce.log" \
   || fail "produce"
 n1=$(wc -l < "$tmp/links1.jsonl")
 
@@ -77,13 +78,13 @@ identity.enable = 1
 identity.max.component = 6
 kafka.session.timeout.ms = 6000
 CONF
-"$segd" run --brokers "$brokers" --topic segments.events --group ident --db "$tmp/db" \
+"$segd" run --brokers "$brokers" --topic "${tp}segments.events" --group "${tp}ident" --db "$tmp/db" \
   --config "$tmp/segd.conf" 2> "$tmp/run.log" &
 run_pid=$!
 pids+=($run_pid)
 
 links_done() { # the stored offsets of the links topic add up to $1
-  "$segd" identity stats --db "$tmp/db" 2>/dev/null | grep -qx "links_offsets_sum $1"
+  "$segd" identity stats --db "$tmp/db" --topic "${tp}segments.links" 2>/dev/null | grep -qx "links_offsets_sum $1"
 }
 for _ in $(seq 150); do
   kill -0 $run_pid 2>/dev/null || fail "segd run exited"
@@ -91,7 +92,7 @@ for _ in $(seq 150); do
   sleep 0.1
 done
 links_done "$n1" || fail "links not consumed"
-"$segd" identity produce --brokers "$brokers" "$tmp/links2.jsonl" 2>> "$tmp/produce.log" \
+"$segd" identity produce --brokers "$brokers" --topic "${tp}segments.links" "$tmp/links2.jsonl" 2>> "$tmp/produce.log" \
   || fail "produce 2"
 for _ in $(seq 150); do
   kill -0 $run_pid 2>/dev/null || fail "segd run exited"
@@ -104,7 +105,7 @@ wait $run_pid || fail "segd run exit $?"
 
 "$segd" identity stats --db "$tmp/db" | grep -qx "supernode_refused 1" \
   || fail "counter: $("$segd" identity stats --db "$tmp/db")"
-kcat -C -b "$brokers" -t segments.events.dlq -e -q -f '%h %k\n' > "$tmp/dlq.out" 2>/dev/null \
+kcat -C -b "$brokers" -t "${tp}segments.events.dlq" -e -q -f '%h %k\n' > "$tmp/dlq.out" 2>/dev/null \
   || fail "kcat"
 grep -q "segd.error=supernode.* i00$" "$tmp/dlq.out" || fail "no supernode letter: $(cat "$tmp/dlq.out")"
 grep -q "segd.error=id_a equals id_b.* i05$" "$tmp/dlq.out" || fail "no invalid letter: $(cat "$tmp/dlq.out")"

@@ -1,26 +1,19 @@
 #!/usr/bin/env bash
-# A real third-party client against segd's dev broker: kcat produces raw Avro
-# SegmentEvents (encoded by python3-avro, an independent encoder) to
-# `segd dev-broker`; `segd run` ingests them; `segd get` reads them back.
+# A real third-party client against segd's broker: kcat produces raw Avro
+# SegmentEvents (encoded by python3-avro, an independent encoder) to the
+# test's broker (tests/lib.bash: the real cluster or `segd dev-broker`);
+# `segd run` ingests them; `segd get` reads them back.
 # usage: kcat_ingest.sh SEGD_BIN SOURCE_DIR
 set -euo pipefail
 segd=$1
 src=$2
-tmp=$(mktemp -d /tmp/segd-kcat-XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; [ -f "$tmp/run.log" ] && cat "$tmp/run.log" >&2; exit 1; }
+source "$(dirname "$0")/lib.bash"
+lib_init kcat
 command -v kcat >/dev/null || fail "kcat is not installed"
 
-"$segd" dev-broker --partitions 2 --topics ev,ev.dlq > "$tmp/broker.out" &
-pids+=($!)
-for _ in $(seq 50); do grep -q '^bootstrap=' "$tmp/broker.out" 2>/dev/null && break; sleep 0.1; done
-bootstrap=$(sed -n 's/^bootstrap=//p' "$tmp/broker.out" | head -1)
-[ -n "$bootstrap" ] || fail "dev-broker printed no bootstrap line"
+start_broker 2 ev,ev.dlq,segments.changes
+export SEGD_CHANGES_TOPIC="${tp}segments.changes"
+bootstrap=$brokers
 case "$bootstrap" in 127.0.0.1:*|localhost:*) ;; *) fail "broker not on loopback: $bootstrap";; esac
 
 /usr/bin/python3 - "$src/schemas/segment_event.avsc" "$tmp" <<'PY'
@@ -36,7 +29,7 @@ for i in range(20):
     open("%s/msg%02d.avro" % (out, i), "wb").write(buf.getvalue())
 PY
 for i in $(seq -w 0 19); do
-  kcat -P -b "$bootstrap" -t ev -k "kc$((10#$i % 5))" "$tmp/msg$i.avro" || fail "kcat produce"
+  kcat -P -b "$bootstrap" -t "${tp}ev" -k "kc$((10#$i % 5))" "$tmp/msg$i.avro" || fail "kcat produce"
 done
 
 cat > "$tmp/segd.conf" <<CONF
@@ -47,7 +40,7 @@ kafka.session.timeout.ms = 6000
 # the events are stamped 2027-01: not from the future for this test
 limits.max.clock.skew.ms = 3000000000000
 CONF
-"$segd" run --brokers "$bootstrap" --topic ev --group kc --db "$tmp/db" --config "$tmp/segd.conf" 2> "$tmp/run.log" &
+"$segd" run --brokers "$bootstrap" --topic "${tp}ev" --group "${tp}kc" --db "$tmp/db" --config "$tmp/segd.conf" 2> "$tmp/run.log" &
 run_pid=$!
 pids+=($run_pid)
 # wait until every user's last segment is readable (all 20 messages applied)

@@ -69,10 +69,14 @@ cc -std=c11 -Wall -Wextra -Werror "${cflags[@]}" -DBIDDER_TAIL -o "$tmp/bidder-t
 ldd "$tmp/bidder" | grep -q "libsegd-cache.so.1 => $libdir" ||
   ldd "$tmp/bidder" | grep -q "libsegd-cache.so.1 => .*prefix" || fail "bidder: $(ldd "$tmp/bidder")"
 
+# the broker (and so $tp, the topic prefix) before the snapshot, which names
+# the input topic segd run consumes below
+start_broker 2 events,segments.changes
+export SEGD_CHANGES_TOPIC="${tp}segments.changes"
 "$segd" generate --out "$tmp/seed.jsonl" --users 60 --now $now > /dev/null
 "$segd" backfill --db "$tmp/db" --now $now "$tmp/seed.jsonl" > /dev/null
 for fmt in avro native; do
-  "$segd" snapshot export --db "$tmp/db" --to "$tmp/snap-$fmt" --topic events --buckets 4 \
+  "$segd" snapshot export --db "$tmp/db" --to "$tmp/snap-$fmt" --topic "${tp}events" --buckets 4 \
     --now $now --format $fmt > /dev/null
 done
 mapfile -t users < <(python3 -c "
@@ -84,7 +88,7 @@ for fmt in avro native; do
 for filter in "" "--expiring-after $after"; do
   # shellcheck disable=SC2086
   for b in bidder bidder-static; do
-    "$tmp/$b" "$tmp/snap-$fmt/events" $now $filter "${users[@]}" > "$tmp/$b.out" 2> "$tmp/$b.log" ||
+    "$tmp/$b" "$tmp/snap-$fmt/${tp}events" $now $filter "${users[@]}" > "$tmp/$b.out" 2> "$tmp/$b.log" ||
       fail "$b $fmt $filter"
   done
   cmp -s "$tmp/bidder.out" "$tmp/bidder-static.out" || fail "shared and static bidders differ"
@@ -115,10 +119,9 @@ grep -q "^never-seen-user 0 0$" "$tmp/bidder.out" || fail "an unknown user is no
 
 # the tail: users the snapshot does not hold and new events of old ones
 # reach the store after it, through the outbox `segd run` publishes
-start_broker 2 events,segments.changes
 "$segd" generate --out "$tmp/later.jsonl" --users 80 --seed 9 --now $now > /dev/null
 "$segd" backfill --db "$tmp/db" --now $now "$tmp/later.jsonl" > /dev/null
-"$segd" run --brokers "$brokers" --topic events --group lib --db "$tmp/db" 2> "$tmp/run.log" &
+"$segd" run --brokers "$brokers" --topic "${tp}events" --group "${tp}lib" --db "$tmp/db" 2> "$tmp/run.log" &
 run_pid=$!
 pids+=($run_pid)
 for _ in $(seq 150); do
@@ -131,7 +134,7 @@ wait $run_pid || fail "segd run exit $?"
 mapfile -t later < <(python3 -c "
 import json
 print('\n'.join(sorted({json.loads(l)['user_id'] for f in ('$tmp/seed.jsonl', '$tmp/later.jsonl') for l in open(f)})))")
-"$tmp/bidder-tail" "$tmp/snap-native/events" $now --tail "$brokers" segments.changes \
+"$tmp/bidder-tail" "$tmp/snap-native/${tp}events" $now --tail "$brokers" "${tp}segments.changes" \
   "${later[@]}" > "$tmp/tail.out" 2> "$tmp/tail.log" || fail "bidder-tail"
 "$segd" get --db "$tmp/db" --now $now --json "${later[@]}" > "$tmp/get-later.json" || fail "get"
 python3 - "$tmp/get-later.json" "$tmp/tail.out" <<'PY' || fail "bidder-tail and segd get differ"
@@ -148,14 +151,14 @@ for u in bad[:3]:
 sys.exit(1 if bad or len(got) != len(want) else 0)
 PY
 # the snapshot alone lacks the later users: the tail made the difference
-"$tmp/bidder" "$tmp/snap-native/events" $now "${later[@]}" > "$tmp/snap-only.out" 2>/dev/null
+"$tmp/bidder" "$tmp/snap-native/${tp}events" $now "${later[@]}" > "$tmp/snap-only.out" 2>/dev/null
 cmp -s "$tmp/snap-only.out" "$tmp/tail.out" && fail "the tail added nothing to the snapshot"
 
 if "$tmp/bidder" "$tmp/nowhere" $now u1 2> "$tmp/missing.log"; then fail "a missing snapshot loaded"; fi
 grep -q "not found" "$tmp/missing.log" || fail "missing snapshot: $(cat "$tmp/missing.log")"
 # a unit file damaged after export is refused (its manifest's SHA-256), not served
-unit=$(ls "$tmp/snap-native/events/p-00001/"p-00001-*.avro)
+unit=$(ls "$tmp/snap-native/${tp}events/p-00001/"p-00001-*.avro)
 printf 'X' | dd of="$unit" bs=1 seek=200 conv=notrunc status=none
-if "$tmp/bidder" "$tmp/snap-native/events" $now u1 2> "$tmp/corrupt.log"; then fail "a damaged unit loaded"; fi
+if "$tmp/bidder" "$tmp/snap-native/${tp}events" $now u1 2> "$tmp/corrupt.log"; then fail "a damaged unit loaded"; fi
 grep -q "corrupt" "$tmp/corrupt.log" || fail "damaged unit: $(cat "$tmp/corrupt.log")"
 echo "lib_install: ${#users[@]} users equal to segd get, shared and static, exports only segd_cache_*; ${#later[@]} after the change topic through libsegd-tail"

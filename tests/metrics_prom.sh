@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # segd run's metrics scraped by a real Prometheus (Debian's `prometheus`,
-# started here on loopback, stopped by pid): `segd dev-broker`, `segd
-# produce`, `segd run` with metrics.listen on a free port; /readyz answers
+# started here on loopback, stopped by pid): a broker (tests/lib.bash),
+# `segd produce`, `segd run` with metrics.listen on a free port; /readyz answers
 # 503 before the group has assigned the partitions and caught up, then 200
 # with every partition's lag 0; Prometheus's /api/v1/query sees the key
 # series, segments applied grow when more events arrive, and the lag is 0
@@ -17,30 +17,15 @@ if [ -z "$prom" ]; then
   echo "SKIP: no prometheus binary (apt-get install prometheus; scripts/install-deps.sh does)"
   exit 77
 fi
-tmp=$(mktemp -d /tmp/segd-prom-XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
-  [ -n "${KEEP:-}" ] || rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() {
-  echo "FAIL: $*" >&2
-  for f in "$tmp"/*.log; do echo "--- $f" >&2; tail -8 "$f" >&2; done
-  exit 1
-}
+source "$(dirname "$0")/lib.bash"
+lib_init prom
 free_port() { /usr/bin/python3 -c "import socket;s=socket.socket();s.bind(('127.0.0.1',0));print(s.getsockname()[1])"; }
 now=$(date +%s)
 users=300
 
-"$segd" dev-broker --partitions 3 --topics events,events.dlq,segments.changes \
-  > "$tmp/broker.out" 2> "$tmp/broker.log" &
-pids+=($!)
-for _ in $(seq 50); do grep -q bootstrap= "$tmp/broker.out" 2>/dev/null && break; sleep 0.1; done
-brokers=$(sed -n 's/^bootstrap=//p' "$tmp/broker.out")
-[ -n "$brokers" ] || fail "no broker"
-"$segd" produce --brokers "$brokers" --topic events --users $users --now $now \
+start_broker 3 events,events.dlq,segments.changes
+export SEGD_CHANGES_TOPIC="${tp}segments.changes"
+"$segd" produce --brokers "$brokers" --topic "${tp}events" --users $users --now $now \
   > "$tmp/produce.out" 2> "$tmp/produce.log" || fail "produce"
 # the messages produced so far, from "produced N events ..."
 produced() { awk '/^produced/ {n += $2} END {print n + 0}' "$tmp/produce.out"; }
@@ -62,7 +47,7 @@ pids+=($!)
 
 SEGD_METRICS_LISTEN=127.0.0.1:$mport SEGD_READY_MAX_LAG=0 SEGD_SNAPSHOT_INTERVAL=1 \
   SEGD_SNAPSHOT_TO="$tmp/snap" "$segd" run --brokers "$brokers" \
-  --topic events --group g --db "$tmp/db" -X session.timeout.ms=6000 2> "$tmp/run.log" &
+  --topic "${tp}events" --group "${tp}g" --db "$tmp/db" -X session.timeout.ms=6000 2> "$tmp/run.log" &
 run_pid=$!
 pids+=($run_pid)
 
@@ -136,7 +121,7 @@ PY
 applied=$(prom_check caught-up) || fail "prometheus after catch-up"
 
 # more events: applied segments grow in Prometheus, the lag comes back to 0
-"$segd" produce --brokers "$brokers" --topic events --users $users --now $now --seed 2 \
+"$segd" produce --brokers "$brokers" --topic "${tp}events" --users $users --now $now --seed 2 \
   >> "$tmp/produce.out" 2>> "$tmp/produce.log" || fail "second produce"
 prom_check more "$applied" > /dev/null || fail "prometheus after more events"
 curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$mport/readyz" | grep -qx 200 ||
@@ -148,7 +133,7 @@ wait $run_pid || fail "segd run exit $?"
 # a restart with nothing new to read: partitions that deliver no message
 # (no consumer position) are measured from their stored offsets: ready
 SEGD_METRICS_LISTEN=127.0.0.1:$mport SEGD_READY_MAX_LAG=0 "$segd" run --brokers "$brokers" \
-  --topic events --group g --db "$tmp/db" -X session.timeout.ms=6000 2> "$tmp/run2.log" &
+  --topic "${tp}events" --group "${tp}g" --db "$tmp/db" -X session.timeout.ms=6000 2> "$tmp/run2.log" &
 run_pid=$!
 pids+=($run_pid)
 for _ in $(seq 300); do

@@ -25,9 +25,10 @@ horizon=$((40 * 86400)) # the seed workload's late events: see cache_cli.sh
 free_port() { /usr/bin/python3 -c "import socket;s=socket.socket();s.bind(('127.0.0.1',0));print(s.getsockname()[1])"; }
 
 start_broker 2 events,events.dlq,segments.changes
-"$segd" produce --brokers "$brokers" --topic events --users $users --now $now \
+export SEGD_CHANGES_TOPIC="${tp}segments.changes"
+"$segd" produce --brokers "$brokers" --topic "${tp}events" --users $users --now $now \
   > /dev/null 2> "$tmp/produce.log" || fail "produce"
-SEGD_STORE_HORIZON_S=$horizon "$segd" run --brokers "$brokers" --topic events --group g \
+SEGD_STORE_HORIZON_S=$horizon "$segd" run --brokers "$brokers" --topic "${tp}events" --group "${tp}g" \
   --db "$tmp/db" -X session.timeout.ms=6000 2> "$tmp/run.log" &
 run_pid=$!
 pids+=($run_pid)
@@ -40,14 +41,14 @@ sleep 1 # let the publisher acknowledge the last batches
   --horizon-s $horizon > "$tmp/export.log" 2>&1 || fail "export"
 before=$(segs)
 # deltas after the snapshot: the cache must tail them
-"$segd" produce --brokers "$brokers" --topic events --users $users --now $now --seed 2 \
+"$segd" produce --brokers "$brokers" --topic "${tp}events" --users $users --now $now --seed 2 \
   > /dev/null 2>> "$tmp/produce.log" || fail "second produce"
 for _ in $(seq 300); do [ "$(segs)" -gt "$before" ] && break; sleep 0.2; done
 [ "$(segs)" -gt "$before" ] || fail "the second produce never reached the store"
 
 port=$(free_port)
 hport=$(free_port)
-"$segd" cache --snapshot "$tmp/snap" --brokers "$brokers" --changes segments.changes \
+"$segd" cache --snapshot "$tmp/snap" --brokers "$brokers" --changes "${tp}segments.changes" \
   --listen 127.0.0.1:$hport --resp 127.0.0.1:$port --resp-threads 2 --now $now \
   --horizon-s $horizon 2> "$tmp/cache.log" &
 pids+=($!)

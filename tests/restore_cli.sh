@@ -20,8 +20,9 @@ users=200
 # events stamped around --now while segd run keeps the wall clock
 export SEGD_LIMITS_MAX_CLOCK_SKEW_MS=3000000000000 SEGD_STORE_HORIZON_S=$((80 * 86400))
 start_broker 4 events,segments.changes
+export SEGD_CHANGES_TOPIC="${tp}segments.changes"
 produce() { # batch $1
-  "$segd" produce --brokers "$brokers" --topic events --users $users --events 1500 \
+  "$segd" produce --brokers "$brokers" --topic "${tp}events" --users $users --events 1500 \
     --seed "$1" --now $now > /dev/null 2> "$tmp/produce$1.log" || fail "produce $1"
 }
 all_users() { for u in $(seq 0 $((users - 1))); do printf 'u%010d\n' "$u"; done; }
@@ -30,7 +31,7 @@ reads() { all_users | xargs "$segd" get --db "$tmp/$1" --now $now --json 2>/dev/
 run_until() {
   local name=$1 done_cmd=$2
   shift 2
-  env "$@" "$segd" run --brokers "$brokers" --topic events --group "g-$name" \
+  env "$@" "$segd" run --brokers "$brokers" --topic "${tp}events" --group "${tp}g-$name" \
     --db "$tmp/$name" -X session.timeout.ms=6000 2> "$tmp/$name.log" &
   local pid=$! ok=0
   pids+=($pid)
@@ -53,7 +54,7 @@ run_until a '[ "$(consumed a)" -ge 1500 ] 2>/dev/null'
 [ "$(final_consumed a)" = 1500 ] || fail "a consumed $(final_consumed a)"
 "$segd" snapshot export --db "$tmp/a" --to "$tmp/dest" --now $now > /dev/null \
   2> "$tmp/export.log" || fail "export"
-[ "$(ls -d "$tmp"/dest/events/p-* | wc -l)" = 4 ] || fail "not 4 units"
+[ "$(ls -d "$tmp"/dest/"${tp}"events/p-* | wc -l)" = 4 ] || fail "not 4 units"
 produce 2
 run_until r '[ "$(consumed r)" -ge 3000 ] 2>/dev/null'
 ref=$(reads r)
@@ -68,18 +69,18 @@ grep -q "replaying" "$tmp/b.log" && fail "b replayed a partition"
 [ "$(reads b)" = "$ref" ] || fail "b differs from the replayed store"
 
 # a corrupt unit (one byte flipped in its file) and a missing one
-f=$(ls "$tmp"/dest/events/p-00001/*.avro | head -1)
+f=$(ls "$tmp"/dest/"${tp}"events/p-00001/*.avro | head -1)
 python3 - "$f" <<'PY'
 import sys
 b = bytearray(open(sys.argv[1], "rb").read())
 b[len(b) // 2] ^= 0xFF
 open(sys.argv[1], "wb").write(b)
 PY
-rm "$tmp"/dest/events/p-00002/manifest.json
+rm "$tmp"/dest/"${tp}"events/p-00002/manifest.json
 run_until c '[ "$(reads c)" = "$ref" ]' SEGD_RESTORE_FROM="$tmp/dest" SEGD_RESTORE_RETRIES=2
-grep -q "restore of events \[1\] failed (attempt 2).*SHA-256.*replaying it" "$tmp/c.log" ||
+grep -q "restore of ${tp}events \[1\] failed (attempt 2).*SHA-256.*replaying it" "$tmp/c.log" ||
   fail "c: no fallback for the corrupt unit"
-grep -q "no snapshot unit for events \[2\]" "$tmp/c.log" || fail "c: missing unit not replayed"
+grep -q "no snapshot unit for ${tp}events \[2\]" "$tmp/c.log" || fail "c: missing unit not replayed"
 for p in 0 3; do grep -q "restored p=$p " "$tmp/c.log" || fail "c: no restore of $p"; done
 
 # 4. an instance exporting to the destination it restores from leaves alone
@@ -87,16 +88,16 @@ for p in 0 3; do grep -q "restored p=$p " "$tmp/c.log" || fail "c: no restore of
 # failing): its exports carry the units it holds offsets for, and unit 1
 # stays the corrupt one rather than becoming an empty unit without its
 # offset, which the retry would then "restore" (tests/fleet.py found this)
-m1=$(cat "$tmp/dest/events/p-00001/manifest.json")
+m1=$(cat "$tmp/dest/${tp}events/p-00001/manifest.json")
 # (which other units an export carries depends on how far partition 2's
 # replay got: not asserted)
 exports() { grep -c 'snapshot: [0-9]* units' "$tmp/d.log" 2>/dev/null || true; }
 # (done once unit 1 has been refused and two exports ran: fresh jobs go first)
-run_until d '[ "$(exports)" -ge 2 ] 2>/dev/null && grep -q "restore of events \[1\] failed" "$tmp/d.log"' \
+run_until d '[ "$(exports)" -ge 2 ] 2>/dev/null && grep -q "restore of ${tp}events \[1\] failed" "$tmp/d.log"' \
   SEGD_RESTORE_FROM="$tmp/dest" \
   SEGD_RESTORE_FALLBACK=wait SEGD_SNAPSHOT_TO="$tmp/dest" SEGD_SNAPSHOT_INTERVAL=1
-[ "$(cat "$tmp/dest/events/p-00001/manifest.json")" = "$m1" ] ||
+[ "$(cat "$tmp/dest/${tp}events/p-00001/manifest.json")" = "$m1" ] ||
   fail "d: exported unit 1 while it was restoring it"
-grep -q "restore of events \[1\] failed" "$tmp/d.log" || fail "d: unit 1 not refused"
+grep -q "restore of ${tp}events \[1\] failed" "$tmp/d.log" || fail "d: unit 1 not refused"
 grep -q "restored p=1 " "$tmp/d.log" && fail "d: restored unit 1"
 echo "restore_cli: ok"

@@ -10,27 +10,18 @@
 # usage: run_logs.sh SEGD_BIN SOURCE_DIR
 set -euo pipefail
 segd=$1
-tmp=$(mktemp -d /tmp/segd-logs-XXXXXX)
-pids=()
-cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; wait "$p" 2>/dev/null || true; done
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-fail() { echo "FAIL: $*" >&2; for f in "$tmp"/*.log; do [ -e "$f" ] && { echo "--- $f" >&2; tail -20 "$f" >&2; }; done; exit 1; }
-
-"$segd" dev-broker --partitions 2 --topics ev,ev.dlq,segments.changes > "$tmp/broker.out" &
-pids+=($!)
-for _ in $(seq 50); do grep -q '^bootstrap=' "$tmp/broker.out" 2>/dev/null && break; sleep 0.1; done
-b=$(sed -n 's/^bootstrap=//p' "$tmp/broker.out" | head -1)
-[ -n "$b" ] || fail "dev-broker printed no bootstrap line"
+source "$(dirname "$0")/lib.bash"
+lib_init logs
+start_broker 2 ev,ev.dlq,segments.changes
+export SEGD_CHANGES_TOPIC="${tp}segments.changes"
+b=$brokers
 
 # runs segd run (log.level debug unless the environment says otherwise)
 # until its log matches $2 (a batch line), then stops it; $1 names the run
 run_until() {
   local name=$1 pattern=$2; shift 2
-  SEGD_LOG_LEVEL=${SEGD_LOG_LEVEL:-debug} "$segd" run --brokers "$b" --topic ev \
-    --group "$name" --db "$tmp/$name" -X session.timeout.ms=6000 "$@" 2> "$tmp/$name.log" &
+  SEGD_LOG_LEVEL=${SEGD_LOG_LEVEL:-debug} "$segd" run --brokers "$b" --topic "${tp}ev" \
+    --group "$tp$name" --db "$tmp/$name" -X session.timeout.ms=6000 "$@" 2> "$tmp/$name.log" &
   local pid=$!
   pids+=($pid)
   for _ in $(seq 300); do grep -q "$pattern" "$tmp/$name.log" && break; sleep 0.1; done
@@ -39,7 +30,7 @@ run_until() {
   wait $pid || fail "$name: segd run exited with $?"
 }
 
-"$segd" produce --brokers "$b" --topic ev --users 20 --events 100 > /dev/null 2> "$tmp/produce.log" ||
+"$segd" produce --brokers "$b" --topic "${tp}ev" --users 20 --events 100 > /dev/null 2> "$tmp/produce.log" ||
   fail "produce"
 # log.* are segd keys: set through the environment here (-X is librdkafka's)
 SEGD_LOG_FORMAT=json SEGD_STORE_LOG_LEVEL=info \
@@ -73,7 +64,7 @@ grep -q '\[db/db_impl/db_impl.cc:[0-9]*\] Shutdown\|EVENT_LOG_v1' "$tmp/j2/LOG" 
 # logfmt (the default): the same run at debug for 100 and 300 messages logs
 # the same info lines (none per message), and at info (the default) no debug
 run_until l1 'msg="batch written" .* consumed=100 '
-"$segd" produce --brokers "$b" --topic ev --users 20 --events 200 --seed 2 > /dev/null 2>&1 ||
+"$segd" produce --brokers "$b" --topic "${tp}ev" --users 20 --events 200 --seed 2 > /dev/null 2>&1 ||
   fail "produce 2"
 run_until l2 'msg="batch written" .* consumed=300 '
 SEGD_LOG_LEVEL=info run_until l3 'msg="partitions assigned"'
