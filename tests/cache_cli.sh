@@ -40,7 +40,7 @@ wait_users() { # until segd get sees the last user with $1 or more live segments
 }
 wait_users 100 u0000000199
 sleep 1 # let the publisher acknowledge the last batches
-"$segd" snapshot export --db "$tmp/db" --to "$tmp/snap" --now $now \
+"$segd" snapshot export --db "$tmp/db" --changes-topic "$SEGD_CHANGES_TOPIC" --to "$tmp/snap" --now $now \
   --horizon-s $horizon --format native > "$tmp/export.log" 2>&1 || fail "export"
 grep -q "snapshot: 4 units of ${tp}events (4 partitions" "$tmp/export.log" ||
   fail "a unit per input partition: $(cat "$tmp/export.log")"

@@ -59,14 +59,14 @@ run_pid=$!
 pids+=($run_pid)
 wait_published() { # until the store recorded a change position of at least $1
   for _ in $(seq 300); do
-    "$segd" snapshot export --db "$tmp/db" --to "$tmp/probe" --now $now \
+    "$segd" snapshot export --db "$tmp/db" --changes-topic "$SEGD_CHANGES_TOPIC" --to "$tmp/probe" --now $now \
       > /dev/null 2>&1 && [ "$(position "$tmp/probe" 2>/dev/null || echo 0)" -ge "$1" ] && return 0
     sleep 0.3
   done
   fail "segd run never published past $1"
 }
 wait_published 50
-"$segd" snapshot export --db "$tmp/db" --to "$tmp/snap1" --now $now \
+"$segd" snapshot export --db "$tmp/db" --changes-topic "$SEGD_CHANGES_TOPIC" --to "$tmp/snap1" --now $now \
   > /dev/null 2>&1 || fail "export 1"
 p1=$(position "$tmp/snap1")
 
@@ -94,7 +94,7 @@ echo "gap: position $p1 < log start $low: refused"
 "$segd" produce --brokers "$brokers" --topic "${tp}events" --users 50 --now $now --seed 2 \
   > /dev/null 2>> "$tmp/produce.log" || fail "second produce"
 wait_published $((high + 1))
-"$segd" snapshot export --db "$tmp/db" --to "$tmp/snap2" --now $now \
+"$segd" snapshot export --db "$tmp/db" --changes-topic "$SEGD_CHANGES_TOPIC" --to "$tmp/snap2" --now $now \
   > /dev/null 2>&1 || fail "export 2"
 p2=$(position "$tmp/snap2")
 junk 100000 8

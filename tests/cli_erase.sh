@@ -22,7 +22,7 @@ outbox() { "$segd" stats --db "$tmp/db" | sed -n 's/^unpublished outbox *\([0-9]
 
 "$segd" generate --users $users --now $now --out "$tmp/in.json" > /dev/null
 "$segd" backfill --db "$tmp/db" "$tmp/in.json" > "$tmp/backfill.log" || fail "backfill"
-"$segd" snapshot export --db "$tmp/db" --to "$tmp/snap" --topic "${tp}events" --buckets 2 --now $now \
+"$segd" snapshot export --db "$tmp/db" --changes-topic "$SEGD_CHANGES_TOPIC" --to "$tmp/snap" --topic "${tp}events" --buckets 2 --now $now \
   > "$tmp/export.log" 2>&1 || fail "export"
 [ "$(live u0000000003)" -gt 0 ] || fail "u0000000003 has no segments before the erase"
 "$segd" get --db "$tmp/db" --now $now --json u0000000004 > "$tmp/other.before"

@@ -88,7 +88,7 @@ n2=$(wc -l < "$tmp/links2.jsonl")
   fail "produce 1"
 start_run
 settled "$n1"
-"$segd" snapshot export --db "$tmp/db" --to "$tmp/snap" --now "$now" --topic "${tp}segments.events" \
+"$segd" snapshot export --db "$tmp/db" --changes-topic "$SEGD_CHANGES_TOPIC" --to "$tmp/snap" --now "$now" --topic "${tp}segments.events" \
   --partition-count 3 > "$tmp/export.log" 2>&1 ||
   fail "export"
 ls "$tmp"/snap/"${tp}"segments.events/p-*/members-*.avro > /dev/null 2>&1 || fail "no members files"

@@ -76,7 +76,7 @@ export SEGD_CHANGES_TOPIC="${tp}segments.changes"
 "$segd" generate --out "$tmp/seed.jsonl" --users 60 --now $now > /dev/null
 "$segd" backfill --db "$tmp/db" --now $now "$tmp/seed.jsonl" > /dev/null
 for fmt in avro native; do
-  "$segd" snapshot export --db "$tmp/db" --to "$tmp/snap-$fmt" --topic "${tp}events" --buckets 4 \
+  "$segd" snapshot export --db "$tmp/db" --changes-topic "$SEGD_CHANGES_TOPIC" --to "$tmp/snap-$fmt" --topic "${tp}events" --buckets 4 \
     --now $now --format $fmt > /dev/null
 done
 mapfile -t users < <(python3 -c "

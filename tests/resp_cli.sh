@@ -37,7 +37,7 @@ segs() { "$segd" get --db "$tmp/db" --now $now --json "$last" 2>/dev/null |
   /usr/bin/python3 -c "import json,sys;print(len(json.load(sys.stdin)['segments']))" 2>/dev/null || echo 0; }
 for _ in $(seq 300); do [ "$(segs)" -ge 50 ] && break; sleep 0.2; done
 sleep 1 # let the publisher acknowledge the last batches
-"$segd" snapshot export --db "$tmp/db" --to "$tmp/snap" --now $now \
+"$segd" snapshot export --db "$tmp/db" --changes-topic "$SEGD_CHANGES_TOPIC" --to "$tmp/snap" --now $now \
   --horizon-s $horizon > "$tmp/export.log" 2>&1 || fail "export"
 before=$(segs)
 # deltas after the snapshot: the cache must tail them

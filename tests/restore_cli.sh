@@ -52,7 +52,7 @@ final_consumed() { grep 'msg=final ' "$tmp/$1.log" | grep -o 'consumed=[0-9]*' |
 produce 1
 run_until a '[ "$(consumed a)" -ge 1500 ] 2>/dev/null'
 [ "$(final_consumed a)" = 1500 ] || fail "a consumed $(final_consumed a)"
-"$segd" snapshot export --db "$tmp/a" --to "$tmp/dest" --now $now > /dev/null \
+"$segd" snapshot export --db "$tmp/a" --changes-topic "$SEGD_CHANGES_TOPIC" --to "$tmp/dest" --now $now > /dev/null \
   2> "$tmp/export.log" || fail "export"
 [ "$(ls -d "$tmp"/dest/"${tp}"events/p-* | wc -l)" = 4 ] || fail "not 4 units"
 produce 2
