@@ -17,12 +17,20 @@ export SEGD_CHANGES_TOPIC="${tp}segments.changes"
 "$segd" produce --brokers "$brokers" --topic "${tp}events" --users 10 --now $now \
   > /dev/null 2> "$tmp/produce.log" || fail "produce"
 
-run_until_applied() { # $1: extra env assignment; runs until u9 is in the store
+runs=0
+# $1: extra env assignment; runs until u9 is in the store and this run has
+# its partitions (a second run finds u9 there already: stopping it before it
+# opened the store would check nothing, and SIGTERM before its handlers are
+# installed ends it with 143)
+run_until_applied() {
+  runs=$((runs + 1))
+  local log=$tmp/run$runs.log
   env "$1" "$segd" run --brokers "$brokers" --topic "${tp}events" --group "${tp}g" --db "$tmp/db" \
-    -X session.timeout.ms=6000 2>> "$tmp/run.log" &
+    -X session.timeout.ms=6000 2> "$log" &
   local pid=$! ok=0
   for _ in $(seq 200); do
-    if "$segd" get --db "$tmp/db" --now $now --json u0000000009 2>/dev/null | grep -q '"id"'; then
+    if grep -q 'msg="partitions assigned"' "$log" &&
+       "$segd" get --db "$tmp/db" --now $now --json u0000000009 2>/dev/null | grep -q '"id"'; then
       ok=1; break
     fi
     kill -0 $pid 2>/dev/null || break
