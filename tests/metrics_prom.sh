@@ -45,6 +45,35 @@ EOF
   --web.listen-address=127.0.0.1:$pport --log.level=warn > "$tmp/prometheus.log" 2>&1 &
 pids+=($!)
 
+# The mock delays a group's first assignment by 3 s (Kafka's default
+# group.initial.rebalance.delay.ms); the test cluster does not (0), and segd
+# run can be assigned and caught up before the first /readyz. There a member
+# joins first and is then stopped (SIGSTOP): segd run's first assignment
+# waits until the group drops it (session.timeout.ms 6 s), and segd run is
+# unassigned meanwhile. (A member that is merely idle would not do: under the
+# cooperative protocol segd run's first assignment would be empty, and a
+# member given no partition is ready, docs/metrics.md.)
+holder=""
+prom_cleanup() { [ -z "$holder" ] || kill -KILL "$holder" 2>/dev/null || true; lib_cleanup; }
+trap prom_cleanup EXIT
+if kafka_real; then
+  /usr/bin/python3 - "$brokers" "${tp}events" "${tp}g" > "$tmp/holder.out" 2> "$tmp/holder.log" <<'PY' &
+import sys, time
+from confluent_kafka import Consumer
+c = Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[3],
+              "partition.assignment.strategy": "cooperative-sticky", "enable.auto.commit": False,
+              "session.timeout.ms": 6000, "max.poll.interval.ms": 8000})
+c.subscribe([sys.argv[2]])
+while len(c.assignment()) < 3:
+    c.poll(0.2)
+print("holding", flush=True)
+time.sleep(300)
+PY
+  holder=$!
+  for _ in $(seq 300); do grep -q holding "$tmp/holder.out" 2>/dev/null && break; sleep 0.1; done
+  grep -q holding "$tmp/holder.out" || fail "the first member got no partitions"
+  kill -STOP "$holder"
+fi
 SEGD_METRICS_LISTEN=127.0.0.1:$mport SEGD_READY_MAX_LAG=0 SEGD_SNAPSHOT_INTERVAL=1 \
   SEGD_SNAPSHOT_TO="$tmp/snap" "$segd" run --brokers "$brokers" \
   --topic "${tp}events" --group "${tp}g" --db "$tmp/db" -X session.timeout.ms=6000 2> "$tmp/run.log" &
@@ -61,6 +90,7 @@ for _ in $(seq 300); do
   kill -0 $run_pid 2>/dev/null || fail "segd run exited"
   sleep 0.1
 done
+[ -z "$holder" ] || { kill -KILL "$holder"; wait "$holder" 2>/dev/null || true; holder=""; }
 [ "$first" = 503 ] || fail "first /readyz answer was $first, not 503: $(cat "$tmp/first.json")"
 grep -Eq '"ready":false,"reason":"(unassigned|lag)"' "$tmp/first.json" ||
   fail "first /readyz body: $(cat "$tmp/first.json")"
