@@ -66,8 +66,11 @@ cc -std=c11 -Wall -Wextra -Werror "${cflags[@]}" -DBIDDER_TAIL -o "$tmp/bidder-t
   "$src/examples/bidder.c" $(pkg-config --cflags --libs segd-tail) \
   -Wl,-rpath,"$(pkg-config --variable=libdir segd-tail)" 2> "$tmp/cc-tail.log" ||
   fail "bidder does not build against segd-tail: $(cat "$tmp/cc-tail.log")"
-ldd "$tmp/bidder" | grep -q "libsegd-cache.so.1 => $libdir" ||
-  ldd "$tmp/bidder" | grep -q "libsegd-cache.so.1 => .*prefix" || fail "bidder: $(ldd "$tmp/bidder")"
+# (ldd's output to a file: grep -q ends at the first match, and under
+# pipefail an ldd still writing then fails the pipe with SIGPIPE)
+ldd "$tmp/bidder" > "$tmp/ldd.txt"
+grep -q "libsegd-cache.so.1 => $libdir" "$tmp/ldd.txt" ||
+  grep -q "libsegd-cache.so.1 => .*prefix" "$tmp/ldd.txt" || fail "bidder: $(cat "$tmp/ldd.txt")"
 
 # the broker (and so $tp, the topic prefix) before the snapshot, which names
 # the input topic segd run consumes below
