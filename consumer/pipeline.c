@@ -29,6 +29,10 @@
 #define FIRST_ASSIGNMENT_WAIT_MS 30000
 #define METADATA_TIMEOUT_MS 5000
 #define LAG_REFRESH_MS 250 /* the lag table and gauge, at most this often */
+/* A Kafka commit that failed is sent again no sooner than this after the
+ * failure: a group rebalancing answers REBALANCE_IN_PROGRESS until it
+ * settles, and a resend at every step would only be refused again. */
+#define COMMIT_RETRY_MS 500
 
 typedef struct position {
     char topic[256];
@@ -98,6 +102,11 @@ struct segd_pipeline {
                                   or left a message's partition unexplained) */
     segd_lag_t *lag;           /* per-partition lag, read by other threads */
     int64_t lag_next_ms;       /* monotonic time of the next lag refresh */
+    int commit_failed;         /* a Kafka commit was refused: send the store's again */
+    int commit_logged;         /* the refusal was logged; reset by an accepted commit */
+    int64_t commit_retry_ms;   /* monotonic time of that next send */
+    uint64_t commits_failed;   /* for the log: refusals seen, resends made */
+    uint64_t commits_resent;
     pipeline_metrics_t mx;
 };
 
@@ -257,6 +266,76 @@ static void report_batch(segd_pipeline_t *p, double apply_s)
         if (p->st.dlq[r])
             segd_metric_set(p->mx.dlq, (const char *[]){segd_dlq_reason_name(r)},
                             (double)p->st.dlq[r]);
+}
+
+/* The result of an asynchronous Kafka commit (delivered by consumer_poll
+ * on this thread). The store holds the offsets that matter; the group's
+ * committed offsets are for lag monitors, so a refused commit (the
+ * generation changed under a rebalance: ILLEGAL_GENERATION,
+ * REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID) is not an error for ingest, but
+ * left alone it keeps the group's committed lag stale until the next batch
+ * of that partition, which on a quiet partition may be never. So it is
+ * noted and commit_resend sends the store's offsets again. */
+static void commit_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                      rd_kafka_topic_partition_list_t *offs, void *opaque)
+{
+    (void)rk;
+    segd_pipeline_t *p = opaque;
+    rd_kafka_resp_err_t first = err;
+    for (int i = 0; !first && offs && i < offs->cnt; i++)
+        first = offs->elems[i].err;
+    if (!first || first == RD_KAFKA_RESP_ERR__NO_OFFSET) {
+        if (!first && p->commit_logged) {
+            p->commit_logged = 0;
+            segd_log(LOG(p), SEGD_LOG_INFO, "pipeline", "offset commit accepted again");
+        }
+        return;
+    }
+    if (!p->commit_logged) /* once until a commit is accepted: a rebalance may refuse many */
+        segd_log(LOG(p), SEGD_LOG_INFO, "pipeline",
+                 "offset commit refused (%s): sending the stored offsets again once the "
+                 "group settles", rd_kafka_err2str(first));
+    p->commit_logged = 1;
+    p->commit_failed = 1;
+    p->commits_failed++;
+    p->commit_retry_ms = segd_mono_ms() + COMMIT_RETRY_MS;
+}
+
+static int is_unread(const segd_pipeline_t *p, const char *topic, int32_t partition);
+
+/* Sends the store's offsets of every assigned partition to the group again
+ * after a refused commit: the assignment as it is now, so a partition that
+ * moved away is left to its new owner. */
+static void commit_resend(segd_pipeline_t *p)
+{
+    char err[256];
+    if (!p->commit_failed || segd_mono_ms() < p->commit_retry_ms)
+        return;
+    rd_kafka_topic_partition_list_t *parts = NULL;
+    if (rd_kafka_assignment(p->consumer, &parts))
+        return;
+    rd_kafka_topic_partition_list_t *offs = rd_kafka_topic_partition_list_new(parts->cnt);
+    for (int i = 0; i < parts->cnt; i++) {
+        const rd_kafka_topic_partition_t *tp = &parts->elems[i];
+        int64_t next;
+        if (!is_unread(p, tp->topic, tp->partition) &&
+            segd_store_offset_get(p->store, tp->topic, tp->partition, &next, err,
+                                  sizeof(err)) == SEGD_OK)
+            rd_kafka_topic_partition_list_add(offs, tp->topic, tp->partition)->offset = next;
+    }
+    /* nothing to send (between a revoke and the next assignment): still
+     * failed, tried again at the assignment, which resets commit_retry_ms */
+    p->commit_retry_ms = segd_mono_ms() + COMMIT_RETRY_MS;
+    if (offs->cnt) {
+        p->commit_failed = 0;
+        p->commits_resent++;
+        rd_kafka_commit(p->consumer, offs, 1); /* a refusal comes back to commit_cb */
+        segd_log_kv(LOG(p), SEGD_LOG_DEBUG, "pipeline", "offsets committed again",
+                    "partitions=%d refused=%" PRIu64 " resent=%" PRIu64, offs->cnt,
+                    p->commits_failed, p->commits_resent);
+    }
+    rd_kafka_topic_partition_list_destroy(offs);
+    rd_kafka_topic_partition_list_destroy(parts);
 }
 
 /* Dead letters first, then data + offsets in one WriteBatch, then the Kafka
@@ -734,6 +813,8 @@ segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
         taken++;
     }
     segd_err_t err = flush_batch(p, errstr, n);
+    if (!err)
+        commit_resend(p);
     refresh_lag(p);
     /* out of memory: stop before the unapplied message, which comes again */
     if (!err && rc == -2)
@@ -861,6 +942,7 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                         "count=%d protocol=%s", parts->cnt, proto);
         }
         segd_lag_assigned(p->lag);
+        p->commit_retry_ms = 0; /* a refused commit goes again at once, to the new generation */
         p->lag_next_ms = 0; /* the new partitions' lag at the end of this step */
         set_start_offsets(p, parts);
         if (coop)
@@ -940,6 +1022,8 @@ static segd_err_t make_consumer(segd_pipeline_t *p, char *errstr, size_t n)
         "cooperative-sticky", "enable.partition.eof", "false", "group.id", cfg->group,
         "auto.offset.reset", cfg->offset_reset, "queued.max.messages.kbytes", queued,
         "fetch.max.bytes", fetch, "max.partition.fetch.bytes", partition,
+        /* the name `segd owner` gives the member: its store's (DESIGN §7) */
+        "client.id", member[0] ? member : "segd",
         member[0] ? "group.instance.id" : NULL, member, NULL};
     char errbuf[512];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
@@ -950,7 +1034,15 @@ static segd_err_t make_consumer(segd_pipeline_t *p, char *errstr, size_t n)
         rd_kafka_conf_destroy(conf);
         return err;
     }
+    char client[256];
+    size_t client_len = sizeof(client);
+    if (rd_kafka_conf_get(conf, "client.id", client, &client_len) != RD_KAFKA_CONF_OK)
+        snprintf(client, sizeof(client), "?");
+    /* the names `segd owner` and the brokers' group tools show for this member */
+    segd_log_kv(LOG(p), SEGD_LOG_INFO, "pipeline", "group member", "group=%s client_id=%s "
+                "group_instance_id=%s", cfg->group, client, member[0] ? member : "(none)");
     rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
+    rd_kafka_conf_set_offset_commit_cb(conf, commit_cb);
     rd_kafka_conf_set_log_cb(conf, log_cb);
     rd_kafka_conf_set_opaque(conf, p);
     p->consumer = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errbuf, sizeof(errbuf));
