@@ -9,22 +9,14 @@
 # partitions than the input (change partition p carries input partition
 # p's deltas, DESIGN §5) is refused with exit 2, naming both counts.
 # Needs real Kafka: without KAFKA_CLUSTER_DIR it starts a cluster of its own
-# (scripts/kafka.sh, 3 nodes, in its own folder) and stops it at the end.
+# (lib.bash require_kafka).
 # usage: kafka_topics.sh SEGD_BIN SOURCE_DIR
 set -euo pipefail
 segd=$1
 # shellcheck source=tests/lib.bash
 source "$(dirname "$0")/lib.bash"
 lib_init kafka_topics
-own_cluster=""
-if [ -z "${KAFKA_CLUSTER_DIR:-}" ]; then
-  export KAFKA_CLUSTER_DIR="$tmp/kafka"
-  own_cluster=1
-  trap 'lib_cleanup; bash "$lib_root/scripts/kafka.sh" stop >/dev/null 2>&1 || true' EXIT
-  bash "$lib_root/scripts/kafka.sh" start 3 > "$tmp/kafka.out" 2>&1 ||
-    fail "cannot start a Kafka cluster: $(tail -5 "$tmp/kafka.out")"
-fi
-kafka_real || fail "kafka_topics runs on Apache Kafka only (listed in tests/mock_only.txt?)"
+require_kafka
 # the topics that exist: input "${tp}events" (4 partitions), its DLQ, a
 # change topic of 4 and one of 2; the missing ones are never created
 start_broker 4 events,events.dlq,changes4
@@ -101,5 +93,4 @@ done
 kill -TERM $ok_pid
 wait $ok_pid || fail "segd run exit $?"
 "$segd" offsets show --db "$tmp/db.ok" | grep -q "^offset .*${tp}events " || fail "segd run consumed nothing"
-[ -z "$own_cluster" ] || echo "(ran on a cluster of its own)"
 echo ok
