@@ -1121,13 +1121,14 @@ static segd_err_t make_consumer(segd_pipeline_t *p, char *errstr, size_t n)
         p->consumer = NULL;
         member[0] = 0;
         err = new_consumer(p, client_id, member, 1, errstr, n);
-        segd_log(LOG(p), SEGD_LOG_INFO, "pipeline",
-                 "the brokers are librdkafka's mock cluster (segd dev-broker): it ignores "
-                 "group.instance.id, so static membership is off and this member leaves the "
-                 "group when it stops, and it holds every rebalance for session.timeout.ms "
-                 "less 1 s, so session.timeout.ms is %" PRId64 " ms (default " 
-                 MOCK_SESSION_TIMEOUT_MS " here, 45000 on Kafka): a join or restart waits that long",
-                 p->session_timeout_ms);
+        if (!err)
+            segd_log(LOG(p), SEGD_LOG_INFO, "pipeline",
+                     "the brokers are librdkafka's mock cluster (segd dev-broker): it "
+                     "ignores group.instance.id, so static membership is off and this member "
+                     "leaves the group when it stops, and it holds every rebalance for "
+                     "session.timeout.ms less 1 s, so session.timeout.ms is %" PRId64
+                     " ms (default " MOCK_SESSION_TIMEOUT_MS " here, 45000 on Kafka): a join "
+                     "or restart waits that long", p->session_timeout_ms);
     }
     if (err)
         return err;

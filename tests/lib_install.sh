@@ -115,7 +115,7 @@ grep -q "^never-seen-user 0 0$" "$tmp/bidder.out" || fail "an unknown user is no
 
 # the tail: users the snapshot does not hold and new events of old ones
 # reach the store after it, through the outbox `segd run` publishes
-start_broker 2 events,segments.changes
+start_broker 2 events,events.dlq,segments.changes
 "$segd" generate --out "$tmp/later.jsonl" --users 80 --seed 9 --now $now > /dev/null
 "$segd" backfill --db "$tmp/db" --now $now "$tmp/later.jsonl" > /dev/null
 "$segd" run --brokers "$brokers" --topic events --group lib --db "$tmp/db" 2> "$tmp/run.log" &
