@@ -792,7 +792,7 @@ static void log_unassigned(segd_pipeline_t *p)
              "waiting for the group's assignment (%.1f s so far, %s): the coordinator "
              "assigns once every member it knows has rejoined or timed out, and a member "
              "that stopped without leaving the group (killed) is waited for up to its "
-             "session.timeout.ms (%" PRId64 " ms)",
+             "session timeout (this member's session.timeout.ms is %" PRId64 " ms)",
              segd_mono_s() - p->st.created_s, joined(p) ? "joined" : "not joined yet",
              p->session_timeout_ms);
 }

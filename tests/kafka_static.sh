@@ -145,4 +145,26 @@ restart() { # SIGNAL
 restart TERM
 restart KILL
 alive a || fail "member a exited"
+if kafka_real; then
+  # a member that waits says why: b (static, its session 20 s) is killed and
+  # a new member c joins; the group waits for b's session to end before it
+  # assigns, and c's log says so at 8 s (the mock keeps such a joiner
+  # waiting for over a minute: Kafka only)
+  kill -TERM "${pid[b]}"; wait "${pid[b]}" 2>/dev/null || true
+  echo "kafka.session.timeout.ms = 20000" >> "$tmp/segd.conf"
+  start_member b
+  for _ in $(seq 600); do [ "$(ready_code b)" = 200 ] && break; sleep 0.1; done
+  [ "$(ready_code b)" = 200 ] || fail "b not ready with a 20 s session"
+  kill -KILL "${pid[b]}"; wait "${pid[b]}" 2>/dev/null || true
+  port[c]=${port[b]}
+  start_member c
+  for _ in $(seq 1200); do
+    alive c || fail "member c exited"
+    [ "$(ready_code c)" = 200 ] && break
+    sleep 0.1
+  done
+  [ "$(ready_code c)" = 200 ] || fail "c never ready: $(cat "$tmp/ready.c")"
+  grep -q "msg=\"waiting for the group's assignment (8.0 s so far, .*a member that stopped without leaving the group (killed) is waited for up to its session timeout" "$tmp/c.log" ||
+    fail "c waited for its assignment without saying why"
+fi
 echo ok
