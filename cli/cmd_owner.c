@@ -20,11 +20,13 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: segd owner --brokers B --topic T [--group G] [--config FILE]\n"
                "                  [-X kafka.prop=value ...] USER...\n"
-               "  prints `USER partition=P owner=MEMBER host=H` per user: P under\n"
+               "  prints `USER partition=P owner=CLIENT host=H` per user: P under\n"
                "  input.partitioner (default murmur2_random) among the topic's partitions;\n"
                "  the owner from the group's description (group from --group or the\n"
-               "  config), `owner=none` when no member holds P, `owner=unknown` when the\n"
-               "  brokers cannot describe the group (said on stderr)\n");
+               "  config): the member's client id (a segd run's is its store's instance id\n"
+               "  unless kafka.client.id is set) and host, `owner=none` when no member\n"
+               "  holds P, `owner=unknown` when the brokers cannot describe the group\n"
+               "  (said on stderr)\n");
 }
 
 /* 0 ok, 1 --help, 2 usage error (said). Flags win over the file. */

@@ -101,6 +101,8 @@ segd_err_t segd_dlq_new_topic(segd_dlq_t **out, const segd_config_t *cfg,
     return SEGD_OK;
 }
 
+rd_kafka_t *segd_dlq_producer(segd_dlq_t *d) { return d->is_file ? NULL : d->producer; }
+
 segd_err_t segd_dlq_new_file(segd_dlq_t **out, const char *path, char *errstr, size_t n)
 {
     if (strlen(path) >= sizeof(((segd_dlq_t *)0)->path))

@@ -8,6 +8,7 @@
 #ifndef SEGD_DLQ_H
 #define SEGD_DLQ_H
 
+#include <librdkafka/rdkafka.h>
 #include <signal.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -22,6 +23,11 @@ typedef struct segd_dlq segd_dlq_t;
 segd_err_t segd_dlq_new_topic(segd_dlq_t **out, const segd_config_t *cfg,
                               volatile sig_atomic_t *stop, segd_backoff_t *backoff,
                               char *errstr, size_t errstr_size);
+/* The topic DLQ's producer (borrowed, lives as long as the DLQ), for
+ * metadata requests that may let brokers auto-create a topic; NULL for a
+ * file DLQ. */
+rd_kafka_t *segd_dlq_producer(segd_dlq_t *d);
+
 /* Appends to path (created 0644 if absent; existing lines are kept). */
 segd_err_t segd_dlq_new_file(segd_dlq_t **out, const char *path, char *errstr,
                              size_t errstr_size);

@@ -29,6 +29,17 @@
 #define FIRST_ASSIGNMENT_WAIT_MS 30000
 #define METADATA_TIMEOUT_MS 5000
 #define LAG_REFRESH_MS 250 /* the lag table and gauge, at most this often */
+/* A Kafka commit that failed is sent again no sooner than this after the
+ * failure: a group rebalancing answers REBALANCE_IN_PROGRESS until it
+ * settles, and a resend at every step would only be refused again. */
+#define COMMIT_RETRY_MS 500
+#define CLUSTER_ID_WAIT_MS 3000 /* is it librdkafka's mock? (mock_brokers) */
+#define MOCK_SESSION_TIMEOUT_MS "6000" /* the consumer's default there */
+#define TOPIC_WAIT_MS 10000 /* a topic being auto-created answers "unknown" first */
+/* A member with no assignment this long after it subscribed says why it
+ * may wait (log_unassigned): a normal join takes a few seconds, the group's
+ * initial rebalance delay (3 s on Kafka) included. */
+#define UNASSIGNED_NOTE_MS 8000
 
 typedef struct position {
     char topic[256];
@@ -98,6 +109,13 @@ struct segd_pipeline {
                                   or left a message's partition unexplained) */
     segd_lag_t *lag;           /* per-partition lag, read by other threads */
     int64_t lag_next_ms;       /* monotonic time of the next lag refresh */
+    int commit_failed;         /* a Kafka commit was refused: send the store's again */
+    int commit_logged;         /* the refusal was logged; reset by an accepted commit */
+    int64_t commit_retry_ms;   /* monotonic time of that next send */
+    uint64_t commits_failed;   /* for the log: refusals seen, resends made */
+    uint64_t commits_resent;
+    int64_t session_timeout_ms; /* the consumer's, for the log of a long wait */
+    int unassigned_logged;      /* that wait was explained */
     pipeline_metrics_t mx;
 };
 
@@ -257,6 +275,77 @@ static void report_batch(segd_pipeline_t *p, double apply_s)
         if (p->st.dlq[r])
             segd_metric_set(p->mx.dlq, (const char *[]){segd_dlq_reason_name(r)},
                             (double)p->st.dlq[r]);
+}
+
+/* The result of an asynchronous Kafka commit (delivered by consumer_poll
+ * on this thread). The store holds the offsets that matter; the group's
+ * committed offsets are for lag monitors, so a refused commit (the
+ * generation changed under a rebalance: ILLEGAL_GENERATION,
+ * REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID) is not an error for ingest, but
+ * left alone it keeps the group's committed lag stale until the next batch
+ * of that partition, which on a quiet partition may be never. So it is
+ * noted and commit_resend sends the store's offsets again. */
+static void commit_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                      rd_kafka_topic_partition_list_t *offs, void *opaque)
+{
+    (void)rk;
+    segd_pipeline_t *p = opaque;
+    rd_kafka_resp_err_t first = err;
+    for (int i = 0; !first && offs && i < offs->cnt; i++)
+        first = offs->elems[i].err;
+    if (!first || first == RD_KAFKA_RESP_ERR__NO_OFFSET) {
+        if (!first && p->commit_logged) {
+            p->commit_logged = 0;
+            segd_log(LOG(p), SEGD_LOG_INFO, "pipeline", "offset commit accepted again");
+        }
+        return;
+    }
+    if (!p->commit_logged) /* once until a commit is accepted: a rebalance may refuse many */
+        segd_log(LOG(p), SEGD_LOG_INFO, "pipeline",
+                 "offset commit refused (%s): sending the stored offsets again once the "
+                 "group settles", rd_kafka_err2str(first));
+    p->commit_logged = 1;
+    p->commit_failed = 1;
+    p->commits_failed++;
+    p->commit_retry_ms = segd_mono_ms() + COMMIT_RETRY_MS;
+}
+
+static int is_unread(const segd_pipeline_t *p, const char *topic, int32_t partition);
+static int joined(segd_pipeline_t *p);
+
+/* Sends the store's offsets of every assigned partition to the group again
+ * after a refused commit: the assignment as it is now, so a partition that
+ * moved away is left to its new owner. */
+static void commit_resend(segd_pipeline_t *p)
+{
+    char err[256];
+    if (!p->commit_failed || segd_mono_ms() < p->commit_retry_ms)
+        return;
+    rd_kafka_topic_partition_list_t *parts = NULL;
+    if (rd_kafka_assignment(p->consumer, &parts))
+        return;
+    rd_kafka_topic_partition_list_t *offs = rd_kafka_topic_partition_list_new(parts->cnt);
+    for (int i = 0; i < parts->cnt; i++) {
+        const rd_kafka_topic_partition_t *tp = &parts->elems[i];
+        int64_t next;
+        if (!is_unread(p, tp->topic, tp->partition) &&
+            segd_store_offset_get(p->store, tp->topic, tp->partition, &next, err,
+                                  sizeof(err)) == SEGD_OK)
+            rd_kafka_topic_partition_list_add(offs, tp->topic, tp->partition)->offset = next;
+    }
+    /* nothing to send (between a revoke and the next assignment): still
+     * failed, tried again at the assignment, which resets commit_retry_ms */
+    p->commit_retry_ms = segd_mono_ms() + COMMIT_RETRY_MS;
+    if (offs->cnt) {
+        p->commit_failed = 0;
+        p->commits_resent++;
+        rd_kafka_commit(p->consumer, offs, 1); /* a refusal comes back to commit_cb */
+        segd_log_kv(LOG(p), SEGD_LOG_DEBUG, "pipeline", "offsets committed again",
+                    "partitions=%d refused=%" PRIu64 " resent=%" PRIu64, offs->cnt,
+                    p->commits_failed, p->commits_resent);
+    }
+    rd_kafka_topic_partition_list_destroy(offs);
+    rd_kafka_topic_partition_list_destroy(parts);
 }
 
 /* Dead letters first, then data + offsets in one WriteBatch, then the Kafka
@@ -687,8 +776,30 @@ static void count_links(segd_pipeline_t *p, const segd_links_stats_t *b,
     segd_metric_add(p->mx.member_changes, NULL, (double)(a->member_changes - b->member_changes));
 }
 
+/* /readyz says "unassigned" while the group has given this member nothing;
+ * the log says why that can last: the coordinator hands out partitions only
+ * once every member it knows has rejoined or timed out, and a member that
+ * stopped without leaving (killed, or a static member's earlier run on
+ * brokers without static membership) is waited for up to its session
+ * timeout. Once per run. */
+static void log_unassigned(segd_pipeline_t *p)
+{
+    if (p->rebalanced || p->unassigned_logged ||
+        segd_mono_s() - p->st.created_s < UNASSIGNED_NOTE_MS / 1000.0)
+        return;
+    p->unassigned_logged = 1;
+    segd_log(LOG(p), SEGD_LOG_INFO, "pipeline",
+             "waiting for the group's assignment (%.1f s so far, %s): the coordinator "
+             "assigns once every member it knows has rejoined or timed out, and a member "
+             "that stopped without leaving the group (killed) is waited for up to its "
+             "session timeout (this member's session.timeout.ms is %" PRId64 " ms)",
+             segd_mono_s() - p->st.created_s, joined(p) ? "joined" : "not joined yet",
+             p->session_timeout_ms);
+}
+
 segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
 {
+    log_unassigned(p);
     advance_gc(p);
     retry_unread(p);
     sweep_step(p);
@@ -734,6 +845,8 @@ segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
         taken++;
     }
     segd_err_t err = flush_batch(p, errstr, n);
+    if (!err)
+        commit_resend(p);
     refresh_lag(p);
     /* out of memory: stop before the unapplied message, which comes again */
     if (!err && rc == -2)
@@ -861,6 +974,7 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                         "count=%d protocol=%s", parts->cnt, proto);
         }
         segd_lag_assigned(p->lag);
+        p->commit_retry_ms = 0; /* a refused commit goes again at once, to the new generation */
         p->lag_next_ms = 0; /* the new partitions' lag at the end of this step */
         set_start_offsets(p, parts);
         if (coop)
@@ -926,13 +1040,15 @@ static void fetch_sizes(const segd_config_t *cfg, char queued[24], char fetch[24
     snprintf(partition, 24, "%" PRId64, cfg->memory.partition_fetch_bytes);
 }
 
-static segd_err_t make_consumer(segd_pipeline_t *p, char *errstr, size_t n)
+/* The group consumer, a static member when static_id is not empty, with a
+ * short session timeout on librdkafka's mock (mock_brokers). Its names
+ * (client_id, static_id) and session timeout are defaults: the operator's
+ * kafka.* settings, applied after, win. */
+static segd_err_t new_consumer(segd_pipeline_t *p, const char *client_id,
+                               const char *static_id, int mock, char *errstr, size_t n)
 {
     const segd_config_t *cfg = p->cfg;
-    char member[256], queued[24], fetch[24], partition[24];
-    segd_err_t err = instance_id(p, member, sizeof(member), errstr, n);
-    if (err)
-        return err;
+    char queued[24], fetch[24], partition[24], timeout[24];
     fetch_sizes(cfg, queued, fetch, partition);
     const char *const defaults[] = {
         "bootstrap.servers", cfg->brokers, "enable.auto.commit", "false",
@@ -940,17 +1056,26 @@ static segd_err_t make_consumer(segd_pipeline_t *p, char *errstr, size_t n)
         "cooperative-sticky", "enable.partition.eof", "false", "group.id", cfg->group,
         "auto.offset.reset", cfg->offset_reset, "queued.max.messages.kbytes", queued,
         "fetch.max.bytes", fetch, "max.partition.fetch.bytes", partition,
-        member[0] ? "group.instance.id" : NULL, member, NULL};
+        "client.id", client_id,
+        /* the mock holds every rebalance for session.timeout.ms less 1 s */
+        "session.timeout.ms", mock ? MOCK_SESSION_TIMEOUT_MS : "45000",
+        static_id[0] ? "group.instance.id" : NULL, static_id, NULL};
     char errbuf[512];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    err = segd_kconf_apply(conf, "consumer", defaults, errstr, n);
+    segd_err_t err = segd_kconf_apply(conf, "consumer", defaults, errstr, n);
     for (size_t i = 0; !err && i < cfg->n_kafka; i++) /* the operator's settings win */
         err = segd_kconf_set(conf, "consumer", cfg->kafka[i].key, cfg->kafka[i].value, errstr, n);
     if (err) {
         rd_kafka_conf_destroy(conf);
         return err;
     }
+    size_t len = sizeof(timeout);
+    p->session_timeout_ms = rd_kafka_conf_get(conf, "session.timeout.ms", timeout, &len) ==
+                                    RD_KAFKA_CONF_OK
+                                ? strtoll(timeout, NULL, 10)
+                                : 0;
     rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
+    rd_kafka_conf_set_offset_commit_cb(conf, commit_cb);
     rd_kafka_conf_set_log_cb(conf, log_cb);
     rd_kafka_conf_set_opaque(conf, p);
     p->consumer = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errbuf, sizeof(errbuf));
@@ -959,6 +1084,63 @@ static segd_err_t make_consumer(segd_pipeline_t *p, char *errstr, size_t n)
         return segd_errf(SEGD_ERR_KAFKA, errstr, n, "consumer: %s", errbuf);
     }
     rd_kafka_poll_set_consumer(p->consumer);
+    return SEGD_OK;
+}
+
+/* librdkafka's mock cluster (`segd dev-broker`, and the brokers of tests)
+ * names itself "mockCluster<hex>". In 2.0.2 it ignores group.instance.id
+ * (a static member that stops does not leave; its restart is a new member
+ * to the mock, and the old one stays until its session times out), and it
+ * holds every rebalance of a group that has members for session.timeout.ms
+ * less 1 s (rd_kafka_mock_cgrp_rebalance), a restart included: with the
+ * default 45 s, 44 s of /readyz "unassigned". Brokers that do not answer
+ * within the wait are taken for real ones. */
+static int mock_brokers(rd_kafka_t *rk)
+{
+    char *id = rd_kafka_clusterid(rk, CLUSTER_ID_WAIT_MS);
+    int mock = id && !strncmp(id, "mockCluster", strlen("mockCluster"));
+    if (id)
+        rd_kafka_mem_free(rk, id);
+    return mock;
+}
+
+static segd_err_t make_consumer(segd_pipeline_t *p, char *errstr, size_t n)
+{
+    const segd_config_t *cfg = p->cfg;
+    char member[256], client_id[256];
+    segd_err_t err = instance_id(p, member, sizeof(member), errstr, n);
+    /* the name `segd owner` gives the member: its store's instance id (DESIGN
+     * §7), static membership or not */
+    char why[256];
+    if (err || segd_store_instance_id(p->store, client_id, sizeof(client_id), why, sizeof(why)))
+        snprintf(client_id, sizeof(client_id), "segd");
+    if (!err)
+        err = new_consumer(p, client_id, member, 0, errstr, n);
+    if (!err && mock_brokers(p->consumer)) {
+        rd_kafka_destroy(p->consumer); /* never subscribed: nothing to leave */
+        p->consumer = NULL;
+        member[0] = 0;
+        err = new_consumer(p, client_id, member, 1, errstr, n);
+        if (!err)
+            segd_log(LOG(p), SEGD_LOG_INFO, "pipeline",
+                     "the brokers are librdkafka's mock cluster (segd dev-broker): it "
+                     "ignores group.instance.id, so static membership is off and this member "
+                     "leaves the group when it stops, and it holds every rebalance for "
+                     "session.timeout.ms less 1 s, so session.timeout.ms is %" PRId64
+                     " ms (default " MOCK_SESSION_TIMEOUT_MS " here, 45000 on Kafka): a join "
+                     "or restart waits that long", p->session_timeout_ms);
+    }
+    if (err)
+        return err;
+    char client[256];
+    size_t client_len = sizeof(client);
+    if (rd_kafka_conf_get(rd_kafka_conf(p->consumer), "client.id", client, &client_len) !=
+        RD_KAFKA_CONF_OK)
+        snprintf(client, sizeof(client), "?");
+    /* the names `segd owner` and the brokers' group tools show for this member */
+    segd_log_kv(LOG(p), SEGD_LOG_INFO, "pipeline", "group member",
+                "group=%s client_id=%s group_instance_id=%s session_timeout_ms=%" PRId64,
+                cfg->group, client, member[0] ? member : "(none)", p->session_timeout_ms);
     rd_kafka_topic_partition_list_t *topics =
         rd_kafka_topic_partition_list_new((int)cfg->n_topics);
     for (size_t i = 0; i < cfg->n_topics; i++)
@@ -1055,6 +1237,37 @@ segd_err_t segd_pipeline_lags(segd_pipeline_t *p, segd_partition_lag_t **out, si
     return segd_lag_get(p->lag, out, n, assigned);
 }
 
+/* Every topic segd run reads or dead-letters to must exist before the
+ * group is joined (DESIGN §7.2). Asked through the dead-letter producer,
+ * whose metadata requests let brokers that auto-create topics (the dev
+ * broker) create them; where brokers do not (production Kafka), a missing
+ * topic stops segd run at start, named, with nothing consumed. Brokers
+ * that do not answer are not a reason to refuse: ingest waits for them. */
+static segd_err_t check_topics(segd_pipeline_t *p, char *errstr, size_t n)
+{
+    const segd_config_t *cfg = p->cfg;
+    rd_kafka_t *rk = segd_dlq_producer(p->dlq);
+    char why[512];
+    int32_t count;
+    for (size_t i = 0; rk && i <= cfg->n_topics; i++) {
+        const char *topic = i < cfg->n_topics ? cfg->topics[i] : cfg->dlq_topic;
+        if (!topic || !*topic)
+            continue;
+        segd_err_t err = segd_kmeta_partitions_wait(rk, topic, TOPIC_WAIT_MS, &count, why,
+                                                    sizeof(why));
+        if (err == SEGD_ERR_NOTFOUND)
+            return segd_errf(err, errstr, n, "%s topic %s%s does not exist and the brokers "
+                             "did not create it (automatic topic creation off): create it "
+                             "before starting segd run", i < cfg->n_topics ? "input" : "dead-letter",
+                             topic, i < cfg->n_topics ? "" : " (dlq.topic)");
+        if (err) { /* unreachable: the consumer and the DLQ's deliveries wait for them */
+            segd_log(LOG(p), SEGD_LOG_WARN, "pipeline", "topics not checked at start: %s", why);
+            return SEGD_OK;
+        }
+    }
+    return SEGD_OK;
+}
+
 segd_err_t segd_pipeline_new(segd_pipeline_t **out, const segd_config_t *cfg,
                              segd_store_t *store, volatile sig_atomic_t *stop, char *errstr,
                              size_t n)
@@ -1082,6 +1295,8 @@ segd_err_t segd_pipeline_new(segd_pipeline_t **out, const segd_config_t *cfg,
         err = new_sweep(p, errstr, n);
     if (!err && cfg->changes_enable) /* every batch records its changes (DESIGN §5) */
         segd_applier_enable_outbox(&p->ap);
+    if (!err)
+        err = check_topics(p, errstr, n);
     if (!err)
         err = make_consumer(p, errstr, n);
     if (!err && cfg->identity_enable)

@@ -17,7 +17,7 @@ source "$(dirname "$0")/lib.bash"
 lib_init cachegap
 now=$(date +%s)
 free_port() { /usr/bin/python3 -c "import socket;s=socket.socket();s.bind(('127.0.0.1',0));print(s.getsockname()[1])"; }
-start_broker 1 events,segments.changes
+start_broker 1 events,events.dlq,segments.changes
 changes="${tp}segments.changes"
 export SEGD_CHANGES_TOPIC=$changes
 junk() { # $1 messages of $2 random bytes, uncompressed, into the change topic

@@ -12,7 +12,7 @@ segd=$1
 source "$(dirname "$0")/lib.bash"
 lib_init gran
 now=1800000000
-start_broker 2 events,segments.changes
+start_broker 2 events,events.dlq,segments.changes
 export SEGD_CHANGES_TOPIC="${tp}segments.changes"
 "$segd" produce --brokers "$brokers" --topic "${tp}events" --users 10 --now $now \
   > /dev/null 2> "$tmp/produce.log" || fail "produce"

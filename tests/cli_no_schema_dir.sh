@@ -19,7 +19,7 @@ lib_init noschema
 cp "$segd" "$tmp/segd"
 # the broker outside the namespace (on the mock, the built binary's dev
 # broker: a broker is not what this test is about)
-start_broker 2 events,segments.changes
+start_broker 2 events,events.dlq,segments.changes
 export SEGD_CHANGES_TOPIC="${tp}segments.changes"
 /usr/bin/python3 - "$src/schemas/segment_event.avsc" "$tmp/events.avro" <<'PY'
 import avro.schema, avro.datafile, avro.io, sys

@@ -36,6 +36,19 @@ kafka_real() {
   [ -n "${KAFKA_CLUSTER_DIR:-}" ] || return 1
   ! grep -q "^${lib_name:-?} " "$lib_root/tests/mock_only.txt" 2>/dev/null
 }
+# For a test that needs Apache Kafka (tests/kafka_*.sh that check what the
+# mock cannot show): without KAFKA_CLUSTER_DIR it starts a cluster of its
+# own in $tmp (scripts/kafka.sh, 3 nodes), stopped when the test exits.
+require_kafka() {
+  if [ -z "${KAFKA_CLUSTER_DIR:-}" ]; then
+    export KAFKA_CLUSTER_DIR="$tmp/kafka"
+    trap 'lib_cleanup; bash "$lib_root/scripts/kafka.sh" stop >/dev/null 2>&1 || true' EXIT
+    echo "${lib_name:-?}: no KAFKA_CLUSTER_DIR: starting a Kafka cluster of its own"
+    bash "$lib_root/scripts/kafka.sh" start 3 > "$tmp/kafka.out" 2>&1 ||
+      fail "cannot start a Kafka cluster: $(tail -5 "$tmp/kafka.out")"
+  fi
+  kafka_real || fail "${lib_name:-?} needs Apache Kafka (is it in tests/mock_only.txt?)"
+}
 fail() {
   echo "FAIL: $*" >&2
   for f in "$tmp"/*.log; do echo "--- $f" >&2; tail -12 "$f" >&2; done

@@ -74,7 +74,7 @@ grep -q "libsegd-cache.so.1 => $libdir" "$tmp/ldd.txt" ||
 
 # the broker (and so $tp, the topic prefix) before the snapshot, which names
 # the input topic segd run consumes below
-start_broker 2 events,segments.changes
+start_broker 2 events,events.dlq,segments.changes
 export SEGD_CHANGES_TOPIC="${tp}segments.changes"
 "$segd" generate --out "$tmp/seed.jsonl" --users 60 --now $now > /dev/null
 "$segd" backfill --db "$tmp/db" --now $now "$tmp/seed.jsonl" > /dev/null

@@ -19,7 +19,7 @@ now=1800000000
 users=200
 # events stamped around --now while segd run keeps the wall clock
 export SEGD_LIMITS_MAX_CLOCK_SKEW_MS=3000000000000 SEGD_STORE_HORIZON_S=$((80 * 86400))
-start_broker 4 events,segments.changes
+start_broker 4 events,events.dlq,segments.changes
 export SEGD_CHANGES_TOPIC="${tp}segments.changes"
 produce() { # batch $1
   "$segd" produce --brokers "$brokers" --topic "${tp}events" --users $users --events 1500 \

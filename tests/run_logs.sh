@@ -49,7 +49,9 @@ for l in lines:
     objs.append(o)
 kafka = [o for o in objs if o["component"] == "kafka"]
 assert kafka, "no librdkafka line"
-assert all(o.get("client", "").startswith("rdkafka#") and o.get("facility") for o in kafka), kafka[0]
+# the client's name: the consumer's client.id is its store's instance id (segd owner)
+assert all(o.get("client", "").startswith(("rdkafka#", "segd-")) and o.get("facility")
+           for o in kafka), kafka[0]
 assert any(o["level"] == "debug" for o in kafka), "debug=cgrp lines not at debug"
 final = [o for o in objs if o["component"] == "pipeline" and o["msg"] == "final"]
 assert len(final) == 1, final

@@ -13,7 +13,7 @@ lib_init sweep
 now=1800000000
 users=200
 export SEGD_LIMITS_MAX_CLOCK_SKEW_MS=3000000000000 SEGD_STORE_HORIZON_S=$((80 * 86400))
-start_broker 4 events,segments.changes
+start_broker 4 events,events.dlq,segments.changes
 export SEGD_CHANGES_TOPIC="${tp}segments.changes"
 "$segd" produce --brokers "$brokers" --topic "${tp}events" --users $users --events 1500 \
   --seed 1 --now $now > /dev/null 2> "$tmp/produce.log" || fail "produce"

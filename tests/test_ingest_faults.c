@@ -5,7 +5,8 @@
  * grows past changes.max.outbox + one batch and its depth is reported
  * exactly while the change registry is down; `segd run` stopped before its
  * first assignment does not abort in the cooperative-sticky assignor; the
- * group.instance.id kept in the store is stable across reopen. */
+ * group.instance.id kept in the store is stable across reopen; a Kafka
+ * offset commit the group refused during a rebalance is sent again. */
 #include <inttypes.h>
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
@@ -36,6 +37,7 @@
 #define PARTITIONS 4
 #define NOW_S 1800000000LL
 #define SYNC_GROUP_API 14 /* RD_KAFKAP_SyncGroup */
+#define OFFSET_COMMIT_API 8 /* RD_KAFKAP_OffsetCommit */
 
 typedef struct fixture {
     rd_kafka_t *rk; /* the mock cluster lives in it */
@@ -545,6 +547,87 @@ static void test_instance_id_stable(void **state)
     segd_store_close(s);
 }
 
+/* ---------- issue 21: a refused offset commit is sent again ---------- */
+
+typedef struct commit_state {
+    const fixture_t *f;
+    const char *group;
+    segd_store_t *s;
+    uint64_t total;
+} commit_state_t;
+
+/* The group's committed offsets summed over the topic's partitions, as a
+ * lag monitor reads them (OffsetFetch by a client that is not a member). */
+static int64_t committed_sum(const fixture_t *f, const char *group)
+{
+    char err[256];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(conf, "bootstrap.servers", bootstraps(f), err, sizeof(err));
+    rd_kafka_conf_set(conf, "group.id", group, err, sizeof(err));
+    rd_kafka_conf_set(conf, "log_level", "3", err, sizeof(err));
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof(err));
+    assert_non_null(rk);
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(PARTITIONS);
+    for (int p = 0; p < PARTITIONS; p++)
+        rd_kafka_topic_partition_list_add(l, TOPIC, p);
+    int64_t sum = -1;
+    if (!rd_kafka_committed(rk, l, 5000)) {
+        sum = 0;
+        for (int p = 0; p < PARTITIONS; p++)
+            sum += l->elems[p].offset > 0 ? l->elems[p].offset : 0;
+    }
+    rd_kafka_topic_partition_list_destroy(l);
+    rd_kafka_destroy(rk);
+    return sum;
+}
+
+static int commit_stored(void *ctx)
+{
+    commit_state_t *c = ctx;
+    return stored_offsets_sum(c->s) >= c->total;
+}
+
+static int commit_caught_up(void *ctx)
+{
+    commit_state_t *c = ctx;
+    return committed_sum(c->f, c->group) == (int64_t)c->total;
+}
+
+/* Every OffsetCommit is refused (ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS,
+ * as a group answers during a rebalance) while the member ingests the whole
+ * topic; then the broker takes commits again and no message comes any more.
+ * The store's offsets are right all along; the group's committed offsets
+ * must reach them too, by a resend, not wait for a next message. */
+static void test_refused_commit_resent(void **state)
+{
+    fixture_t *f = *state;
+    const uint64_t users = 40;
+    char db[128];
+    segd_config_t cfg;
+    member_t m = {0};
+    snprintf(db, sizeof(db), "%s/commit", f->dir);
+    segd_store_t *s = open_store(f->dir, "commit");
+    make_config(&cfg, f, "g-commit", db, NULL);
+    commit_state_t c = {f, "g-commit", s, users * 50};
+    for (int i = 0; i < 100; i++)
+        rd_kafka_mock_push_request_errors(f->mcl, OFFSET_COMMIT_API, 1,
+                                          i % 2 ? RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS
+                                                : RD_KAFKA_RESP_ERR_ILLEGAL_GENERATION);
+    produce_seed(f, users, 31);
+    member_start(&m, &cfg, s, 0);
+    assert_true(wait_for(commit_stored, &c, 60000));
+    sleep_ms(1500); /* the last batch's commit has reached the broker, refused */
+    int64_t before = committed_sum(f, "g-commit");
+    rd_kafka_mock_clear_request_errors(f->mcl, OFFSET_COMMIT_API);
+    fprintf(stderr, "test: committed %" PRId64 " of %" PRIu64 " while refused\n", before,
+            c.total);
+    assert_true(before < (int64_t)c.total); /* the refusals did refuse */
+    assert_true(wait_for(commit_caught_up, &c, 20000));
+    member_stop(&m);
+    segd_store_close(s);
+    segd_config_free(&cfg);
+}
+
 int main(void)
 {
     if (getenv("TEST_FILTER")) /* e.g. "test_out_of*" */
@@ -556,6 +639,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_back_pressure_bound, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_before_first_assignment, setup, teardown),
         cmocka_unit_test_setup_teardown(test_instance_id_stable, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_refused_commit_resent, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -70,6 +70,19 @@ static int32_t rd_int(rd_t *r, int bytes)
     return bytes == 2 ? (int16_t)v : (int32_t)v;
 }
 
+/* A member's host as the group coordinator reports it is Java's
+ * InetAddress.toString, "/127.0.0.1" or "name/127.0.0.1": the name when
+ * there is one, else the address, without the slash. Sets *len. */
+static const char *bare_host(const char *h, int *len)
+{
+    h = h ? h : "";
+    const char *slash = strchr(h, '/');
+    if (slash == h)
+        h++;
+    *len = slash && slash > h ? (int)(slash - h) : (int)strlen(h);
+    return h;
+}
+
 /* Fills owners from one member's assignment: Kafka's ConsumerProtocol
  * Assignment (int16 version, [topic string, [int32 partition]], bytes user
  * data). A version 0..3 body starts the same way; anything that does not
@@ -77,6 +90,8 @@ static int32_t rd_int(rd_t *r, int bytes)
 static void note_member(const struct rd_kafka_group_member_info *m, const char *topic,
                         int32_t partitions, char (*owners)[SEGD_KMETA_OWNER_LEN])
 {
+    int hlen;
+    const char *host = bare_host(m->client_host, &hlen);
     rd_t r = {m->member_assignment, (const uint8_t *)m->member_assignment +
                                         m->member_assignment_size, m->member_assignment == NULL};
     rd_int(&r, 2);
@@ -91,8 +106,9 @@ static void note_member(const struct rd_kafka_group_member_info *m, const char *
         for (int32_t i = 0; !r.bad && i < parts; i++) {
             int32_t p = rd_int(&r, 4);
             if (!r.bad && ours && p >= 0 && p < partitions)
-                snprintf(owners[p], SEGD_KMETA_OWNER_LEN, "%.200s host=%.100s", m->member_id,
-                         m->client_host);
+                snprintf(owners[p], SEGD_KMETA_OWNER_LEN, "%.200s host=%.*s",
+                         m->client_id && *m->client_id ? m->client_id : m->member_id,
+                         hlen < 100 ? hlen : 100, host);
         }
     }
 }

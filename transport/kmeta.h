@@ -26,7 +26,9 @@ segd_err_t segd_kmeta_partitions_wait(rd_kafka_t *rk, const char *topic, int wai
                                       int32_t *count, char *errstr, size_t errstr_size);
 
 /* The member of `group` that holds each partition of `topic` now:
- * owners[p] (p < partitions) is set to "<member id> host=<client host>", or
+ * owners[p] (p < partitions) is set to "<client id> host=<client host>" (the
+ * member id when the client gave no client id; the host without the
+ * coordinator's leading '/'), or
  * left empty when no member holds p, from the group's description (its
  * members' assignments). A broker that cannot describe groups (librdkafka's
  * mock cluster has no DescribeGroups), a group not Stable (rebalancing) or
