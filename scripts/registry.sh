@@ -15,8 +15,8 @@
 # log, pid and port. Several can run side by side in different folders.
 # The build is cached under REGISTRY_CACHE_DIR (default
 # ~/.cache/segd-registry): a second start downloads and builds nothing.
-# Needs Java 17+ and Maven; installs Debian's default-jre-headless and maven
-# when absent. Start takes 10-40 s (a Quarkus application on a loaded machine).
+# Needs Java 17+, Maven and curl; installs Debian's default-jre-headless,
+# maven and curl when absent. Start takes 10-40 s (a Quarkus application on a loaded machine).
 set -euo pipefail
 APICURIO_VERSION=2.4.2.Final   # also in scripts/registry/pom.xml
 here=$(cd "$(dirname "$0")" && pwd)
@@ -29,6 +29,7 @@ ensure_tools() {
   local missing=()
   command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
   command -v mvn >/dev/null 2>&1 || missing+=(maven)
+  command -v curl >/dev/null 2>&1 || missing+=(curl)
   [ ${#missing[@]} -eq 0 ] && return 0
   local sudo=""
   [ "$(id -u)" -ne 0 ] && sudo=sudo
