@@ -126,6 +126,12 @@ for id in "$id1" "$id2" "$id3"; do
   [[ "$id" =~ ^[0-9]+$ ]] || fail "registering SegmentEvent: $id1 / $id2 / $id3"
 done
 [ "$id1" != "$id2" ] && [ "$id2" != "$id3" ] || fail "evolutions got the same id: $id1 $id2 $id3"
+# BACKWARD is in force (else v2 and v3 proved nothing): a v4 that reads
+# user_id as an int cannot read v3's data, and the registry says so
+"$py" -c 'import json,sys; s=json.load(open(sys.argv[1])); s["fields"][0]["type"]="int"; print(json.dumps(s))' \
+  "$tmp/v3.avsc" > "$tmp/v4_bad.avsc"
+bad=$(client register "$ev_subject" "$tmp/v4_bad.avsc")
+case "$bad" in "refused 409 "*) ;; *) fail "an incompatible SegmentEvent was not refused: $bad";; esac
 client register "${tp}segments.links-value" "$src/schemas/link_event.avsc" > "$tmp/link.id"
 [[ "$(cat "$tmp/link.id")" =~ ^[0-9]+$ ]] || fail "registering LinkEvent: $(cat "$tmp/link.id")"
 
