@@ -44,6 +44,11 @@ fetch() {
   [ -f "$cache/app/.complete" ] && return 0
   ensure_tools
   mkdir -p "$cache"
+  # two first starts at once (tests side by side) build once, not into each
+  # other's folder
+  exec 9> "$cache/.lock"
+  flock 9
+  [ -f "$cache/app/.complete" ] && { exec 9>&-; return 0; }
   rm -rf "$cache/build" "$cache/app.part"
   mkdir -p "$cache/build"
   cp -r "$here/registry/pom.xml" "$here/registry/src" "$cache/build/"
@@ -57,6 +62,7 @@ fetch() {
   mv "$cache/build/target/lib" "$cache/app.part/lib"
   touch "$cache/app.part/.complete"
   rm -rf "$cache/app" "$cache/build" && mv "$cache/app.part" "$cache/app"
+  exec 9>&-
 }
 
 free_port() {
