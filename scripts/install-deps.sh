@@ -18,6 +18,9 @@ if [ "${SEGD_DEPS:-all}" != build ]; then
   # Maven Central's jars: a JRE and Maven, when the machine has none of its own
   command -v java >/dev/null 2>&1 || pkgs+=(default-jre-headless)
   command -v mvn >/dev/null 2>&1 || pkgs+=(maven)
+  # the real schema registry of tests/schema_registry.sh (scripts/registry.sh)
+  # runs from Maven Central's jars too; curl asks it whether it is up
+  pkgs+=(curl)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

@@ -98,7 +98,14 @@ start() {
   done
   local rf=$(( nodes < 3 ? nodes : 3 ))
   local cluster_id
-  cluster_id=$("$py" -c 'import base64,os;print(base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("="))')
+  # not starting with '-': kafka-storage would take such an id for an option
+  # ("argument --cluster-id/-t: expected one argument"; 1 start in 64)
+  cluster_id=$("$py" -c 'import base64,os
+while True:
+    s = base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("=")
+    if s[0] != "-":
+        print(s)
+        break')
   for n in $(seq 1 "$nodes"); do
     mkdir -p "$dir/node-$n/data"
     cat > "$dir/node-$n/server.properties" <<EOF

@@ -29,9 +29,12 @@ cmake --build build -j"$jobs"
 export KAFKA_CLUSTER_DIR="$PWD/build/kafka"
 trap 'bash scripts/kafka.sh stop' EXIT
 bash scripts/kafka.sh start 3 >/dev/null
+# tests/schema_registry.sh's registry (scripts/registry.sh) is built from
+# Maven Central's jars on first use: here, so that no test's time pays it.
+bash scripts/registry.sh fetch
 # The slowest tests run under ASan+UBSan below (same assertions, sanitized):
 # running them twice would spend two minutes of CI on nothing new.
-twice_slow='^(test_ingest|test_ingest_faults|test_publish|test_converge|snapshot_cli|restore_cli|cli_replay|sweep_cli|run_logs|demo_cli|metrics_prom|resp_cli)$'
+twice_slow='^(test_ingest|test_ingest_faults|test_publish|test_converge|snapshot_cli|restore_cli|cli_replay|sweep_cli|run_logs|demo_cli|metrics_prom|resp_cli|schema_registry)$'
 (cd build && ctest --output-on-failure -j"$test_jobs" -E "$twice_slow")
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSEGD_SANITIZE=ON -DSEGD_WERROR=ON >/dev/null
 cmake --build build-asan -j"$jobs"

@@ -22,7 +22,8 @@
 
 /* Registry stand-ins: ids 1-3 the evolved writers, 6 a writer that does not
  * resolve, 7 a non-JSON answer, 500 a failing server, register under
- * segd-events-value (POST with the registry content type only), and the
+ * segd-events-value (POST with the registry content type only), a 409 with
+ * Confluent's error body under segd-refused-value, and the
  * same ids under /auth/ behind basic auth (u:p). */
 static const char NGINX_LOCATIONS[] =
     "location = /schemas/ids/500 { return 500; }\n"
@@ -30,6 +31,9 @@ static const char NGINX_LOCATIONS[] =
     "   if ($request_method != POST) { return 405; }\n"
     "   if ($http_content_type != \"application/vnd.schemaregistry.v1+json\") { return 415; }\n"
     "   return 200 '{\"id\":7}';\n  }\n"
+    "  location = /subjects/segd-refused-value/versions {\n"
+    "   return 409 '{\"error_code\":409,\"message\":\"Schema being registered is "
+    "incompatible with an earlier schema\"}';\n  }\n"
     "  location /auth/ { auth_basic \"registry\"; auth_basic_user_file htpasswd; }";
 
 static const char WRITER_INCOMPATIBLE[] =
@@ -228,6 +232,13 @@ static void test_registry_answers(void **state)
     assert_int_equal(id, 7);
     assert_int_equal(segd_registry_register(r, "no-such-subject", WRITER_EXTRA, &id, err,
                                             sizeof(err)), SEGD_ERR_HTTP);
+    assert_string_equal(err, "register no-such-subject: HTTP 404, refused");
+    /* a refusal names its meaning and the registry's reason */
+    assert_int_equal(segd_registry_register(r, "segd-refused-value", WRITER_EXTRA, &id, err,
+                                            sizeof(err)), SEGD_ERR_HTTP);
+    assert_string_equal(err, "register segd-refused-value: HTTP 409, schema incompatible with "
+                             "the subject's earlier versions under its compatibility level: "
+                             "Schema being registered is incompatible with an earlier schema");
     segd_registry_destroy(r);
 }
 

@@ -207,6 +207,26 @@ segd_err_t segd_registry_get_schema(segd_registry_t *r, int32_t id, const char *
     return err;
 }
 
+/* A refused registration, in words an operator can act on: what the status
+ * means for a schema registry and the registry's own reason ("message" of
+ * its JSON error body, e.g. which field breaks compatibility). A bare "HTTP
+ * 409" said neither. */
+static segd_err_t refused(const char *subject, long status, const body_t *resp, char *errstr,
+                          size_t n)
+{
+    const char *why = status == 409   ? "schema incompatible with the subject's earlier "
+                                        "versions under its compatibility level"
+                      : status == 422 ? "schema invalid"
+                      : status == 401 || status == 403 ? "not authorized"
+                                                       : "refused";
+    json_t *root = json_loadb(resp->data ? resp->data : "", resp->len, 0, NULL);
+    const char *msg = json_string_value(json_object_get(root, "message"));
+    segd_err_t err = segd_errf(SEGD_ERR_HTTP, errstr, n, "register %s: HTTP %ld, %s%s%.300s",
+                               subject, status, why, msg ? ": " : "", msg ? msg : "");
+    json_decref(root);
+    return err;
+}
+
 segd_err_t segd_registry_register(segd_registry_t *r, const char *subject,
                                   const char *schema_json, int32_t *id, char *errstr,
                                   size_t n)
@@ -228,7 +248,7 @@ segd_err_t segd_registry_register(segd_registry_t *r, const char *subject,
     free(post);
     json_t *root = NULL;
     if (!err && status / 100 != 2)
-        err = segd_errf(SEGD_ERR_HTTP, errstr, n, "register %s: HTTP %ld", subject, status);
+        err = refused(subject, status, &resp, errstr, n);
     if (!err) {
         root = json_loadb(resp.data ? resp.data : "", resp.len, 0, NULL);
         json_t *v = json_object_get(root, "id");

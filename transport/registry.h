@@ -41,7 +41,9 @@ segd_err_t segd_registry_lookup(void *registry, int32_t id, const char **json, c
 
 /* POST /subjects/{subject}/versions with {"schema": schema_json}
  * (application/vnd.schemaregistry.v1+json); *id is the registry's id for it.
- * SEGD_ERR_HTTP for a failed transfer or any non-2xx answer. */
+ * SEGD_ERR_HTTP for a failed transfer or any non-2xx answer; errstr then says
+ * what the status means (409: incompatible under the subject's compatibility
+ * level) and carries the registry's own reason (its error body's "message"). */
 segd_err_t segd_registry_register(segd_registry_t *r, const char *subject,
                                   const char *schema_json, int32_t *id, char *errstr,
                                   size_t errstr_size);
