@@ -19,6 +19,13 @@ test_jobs=${SEGD_TEST_JOBS:-$((jobs + 1))}
 # stores in tests are small: do not let a nearly full CI disk stall every write
 # behind the 256 MiB production reserve (tests/disk_full.sh sets its own)
 export SEGD_STORE_MIN_FREE_MB=8
+# tests/schema_registry.sh's registry (scripts/registry.sh) is built from
+# Maven Central's jars on first use (about 5 minutes on a fresh machine, most
+# of it download): in the background while segd builds and the plain stage
+# runs, so that no test's time pays it. Only the ASan stage runs that test.
+mkdir -p build
+bash scripts/registry.sh fetch > build/registry-fetch.log 2>&1 &
+registry_fetch=$!
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSEGD_WERROR=ON >/dev/null
 cmake --build build -j"$jobs"
 # One real Apache Kafka cluster (scripts/kafka.sh: 3 KRaft nodes on loopback,
@@ -29,13 +36,11 @@ cmake --build build -j"$jobs"
 export KAFKA_CLUSTER_DIR="$PWD/build/kafka"
 trap 'bash scripts/kafka.sh stop' EXIT
 bash scripts/kafka.sh start 3 >/dev/null
-# tests/schema_registry.sh's registry (scripts/registry.sh) is built from
-# Maven Central's jars on first use: here, so that no test's time pays it.
-bash scripts/registry.sh fetch
 # The slowest tests run under ASan+UBSan below (same assertions, sanitized):
 # running them twice would spend two minutes of CI on nothing new.
 twice_slow='^(test_ingest|test_ingest_faults|test_publish|test_converge|snapshot_cli|restore_cli|cli_replay|sweep_cli|run_logs|demo_cli|metrics_prom|resp_cli|schema_registry)$'
 (cd build && ctest --output-on-failure -j"$test_jobs" -E "$twice_slow")
+wait "$registry_fetch" || { cat build/registry-fetch.log >&2; echo "test.sh: the schema registry did not build" >&2; exit 1; }
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSEGD_SANITIZE=ON -DSEGD_WERROR=ON >/dev/null
 cmake --build build-asan -j"$jobs"
 # allocator_may_return_null: fuzzed Avro claims huge lengths; avro-c must see NULL, not an abort
