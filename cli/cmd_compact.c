@@ -121,7 +121,7 @@ int segd_cmd_stats(int argc, char **argv)
     int rc = parse_db_now("stats", argc, argv, &db, &now_s, &json);
     if (rc)
         return rc < 0 ? SEGD_EXIT_OK : rc;
-    segd_store_t *s = segd_app_open_store("stats", db, now_s, 1);
+    segd_store_t *s = segd_app_open_reader("stats", db, now_s);
     if (!s)
         return SEGD_EXIT_FAIL;
     segd_store_stats_t st;

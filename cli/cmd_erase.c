@@ -91,11 +91,11 @@ static int check_time(erase_job_t *j)
     segd_policy_t *pol = segd_store_policy(j->ap.store);
     segd_ts_verdict_t v = segd_policy_check_ts_floor(pol, j->at_ms, j->limits.max_clock_skew_ms,
                                                      segd_policy_import_floor(pol));
-    int64_t own = segd_policy_ts_floor(pol), imp = segd_policy_import_floor(pol);
+    char floor[160];
+    segd_policy_floor_explain(pol, segd_policy_import_floor(pol), floor, sizeof(floor));
     if (v == SEGD_TS_TOO_LATE)
-        fprintf(stderr, "segd erase: too_late: --at-ms %" PRId64 " is below %" PRId64
-                " (GC watermark + grace, or a restored unit's W)\n", j->at_ms,
-                own > imp ? own : imp);
+        fprintf(stderr, "segd erase: too_late: --at-ms %" PRId64 " is below the ingest floor "
+                "%s\n", j->at_ms, floor);
     else if (v == SEGD_TS_FROM_FUTURE)
         fprintf(stderr, "segd erase: from_future: --at-ms %" PRId64 " is more than %" PRId64
                 " ms after now\n", j->at_ms, j->limits.max_clock_skew_ms);

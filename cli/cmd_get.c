@@ -301,7 +301,7 @@ int segd_cmd_get(int argc, char **argv)
         usage(stderr);
         return SEGD_EXIT_USAGE;
     }
-    segd_store_t *s = segd_app_open_store("get", db, a.now_s, 1);
+    segd_store_t *s = segd_app_open_reader("get", db, a.now_s);
     if (!s)
         return SEGD_EXIT_FAIL;
     segd_profile_t p;

@@ -330,7 +330,8 @@ static segd_err_t open_db(segd_store_t *s, const segd_store_opts_t *o, char *err
         segd_errf(SEGD_ERR_BUSY, errstr, n,
                   "%s is in use: another process holds its RocksDB lock %s/LOCK (a running "
                   "`segd run`, backfill, replay or compact?); stop it first, or use a "
-                  "read-only command (get, stats, snapshot export) beside it",
+                  "read-only command (get, stats, offsets show, identity check|members, segments "
+                  "list-retired, snapshot export) beside it",
                   o->path, o->path);
         rocksdb_free(rerr);
         return SEGD_ERR_BUSY;
