@@ -555,7 +555,8 @@ segd_err_t segd_store_gc_advance(segd_store_t *s, int flags, char *errstr, size_
     int64_t elapsed = now > s->gc_moved_ms ? now - s->gc_moved_ms : 0, next = 0;
     s->gc_moved_ms = now;
     segd_err_t err = SEGD_OK;
-    if (flags & SEGD_GC_MERGED_ALL)
+    int history = w == 0 && !s->gc_start_floor_ms; /* a fresh store takes any age */
+    if ((flags & SEGD_GC_MERGED_ALL) && !(history && (flags & SEGD_GC_KEEP_HISTORY)))
         next = target;
     else if (w > 0)
         next = w + elapsed < target ? w + elapsed : target;
@@ -1126,6 +1127,13 @@ static uint64_t background_errors(segd_store_t *s)
  * refuses writes, so both are checked. */
 segd_err_t segd_store_compact(segd_store_t *s, char *errstr, size_t n)
 {
+    return segd_store_compact_ex(s, 0, errstr, n);
+}
+
+segd_err_t segd_store_compact_ex(segd_store_t *s, int flags, char *errstr, size_t n)
+{
+    int gc_flags = SEGD_GC_MERGED_ALL |
+                   (flags & SEGD_COMPACT_KEEP_HISTORY ? SEGD_GC_KEEP_HISTORY : 0);
     uint64_t before = background_errors(s), corrupt = segd_policy_corrupt_count(s->policy);
     rocksdb_compactoptions_t *co = rocksdb_compactoptions_create();
     rocksdb_compactoptions_set_bottommost_level_compaction(co, 2 /* force */);
@@ -1134,7 +1142,7 @@ segd_err_t segd_store_compact(segd_store_t *s, char *errstr, size_t n)
         rocksdb_compact_range_cf_opt(s->db, s->cf[CF_PROFILES], co, NULL, 0, NULL, 0);
         /* after the first pass every key is one merged value: W may take its target */
         if (pass == 0 && background_errors(s) == before) {
-            segd_err_t gerr = segd_store_gc_advance(s, SEGD_GC_MERGED_ALL, errstr, n);
+            segd_err_t gerr = segd_store_gc_advance(s, gc_flags, errstr, n);
             if (gerr) {
                 rocksdb_compactoptions_destroy(co);
                 return gerr;

@@ -175,6 +175,12 @@ segd_err_t segd_store_flush(segd_store_t *s, char *errstr, size_t errstr_size);
  * the second pass drops what lies below it. Call without concurrent writers
  * (segd compact, tests, segd run before it consumes). */
 segd_err_t segd_store_compact(segd_store_t *s, char *errstr, size_t errstr_size);
+/* The same; SEGD_COMPACT_KEEP_HISTORY: a store still taking history (W = 0,
+ * no start phase: a fresh or backfilled store) keeps taking it, W is not
+ * moved (segd compact without --end-history). */
+#define SEGD_COMPACT_KEEP_HISTORY 1
+segd_err_t segd_store_compact_ex(segd_store_t *s, int flags, char *errstr,
+                                 size_t errstr_size);
 
 /* Advances the GC watermark W (DESIGN §3) toward now - horizon - grace,
  * writing it to `meta` (synced) before the merge operator and the filter may
@@ -187,6 +193,7 @@ segd_err_t segd_store_compact(segd_store_t *s, char *errstr, size_t errstr_size)
  * since) lets W jump to its target. A read-only store does nothing. */
 #define SEGD_GC_MERGED_ALL 1
 #define SEGD_GC_CAUGHT_UP 2
+#define SEGD_GC_KEEP_HISTORY 4 /* with MERGED_ALL: W = 0 and no start phase stay so */
 segd_err_t segd_store_gc_advance(segd_store_t *s, int flags, char *errstr,
                                  size_t errstr_size);
 /* The persisted GC watermark (0 = none yet). */
