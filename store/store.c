@@ -1060,6 +1060,19 @@ segd_err_t segd_store_get(segd_store_t *s, const char *user, size_t user_len,
     return get_with(s, s->ropts, user, user_len, out, errstr, n);
 }
 
+segd_err_t segd_store_known(segd_store_t *s, const char *user, size_t user_len, int *known,
+                            char *errstr, size_t n)
+{
+    char *rerr = NULL;
+    rocksdb_pinnableslice_t *v =
+        rocksdb_get_pinned_cf(s->db, s->ropts, s->cf[CF_PROFILES], user, user_len, &rerr);
+    if (rerr)
+        return rocks_err(rerr, SEGD_ERR_IO, errstr, n, "get");
+    *known = v != NULL;
+    rocksdb_pinnableslice_destroy(v);
+    return SEGD_OK;
+}
+
 segd_err_t segd_store_view_get(segd_store_view_t *v, const char *user, size_t user_len,
                                segd_profile_t *out, char *errstr, size_t n)
 {

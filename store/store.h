@@ -158,6 +158,11 @@ segd_err_t segd_store_offset_get(segd_store_t *s, const char *topic, int32_t par
  * yields an empty profile and SEGD_OK. */
 segd_err_t segd_store_get(segd_store_t *s, const char *user, size_t user_len,
                           segd_profile_t *out, char *errstr, size_t errstr_size);
+/* *known = 1 when the store holds a record for user at all, live entries or
+ * not (until a compaction deletes an empty one): "never seen" against
+ * "nothing live", the "known" of the cache's HTTP API and `segd get --json`. */
+segd_err_t segd_store_known(segd_store_t *s, const char *user, size_t user_len, int *known,
+                            char *errstr, size_t errstr_size);
 
 /* Calls cb for every non-empty record in key order; cb returns non-zero to
  * stop. The profile is borrowed for the call. */
