@@ -1,0 +1,25 @@
+/* `segd erase --brokers ...`: erasure through the log while `segd run` serves
+ * the store (DESIGN 3.2): ERASE_USER events produced to the input topic, then
+ * a bounded wait until a store shows them applied. */
+#ifndef SEGD_ERASE_LIVE_H
+#define SEGD_ERASE_LIVE_H
+
+#include <stdint.h>
+
+typedef struct segd_erase_live {
+    const char *brokers;  /* over the config's */
+    const char *topic;    /* default: the config's first topic */
+    const char *config;   /* segd run's configuration file, or NULL */
+    const char *db;       /* the store to watch (read-only), or NULL: no wait */
+    int64_t at_ms;        /* 0: now */
+    int64_t wait_s;       /* how long to wait for the store */
+} segd_erase_live_t;
+
+/* Produces one ERASE_USER per user (users[0..n)), keyed and partitioned as
+ * segd's input.partitioner places the user, in input.format's framing, and
+ * waits for every delivery; then, with a db, until the store holds each
+ * erasure (erased_before_ms >= at_ms) or wait_s passes. Returns a CLI exit
+ * code after saying what happened on stdout/stderr. */
+int segd_erase_live(const segd_erase_live_t *a, char *const *users, int n);
+
+#endif
