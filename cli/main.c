@@ -11,6 +11,7 @@ static const segd_cmd_t commands[] = {
     {"dev-broker", segd_cmd_dev_broker, "serve an in-process Kafka cluster on loopback"},
     {"produce", segd_cmd_produce, "synthetic DMP: produce the seed workload to Kafka"},
     {"replay", segd_cmd_replay, "re-apply a topic range to a store; stored offsets untouched"},
+    {"rebuild", segd_cmd_rebuild, "rebuild a store from its topics beside it; swapped in at restart"},
     {"offsets", segd_cmd_offsets, "show (beside segd run) or set (offline) the stored input offsets"},
     {"backfill", segd_cmd_backfill, "apply SegmentEvents from JSON-lines or Avro files"},
     {"get", segd_cmd_get, "print a user's live segments as a bidder reads them"},

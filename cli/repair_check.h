@@ -22,9 +22,8 @@ int segd_repair_check(const char *cmd, const segd_replay_opts_t *o, segd_store_t
 /* The two exact repairs, for help texts and refusals. */
 #define SEGD_REPAIR_PATHS                                                                    \
     "  The exact repairs (README \"Repairing a store\", DESIGN 3.1):\n"                      \
-    "    1. rebuild: a fresh store takes history of any age: `segd run` on a new, empty\n"  \
-    "       --db reads every partition from the log start; stop the old one and serve\n"   \
-    "       the new one once it has caught up\n"                                           \
+    "    1. rebuild: `segd rebuild --config FILE` fills a fresh store beside the live\n"   \
+    "       one from the topics (history of any age); the next segd run swaps it in\n"    \
     "    2. restore: a fresh store with restore.from = a snapshot export taken before\n"    \
     "       the damage restores each partition's unit, then consumes after its offsets\n"
 

@@ -583,6 +583,12 @@ static segd_err_t flush_batch(replay_t *r, char *errstr, size_t n)
     segd_err_t err = r->dlq ? segd_dlq_deliver(r->dlq, errstr, n) : SEGD_OK;
     if (err)
         return err;
+    if (r->o->write_offsets && !r->o->count_only) {
+        for (size_t i = 0; i < r->nparts; i++)
+            segd_batch_set_offset(r->ap.batch, r->topic, r->parts[i].partition,
+                                  r->parts[i].next);
+        segd_batch_set_partition_count(r->ap.batch, r->topic, r->topic_partitions);
+    }
     int64_t wait = 100;
     while (!r->o->count_only && (err = segd_applier_flush(&r->ap, errstr, n)) != SEGD_OK) {
         if (*r->stop || err == SEGD_ERR_ABORTED)
