@@ -13,6 +13,7 @@
 
 #include "base/clock.h"
 #include "cli/cli.h"
+#include "consumer/apply.h"
 #include "consumer/config.h"
 #include "core/partition.h"
 #include "transport/registry.h"
@@ -24,6 +25,7 @@ extern char **environ;
 
 typedef struct live {
     const segd_erase_live_t *a;
+    const char *cmd; /* "erase" or "segments retire", for messages */
     segd_config_t cfg;
     const char *topic;
     segd_framing_t framing;
@@ -222,9 +224,9 @@ static int check_floor(const live_t *l)
 {
     int64_t skew = l->cfg.limits.max_clock_skew_ms;
     if (l->a->at_ms > segd_wall_ms() + skew) {
-        fprintf(stderr, "segd erase: from_future: --at-ms %" PRId64 " is more than %" PRId64
-                " ms after now (limits.max.clock.skew.ms); nothing produced\n", l->a->at_ms,
-                skew);
+        fprintf(stderr, "segd %s: from_future: %" PRId64 " is more than %" PRId64
+                " ms after now (limits.max.clock.skew.ms); nothing produced\n", l->cmd,
+                l->a->at_ms, skew);
         return SEGD_EXIT_USAGE;
     }
     if (!l->a->db)
@@ -239,14 +241,14 @@ static int check_floor(const live_t *l)
     segd_store_close(s);
     if (l->a->at_ms >= floor)
         return 0;
-    fprintf(stderr, "segd erase: too_late: --at-ms %" PRId64 " is below the ingest floor %s; "
-            "nothing produced\n", l->a->at_ms, why);
+    fprintf(stderr, "segd %s: too_late: %" PRId64 " is below the ingest floor %s; "
+            "nothing produced\n", l->cmd, l->a->at_ms, why);
     return SEGD_EXIT_USAGE;
 }
 
 int segd_erase_live(const segd_erase_live_t *a, char *const *users, int n)
 {
-    live_t l = {.a = a};
+    live_t l = {.a = a, .cmd = "erase"};
     char err[512] = "";
     int rc = SEGD_EXIT_FAIL;
     segd_config_init(&l.cfg);
@@ -275,6 +277,143 @@ int segd_erase_live(const segd_erase_live_t *a, char *const *users, int n)
     else {
         printf("not waited: give --db (the store segd run writes) to wait until it applies "
                "them\n");
+        rc = SEGD_EXIT_OK;
+    }
+out:
+    if (l.rk)
+        rd_kafka_destroy(l.rk);
+    segd_avro_codec_destroy(l.codec);
+    segd_registry_destroy(l.reg);
+    segd_config_free(&l.cfg);
+    return rc;
+}
+
+/* ---------- retirement through the log ---------- */
+
+typedef struct retired_seen {
+    const int64_t *ids;
+    int n, found;
+    int64_t before_ms;
+} retired_seen_t;
+
+static int seen_retired(void *ctx, int64_t segment_id, int64_t before_ms)
+{
+    retired_seen_t *r = ctx;
+    for (int i = 0; i < r->n; i++)
+        if (r->ids[i] == segment_id && before_ms >= r->before_ms)
+            r->found++;
+    return 0;
+}
+
+static int count_retired(const live_t *l, const int64_t *ids, int n)
+{
+    segd_store_t *s = segd_app_open_reader("segments", l->a->db, 0);
+    if (!s)
+        return -1;
+    retired_seen_t r = {ids, n, 0, l->a->at_ms};
+    segd_store_view_t *v = NULL;
+    char err[256];
+    int bad = segd_store_view_open(s, &v, err, sizeof(err)) ||
+              segd_store_view_retirements(v, seen_retired, &r, err, sizeof(err));
+    segd_store_view_close(v);
+    segd_store_close(s);
+    return bad ? -1 : r.found;
+}
+
+static int produce_retire(live_t *l, const int64_t *ids, int n, char *err, size_t en)
+{
+    segd_event_t ev;
+    segd_buf_t buf = {0};
+    segd_event_init(&ev);
+    ev.op = SEGD_OP_REMOVE;
+    ev.ts_ms = l->a->at_ms;
+    int rc = segd_event_set_user(&ev, SEGD_CONTROL_RETIRE_USER,
+                                 strlen(SEGD_CONTROL_RETIRE_USER)) ? 1 : 0;
+    for (int i = 0; !rc && i < n; i++) {
+        segd_seg_update_t u = {.segment_id = ids[i]};
+        rc = segd_event_add_segment(&ev, &u) ? 1 : 0;
+    }
+    if (!rc && (segd_event_validate(&ev, &l->cfg.limits, err, en) ||
+                segd_avro_encode(l->codec, l->framing, l->schema_id, &ev, &buf)))
+        rc = 2;
+    const char *key = SEGD_CONTROL_RETIRE_USER;
+    for (int32_t p = 0; !rc && p < l->partitions; p++) {
+        rd_kafka_resp_err_t kerr;
+        while ((kerr = rd_kafka_producev(l->rk, RD_KAFKA_V_TOPIC(l->topic),
+                                         RD_KAFKA_V_PARTITION(p),
+                                         RD_KAFKA_V_KEY(key, strlen(key)),
+                                         RD_KAFKA_V_VALUE(buf.data, buf.len),
+                                         RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                                         RD_KAFKA_V_END)) == RD_KAFKA_RESP_ERR__QUEUE_FULL)
+            rd_kafka_poll(l->rk, 10);
+        if (kerr)
+            rc = 1, snprintf(err, en, "produce: %s", rd_kafka_err2str(kerr));
+    }
+    if (rd_kafka_flush(l->rk, 30000) && !rc)
+        rc = 1, snprintf(err, en, "not every event was delivered within 30 s");
+    else if (!rc && l->failed)
+        rc = 1, snprintf(err, en, "delivery failed (said above)");
+    segd_buf_free(&buf);
+    segd_event_free(&ev);
+    return rc;
+}
+
+static int wait_retired(const live_t *l, const int64_t *ids, int n)
+{
+    double deadline = segd_mono_s() + (double)l->a->wait_s;
+    int done;
+    for (;;) {
+        done = count_retired(l, ids, n);
+        if (done < 0)
+            return SEGD_EXIT_FAIL;
+        if (done == n || segd_mono_s() >= deadline)
+            break;
+        struct timespec ts = {0, 200 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    if (done == n) {
+        printf("applied: %s lists all %d retirements\n", l->a->db, n);
+        return SEGD_EXIT_OK;
+    }
+    fprintf(stderr, "segd segments retire: after %" PRId64 " s %s lists %d of %d "
+            "retirements: is a segd run consuming %s into it (segd offsets show --db %s)? "
+            "The events are in the topic and will apply when it does.\n", l->a->wait_s,
+            l->a->db, done, n, l->topic, l->a->db);
+    return SEGD_EXIT_FAIL;
+}
+
+int segd_retire_live(const segd_erase_live_t *a, const int64_t *ids, int n)
+{
+    live_t l = {.a = a, .cmd = "segments retire"};
+    char err[512] = "";
+    int rc = SEGD_EXIT_FAIL;
+    segd_config_init(&l.cfg);
+    if (load_config(&l, err, sizeof(err))) {
+        fprintf(stderr, "segd segments retire: %s\n", err);
+        rc = SEGD_EXIT_USAGE;
+        goto out;
+    }
+    if ((rc = check_floor(&l)))
+        goto out;
+    rc = SEGD_EXIT_FAIL;
+    if (make_producer(&l, err, sizeof(err)) || count_partitions(&l, err, sizeof(err)) ||
+        schema_id(&l, err, sizeof(err))) {
+        fprintf(stderr, "segd segments retire: %s\n", err);
+        goto out;
+    }
+    int p = produce_retire(&l, ids, n, err, sizeof(err));
+    if (p) {
+        fprintf(stderr, "segd segments retire: %s%s\n", err, p == 2 ? "; nothing produced" : "");
+        rc = p == 2 ? SEGD_EXIT_USAGE : SEGD_EXIT_FAIL;
+        goto out;
+    }
+    printf("produced a retirement of %d segments before ts_ms %" PRId64 " to all %" PRId32
+           " partitions of %s\n", n, a->at_ms, l.partitions, l.topic);
+    if (a->db)
+        rc = wait_retired(&l, ids, n);
+    else {
+        printf("not waited: give --db (the store segd run writes) to wait until it applies "
+               "it\n");
         rc = SEGD_EXIT_OK;
     }
 out:

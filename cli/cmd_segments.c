@@ -6,18 +6,28 @@
  * beside a running segd run. */
 #include <getopt.h>
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "cli/cli.h"
+#include "cli/erase_live.h"
 #include "wire/outbox.h"
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: segd segments retire --db DIR [--before-ms MS] ID...\n"
+               "       segd segments retire --brokers B [--topic T] [--config FILE] [--db DIR]\n"
+               "                            [--wait-s N] [--before-ms MS] ID...\n"
                "       segd segments list-retired --db DIR [--json]\n"
                "  retire: entries of each ID with ts_ms <= MS (default: now) are dead at\n"
                "    once, in the store and (through the change stream) in caches; later\n"
-               "    events recreate the segment. Holds the store: stop segd run first.\n"
+               "    events recreate the segment. With --db alone it writes the store:\n"
+               "    stop segd run first. Live (--brokers, or a --config with brokers): a\n"
+               "    control event (user id segd.control:retire) is produced to every\n"
+               "    partition of the input topic T and the running segd run applies it\n"
+               "    with its batch; with --db it waits up to --wait-s (default 60) until\n"
+               "    the store lists every retirement (exit 0) or says why not (exit 1).\n"
                "  list-retired: every retirement marker (segment id, retired_before_ms),\n"
                "    a table or JSON lines; read-only, works beside a running segd run.\n");
 }
@@ -93,16 +103,43 @@ static int cmd_retire(const char *db, int64_t before_ms, char **ids, int n)
     return rc;
 }
 
+static int retire_live(segd_erase_live_t *live, const char *db, int64_t before_ms,
+                       char **args, int n, int json)
+{
+    if (n < 1 || json) {
+        usage(stderr);
+        return SEGD_EXIT_USAGE;
+    }
+    int64_t *ids = calloc((size_t)n, sizeof(*ids));
+    if (!ids)
+        return SEGD_EXIT_FAIL;
+    int rc = SEGD_EXIT_OK;
+    for (int i = 0; rc == SEGD_EXIT_OK && i < n; i++)
+        if (segd_arg_int("segments", "ID", args[i], 0, INT64_MAX, &ids[i]))
+            rc = SEGD_EXIT_USAGE;
+    live->db = db;
+    live->at_ms = before_ms ? before_ms : segd_wall_ms();
+    if (rc == SEGD_EXIT_OK)
+        rc = segd_retire_live(live, ids, n);
+    free(ids);
+    return rc;
+}
+
 int segd_cmd_segments(int argc, char **argv)
 {
     static const struct option opts[] = {{"db", required_argument, 0, 'd'},
                                          {"before-ms", required_argument, 0, 'b'},
                                          {"json", no_argument, 0, 'j'},
+                                         {"brokers", required_argument, 0, 'B'},
+                                         {"topic", required_argument, 0, 't'},
+                                         {"config", required_argument, 0, 'c'},
+                                         {"wait-s", required_argument, 0, 'w'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *db = NULL;
     int64_t before_ms = 0;
     int c, json = 0;
+    segd_erase_live_t live = {.wait_s = 60};
     const char *sub = argc >= 2 ? argv[1] : "";
     if (!strcmp(sub, "--help") || !strcmp(sub, "-h")) {
         usage(stdout);
@@ -119,6 +156,16 @@ int segd_cmd_segments(int argc, char **argv)
             db = optarg;
         else if (c == 'j')
             json = 1;
+        else if (c == 'B')
+            live.brokers = optarg;
+        else if (c == 't')
+            live.topic = optarg;
+        else if (c == 'c')
+            live.config = optarg;
+        else if (c == 'w') {
+            if (segd_arg_int("segments", "--wait-s", optarg, 0, 86400, &live.wait_s))
+                return SEGD_EXIT_USAGE;
+        }
         else if (c == 'b') {
             if (segd_arg_int("segments", "--before-ms", optarg, 1, INT64_MAX, &before_ms))
                 return SEGD_EXIT_USAGE;
@@ -127,7 +174,11 @@ int segd_cmd_segments(int argc, char **argv)
             return c == 'h' ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
         }
     }
-    if (!db || (retire && (optind >= argc || json)) || (list && (optind != argc || before_ms))) {
+    int is_live = live.brokers || live.config;
+    if (retire && is_live)
+        return retire_live(&live, db, before_ms, argv + optind, argc - optind, json);
+    if (!db || (retire && (optind >= argc || json)) ||
+        (list && (optind != argc || before_ms || is_live))) {
         usage(stderr);
         return SEGD_EXIT_USAGE;
     }

@@ -1238,6 +1238,23 @@ segd_err_t segd_store_stats(segd_store_t *s, segd_store_stats_t *st, char *errst
     return err;
 }
 
+void segd_batch_retire(segd_batch_t *b, int64_t segment_id, int64_t before_ms)
+{
+    segd_store_t *s = b->store;
+    char key[sizeof(RETIRED_PREFIX) - 1 + 8], val[8];
+    size_t plen = strlen(RETIRED_PREFIX);
+    int64_t cur = segd_policy_retired_before(s->policy, segment_id);
+    memcpy(key, RETIRED_PREFIX, plen);
+    put_be64(key + plen, (uint64_t)segment_id);
+    put_be64(val, (uint64_t)(before_ms > cur ? before_ms : cur));
+    rocksdb_writebatch_put_cf(b->wb, s->cf[CF_META], key, sizeof(key), val, 8);
+}
+
+segd_err_t segd_store_retire_applied(segd_store_t *s, int64_t segment_id, int64_t before_ms)
+{
+    return segd_policy_retire(s->policy, segment_id, before_ms);
+}
+
 segd_err_t segd_store_retire(segd_store_t *s, int64_t segment_id, int64_t before_ms,
                              segd_batch_t *extra, char *errstr, size_t n)
 {

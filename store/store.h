@@ -221,6 +221,12 @@ segd_err_t segd_store_stats(segd_store_t *s, segd_store_stats_t *st, char *errst
 /* Retires segment_id store-wide for entries with ts_ms <= before_ms. extra
  * (may be NULL) is written in the same WriteBatch (e.g. the outbox entry that
  * carries the retirement to caches) and left cleared. */
+/* The marker of segd_store_retire (raised to the stored one) put into b, to
+ * be written with the rest of b; the policy learns it only from
+ * segd_store_retire_applied, called after b was written (DESIGN 3.2: a
+ * retirement through the log joins its message's batch). */
+void segd_batch_retire(segd_batch_t *b, int64_t segment_id, int64_t before_ms);
+segd_err_t segd_store_retire_applied(segd_store_t *s, int64_t segment_id, int64_t before_ms);
 segd_err_t segd_store_retire(segd_store_t *s, int64_t segment_id, int64_t before_ms,
                              segd_batch_t *extra, char *errstr, size_t errstr_size);
 

@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Erase while running, through the log (issue 23): `segd erase --brokers`
+# Erase and retire while running, through the log (issue 23): `segd erase --brokers`
 # produces ERASE_USER events to the input topic in each user's partition,
 # the running `segd run` applies them like any event, and erase waits until
 # the store shows them (exit 0, "applied"); other users are untouched, the
 # events are not misrouted, a stopped segd run makes the bounded wait say
 # why (exit 1), a bad id or a time from the future produces nothing (exit 2).
+# `segd segments retire --brokers` sends a control event to every partition;
+# the store lists the retirement and the segment is dead for every user.
 # usage: live_erase.sh SEGD_BIN SOURCE_DIR
 set -euo pipefail
 segd=$1
@@ -45,6 +47,25 @@ grep -q "^applied: $tmp/db shows all 2 erasures$" "$tmp/erase.out" || fail "$(ca
   fail "erasing changed u0000000004"
 "$segd" stats --db "$tmp/db" | grep -q "^misrouted events *0$" ||
   fail "an erasure went to the wrong partition: $("$segd" stats --db "$tmp/db" | grep misrouted)"
+
+# retirement through the log: a control event to every partition, applied
+# by segd run with its batch, listed by the store, not counted as misrouted
+seg=$("$segd" get --db "$tmp/db" --json u0000000004 | /usr/bin/python3 -c \
+  'import json,sys; print(json.load(sys.stdin)["segments"][0]["id"])')
+holders() { # users among the first 40 with segment $seg live
+  # shellcheck disable=SC2046
+  "$segd" get --db "$tmp/db" --json $(seq -f 'u%010g' 0 39) | /usr/bin/python3 -c "
+import json,sys; print(sum(any(s['id'] == $seg for s in json.loads(l)['segments']) for l in sys.stdin))"; }
+[ "$(holders)" -gt 0 ] || fail "nobody holds segment $seg"
+"$segd" segments retire --brokers "$brokers" --topic "${tp}events" --db "$tmp/db" --wait-s 120 \
+  "$seg" > "$tmp/retire.out" 2> "$tmp/retire.log" || fail "retire --brokers exit $?: $(cat "$tmp/retire.log")"
+grep -q "^produced a retirement of 1 segments before ts_ms [0-9]* to all 2 partitions of ${tp}events$" \
+  "$tmp/retire.out" || fail "retire said: $(cat "$tmp/retire.out")"
+grep -q "^applied: $tmp/db lists all 1 retirements$" "$tmp/retire.out" || fail "$(cat "$tmp/retire.out")"
+"$segd" segments list-retired --db "$tmp/db" | grep -Eq "^$seg +[0-9]+$" || fail "not listed"
+[ "$(holders)" -eq 0 ] || fail "segment $seg still live for $(holders) users after its retirement"
+"$segd" stats --db "$tmp/db" | grep -q "^misrouted events *0$" ||
+  fail "the control events counted as misrouted: $("$segd" stats --db "$tmp/db" | grep misrouted)"
 
 # refusals produce nothing
 set +e
