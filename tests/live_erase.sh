@@ -12,6 +12,8 @@ set -euo pipefail
 segd=$1
 . "$2/tests/lib.bash"
 lib_init live_erase
+# no change topic here (auto-creation is off on a real cluster): nothing published
+export SEGD_CHANGES_ENABLE=0
 start_broker 2 events,events.dlq
 now=$(date +%s)
 "$segd" produce --brokers "$brokers" --topic "${tp}events" --users 40 --events 200 \

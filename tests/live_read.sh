@@ -10,7 +10,7 @@ set -euo pipefail
 segd=$1
 . "$2/tests/lib.bash"
 lib_init live_read
-start_broker 2 events,links
+start_broker 2 events,events.dlq,links
 now=$(date +%s)
 
 "$segd" generate --users 20 --now "$now" --out "$tmp/seed.jsonl" > /dev/null

@@ -11,6 +11,8 @@ set -euo pipefail
 segd=$1
 . "$2/tests/lib.bash"
 lib_init repair_floor
+# no change topic here (auto-creation is off on a real cluster): nothing published
+export SEGD_CHANGES_ENABLE=0
 start_broker 2 events,events.dlq
 now=$(date +%s)
 total=300
