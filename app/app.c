@@ -72,18 +72,29 @@ segd_store_t *segd_app_open_config_store(const char *cmd, const segd_config_t *c
     return s;
 }
 
-segd_store_t *segd_app_open_existing_store(const char *cmd, const char *dir, int64_t now_s)
+/* RocksDB creates a store where there is none: a mistyped --db would take
+ * a writer's writes and report success, and a reader would print RocksDB's
+ * raw "No such file or directory" */
+static int is_store(const char *cmd, const char *dir)
 {
-    /* RocksDB creates a store where there is none: a mistyped --db would
-     * take the command's writes and report success */
     char current[4096];
     struct stat st;
     snprintf(current, sizeof(current), "%s/CURRENT", dir);
     if (stat(current, &st)) {
         fprintf(stderr, "segd %s: %s is not a segd store (no %s)\n", cmd, dir, current);
-        return NULL;
+        return 0;
     }
-    return segd_app_open_store(cmd, dir, now_s, 0);
+    return 1;
+}
+
+segd_store_t *segd_app_open_existing_store(const char *cmd, const char *dir, int64_t now_s)
+{
+    return is_store(cmd, dir) ? segd_app_open_store(cmd, dir, now_s, 0) : NULL;
+}
+
+segd_store_t *segd_app_open_reader(const char *cmd, const char *dir, int64_t now_s)
+{
+    return is_store(cmd, dir) ? segd_app_open_store(cmd, dir, now_s, 1) : NULL;
 }
 
 /* The one piece of global state: a signal handler can reach nothing else. */

@@ -37,6 +37,12 @@ segd_store_t *segd_app_open_config_store(const char *cmd, const segd_config_t *c
  * "segd CMD: DIR is not a segd store". */
 segd_store_t *segd_app_open_existing_store(const char *cmd, const char *dir, int64_t now_s);
 
+/* The same, read-only: for the commands that only read (get, offsets show,
+ * identity check|members, segments list-retired). RocksDB's read-only open
+ * takes no lock, so they work beside a running `segd run` and see the store
+ * as of opening (its WAL included). */
+segd_store_t *segd_app_open_reader(const char *cmd, const char *dir, int64_t now_s);
+
 /* Makes SIGINT/SIGTERM set the returned flag (finish and exit cleanly); a
  * second signal exits at once with status 130. */
 volatile sig_atomic_t *segd_app_stop_on_signals(void);

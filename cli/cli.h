@@ -34,6 +34,7 @@ int segd_cmd_replay(int argc, char **argv);
 int segd_cmd_offsets(int argc, char **argv);
 int segd_cmd_owner(int argc, char **argv);
 int segd_cmd_identity(int argc, char **argv);
+int segd_cmd_rebuild(int argc, char **argv);
 
 
 #endif

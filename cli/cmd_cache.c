@@ -350,9 +350,12 @@ int segd_cmd_cache(int argc, char **argv)
             rc = SEGD_EXIT_USAGE;
             goto out;
         }
+        /* --resp is HOST:PORT; the port said is the bound one (PORT may be 0) */
+        const char *colon = strrchr(a.resp, ':');
+        int host_len = colon ? (int)(colon - a.resp) : (int)strlen(a.resp);
         segd_log_kv(log, SEGD_LOG_INFO, "cache", "listening for Redis clients",
-                    "resp=%s:%d threads=%" PRId64 " reply_cache_mb=%" PRId64, a.resp,
-                    segd_resp_port(resp), a.resp_threads, a.resp_reply_cache_mb);
+                    "resp=%.*s:%d threads=%" PRId64 " reply_cache_mb=%" PRId64, host_len,
+                    a.resp, segd_resp_port(resp), a.resp_threads, a.resp_reply_cache_mb);
     }
     if (load(&a, &cs) || start_tail(&a, &cs))
         goto out;

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "cli/cli.h"
 #include "workload/dev_broker.h"
@@ -350,8 +351,12 @@ int segd_cmd_demo(int argc, char **argv)
            "store\n");
     if (edge_cache(brokers, snap, db, (uint64_t)users))
         goto out;
-    printf("\nTry: ./build/segd get --db %s --json u0000000042\n"
-           "     ./build/segd snapshot verify %s\n", db, snap);
+    /* the binary that ran the demo, wherever it was installed or built */
+    char self[4096];
+    ssize_t len = readlink("/proc/self/exe", self, sizeof(self) - 1);
+    const char *bin = len > 0 ? (self[len] = 0, self) : "segd";
+    printf("\nTry: %s get --db %s --json u0000000042\n"
+           "     %s snapshot verify %s\n", bin, db, bin, snap);
     rc = SEGD_EXIT_OK;
 out:
     segd_dev_broker_destroy(b);

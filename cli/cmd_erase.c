@@ -8,7 +8,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "cli/cli.h"
+#include "cli/erase_live.h"
 #include "consumer/apply.h"
 
 /* the change stream's source label for erasures made by hand */
@@ -25,12 +27,23 @@ typedef struct erase_job {
 static void usage(FILE *f)
 {
     fprintf(f, "usage: segd erase --db DIR [--at-ms MS] [--now UNIX_SECONDS] [--file F] USER...\n"
+               "       segd erase --brokers B [--topic T] [--config FILE] [--db DIR]\n"
+               "                  [--wait-s N] [--at-ms MS] USER...\n"
                "  Erases each USER as an ERASE_USER event at MS (default: now) would:\n"
                "  entries with ts_ms <= MS are dead at once, later events recreate the\n"
-               "  user. --file F reads more user ids, one per line. All erasures are\n"
-               "  written atomically with their outbox entry; the next `segd run`\n"
-               "  publishes them to the change stream so caches erase too.\n"
-               "  MS below the store's GC watermark + grace (too_late) or more than\n"
+               "  user.\n"
+               "  Offline (--db alone; stop segd run first): all erasures are written\n"
+               "  atomically with their outbox entry; the next `segd run` publishes them\n"
+               "  to the change stream so caches erase too. --file F reads more user ids,\n"
+               "  one per line.\n"
+               "  Live (--brokers, or a --config with brokers): one ERASE_USER event per\n"
+               "  user is produced to the input topic T (default: the config's first\n"
+               "  topic), in the partition input.partitioner gives the user and in\n"
+               "  input.format's framing, so the running segd run applies it like any\n"
+               "  event (ordering, outbox, caches). With --db (the store segd run writes,\n"
+               "  read-only here) it waits up to --wait-s (default 60) until the store\n"
+               "  shows every erasure, and says so (exit 0) or why not (exit 1).\n"
+               "  MS below the store's ingest floor (too_late) or more than\n"
                "  10 min after now (from_future) is refused: exit 2, nothing written.\n");
 }
 
@@ -91,11 +104,11 @@ static int check_time(erase_job_t *j)
     segd_policy_t *pol = segd_store_policy(j->ap.store);
     segd_ts_verdict_t v = segd_policy_check_ts_floor(pol, j->at_ms, j->limits.max_clock_skew_ms,
                                                      segd_policy_import_floor(pol));
-    int64_t own = segd_policy_ts_floor(pol), imp = segd_policy_import_floor(pol);
+    char floor[160];
+    segd_policy_floor_explain(pol, segd_policy_import_floor(pol), floor, sizeof(floor));
     if (v == SEGD_TS_TOO_LATE)
-        fprintf(stderr, "segd erase: too_late: --at-ms %" PRId64 " is below %" PRId64
-                " (GC watermark + grace, or a restored unit's W)\n", j->at_ms,
-                own > imp ? own : imp);
+        fprintf(stderr, "segd erase: too_late: --at-ms %" PRId64 " is below the ingest floor "
+                "%s\n", j->at_ms, floor);
     else if (v == SEGD_TS_FROM_FUTURE)
         fprintf(stderr, "segd erase: from_future: --at-ms %" PRId64 " is more than %" PRId64
                 " ms after now\n", j->at_ms, j->limits.max_clock_skew_ms);
@@ -126,16 +139,28 @@ int segd_cmd_erase(int argc, char **argv)
                                          {"at-ms", required_argument, 0, 'a'},
                                          {"now", required_argument, 0, 'n'},
                                          {"file", required_argument, 0, 'f'},
+                                         {"brokers", required_argument, 0, 'b'},
+                                         {"topic", required_argument, 0, 't'},
+                                         {"config", required_argument, 0, 'c'},
+                                         {"wait-s", required_argument, 0, 'w'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *db = NULL, *file = NULL;
     int64_t at_ms = 0, now_s = 0;
+    segd_erase_live_t live = {.wait_s = 60};
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
         switch (c) {
         case 'd': db = optarg; break;
         case 'f': file = optarg; break;
+        case 'b': live.brokers = optarg; break;
+        case 't': live.topic = optarg; break;
+        case 'c': live.config = optarg; break;
+        case 'w':
+            if (segd_arg_int("erase", "--wait-s", optarg, 0, 86400, &live.wait_s))
+                return SEGD_EXIT_USAGE;
+            break;
         case 'a':
             if (segd_arg_int("erase", "--at-ms", optarg, 1, INT64_MAX, &at_ms))
                 return SEGD_EXIT_USAGE;
@@ -147,6 +172,15 @@ int segd_cmd_erase(int argc, char **argv)
         case 'h': usage(stdout); return SEGD_EXIT_OK;
         default: usage(stderr); return SEGD_EXIT_USAGE;
         }
+    }
+    if (live.brokers || live.config) {
+        if (file || optind >= argc) {
+            fprintf(stderr, "segd erase: live: give the users as arguments (no --file)\n");
+            return SEGD_EXIT_USAGE;
+        }
+        live.db = db;
+        live.at_ms = at_ms ? at_ms : now_s ? now_s * 1000 : segd_wall_ms();
+        return segd_erase_live(&live, argv + optind, argc - optind);
     }
     if (!db || (optind >= argc && !file)) {
         usage(stderr);

@@ -42,6 +42,7 @@ typedef struct get_args {
     segd_partitioner_t partitioner; /* input.partitioner from --config */
     int linked;       /* --linked: the join over USER's component (DESIGN §10.5) */
     const held_t *held; /* NULL: ownership unknown */
+    int known;          /* the user being printed has a record (segd_store_known) */
 } get_args_t;
 
 static void usage(FILE *f)
@@ -63,6 +64,8 @@ static void print_json(const char *user, const segd_entry_t *e, size_t n,
 {
     json_t *o = json_object();
     json_object_set_new(o, "user_id", json_string(user));
+    /* the key order of the cache's HTTP API: user_id, known, segments */
+    json_object_set_new(o, "known", json_boolean(a->known));
     json_object_set_new(o, "segments", segd_entries_json(e, n));
     if (a->has_range)
         json_object_set_new(o, "count_range",
@@ -143,12 +146,12 @@ static segd_err_t read_user(segd_store_t *s, const char *user, const get_args_t 
     return SEGD_OK;
 }
 
-static int get_user(segd_store_t *s, const char *user, const get_args_t *a,
-                    segd_profile_t *p)
+static int get_user(segd_store_t *s, const char *user, get_args_t *a, segd_profile_t *p)
 {
     char err[512];
     json_t *extra = NULL;
-    if (read_user(s, user, a, p, &extra, err, sizeof(err)) != SEGD_OK) {
+    if (segd_store_known(s, user, strlen(user), &a->known, err, sizeof(err)) != SEGD_OK ||
+        read_user(s, user, a, p, &extra, err, sizeof(err)) != SEGD_OK) {
         fprintf(stderr, "segd get: %s: %s\n", user, err);
         return -1;
     }
@@ -301,7 +304,7 @@ int segd_cmd_get(int argc, char **argv)
         usage(stderr);
         return SEGD_EXIT_USAGE;
     }
-    segd_store_t *s = segd_app_open_store("get", db, a.now_s, 1);
+    segd_store_t *s = segd_app_open_reader("get", db, a.now_s);
     if (!s)
         return SEGD_EXIT_FAIL;
     segd_profile_t p;

@@ -54,6 +54,7 @@ static void usage(FILE *f)
             "    (default 0.5, identity.min.weight), master = the oldest first-seen;\n"
             "    where UNLINKs split components. Offline: stop segd run first.\n"
             "  check: exit 0 and \"connected master=M\", or exit 1 \"not connected\"\n"
+            "  check, members, stats: read-only, they work beside a running segd run\n"
             "  produce: JSON lines {\"id_a\",\"id_b\",\"op\",\"ts_ms\",\"weight\"?,\"source\"?}\n"
             "    to the links topic (default segments.links)\n"
             "  backfill: the same JSON lines applied to the store in file order, as\n"
@@ -201,7 +202,7 @@ static int cmd_rebuild(const id_args_t *a)
 
 static int cmd_check(const id_args_t *a, const char *x, const char *y)
 {
-    segd_store_t *s = segd_app_open_store("identity", a->db, 0, 1);
+    segd_store_t *s = segd_app_open_reader("identity", a->db, 0);
     if (!s)
         return SEGD_EXIT_FAIL;
     int connected = 0;
@@ -230,7 +231,7 @@ static int print_member(void *ctx, const char *m, size_t len)
 
 static int cmd_members(const id_args_t *a, const char *x)
 {
-    segd_store_t *s = segd_app_open_store("identity", a->db, 0, 1);
+    segd_store_t *s = segd_app_open_reader("identity", a->db, 0);
     if (!s)
         return SEGD_EXIT_FAIL;
     char err[512] = "";
@@ -257,7 +258,7 @@ static int sum_offsets(void *ctx, const char *topic, int32_t partition, int64_t 
 
 static int cmd_stats(const id_args_t *a)
 {
-    segd_store_t *s = segd_app_open_store("identity", a->db, 0, 1);
+    segd_store_t *s = segd_app_open_reader("identity", a->db, 0);
     if (!s)
         return SEGD_EXIT_FAIL;
     int64_t refused = 0;
@@ -512,6 +513,10 @@ int segd_cmd_identity(int argc, char **argv)
         return SEGD_EXIT_USAGE;
     }
     const char *sub = argv[1];
+    if (!strcmp(sub, "--help") || !strcmp(sub, "-h")) {
+        usage(stdout);
+        return SEGD_EXIT_OK;
+    }
     int rc = parse(argc - 1, argv + 1, &a);
     if (rc)
         return rc > 0 ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;

@@ -2,8 +2,9 @@
  * offset/<topic>/<partition>: the next input offset segd run reads, and
  * changes/...: the change topic's position after the last acknowledged
  * delta), shown as a table or JSON, and set offline: the supported way to
- * make segd run re-consume (or skip) a range. Both open the store
- * read-write, so a store in use by segd run is refused (RocksDB's LOCK). */
+ * make segd run re-consume (or skip) a range. show opens the store
+ * read-only (it works beside a running segd run); set writes, so a store in
+ * use by segd run is refused (RocksDB's LOCK). */
 #include <getopt.h>
 #include <inttypes.h>
 #include <jansson.h>
@@ -11,21 +12,34 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/repair_check.h"
+
+extern char **environ;
 
 static void usage(FILE *f)
 {
     fprintf(f,
         "usage: segd offsets show --db DIR [--json]\n"
-        "       segd offsets set --db DIR --topic T [--force] P:O[,P:O...]\n"
+        "       segd offsets set --db DIR --topic T [--brokers B] [--config FILE]\n"
+        "                        [--force] P:O[,P:O...]\n"
         "  show: every stored input offset (the next offset `segd run` reads per\n"
         "        topic and partition), every change-topic position and the GC\n"
-        "        watermark; a table, or one JSON object with --json.\n"
+        "        watermark W with the ingest floor; a table, or one JSON object with\n"
+        "        --json. Read-only: works beside a running `segd run`.\n"
         "  set:  rewinds or advances `segd run`'s input offsets of topic T to O\n"
-        "        (the next offset it will read) in one synced write; applying a\n"
-        "        range twice changes nothing, so rewinding re-consumes it safely.\n"
+        "        (the next offset it will read) in one synced write. Offline: stop\n"
+        "        `segd run` first. A rewind makes segd run consume the range again,\n"
+        "        but only events at or above the store's ingest floor (DESIGN 3.1:\n"
+        "        the horizon, W + grace, or a partition's import floor) are applied;\n"
+        "        older ones are dead-lettered as too_late. So before writing, a rewind\n"
+        "        on a store with a floor reads the range from the brokers (--brokers,\n"
+        "        or the --config's brokers and input format) and counts the events\n"
+        "        below it: if any, it names them and the floor and refuses (exit 4);\n"
+        "        without brokers it cannot count and refuses a rewind too. --force\n"
+        "        writes anyway.\n"
         "        A topic or partition with no stored offset (the daemon never consumed\n"
         "        it; a typo?) is refused (exit 2) unless --force.\n"
-        "  Offline: the store must not be in use (stop `segd run` first).\n");
+        SEGD_REPAIR_PATHS);
 }
 
 typedef struct pos {
@@ -75,7 +89,7 @@ static segd_err_t read_positions(segd_store_t *s, positions_t *ps, char *err, si
     return e;
 }
 
-static int print_json(const positions_t *ps, int64_t w)
+static int print_json(const positions_t *ps, int64_t w, int64_t floor)
 {
     json_t *o = json_object(), *offs = json_array(), *chg = json_array();
     int bad = !o || !offs || !chg;
@@ -91,6 +105,7 @@ static int print_json(const positions_t *ps, int64_t w)
         json_object_set_new(o, "changes", chg);
         offs = chg = NULL;
         bad = json_object_set_new(o, "gc_watermark_ms", json_integer(w)) ||
+              json_object_set_new(o, "ingest_floor_ms", json_integer(floor)) ||
               !(s = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER));
     }
     if (s)
@@ -111,6 +126,25 @@ static void print_table(const positions_t *ps, int64_t w)
     printf("gc_watermark_ms %" PRId64 "\n", w);
 }
 
+/* The store-wide floor (W's start phase or W + grace) and each partition's
+ * import floor above it: what a rewind or a replay meets (DESIGN 3.1). */
+static void print_floor(segd_store_t *s, const positions_t *ps)
+{
+    segd_policy_t *pol = segd_store_policy(s);
+    char why[160];
+    segd_policy_floor_explain(pol, 0, why, sizeof(why));
+    printf("ingest_floor_ms %s\n", why);
+    for (size_t i = 0; i < ps->n; i++) {
+        const pos_t *p = &ps->arr[i];
+        int64_t f = strcmp(p->kind, "offset") ? 0
+                                              : segd_store_import_floor(s, p->topic, p->partition);
+        if (f > segd_policy_ts_floor(pol)) {
+            segd_policy_floor_explain(pol, f, why, sizeof(why));
+            printf("ingest_floor_ms %s [%" PRId32 "] %s\n", p->topic, p->partition, why);
+        }
+    }
+}
+
 static int cmd_show(segd_store_t *s, int json)
 {
     positions_t ps = {0};
@@ -120,12 +154,14 @@ static int cmd_show(segd_store_t *s, int json)
         fprintf(stderr, "segd offsets: %s\n", err);
         rc = SEGD_EXIT_FAIL;
     } else if (json) {
-        if (print_json(&ps, segd_store_gc_watermark(s))) {
+        if (print_json(&ps, segd_store_gc_watermark(s),
+                       segd_policy_ts_floor(segd_store_policy(s)))) {
             fprintf(stderr, "segd offsets: out of memory\n");
             rc = SEGD_EXIT_FAIL;
         }
     } else {
         print_table(&ps, segd_store_gc_watermark(s));
+        print_floor(s, &ps);
     }
     free(ps.arr);
     return rc;
@@ -166,11 +202,77 @@ static int valid_topic(const char *t)
            strspn(t, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") == len;
 }
 
-/* Nothing is written unless every partition has a stored offset or force:
- * setting one the daemon never consumed is most likely a typo in T or P. */
-static int cmd_set(segd_store_t *s, const char *topic, const int32_t *parts,
-                   const int64_t *offs, size_t n, int force)
+typedef struct set_args {
+    const char *db, *topic, *brokers, *config;
+    int force;
+} set_args_t;
+
+/* segd run's configuration for reading the range: --config's input format
+ * and kafka settings, SEGD_* variables, --brokers over them. */
+static int range_config(const set_args_t *a, segd_config_t *cfg, char *err, size_t n)
 {
+    return (a->config && segd_config_load_file(cfg, a->config, err, n)) ||
+           segd_config_load_env(cfg, environ, err, n) ||
+           (a->brokers && segd_config_set(cfg, "brokers", a->brokers, err, n)) ||
+           segd_config_set(cfg, "topics", a->topic, err, n) ||
+           segd_config_set(cfg, "db", a->db, err, n) ||
+           (!cfg->group && segd_config_set(cfg, "group", "segd-offsets", err, n)) ||
+           (cfg->brokers && segd_config_finish(cfg, err, n));
+}
+
+/* A rewind makes segd run consume [O, stored) again; on a store with an
+ * ingest floor the events of it below the floor would be dead-lettered,
+ * not applied (DESIGN 3.1), so they are counted first (repair_check.h).
+ * Advancing skips input and needs no check. */
+static int rewind_check(segd_store_t *s, const set_args_t *a, const int32_t *parts,
+                        const int64_t *old, const int64_t *offs, size_t n)
+{
+    static segd_replay_pos_t from[SEGD_REPLAY_MAX_PARTITIONS], to[SEGD_REPLAY_MAX_PARTITIONS];
+    static int32_t ids[SEGD_REPLAY_MAX_PARTITIONS];
+    size_t k = 0;
+    for (size_t i = 0; i < n && k < SEGD_REPLAY_MAX_PARTITIONS; i++)
+        if (old[i] > offs[i]) {
+            ids[k] = parts[i];
+            from[k] = (segd_replay_pos_t){parts[i], offs[i]};
+            to[k++] = (segd_replay_pos_t){parts[i], old[i]};
+        }
+    segd_policy_t *pol = segd_store_policy(s);
+    if (!k || (!segd_policy_ts_floor(pol) && !segd_policy_import_floor(pol)))
+        return SEGD_EXIT_OK;
+    segd_config_t cfg;
+    char err[512];
+    int rc = SEGD_EXIT_OK;
+    segd_config_init(&cfg);
+    if (range_config(a, &cfg, err, sizeof(err))) {
+        fprintf(stderr, "segd offsets: %s\n", err);
+        rc = SEGD_EXIT_USAGE;
+    } else if (!cfg.brokers) {
+        char why[160];
+        segd_policy_floor_explain(pol, segd_policy_import_floor(pol), why, sizeof(why));
+        fprintf(stderr, "segd offsets: a rewind re-consumes events that may be below the "
+                "store's ingest floor %s, which are dead-lettered, not applied; give "
+                "--brokers (or --config) so that they can be counted first%s\n", why,
+                a->force ? "; --force: writing anyway" : ", or --force");
+        rc = a->force ? SEGD_EXIT_OK : SEGD_EXIT_REFUSED;
+        if (!a->force)
+            fputs(SEGD_REPAIR_PATHS, stderr);
+    } else {
+        segd_replay_opts_t o = {.cfg = &cfg, .partitions = ids, .n_partitions = k,
+                                .from = SEGD_REPLAY_OFFSETS, .from_offsets = from, .n_from = k,
+                                .to = SEGD_REPLAY_TO_OFFSETS, .to_offsets = to, .n_to = k};
+        rc = segd_repair_check("offsets", &o, s, segd_app_stop_on_signals(), a->force);
+    }
+    segd_config_free(&cfg);
+    return rc;
+}
+
+/* Nothing is written unless every partition has a stored offset or force
+ * (setting one the daemon never consumed is most likely a typo in T or P),
+ * and a rewind passed rewind_check. */
+static int cmd_set(segd_store_t *s, const set_args_t *a, const int32_t *parts,
+                   const int64_t *offs, size_t n)
+{
+    const char *topic = a->topic;
     char err[512];
     segd_batch_t *b = NULL;
     if (segd_batch_new(s, &b)) {
@@ -190,7 +292,7 @@ static int cmd_set(segd_store_t *s, const char *topic, const int32_t *parts,
             rc = SEGD_EXIT_FAIL; /* not a usage error, whatever came before */
             goto out_old;
         }
-        if (old[i] < 0 && !force) {
+        if (old[i] < 0 && !a->force) {
             fprintf(stderr, "segd offsets: no stored offset for %s [%" PRId32 "]: the daemon "
                     "never consumed it; --force to set it anyway\n", topic, parts[i]);
             rc = SEGD_EXIT_USAGE;
@@ -199,6 +301,9 @@ static int cmd_set(segd_store_t *s, const char *topic, const int32_t *parts,
     }
     if (rc == SEGD_EXIT_USAGE)
         goto out_old;
+    if ((rc = rewind_check(s, a, parts, old, offs, n)) != SEGD_EXIT_OK)
+        goto out_old;
+    rc = SEGD_EXIT_FAIL;
     if (segd_store_write_sync(s, b, err, sizeof(err))) {
         fprintf(stderr, "segd offsets: nothing written: %s\n", err);
         goto out_old;
@@ -224,16 +329,20 @@ int segd_cmd_offsets(int argc, char **argv)
                                          {"json", no_argument, 0, 'j'},
                                          {"topic", required_argument, 0, 't'},
                                          {"force", no_argument, 0, 'f'},
+                                         {"brokers", required_argument, 0, 'b'},
+                                         {"config", required_argument, 0, 'c'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    const char *db = NULL, *topic = NULL;
-    int json = 0, force = 0, c;
+    set_args_t a = {0};
+    int json = 0, c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        if (c == 'd') db = optarg;
+        if (c == 'd') a.db = optarg;
         else if (c == 'j') json = 1;
-        else if (c == 't') topic = optarg;
-        else if (c == 'f') force = 1;
+        else if (c == 't') a.topic = optarg;
+        else if (c == 'f') a.force = 1;
+        else if (c == 'b') a.brokers = optarg;
+        else if (c == 'c') a.config = optarg;
         else if (c == 'h') return usage(stdout), SEGD_EXIT_OK;
         else return usage(stderr), SEGD_EXIT_USAGE;
     }
@@ -243,7 +352,9 @@ int segd_cmd_offsets(int argc, char **argv)
     int32_t parts[MAXP];
     int64_t offs[MAXP];
     size_t n = 0;
-    if (!db || (!show && !set) || (show && (topic || force || optind != argc)) ||
+    const char *db = a.db, *topic = a.topic;
+    if (!db || (!show && !set) ||
+        (show && (topic || a.force || a.brokers || a.config || optind != argc)) ||
         (set && (json || !topic || !*topic || optind + 1 != argc))) {
         usage(stderr);
         return SEGD_EXIT_USAGE;
@@ -258,10 +369,12 @@ int segd_cmd_offsets(int argc, char **argv)
                         "partition once)\n", argv[optind]);
         return SEGD_EXIT_USAGE;
     }
-    segd_store_t *s = segd_app_open_existing_store("offsets", db, 0);
+    /* show only reads: a read-only open works beside a running segd run */
+    segd_store_t *s = show ? segd_app_open_reader("offsets", db, 0)
+                           : segd_app_open_existing_store("offsets", db, 0);
     if (!s)
         return SEGD_EXIT_FAIL;
-    int rc = show ? cmd_show(s, json) : cmd_set(s, topic, parts, offs, n, force);
+    int rc = show ? cmd_show(s, json) : cmd_set(s, &a, parts, offs, n);
     segd_store_close(s);
     return rc;
 }

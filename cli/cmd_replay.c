@@ -14,6 +14,7 @@
 #include "base/progress.h"
 #include "base/timeparse.h"
 #include "cli/cli.h"
+#include "cli/repair_check.h"
 #include "consumer/replay.h"
 
 extern char **environ;
@@ -25,12 +26,19 @@ static void usage(FILE *f)
         "                   (--from-beginning | --from-offset P:O[,P:O...] | --from-time T)\n"
         "                   [--to-end | --to-offset P:O[,P:O...] | --to-time T]\n"
         "                   [--config FILE] [-X kafka.prop=value ...] [--dlq-file F]\n"
-        "                   [--no-changes] [--now UNIX_SECONDS]\n"
+        "                   [--no-changes] [--force] [--now UNIX_SECONDS]\n"
         "  Applies topic T's messages in the range to the store as `segd run` would\n"
         "  (same decoding, checks, dead letters, one WriteBatch per batch with its\n"
         "  outbox entry) but never moves the daemon's stored input offsets: replaying\n"
         "  what the store already holds changes nothing. The store must not be in use\n"
         "  (stop `segd run` first). No consumer group is joined, nothing committed.\n"
+        "  Only events at or above the store's ingest floor can still be applied\n"
+        "  exactly (DESIGN 3.1: the horizon, W + grace, or a partition's import\n"
+        "  floor); a store that has caught up has one. Before applying anything,\n"
+        "  replay reads the range once and counts the events below it: if there are\n"
+        "  any it names them and the floor and refuses (exit 4), unless --force (they\n"
+        "  are then dead-lettered as too_late, the rest applied).\n"
+        SEGD_REPAIR_PATHS
         "  Ranges are [start, end) per partition:\n"
         "    --from-beginning      the log start of every partition\n"
         "    --from-offset P:O     offset O of partition P; only the partitions named\n"
@@ -65,7 +73,8 @@ static void usage(FILE *f)
         "  Prints a progress bar on a terminal and always a summary line on stderr,\n"
         "  then the outbox's depth (entries `segd run` has yet to publish).\n"
         "  Exit: 0 all applied, 3 some dead-lettered or lost to retention while\n"
-        "  replaying, 1 failure or interrupted, 2 usage.\n");
+        "  replaying, 4 refused (events below the ingest floor, no --force), 1 failure\n"
+        "  or interrupted, 2 usage.\n");
 }
 
 /* --from-time / --to-time (base/timeparse.h); a bare number small enough
@@ -122,7 +131,7 @@ typedef struct args {
     int32_t ids[SEGD_REPLAY_MAX_PARTITIONS];
     segd_replay_pos_t from[SEGD_REPLAY_MAX_PARTITIONS], to[SEGD_REPLAY_MAX_PARTITIONS];
     int64_t now_s;
-    int n_from_flags, n_to_flags, topic_flag;
+    int n_from_flags, n_to_flags, topic_flag, force;
 } args_t;
 
 static const struct option opts[] = {
@@ -133,7 +142,8 @@ static const struct option opts[] = {
     {"to-offset", required_argument, 0, 'o'},   {"to-time", required_argument, 0, 'u'},
     {"config", required_argument, 0, 'c'},      {"dlq-file", required_argument, 0, 'q'},
     {"no-changes", no_argument, 0, 'N'},        {"now", required_argument, 0, 'n'},
-    {"help", no_argument, 0, 'h'},              {0, 0, 0, 0}};
+    {"force", no_argument, 0, 'F'},             {"help", no_argument, 0, 'h'},
+    {0, 0, 0, 0}};
 
 /* One flag; 0 ok, -1 bad (err says why). */
 static int apply_flag(args_t *a, int c, char *err, size_t n)
@@ -185,6 +195,7 @@ static int apply_flag(args_t *a, int c, char *err, size_t n)
         return 0;
     case 'q': o->dlq_file = optarg; return 0;
     case 'N': o->no_changes = 1; return 0;
+    case 'F': a->force = 1; return 0;
     case 'n':
         return segd_arg_int("replay", "--now", optarg, 1, INT64_MAX / 1000, &a->now_s) ? -2 : 0;
     default: return 0; /* --config: read first */
@@ -288,6 +299,12 @@ int segd_cmd_replay(int argc, char **argv)
      * store another process holds is refused by RocksDB's LOCK */
     segd_store_t *store = segd_app_open_config_store("replay", &a->cfg, a->now_s);
     segd_err_t e = SEGD_ERR_STORE; /* said by segd_app_open_config_store */
+    /* the check first: a refused replay applies nothing and prints no summary */
+    int check = store ? segd_repair_check("replay", &a->o, store, stop, a->force) : 0;
+    if (check) {
+        rc = check;
+        goto out_store;
+    }
     if (store) {
         bar_t bar = {0};
         a->o.progress = on_progress;
@@ -317,6 +334,7 @@ int segd_cmd_replay(int argc, char **argv)
          : e                  ? SEGD_EXIT_FAIL
          : st.dead || st.lost ? SEGD_EXIT_PARTIAL
                               : SEGD_EXIT_OK;
+out_store:
     if (store)
         segd_store_close(store);
 out_args:

@@ -12,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "app/rebuild.h"
 #include "cli/cli.h"
 #include "app/daemon.h"
 #include "app/health.h"
@@ -443,6 +444,13 @@ int segd_cmd_run(int argc, char **argv)
         goto out_config;
     cfg.log = log;
     volatile sig_atomic_t *stop = segd_app_stop_on_signals();
+    /* a store `segd rebuild` finished beside this one replaces it now */
+    char err[512];
+    int swapped;
+    if (segd_rebuild_swap(cfg.db, log, &swapped, err, sizeof(err))) {
+        segd_log(log, SEGD_LOG_ERROR, "store", "%s", err);
+        goto out_log;
+    }
     segd_store_t *store = segd_app_open_config_store("run", &cfg, 0);
     if (!store)
         goto out_log;

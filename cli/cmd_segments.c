@@ -1,46 +1,70 @@
-/* `segd segments retire --db DIR [--before-ms MS] ID...`: store-wide segment
- * retirement markers (DESIGN §3), kept in the meta family. Each marker is
- * written with an outbox entry, so the change stream carries it to caches as
- * a RETIRE control event (DESIGN §5). */
+/* `segd segments retire|list-retired`: store-wide segment retirement markers
+ * (DESIGN §3), kept in the meta family. retire writes each marker with an
+ * outbox entry, so the change stream carries it to caches as a RETIRE
+ * control event (DESIGN §5); it holds the store's lock (stop segd run
+ * first). list-retired only reads: it opens the store read-only and works
+ * beside a running segd run. */
 #include <getopt.h>
 #include <inttypes.h>
+#include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "cli/cli.h"
+#include "cli/erase_live.h"
 #include "wire/outbox.h"
 
-int segd_cmd_segments(int argc, char **argv)
+static void usage(FILE *f)
 {
-    static const struct option opts[] = {{"db", required_argument, 0, 'd'},
-                                         {"before-ms", required_argument, 0, 'b'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
-    const char *db = NULL;
-    int64_t before_ms = 0, id;
-    int c;
-    optind = 2;
-    if (argc < 2 || strcmp(argv[1], "retire") != 0) {
-        fprintf(stderr, "usage: segd segments retire --db DIR [--before-ms MS] ID...\n");
-        return argc >= 2 && !strcmp(argv[1], "--help") ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
-    }
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
-        if (c == 'd')
-            db = optarg;
-        else if (c == 'b') {
-            if (segd_arg_int("segments", "--before-ms", optarg, 1, INT64_MAX, &before_ms))
-                return SEGD_EXIT_USAGE;
-        } else {
-            fprintf(c == 'h' ? stdout : stderr,
-                    "usage: segd segments retire --db DIR [--before-ms MS] ID...\n"
-                    "  entries of ID with ts_ms <= MS (default: now) are dead at once\n");
-            return c == 'h' ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
-        }
-    }
-    if (!db || optind >= argc) {
-        fprintf(stderr, "segd segments retire: --db and at least one ID are required\n");
-        return SEGD_EXIT_USAGE;
-    }
-    segd_store_t *s = segd_app_open_store("segments", db, 0, 0);
+    fprintf(f, "usage: segd segments retire --db DIR [--before-ms MS] ID...\n"
+               "       segd segments retire --brokers B [--topic T] [--config FILE] [--db DIR]\n"
+               "                            [--wait-s N] [--before-ms MS] ID...\n"
+               "       segd segments list-retired --db DIR [--json]\n"
+               "  retire: entries of each ID with ts_ms <= MS (default: now) are dead at\n"
+               "    once, in the store and (through the change stream) in caches; later\n"
+               "    events recreate the segment. With --db alone it writes the store:\n"
+               "    stop segd run first. Live (--brokers, or a --config with brokers): a\n"
+               "    control event (user id segd.control:retire) is produced to every\n"
+               "    partition of the input topic T and the running segd run applies it\n"
+               "    with its batch; with --db it waits up to --wait-s (default 60) until\n"
+               "    the store lists every retirement (exit 0) or says why not (exit 1).\n"
+               "  list-retired: every retirement marker (segment id, retired_before_ms),\n"
+               "    a table or JSON lines; read-only, works beside a running segd run.\n");
+}
+
+static int print_retired(void *ctx, int64_t segment_id, int64_t before_ms)
+{
+    const int *json = ctx;
+    if (*json)
+        printf("{\"segment_id\":%" PRId64 ",\"retired_before_ms\":%" PRId64 "}\n", segment_id,
+               before_ms);
+    else
+        printf("%-20" PRId64 " %20" PRId64 "\n", segment_id, before_ms);
+    return 0;
+}
+
+static int cmd_list(const char *db, int json)
+{
+    segd_store_t *s = segd_app_open_reader("segments", db, 0);
+    if (!s)
+        return SEGD_EXIT_FAIL;
+    char err[512];
+    segd_store_view_t *v = NULL;
+    if (!json)
+        printf("%-20s %20s\n", "SEGMENT_ID", "RETIRED_BEFORE_MS");
+    segd_err_t e = segd_store_view_open(s, &v, err, sizeof(err));
+    if (!e)
+        e = segd_store_view_retirements(v, print_retired, &json, err, sizeof(err));
+    segd_store_view_close(v);
+    segd_store_close(s);
+    if (e)
+        fprintf(stderr, "segd segments list-retired: %s\n", err);
+    return e ? SEGD_EXIT_FAIL : SEGD_EXIT_OK;
+}
+
+static int cmd_retire(const char *db, int64_t before_ms, char **ids, int n)
+{
+    segd_store_t *s = segd_app_open_store("segments", db, 0, 0); /* may make one: retire, then load */
     if (!s)
         return SEGD_EXIT_FAIL;
     if (!before_ms)
@@ -53,9 +77,10 @@ int segd_cmd_segments(int argc, char **argv)
         segd_store_close(s);
         return SEGD_EXIT_FAIL;
     }
-    for (int i = optind; i < argc && rc == SEGD_EXIT_OK; i++) {
+    for (int i = 0; i < n && rc == SEGD_EXIT_OK; i++) {
         segd_retirement_t r;
-        if (segd_arg_int("segments", "ID", argv[i], 0, INT64_MAX, &id)) {
+        int64_t id;
+        if (segd_arg_int("segments", "ID", ids[i], 0, INT64_MAX, &id)) {
             rc = SEGD_EXIT_USAGE;
             break;
         }
@@ -76,4 +101,87 @@ int segd_cmd_segments(int argc, char **argv)
     segd_batch_destroy(b);
     segd_store_close(s);
     return rc;
+}
+
+static int retire_live(segd_erase_live_t *live, const char *db, int64_t before_ms,
+                       char **args, int n, int json)
+{
+    if (n < 1 || json) {
+        usage(stderr);
+        return SEGD_EXIT_USAGE;
+    }
+    int64_t *ids = calloc((size_t)n, sizeof(*ids));
+    if (!ids)
+        return SEGD_EXIT_FAIL;
+    int rc = SEGD_EXIT_OK;
+    for (int i = 0; rc == SEGD_EXIT_OK && i < n; i++)
+        if (segd_arg_int("segments", "ID", args[i], 0, INT64_MAX, &ids[i]))
+            rc = SEGD_EXIT_USAGE;
+    live->db = db;
+    live->at_ms = before_ms ? before_ms : segd_wall_ms();
+    if (rc == SEGD_EXIT_OK)
+        rc = segd_retire_live(live, ids, n);
+    free(ids);
+    return rc;
+}
+
+int segd_cmd_segments(int argc, char **argv)
+{
+    static const struct option opts[] = {{"db", required_argument, 0, 'd'},
+                                         {"before-ms", required_argument, 0, 'b'},
+                                         {"json", no_argument, 0, 'j'},
+                                         {"brokers", required_argument, 0, 'B'},
+                                         {"topic", required_argument, 0, 't'},
+                                         {"config", required_argument, 0, 'c'},
+                                         {"wait-s", required_argument, 0, 'w'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *db = NULL;
+    int64_t before_ms = 0;
+    int c, json = 0;
+    segd_erase_live_t live = {.wait_s = 60};
+    const char *sub = argc >= 2 ? argv[1] : "";
+    if (!strcmp(sub, "--help") || !strcmp(sub, "-h")) {
+        usage(stdout);
+        return SEGD_EXIT_OK;
+    }
+    int retire = !strcmp(sub, "retire"), list = !strcmp(sub, "list-retired");
+    if (!retire && !list) {
+        usage(stderr);
+        return SEGD_EXIT_USAGE;
+    }
+    optind = 2;
+    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+        if (c == 'd')
+            db = optarg;
+        else if (c == 'j')
+            json = 1;
+        else if (c == 'B')
+            live.brokers = optarg;
+        else if (c == 't')
+            live.topic = optarg;
+        else if (c == 'c')
+            live.config = optarg;
+        else if (c == 'w') {
+            if (segd_arg_int("segments", "--wait-s", optarg, 0, 86400, &live.wait_s))
+                return SEGD_EXIT_USAGE;
+        }
+        else if (c == 'b') {
+            if (segd_arg_int("segments", "--before-ms", optarg, 1, INT64_MAX, &before_ms))
+                return SEGD_EXIT_USAGE;
+        } else {
+            usage(c == 'h' ? stdout : stderr);
+            return c == 'h' ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
+        }
+    }
+    int is_live = live.brokers || live.config;
+    if (retire && is_live)
+        return retire_live(&live, db, before_ms, argv + optind, argc - optind, json);
+    if (!db || (retire && (optind >= argc || json)) ||
+        (list && (optind != argc || before_ms || is_live))) {
+        usage(stderr);
+        return SEGD_EXIT_USAGE;
+    }
+    return retire ? cmd_retire(db, before_ms, argv + optind, argc - optind)
+                  : cmd_list(db, json);
 }

@@ -2,6 +2,7 @@
 #include "consumer/apply.h"
 #include "base/clock.h"
 
+#include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
 
@@ -21,6 +22,8 @@ void segd_applier_free(segd_applier_t *a)
     segd_buf_free(&a->operand);
     segd_outbox_builder_free(&a->ob);
     segd_buf_free(&a->outbox_value);
+    segd_buf_free(&a->retire_value);
+    free(a->retired);
     memset(a, 0, sizeof(*a));
 }
 
@@ -45,11 +48,46 @@ segd_err_t segd_applier_add_operand(segd_applier_t *a, const void *user, size_t 
     return SEGD_OK;
 }
 
+int segd_event_is_control(const segd_event_t *ev)
+{
+    size_t len = sizeof(SEGD_CONTROL_RETIRE_USER) - 1;
+    return ev->user_id_len == len && !memcmp(ev->user_id, SEGD_CONTROL_RETIRE_USER, len);
+}
+
+/* A retirement through the log: its markers and a RETIRE outbox entry join
+ * the pending batch (written atomically with the batch's offsets); the
+ * policy learns them in segd_applier_flush once the batch is written. */
+static segd_err_t add_retirement(segd_applier_t *a, const segd_event_t *ev)
+{
+    size_t n = ev->n_segments;
+    segd_retirement_t *r = segd_array_grow(a->retired, &a->cap_retired, a->n_retired + n + 1,
+                                           sizeof(*r));
+    if (!r)
+        return SEGD_ERR_NOMEM;
+    a->retired = r;
+    segd_retirement_t *mine = &r[a->n_retired];
+    for (size_t i = 0; i < n; i++) {
+        mine[i].segment_id = ev->segments[i].segment_id;
+        mine[i].retired_before_ms = ev->ts_ms;
+        segd_batch_retire(a->batch, mine[i].segment_id, ev->ts_ms);
+    }
+    if (a->outbox && n) {
+        segd_err_t err = segd_outbox_retire_value(mine, n, segd_wall_ms(), &a->retire_value);
+        if (err)
+            return err;
+        segd_batch_outbox_append(a->batch, a->retire_value.data, a->retire_value.len);
+    }
+    a->n_retired += n;
+    return SEGD_OK;
+}
+
 segd_err_t segd_applier_add_from(segd_applier_t *a, const segd_event_t *ev, const char *topic,
                                  int32_t partition, int64_t offset, int64_t event_ms)
 {
     if (segd_store_fault_hit(a->store, SEGD_FAULT_APPLY))
         return SEGD_ERR_NOMEM;
+    if (segd_event_is_control(ev))
+        return add_retirement(a, ev);
     segd_err_t err = segd_event_to_profile(ev, segd_store_granularity(a->store), &a->scratch);
     if (!err)
         err = segd_record_encode(&a->scratch, &a->operand);
@@ -92,6 +130,12 @@ segd_err_t segd_applier_flush(segd_applier_t *a, char *errstr, size_t errstr_siz
         segd_batch_clear(a->batch);
         segd_outbox_builder_reset(&a->ob);
         a->outbox_in_batch = 0;
+        for (size_t i = 0; i < a->n_retired && !err; i++)
+            err = segd_store_retire_applied(a->store, a->retired[i].segment_id,
+                                            a->retired[i].retired_before_ms);
+        a->n_retired = 0;
+        if (err) /* written, and read back at the next open */
+            return segd_errf(err, errstr, errstr_size, "retirement: out of memory");
     }
     return err;
 }

@@ -7,6 +7,13 @@
 #include "wire/outbox.h"
 #include "store/store.h"
 
+/* A SegmentEvent with this user id is a control event, not a user's: a
+ * store-wide retirement through the log (DESIGN 3.2), op REMOVE, ts_ms =
+ * retired_before_ms, one segment per retired id; produced to every partition
+ * by `segd segments retire --brokers`. */
+#define SEGD_CONTROL_RETIRE_USER "segd.control:retire"
+int segd_event_is_control(const segd_event_t *ev);
+
 typedef struct segd_applier {
     segd_store_t *store;   /* borrowed */
     segd_batch_t *batch;   /* owned */
@@ -18,6 +25,9 @@ typedef struct segd_applier {
     int sync;                  /* flush syncs the WAL (segd_store_write_sync) */
     segd_outbox_builder_t ob;
     segd_buf_t outbox_value;
+    segd_retirement_t *retired; /* control retirements in the pending batch: the */
+    size_t n_retired, cap_retired; /* policy learns them once it is written */
+    segd_buf_t retire_value;
 } segd_applier_t;
 
 segd_err_t segd_applier_init(segd_applier_t *a, segd_store_t *store);

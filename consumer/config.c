@@ -336,6 +336,8 @@ segd_err_t segd_config_set(segd_config_t *c, const char *key, const char *value,
     return segd_errf(SEGD_ERR_CONFIG, errstr, n, "unknown configuration key '%s'", key);
 }
 
+static void env_name(const char *key, char *out, size_t cap);
+
 segd_err_t segd_config_set_x(segd_config_t *c, const char *kv, char *errstr, size_t n)
 {
     const char *eq = strchr(kv, '=');
@@ -343,6 +345,15 @@ segd_err_t segd_config_set_x(segd_config_t *c, const char *kv, char *errstr, siz
         return segd_errf(SEGD_ERR_CONFIG, errstr, n, "-X %s: want key=value", kv);
     char key[256];
     snprintf(key, sizeof(key), "%.*s", (int)(eq - kv), kv);
+    /* librdkafka would say only "No such configuration property" */
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (!strcmp(keys[i].key, key)) {
+            char env[300];
+            env_name(key, env, sizeof(env));
+            return segd_errf(SEGD_ERR_CONFIG, errstr, n, "-X %s: '%s' is a segd key, not a "
+                             "Kafka property (-X sets librdkafka properties); set it in the "
+                             "--config file (%s = ...) or as %s=...", kv, key, key, env);
+        }
     return segd_config_set_kafka(c, key, eq + 1, errstr, n);
 }
 

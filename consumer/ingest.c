@@ -120,13 +120,14 @@ static int check_event_time(segd_ingest_t *g, const char *topic, int32_t partiti
     int64_t imported = topic ? segd_store_import_floor(g->store, topic, partition) : 0;
     switch (segd_policy_check_ts_floor(pol, g->ev.ts_ms, g->cfg->limits.max_clock_skew_ms,
                                        imported)) {
-    case SEGD_TS_TOO_LATE:
-        snprintf(why, n, "too_late: ts_ms %" PRId64 " is below %" PRId64
-                 " (GC watermark + store.gc.grace.s, or the W of the partition's restored "
-                 "unit)", g->ev.ts_ms,
-                 segd_policy_ts_floor(pol) > imported ? segd_policy_ts_floor(pol) : imported);
+    case SEGD_TS_TOO_LATE: {
+        char floor[160];
+        segd_policy_floor_explain(pol, imported, floor, sizeof(floor));
+        snprintf(why, n, "too_late: ts_ms %" PRId64 " is below the ingest floor %s",
+                 g->ev.ts_ms, floor);
         *reason = SEGD_DLQ_TOO_LATE;
         return 0;
+    }
     case SEGD_TS_FROM_FUTURE:
         snprintf(why, n, "from_future: ts_ms %" PRId64 " is more than %" PRId64
                  " ms after now (limits.max.clock.skew.ms)", g->ev.ts_ms,
@@ -171,4 +172,9 @@ int segd_ingest_check(segd_ingest_t *g, const char *topic, int32_t partition, co
     if (ok == 1)
         *ev = &g->ev;
     return ok;
+}
+
+int64_t segd_ingest_last_ts(const segd_ingest_t *g)
+{
+    return g->ev.ts_ms;
 }

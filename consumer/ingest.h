@@ -49,4 +49,8 @@ int segd_ingest_check(segd_ingest_t *g, const char *topic, int32_t partition, co
                       size_t klen, const void *value, size_t vlen, const segd_event_t **ev,
                       int *reason, char *why, size_t n);
 
+/* The ts_ms of the event the last check decoded (after a too_late verdict:
+ * the refused event's time). */
+int64_t segd_ingest_last_ts(const segd_ingest_t *g);
+
 #endif

@@ -598,7 +598,8 @@ static int handle_message(segd_pipeline_t *p, const rd_kafka_message_t *m)
             return -2;
         p->st.events++;
         p->st.segments += ev->n_segments;
-        if (misrouted(p, m, ev)) {
+        /* a control event goes to every partition on purpose */
+        if (!segd_event_is_control(ev) && misrouted(p, m, ev)) {
             p->st.misrouted++;
             p->misrouted_pending++;
         }

@@ -380,6 +380,24 @@ static void pass(replay_t *r, part_t *pt, int64_t next)
     rd_kafka_topic_partition_list_destroy(l);
 }
 
+/* A count-only pass (replay.h): what the message would do, nothing more. */
+static int count_message(replay_t *r, const rd_kafka_message_t *m, const segd_event_t *ev,
+                         int reason)
+{
+    if (ev) {
+        r->pend.events++;
+        r->pend.segments += ev->n_segments;
+    } else {
+        r->pend.dead++;
+        r->pend.dlq[reason]++;
+        if (reason == SEGD_DLQ_TOO_LATE && r->o->below_floor)
+            r->o->below_floor(r->o->below_floor_ctx, m->partition,
+                              segd_ingest_last_ts(r->ingest));
+    }
+    r->pend.messages++;
+    return 0;
+}
+
 /* 0 done, -1 a stop interrupted a registry wait, -2 out of memory: in both
  * the message is neither applied nor passed. */
 static int handle_message(replay_t *r, const rd_kafka_message_t *m)
@@ -391,6 +409,8 @@ static int handle_message(replay_t *r, const rd_kafka_message_t *m)
                                why, sizeof(why));
     if (ok < 0)
         return -1;
+    if (r->o->count_only)
+        return count_message(r, m, ok ? ev : NULL, reason);
     if (ok) {
         rd_kafka_timestamp_type_t tstype;
         int64_t ts = rd_kafka_message_timestamp(m, &tstype);
@@ -560,17 +580,24 @@ static int read_batch(replay_t *r, char *errstr, size_t n)
  * succeeds or a stop. */
 static segd_err_t flush_batch(replay_t *r, char *errstr, size_t n)
 {
-    segd_err_t err = segd_dlq_deliver(r->dlq, errstr, n);
+    segd_err_t err = r->dlq ? segd_dlq_deliver(r->dlq, errstr, n) : SEGD_OK;
     if (err)
         return err;
+    if (r->o->write_offsets && !r->o->count_only) {
+        for (size_t i = 0; i < r->nparts; i++)
+            segd_batch_set_offset(r->ap.batch, r->topic, r->parts[i].partition,
+                                  r->parts[i].next);
+        segd_batch_set_partition_count(r->ap.batch, r->topic, r->topic_partitions);
+    }
     int64_t wait = 100;
-    while ((err = segd_applier_flush(&r->ap, errstr, n)) != SEGD_OK) {
+    while (!r->o->count_only && (err = segd_applier_flush(&r->ap, errstr, n)) != SEGD_OK) {
         if (*r->stop || err == SEGD_ERR_ABORTED)
             return err;
         wait = segd_backoff_wait(&r->bo, wait, r->o->cfg->retry_max_ms, errstr);
     }
     segd_backoff_cleared(&r->bo);
-    segd_dlq_clear(r->dlq);
+    if (r->dlq)
+        segd_dlq_clear(r->dlq);
     segd_replay_stats_t *st = r->st;
     st->messages += r->pend.messages;
     st->events += r->pend.events;
@@ -599,7 +626,7 @@ static void report(replay_t *r)
 static segd_err_t outbox_full(replay_t *r, char *errstr, size_t n)
 {
     int64_t max = r->o->cfg->changes_max_outbox;
-    if (!r->outbox || max <= 0) /* 0: no bound, as for segd run */
+    if (!r->outbox || max <= 0 || r->o->count_only) /* 0: no bound, as for segd run */
         return SEGD_OK;
     uint64_t depth = segd_store_outbox_depth(r->store);
     if (depth <= (uint64_t)max)
@@ -657,8 +684,10 @@ segd_err_t segd_replay_run(const segd_replay_opts_t *o, segd_store_t *store,
         segd_applier_enable_outbox(&r->ap);
     if ((err = segd_ingest_new(&r->ingest, o->cfg, store, stop, &r->bo, errstr, n)))
         goto out_applier;
-    err = o->dlq_file ? segd_dlq_new_file(&r->dlq, o->dlq_file, errstr, n)
-                      : segd_dlq_new_topic(&r->dlq, o->cfg, stop, &r->bo, errstr, n);
+    /* a count writes no dead letters */
+    err = o->count_only ? SEGD_OK
+          : o->dlq_file ? segd_dlq_new_file(&r->dlq, o->dlq_file, errstr, n)
+                        : segd_dlq_new_topic(&r->dlq, o->cfg, stop, &r->bo, errstr, n);
     if (err)
         goto out_ingest;
     if ((err = make_consumer(r, errstr, n)))

@@ -64,6 +64,18 @@ typedef struct segd_replay_opts {
     int64_t to_ms; /* SEGD_REPLAY_TO_TIME */
     const char *dlq_file; /* NULL: the DLQ topic */
     int no_changes;       /* no outbox entries */
+    /* every batch also stores each replayed partition's next offset and the
+     * topic's partition count, as segd run does: for `segd rebuild`, whose
+     * fresh store segd run then continues from where the replay ended */
+    int write_offsets;
+    /* count only: read the ranges and check every message as a replay
+     * would, but apply, dead-letter and write nothing: st then says what a
+     * replay would do now (DESIGN §3.1: how much of a range lies below the
+     * store's ingest floor, asked before a repair applies anything), and
+     * below_floor, when set, is called for each message refused as too_late */
+    int count_only;
+    void (*below_floor)(void *ctx, int32_t partition, int64_t ts_ms);
+    void *below_floor_ctx;
     /* called after every batch (and once before the first) with the stats so
      * far; may be NULL */
     void (*progress)(void *ctx, const segd_replay_stats_t *st);

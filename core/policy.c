@@ -1,8 +1,10 @@
 /* Clock, horizon, GC watermark and retirement markers shared by merge and compaction. */
 #include "core/policy.h"
 
+#include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
 
@@ -119,6 +121,24 @@ int64_t segd_policy_ts_floor(const segd_policy_t *p)
     int64_t w = segd_policy_gc_watermark(p);
     return w > 0 ? w + segd_policy_gc_grace_ms(p)
                  : atomic_load(&((segd_policy_t *)p)->gc_start_floor);
+}
+
+int64_t segd_policy_floor_explain(const segd_policy_t *p, int64_t floor_ms, char *why,
+                                  size_t n)
+{
+    int64_t own = segd_policy_ts_floor(p), w = segd_policy_gc_watermark(p);
+    if (floor_ms > own)
+        snprintf(why, n, "%" PRId64 " (the import floor: the W of a snapshot unit restored "
+                 "into this store)", floor_ms);
+    else if (w > 0)
+        snprintf(why, n, "%" PRId64 " (W + grace: gc_watermark_ms %" PRId64
+                 " + store.gc.grace.s %" PRId64 ")", own, w, segd_policy_gc_grace_ms(p) / 1000);
+    else if (own > 0)
+        snprintf(why, n, "%" PRId64 " (the horizon: now - store.horizon.s when the store "
+                 "caught up with its input; W has not started)", own);
+    else
+        snprintf(why, n, "0 (none: the store still takes history of any age)");
+    return floor_ms > own ? floor_ms : own;
 }
 
 int64_t segd_policy_import_floor(const segd_policy_t *p)

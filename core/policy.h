@@ -56,6 +56,12 @@ segd_ts_verdict_t segd_policy_check_ts_floor(const segd_policy_t *p, int64_t ts_
  * erase). Only raised; the store persists a value before it sets it here.
  * Not part of ts_floor: a partition's floor must not refuse the history of
  * the store's other partitions. */
+/* The floor an event meets here, max(ts_floor, floor_ms) with floor_ms a
+ * partition's import floor (or the highest, for writes of no partition),
+ * and in why its value and what sets it, for a refusal to name: the
+ * horizon (W's start phase), W + grace, or the import floor. */
+int64_t segd_policy_floor_explain(const segd_policy_t *p, int64_t floor_ms, char *why,
+                                  size_t n);
 void segd_policy_raise_import_floor(segd_policy_t *p, int64_t floor_ms);
 int64_t segd_policy_import_floor(const segd_policy_t *p);
 

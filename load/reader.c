@@ -204,10 +204,11 @@ static int add_event(worker_t *w, slot_t *s, int64_t no)
                                                segd_policy_import_floor(o->policy))
                   : SEGD_TS_OK;
     if (v == SEGD_TS_TOO_LATE) {
-        int64_t own = segd_policy_ts_floor(o->policy), imp = segd_policy_import_floor(o->policy);
-        snprintf(why, sizeof(why),
-                 "too_late: ts_ms %lld is below %lld (GC watermark + grace, or a restored "
-                 "unit's W)", (long long)ev->ts_ms, (long long)(own > imp ? own : imp));
+        char floor[160];
+        segd_policy_floor_explain(o->policy, segd_policy_import_floor(o->policy), floor,
+                                  sizeof(floor));
+        snprintf(why, sizeof(why), "too_late: ts_ms %lld is below the ingest floor %s",
+                 (long long)ev->ts_ms, floor);
         report(w, s, no, why);
         return 0;
     }

@@ -330,7 +330,8 @@ static segd_err_t open_db(segd_store_t *s, const segd_store_opts_t *o, char *err
         segd_errf(SEGD_ERR_BUSY, errstr, n,
                   "%s is in use: another process holds its RocksDB lock %s/LOCK (a running "
                   "`segd run`, backfill, replay or compact?); stop it first, or use a "
-                  "read-only command (get, stats, snapshot export) beside it",
+                  "read-only command (get, stats, offsets show, identity check|members, segments "
+                  "list-retired, snapshot export) beside it",
                   o->path, o->path);
         rocksdb_free(rerr);
         return SEGD_ERR_BUSY;
@@ -554,7 +555,8 @@ segd_err_t segd_store_gc_advance(segd_store_t *s, int flags, char *errstr, size_
     int64_t elapsed = now > s->gc_moved_ms ? now - s->gc_moved_ms : 0, next = 0;
     s->gc_moved_ms = now;
     segd_err_t err = SEGD_OK;
-    if (flags & SEGD_GC_MERGED_ALL)
+    int history = w == 0 && !s->gc_start_floor_ms; /* a fresh store takes any age */
+    if ((flags & SEGD_GC_MERGED_ALL) && !(history && (flags & SEGD_GC_KEEP_HISTORY)))
         next = target;
     else if (w > 0)
         next = w + elapsed < target ? w + elapsed : target;
@@ -1058,6 +1060,19 @@ segd_err_t segd_store_get(segd_store_t *s, const char *user, size_t user_len,
     return get_with(s, s->ropts, user, user_len, out, errstr, n);
 }
 
+segd_err_t segd_store_known(segd_store_t *s, const char *user, size_t user_len, int *known,
+                            char *errstr, size_t n)
+{
+    char *rerr = NULL;
+    rocksdb_pinnableslice_t *v =
+        rocksdb_get_pinned_cf(s->db, s->ropts, s->cf[CF_PROFILES], user, user_len, &rerr);
+    if (rerr)
+        return rocks_err(rerr, SEGD_ERR_IO, errstr, n, "get");
+    *known = v != NULL;
+    rocksdb_pinnableslice_destroy(v);
+    return SEGD_OK;
+}
+
 segd_err_t segd_store_view_get(segd_store_view_t *v, const char *user, size_t user_len,
                                segd_profile_t *out, char *errstr, size_t n)
 {
@@ -1125,6 +1140,13 @@ static uint64_t background_errors(segd_store_t *s)
  * refuses writes, so both are checked. */
 segd_err_t segd_store_compact(segd_store_t *s, char *errstr, size_t n)
 {
+    return segd_store_compact_ex(s, 0, errstr, n);
+}
+
+segd_err_t segd_store_compact_ex(segd_store_t *s, int flags, char *errstr, size_t n)
+{
+    int gc_flags = SEGD_GC_MERGED_ALL |
+                   (flags & SEGD_COMPACT_KEEP_HISTORY ? SEGD_GC_KEEP_HISTORY : 0);
     uint64_t before = background_errors(s), corrupt = segd_policy_corrupt_count(s->policy);
     rocksdb_compactoptions_t *co = rocksdb_compactoptions_create();
     rocksdb_compactoptions_set_bottommost_level_compaction(co, 2 /* force */);
@@ -1133,7 +1155,7 @@ segd_err_t segd_store_compact(segd_store_t *s, char *errstr, size_t n)
         rocksdb_compact_range_cf_opt(s->db, s->cf[CF_PROFILES], co, NULL, 0, NULL, 0);
         /* after the first pass every key is one merged value: W may take its target */
         if (pass == 0 && background_errors(s) == before) {
-            segd_err_t gerr = segd_store_gc_advance(s, SEGD_GC_MERGED_ALL, errstr, n);
+            segd_err_t gerr = segd_store_gc_advance(s, gc_flags, errstr, n);
             if (gerr) {
                 rocksdb_compactoptions_destroy(co);
                 return gerr;
@@ -1214,6 +1236,23 @@ segd_err_t segd_store_stats(segd_store_t *s, segd_store_stats_t *st, char *errst
     rocksdb_property_int_cf(s->db, s->cf[CF_PROFILES], "rocksdb.total-sst-files-size",
                             &st->sst_bytes);
     return err;
+}
+
+void segd_batch_retire(segd_batch_t *b, int64_t segment_id, int64_t before_ms)
+{
+    segd_store_t *s = b->store;
+    char key[sizeof(RETIRED_PREFIX) - 1 + 8], val[8];
+    size_t plen = strlen(RETIRED_PREFIX);
+    int64_t cur = segd_policy_retired_before(s->policy, segment_id);
+    memcpy(key, RETIRED_PREFIX, plen);
+    put_be64(key + plen, (uint64_t)segment_id);
+    put_be64(val, (uint64_t)(before_ms > cur ? before_ms : cur));
+    rocksdb_writebatch_put_cf(b->wb, s->cf[CF_META], key, sizeof(key), val, 8);
+}
+
+segd_err_t segd_store_retire_applied(segd_store_t *s, int64_t segment_id, int64_t before_ms)
+{
+    return segd_policy_retire(s->policy, segment_id, before_ms);
 }
 
 segd_err_t segd_store_retire(segd_store_t *s, int64_t segment_id, int64_t before_ms,

@@ -158,6 +158,11 @@ segd_err_t segd_store_offset_get(segd_store_t *s, const char *topic, int32_t par
  * yields an empty profile and SEGD_OK. */
 segd_err_t segd_store_get(segd_store_t *s, const char *user, size_t user_len,
                           segd_profile_t *out, char *errstr, size_t errstr_size);
+/* *known = 1 when the store holds a record for user at all, live entries or
+ * not (until a compaction deletes an empty one): "never seen" against
+ * "nothing live", the "known" of the cache's HTTP API and `segd get --json`. */
+segd_err_t segd_store_known(segd_store_t *s, const char *user, size_t user_len, int *known,
+                            char *errstr, size_t errstr_size);
 
 /* Calls cb for every non-empty record in key order; cb returns non-zero to
  * stop. The profile is borrowed for the call. */
@@ -175,6 +180,12 @@ segd_err_t segd_store_flush(segd_store_t *s, char *errstr, size_t errstr_size);
  * the second pass drops what lies below it. Call without concurrent writers
  * (segd compact, tests, segd run before it consumes). */
 segd_err_t segd_store_compact(segd_store_t *s, char *errstr, size_t errstr_size);
+/* The same; SEGD_COMPACT_KEEP_HISTORY: a store still taking history (W = 0,
+ * no start phase: a fresh or backfilled store) keeps taking it, W is not
+ * moved (segd compact without --end-history). */
+#define SEGD_COMPACT_KEEP_HISTORY 1
+segd_err_t segd_store_compact_ex(segd_store_t *s, int flags, char *errstr,
+                                 size_t errstr_size);
 
 /* Advances the GC watermark W (DESIGN §3) toward now - horizon - grace,
  * writing it to `meta` (synced) before the merge operator and the filter may
@@ -187,6 +198,7 @@ segd_err_t segd_store_compact(segd_store_t *s, char *errstr, size_t errstr_size)
  * since) lets W jump to its target. A read-only store does nothing. */
 #define SEGD_GC_MERGED_ALL 1
 #define SEGD_GC_CAUGHT_UP 2
+#define SEGD_GC_KEEP_HISTORY 4 /* with MERGED_ALL: W = 0 and no start phase stay so */
 segd_err_t segd_store_gc_advance(segd_store_t *s, int flags, char *errstr,
                                  size_t errstr_size);
 /* The persisted GC watermark (0 = none yet). */
@@ -209,6 +221,12 @@ segd_err_t segd_store_stats(segd_store_t *s, segd_store_stats_t *st, char *errst
 /* Retires segment_id store-wide for entries with ts_ms <= before_ms. extra
  * (may be NULL) is written in the same WriteBatch (e.g. the outbox entry that
  * carries the retirement to caches) and left cleared. */
+/* The marker of segd_store_retire (raised to the stored one) put into b, to
+ * be written with the rest of b; the policy learns it only from
+ * segd_store_retire_applied, called after b was written (DESIGN 3.2: a
+ * retirement through the log joins its message's batch). */
+void segd_batch_retire(segd_batch_t *b, int64_t segment_id, int64_t before_ms);
+segd_err_t segd_store_retire_applied(segd_store_t *s, int64_t segment_id, int64_t before_ms);
 segd_err_t segd_store_retire(segd_store_t *s, int64_t segment_id, int64_t before_ms,
                              segd_batch_t *extra, char *errstr, size_t errstr_size);
 

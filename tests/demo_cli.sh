@@ -26,4 +26,8 @@ grep -o 'p50 [0-9.]* us, p99 [0-9.]* us' "$tmp/out" | while read -r _ p50 _ _ p9
   awk -v a="${p50%,}" -v b="$p99" 'BEGIN { exit !(a > 0 && a <= b) }' || fail "p50 $p50 p99 $p99"
 done
 grep -q "consumed 2002 messages in [0-9.]* s from the first one" "$tmp/out" || fail "message count"
+# the hint names the binary that ran (issue 23: it always said ./build/segd)
+bin=$(readlink -f "$segd")
+grep -qxE "Try: $bin get --db $tmp/d/db-[0-9]+ --json u0000000042" "$tmp/out" ||
+  fail "the hint does not name $bin: $(grep Try: "$tmp/out")"
 echo "demo_cli: $(wc -l < "$tmp/want") README lines matched"

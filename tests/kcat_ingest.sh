@@ -55,6 +55,6 @@ kill -TERM $run_pid
 wait $run_pid || fail "segd run exited with $?"
 grep -q "msg=final consumed=20 events=20 segments=20 dlq=0" "$tmp/run.log" || fail "run summary"
 out=$("$segd" get --db "$tmp/db" --now 1800000000 --json kc4)
-want='{"user_id":"kc4","segments":[{"id":104,"expires_at":1800079200,"ts_ms":1799990000004,"flags":0,"partner_id":4},{"id":109,"expires_at":1800079200,"ts_ms":1799990000009,"flags":0,"partner_id":9},{"id":114,"expires_at":1800079200,"ts_ms":1799990000014,"flags":0,"partner_id":14},{"id":119,"expires_at":1800079200,"ts_ms":1799990000019,"flags":0,"partner_id":19}]}'
+want='{"user_id":"kc4","known":true,"segments":[{"id":104,"expires_at":1800079200,"ts_ms":1799990000004,"flags":0,"partner_id":4},{"id":109,"expires_at":1800079200,"ts_ms":1799990000009,"flags":0,"partner_id":9},{"id":114,"expires_at":1800079200,"ts_ms":1799990000014,"flags":0,"partner_id":14},{"id":119,"expires_at":1800079200,"ts_ms":1799990000019,"flags":0,"partner_id":19}]}'
 [ "$out" = "$want" ] || fail "get kc4: $out"
 echo "kcat_ingest: ok"

@@ -11,6 +11,9 @@
 # segd-tail.pc): the same bidder built with -DBIDDER_TAIL loads the snapshot,
 # joins the change topic `segd run` published after it, and equals
 # `segd get` on the store that went on; exports only segd_cache_*.
+# The same installed with the system prefixes /usr and /usr/local into a
+# DESTDIR: the .pc files name the right directories (lib/<multiarch> under
+# /usr) and bidder.c builds with pkg-config against each.
 # usage: lib_install.sh SEGD_BIN SOURCE_DIR
 set -euo pipefail
 segd=$1
@@ -48,6 +51,52 @@ readelf -d "$libdir/libsegd-tail.so" | grep NEEDED | grep -q rdkafka || fail "li
 # sanitized builds: the bidder must carry the same runtime as the library
 cflags=()
 grep -q '^SEGD_SANITIZE:BOOL=ON' "$build/CMakeCache.txt" && cflags=(-fsanitize=address,undefined)
+
+# The system prefixes (issue 23): configured with -DCMAKE_INSTALL_PREFIX=/usr,
+# GNUInstallDirs puts the libraries in lib/<multiarch> on Debian, where the
+# .pc files once said includedir /usr/lib/include. Each prefix is installed
+# into a DESTDIR (component segd-cache) and bidder.c built with pkg-config
+# from it (PKG_CONFIG_SYSROOT_DIR), then run on the DESTDIR's library.
+multiarch=$(cc -print-multiarch 2>/dev/null || true)
+system_prefix() { # $1 prefix, $2 build tree configured for it, $3 the libdir wanted
+  local tag=${1//\//-}
+  local dest=$tmp/dest$tag pcdir
+  DESTDIR=$dest cmake --install "$2" --prefix "$1" --component segd-cache \
+    > "$tmp/install$tag.log" 2>&1 || fail "DESTDIR install to $1"
+  pcdir=$(dirname "$(find "$dest" -name segd-cache.pc | head -1)")
+  [ "$pcdir" = "$dest$3/pkgconfig" ] || fail "$1: segd-cache.pc in '$pcdir', want $dest$3/pkgconfig"
+  local inc lib
+  inc=$(PKG_CONFIG_PATH=$pcdir pkg-config --variable=includedir segd-cache)
+  lib=$(PKG_CONFIG_PATH=$pcdir pkg-config --variable=libdir segd-cache)
+  [ "$inc" = "$1/include" ] || fail "$1: segd-cache.pc includedir '$inc', want $1/include"
+  [ "$lib" = "$3" ] || fail "$1: segd-cache.pc libdir '$lib', want $3"
+  [ "$(PKG_CONFIG_PATH=$pcdir pkg-config --variable=libdir segd-tail)" = "$3" ] ||
+    fail "$1: segd-tail.pc libdir"
+  export PKG_CONFIG_SYSROOT_DIR=$dest PKG_CONFIG_PATH=$pcdir
+  [ -f "$(pkg-config --variable=includedir segd-cache)/segd/cache.h" ] || fail "$1: no cache.h"
+  # shellcheck disable=SC2046
+  cc -std=c11 -Wall -Wextra -Werror "${cflags[@]}" -o "$tmp/bidder$tag" "$src/examples/bidder.c" \
+    $(pkg-config --cflags --libs segd-cache) 2> "$tmp/cc$tag.log" ||
+    fail "bidder does not build against $1 in a DESTDIR: $(cat "$tmp/cc$tag.log")"
+  unset PKG_CONFIG_SYSROOT_DIR PKG_CONFIG_PATH
+  LD_LIBRARY_PATH=$dest$3 ldd "$tmp/bidder$tag" > "$tmp/ldd$tag.out"
+  grep -q "libsegd-cache.so.1 => $dest$3/" "$tmp/ldd$tag.out" ||
+    fail "bidder$tag does not load the DESTDIR's library: $(cat "$tmp/ldd$tag.out")"
+  if LD_LIBRARY_PATH=$dest$3 "$tmp/bidder$tag" "$tmp/nowhere" $now u1 2> "$tmp/bidder$tag.err"; then
+    fail "bidder$tag loaded a missing snapshot"
+  fi
+  grep -q "not found" "$tmp/bidder$tag.err" || fail "bidder$tag: $(cat "$tmp/bidder$tag.err")"
+}
+# /usr/local: this build tree's GNUInstallDirs directories (its prefix is the default)
+system_prefix /usr/local "$build" \
+  "/usr/local/$(sed -n 's/^CMAKE_INSTALL_LIBDIR:PATH=//p' "$build/CMakeCache.txt")"
+# /usr: a tree configured for it, only the libraries built
+cmake -S "$src" -B "$tmp/build-usr" -DCMAKE_INSTALL_PREFIX=/usr -DCMAKE_BUILD_TYPE=Release \
+  > "$tmp/configure-usr.log" 2>&1 || fail "configure for /usr: $(tail -5 "$tmp/configure-usr.log")"
+nice cmake --build "$tmp/build-usr" -j2 --target segd_cache_shared segd_cache_static \
+  segd_tail_shared segd_tail_static > "$tmp/build-usr.log" 2>&1 ||
+  fail "build for /usr: $(tail -5 "$tmp/build-usr.log")"
+system_prefix /usr "$tmp/build-usr" "/usr/lib${multiarch:+/$multiarch}"
 export PKG_CONFIG_PATH=$libdir/pkgconfig
 pc_libs=$(pkg-config --libs segd-cache | xargs)
 [ "$pc_libs" = "-L$(pkg-config --variable=libdir segd-cache) -lsegd-cache" ] ||

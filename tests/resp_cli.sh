@@ -56,7 +56,8 @@ for _ in $(seq 150); do
   [ "$(redis-cli -p $port ZCARD "$last" 2>/dev/null)" -gt 0 ] 2>/dev/null && break
   sleep 0.1
 done
-grep -q "listening for Redis clients.*threads=2" "$tmp/cache.log" || fail "no resp listener"
+grep -q "listening for Redis clients.*resp=127.0.0.1:$port threads=2" "$tmp/cache.log" ||
+  fail "no resp listener at 127.0.0.1:$port: $(grep "Redis clients" "$tmp/cache.log")"
 check store-equal "$segd" "$tmp/db" $now $users $port || fail "cache --resp != store"
 curl -sf "http://127.0.0.1:$hport/healthz" | grep -q '"changes_applied":[1-9]' ||
   fail "the cache joined no delta"

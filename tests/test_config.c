@@ -97,6 +97,11 @@ static void test_errors_name_the_key(void **state)
     assert_int_equal(segd_config_load_env(&c, env, err, sizeof(err)), SEGD_ERR_CONFIG);
     assert_non_null(strstr(err, "SEGD_NO_SUCH_THING"));
     assert_int_equal(segd_config_set_x(&c, "novalue", err, sizeof(err)), SEGD_ERR_CONFIG);
+    /* issue 23: a segd key given to -X is named as one, with where it goes */
+    assert_int_equal(segd_config_set_x(&c, "metrics.listen=:9100", err, sizeof(err)),
+                     SEGD_ERR_CONFIG);
+    assert_non_null(strstr(err, "'metrics.listen' is a segd key, not a Kafka property"));
+    assert_non_null(strstr(err, "SEGD_METRICS_LISTEN"));
     /* missing required settings, and confluent framing without a registry */
     assert_int_equal(segd_config_finish(&c, err, sizeof(err)), SEGD_ERR_CONFIG);
     assert_non_null(strstr(err, "topics"));

@@ -1,0 +1,25 @@
+/* The rebuild path of a store (DESIGN 3.2, README "Repairing a store"):
+ * `segd rebuild` fills a fresh store beside the live one, DB.rebuild.tmp,
+ * from its input topics, renamed DB.rebuilt once complete; the next
+ * `segd run` on DB swaps it in before it opens the store (the old one is
+ * kept as DB.replaced-<unix seconds>). Directory names are the protocol: a
+ * rename is atomic, so a crash leaves either the old store or the new one. */
+#ifndef SEGD_REBUILD_H
+#define SEGD_REBUILD_H
+
+#include <stddef.h>
+
+#include "base/err.h"
+#include "base/log.h"
+
+/* DB.rebuild.tmp and DB.rebuilt, in out (at least 4096 bytes). */
+void segd_rebuild_tmp_path(const char *db, char *out, size_t n);
+void segd_rebuild_done_path(const char *db, char *out, size_t n);
+
+/* When DB.rebuilt exists, renames DB to DB.replaced-<now> and DB.rebuilt to
+ * DB, and says so on log (may be NULL: stderr). *swapped = 1 then. Call with
+ * no process holding DB. */
+segd_err_t segd_rebuild_swap(const char *db, segd_log_t *log, int *swapped, char *errstr,
+                             size_t errstr_size);
+
+#endif

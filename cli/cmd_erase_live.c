@@ -1,0 +1,426 @@
+/* Erasure through the log (erase_live.h): the operator's ERASE_USER goes
+ * where a producer's would, so ordering with the user's other events,
+ * exactness, the outbox and caches work as for any event; the running
+ * segd run applies it. The wait reads the store read-only beside it. */
+#include "cli/erase_live.h"
+
+#include <inttypes.h>
+#include <librdkafka/rdkafka.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "base/clock.h"
+#include "cli/cli.h"
+#include "consumer/apply.h"
+#include "consumer/config.h"
+#include "core/partition.h"
+#include "transport/registry.h"
+#include "wire/avro_codec.h"
+
+extern char **environ;
+
+#define QUERY_TIMEOUT_MS 10000
+
+typedef struct live {
+    const segd_erase_live_t *a;
+    const char *cmd; /* "erase" or "segments retire", for messages */
+    segd_config_t cfg;
+    const char *topic;
+    segd_framing_t framing;
+    int32_t schema_id, partitions;
+    rd_kafka_t *rk;
+    segd_avro_codec_t *codec;
+    segd_registry_t *reg;
+    int failed; /* delivery reports with an error */
+} live_t;
+
+static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+    (void)rk;
+    if (m->err) {
+        ((live_t *)opaque)->failed++;
+        fprintf(stderr, "segd erase: delivery failed: %s\n", rd_kafka_err2str(m->err));
+    }
+}
+
+static int load_config(live_t *l, char *err, size_t n)
+{
+    const segd_erase_live_t *a = l->a;
+    if ((a->config && segd_config_load_file(&l->cfg, a->config, err, n)) ||
+        segd_config_load_env(&l->cfg, environ, err, n) ||
+        (a->brokers && segd_config_set(&l->cfg, "brokers", a->brokers, err, n)))
+        return -1;
+    l->topic = a->topic ? a->topic : l->cfg.n_topics ? l->cfg.topics[0] : NULL;
+    if (!l->cfg.brokers || !l->topic)
+        return snprintf(err, n, "need --brokers and --topic (or a --config naming them)"), -1;
+    /* auto-detection reads single-object; confluent needs the registry's id */
+    l->framing = l->cfg.framing == SEGD_FRAMING_AUTO ? SEGD_FRAMING_SINGLE_OBJECT
+                                                     : l->cfg.framing;
+    return 0;
+}
+
+static int make_producer(live_t *l, char *err, size_t n)
+{
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    int bad = rd_kafka_conf_set(conf, "bootstrap.servers", l->cfg.brokers, err, n) ||
+              rd_kafka_conf_set(conf, "enable.idempotence", "true", err, n);
+    for (size_t i = 0; !bad && i < l->cfg.n_kafka; i++)
+        bad = rd_kafka_conf_set(conf, l->cfg.kafka[i].key, l->cfg.kafka[i].value, err, n) !=
+              RD_KAFKA_CONF_OK;
+    if (bad) {
+        rd_kafka_conf_destroy(conf);
+        return -1;
+    }
+    rd_kafka_conf_set_dr_msg_cb(conf, on_delivery);
+    rd_kafka_conf_set_opaque(conf, l);
+    l->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, n);
+    if (!l->rk)
+        rd_kafka_conf_destroy(conf);
+    return l->rk ? 0 : -1;
+}
+
+/* The topic's partition count: each user goes to the partition segd's
+ * input.partitioner gives it, the one whose consumer owns the user. */
+static int count_partitions(live_t *l, char *err, size_t n)
+{
+    rd_kafka_topic_t *rkt = rd_kafka_topic_new(l->rk, l->topic, NULL);
+    const struct rd_kafka_metadata *md = NULL;
+    rd_kafka_resp_err_t kerr = rkt ? rd_kafka_metadata(l->rk, 0, rkt, &md, QUERY_TIMEOUT_MS)
+                                   : rd_kafka_last_error();
+    if (rkt)
+        rd_kafka_topic_destroy(rkt);
+    if (!kerr && (md->topic_cnt != 1 || md->topics[0].err || !md->topics[0].partition_cnt))
+        kerr = md->topic_cnt ? md->topics[0].err : RD_KAFKA_RESP_ERR__UNKNOWN_TOPIC;
+    if (!kerr)
+        l->partitions = md->topics[0].partition_cnt;
+    if (md)
+        rd_kafka_metadata_destroy(md);
+    if (kerr || l->partitions <= 0)
+        return snprintf(err, n, "topic %s: %s", l->topic,
+                        kerr ? rd_kafka_err2str(kerr) : "no partitions"), -1;
+    return 0;
+}
+
+static int schema_id(live_t *l, char *err, size_t n)
+{
+    if (segd_avro_codec_new(&l->codec, NULL, NULL, err, n))
+        return -1;
+    if (l->framing != SEGD_FRAMING_CONFLUENT)
+        return 0;
+    if (!l->cfg.registry_url)
+        return snprintf(err, n, "input.format confluent needs input.schema.registry.url"), -1;
+    char subject[300];
+    snprintf(subject, sizeof(subject), "%s-value", l->topic);
+    return segd_registry_new(&l->reg, l->cfg.registry_url, NULL, err, n) ||
+                   segd_registry_register(l->reg, subject, segd_avro_codec_reader_json(l->codec),
+                                          &l->schema_id, err, n)
+               ? -1
+               : 0;
+}
+
+static int produce_user(live_t *l, segd_event_t *ev, const char *user, segd_buf_t *buf,
+                        char *err, size_t n)
+{
+    segd_event_reset(ev);
+    ev->op = SEGD_OP_ERASE_USER;
+    ev->ts_ms = l->a->at_ms;
+    if (segd_event_set_user(ev, user, strlen(user)) ||
+        segd_event_validate(ev, &l->cfg.limits, err, n))
+        return snprintf(err, n, "user '%.300s': invalid", user), 2;
+    buf->len = 0;
+    if (segd_avro_encode(l->codec, l->framing, l->schema_id, ev, buf))
+        return snprintf(err, n, "cannot encode the event of %s", user), 1;
+    int32_t p = segd_partition_of(l->cfg.partitioner, user, strlen(user), l->partitions);
+    rd_kafka_resp_err_t kerr;
+    while ((kerr = rd_kafka_producev(l->rk, RD_KAFKA_V_TOPIC(l->topic),
+                                     RD_KAFKA_V_PARTITION(p),
+                                     RD_KAFKA_V_KEY(user, strlen(user)),
+                                     RD_KAFKA_V_VALUE(buf->data, buf->len),
+                                     RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY), RD_KAFKA_V_END)) ==
+           RD_KAFKA_RESP_ERR__QUEUE_FULL)
+        rd_kafka_poll(l->rk, 10);
+    if (kerr)
+        return snprintf(err, n, "produce: %s", rd_kafka_err2str(kerr)), 1;
+    return 0;
+}
+
+/* Every event validated before the first is produced: a bad id in the list
+ * sends nothing. */
+static int produce_all(live_t *l, char *const *users, int nusers, char *err, size_t n)
+{
+    segd_event_t ev;
+    segd_buf_t buf = {0};
+    segd_event_init(&ev);
+    int rc = 0;
+    for (int i = 0; !rc && i < nusers; i++) {
+        segd_event_reset(&ev);
+        ev.op = SEGD_OP_ERASE_USER;
+        ev.ts_ms = l->a->at_ms;
+        if (segd_event_set_user(&ev, users[i], strlen(users[i])) ||
+            segd_event_validate(&ev, &l->cfg.limits, err, n))
+            rc = 2, snprintf(err, n, "user '%.300s': not a valid user id", users[i]);
+    }
+    for (int i = 0; !rc && i < nusers; i++)
+        rc = produce_user(l, &ev, users[i], &buf, err, n);
+    rd_kafka_resp_err_t kerr = rd_kafka_flush(l->rk, 30000);
+    if (!rc && (kerr || l->failed))
+        rc = 1, snprintf(err, n, "%s", kerr ? "not every event was delivered within 30 s"
+                                            : "delivery failed (said above)");
+    segd_buf_free(&buf);
+    segd_event_free(&ev);
+    return rc;
+}
+
+/* How many users the store shows erased at at_ms or later; -1 when it cannot
+ * be read. A fresh read-only open each time: one sees the store as of it. */
+static int count_applied(const live_t *l, char *const *users, int n)
+{
+    segd_store_t *s = segd_app_open_reader("erase", l->a->db, 0);
+    if (!s)
+        return -1;
+    segd_profile_t p;
+    segd_profile_init(&p);
+    char err[256];
+    int done = 0;
+    for (int i = 0; i < n; i++)
+        if (segd_store_get(s, users[i], strlen(users[i]), &p, err, sizeof(err)) == SEGD_OK &&
+            p.erased_before_ms >= l->a->at_ms)
+            done++;
+    segd_profile_free(&p);
+    segd_store_close(s);
+    return done;
+}
+
+static int wait_applied(const live_t *l, char *const *users, int n)
+{
+    double deadline = segd_mono_s() + (double)l->a->wait_s;
+    int done = 0;
+    for (;;) {
+        done = count_applied(l, users, n);
+        if (done < 0)
+            return SEGD_EXIT_FAIL;
+        if (done == n || segd_mono_s() >= deadline)
+            break;
+        struct timespec ts = {0, 200 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    if (done == n) {
+        printf("applied: %s shows all %d erasures\n", l->a->db, n);
+        return SEGD_EXIT_OK;
+    }
+    fprintf(stderr, "segd erase: after %" PRId64 " s %s shows %d of %d erasures: is a segd run "
+            "consuming %s into it (segd offsets show --db %s), and does it own these users' "
+            "partitions? The events are in the topic and will apply when it does.\n",
+            l->a->wait_s, l->a->db, done, n, l->topic, l->a->db);
+    return SEGD_EXIT_FAIL;
+}
+
+/* The store's floor refuses an erasure below it, as offline (too_late), and
+ * ingest one from the future: say so before producing an event segd run
+ * would only dead-letter. */
+static int check_floor(const live_t *l)
+{
+    int64_t skew = l->cfg.limits.max_clock_skew_ms;
+    if (l->a->at_ms > segd_wall_ms() + skew) {
+        fprintf(stderr, "segd %s: from_future: %" PRId64 " is more than %" PRId64
+                " ms after now (limits.max.clock.skew.ms); nothing produced\n", l->cmd,
+                l->a->at_ms, skew);
+        return SEGD_EXIT_USAGE;
+    }
+    if (!l->a->db)
+        return 0;
+    segd_store_t *s = segd_app_open_reader("erase", l->a->db, 0);
+    if (!s)
+        return SEGD_EXIT_FAIL;
+    segd_policy_t *pol = segd_store_policy(s);
+    char why[160];
+    int64_t floor = segd_policy_floor_explain(pol, segd_policy_import_floor(pol), why,
+                                              sizeof(why));
+    segd_store_close(s);
+    if (l->a->at_ms >= floor)
+        return 0;
+    fprintf(stderr, "segd %s: too_late: %" PRId64 " is below the ingest floor %s; "
+            "nothing produced\n", l->cmd, l->a->at_ms, why);
+    return SEGD_EXIT_USAGE;
+}
+
+int segd_erase_live(const segd_erase_live_t *a, char *const *users, int n)
+{
+    live_t l = {.a = a, .cmd = "erase"};
+    char err[512] = "";
+    int rc = SEGD_EXIT_FAIL;
+    segd_config_init(&l.cfg);
+    if (load_config(&l, err, sizeof(err))) {
+        fprintf(stderr, "segd erase: %s\n", err);
+        rc = SEGD_EXIT_USAGE;
+        goto out;
+    }
+    if ((rc = check_floor(&l)))
+        goto out;
+    rc = SEGD_EXIT_FAIL;
+    if (make_producer(&l, err, sizeof(err)) || count_partitions(&l, err, sizeof(err)) ||
+        schema_id(&l, err, sizeof(err))) {
+        fprintf(stderr, "segd erase: %s\n", err);
+        goto out;
+    }
+    int p = produce_all(&l, users, n, err, sizeof(err));
+    if (p) {
+        fprintf(stderr, "segd erase: %s%s\n", err, p == 2 ? "; nothing produced" : "");
+        rc = p == 2 ? SEGD_EXIT_USAGE : SEGD_EXIT_FAIL;
+        goto out;
+    }
+    printf("produced %d ERASE_USER events at ts_ms %" PRId64 " to %s\n", n, a->at_ms, l.topic);
+    if (a->db)
+        rc = wait_applied(&l, users, n);
+    else {
+        printf("not waited: give --db (the store segd run writes) to wait until it applies "
+               "them\n");
+        rc = SEGD_EXIT_OK;
+    }
+out:
+    if (l.rk)
+        rd_kafka_destroy(l.rk);
+    segd_avro_codec_destroy(l.codec);
+    segd_registry_destroy(l.reg);
+    segd_config_free(&l.cfg);
+    return rc;
+}
+
+/* ---------- retirement through the log ---------- */
+
+typedef struct retired_seen {
+    const int64_t *ids;
+    int n, found;
+    int64_t before_ms;
+} retired_seen_t;
+
+static int seen_retired(void *ctx, int64_t segment_id, int64_t before_ms)
+{
+    retired_seen_t *r = ctx;
+    for (int i = 0; i < r->n; i++)
+        if (r->ids[i] == segment_id && before_ms >= r->before_ms)
+            r->found++;
+    return 0;
+}
+
+static int count_retired(const live_t *l, const int64_t *ids, int n)
+{
+    segd_store_t *s = segd_app_open_reader("segments", l->a->db, 0);
+    if (!s)
+        return -1;
+    retired_seen_t r = {ids, n, 0, l->a->at_ms};
+    segd_store_view_t *v = NULL;
+    char err[256];
+    int bad = segd_store_view_open(s, &v, err, sizeof(err)) ||
+              segd_store_view_retirements(v, seen_retired, &r, err, sizeof(err));
+    segd_store_view_close(v);
+    segd_store_close(s);
+    return bad ? -1 : r.found;
+}
+
+static int produce_retire(live_t *l, const int64_t *ids, int n, char *err, size_t en)
+{
+    segd_event_t ev;
+    segd_buf_t buf = {0};
+    segd_event_init(&ev);
+    ev.op = SEGD_OP_REMOVE;
+    ev.ts_ms = l->a->at_ms;
+    int rc = segd_event_set_user(&ev, SEGD_CONTROL_RETIRE_USER,
+                                 strlen(SEGD_CONTROL_RETIRE_USER)) ? 1 : 0;
+    for (int i = 0; !rc && i < n; i++) {
+        segd_seg_update_t u = {.segment_id = ids[i]};
+        rc = segd_event_add_segment(&ev, &u) ? 1 : 0;
+    }
+    if (!rc && (segd_event_validate(&ev, &l->cfg.limits, err, en) ||
+                segd_avro_encode(l->codec, l->framing, l->schema_id, &ev, &buf)))
+        rc = 2;
+    const char *key = SEGD_CONTROL_RETIRE_USER;
+    for (int32_t p = 0; !rc && p < l->partitions; p++) {
+        rd_kafka_resp_err_t kerr;
+        while ((kerr = rd_kafka_producev(l->rk, RD_KAFKA_V_TOPIC(l->topic),
+                                         RD_KAFKA_V_PARTITION(p),
+                                         RD_KAFKA_V_KEY(key, strlen(key)),
+                                         RD_KAFKA_V_VALUE(buf.data, buf.len),
+                                         RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
+                                         RD_KAFKA_V_END)) == RD_KAFKA_RESP_ERR__QUEUE_FULL)
+            rd_kafka_poll(l->rk, 10);
+        if (kerr)
+            rc = 1, snprintf(err, en, "produce: %s", rd_kafka_err2str(kerr));
+    }
+    if (rd_kafka_flush(l->rk, 30000) && !rc)
+        rc = 1, snprintf(err, en, "not every event was delivered within 30 s");
+    else if (!rc && l->failed)
+        rc = 1, snprintf(err, en, "delivery failed (said above)");
+    segd_buf_free(&buf);
+    segd_event_free(&ev);
+    return rc;
+}
+
+static int wait_retired(const live_t *l, const int64_t *ids, int n)
+{
+    double deadline = segd_mono_s() + (double)l->a->wait_s;
+    int done;
+    for (;;) {
+        done = count_retired(l, ids, n);
+        if (done < 0)
+            return SEGD_EXIT_FAIL;
+        if (done == n || segd_mono_s() >= deadline)
+            break;
+        struct timespec ts = {0, 200 * 1000 * 1000};
+        nanosleep(&ts, NULL);
+    }
+    if (done == n) {
+        printf("applied: %s lists all %d retirements\n", l->a->db, n);
+        return SEGD_EXIT_OK;
+    }
+    fprintf(stderr, "segd segments retire: after %" PRId64 " s %s lists %d of %d "
+            "retirements: is a segd run consuming %s into it (segd offsets show --db %s)? "
+            "The events are in the topic and will apply when it does.\n", l->a->wait_s,
+            l->a->db, done, n, l->topic, l->a->db);
+    return SEGD_EXIT_FAIL;
+}
+
+int segd_retire_live(const segd_erase_live_t *a, const int64_t *ids, int n)
+{
+    live_t l = {.a = a, .cmd = "segments retire"};
+    char err[512] = "";
+    int rc = SEGD_EXIT_FAIL;
+    segd_config_init(&l.cfg);
+    if (load_config(&l, err, sizeof(err))) {
+        fprintf(stderr, "segd segments retire: %s\n", err);
+        rc = SEGD_EXIT_USAGE;
+        goto out;
+    }
+    if ((rc = check_floor(&l)))
+        goto out;
+    rc = SEGD_EXIT_FAIL;
+    if (make_producer(&l, err, sizeof(err)) || count_partitions(&l, err, sizeof(err)) ||
+        schema_id(&l, err, sizeof(err))) {
+        fprintf(stderr, "segd segments retire: %s\n", err);
+        goto out;
+    }
+    int p = produce_retire(&l, ids, n, err, sizeof(err));
+    if (p) {
+        fprintf(stderr, "segd segments retire: %s%s\n", err, p == 2 ? "; nothing produced" : "");
+        rc = p == 2 ? SEGD_EXIT_USAGE : SEGD_EXIT_FAIL;
+        goto out;
+    }
+    printf("produced a retirement of %d segments before ts_ms %" PRId64 " to all %" PRId32
+           " partitions of %s\n", n, a->at_ms, l.partitions, l.topic);
+    if (a->db)
+        rc = wait_retired(&l, ids, n);
+    else {
+        printf("not waited: give --db (the store segd run writes) to wait until it applies "
+               "it\n");
+        rc = SEGD_EXIT_OK;
+    }
+out:
+    if (l.rk)
+        rd_kafka_destroy(l.rk);
+    segd_avro_codec_destroy(l.codec);
+    segd_registry_destroy(l.reg);
+    segd_config_free(&l.cfg);
+    return rc;
+}

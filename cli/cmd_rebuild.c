@@ -1,0 +1,177 @@
+/* `segd rebuild`: the exact repair of a store that has an ingest floor
+ * (DESIGN 3.2, app/rebuild.h). A fresh store beside the live one takes
+ * history of any age, so every input topic is replayed into it from the log
+ * start to the end, with the input offsets and partition counts segd run
+ * keeps; renamed DB.rebuilt when complete, it replaces DB when `segd run`
+ * next starts. The live store and its segd run are not touched meanwhile. */
+#include <getopt.h>
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "app/rebuild.h"
+#include "cli/cli.h"
+#include "consumer/replay.h"
+
+extern char **environ;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+        "usage: segd rebuild --config FILE [--brokers B] [--topic T[,T...]] [--db DIR]\n"
+        "                    [-X kafka.prop=value ...]\n"
+        "  Rebuilds the store DIR (segd run's db) from its input topics into a fresh\n"
+        "  store beside it, DIR.rebuild.tmp: every partition from the log start to\n"
+        "  its end now, through segd run's checks, with the input offsets segd run\n"
+        "  continues from. A fresh store has no ingest floor, so history of any age\n"
+        "  still in the topics is applied exactly: the repair for a store whose\n"
+        "  replay or rewind is refused below its floor (README \"Repairing a store\").\n"
+        "  Runs beside the live `segd run`, which it does not touch. When complete\n"
+        "  the new store is renamed DIR.rebuilt, and the next `segd run` on DIR swaps\n"
+        "  it in before opening the store (the old one is kept as\n"
+        "  DIR.replaced-<unix seconds>; remove it once satisfied); restart segd run\n"
+        "  when convenient: it re-consumes what arrived since the rebuild ended.\n"
+        "  Writes no outbox entries: caches need a snapshot exported after the swap.\n"
+        "  Bad messages go to DIR.rebuild-dlq.jsonl (JSON lines, as replay's\n"
+        "  --dlq-file), not to the DLQ topic, which already holds them.\n"
+        "  An interrupted rebuild continues into DIR.rebuild.tmp when run again.\n"
+        "  The identity links topic is not rebuilt (segd identity backfill).\n"
+        "  --config FILE, -X, SEGD_* variables: as `segd run`.\n"
+        "  Exit: 0 rebuilt, 3 rebuilt with messages dead-lettered, 1 failure, 2 usage.\n");
+}
+
+/* 0 ok, 1 --help, 2 usage error (said). Flags over the file and environment. */
+static int parse(int argc, char **argv, segd_config_t *cfg)
+{
+    static const struct option opts[] = {{"config", required_argument, 0, 'c'},
+                                         {"brokers", required_argument, 0, 'b'},
+                                         {"topic", required_argument, 0, 't'},
+                                         {"db", required_argument, 0, 'd'},
+                                         {"help", no_argument, 0, 'h'},
+                                         {0, 0, 0, 0}};
+    const char *file = NULL;
+    char err[512];
+    int c;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "X:", opts, NULL)) != -1)
+        if (c == 'c')
+            file = optarg;
+        else if (c == 'h')
+            return usage(stdout), 1;
+        else if (c == '?')
+            return usage(stderr), 2;
+    if ((file && segd_config_load_file(cfg, file, err, sizeof(err))) ||
+        segd_config_load_env(cfg, environ, err, sizeof(err)))
+        goto bad;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "X:", opts, NULL)) != -1) {
+        segd_err_t e = SEGD_OK;
+        if (c == 'b')
+            e = segd_config_set(cfg, "brokers", optarg, err, sizeof(err));
+        else if (c == 't')
+            e = segd_config_set(cfg, "topics", optarg, err, sizeof(err));
+        else if (c == 'd')
+            e = segd_config_set(cfg, "db", optarg, err, sizeof(err));
+        else if (c == 'X')
+            e = segd_config_set_x(cfg, optarg, err, sizeof(err));
+        if (e)
+            goto bad;
+    }
+    if (optind < argc) {
+        snprintf(err, sizeof(err), "unexpected argument '%s'", argv[optind]);
+        goto bad;
+    }
+    if ((!cfg->group && segd_config_set(cfg, "group", "segd-rebuild", err, sizeof(err))) ||
+        segd_config_finish(cfg, err, sizeof(err)))
+        goto bad;
+    return 0;
+bad:
+    fprintf(stderr, "segd rebuild: %s\n", err);
+    return 2;
+}
+
+/* Each input topic from its log start to its end, offsets stored. */
+static int rebuild_topics(segd_config_t *cfg, segd_store_t *s, const char *dlq,
+                          segd_replay_stats_t *sum)
+{
+    volatile sig_atomic_t *stop = segd_app_stop_on_signals();
+    char *const *topics = cfg->topics;
+    size_t n_topics = cfg->n_topics;
+    segd_config_t *one = malloc(sizeof(*one)); /* a shallow copy: nothing of it is freed */
+    if (!one)
+        return -1;
+    memset(sum, 0, sizeof(*sum));
+    for (size_t i = 0; i < n_topics; i++) {
+        /* replay reads the config's first topic */
+        *one = *cfg;
+        one->topics[0] = topics[i];
+        one->n_topics = 1;
+        segd_replay_opts_t o = {.cfg = one, .from = SEGD_REPLAY_BEGINNING,
+                                .to = SEGD_REPLAY_END, .dlq_file = dlq, .no_changes = 1,
+                                .write_offsets = 1};
+        segd_replay_stats_t st;
+        char err[512] = "";
+        segd_err_t e = segd_replay_run(&o, s, stop, &st, err, sizeof(err));
+        fprintf(stderr, "segd rebuild: %s: %" PRIu64 " messages (%" PRIu64 " events, %" PRIu64
+                " dead-lettered) from %" PRIu64 " partitions\n", topics[i], st.messages,
+                st.events, st.dead, st.partitions);
+        if (e) {
+            fprintf(stderr, "segd rebuild: %s: %s\n", topics[i], err);
+            free(one);
+            return -1;
+        }
+        sum->messages += st.messages;
+        sum->events += st.events;
+        sum->dead += st.dead + st.lost;
+    }
+    free(one);
+    return 0;
+}
+
+int segd_cmd_rebuild(int argc, char **argv)
+{
+    segd_config_t cfg;
+    segd_config_init(&cfg);
+    int rc = parse(argc, argv, &cfg);
+    if (rc) {
+        segd_config_free(&cfg);
+        return rc == 1 ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
+    }
+    char tmp[4096], done[4096], dlq[4200], err[512];
+    segd_rebuild_tmp_path(cfg.db, tmp, sizeof(tmp));
+    segd_rebuild_done_path(cfg.db, done, sizeof(done));
+    snprintf(dlq, sizeof(dlq), "%s.rebuild-dlq.jsonl", cfg.db);
+    struct stat st;
+    rc = SEGD_EXIT_FAIL;
+    if (stat(done, &st) == 0) {
+        fprintf(stderr, "segd rebuild: %s is a rebuilt store not yet swapped in: start "
+                "`segd run` to swap it in, or remove it\n", done);
+        goto out;
+    }
+    segd_store_opts_t so;
+    segd_app_config_store_opts(&cfg, &so);
+    so.path = tmp;
+    so.log = NULL;
+    segd_store_t *s = NULL;
+    if (segd_store_open(&s, &so, err, sizeof(err))) {
+        fprintf(stderr, "segd rebuild: cannot open %s: %s\n", tmp, err);
+        goto out;
+    }
+    segd_replay_stats_t sum;
+    int bad = rebuild_topics(&cfg, s, dlq, &sum);
+    segd_store_close(s);
+    if (bad)
+        goto out; /* DIR.rebuild.tmp stays: a second run continues into it */
+    if (rename(tmp, done)) {
+        fprintf(stderr, "segd rebuild: rename %s to %s failed\n", tmp, done);
+        goto out;
+    }
+    printf("rebuilt %" PRIu64 " messages (%" PRIu64 " events, %" PRIu64 " dead-lettered%s%s) "
+           "into %s: it replaces %s when segd run next starts\n", sum.messages, sum.events,
+           sum.dead, sum.dead ? " to " : "", sum.dead ? dlq : "", done, cfg.db);
+    rc = sum.dead ? SEGD_EXIT_PARTIAL : SEGD_EXIT_OK;
+out:
+    segd_config_free(&cfg);
+    return rc;
+}
