@@ -38,7 +38,8 @@ struct segd_restorer {
     pthread_mutex_t lock;
     pthread_cond_t wake;
     job_t *jobs;                  /* guarded by lock */
-    volatile sig_atomic_t stop;   /* the worker and a load under way end */
+    _Atomic int stop;             /* the worker ends; set with the lock held, read
+                                   * without it by the worker between steps */
     segd_restorer_stats_t st;     /* guarded by lock */
 };
 
@@ -136,6 +137,7 @@ static segd_err_t load_once(segd_store_t *store, const segd_unit_load_t *u, int 
     ro.direct = direct;
     ro.stop = u->stop;
     ro.cancel = u->cancel;
+    ro.cancel_lock = u->cancel_lock;
     feed_t f = {.u = u};
     segd_manifest_t m;
     segd_manifest_init(&m);
@@ -177,13 +179,20 @@ segd_err_t segd_unit_load(segd_store_t *store, const segd_unit_load_t *u,
     return err;
 }
 
-/* Loads the job's unit; SEGD_ERR_NOTFOUND when there is none to use. */
-static segd_err_t restore_unit(segd_restorer_t *r, const job_t *j, char *errstr, size_t n)
+/* Loads the job's unit; SEGD_ERR_NOTFOUND when there is none to use.
+ * partitions: the job's count, read under the lock when the worker took
+ * the job (begin may change it meanwhile). A stop reaches the load through
+ * the job's cancel flag, which destroy sets: the load's own stop pointer is
+ * a signal handler's flag, not one that threads may share. The cancel lock
+ * is the restorer's: segd_restorer_cancel sets the flag under it, so once
+ * it returns no offset of the partition is written. */
+static segd_err_t restore_unit(segd_restorer_t *r, const job_t *j, int32_t partitions,
+                               char *errstr, size_t n)
 {
     segd_unit_load_t u = {.from = r->from, .topic = j->topic, .partition = j->partition,
-                          .partitions = j->partitions, .partitioner = r->o.partitioner,
+                          .partitions = partitions, .partitioner = r->o.partitioner,
                           .dest = &r->o.dest, .memory_bytes = r->o.memory_bytes,
-                          .stop = &r->stop, .cancel = &j->cancel};
+                          .cancel = &j->cancel, .cancel_lock = &r->lock};
     segd_unit_load_stats_t st;
     segd_err_t err = segd_unit_load(r->store, &u, &st, errstr, n);
     if (err)
@@ -257,14 +266,14 @@ static void job_failed(segd_restorer_t *r, job_t *j, const char *err)
 }
 
 /* One attempt at the job's unit. */
-static void run_job(segd_restorer_t *r, job_t *j)
+static void run_job(segd_restorer_t *r, job_t *j, int32_t partitions)
 {
     char err[512];
     if (j->cancel) {
         finish_job(r, j, JOB_CANCELLED, 0);
         return;
     }
-    segd_err_t e = restore_unit(r, j, err, sizeof(err));
+    segd_err_t e = restore_unit(r, j, partitions, err, sizeof(err));
     if (!e) {
         finish_job(r, j, JOB_DONE, 0);
     } else if (e == SEGD_ERR_NOTFOUND) {
@@ -323,8 +332,9 @@ static void *worker(void *arg)
             continue;
         }
         j->state = JOB_RUNNING;
+        int32_t partitions = j->partitions;
         pthread_mutex_unlock(&r->lock);
-        run_job(r, j); /* j stays: jobs are freed only by destroy, after the join */
+        run_job(r, j, partitions); /* j stays: jobs are freed only by destroy, after the join */
         pthread_mutex_lock(&r->lock);
     }
     pthread_mutex_unlock(&r->lock);
@@ -435,6 +445,8 @@ void segd_restorer_destroy(segd_restorer_t *r)
         return;
     pthread_mutex_lock(&r->lock);
     r->stop = 1;
+    for (job_t *j = r->jobs; j; j = j->next)
+        j->cancel = 1; /* a load under way stops (restore_unit) */
     pthread_cond_broadcast(&r->wake);
     pthread_mutex_unlock(&r->lock);
     if (r->started)

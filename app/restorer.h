@@ -20,6 +20,7 @@
 #ifndef SEGD_RESTORER_H
 #define SEGD_RESTORER_H
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -88,6 +89,8 @@ typedef struct segd_unit_load {
     uint64_t memory_bytes;
     volatile sig_atomic_t *stop;  /* may be NULL */
     const _Atomic int *cancel;    /* may be NULL */
+    pthread_mutex_t *cancel_lock; /* may be NULL; the lock *cancel is set under
+                                   * (segd_restore_opts_t.cancel_lock) */
 } segd_unit_load_t;
 
 typedef struct segd_unit_load_stats {

@@ -26,6 +26,8 @@
 #define OUT_HIGH (4 * 1024 * 1024)
 #define MAX_EVENTS 64
 #define ACCEPT_RETRY_MS 100
+#define IDLE_CHECK_MAX_MS 1000 /* idle connections are looked for at least this often */
+#define MAX_CLIENTS_REPLY "-ERR max number of clients reached\r\n"
 /* After a protocol error the client may still be sending (a 1 GB bulk
  * string): closing with unread input would reset the connection and could
  * destroy the error reply before the client reads it. So the reply is
@@ -41,6 +43,7 @@ typedef struct conn {
     size_t dropped;    /* bytes dropped while lingering */
     segd_buf_t in, out;
     size_t in_pos, out_pos;
+    int64_t active_ms; /* segd_mono_ms of the last input read or output sent */
     segd_resp_client_t client;
 } conn_t;
 
@@ -53,16 +56,20 @@ typedef struct worker {
     segd_resp_cmd_t cmd;     /* 24 KiB: one per worker, not on the stack */
     conn_t *conns;           /* open connections, closed at stop */
     int accept_paused;       /* out of descriptors: lfd is off the epoll set */
+    int64_t next_idle_check; /* segd_mono_ms; with an idle timeout */
     void *listen_tag;        /* epoll data of lfd */
     _Atomic uint64_t accepted, proto_errors;
+    _Atomic uint64_t refused, idle_closed; /* past max_clients; idle too long */
 } worker_t;
 
 struct segd_resp {
     segd_resp_shared_t shared;
+    segd_resp_opts_t o;
     worker_t *workers;
     int nworkers;
     segd_metrics_t *metrics;
     segd_metric_t *commands, *connections, *accepted, *proto_errors, *reply_lookups;
+    segd_metric_t *refused, *idle_closed;
 };
 
 /* ---- connections ------------------------------------------------------- */
@@ -151,6 +158,7 @@ static int conn_read(worker_t *w, conn_t *c)
     if (n < 0)
         return errno == EAGAIN || errno == EINTR ? 0 : -1;
     c->in.len += (size_t)n;
+    c->active_ms = segd_mono_ms();
     return conn_process(w, c);
 }
 
@@ -161,6 +169,7 @@ static int conn_write(conn_t *c)
         if (n < 0)
             return errno == EAGAIN || errno == EINTR ? 0 : -1;
         c->out_pos += (size_t)n;
+        c->active_ms = segd_mono_ms();
     }
     c->out.len = c->out_pos = 0;
     /* a reply of many MiB once need not stay allocated for the connection */
@@ -208,6 +217,27 @@ static void conn_event(worker_t *w, conn_t *c, uint32_t ev)
         conn_close(w, c);
 }
 
+/* A slot among max_clients, counted over all workers; 0: none left. */
+static int take_slot(worker_t *w)
+{
+    _Atomic int64_t *open = &w->server->shared.connections;
+    if (atomic_fetch_add(open, 1) < w->server->o.max_clients)
+        return 1;
+    atomic_fetch_sub(open, 1);
+    return 0;
+}
+
+/* As Redis does past maxclients: the error, best effort (the socket is new
+ * and its buffer empty, so one send fits), then the close. Without a limit
+ * every client held buffers until the descriptors ran out. */
+static void refuse(worker_t *w, int fd)
+{
+    ssize_t sent = send(fd, MAX_CLIENTS_REPLY, sizeof(MAX_CLIENTS_REPLY) - 1, MSG_NOSIGNAL);
+    (void)sent;
+    close(fd);
+    atomic_fetch_add_explicit(&w->refused, 1, memory_order_relaxed);
+}
+
 static void accept_all(worker_t *w)
 {
     for (;;) {
@@ -221,6 +251,10 @@ static void accept_all(worker_t *w)
                 w->accept_paused = 1;
             return;
         }
+        if (!take_slot(w)) {
+            refuse(w, fd);
+            continue;
+        }
         int one = 1;
         setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
         conn_t *c = calloc(1, sizeof(*c));
@@ -228,18 +262,57 @@ static void accept_all(worker_t *w)
         if (!c || epoll_ctl(w->ep, EPOLL_CTL_ADD, fd, &e)) {
             free(c);
             close(fd);
+            atomic_fetch_sub(&w->server->shared.connections, 1);
             continue;
         }
         c->fd = fd;
         c->events = EPOLLIN;
+        c->active_ms = segd_mono_ms();
         c->next = w->conns;
         if (w->conns)
             w->conns->prev = c;
         w->conns = c;
         c->client.id = atomic_fetch_add(&w->server->shared.next_client_id, 1) + 1;
-        atomic_fetch_add(&w->server->shared.connections, 1);
         atomic_fetch_add_explicit(&w->accepted, 1, memory_order_relaxed);
     }
+}
+
+/* Closes the connections idle for idle_timeout_ms (Redis's timeout): a
+ * client that went away without a FIN, or a pool's forgotten connection,
+ * otherwise holds its slot and buffers for ever. */
+static void close_idle(worker_t *w, int64_t now)
+{
+    int64_t timeout = w->server->o.idle_timeout_ms;
+    for (conn_t *c = w->conns, *next; c; c = next) {
+        next = c->next;
+        if (now - c->active_ms >= timeout) {
+            atomic_fetch_add_explicit(&w->idle_closed, 1, memory_order_relaxed);
+            conn_close(w, c);
+        }
+    }
+}
+
+/* epoll_wait's timeout: the accept retry while paused, the next look for
+ * idle connections when they time out, else none (-1). */
+static int wait_ms(worker_t *w, int64_t now)
+{
+    int ms = w->accept_paused ? ACCEPT_RETRY_MS : -1;
+    if (w->server->o.idle_timeout_ms > 0) {
+        int64_t d = w->next_idle_check - now;
+        int idle = d < 0 ? 0 : (int)d;
+        ms = ms < 0 || idle < ms ? idle : ms;
+    }
+    return ms;
+}
+
+static void idle_tick(worker_t *w)
+{
+    int64_t timeout = w->server->o.idle_timeout_ms, now = segd_mono_ms();
+    if (timeout <= 0 || now < w->next_idle_check)
+        return;
+    close_idle(w, now);
+    int64_t every = timeout / 4 < IDLE_CHECK_MAX_MS ? timeout / 4 : IDLE_CHECK_MAX_MS;
+    w->next_idle_check = now + (every > 10 ? every : 10);
 }
 
 static void *worker_main(void *arg)
@@ -254,7 +327,7 @@ static void *worker_main(void *arg)
         epoll_ctl(w->ep, EPOLL_CTL_ADD, w->wake, &we))
         return NULL;
     for (int stop = 0; !stop;) {
-        int n = epoll_wait(w->ep, ev, MAX_EVENTS, w->accept_paused ? ACCEPT_RETRY_MS : -1);
+        int n = epoll_wait(w->ep, ev, MAX_EVENTS, wait_ms(w, segd_mono_ms()));
         if (n == 0)
             accept_resume(w);
         for (int i = 0; i < n; i++) {
@@ -265,6 +338,7 @@ static void *worker_main(void *arg)
             else
                 conn_event(w, ev[i].data.ptr, ev[i].events);
         }
+        idle_tick(w); /* after the events: it frees connections they point to */
     }
     while (w->conns)
         conn_close(w, w->conns);
@@ -331,9 +405,11 @@ static void collect(void *ctx)
                 segd_metric_set(r->commands, labels, (double)sum);
         }
     }
-    uint64_t acc = 0, perr = 0, hits = 0, misses = 0;
+    uint64_t acc = 0, perr = 0, hits = 0, misses = 0, refused = 0, idle = 0;
     for (int i = 0; i < r->nworkers; i++) {
         acc += atomic_load_explicit(&r->workers[i].accepted, memory_order_relaxed);
+        refused += atomic_load_explicit(&r->workers[i].refused, memory_order_relaxed);
+        idle += atomic_load_explicit(&r->workers[i].idle_closed, memory_order_relaxed);
         perr += atomic_load_explicit(&r->workers[i].proto_errors, memory_order_relaxed);
         hits += atomic_load_explicit(&r->workers[i].exec.reply_hits, memory_order_relaxed);
         misses += atomic_load_explicit(&r->workers[i].exec.reply_misses, memory_order_relaxed);
@@ -343,6 +419,8 @@ static void collect(void *ctx)
         segd_metric_set(r->reply_lookups, (const char *[]){"miss"}, (double)misses);
     }
     segd_metric_set(r->accepted, NULL, (double)acc);
+    segd_metric_set(r->refused, NULL, (double)refused);
+    segd_metric_set(r->idle_closed, NULL, (double)idle);
     segd_metric_set(r->proto_errors, NULL, (double)perr);
     segd_metric_set(r->connections, NULL, (double)atomic_load(&r->shared.connections));
 }
@@ -365,8 +443,13 @@ static segd_err_t register_metrics(segd_resp_t *r)
     r->reply_lookups = segd_metrics_counter(m, "segd_resp_reply_cache_lookups_total",
                                             "Range replies looked up in the workers' reply "
                                             "caches, by result (hit, miss).", "result");
+    r->refused = segd_metrics_counter(m, "segd_resp_connections_refused_total",
+                                      "RESP connections refused: max clients reached.", NULL);
+    r->idle_closed = segd_metrics_counter(m, "segd_resp_idle_closed_total",
+                                          "RESP connections closed after the idle timeout.",
+                                          NULL);
     if (!r->commands || !r->connections || !r->accepted || !r->proto_errors ||
-        !r->reply_lookups)
+        !r->reply_lookups || !r->refused || !r->idle_closed)
         return SEGD_ERR_NOMEM;
     return segd_metrics_add_collector(m, collect, r);
 }
@@ -380,9 +463,26 @@ segd_err_t segd_resp_start(segd_resp_t **out, const char *listen, int threads,
                                   errstr, errstr_size);
 }
 
+void segd_resp_opts_default(segd_resp_opts_t *o)
+{
+    memset(o, 0, sizeof(*o));
+    o->reply_cache_bytes = (size_t)SEGD_RESP_REPLY_CACHE_DEFAULT_MB << 20;
+    o->max_clients = SEGD_RESP_MAX_CLIENTS_DEFAULT;
+}
+
 segd_err_t segd_resp_start_cached(segd_resp_t **out, const char *listen, int threads,
                                   size_t reply_cache_bytes, segd_edge_t *edge,
                                   segd_metrics_t *metrics, char *errstr, size_t errstr_size)
+{
+    segd_resp_opts_t o;
+    segd_resp_opts_default(&o);
+    o.reply_cache_bytes = reply_cache_bytes;
+    return segd_resp_start_opts(out, listen, threads, &o, edge, metrics, errstr, errstr_size);
+}
+
+segd_err_t segd_resp_start_opts(segd_resp_t **out, const char *listen, int threads,
+                                const segd_resp_opts_t *o, segd_edge_t *edge,
+                                segd_metrics_t *metrics, char *errstr, size_t errstr_size)
 {
     struct sockaddr_storage sa;
     socklen_t salen;
@@ -392,13 +492,18 @@ segd_err_t segd_resp_start_cached(segd_resp_t **out, const char *listen, int thr
     if (threads < 1 || threads > 256)
         return segd_errf(SEGD_ERR_CONFIG, errstr, errstr_size,
                          "--resp-threads %d: want 1 to 256", threads);
+    if (o->max_clients < 1 || o->idle_timeout_ms < 0)
+        return segd_errf(SEGD_ERR_CONFIG, errstr, errstr_size,
+                         "--resp-max-clients %d, idle timeout %lld ms: want >= 1 and >= 0",
+                         o->max_clients, (long long)o->idle_timeout_ms);
     segd_resp_t *r = calloc(1, sizeof(*r));
     if (!r || !(r->workers = calloc((size_t)threads, sizeof(*r->workers)))) {
         free(r);
         return SEGD_ERR_NOMEM;
     }
+    r->o = *o;
     r->shared.edge = edge;
-    r->shared.reply_cache_bytes = reply_cache_bytes;
+    r->shared.reply_cache_bytes = o->reply_cache_bytes;
     r->shared.started_ms = segd_wall_ms();
     r->shared.port = segd_listen_port(&sa);
     r->metrics = metrics;

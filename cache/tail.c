@@ -205,7 +205,9 @@ void segd_tail_destroy(segd_tail_t *t)
  * memory) is not skipped: the cache would silently lack it, so it stops
  * like a gap (SEGD_TAIL_GAP). The topic carries ChangeEvents and
  * MemberEvents (DESIGN §5, §10.5): the framing says which. */
-static int apply_message(segd_tail_t *t, const rd_kafka_message_t *m)
+/* 1 applied (*committed_at_ms: the event's own commit time, a change's or
+ * a MemberEvent's), 0 skipped, -1 a fault that stops the tail. */
+static int apply_message(segd_tail_t *t, const rd_kafka_message_t *m, int64_t *committed_at_ms)
 {
     const uint8_t *body;
     size_t blen;
@@ -216,12 +218,14 @@ static int apply_message(segd_tail_t *t, const rd_kafka_message_t *m)
     if (!err && kind == SEGD_FRAME_MEMBER) {
         if (!(err = segd_member_decode(body, blen, &mem)))
             err = segd_edge_apply_member(t->edge, &mem);
+        *committed_at_ms = mem.committed_at_ms;
     } else if (!err) {
         err = segd_change_decode(body, blen, &t->change);
         if (!err && t->change.kind == SEGD_CHANGE_DELTA && t->change.user_id_len == 0)
             err = SEGD_ERR_CORRUPT;
         if (!err)
             err = segd_edge_apply(t->edge, &t->change);
+        *committed_at_ms = t->change.committed_at_ms;
     }
     if (err == SEGD_ERR_NOMEM) {
         snprintf(t->gap, sizeof(t->gap),
@@ -297,11 +301,14 @@ int segd_tail_poll(segd_tail_t *t, int timeout_ms)
                 errors++;
             }
         } else {
-            int rc = apply_message(t, m);
+            int64_t committed_at = 0;
+            int rc = apply_message(t, m, &committed_at);
             if (rc > 0) {
                 applied++;
-                if (t->change.committed_at_ms > newest)
-                    newest = t->change.committed_at_ms;
+                /* the message's own time: a MemberEvent once took the last
+                 * change event's, which could be much older */
+                if (committed_at > newest)
+                    newest = committed_at;
             } else if (rc == 0) {
                 skipped++;
             }

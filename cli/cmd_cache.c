@@ -32,6 +32,7 @@ static void usage(FILE *f)
             "usage: segd cache --snapshot SRC --brokers B --changes TOPIC\n"
             "                  [--listen HOST:PORT] [--now S] [--from-beginning]\n"
             "                  [--resp HOST:PORT] [--resp-threads N] [--resp-reply-cache-mb N]\n"
+            "                  [--resp-max-clients N] [--resp-idle-timeout-s N]\n"
             "                  [--horizon-s N] [--load-threads N] [--ready-max-lag N]\n"
             "                  [-X kafka.prop=value ...]\n"
             "                  [--log-format logfmt|json] [--log-level debug|info|warn|error]\n"
@@ -49,6 +50,10 @@ static void usage(FILE *f)
             "  --resp-threads: its worker threads (default: the CPUs, at most 16)\n"
             "  --resp-reply-cache-mb: each worker's cache of formatted range replies\n"
             "  (default 16; 0: none)\n"
+            "  --resp-max-clients: connections at most; one more is answered\n"
+            "  -ERR max number of clients reached and closed (default 10000, as Redis)\n"
+            "  --resp-idle-timeout-s: close a connection idle this long (default 0:\n"
+            "  never, as Redis: client pools keep idle connections)\n"
             "  --batch-max: users per POST /v1/users:batch (default 1000; more: 413)\n"
             "  --now: a fixed clock instead of the wall clock (tests, replays)\n"
             "  --log-format, --log-level: as segd run's log.format and log.level\n"
@@ -66,7 +71,7 @@ static void usage(FILE *f)
 typedef struct cache_args {
     const char *snapshot, *brokers, *changes, *listen, *resp;
     int64_t now_s, horizon_s, load_threads, ready_max_lag, resp_threads, batch_max;
-    int64_t resp_reply_cache_mb;
+    int64_t resp_reply_cache_mb, resp_max_clients, resp_idle_timeout_s;
     int from_beginning;
     segd_log_format_t log_format;
     segd_log_level_t log_level;
@@ -116,6 +121,8 @@ static int parse(int argc, char **argv, cache_args_t *a)
                                          {"resp", required_argument, 0, 'R'},
                                          {"resp-threads", required_argument, 0, 'T'},
                                          {"resp-reply-cache-mb", required_argument, 0, 'M'},
+                                         {"resp-max-clients", required_argument, 0, 'C'},
+                                         {"resp-idle-timeout-s", required_argument, 0, 'I'},
                                          {"batch-max", required_argument, 0, 'B'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
@@ -129,6 +136,7 @@ static int parse(int argc, char **argv, cache_args_t *a)
     a->resp_threads = cpus < 1 ? 1 : cpus > 16 ? 16 : cpus;
     a->batch_max = SEGD_HTTP_BATCH_MAX_DEFAULT;
     a->resp_reply_cache_mb = SEGD_RESP_REPLY_CACHE_DEFAULT_MB;
+    a->resp_max_clients = SEGD_RESP_MAX_CLIENTS_DEFAULT;
     int c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "X:", opts, NULL)) != -1) {
@@ -148,6 +156,8 @@ static int parse(int argc, char **argv, cache_args_t *a)
         case 'R': a->resp = optarg; break;
         case 'T': bad = segd_arg_int("cache", "--resp-threads", optarg, 1, 256, &a->resp_threads); break;
         case 'M': bad = segd_arg_int("cache", "--resp-reply-cache-mb", optarg, 0, 1 << 20, &a->resp_reply_cache_mb); break;
+        case 'C': bad = segd_arg_int("cache", "--resp-max-clients", optarg, 1, 1000000, &a->resp_max_clients); break;
+        case 'I': bad = segd_arg_int("cache", "--resp-idle-timeout-s", optarg, 0, 365 * 86400, &a->resp_idle_timeout_s); break;
         case 'F':
             if ((bad = segd_log_format_parse(optarg, &a->log_format)))
                 fprintf(stderr, "segd cache: bad --log-format '%s' (logfmt or json)\n", optarg);
@@ -343,9 +353,13 @@ int segd_cmd_cache(int argc, char **argv)
     segd_http_set_batch_max(http, (size_t)a.batch_max);
     segd_log_kv(log, SEGD_LOG_INFO, "cache", "listening", "url=http://%s", a.listen);
     if (a.resp) {
-        if (segd_resp_start_cached(&resp, a.resp, (int)a.resp_threads,
-                                   (size_t)a.resp_reply_cache_mb << 20, cs.edge, cs.metrics, err,
-                                   sizeof(err))) {
+        segd_resp_opts_t ro;
+        segd_resp_opts_default(&ro);
+        ro.reply_cache_bytes = (size_t)a.resp_reply_cache_mb << 20;
+        ro.max_clients = (int)a.resp_max_clients;
+        ro.idle_timeout_ms = a.resp_idle_timeout_s * 1000;
+        if (segd_resp_start_opts(&resp, a.resp, (int)a.resp_threads, &ro, cs.edge, cs.metrics,
+                                 err, sizeof(err))) {
             segd_log(log, SEGD_LOG_ERROR, "cache", "%s", err);
             rc = SEGD_EXIT_USAGE;
             goto out;
@@ -354,8 +368,10 @@ int segd_cmd_cache(int argc, char **argv)
         const char *colon = strrchr(a.resp, ':');
         int host_len = colon ? (int)(colon - a.resp) : (int)strlen(a.resp);
         segd_log_kv(log, SEGD_LOG_INFO, "cache", "listening for Redis clients",
-                    "resp=%.*s:%d threads=%" PRId64 " reply_cache_mb=%" PRId64, host_len,
-                    a.resp, segd_resp_port(resp), a.resp_threads, a.resp_reply_cache_mb);
+                    "resp=%.*s:%d threads=%" PRId64 " reply_cache_mb=%" PRId64
+                    " max_clients=%" PRId64 " idle_timeout_s=%" PRId64, host_len, a.resp,
+                    segd_resp_port(resp), a.resp_threads, a.resp_reply_cache_mb,
+                    a.resp_max_clients, a.resp_idle_timeout_s);
     }
     if (load(&a, &cs) || start_tail(&a, &cs))
         goto out;

@@ -247,7 +247,10 @@ void segd_sweep_owned(segd_sweep_t *sw, const char *topic, int32_t partition, in
 int segd_sweep_purging(const segd_sweep_t *sw, const char *topic, int32_t partition)
 {
     const part_t *p = find_part(sw, topic, partition);
-    return p && p->state == P_MARKED;
+    /* a sweep that may not delete (misrouted or unchecked events, or off
+     * for this run) would keep the partition paused for ever: it resumes
+     * over its remaining users instead */
+    return p && p->state == P_MARKED && !sw->st.disabled && !sw->broken;
 }
 
 void segd_sweep_get_stats(const segd_sweep_t *sw, segd_sweep_stats_t *st) { *st = sw->st; }
@@ -310,7 +313,11 @@ static int sweep_allowed(segd_sweep_t *sw)
     return !sw->st.disabled;
 }
 
-static int candidate(const segd_sweep_t *sw, const part_t *p, int allowed, int64_t now)
+/* clean: the store's counters allow deleting (sweep_allowed). A marked
+ * partition needs it too: an event misrouted since it was marked may have
+ * put an owned partition's data in one of its users. */
+static int candidate(const segd_sweep_t *sw, const part_t *p, int allowed, int clean,
+                     int64_t now)
 {
     const topic_t *t = find_topic(sw, p->topic);
     if (!t || p->partition >= t->count)
@@ -318,7 +325,7 @@ static int candidate(const segd_sweep_t *sw, const part_t *p, int allowed, int64
     if (sw->o.restoring && sw->o.restoring(sw->o.restoring_ctx, p->topic, p->partition))
         return 0; /* a load (maybe cancelled) may still write it */
     if (p->state == P_MARKED)
-        return 1;
+        return clean;
     return allowed && sw->o.after_ms > 0 && p->state == P_IDLE && !p->owned &&
            now - p->away_since >= sw->o.after_ms;
 }
@@ -357,11 +364,11 @@ static int start_pass(segd_sweep_t *sw, int64_t now, char *errstr, size_t n, seg
     if (now < sw->next_look || sw->broken || !topics_ready(sw))
         return 0;
     sw->next_look = now + 1000;
-    int allowed = owns_any(sw) && sweep_allowed(sw), any = 0;
+    int clean = sweep_allowed(sw), allowed = clean && owns_any(sw), any = 0;
     segd_batch_clear(sw->batch);
     for (size_t i = 0; i < sw->nparts; i++) {
         part_t *p = &sw->parts[i];
-        if (!candidate(sw, p, allowed, now))
+        if (!candidate(sw, p, allowed, clean, now))
             continue;
         any = 1;
         /* a marked partition's offset goes again: `segd offsets set --force`
@@ -380,7 +387,7 @@ static int start_pass(segd_sweep_t *sw, int64_t now, char *errstr, size_t n, seg
     segd_batch_clear(sw->batch);
     for (size_t i = 0; i < sw->nparts; i++) {
         part_t *p = &sw->parts[i];
-        if (candidate(sw, p, allowed, now)) {
+        if (candidate(sw, p, allowed, clean, now)) {
             p->state = P_MARKED;
             p->in_pass = 1;
         }
@@ -530,6 +537,11 @@ segd_err_t segd_sweep_step(segd_sweep_t *sw, int64_t now, char *errstr, size_t n
                         "the pass under way starts again once it is known");
         abandon_pass(sw);
     }
+    /* checked before every step of a pass, not only at its start: the
+     * pipeline applies events between steps, and one misrouted meanwhile
+     * may sit in a user this pass would delete (the marks stay) */
+    if (sw->pass && !sweep_allowed(sw))
+        abandon_pass(sw);
     if (!sw->pass && !start_pass(sw, now, errstr, n, &err)) {
         if (err)
             sw->retry_at = now + RETRY_MS;

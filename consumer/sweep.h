@@ -73,7 +73,8 @@ segd_err_t segd_sweep_topic(segd_sweep_t *sw, const char *topic, int32_t count,
 /* Assigned (owned = 1) or revoked (0) now. */
 void segd_sweep_owned(segd_sweep_t *sw, const char *topic, int32_t partition, int owned,
                       int64_t now_ms);
-/* Whether the partition is marked: its data must not come back yet. */
+/* Whether the partition is marked and the sweep may still delete its
+ * users: its data must not come back yet. */
 int segd_sweep_purging(const segd_sweep_t *sw, const char *topic, int32_t partition);
 /* Something the sweep relies on failed (a partition it cannot track): from
  * now on it deletes nothing, in this run. */

@@ -61,8 +61,8 @@ SEGD_CACHE_API const char *segd_cache_strerror(int status)
         [SEGD_CACHE_EIO] = "I/O error",
         [SEGD_CACHE_ELIMIT] = "array too small",
         [SEGD_CACHE_EOTHER] = "error",
-        [SEGD_CACHE_EGAP] = "the change topic no longer holds deltas the snapshot needs: "
-                            "load a newer snapshot",
+        [SEGD_CACHE_EGAP] = ("the change topic no longer holds deltas the snapshot needs: "
+                             "load a newer snapshot"), /* one string: clang asks */
         [SEGD_CACHE_EKAFKA] = "Kafka: broker or topic not reachable",
     };
     return status >= 0 && status <= SEGD_CACHE_EKAFKA ? text[status] : "unknown status";

@@ -11,6 +11,7 @@
 struct segd_restore {
     segd_store_t *store;
     const _Atomic int *cancel;
+    pthread_mutex_t *cancel_lock;
     segd_bulk_t *bulk;
     segd_buf_t op;
     segd_restore_stats_t st;
@@ -71,6 +72,7 @@ segd_err_t segd_restore_new(segd_restore_t **out, segd_store_t *store,
     clock_gettime(CLOCK_MONOTONIC, &r->t0);
     r->store = store;
     r->cancel = o->cancel;
+    r->cancel_lock = o->cancel_lock;
     r->st.offset_before = -1;
     segd_bulk_opts_t bo;
     segd_bulk_opts_default(&bo);
@@ -153,6 +155,23 @@ static segd_err_t cancelled(const segd_restore_t *r, char *errstr, size_t n)
                : SEGD_OK;
 }
 
+/* The offset only if not cancelled, both under the cancel lock: checked
+ * first and written after without it, a revoke in between left an offset
+ * vouching for a partition another member now owns, whose data this
+ * member's sweep may be deleting. */
+static segd_err_t set_offset_unless_cancelled(segd_restore_t *r, const segd_restore_unit_t *u,
+                                              char *errstr, size_t n)
+{
+    if (r->cancel_lock)
+        pthread_mutex_lock(r->cancel_lock);
+    segd_err_t err = cancelled(r, errstr, n);
+    if (!err)
+        err = set_offset(r, u, errstr, n);
+    if (r->cancel_lock)
+        pthread_mutex_unlock(r->cancel_lock);
+    return err;
+}
+
 segd_err_t segd_restore_finish(segd_restore_t *r, const segd_restore_unit_t *unit,
                                segd_restore_stats_t *stats, char *errstr, size_t n)
 {
@@ -165,10 +184,7 @@ segd_err_t segd_restore_finish(segd_restore_t *r, const segd_restore_unit_t *uni
     if (!err) {
         r->st.users_sst = bs.users_sst;
         r->st.users_merged = bs.users_merged;
-        /* the data went in, but an offset now would vouch for a partition
-         * another member owns and this one's sweep may be deleting */
-        if (!(err = cancelled(r, errstr, n)))
-            err = set_offset(r, unit, errstr, n);
+        err = set_offset_unless_cancelled(r, unit, errstr, n);
     }
     struct timespec t1;
     clock_gettime(CLOCK_MONOTONIC, &t1);

@@ -20,6 +20,7 @@
 #ifndef SEGD_RESTORE_H
 #define SEGD_RESTORE_H
 
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stddef.h>
@@ -52,6 +53,10 @@ typedef struct segd_restore_opts {
     const _Atomic int *cancel;   /* may be NULL; set: finish writes neither the data nor
                                   * the offset (SEGD_ERR_ABORTED): the partition left
                                   * this member, and its sweep may have begun */
+    pthread_mutex_t *cancel_lock; /* may be NULL; the lock under which *cancel is set:
+                                  * finish checks cancel and writes the offset under
+                                  * it, so a cancel made under it either comes before
+                                  * the check (no offset) or after the offset */
     int shared;                  /* other writers meanwhile (segd run): see
                                   * segd_bulk_opts_t.shared */
     int direct;                  /* with shared: the unit's users come in key order,

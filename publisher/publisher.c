@@ -23,6 +23,7 @@
 #define MAX_PARTITIONS 4096
 #define LAT_BUCKETS 10001 /* latencies in whole ms; the last bucket holds >= 10 s */
 #define METADATA_WAIT_MS 10000 /* a change topic being auto-created answers "unknown" first */
+#define PURGE_WAIT_MS 5000 /* serving the reports of purged messages (no broker involved) */
 
 /* One user's share of a cycle: an outbox item, and the input partition it
  * came from (-1 = no input source: backfill, bulk load, erase). */
@@ -30,11 +31,18 @@ typedef struct item_ref {
     const segd_outbox_item_t *item;
     const segd_outbox_entry_t *entry;
     int32_t part;
+    int32_t dest; /* the change partition, set by route_all before anything is produced */
 } item_ref_t;
 
-/* What the delivery reports of one cycle found. */
+/* What the delivery reports of one cycle found. Every message carries its
+ * cycle's id as its opaque, and a report with another id (a message of an
+ * earlier, failed cycle that librdkafka still delivered) counts for
+ * nothing: crediting it to this cycle could delete outbox entries whose own
+ * messages were never acknowledged. */
 typedef struct acks {
+    uint64_t cycle; /* the id this cycle's messages carry */
     uint64_t ok, failed, bytes;
+    uint64_t stale; /* reports of earlier cycles' messages, ignored */
     int64_t next[MAX_PARTITIONS]; /* per partition: highest acked offset + 1 */
     char error[256];
 } acks_t;
@@ -109,6 +117,10 @@ static void dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
     (void)rk;
     acks_t *a = &((segd_publisher_t *)opaque)->acks;
+    if ((uintptr_t)m->_private != (uintptr_t)a->cycle) {
+        a->stale++;
+        return;
+    }
     if (m->err) {
         a->failed++;
         snprintf(a->error, sizeof(a->error), "%s", rd_kafka_err2str(m->err));
@@ -275,7 +287,8 @@ static segd_err_t collect_refs(segd_publisher_t *p)
             p->refs = r;
             uint32_t src = e->items[j].source;
             p->refs[p->n_refs++] =
-                (item_ref_t){&e->items[j], e, src == UINT32_MAX ? -1 : e->sources[src].partition};
+                (item_ref_t){&e->items[j], e, src == UINT32_MAX ? -1 : e->sources[src].partition,
+                             -1};
         }
     }
     if (p->n_refs) /* a cycle of retirements only has none (and no array) */
@@ -374,7 +387,8 @@ static segd_err_t produce_msg(segd_publisher_t *p, int32_t partition, const char
     int64_t give_up = segd_mono_ms() + p->o.ack_timeout_ms;
     for (;;) {
         if (rd_kafka_produce(p->rkt, partition, RD_KAFKA_MSG_F_COPY, p->msg.data,
-                             p->msg.len, key_len ? (void *)key : NULL, key_len, NULL) == 0)
+                             p->msg.len, key_len ? (void *)key : NULL, key_len,
+                             (void *)(uintptr_t)p->acks.cycle) == 0)
             return SEGD_OK;
         rd_kafka_resp_err_t kerr = rd_kafka_last_error();
         if (kerr != RD_KAFKA_RESP_ERR__QUEUE_FULL)
@@ -551,21 +565,31 @@ static segd_err_t produce_members(segd_publisher_t *p, uint64_t *events, char *e
     return err;
 }
 
+/* Routes every delta of the cycle before any is produced: a refusal found
+ * halfway made every retry send the deltas before it again, flooding the
+ * change topic while the refused one waited for new partitions. */
+static segd_err_t route_all(segd_publisher_t *p, char *errstr, size_t n)
+{
+    segd_err_t err = SEGD_OK;
+    for (size_t i = 0; !err && i < p->n_refs; i++)
+        err = route(p, &p->refs[i], &p->refs[i].dest, errstr, n);
+    return err;
+}
+
 /* One delta per (user, source input partition) of the cycle. */
 static segd_err_t produce_cycle(segd_publisher_t *p, uint64_t *events, uint64_t *segments,
                                 char *errstr, size_t n)
 {
     segd_err_t err = collect_refs(p);
+    if (!err)
+        err = route_all(p, errstr, n);
     for (size_t i = 0; !err && i < p->n_refs;) {
         size_t j = i + 1;
         while (j < p->n_refs && cmp_ref(&p->refs[i], &p->refs[j]) == 0)
             j++;
-        int32_t partition = 0;
-        err = route(p, &p->refs[i], &partition, errstr, n);
+        err = build_delta(p, i, j);
         if (!err)
-            err = build_delta(p, i, j);
-        if (!err)
-            err = produce_change(p, partition, events, segments, errstr, n);
+            err = produce_change(p, p->refs[i].dest, events, segments, errstr, n);
         i = j;
     }
     int retirements = 0;
@@ -615,13 +639,32 @@ static segd_err_t commit_cycle(segd_publisher_t *p, uint64_t first, uint64_t end
     return SEGD_OK;
 }
 
+/* Starts a cycle with a new id: reports of the messages of earlier cycles
+ * no longer count (dr_cb). */
 static void clear_cycle(segd_publisher_t *p)
 {
     for (size_t i = 0; i < p->n_entries; i++)
         segd_outbox_entry_free(&p->entries[i]);
     p->n_entries = 0;
     p->scanned = 0;
+    uint64_t cycle = p->acks.cycle + 1;
     memset(&p->acks, 0, sizeof(p->acks));
+    p->acks.cycle = cycle;
+}
+
+/* A failed cycle's messages leave librdkafka's queue, queued or in flight:
+ * left there (message.timeout.ms is 0) they would be sent again with every
+ * retry's copies, growing the queue, and their late reports would arrive
+ * during a later cycle. Purged messages report at once, with an error;
+ * serving those reports here leaves nothing of this cycle behind. A
+ * message purged in flight may still reach the topic, a harmless duplicate
+ * of the retry's. */
+static void abandon_cycle(segd_publisher_t *p)
+{
+    rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+    int64_t give_up = segd_mono_ms() + PURGE_WAIT_MS;
+    while (rd_kafka_outq_len(p->rk) > 0 && segd_mono_ms() < give_up)
+        rd_kafka_poll(p->rk, 10);
 }
 
 static segd_err_t wait_acks(segd_publisher_t *p, uint64_t events, char *errstr, size_t n)
@@ -630,15 +673,10 @@ static segd_err_t wait_acks(segd_publisher_t *p, uint64_t events, char *errstr, 
     if (p->acks.failed)
         return segd_errf(SEGD_ERR_KAFKA, errstr, n, "change topic %s: %s", p->o.topic,
                          p->acks.error);
-    if (p->acks.ok < events) {
-        /* not acknowledged in time: drop the queue so the repeat does not
-         * pile up copies; duplicates that were delivered anyway are harmless */
-        rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-        rd_kafka_poll(p->rk, 0);
+    if (p->acks.ok != events)
         return segd_errf(SEGD_ERR_KAFKA, errstr, n, "change topic %s: %" PRIu64
                          " of %" PRIu64 " deltas unacknowledged", p->o.topic,
                          events - p->acks.ok, events);
-    }
     return SEGD_OK;
 }
 
@@ -674,6 +712,10 @@ segd_err_t segd_publisher_cycle(segd_publisher_t *p, size_t *acked, char *errstr
         err = produce_cycle(p, &events, &segments, errstr, n);
     if (!err)
         err = wait_acks(p, events, errstr, n);
+    if (err) {
+        abandon_cycle(p);
+        return err;
+    }
     uint64_t first = p->first_seq, end = p->last_seq + 1;
     if (!err)
         err = commit_cycle(p, first, end, errstr, n);

@@ -4,7 +4,6 @@
 #define _GNU_SOURCE /* memrchr */
 #include "store/store.h"
 
-#include <assert.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <rocksdb/c.h>
@@ -69,6 +68,7 @@ struct segd_batch {
     segd_store_t *store;
     rocksdb_writebatch_t *wb;
     int64_t outbox_delta; /* outbox entries added minus deleted */
+    int outbox_refused;   /* an append broke the one-appender rule: the batch cannot be written */
 };
 
 void segd_store_opts_default(segd_store_opts_t *o)
@@ -799,6 +799,7 @@ void segd_batch_clear(segd_batch_t *b)
 {
     rocksdb_writebatch_clear(b->wb);
     b->outbox_delta = 0;
+    b->outbox_refused = 0;
 }
 size_t segd_batch_count(const segd_batch_t *b) { return (size_t)rocksdb_writebatch_count(b->wb); }
 
@@ -897,8 +898,13 @@ uint64_t segd_batch_outbox_append(segd_batch_t *b, const void *value, size_t vle
     /* sequences are taken here and written later: a second appending thread
      * could land a lower sequence after the publisher deleted past it */
     unsigned long me = (unsigned long)pthread_self(), first = 0;
-    if (!atomic_compare_exchange_strong(&b->store->outbox_appender, &first, me))
-        assert(first == me && "one outbox appender per store (store.h)");
+    if (!atomic_compare_exchange_strong(&b->store->outbox_appender, &first, me) &&
+        first != me) {
+        /* a real check, not an assert (compiled out in release builds): the
+         * entry is not appended and the batch refuses to be written */
+        b->outbox_refused = 1;
+        return SEGD_OUTBOX_REFUSED;
+    }
     uint64_t seq = atomic_fetch_add(&b->store->outbox_seq, 1);
     char key[8];
     put_be64(key, seq);
@@ -926,6 +932,9 @@ void segd_batch_outbox_delete(segd_batch_t *b, uint64_t seq)
 static segd_err_t write_batch(segd_store_t *s, const rocksdb_writeoptions_t *wo,
                               segd_batch_t *b, char *errstr, size_t n)
 {
+    if (b->outbox_refused)
+        return segd_errf(SEGD_ERR_INVALID, errstr, n, "write batch: an outbox entry was "
+                         "appended from a second thread; a store has one outbox appender");
     if (segd_store_fault_hit(s, SEGD_FAULT_WRITE))
         return segd_errf(SEGD_ERR_IO, errstr, n, "write batch: injected fault");
     segd_err_t err = write_wb(s, wo, b->wb, 1, errstr, n);

@@ -108,7 +108,11 @@ void segd_batch_set_offset(segd_batch_t *b, const char *topic, int32_t partition
  * the highest sequence it read, so the store has ONE appender at a time:
  * the ingest pipeline in `segd run`, or one offline command (backfill,
  * retire) holding the store's lock; two concurrent appenders could write a
- * lower sequence after the publisher passed it. Returns the sequence. */
+ * lower sequence after the publisher passed it. Returns the sequence. An
+ * append from a thread other than the store's first appender appends
+ * nothing and returns SEGD_OUTBOX_REFUSED; the batch then fails every
+ * write with SEGD_ERR_INVALID until cleared. */
+#define SEGD_OUTBOX_REFUSED UINT64_MAX
 uint64_t segd_batch_outbox_append(segd_batch_t *b, const void *value, size_t vlen);
 /* Deletes the outbox entry seq (an absent one is a no-op). */
 void segd_batch_outbox_delete(segd_batch_t *b, uint64_t seq);

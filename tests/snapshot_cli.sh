@@ -26,14 +26,14 @@ cleanup() {
 trap cleanup EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 now=1800000000
-# Under ThreadSanitizer (scripts/test.sh sets SEGD_TSAN) what matters is the
+# Under ThreadSanitizer (scripts/test.sh sets UNDER_TSAN) what matters is the
 # exporter's threads, not the formats: fewer users, and the independent
 # Python readers (the same in every build) are left to the other runs.
 users=300
-[ -n "${SEGD_TSAN:-}" ] && users=60
+[ -n "${UNDER_TSAN:-}" ] && users=60
 nusers=$((users + 1))
 pycheck() { # python3 ARGS... with the program on stdin, unless under TSan
-  if [ -n "${SEGD_TSAN:-}" ]; then cat > /dev/null; return 0; fi
+  if [ -n "${UNDER_TSAN:-}" ]; then cat > /dev/null; return 0; fi
   /usr/bin/python3 "$@"
 }
 

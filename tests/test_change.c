@@ -135,8 +135,8 @@ static void test_avro_c_reads_our_encoding(void **state)
     assert_int_equal(avro_value_read(rd, &v), 0);
     const char *s;
     size_t slen;
-    int64_t l;
-    int32_t i32;
+    int64_t l = 0;
+    int32_t i32 = 0;
     assert_int_equal(avro_value_get_by_name(&v, "user_id", &f, NULL), 0);
     assert_int_equal(avro_value_get_string(&f, &s, &slen), 0);
     assert_string_equal(s, c.user_id);
@@ -147,7 +147,7 @@ static void test_avro_c_reads_our_encoding(void **state)
     assert_int_equal(avro_value_get_long(&f, &l), 0);
     assert_int_equal(l, c.profile.erased_before_ms);
     assert_int_equal(avro_value_get_by_name(&v, "segments", &f, NULL), 0);
-    size_t n;
+    size_t n = 0;
     assert_int_equal(avro_value_get_size(&f, &n), 0);
     assert_int_equal(n, c.profile.n);
     for (size_t k = 0; k < n; k++) {

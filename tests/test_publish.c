@@ -35,6 +35,7 @@
 #define PARTITIONS 4
 #define NOW_S 1800000000LL
 #define USERS 60
+#define API_PRODUCE 0 /* Kafka's ApiKey of Produce (rdkafka_protocol.h is not installed) */
 
 typedef struct fixture {
     segd_dev_broker_t *broker;
@@ -586,6 +587,102 @@ static void test_input_partition_past_change_topic_kept(void **state)
     segd_publisher_destroy(p);
 }
 
+/* One ingest batch: user-000..user-(n-1), user i read from input partition
+ * parts[i], each with one upserted segment. */
+static void write_users_from(segd_store_t *s, const int32_t *parts, int n)
+{
+    segd_applier_t ap;
+    segd_event_t ev;
+    char user[32], err[256];
+    segd_event_init(&ev);
+    assert_int_equal(segd_applier_init(&ap, s), SEGD_OK);
+    segd_applier_enable_outbox(&ap);
+    for (int u = 0; u < n; u++) {
+        snprintf(user, sizeof(user), "user-%03d", u);
+        segd_event_reset(&ev);
+        segd_event_set_user(&ev, user, strlen(user));
+        ev.ts_ms = NOW_S * 1000 - 60000 + u;
+        ev.op = SEGD_OP_UPSERT;
+        segd_seg_update_t seg = {5 + u, 3600, 0, 0};
+        segd_event_add_segment(&ev, &seg);
+        assert_int_equal(segd_applier_add_from(&ap, &ev, "events", parts[u], 7 + u, 0), SEGD_OK);
+    }
+    assert_int_equal(segd_applier_flush(&ap, err, sizeof(err)), SEGD_OK);
+    segd_applier_free(&ap);
+    segd_event_free(&ev);
+}
+
+/* A cycle whose second delta the change topic cannot take sends nothing:
+ * the refusal used to come after the first delta was produced, and every
+ * retry sent that delta again (and kept it queued in librdkafka). */
+static void test_refused_route_sends_nothing(void **state)
+{
+    fixture_t *f = *state;
+    const int32_t parts[] = {0, PARTITIONS + 2}; /* user-000 routes, user-001 cannot */
+    write_users_from(f->store, parts, 2);
+    segd_publisher_t *p = new_publisher(f, f->store);
+    char err[256];
+    size_t acked = 9;
+    for (int i = 0; i < 3; i++)
+        assert_int_equal(segd_publisher_cycle(p, &acked, err, sizeof(err)), SEGD_ERR_CONFIG);
+    assert_int_equal(outbox_size(f->store), 1);
+    usleep(1000 * 1000); /* what was left queued would be delivered by now */
+    joined_t *j = calloc(1, sizeof(*j));
+    consume_all(f, j);
+    assert_int_equal(j->events, 0);
+    joined_free(j);
+    free(j);
+    segd_publisher_destroy(p);
+}
+
+/* A late delivery report of a failed cycle's message does not count for
+ * the next cycle. Two brokers: partition 0's leader refuses the first
+ * Produce, partition 1's answers its first two after 4 s. Cycle 1 fails on
+ * the refusal (its flush ends at 3 s with partition 1's message in
+ * flight). Cycle 2 sends both again; its partition-1 message is answered
+ * after its 3 s, but cycle 1's arrives within them: counted as cycle 2's,
+ * it let cycle 2 delete the outbox entry without its own acknowledgement. */
+static void test_late_report_not_credited_to_next_cycle(void **state)
+{
+    fixture_t *f = *state;
+    const char *topics[] = {"late"};
+    segd_dev_broker_t *b = NULL;
+    char err[256];
+    assert_int_equal(segd_dev_broker_new(&b, 2, 2, topics, 1, err, sizeof(err)), SEGD_OK);
+    rd_kafka_mock_cluster_t *mc = segd_dev_broker_mock(b);
+    assert_int_equal(rd_kafka_mock_partition_set_leader(mc, "late", 0, 1), 0);
+    assert_int_equal(rd_kafka_mock_partition_set_leader(mc, "late", 1, 2), 0);
+    assert_int_equal(rd_kafka_mock_broker_push_request_error_rtts(
+                         mc, 1, API_PRODUCE, 1,
+                         RD_KAFKA_RESP_ERR_TOPIC_AUTHORIZATION_FAILED, 0),
+                     0);
+    assert_int_equal(rd_kafka_mock_broker_push_request_error_rtts(
+                         mc, 2, API_PRODUCE, 2, RD_KAFKA_RESP_ERR_NO_ERROR, 4000,
+                         RD_KAFKA_RESP_ERR_NO_ERROR, 4000),
+                     0);
+    const int32_t parts[] = {0, 1};
+    write_users_from(f->store, parts, 2);
+    segd_publisher_opts_t o;
+    segd_publisher_opts_default(&o);
+    o.brokers = segd_dev_broker_bootstraps(b);
+    o.topic = "late";
+    o.ack_timeout_ms = 3000; /* message.timeout.ms stays 0: retried until acked */
+    segd_publisher_t *p = NULL;
+    assert_int_equal(segd_publisher_new(&p, f->store, &o, err, sizeof(err)), SEGD_OK);
+    size_t acked = 9;
+    assert_int_not_equal(segd_publisher_cycle(p, &acked, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(outbox_size(f->store), 1);
+    segd_err_t second = segd_publisher_cycle(p, &acked, err, sizeof(err));
+    assert_int_not_equal(second, SEGD_OK);
+    assert_int_equal(acked, 0);
+    assert_int_equal(outbox_size(f->store), 1);
+    /* the faults spent, the entry goes out and is deleted on its own acks */
+    assert_int_equal(segd_publisher_drain(p, 60000, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(outbox_size(f->store), 0);
+    segd_publisher_destroy(p);
+    segd_dev_broker_destroy(b);
+}
+
 static void test_confluent_framing_registers(void **state)
 {
     fixture_t *f = *state;
@@ -638,6 +735,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_crash_leftovers_republished, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retirement_is_a_control_event, setup, teardown),
         cmocka_unit_test_setup_teardown(test_input_partition_past_change_topic_kept, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_refused_route_sends_nothing, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_late_report_not_credited_to_next_cycle, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_confluent_framing_registers, setup, teardown),
     };

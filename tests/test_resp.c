@@ -21,6 +21,7 @@
 #include <poll.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
+#include <sys/time.h>
 #include <unistd.h>
 
 #include <cmocka.h>
@@ -803,6 +804,96 @@ static void test_server_out_of_fds(void **state)
     segd_resp_stop(r);
 }
 
+/* Past max_clients (here 3, over 2 workers) a client gets Redis's error
+ * and is closed; the others keep working and a slot freed is taken again.
+ * Without the limit every client was served until descriptors ran out. */
+static void test_server_max_clients(void **state)
+{
+    fixture_t *f = *state;
+    segd_resp_t *r;
+    char err[256];
+    segd_resp_opts_t o;
+    segd_resp_opts_default(&o);
+    o.max_clients = 3;
+    segd_metrics_t *m = segd_metrics_new();
+    assert_int_equal(segd_resp_start_opts(&r, "127.0.0.1:0", 2, &o, f->shared.edge, m, err,
+                                          sizeof(err)), SEGD_OK);
+    segd_resp_set_ready(r, 1);
+    int fds[3];
+    for (int i = 0; i < 3; i++) {
+        fds[i] = connect_to(segd_resp_port(r));
+        assert_true(pong(fds[i]));
+    }
+    int extra = connect_to(segd_resp_port(r));
+    struct timeval tv = {.tv_sec = 10}; /* fail, not hang, if it is served */
+    assert_int_equal(setsockopt(extra, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv)), 0);
+    const char *full = "-ERR max number of clients reached\r\n";
+    char buf[128];
+    assert_int_equal(read_n(extra, buf, sizeof(buf)), strlen(full)); /* then closed */
+    assert_memory_equal(buf, full, strlen(full));
+    close(extra);
+    for (int i = 0; i < 3; i++)
+        assert_true(pong(fds[i]));
+    close(fds[0]);
+    int again = -1;
+    for (int i = 0; i < 50 && again < 0; i++) { /* the server sees the close soon */
+        int fd = connect_to(segd_resp_port(r));
+        if (pong(fd))
+            again = fd;
+        else
+            close(fd), usleep(100 * 1000);
+    }
+    assert_true(again >= 0);
+    segd_buf_t text = {0};
+    assert_int_equal(segd_metrics_render(m, &text), SEGD_OK);
+    assert_int_equal(segd_buf_append(&text, "", 1), SEGD_OK);
+    const char *refused = strstr((char *)text.data, "\nsegd_resp_connections_refused_total ");
+    assert_non_null(refused);
+    assert_true(atoi(refused + strlen("\nsegd_resp_connections_refused_total ")) >= 1);
+    assert_non_null(strstr((char *)text.data, "segd_resp_connections 3\n"));
+    segd_buf_free(&text);
+    close(again);
+    close(fds[1]);
+    close(fds[2]);
+    segd_resp_t *none = NULL;
+    o.max_clients = 0;
+    assert_int_equal(segd_resp_start_opts(&none, "127.0.0.1:0", 1, &o, f->shared.edge, NULL, err,
+                                          sizeof(err)),
+                     SEGD_ERR_CONFIG);
+    assert_null(none);
+    segd_resp_stop(r);
+    segd_metrics_destroy(m);
+}
+
+/* A connection silent for the idle timeout is closed (Redis's timeout);
+ * one that keeps talking is not. Without it an idle client held its slot
+ * and buffers for ever. */
+static void test_server_idle_timeout(void **state)
+{
+    fixture_t *f = *state;
+    segd_resp_t *r;
+    char err[256];
+    segd_resp_opts_t o;
+    segd_resp_opts_default(&o);
+    o.idle_timeout_ms = 600;
+    assert_int_equal(segd_resp_start_opts(&r, "127.0.0.1:0", 1, &o, f->shared.edge, NULL, err,
+                                          sizeof(err)), SEGD_OK);
+    segd_resp_set_ready(r, 1);
+    int idle = connect_to(segd_resp_port(r)), busy = connect_to(segd_resp_port(r));
+    assert_true(pong(idle));
+    for (int i = 0; i < 10; i++) { /* 2 s: over three timeouts */
+        usleep(200 * 1000);
+        assert_true(pong(busy));
+    }
+    char buf[16];
+    struct pollfd p = {.fd = idle, .events = POLLIN};
+    assert_int_equal(poll(&p, 1, 10000), 1);
+    assert_int_equal(read(idle, buf, sizeof(buf)), 0); /* closed by the server */
+    close(idle);
+    close(busy);
+    segd_resp_stop(r);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -823,6 +914,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_reply_cache_budget, setup, teardown),
         cmocka_unit_test_setup_teardown(test_server, setup, teardown),
         cmocka_unit_test_setup_teardown(test_server_out_of_fds, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_server_max_clients, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_server_idle_timeout, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

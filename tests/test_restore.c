@@ -5,6 +5,7 @@
  * floor that survives a reopen; retirements arrive before the data; the
  * partition's input offset moves to the unit's only after the data and
  * never backwards; a stopped restore sets no offset. */
+#include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -13,6 +14,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -407,6 +409,64 @@ static void test_restore_cancelled_writes_nothing(void **state)
     remove_dir(db);
 }
 
+typedef struct revoked_restore {
+    segd_store_t *src, *dst;
+    segd_restore_opts_t o;
+    segd_err_t rc;
+    _Atomic int done;
+    char err[256];
+} revoked_restore_t;
+
+static void *restore_thread(void *arg)
+{
+    revoked_restore_t *t = arg;
+    segd_restore_stats_t st;
+    t->rc = restore_opts(t->src, t->dst, 77, 0, &t->o, &st, t->err, sizeof(t->err));
+    t->done = 1;
+    return NULL;
+}
+
+/* A revoke (cancel set under the restorer's lock) that comes while finish
+ * is on its last step writes no offset: finish checks cancel and writes the
+ * offset under that lock. It checked, then wrote without it, so a revoke
+ * in between left an offset for a partition owned elsewhere. The test
+ * holds the lock as a revoke would while the restore runs, then cancels. */
+static void test_revoke_during_finish_writes_no_offset(void **state)
+{
+    (void)state;
+    char da[64], db[64], err[256];
+    make_dir(da, sizeof(da), "src");
+    make_dir(db, sizeof(db), "dst");
+    revoked_restore_t t = {.src = open_store(da, NOW)};
+    t.dst = open_store(db, NOW);
+    fill(t.src, USERS, 2, 43);
+    _Atomic int cancel = 0;
+    pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+    segd_restore_opts_default(&t.o);
+    t.o.shared = 1;
+    t.o.direct = 1;
+    t.o.cancel = &cancel;
+    t.o.cancel_lock = &lock;
+    pthread_mutex_lock(&lock); /* the revoke path has begun */
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, restore_thread, &t), 0);
+    /* long enough for the restore to reach its offset; with the fix it
+     * waits there for the lock instead */
+    for (int i = 0; i < 100 && !t.done; i++)
+        usleep(50 * 1000);
+    cancel = 1;
+    pthread_mutex_unlock(&lock);
+    assert_int_equal(pthread_join(th, NULL), 0);
+    assert_int_equal(t.rc, SEGD_ERR_ABORTED);
+    int64_t off;
+    assert_int_equal(segd_store_offset_get(t.dst, "segments", 3, &off, err, sizeof(err)),
+                     SEGD_ERR_NOTFOUND);
+    segd_store_close(t.src);
+    segd_store_close(t.dst);
+    remove_dir(da);
+    remove_dir(db);
+}
+
 /* The unit's W is the floor of ITS partition here, for good (not of the
  * store's other partitions, whose history must stay acceptable; nor part of
  * the store's own floor, so W's start phase still begins); a unit exported
@@ -488,6 +548,7 @@ int main(void)
         cmocka_unit_test(test_restore_direct_beside_writer),
         cmocka_unit_test(test_restore_direct_unsorted),
         cmocka_unit_test(test_restore_cancelled_writes_nothing),
+        cmocka_unit_test(test_revoke_during_finish_writes_no_offset),
         cmocka_unit_test(test_floor_and_stop),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

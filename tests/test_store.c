@@ -2,6 +2,7 @@
  * read-only readers beside a writer, fixed settings, retirement markers,
  * the exact outbox depth, the fault-injection points. */
 #include <inttypes.h>
+#include <pthread.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -257,6 +258,46 @@ static void test_outbox_depth_is_exact(void **state)
     segd_store_close(s);
 }
 
+static void *append_from_other_thread(void *arg)
+{
+    segd_store_t *s = arg;
+    segd_batch_t *b;
+    char err[512];
+    if (segd_batch_new(s, &b)) /* no cmocka asserts off the test's thread */
+        return NULL;
+    uint64_t seq = segd_batch_outbox_append(b, "second", 6);
+    segd_err_t written = segd_store_write(s, b, err, sizeof(err));
+    segd_batch_destroy(b);
+    return seq == SEGD_OUTBOX_REFUSED && written == SEGD_ERR_INVALID ? s : NULL;
+}
+
+/* The one-outbox-appender rule holds in release builds too (it was an
+ * assert, compiled out under NDEBUG): a second thread's append is refused
+ * and its batch cannot be written; the first appender goes on. */
+static void test_second_outbox_appender_refused(void **state)
+{
+    fixture_t *f = *state;
+    char err[512];
+    segd_store_t *s = open_store(f->dir, 0, 0);
+    assert_non_null(s);
+    segd_batch_t *b;
+    assert_int_equal(segd_batch_new(s, &b), SEGD_OK);
+    assert_int_not_equal(segd_batch_outbox_append(b, "a", 1), SEGD_OUTBOX_REFUSED);
+    assert_int_equal(segd_store_write(s, b, err, sizeof(err)), SEGD_OK);
+    pthread_t t;
+    void *ok = NULL;
+    assert_int_equal(pthread_create(&t, NULL, append_from_other_thread, s), 0);
+    assert_int_equal(pthread_join(t, &ok), 0);
+    assert_ptr_equal(ok, s);
+    assert_int_equal(segd_store_outbox_depth(s), 1);
+    segd_batch_clear(b);
+    assert_int_not_equal(segd_batch_outbox_append(b, "b", 1), SEGD_OUTBOX_REFUSED);
+    assert_int_equal(segd_store_write(s, b, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_store_outbox_depth(s), 2);
+    segd_batch_destroy(b);
+    segd_store_close(s);
+}
+
 /* SQLite-style counters: exactly calls nth .. nth+times-1 fail. */
 static void test_fault_points(void **state)
 {
@@ -341,6 +382,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_granularity_from_store, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retirement_persists, setup, teardown),
         cmocka_unit_test_setup_teardown(test_outbox_depth_is_exact, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_second_outbox_appender_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fault_points, setup, teardown),
         cmocka_unit_test_setup_teardown(test_snapshot_refuses_undecodable, setup, teardown),
         cmocka_unit_test_setup_teardown(test_read_only_refuses_partial_store, setup, teardown),

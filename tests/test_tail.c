@@ -18,6 +18,8 @@
 #include <cmocka.h>
 
 #include "cache/tail.h" /* the same path before and after the layer moves */
+#include "wire/change_frame.h"
+#include "wire/member.h"
 
 #define TOPIC "changes"
 #define FETCH 1 /* Kafka's ApiKey of Fetch */
@@ -182,12 +184,71 @@ static void test_gap_while_tailing_is_final(void **state)
     segd_tail_destroy(t);
 }
 
+static void produce_delta(fixture_t *f, const char *user, int64_t committed_at_ms)
+{
+    segd_change_t c;
+    segd_change_init(&c);
+    c.user_id = user;
+    c.user_id_len = strlen(user);
+    c.bucket = 0;
+    c.buckets = 1;
+    c.committed_at_ms = committed_at_ms;
+    segd_buf_t b = {0};
+    assert_int_equal(segd_change_frame(SEGD_CHANGE_SINGLE_OBJECT, -1, &b), SEGD_OK);
+    assert_int_equal(segd_change_encode(&c, &b), SEGD_OK);
+    produce(f, b.data, b.len);
+    segd_buf_free(&b);
+    segd_change_free(&c);
+}
+
+static void produce_member(fixture_t *f, const char *id, int64_t committed_at_ms)
+{
+    segd_member_t m = {.id = id, .id_len = strlen(id), .master = id, .master_len = strlen(id),
+                       .master_first_seen_ms = 1, .bucket = 0, .buckets = 1,
+                       .committed_at_ms = committed_at_ms};
+    segd_buf_t b = {0};
+    assert_int_equal(segd_frame(SEGD_FRAME_MEMBER, SEGD_CHANGE_SINGLE_OBJECT, -1, &b), SEGD_OK);
+    assert_int_equal(segd_member_encode(&m, &b), SEGD_OK);
+    produce(f, b.data, b.len);
+    segd_buf_free(&b);
+}
+
+static segd_tail_stats_t poll_until_applied(segd_tail_t *t, uint64_t applied)
+{
+    segd_tail_stats_t st;
+    segd_tail_get_stats(t, &st);
+    time_t end = time(NULL) + 30;
+    while (st.applied < applied && time(NULL) < end) {
+        assert_true(segd_tail_poll(t, 100) >= 0);
+        segd_tail_get_stats(t, &st);
+    }
+    assert_int_equal(st.applied, applied);
+    return st;
+}
+
+/* A MemberEvent's committed_at_ms is its own: the newest commit time seen
+ * took the last change event's (stale, or 0 before any) instead. */
+static void test_member_event_commit_time_is_its_own(void **state)
+{
+    fixture_t *f = *state;
+    segd_tail_t *t = new_tail(f, NULL, 0, SEGD_OK, NULL);
+    produce_member(f, "alice", 2000);
+    assert_int_equal(poll_until_applied(t, 1).newest_committed_ms, 2000);
+    produce_delta(f, "bob", 3000);
+    assert_int_equal(poll_until_applied(t, 2).newest_committed_ms, 3000);
+    produce_member(f, "carol", 9000);
+    assert_int_equal(poll_until_applied(t, 3).newest_committed_ms, 9000);
+    segd_tail_destroy(t);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_snapshot_older_than_retention_is_refused, setup,
                                         teardown),
         cmocka_unit_test_setup_teardown(test_gap_while_tailing_is_final, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_member_event_commit_time_is_its_own, setup,
+                                        teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -67,3 +67,8 @@ void segd_dev_broker_set_down(segd_dev_broker_t *b, int32_t id, int down)
     else
         rd_kafka_mock_broker_set_up(b->mcl, id);
 }
+
+rd_kafka_mock_cluster_t *segd_dev_broker_mock(segd_dev_broker_t *b)
+{
+    return b->mcl;
+}

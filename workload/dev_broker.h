@@ -8,6 +8,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <librdkafka/rdkafka.h> /* before rdkafka_mock.h, which needs it */
+#include <librdkafka/rdkafka_mock.h>
+
 #include "base/err.h"
 
 typedef struct segd_dev_broker segd_dev_broker_t;
@@ -22,5 +25,9 @@ const char *segd_dev_broker_bootstraps(const segd_dev_broker_t *b);
 
 /* Fault injection for tests: take broker `id` (1-based) down or up. */
 void segd_dev_broker_set_down(segd_dev_broker_t *b, int32_t id, int down);
+
+/* The mock cluster itself, for tests that inject errors, delays or leaders
+ * with rdkafka_mock.h; borrowed until destroy. */
+rd_kafka_mock_cluster_t *segd_dev_broker_mock(segd_dev_broker_t *b);
 
 #endif
