@@ -274,11 +274,14 @@ static segd_err_t flush_batch(segd_pipeline_t *p, char *errstr, size_t n)
                               p->pos[i].next);
     record_counts(p);
     int64_t wait = 100;
+    double tw = segd_mono_s();
     while ((err = segd_applier_flush(&p->ap, errstr, n)) != SEGD_OK) {
         if (*p->stop || err == SEGD_ERR_ABORTED) /* a stopped store needs a restart */
             return err;
         wait = backoff(p, wait, errstr);
     }
+    double tc = segd_mono_s();
+    p->st.write_s += tc - tw;
     rd_kafka_topic_partition_list_t *offs = rd_kafka_topic_partition_list_new((int)p->npos);
     for (size_t i = 0; i < p->npos; i++)
         rd_kafka_topic_partition_list_add(offs, p->pos[i].topic, p->pos[i].partition)
@@ -287,6 +290,7 @@ static segd_err_t flush_batch(segd_pipeline_t *p, char *errstr, size_t n)
     rd_kafka_topic_partition_list_destroy(offs);
     if (p->hooks.committed)
         p->hooks.committed(p->hooks.ctx);
+    p->st.commit_s += segd_mono_s() - tc;
     if (p->mx.consumed)
         report_batch(p, segd_mono_s() - t0);
     p->npos = 0;
@@ -497,8 +501,11 @@ static int handle_message(segd_pipeline_t *p, const rd_kafka_message_t *m)
     const segd_event_t *ev = NULL;
     if (!p->st.messages++)
         p->st.first_message_s = segd_mono_s();
+    double t0 = segd_mono_s();
     int ok = segd_ingest_check(p->ingest, rd_kafka_topic_name(m->rkt), m->partition, m->key, m->key_len, m->payload, m->len, &ev,
                                &reason, why, sizeof(why));
+    double t1 = segd_mono_s();
+    p->st.check_s += t1 - t0;
     if (ok < 0)
         return -1;
     if (ok) {
@@ -507,6 +514,7 @@ static int handle_message(segd_pipeline_t *p, const rd_kafka_message_t *m)
         if (segd_applier_add_from(&p->ap, ev, rd_kafka_topic_name(m->rkt), m->partition,
                                   m->offset, ts > 0 ? ts : 0) != SEGD_OK)
             return -2;
+        p->st.build_s += segd_mono_s() - t1;
         p->st.events++;
         p->st.segments += ev->n_segments;
         if (misrouted(p, m, ev)) {
@@ -711,7 +719,9 @@ segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
         int64_t left = deadline - segd_mono_ms();
         if (left <= 0)
             break;
+        double tp = segd_mono_s();
         rd_kafka_message_t *m = rd_kafka_consumer_poll(p->consumer, (int)left);
+        p->st.poll_s += segd_mono_s() - tp;
         if (!m)
             continue;
         if (m->err) {

@@ -1178,6 +1178,17 @@ int segd_store_property(segd_store_t *s, int family, const char *name, uint64_t 
     return rocksdb_property_int_cf(s->db, s->cf[CF_PROFILES + family], name, value) ? -1 : 0;
 }
 
+char *segd_store_property_text(segd_store_t *s, int family, const char *name)
+{
+    if (family >= SEGD_STORE_FAMILIES)
+        return NULL;
+    char *v = family < 0 ? rocksdb_property_value(s->db, name)
+                         : rocksdb_property_value_cf(s->db, s->cf[CF_PROFILES + family], name);
+    char *out = v ? strdup(v) : NULL;
+    rocksdb_free(v);
+    return out;
+}
+
 void segd_store_block_cache(segd_store_t *s, uint64_t *usage, uint64_t *capacity)
 {
     *usage = s->cache ? rocksdb_cache_get_usage(s->cache) : 0;

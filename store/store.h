@@ -243,6 +243,11 @@ const char *segd_store_family_name(int family); /* "profiles", "meta", "outbox" 
  * 0 on success, -1 when RocksDB does not know it. Thread-safe. */
 int segd_store_property(segd_store_t *s, int family, const char *name, uint64_t *value);
 
+/* A RocksDB text property ("rocksdb.cfstats") of one family, or of the DB
+ * (family -1), as a malloc'd string the caller frees; NULL when RocksDB
+ * does not know it. Thread-safe. */
+char *segd_store_property_text(segd_store_t *s, int family, const char *name);
+
 /* The block cache's usage and capacity in bytes (shared by the families). */
 void segd_store_block_cache(segd_store_t *s, uint64_t *usage, uint64_t *capacity);
 
