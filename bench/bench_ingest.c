@@ -5,8 +5,10 @@
  * run; optionally into a store pre-filled past memory (--prefill-users),
  * with per-10 s windows of throughput, freshness and RocksDB's compaction
  * state so a stall shows; prints a markdown report. */
+#include <dirent.h>
 #include <getopt.h>
 #include <spawn.h>
+#include <unistd.h>
 #include <sys/wait.h>
 #include <inttypes.h>
 #include <librdkafka/rdkafka.h>
@@ -52,8 +54,20 @@ typedef struct window {
     uint64_t l0, pending_mb, delayed, stopped, compacting;
 } window_t;
 
+/* CPU seconds per kind of thread (/proc/self/task/N/stat's utime + stime),
+ * digits dropped from the names ("rdk:broker1" -> "rdk:broker"); the
+ * process's own threads are told apart by being the main one or not. */
+#define CPU_GROUPS 16
+typedef struct cpu_use {
+    char name[CPU_GROUPS][64];
+    double s[CPU_GROUPS];
+    size_t n;
+    double total; /* getrusage(RUSAGE_SELF): exited threads included */
+} cpu_use_t;
+
 /* What one pipeline run measured. */
 typedef struct run_result {
+    cpu_use_t cpu0, cpu1;       /* at its start and at its end */
     double seconds;             /* first message -> last delta acknowledged */
     segd_pipeline_stats_t st;
     segd_publisher_stats_t pub;
@@ -137,6 +151,72 @@ static void *paced_main(void *arg)
     return NULL;
 }
 
+static void cpu_add(cpu_use_t *c, const char *name, double sec)
+{
+    size_t i = 0;
+    while (i < c->n && strcmp(c->name[i], name))
+        i++;
+    if (i == c->n) {
+        if (c->n == CPU_GROUPS)
+            return;
+        snprintf(c->name[c->n++], sizeof(c->name[0]), "%s", name);
+        c->s[i] = 0;
+    }
+    c->s[i] += sec;
+}
+
+/* One thread's kind and CPU seconds from its stat line ("tid (comm) S ..."). */
+static int thread_cpu(const char *path, pid_t self, char *kind, size_t n, double *sec)
+{
+    char line[1024], comm[64];
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t len = fread(line, 1, sizeof(line) - 1, f);
+    fclose(f);
+    line[len] = 0;
+    char *open = strchr(line, '('), *close = strrchr(line, ')');
+    unsigned long ut = 0, st = 0;
+    if (!open || !close || sscanf(close + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
+                                  &ut, &st) != 2)
+        return -1;
+    snprintf(comm, sizeof(comm), "%.*s", (int)(close - open - 1), open + 1);
+    size_t k = strlen(comm);
+    while (k && comm[k - 1] >= '0' && comm[k - 1] <= '9')
+        comm[--k] = 0;
+    pid_t tid = (pid_t)atol(line);
+    if (tid == self)
+        snprintf(kind, n, "main thread (the pipeline)");
+    else if (!strncmp(comm, "rdk:", 4) || !strncmp(comm, "rocksdb:", 8))
+        snprintf(kind, n, "%s", comm);
+    else
+        snprintf(kind, n, "other threads of segd (publisher, paced producer)");
+    *sec = (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+    return 0;
+}
+
+static void cpu_sample(cpu_use_t *c)
+{
+    memset(c, 0, sizeof(*c));
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    c->total = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+               (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        char path[300], kind[64];
+        double sec;
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "/proc/self/task/%s/stat", e->d_name);
+        if (!thread_cpu(path, getpid(), kind, sizeof(kind), &sec))
+            cpu_add(c, kind, sec);
+    }
+    if (d)
+        closedir(d);
+}
+
 /* Closes a window: the pipeline's counters, the latency of the entries
  * acknowledged since the last one (then reset), and the profiles family's
  * L0 files, pending compaction bytes and write-stall state. */
@@ -201,6 +281,11 @@ static segd_err_t bench_config(segd_config_t *c, const char *brokers, const inge
         segd_config_set(c, "memory.limit.mb", memory, err, n) ||
         segd_config_set(c, "changes.topic", TOPIC ".changes", err, n) ||
         segd_config_set(c, "changes.enable", changes ? "1" : "0", err, n) ||
+        /* the seed's events lie in the last 30 days: once the pipeline is
+         * caught up, a store with the default 1-day horizon starts its GC
+         * phase at now - 1 day and dead-letters ~97 % of them as too_late
+         * (which is what earlier freshness runs measured after 10 s) */
+        segd_config_set(c, "store.horizon.s", "2678400", err, n) ||
         segd_config_set_x(c, "session.timeout.ms=6000", err, n) ||
         /* the mock broker holds an empty fetch for the whole wait (a real one
          * answers when data arrives): 500 ms would dominate the latency */
@@ -241,6 +326,7 @@ static int pipeline_consume(const char *brokers, const ingest_args_t *a, const c
     }
     p = segd_daemon_pipeline(d);
     segd_publisher_t *pub = segd_daemon_publisher(d); /* NULL without changes */
+    cpu_sample(&r->cpu0);
     double end = segd_mono_s() + 1800, next_window = 0;
     do {
         if (segd_pipeline_step(p, err, sizeof(err))) {
@@ -283,6 +369,7 @@ static int pipeline_consume(const char *brokers, const ingest_args_t *a, const c
     r->seconds = segd_mono_s() - t0;
     close_window(store, pub, &r->st, r->seconds, r); /* the last, partial one */
     r->stall_micros = stall_micros(store);
+    cpu_sample(&r->cpu1);
     rc = !pub || r->pub.entries >= r->st.batches ? 0 : -1;
     if (rc)
         fprintf(stderr, "bench ingest: %s: %" PRIu64 " of %" PRIu64 " outbox entries "
@@ -327,6 +414,7 @@ static int store_write(const ingest_args_t *a, const char *name, uint64_t seed, 
     if (!e && (segd_seed_new(&g, &o) || segd_applier_init(&ap, store)))
         e = segd_errf(SEGD_ERR_NOMEM, err, sizeof(err), "out of memory");
     have_ap = !e;
+    cpu_sample(&r->cpu0);
     double t0 = segd_mono_s(), next = t0 + WINDOW_S;
     while (!e && segd_seed_next(g, &ev)) {
         e = segd_applier_add(&ap, &ev);
@@ -348,6 +436,7 @@ static int store_write(const ingest_args_t *a, const char *name, uint64_t seed, 
         close_window(store, NULL, &r->st, r->seconds, r);
         r->stall_micros = stall_micros(store);
     }
+    cpu_sample(&r->cpu1);
     rc = e ? -1 : 0;
     if (have_ap)
         segd_applier_free(&ap);
@@ -520,15 +609,49 @@ static void print_windows(const char *what, const run_result_t *r)
            worst99, worst, (double)r->stall_micros / 1e6);
 }
 
+/* CPU seconds per kind of thread over a run, and per million segments:
+ * on a shared machine the wall clock says how busy the neighbours were,
+ * the CPU how much the work cost. */
+static void print_cpu(const char *what, const run_result_t *r)
+{
+    const cpu_use_t *a = &r->cpu0, *b = &r->cpu1;
+    double msegs = (double)r->st.segments / 1e6, listed = 0;
+    if (msegs <= 0)
+        return;
+    printf("\n%s, CPU over %.2f s wall: process %.2f s = %.3f CPU-s per M segments "
+           "(getrusage; %.2f cores busy)", what, r->seconds, b->total - a->total,
+           (b->total - a->total) / msegs, (b->total - a->total) / r->seconds);
+    for (size_t i = 0; i < b->n; i++) {
+        double before = 0;
+        for (size_t j = 0; j < a->n; j++)
+            if (!strcmp(a->name[j], b->name[i]))
+                before = a->s[j];
+        /* a thread started inside the run counts whole; one that ended in it
+         * is only in the process total */
+        double d = b->s[i] - before < 0 ? b->s[i] : b->s[i] - before;
+        listed += d;
+        if (d >= 0.01)
+            printf("; %s %.2f s", b->name[i], d);
+    }
+    printf("; exited threads %.2f s\n", (b->total - a->total) - listed);
+}
+
 /* The pipeline thread's seconds per stage (segd_pipeline_stats_t). */
 static void print_stages(const char *what, const run_result_t *r)
 {
     const segd_pipeline_stats_t *s = &r->st;
-    double busy = s->check_s + s->build_s + s->write_s + s->commit_s;
+    uint64_t dead = 0;
+    for (int i = 0; i < SEGD_DLQ_REASONS; i++)
+        dead += s->dlq[i];
+    printf("\n%s: %" PRIu64 " messages, %" PRIu64 " events applied, %" PRIu64 " segments, %"
+           PRIu64 " dead-lettered (%" PRIu64 " too_late)\n", what, s->messages, s->events,
+           s->segments, dead, s->dlq[SEGD_DLQ_TOO_LATE]);
+    double busy = s->check_s + s->build_s + s->write_s + s->commit_s + s->upkeep_s;
     printf("\n%s, the pipeline thread's time: poll %.2f s (waiting on or served by "
            "consumer_poll), decode + checks %.2f s, WriteBatch build %.2f s, write (outbox "
-           "entry + RocksDB) %.2f s, commit + kick %.2f s; busy %.2f of %.2f s\n", what,
-           s->poll_s, s->check_s, s->build_s, s->write_s, s->commit_s, busy, r->seconds);
+           "entry + RocksDB) %.2f s, commit + kick %.2f s, upkeep %.2f s, held for the "
+           "outbox %.2f s; busy %.2f of %.2f s\n", what, s->poll_s, s->check_s, s->build_s,
+           s->write_s, s->commit_s, s->upkeep_s, s->hold_s, busy, r->seconds);
 }
 
 static const char *const topics[] = {TOPIC,          TOPIC ".dlq",         TOPIC ".changes",
@@ -588,6 +711,10 @@ static void print_report(const ingest_args_t *a, const ingest_run_t *x)
            "per ingested segment (before lz4), %" PRIu64 " publish cycles\n", x->e2e.pub.events,
            x->e2e.pub.segments, (double)x->e2e.pub.bytes / segs, x->e2e.pub.cycles);
     print_stages("end to end", &x->e2e);
+    print_cpu("end to end", &x->e2e);
+    print_cpu("store write alone", &x->store);
+    if (a->prefill_users)
+        print_cpu("pre-fill", &x->prefill);
     print_windows("end to end", &x->e2e);
     if (a->prefill_users)
         print_windows("pre-fill (store write path)", &x->prefill);
@@ -597,6 +724,8 @@ static void print_report(const ingest_args_t *a, const ingest_run_t *x)
     printf("\n| load | events/s |\n|---|---|\n| half of peak | %.0f |\n| quarter of peak | "
            "%.0f |\n", half, half / 2);
     print_stages("half of peak", &x->fresh);
+    print_cpu("half of peak", &x->fresh);
+    print_cpu("quarter of peak", &x->fresh4);
     print_windows("half of peak", &x->fresh);
     print_windows("quarter of peak", &x->fresh4);
     print_memory(a, x->harness);

@@ -99,6 +99,7 @@ struct segd_pipeline {
     segd_lag_t *lag;           /* per-partition lag, read by other threads */
     int64_t lag_next_ms;       /* monotonic time of the next lag refresh */
     pipeline_metrics_t mx;
+    double wc_before; /* st.write_s + st.commit_s before this step's flush */
 };
 
 #define LOG(p) ((p)->cfg->log)
@@ -697,10 +698,14 @@ static void count_links(segd_pipeline_t *p, const segd_links_stats_t *b,
 
 segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
 {
+    double t0 = segd_mono_s();
     advance_gc(p);
     retry_unread(p);
     sweep_step(p);
+    double t1 = segd_mono_s();
     wait_for_publisher(p);
+    p->st.upkeep_s += t1 - t0;
+    p->st.hold_s += segd_mono_s() - t1;
     if (p->links) {
         segd_links_stats_t before, after;
         segd_links_get_stats(p->links, &before);
@@ -743,8 +748,14 @@ segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
             break;
         taken++;
     }
+    double tf = segd_mono_s();
     segd_err_t err = flush_batch(p, errstr, n);
+    double tl = segd_mono_s();
     refresh_lag(p);
+    p->st.upkeep_s += segd_mono_s() - tl;
+    /* flush_batch's own time beyond the write and commit: the dead letters */
+    p->st.upkeep_s += tl - tf - (p->st.write_s + p->st.commit_s - p->wc_before);
+    p->wc_before = p->st.write_s + p->st.commit_s;
     /* out of memory: stop before the unapplied message, which comes again */
     if (!err && rc == -2)
         err = segd_errf(SEGD_ERR_NOMEM, errstr, n, "out of memory");

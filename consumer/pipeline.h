@@ -55,8 +55,10 @@ typedef struct segd_pipeline_stats {
     /* seconds this thread spent per stage (segd bench ingest's breakdown):
      * waiting in or served by consumer_poll, decoding and checking messages,
      * building the WriteBatch (operands, outbox items), writing it (outbox
-     * entry, RocksDB write), and the Kafka commit and publisher kick */
-    double poll_s, check_s, build_s, write_s, commit_s;
+     * entry, RocksDB write), the Kafka commit and publisher kick, held
+     * while the outbox is over changes.max.outbox, and upkeep (GC
+     * watermark, sweep, unread partitions, dead letters, lag table) */
+    double poll_s, check_s, build_s, write_s, commit_s, hold_s, upkeep_s;
 } segd_pipeline_stats_t;
 
 /* store and stop are borrowed and must outlive the pipeline. stop is polled
