@@ -42,6 +42,7 @@ typedef struct ingest_args {
     int64_t prefill_users;            /* written straight into the store first */
     const char *brokers;              /* a running cluster; NULL = the mock */
     int producer_process;             /* the paced producer as `segd produce` */
+    int compact_during;               /* a full compaction inside the half-peak run */
     char dir[256];
 } ingest_args_t;
 
@@ -74,6 +75,7 @@ typedef struct run_result {
     window_t w[MAX_WINDOWS];
     size_t nw;
     uint64_t stall_micros;      /* RocksDB's write stall time, the whole store */
+    double compact_from, compact_to; /* the full compaction, since the first message */
 } run_result_t;
 
 /* Consumes `want` messages in a fresh group, touching each payload byte. */
@@ -116,6 +118,7 @@ typedef struct paced {
     segd_seed_produce_opts_t o;
     segd_seed_produce_result_t res;
     int process; /* as a `segd produce` child: its CPU is not this process's */
+    int compact; /* a full compaction runs beside this run (--compact-during) */
     int rc;
 } paced_t;
 
@@ -217,6 +220,25 @@ static void cpu_sample(cpu_use_t *c)
         closedir(d);
 }
 
+/* A full compaction beside the pipeline (--compact-during). */
+typedef struct compactor {
+    segd_store_t *store;
+    double t0, from, to; /* mono start of the run; the compaction's span since */
+    int rc;
+} compactor_t;
+
+static void *compact_main(void *arg)
+{
+    compactor_t *c = arg;
+    char err[256];
+    c->from = segd_mono_s() - c->t0;
+    c->rc = segd_store_compact_beside_writers(c->store, err, sizeof(err)) ? -1 : 0;
+    c->to = segd_mono_s() - c->t0;
+    if (c->rc)
+        fprintf(stderr, "bench ingest: compaction: %s\n", err);
+    return NULL;
+}
+
 /* Closes a window: the pipeline's counters, the latency of the entries
  * acknowledged since the last one (then reset), and the profiles family's
  * L0 files, pending compaction bytes and write-stall state. */
@@ -300,8 +322,9 @@ static int pipeline_consume(const char *brokers, const ingest_args_t *a, const c
                             const char *name, int64_t want, int changes, paced_t *pc,
                             run_result_t *r)
 {
-    pthread_t producer;
-    int producing = 0;
+    pthread_t producer, compaction;
+    int producing = 0, compacting = 0;
+    compactor_t cp = {0};
     segd_config_t cfg;
     char err[512];
     volatile sig_atomic_t stop = 0;
@@ -349,6 +372,16 @@ static int pipeline_consume(const char *brokers, const ingest_args_t *a, const c
             if (pub) /* the group join is not the ingest's latency */
                 segd_publisher_reset_latency(pub);
         }
+        /* a quarter in, so windows before, during and after it show */
+        if (pc && pc->compact && !compacting && (int64_t)r->st.messages * 4 >= want) {
+            cp.store = store;
+            cp.t0 = t0;
+            if (pthread_create(&compaction, NULL, compact_main, &cp)) {
+                fprintf(stderr, "bench ingest: %s: cannot start the compaction\n", name);
+                goto out;
+            }
+            compacting = 1;
+        }
         if (t0 > 0 && segd_mono_s() >= next_window) {
             close_window(store, pub, &r->st, segd_mono_s() - t0, r);
             next_window += WINDOW_S;
@@ -377,6 +410,13 @@ static int pipeline_consume(const char *brokers, const ingest_args_t *a, const c
 out:
     if (producing)
         pthread_join(producer, NULL);
+    if (compacting) {
+        pthread_join(compaction, NULL);
+        r->compact_from = cp.from;
+        r->compact_to = cp.to;
+        if (cp.rc)
+            rc = -1;
+    }
     segd_daemon_destroy(d);
     segd_store_close(store);
     segd_config_free(&cfg);
@@ -464,7 +504,7 @@ int segd_bench_consume(const char *brokers, const char *dir, int64_t batch, cons
  * pipeline consumes into dir/name, so latency is event creation -> delta
  * acknowledged under load instead of the age of a backlog. */
 static int freshness(const char *brokers, const ingest_args_t *a, const char *topic,
-                     const char *name, double rate, run_result_t *r)
+                     const char *name, double rate, int compact, run_result_t *r)
 {
     paced_t pc;
     memset(&pc, 0, sizeof(pc));
@@ -477,6 +517,7 @@ static int freshness(const char *brokers, const ingest_args_t *a, const char *to
     pc.o.framing = SEGD_FRAMING_SINGLE_OBJECT;
     pc.o.rate = rate;
     pc.process = a->producer_process;
+    pc.compact = compact;
     int rc = pipeline_consume(brokers, a, topic, name, a->users * 50, 1, &pc, r);
     if (pc.rc)
         fprintf(stderr, "bench ingest: the paced producer of %s failed\n", topic);
@@ -487,7 +528,7 @@ static void usage(void)
 {
     fprintf(stderr, "usage: segd bench ingest [--users N] [--partitions P] [--batch N] "
                     "[--dir DIR] [--memory-mb M] [--prefill-users N] [--brokers LIST] "
-                    "[--producer-process]\n");
+                    "[--producer-process] [--compact-during]\n");
 }
 
 static int parse(int argc, char **argv, ingest_args_t *a)
@@ -500,6 +541,7 @@ static int parse(int argc, char **argv, ingest_args_t *a)
                                          {"prefill-users", required_argument, 0, 'f'},
                                          {"brokers", required_argument, 0, 'k'},
                                          {"producer-process", no_argument, 0, 'x'},
+                                         {"compact-during", no_argument, 0, 'c'},
                                          {0, 0, 0, 0}};
     int c;
     optind = 1;
@@ -527,6 +569,10 @@ static int parse(int argc, char **argv, ingest_args_t *a)
         }
         if (c == 'x') {
             a->producer_process = 1;
+            continue;
+        }
+        if (c == 'c') {
+            a->compact_during = 1;
             continue;
         }
         if (c == 'd') {
@@ -681,6 +727,8 @@ static void print_report(const ingest_args_t *a, const ingest_run_t *x)
         printf(" --brokers ...");
     if (a->producer_process)
         printf(" --producer-process");
+    if (a->compact_during)
+        printf(" --compact-during");
     printf("\n\n%" PRIu64 " events, %" PRIu64 " segments, %.1f MB Avro (single-object), %s, "
            "lz4\n\n", x->res.events, x->res.segments, (double)x->res.bytes / 1e6,
            a->brokers ? "a running Kafka cluster" : "in-process mock broker");
@@ -726,6 +774,10 @@ static void print_report(const ingest_args_t *a, const ingest_run_t *x)
     print_stages("half of peak", &x->fresh);
     print_cpu("half of peak", &x->fresh);
     print_cpu("quarter of peak", &x->fresh4);
+    if (a->compact_during)
+        printf("\nhalf of peak: a full compaction of the profiles family (every file through "
+               "the merge operator and filter, as the periodic compaction) ran from %.1f s to "
+               "%.1f s\n", x->fresh.compact_from, x->fresh.compact_to);
     print_windows("half of peak", &x->fresh);
     print_windows("quarter of peak", &x->fresh4);
     print_memory(a, x->harness);
@@ -754,8 +806,10 @@ static int run_phases(const ingest_args_t *a, const char *brokers, ingest_run_t 
     if (store_write(a, "db", 1, a->users, &x->store))
         return -1;
     double half = (double)x->res.events / x->e2e.seconds / 2;
-    if (freshness(brokers, a, TOPIC ".half", name ? name : "half", half, &x->fresh) ||
-        freshness(brokers, a, TOPIC ".quarter", name ? name : "quarter", half / 2, &x->fresh4)) {
+    if (freshness(brokers, a, TOPIC ".half", name ? name : "half", half, a->compact_during,
+                  &x->fresh) ||
+        freshness(brokers, a, TOPIC ".quarter", name ? name : "quarter", half / 2, 0,
+                  &x->fresh4)) {
         fprintf(stderr, "bench ingest: the paced freshness run did not complete\n");
         return -1;
     }

@@ -1120,6 +1120,18 @@ static uint64_t background_errors(segd_store_t *s)
     return rocksdb_property_int(s->db, "rocksdb.background-errors", &v) == 0 ? v : 0;
 }
 
+segd_err_t segd_store_compact_beside_writers(segd_store_t *s, char *errstr, size_t n)
+{
+    uint64_t before = background_errors(s);
+    rocksdb_compactoptions_t *co = rocksdb_compactoptions_create();
+    rocksdb_compactoptions_set_bottommost_level_compaction(co, 2 /* force */);
+    rocksdb_compact_range_cf_opt(s->db, s->cf[CF_PROFILES], co, NULL, 0, NULL, 0);
+    rocksdb_compactoptions_destroy(co);
+    return background_errors(s) != before
+               ? segd_errf(SEGD_ERR_IO, errstr, n, "compaction failed (a background error)")
+               : SEGD_OK;
+}
+
 /* The C API's manual compaction returns nothing: a failed one (a corrupt
  * SST, a full disk) shows as a new background error, after which RocksDB
  * refuses writes, so both are checked. */

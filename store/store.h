@@ -176,6 +176,14 @@ segd_err_t segd_store_flush(segd_store_t *s, char *errstr, size_t errstr_size);
  * (segd compact, tests, segd run before it consumes). */
 segd_err_t segd_store_compact(segd_store_t *s, char *errstr, size_t errstr_size);
 
+/* One full compaction of the profiles family as RocksDB's periodic
+ * compaction runs it beside writers: every file rewritten once through the
+ * merge operator and the filter at the current W, which it does not move
+ * (so concurrent writes are safe). For benchmarks of ingest under it.
+ * SEGD_ERR_IO when it raised a background error. */
+segd_err_t segd_store_compact_beside_writers(segd_store_t *s, char *errstr,
+                                             size_t errstr_size);
+
 /* Advances the GC watermark W (DESIGN §3) toward now - horizon - grace,
  * writing it to `meta` (synced) before the merge operator and the filter may
  * use it. W moves no faster than the policy clock has moved between calls
