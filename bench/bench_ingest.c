@@ -43,7 +43,6 @@ typedef struct ingest_args {
     const char *brokers;              /* a running cluster; NULL = the mock */
     int producer_process;             /* the paced producer as `segd produce` */
     int compact_during;               /* a full compaction inside the half-peak run */
-    int64_t batch_idle_ms;            /* batch.idle.ms; -1 = the default */
     char dir[256];
 } ingest_args_t;
 
@@ -291,8 +290,7 @@ static segd_err_t bench_config(segd_config_t *c, const char *brokers, const inge
                                const char *topic, const char *name, int changes, char *err,
                                size_t n)
 {
-    char db[300], batch[32], group[64], memory[32], idle[32];
-    snprintf(idle, sizeof(idle), "%" PRId64, a->batch_idle_ms);
+    char db[300], batch[32], group[64], memory[32];
     snprintf(db, sizeof(db), "%s/%s", a->dir, name);
     snprintf(batch, sizeof(batch), "%" PRId64, a->batch);
     snprintf(memory, sizeof(memory), "%" PRId64,
@@ -302,7 +300,6 @@ static segd_err_t bench_config(segd_config_t *c, const char *brokers, const inge
         segd_config_set(c, "topics", topic, err, n) || segd_config_set(c, "group", group, err, n) ||
         segd_config_set(c, "db", db, err, n) ||
         (a->batch && segd_config_set(c, "batch.max.messages", batch, err, n)) ||
-        (a->batch_idle_ms >= 0 && segd_config_set(c, "batch.idle.ms", idle, err, n)) ||
         segd_config_set(c, "memory.limit.mb", memory, err, n) ||
         segd_config_set(c, "changes.topic", TOPIC ".changes", err, n) ||
         segd_config_set(c, "changes.enable", changes ? "1" : "0", err, n) ||
@@ -497,7 +494,7 @@ int segd_bench_consume(const char *brokers, const char *dir, int64_t batch, cons
                        const char *name, int64_t want, int changes, double *seconds,
                        uint64_t *segments)
 {
-    ingest_args_t a = {.batch = batch, .batch_idle_ms = -1};
+    ingest_args_t a = {.batch = batch};
     snprintf(a.dir, sizeof(a.dir), "%s", dir);
     run_result_t r;
     int rc = pipeline_consume(brokers, &a, topic, name, want, changes, NULL, &r);
@@ -534,7 +531,7 @@ static void usage(void)
 {
     fprintf(stderr, "usage: segd bench ingest [--users N] [--partitions P] [--batch N] "
                     "[--dir DIR] [--memory-mb M] [--prefill-users N] [--brokers LIST] "
-                    "[--producer-process] [--compact-during] [--batch-idle-ms MS]\n");
+                    "[--producer-process] [--compact-during]\n");
 }
 
 static int parse(int argc, char **argv, ingest_args_t *a)
@@ -548,14 +545,12 @@ static int parse(int argc, char **argv, ingest_args_t *a)
                                          {"brokers", required_argument, 0, 'k'},
                                          {"producer-process", no_argument, 0, 'x'},
                                          {"compact-during", no_argument, 0, 'c'},
-                                         {"batch-idle-ms", required_argument, 0, 'i'},
                                          {0, 0, 0, 0}};
     int c;
     optind = 1;
     memset(a, 0, sizeof(*a));
     a->users = 5000;
     a->partitions = 32;
-    a->batch_idle_ms = -1;
     snprintf(a->dir, sizeof(a->dir), "/tmp/segd-bench-ingest-XXXXXX");
     int have_dir = 0;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -579,9 +574,6 @@ static int parse(int argc, char **argv, ingest_args_t *a)
             a->producer_process = 1;
             continue;
         }
-        if (c == 'i' &&
-            !segd_arg_int("bench", "--batch-idle-ms", optarg, 0, 60000, &a->batch_idle_ms))
-            continue;
         if (c == 'c') {
             a->compact_during = 1;
             continue;
@@ -740,8 +732,6 @@ static void print_report(const ingest_args_t *a, const ingest_run_t *x)
         printf(" --producer-process");
     if (a->compact_during)
         printf(" --compact-during");
-    if (a->batch_idle_ms >= 0)
-        printf(" --batch-idle-ms %" PRId64, a->batch_idle_ms);
     printf("\n\n%" PRIu64 " events, %" PRIu64 " segments, %.1f MB Avro (single-object), %s, "
            "lz4\n\n", x->res.events, x->res.segments, (double)x->res.bytes / 1e6,
            a->brokers ? "a running Kafka cluster" : "in-process mock broker");

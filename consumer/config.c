@@ -34,7 +34,6 @@ static const key_def_t keys[] = {
     {"input.partitioner", K_PARTITIONER, 0, 0, 0},
     {"batch.max.messages", K_INT, OFF(batch_max_messages), 1, 1000000},
     {"batch.max.ms", K_INT, OFF(batch_max_ms), 1, 60000},
-    {"batch.idle.ms", K_INT, OFF(batch_idle_ms), 0, 60000},
     {"retry.max.ms", K_INT, OFF(retry_max_ms), 10, 600000},
     {"limits.max.segments", K_INT, OFF(limits.max_segments), 1, 1 << 20},
     {"limits.max.user.id", K_INT, OFF(limits.max_user_id), 1, SEGD_MAX_USER_ID},

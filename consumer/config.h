@@ -40,8 +40,6 @@ typedef struct segd_config {
                                      * to partitions (default murmur2_random) */
     int64_t batch_max_messages;
     int64_t batch_max_ms;
-    int64_t batch_idle_ms;    /* a batch is written once polling found nothing for
-                               * this long (0 = off: batch.max.ms or full) */
     int64_t retry_max_ms;     /* cap of the backoff on store/broker/registry faults */
     segd_limits_t limits;
     int64_t granularity_s;

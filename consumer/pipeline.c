@@ -724,16 +724,9 @@ segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
         int64_t left = deadline - segd_mono_ms();
         if (left <= 0)
             break;
-        /* batch.idle.ms: once the batch holds a message, a quiet queue ends
-         * it; under a backlog the queue is never quiet, so batches stay full */
-        int64_t idle = p->cfg->batch_idle_ms;
-        int quiet_ends = taken > 0 && idle > 0 && idle < left;
         double tp = segd_mono_s();
-        rd_kafka_message_t *m =
-            rd_kafka_consumer_poll(p->consumer, (int)(quiet_ends ? idle : left));
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(p->consumer, (int)left);
         p->st.poll_s += segd_mono_s() - tp;
-        if (!m && quiet_ends)
-            break;
         if (!m)
             continue;
         if (m->err) {
