@@ -99,7 +99,6 @@ struct segd_pipeline {
     segd_lag_t *lag;           /* per-partition lag, read by other threads */
     int64_t lag_next_ms;       /* monotonic time of the next lag refresh */
     pipeline_metrics_t mx;
-    double wc_before; /* st.write_s + st.commit_s before this step's flush */
 };
 
 #define LOG(p) ((p)->cfg->log)
@@ -268,6 +267,7 @@ static segd_err_t flush_batch(segd_pipeline_t *p, char *errstr, size_t n)
         return SEGD_OK;
     double t0 = segd_mono_s();
     segd_err_t err = segd_dlq_deliver(p->dlq, errstr, n);
+    p->st.upkeep_s += segd_mono_s() - t0; /* the dead letters, acknowledged */
     if (err)
         return err;
     for (size_t i = 0; i < p->npos; i++)
@@ -748,14 +748,10 @@ segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
             break;
         taken++;
     }
-    double tf = segd_mono_s();
     segd_err_t err = flush_batch(p, errstr, n);
     double tl = segd_mono_s();
     refresh_lag(p);
     p->st.upkeep_s += segd_mono_s() - tl;
-    /* flush_batch's own time beyond the write and commit: the dead letters */
-    p->st.upkeep_s += tl - tf - (p->st.write_s + p->st.commit_s - p->wc_before);
-    p->wc_before = p->st.write_s + p->st.commit_s;
     /* out of memory: stop before the unapplied message, which comes again */
     if (!err && rc == -2)
         err = segd_errf(SEGD_ERR_NOMEM, errstr, n, "out of memory");
