@@ -442,8 +442,9 @@ static int store_write(const ingest_args_t *a, const char *name, uint64_t seed, 
     segd_applier_t ap;
     segd_event_t ev;
     char err[512] = "";
-    int rc = -1, have_ap = 0;
+    int rc = -1;
     memset(r, 0, sizeof(*r));
+    memset(&ap, 0, sizeof(ap)); /* zeroed, segd_applier_free is safe on every path */
     segd_config_init(&cfg);
     segd_event_init(&ev);
     segd_seed_opts_t o;
@@ -458,7 +459,6 @@ static int store_write(const ingest_args_t *a, const char *name, uint64_t seed, 
     }
     if (!e && (segd_seed_new(&g, &o) || segd_applier_init(&ap, store)))
         e = segd_errf(SEGD_ERR_NOMEM, err, sizeof(err), "out of memory");
-    have_ap = !e;
     cpu_sample(&r->cpu0);
     double t0 = segd_mono_s(), next = t0 + WINDOW_S;
     while (!e && segd_seed_next(g, &ev)) {
@@ -483,8 +483,7 @@ static int store_write(const ingest_args_t *a, const char *name, uint64_t seed, 
     }
     cpu_sample(&r->cpu1);
     rc = e ? -1 : 0;
-    if (have_ap)
-        segd_applier_free(&ap);
+    segd_applier_free(&ap);
     segd_seed_destroy(g);
     segd_event_free(&ev);
     segd_store_close(store);
