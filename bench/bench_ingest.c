@@ -1,7 +1,15 @@
-/* `segd bench ingest`: the seed workload through the in-process broker into
- * the store, end to end, against a raw librdkafka consume of the same
- * messages (no decode, no store) in the same run; prints a markdown report. */
+/* `segd bench ingest`: the seed workload through a broker (the in-process
+ * mock, or a real cluster with --brokers) into the store, end to end,
+ * against a raw librdkafka consume of the same messages (no decode, no
+ * store) and the store's own write path (one writer, no broker) in the same
+ * run; optionally into a store pre-filled past memory (--prefill-users),
+ * with per-10 s windows of throughput, freshness and RocksDB's compaction
+ * state so a stall shows; prints a markdown report. */
+#include <dirent.h>
 #include <getopt.h>
+#include <spawn.h>
+#include <unistd.h>
+#include <sys/wait.h>
 #include <inttypes.h>
 #include <librdkafka/rdkafka.h>
 #include <pthread.h>
@@ -19,20 +27,56 @@
 #include "workload/seed_producer.h"
 #include "publisher/publisher.h"
 #include "base/clock.h"
+#include "consumer/apply.h"
+#include "workload/seed.h"
 
 #define TOPIC "bench.events"
+#define WINDOW_S 10.0
+#define MAX_WINDOWS 720
+
+extern char **environ;
 
 typedef struct ingest_args {
     int64_t users, partitions, batch; /* batch 0 = memory.limit.mb's */
     int64_t memory_mb;                /* memory.limit.mb; 0 = the default */
+    int64_t prefill_users;            /* written straight into the store first */
+    const char *brokers;              /* a running cluster; NULL = the mock */
+    int producer_process;             /* the paced producer as `segd produce` */
+    int compact_during;               /* a full compaction inside the half-peak run */
     char dir[256];
 } ingest_args_t;
 
+/* One 10 s window of a run: the counters at its end, the latency of the
+ * outbox entries acknowledged inside it, and the profiles family's state. */
+typedef struct window {
+    double end_s;                /* since the run's first message */
+    uint64_t messages, segments; /* pipeline totals at the end */
+    int64_t p50, p99, max;       /* ms, entries acknowledged in the window */
+    uint64_t l0, pending_mb, delayed, stopped, compacting;
+} window_t;
+
+/* CPU seconds per kind of thread (/proc/self/task/N/stat's utime + stime),
+ * digits dropped from the names ("rdk:broker1" -> "rdk:broker"); the
+ * process's own threads are told apart by being the main one or not. */
+#define CPU_GROUPS 16
+typedef struct cpu_use {
+    char name[CPU_GROUPS][64];
+    double s[CPU_GROUPS];
+    size_t n;
+    double total; /* getrusage(RUSAGE_SELF): exited threads included */
+} cpu_use_t;
+
 /* What one pipeline run measured. */
 typedef struct run_result {
+    cpu_use_t cpu0, cpu1;       /* at its start and at its end */
     double seconds;             /* first message -> last delta acknowledged */
     segd_pipeline_stats_t st;
+    segd_pipeline_stats_t st0; /* at the first message: the join is not the run */
     segd_publisher_stats_t pub;
+    window_t w[MAX_WINDOWS];
+    size_t nw;
+    uint64_t stall_micros;      /* RocksDB's write stall time, the whole store */
+    double compact_from, compact_to; /* the full compaction, since the first message */
 } run_result_t;
 
 /* Consumes `want` messages in a fresh group, touching each payload byte. */
@@ -74,15 +118,171 @@ static double raw_consume(const char *brokers, int64_t want, uint64_t *checksum)
 typedef struct paced {
     segd_seed_produce_opts_t o;
     segd_seed_produce_result_t res;
+    int process; /* as a `segd produce` child: its CPU is not this process's */
+    int compact; /* a full compaction runs beside this run (--compact-during) */
     int rc;
 } paced_t;
+
+/* The paced producer as `segd produce` in its own process (the binary
+ * running this bench), waited for. */
+static int produce_process(const paced_t *pc)
+{
+    char users[32], rate[32], seed[32], now[32];
+    snprintf(users, sizeof(users), "%" PRIu64, pc->o.seed.users);
+    snprintf(rate, sizeof(rate), "%.0f", pc->o.rate);
+    snprintf(seed, sizeof(seed), "%" PRIu64, pc->o.seed.seed);
+    snprintf(now, sizeof(now), "%" PRId64, pc->o.seed.now_ms / 1000);
+    char *argv[] = {"segd", "produce", "--brokers", (char *)pc->o.brokers, "--topic",
+                    (char *)pc->o.topic, "--users", users, "--rate", rate, "--seed", seed,
+                    "--now", now, NULL};
+    pid_t pid;
+    int status;
+    if (posix_spawn(&pid, "/proc/self/exe", NULL, NULL, argv, environ))
+        return -1;
+    while (waitpid(pid, &status, 0) < 0)
+        ;
+    return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : -1;
+}
 
 static void *paced_main(void *arg)
 {
     paced_t *pc = arg;
     char err[256];
-    pc->rc = segd_seed_produce(&pc->o, NULL, &pc->res, err, sizeof(err)) ? -1 : 0;
+    if (pc->process)
+        pc->rc = produce_process(pc);
+    else
+        pc->rc = segd_seed_produce(&pc->o, NULL, &pc->res, err, sizeof(err)) ? -1 : 0;
     return NULL;
+}
+
+static void cpu_add(cpu_use_t *c, const char *name, double sec)
+{
+    size_t i = 0;
+    while (i < c->n && strcmp(c->name[i], name))
+        i++;
+    if (i == c->n) {
+        if (c->n == CPU_GROUPS)
+            return;
+        snprintf(c->name[c->n++], sizeof(c->name[0]), "%s", name);
+        c->s[i] = 0;
+    }
+    c->s[i] += sec;
+}
+
+/* One thread's kind and CPU seconds from its stat line ("tid (comm) S ..."). */
+static int thread_cpu(const char *path, pid_t self, char *kind, size_t n, double *sec)
+{
+    char line[1024], comm[64];
+    FILE *f = fopen(path, "r");
+    if (!f)
+        return -1;
+    size_t len = fread(line, 1, sizeof(line) - 1, f);
+    fclose(f);
+    line[len] = 0;
+    char *open = strchr(line, '('), *close = strrchr(line, ')');
+    unsigned long ut = 0, st = 0;
+    if (!open || !close || sscanf(close + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu",
+                                  &ut, &st) != 2)
+        return -1;
+    snprintf(comm, sizeof(comm), "%.*s", (int)(close - open - 1), open + 1);
+    size_t k = strlen(comm);
+    while (k && comm[k - 1] >= '0' && comm[k - 1] <= '9')
+        comm[--k] = 0;
+    pid_t tid = (pid_t)atol(line);
+    if (tid == self)
+        snprintf(kind, n, "main thread (the pipeline)");
+    else if (!strncmp(comm, "rdk:", 4) || !strncmp(comm, "rocksdb:", 8))
+        snprintf(kind, n, "%s", comm);
+    else
+        snprintf(kind, n, "other threads of segd (publisher, paced producer)");
+    *sec = (double)(ut + st) / (double)sysconf(_SC_CLK_TCK);
+    return 0;
+}
+
+static void cpu_sample(cpu_use_t *c)
+{
+    memset(c, 0, sizeof(*c));
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    c->total = (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec / 1e6 +
+               (double)ru.ru_stime.tv_sec + (double)ru.ru_stime.tv_usec / 1e6;
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        char path[300], kind[64];
+        double sec;
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "/proc/self/task/%s/stat", e->d_name);
+        if (!thread_cpu(path, getpid(), kind, sizeof(kind), &sec))
+            cpu_add(c, kind, sec);
+    }
+    if (d)
+        closedir(d);
+}
+
+/* A full compaction beside the pipeline (--compact-during). */
+typedef struct compactor {
+    segd_store_t *store;
+    double t0, from, to; /* mono start of the run; the compaction's span since */
+    int rc;
+} compactor_t;
+
+static void *compact_main(void *arg)
+{
+    compactor_t *c = arg;
+    char err[256];
+    c->from = segd_mono_s() - c->t0;
+    c->rc = segd_store_compact_beside_writers(c->store, err, sizeof(err)) ? -1 : 0;
+    c->to = segd_mono_s() - c->t0;
+    if (c->rc)
+        fprintf(stderr, "bench ingest: compaction: %s\n", err);
+    return NULL;
+}
+
+/* Closes a window: the pipeline's counters, the latency of the entries
+ * acknowledged since the last one (then reset), and the profiles family's
+ * L0 files, pending compaction bytes and write-stall state. */
+static void close_window(segd_store_t *s, segd_publisher_t *pub, const segd_pipeline_stats_t *st,
+                         double t, run_result_t *r)
+{
+    if (r->nw == MAX_WINDOWS)
+        return;
+    window_t *w = &r->w[r->nw++];
+    memset(w, 0, sizeof(*w));
+    w->end_s = t;
+    w->messages = st->messages;
+    w->segments = st->segments;
+    if (pub) {
+        segd_publisher_stats_t ps;
+        segd_publisher_get_stats(pub, &ps);
+        w->p50 = ps.latency_p50_ms;
+        w->p99 = ps.latency_p99_ms;
+        w->max = ps.latency_max_ms;
+        segd_publisher_reset_latency(pub);
+    }
+    uint64_t pending = 0;
+    segd_store_property(s, 0, "rocksdb.num-files-at-level0", &w->l0);
+    segd_store_property(s, 0, "rocksdb.estimate-pending-compaction-bytes", &pending);
+    segd_store_property(s, -1, "rocksdb.actual-delayed-write-rate", &w->delayed);
+    segd_store_property(s, -1, "rocksdb.is-write-stopped", &w->stopped);
+    segd_store_property(s, -1, "rocksdb.num-running-compactions", &w->compacting);
+    w->pending_mb = pending >> 20;
+}
+
+/* RocksDB's cumulative write-stall time of the store, from the DB stats
+ * text ("Cumulative stall: 00:00:1.234 H:M:S"), in microseconds. */
+static uint64_t stall_micros(segd_store_t *s)
+{
+    char *t = segd_store_property_text(s, -1, "rocksdb.dbstats");
+    const char *c = t ? strstr(t, "Cumulative stall: ") : NULL;
+    unsigned h = 0, m = 0;
+    double sec = 0;
+    uint64_t us = 0;
+    if (c && sscanf(c, "Cumulative stall: %u:%u:%lf", &h, &m, &sec) == 3)
+        us = (uint64_t)(((double)h * 3600 + (double)m * 60 + sec) * 1e6);
+    free(t);
+    return us;
 }
 
 /* segd run's configuration for one benchmark pipeline: batch and budget
@@ -104,7 +304,15 @@ static segd_err_t bench_config(segd_config_t *c, const char *brokers, const inge
         segd_config_set(c, "memory.limit.mb", memory, err, n) ||
         segd_config_set(c, "changes.topic", TOPIC ".changes", err, n) ||
         segd_config_set(c, "changes.enable", changes ? "1" : "0", err, n) ||
-        segd_config_set_x(c, "session.timeout.ms=6000", err, n) ||
+        /* the seed's events lie in the last 30 days: once the pipeline is
+         * caught up, a store with the default 1-day horizon starts its GC
+         * phase at now - 1 day and dead-letters ~97 % of them as too_late
+         * (which is what earlier freshness runs measured after 10 s) */
+        segd_config_set(c, "store.horizon.s", "2678400", err, n) ||
+        /* 6 s suits the mock; a real cluster on a loaded machine misses it
+         * (the coordinator answers late, the static member is fenced) */
+        segd_config_set_x(c, a->brokers ? "session.timeout.ms=45000" : "session.timeout.ms=6000",
+                          err, n) ||
         /* the mock broker holds an empty fetch for the whole wait (a real one
          * answers when data arrives): 500 ms would dominate the latency */
         segd_config_set_x(c, "fetch.wait.max.ms=5", err, n))
@@ -118,8 +326,9 @@ static int pipeline_consume(const char *brokers, const ingest_args_t *a, const c
                             const char *name, int64_t want, int changes, paced_t *pc,
                             run_result_t *r)
 {
-    pthread_t producer;
-    int producing = 0, warm = 0;
+    pthread_t producer, compaction;
+    int producing = 0, compacting = 0;
+    compactor_t cp = {0};
     segd_config_t cfg;
     char err[512];
     volatile sig_atomic_t stop = 0;
@@ -144,7 +353,7 @@ static int pipeline_consume(const char *brokers, const ingest_args_t *a, const c
     }
     p = segd_daemon_pipeline(d);
     segd_publisher_t *pub = segd_daemon_publisher(d); /* NULL without changes */
-    double end = segd_mono_s() + 600;
+    double end = segd_mono_s() + 1800, next_window = 0;
     do {
         if (segd_pipeline_step(p, err, sizeof(err))) {
             fprintf(stderr, "bench ingest: %s: %s\n", name, err);
@@ -160,12 +369,27 @@ static int pipeline_consume(const char *brokers, const ingest_args_t *a, const c
             producing = 1;
         }
         segd_pipeline_get_stats(p, &r->st);
-        if (r->st.messages && t0 == 0)
+        if (r->st.messages && t0 == 0) {
             t0 = segd_mono_s();
-        /* latency under steady load: the first 10% warm the consumer up */
-        if (pc && !warm && (int64_t)r->st.messages * 10 >= want) {
-            segd_publisher_reset_latency(pub);
-            warm = 1;
+            r->st0 = r->st;
+            cpu_sample(&r->cpu0);
+            next_window = t0 + WINDOW_S;
+            if (pub) /* the group join is not the ingest's latency */
+                segd_publisher_reset_latency(pub);
+        }
+        /* a quarter in, so windows before, during and after it show */
+        if (pc && pc->compact && !compacting && (int64_t)r->st.messages * 4 >= want) {
+            cp.store = store;
+            cp.t0 = t0;
+            if (pthread_create(&compaction, NULL, compact_main, &cp)) {
+                fprintf(stderr, "bench ingest: %s: cannot start the compaction\n", name);
+                goto out;
+            }
+            compacting = 1;
+        }
+        if (t0 > 0 && segd_mono_s() >= next_window) {
+            close_window(store, pub, &r->st, segd_mono_s() - t0, r);
+            next_window += WINDOW_S;
         }
     } while ((int64_t)r->st.messages < want && segd_mono_s() < end);
     if ((int64_t)r->st.messages != want) {
@@ -181,6 +405,9 @@ static int pipeline_consume(const char *brokers, const ingest_args_t *a, const c
         segd_pipeline_step(p, err, sizeof(err));
     }
     r->seconds = segd_mono_s() - t0;
+    close_window(store, pub, &r->st, r->seconds, r); /* the last, partial one */
+    r->stall_micros = stall_micros(store);
+    cpu_sample(&r->cpu1);
     rc = !pub || r->pub.entries >= r->st.batches ? 0 : -1;
     if (rc)
         fprintf(stderr, "bench ingest: %s: %" PRIu64 " of %" PRIu64 " outbox entries "
@@ -188,7 +415,77 @@ static int pipeline_consume(const char *brokers, const ingest_args_t *a, const c
 out:
     if (producing)
         pthread_join(producer, NULL);
+    if (compacting) {
+        pthread_join(compaction, NULL);
+        r->compact_from = cp.from;
+        r->compact_to = cp.to;
+        if (cp.rc)
+            rc = -1;
+    }
     segd_daemon_destroy(d);
+    segd_store_close(store);
+    segd_config_free(&cfg);
+    return rc;
+}
+
+/* The store's own write path into dir/name, as `segd bench store` times it:
+ * one writer, seed `seed`'s events of `users` users through the applier in
+ * WriteBatches of 1000 events, WAL on, no broker and no outbox; windows of
+ * its rate and RocksDB state into r (r->seconds, r->st.segments). */
+static int store_write(const ingest_args_t *a, const char *name, uint64_t seed, int64_t users,
+                       run_result_t *r)
+{
+    segd_config_t cfg;
+    segd_store_opts_t so;
+    segd_store_t *store = NULL;
+    segd_seed_t *g = NULL;
+    segd_applier_t ap;
+    segd_event_t ev;
+    char err[512] = "";
+    int rc = -1;
+    memset(r, 0, sizeof(*r));
+    memset(&ap, 0, sizeof(ap)); /* zeroed, segd_applier_free is safe on every path */
+    segd_config_init(&cfg);
+    segd_event_init(&ev);
+    segd_seed_opts_t o;
+    segd_seed_opts_default(&o);
+    o.users = (uint64_t)users;
+    o.seed = seed;
+    o.now_ms = (int64_t)time(NULL) * 1000;
+    segd_err_t e = bench_config(&cfg, "localhost:9", a, TOPIC, name, 0, err, sizeof(err));
+    if (!e) {
+        segd_app_config_store_opts(&cfg, &so);
+        e = segd_store_open(&store, &so, err, sizeof(err));
+    }
+    if (!e && (segd_seed_new(&g, &o) || segd_applier_init(&ap, store)))
+        e = segd_errf(SEGD_ERR_NOMEM, err, sizeof(err), "out of memory");
+    cpu_sample(&r->cpu0);
+    double t0 = segd_mono_s(), next = t0 + WINDOW_S;
+    while (!e && segd_seed_next(g, &ev)) {
+        e = segd_applier_add(&ap, &ev);
+        r->st.messages++;
+        r->st.segments += ev.n_segments;
+        if (!e && segd_batch_count(ap.batch) >= 1000)
+            e = segd_applier_flush(&ap, err, sizeof(err));
+        if (segd_mono_s() >= next) {
+            close_window(store, NULL, &r->st, segd_mono_s() - t0, r);
+            next += WINDOW_S;
+        }
+    }
+    if (!e)
+        e = segd_applier_flush(&ap, err, sizeof(err));
+    if (e)
+        fprintf(stderr, "bench ingest: store write %s: %s\n", name, err[0] ? err : segd_err_str(e));
+    r->seconds = segd_mono_s() - t0;
+    if (store) {
+        close_window(store, NULL, &r->st, r->seconds, r);
+        r->stall_micros = stall_micros(store);
+    }
+    cpu_sample(&r->cpu1);
+    rc = e ? -1 : 0;
+    segd_applier_free(&ap);
+    segd_seed_destroy(g);
+    segd_event_free(&ev);
     segd_store_close(store);
     segd_config_free(&cfg);
     return rc;
@@ -208,10 +505,10 @@ int segd_bench_consume(const char *brokers, const char *dir, int64_t batch, cons
 }
 
 /* Freshness (DESIGN §8): a producer paced at `rate` events/s while the
- * pipeline consumes, so latency is event creation -> delta acknowledged
- * under load instead of the age of a backlog. */
+ * pipeline consumes into dir/name, so latency is event creation -> delta
+ * acknowledged under load instead of the age of a backlog. */
 static int freshness(const char *brokers, const ingest_args_t *a, const char *topic,
-                     double rate, run_result_t *r)
+                     const char *name, double rate, int compact, run_result_t *r)
 {
     paced_t pc;
     memset(&pc, 0, sizeof(pc));
@@ -223,11 +520,19 @@ static int freshness(const char *brokers, const ingest_args_t *a, const char *to
     pc.o.seed.now_ms = (int64_t)time(NULL) * 1000;
     pc.o.framing = SEGD_FRAMING_SINGLE_OBJECT;
     pc.o.rate = rate;
-    int rc = pipeline_consume(brokers, a, topic, topic + strlen(TOPIC) + 1, a->users * 50, 1,
-                              &pc, r);
+    pc.process = a->producer_process;
+    pc.compact = compact;
+    int rc = pipeline_consume(brokers, a, topic, name, a->users * 50, 1, &pc, r);
     if (pc.rc)
         fprintf(stderr, "bench ingest: the paced producer of %s failed\n", topic);
     return rc || pc.rc ? -1 : 0;
+}
+
+static void usage(void)
+{
+    fprintf(stderr, "usage: segd bench ingest [--users N] [--partitions P] [--batch N] "
+                    "[--dir DIR] [--memory-mb M] [--prefill-users N] [--brokers LIST] "
+                    "[--producer-process] [--compact-during]\n");
 }
 
 static int parse(int argc, char **argv, ingest_args_t *a)
@@ -237,13 +542,16 @@ static int parse(int argc, char **argv, ingest_args_t *a)
                                          {"batch", required_argument, 0, 'b'},
                                          {"dir", required_argument, 0, 'd'},
                                          {"memory-mb", required_argument, 0, 'm'},
+                                         {"prefill-users", required_argument, 0, 'f'},
+                                         {"brokers", required_argument, 0, 'k'},
+                                         {"producer-process", no_argument, 0, 'x'},
+                                         {"compact-during", no_argument, 0, 'c'},
                                          {0, 0, 0, 0}};
     int c;
     optind = 1;
+    memset(a, 0, sizeof(*a));
     a->users = 5000;
     a->partitions = 32;
-    a->batch = 0;
-    a->memory_mb = 0;
     snprintf(a->dir, sizeof(a->dir), "/tmp/segd-bench-ingest-XXXXXX");
     int have_dir = 0;
     while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -256,13 +564,27 @@ static int parse(int argc, char **argv, ingest_args_t *a)
         if (c == 'm' && !segd_arg_int("bench", "--memory-mb", optarg, SEGD_MEMORY_MIN_MB,
                                       SEGD_MEMORY_MAX_MB, &a->memory_mb))
             continue;
+        if (c == 'f' &&
+            !segd_arg_int("bench", "--prefill-users", optarg, 1, 100000000, &a->prefill_users))
+            continue;
+        if (c == 'k') {
+            a->brokers = optarg;
+            continue;
+        }
+        if (c == 'x') {
+            a->producer_process = 1;
+            continue;
+        }
+        if (c == 'c') {
+            a->compact_during = 1;
+            continue;
+        }
         if (c == 'd') {
             snprintf(a->dir, sizeof(a->dir), "%s", optarg);
             have_dir = 1;
             continue;
         }
-        fprintf(stderr, "usage: segd bench ingest [--users N] [--partitions P] [--batch N] "
-                        "[--dir DIR] [--memory-mb M]\n");
+        usage();
         return -1;
     }
     return have_dir || mkdtemp(a->dir) ? 0 : -1;
@@ -296,84 +618,243 @@ static void print_memory(const ingest_args_t *a, double harness)
            (double)limit * 1.1);
 }
 
+static int cmp_i64(const void *x, const void *y)
+{
+    int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
+    return a < b ? -1 : a > b;
+}
+
+/* The run's windows as a table, and the summary the targets are judged on:
+ * the median window's p50 and the worst window's p99 (full windows only
+ * when there are any, so a last one of a few entries does not decide). */
+static void print_windows(const char *what, const run_result_t *r)
+{
+    int64_t p50s[MAX_WINDOWS], worst99 = 0, worst = 0;
+    size_t n = 0;
+    printf("\n%s, per %.0f s window (latency of the outbox entries acknowledged in it; "
+           "profiles family's L0 files and pending compaction at its end):\n\n"
+           "| window end s | segments/s | p50 ms | p99 ms | max ms | L0 files | pending "
+           "compaction MiB | delayed write rate | write stopped | compactions running |\n"
+           "|---|---|---|---|---|---|---|---|---|---|\n", what, WINDOW_S);
+    for (size_t i = 0; i < r->nw; i++) {
+        const window_t *w = &r->w[i], *b = i ? &r->w[i - 1] : NULL;
+        double dt = w->end_s - (b ? b->end_s : 0);
+        double segs = (double)(w->segments - (b ? b->segments : 0));
+        printf("| %.1f | %.0f | %" PRId64 " | %" PRId64 " | %" PRId64 " | %" PRIu64 " | %" PRIu64
+               " | %" PRIu64 " | %" PRIu64 " | %" PRIu64 " |\n", w->end_s,
+               dt > 0 ? segs / dt : 0, w->p50, w->p99, w->max, w->l0, w->pending_mb,
+               w->delayed, w->stopped, w->compacting);
+        if (w->max > worst)
+            worst = w->max;
+        if (i + 1 < r->nw || r->nw == 1) {
+            p50s[n++] = w->p50;
+            if (w->p99 > worst99)
+                worst99 = w->p99;
+        }
+    }
+    if (n)
+        qsort(p50s, n, sizeof(*p50s), cmp_i64);
+    printf("\n%s: median window p50 %" PRId64 " ms, worst window p99 %" PRId64 " ms, max %"
+           PRId64 " ms; RocksDB write stalls %.2f s in total\n", what, n ? p50s[n / 2] : 0,
+           worst99, worst, (double)r->stall_micros / 1e6);
+}
+
+/* CPU seconds per kind of thread over a run, and per million segments:
+ * on a shared machine the wall clock says how busy the neighbours were,
+ * the CPU how much the work cost. */
+static void print_cpu(const char *what, const run_result_t *r)
+{
+    const cpu_use_t *a = &r->cpu0, *b = &r->cpu1;
+    double msegs = (double)r->st.segments / 1e6, listed = 0;
+    if (msegs <= 0)
+        return;
+    printf("\n%s, CPU over %.2f s wall: process %.2f s = %.3f CPU-s per M segments "
+           "(getrusage; %.2f cores busy)", what, r->seconds, b->total - a->total,
+           (b->total - a->total) / msegs, (b->total - a->total) / r->seconds);
+    for (size_t i = 0; i < b->n; i++) {
+        double before = 0;
+        for (size_t j = 0; j < a->n; j++)
+            if (!strcmp(a->name[j], b->name[i]))
+                before = a->s[j];
+        /* a thread started inside the run counts whole; one that ended in it
+         * is only in the process total */
+        double d = b->s[i] - before < 0 ? b->s[i] : b->s[i] - before;
+        listed += d;
+        if (d >= 0.01)
+            printf("; %s %.2f s", b->name[i], d);
+    }
+    printf("; exited threads %.2f s\n", (b->total - a->total) - listed);
+}
+
+/* The pipeline thread's seconds per stage (segd_pipeline_stats_t). */
+static void print_stages(const char *what, const run_result_t *r)
+{
+    const segd_pipeline_stats_t *s = &r->st, *z = &r->st0;
+    uint64_t dead = 0;
+    for (int i = 0; i < SEGD_DLQ_REASONS; i++)
+        dead += s->dlq[i];
+    printf("\n%s: %" PRIu64 " messages, %" PRIu64 " events applied, %" PRIu64 " segments, %"
+           PRIu64 " dead-lettered (%" PRIu64 " too_late)\n", what, s->messages, s->events,
+           s->segments, dead, s->dlq[SEGD_DLQ_TOO_LATE]);
+    double check = s->check_s - z->check_s, build = s->build_s - z->build_s;
+    double write = s->write_s - z->write_s, commit = s->commit_s - z->commit_s;
+    double upkeep = s->upkeep_s - z->upkeep_s, busy = check + build + write + commit + upkeep;
+    printf("\n%s, the pipeline thread's time from the first message: poll %.2f s (waiting "
+           "on or served by consumer_poll), decode + checks %.2f s, WriteBatch build %.2f s, "
+           "write (outbox entry + RocksDB) %.2f s, commit + kick %.2f s, upkeep %.2f s, held "
+           "for the outbox %.2f s; busy %.2f of %.2f s\n", what, s->poll_s - z->poll_s, check,
+           build, write, commit, upkeep, s->hold_s - z->hold_s, busy, r->seconds);
+}
+
+static const char *const topics[] = {TOPIC,          TOPIC ".dlq",         TOPIC ".changes",
+                                     TOPIC ".half",  TOPIC ".half.dlq",    TOPIC ".quarter",
+                                     TOPIC ".quarter.dlq"};
+
+typedef struct ingest_run {
+    segd_seed_produce_result_t res;
+    double raw, harness;
+    uint64_t sum;
+    run_result_t prefill, e2e, bare, store, fresh, fresh4;
+} ingest_run_t;
+
+static void print_report(const ingest_args_t *a, const ingest_run_t *x)
+{
+    double segs = (double)x->res.segments, t = x->e2e.seconds;
+    double half = (double)x->res.events / t / 2;
+    printf("## segd bench ingest --users %" PRId64 " --partitions %" PRId64, a->users,
+           a->partitions);
+    if (a->batch)
+        printf(" --batch %" PRId64, a->batch);
+    if (a->memory_mb)
+        printf(" --memory-mb %" PRId64, a->memory_mb);
+    if (a->prefill_users)
+        printf(" --prefill-users %" PRId64, a->prefill_users);
+    if (a->brokers)
+        printf(" --brokers ...");
+    if (a->producer_process)
+        printf(" --producer-process");
+    if (a->compact_during)
+        printf(" --compact-during");
+    printf("\n\n%" PRIu64 " events, %" PRIu64 " segments, %.1f MB Avro (single-object), %s, "
+           "lz4\n\n", x->res.events, x->res.segments, (double)x->res.bytes / 1e6,
+           a->brokers ? "a running Kafka cluster" : "in-process mock broker");
+    if (a->prefill_users)
+        printf("store pre-filled with %" PRIu64 " segments (%" PRId64 " users, the store's own "
+               "write path) in %.1f s: %.0f segments/s\n\n", x->prefill.st.segments,
+               a->prefill_users, x->prefill.seconds,
+               (double)x->prefill.st.segments / x->prefill.seconds);
+    printf("| path | seconds | events/s | segments/s |\n|---|---|---|---|\n");
+    printf("| raw librdkafka consume (no decode, no store) | %.2f | %.0f | %.0f |\n", x->raw,
+           (double)x->res.events / x->raw, segs / x->raw);
+    printf("| segd end to end (decode, merge + offsets + outbox WriteBatch, WAL, deltas "
+           "published and acknowledged) | %.2f | %.0f | %.0f |\n", t, (double)x->res.events / t,
+           segs / t);
+    if (!a->prefill_users)
+        printf("| the same without the change stream (changes.enable = 0) | %.2f | %.0f | %.0f "
+               "|\n", x->bare.seconds, (double)x->res.events / x->bare.seconds,
+               segs / x->bare.seconds);
+    double sw = (double)x->store.st.segments / x->store.seconds;
+    printf("| the store's write path alone, same events, same store afterwards (`segd bench "
+           "store`'s writer: one thread, 1000 events per WriteBatch, WAL, no outbox) | %.2f | "
+           "%.0f | %.0f |\n", x->store.seconds, (double)x->store.st.messages / x->store.seconds,
+           sw);
+    printf("\nratio end-to-end / raw: %.2f; end-to-end / store write: %.2f (target >= 0.9); "
+           "%" PRIu64 " store batches; target >= 3 M segments/s: %s\n", x->raw / t,
+           segs / t / sw, x->e2e.st.batches, segs / t >= 3e6 ? "met" : "missed");
+    printf("\nchange stream: %" PRIu64 " deltas carrying %" PRIu64 " entries, %.2f value bytes "
+           "per ingested segment (before lz4), %" PRIu64 " publish cycles\n", x->e2e.pub.events,
+           x->e2e.pub.segments, (double)x->e2e.pub.bytes / segs, x->e2e.pub.cycles);
+    print_stages("end to end", &x->e2e);
+    print_cpu("end to end", &x->e2e);
+    print_cpu("store write alone", &x->store);
+    if (a->prefill_users)
+        print_cpu("pre-fill", &x->prefill);
+    print_windows("end to end", &x->e2e);
+    if (a->prefill_users)
+        print_windows("pre-fill (store write path)", &x->prefill);
+    printf("\nfreshness, event created -> its delta acknowledged, producer paced %s:\n",
+           a->producer_process ? "in its own process (`segd produce --rate`)"
+                               : "in a thread of this process");
+    printf("\n| load | events/s |\n|---|---|\n| half of peak | %.0f |\n| quarter of peak | "
+           "%.0f |\n", half, half / 2);
+    print_stages("half of peak", &x->fresh);
+    print_cpu("half of peak", &x->fresh);
+    print_cpu("quarter of peak", &x->fresh4);
+    if (a->compact_during)
+        printf("\nhalf of peak: a full compaction of the profiles family (every file through "
+               "the merge operator and filter, as the periodic compaction) ran from %.1f s to "
+               "%.1f s\n", x->fresh.compact_from, x->fresh.compact_to);
+    print_windows("half of peak", &x->fresh);
+    print_windows("quarter of peak", &x->fresh4);
+    print_memory(a, x->harness);
+}
+
+/* Every measured phase, in order; the db named "db" takes the pre-fill,
+ * the end-to-end run, the store pass and (pre-filled) the freshness runs. */
+static int run_phases(const ingest_args_t *a, const char *brokers, ingest_run_t *x)
+{
+    const char *name = a->prefill_users ? "db" : NULL;
+    x->raw = raw_consume(brokers, (int64_t)x->res.events, &x->sum);
+    x->harness = peak_rss_mib(); /* broker, producer, raw consumer: not segd run's */
+    if (x->raw <= 0) {
+        fprintf(stderr, "bench ingest: the raw consume did not read every message\n");
+        return -1;
+    }
+    if (a->prefill_users && store_write(a, "db", 7, a->prefill_users, &x->prefill))
+        return -1;
+    if (pipeline_consume(brokers, a, TOPIC, "db", (int64_t)x->res.events, 1, NULL, &x->e2e) ||
+        (!a->prefill_users && pipeline_consume(brokers, a, TOPIC, "bare",
+                                               (int64_t)x->res.events, 0, NULL, &x->bare))) {
+        fprintf(stderr, "bench ingest: not every message was consumed (mock broker keeps "
+                        "5 MiB per partition: use fewer --users or more --partitions)\n");
+        return -1;
+    }
+    if (store_write(a, "db", 1, a->users, &x->store))
+        return -1;
+    double half = (double)x->res.events / x->e2e.seconds / 2;
+    if (freshness(brokers, a, TOPIC ".half", name ? name : "half", half, a->compact_during,
+                  &x->fresh) ||
+        freshness(brokers, a, TOPIC ".quarter", name ? name : "quarter", half / 2, 0,
+                  &x->fresh4)) {
+        fprintf(stderr, "bench ingest: the paced freshness run did not complete\n");
+        return -1;
+    }
+    return 0;
+}
+
 int segd_bench_ingest(int argc, char **argv)
 {
     ingest_args_t a;
     if (parse(argc, argv, &a))
         return SEGD_EXIT_USAGE;
-    const char *topics[] = {TOPIC,          TOPIC ".dlq",         TOPIC ".changes",
-                            TOPIC ".half",  TOPIC ".half.dlq",    TOPIC ".quarter",
-                            TOPIC ".quarter.dlq"};
     segd_dev_broker_t *b = NULL;
     char err[512];
-    if (segd_dev_broker_new(&b, 1, (int)a.partitions, topics, 7, err, sizeof(err))) {
+    if (!a.brokers &&
+        segd_dev_broker_new(&b, 1, (int)a.partitions, topics, 7, err, sizeof(err))) {
         fprintf(stderr, "bench ingest: %s\n", err);
         return SEGD_EXIT_FAIL;
     }
+    ingest_run_t *x = calloc(1, sizeof(*x));
     segd_seed_produce_opts_t o = {0};
-    segd_seed_produce_result_t res;
-    o.brokers = segd_dev_broker_bootstraps(b);
+    o.brokers = a.brokers ? a.brokers : segd_dev_broker_bootstraps(b);
     o.topic = TOPIC;
     segd_seed_opts_default(&o.seed);
     o.seed.users = (uint64_t)a.users;
     o.seed.now_ms = (int64_t)time(NULL) * 1000;
     o.framing = SEGD_FRAMING_SINGLE_OBJECT;
     int rc = SEGD_EXIT_FAIL;
-    if (segd_seed_produce(&o, NULL, &res, err, sizeof(err))) {
+    if (!x)
+        goto out;
+    if (segd_seed_produce(&o, NULL, &x->res, err, sizeof(err))) {
         fprintf(stderr, "bench ingest: produce: %s\n", err);
         goto out;
     }
-    uint64_t sum = 0;
-    run_result_t e2e, bare, fresh, fresh4;
-    double raw = raw_consume(o.brokers, (int64_t)res.events, &sum);
-    double harness = peak_rss_mib(); /* broker, producer, raw consumer: not segd run's */
-    if (raw <= 0 ||
-        pipeline_consume(o.brokers, &a, TOPIC, "db", (int64_t)res.events, 1, NULL, &e2e) ||
-        pipeline_consume(o.brokers, &a, TOPIC, "bare", (int64_t)res.events, 0, NULL, &bare)) {
-        fprintf(stderr, "bench ingest: not every message was consumed (mock broker keeps "
-                        "5 MiB per partition: use fewer --users or more --partitions)\n");
+    if (run_phases(&a, o.brokers, x))
         goto out;
-    }
-    double segs = (double)res.segments, t = e2e.seconds;
-    double half = (double)res.events / t / 2;
-    if (freshness(o.brokers, &a, TOPIC ".half", half, &fresh) ||
-        freshness(o.brokers, &a, TOPIC ".quarter", half / 2, &fresh4)) {
-        fprintf(stderr, "bench ingest: the paced freshness run did not complete\n");
-        goto out;
-    }
-    printf("## segd bench ingest --users %" PRId64 " --partitions %" PRId64, a.users,
-           a.partitions);
-    if (a.batch)
-        printf(" --batch %" PRId64, a.batch);
-    if (a.memory_mb)
-        printf(" --memory-mb %" PRId64, a.memory_mb);
-    printf("\n\n");
-    printf("%" PRIu64 " events, %" PRIu64 " segments, %.1f MB Avro (single-object), "
-           "in-process mock broker, lz4\n\n", res.events, res.segments, (double)res.bytes / 1e6);
-    printf("| path | seconds | events/s | segments/s |\n|---|---|---|---|\n");
-    printf("| raw librdkafka consume (no decode, no store) | %.2f | %.0f | %.0f |\n", raw,
-           (double)res.events / raw, segs / raw);
-    printf("| segd end to end (decode, merge + offsets + outbox WriteBatch, WAL, deltas "
-           "published and acknowledged) | %.2f | %.0f | %.0f |\n", t, (double)res.events / t,
-           segs / t);
-    printf("| the same without the change stream (changes.enable = 0) | %.2f | %.0f | %.0f |\n",
-           bare.seconds, (double)res.events / bare.seconds, segs / bare.seconds);
-    printf("\nratio end-to-end / raw: %.2f (target >= 0.70); %" PRIu64 " store batches; "
-           "target >= 1M segments/s: %s\n", raw / t, e2e.st.batches,
-           segs / t >= 1e6 ? "met" : "missed");
-    printf("\nchange stream: %" PRIu64 " deltas carrying %" PRIu64 " entries, %.2f value bytes "
-           "per ingested segment (before lz4), %" PRIu64 " publish cycles\n", e2e.pub.events,
-           e2e.pub.segments, (double)e2e.pub.bytes / segs, e2e.pub.cycles);
-    printf("\nfreshness, event created -> its delta acknowledged, with the producer paced in "
-           "the same process:\n\n| load | events/s | p50 ms | p99 ms | max ms |\n"
-           "|---|---|---|---|---|\n");
-    printf("| half of peak | %.0f | %" PRId64 " | %" PRId64 " | %" PRId64 " |\n", half,
-           fresh.pub.latency_p50_ms, fresh.pub.latency_p99_ms, fresh.pub.latency_max_ms);
-    printf("| quarter of peak | %.0f | %" PRId64 " | %" PRId64 " | %" PRId64 " |\n", half / 2,
-           fresh4.pub.latency_p50_ms, fresh4.pub.latency_p99_ms, fresh4.pub.latency_max_ms);
-    print_memory(&a, harness);
+    print_report(&a, x);
     rc = SEGD_EXIT_OK;
 out:
+    free(x);
     segd_dev_broker_destroy(b);
     return rc;
 }

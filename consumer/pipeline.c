@@ -356,6 +356,7 @@ static segd_err_t flush_batch(segd_pipeline_t *p, char *errstr, size_t n)
         return SEGD_OK;
     double t0 = segd_mono_s();
     segd_err_t err = segd_dlq_deliver(p->dlq, errstr, n);
+    p->st.upkeep_s += segd_mono_s() - t0; /* the dead letters, acknowledged */
     if (err)
         return err;
     for (size_t i = 0; i < p->npos; i++)
@@ -363,11 +364,14 @@ static segd_err_t flush_batch(segd_pipeline_t *p, char *errstr, size_t n)
                               p->pos[i].next);
     record_counts(p);
     int64_t wait = 100;
+    double tw = segd_mono_s();
     while ((err = segd_applier_flush(&p->ap, errstr, n)) != SEGD_OK) {
         if (*p->stop || err == SEGD_ERR_ABORTED) /* a stopped store needs a restart */
             return err;
         wait = backoff(p, wait, errstr);
     }
+    double tc = segd_mono_s();
+    p->st.write_s += tc - tw;
     rd_kafka_topic_partition_list_t *offs = rd_kafka_topic_partition_list_new((int)p->npos);
     for (size_t i = 0; i < p->npos; i++)
         rd_kafka_topic_partition_list_add(offs, p->pos[i].topic, p->pos[i].partition)
@@ -376,6 +380,7 @@ static segd_err_t flush_batch(segd_pipeline_t *p, char *errstr, size_t n)
     rd_kafka_topic_partition_list_destroy(offs);
     if (p->hooks.committed)
         p->hooks.committed(p->hooks.ctx);
+    p->st.commit_s += segd_mono_s() - tc;
     if (p->mx.consumed)
         report_batch(p, segd_mono_s() - t0);
     p->npos = 0;
@@ -586,8 +591,11 @@ static int handle_message(segd_pipeline_t *p, const rd_kafka_message_t *m)
     const segd_event_t *ev = NULL;
     if (!p->st.messages++)
         p->st.first_message_s = segd_mono_s();
+    double t0 = segd_mono_s();
     int ok = segd_ingest_check(p->ingest, rd_kafka_topic_name(m->rkt), m->partition, m->key, m->key_len, m->payload, m->len, &ev,
                                &reason, why, sizeof(why));
+    double t1 = segd_mono_s();
+    p->st.check_s += t1 - t0;
     if (ok < 0)
         return -1;
     if (ok) {
@@ -596,6 +604,7 @@ static int handle_message(segd_pipeline_t *p, const rd_kafka_message_t *m)
         if (segd_applier_add_from(&p->ap, ev, rd_kafka_topic_name(m->rkt), m->partition,
                                   m->offset, ts > 0 ? ts : 0) != SEGD_OK)
             return -2;
+        p->st.build_s += segd_mono_s() - t1;
         p->st.events++;
         p->st.segments += ev->n_segments;
         /* a control event goes to every partition on purpose */
@@ -800,11 +809,15 @@ static void log_unassigned(segd_pipeline_t *p)
 
 segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
 {
+    double t0 = segd_mono_s();
     log_unassigned(p);
     advance_gc(p);
     retry_unread(p);
     sweep_step(p);
+    double t1 = segd_mono_s();
     wait_for_publisher(p);
+    p->st.upkeep_s += t1 - t0;
+    p->st.hold_s += segd_mono_s() - t1;
     if (p->links) {
         segd_links_stats_t before, after;
         segd_links_get_stats(p->links, &before);
@@ -823,7 +836,9 @@ segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
         int64_t left = deadline - segd_mono_ms();
         if (left <= 0)
             break;
+        double tp = segd_mono_s();
         rd_kafka_message_t *m = rd_kafka_consumer_poll(p->consumer, (int)left);
+        p->st.poll_s += segd_mono_s() - tp;
         if (!m)
             continue;
         if (m->err) {
@@ -848,7 +863,9 @@ segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
     segd_err_t err = flush_batch(p, errstr, n);
     if (!err)
         commit_resend(p);
+    double tl = segd_mono_s();
     refresh_lag(p);
+    p->st.upkeep_s += segd_mono_s() - tl;
     /* out of memory: stop before the unapplied message, which comes again */
     if (!err && rc == -2)
         err = segd_errf(SEGD_ERR_NOMEM, errstr, n, "out of memory");

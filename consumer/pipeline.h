@@ -52,6 +52,13 @@ typedef struct segd_pipeline_stats {
      * and consumed its first message (0 = not yet): the group join and the
      * ingest proper are timed apart (segd demo) */
     double created_s, assigned_s, first_message_s;
+    /* seconds this thread spent per stage (segd bench ingest's breakdown):
+     * waiting in or served by consumer_poll, decoding and checking messages,
+     * building the WriteBatch (operands, outbox items), writing it (outbox
+     * entry, RocksDB write), the Kafka commit and publisher kick, held
+     * while the outbox is over changes.max.outbox, and upkeep (GC
+     * watermark, sweep, unread partitions, dead letters, lag table) */
+    double poll_s, check_s, build_s, write_s, commit_s, hold_s, upkeep_s;
 } segd_pipeline_stats_t;
 
 /* store and stop are borrowed and must outlive the pipeline. stop is polled

@@ -1144,6 +1144,18 @@ static uint64_t background_errors(segd_store_t *s)
     return rocksdb_property_int(s->db, "rocksdb.background-errors", &v) == 0 ? v : 0;
 }
 
+segd_err_t segd_store_compact_beside_writers(segd_store_t *s, char *errstr, size_t n)
+{
+    uint64_t before = background_errors(s);
+    rocksdb_compactoptions_t *co = rocksdb_compactoptions_create();
+    rocksdb_compactoptions_set_bottommost_level_compaction(co, 2 /* force */);
+    rocksdb_compact_range_cf_opt(s->db, s->cf[CF_PROFILES], co, NULL, 0, NULL, 0);
+    rocksdb_compactoptions_destroy(co);
+    return background_errors(s) != before
+               ? segd_errf(SEGD_ERR_IO, errstr, n, "compaction failed (a background error)")
+               : SEGD_OK;
+}
+
 /* The C API's manual compaction returns nothing: a failed one (a corrupt
  * SST, a full disk) shows as a new background error, after which RocksDB
  * refuses writes, so both are checked. */
@@ -1207,6 +1219,17 @@ int segd_store_property(segd_store_t *s, int family, const char *name, uint64_t 
     if (family >= SEGD_STORE_FAMILIES)
         return -1;
     return rocksdb_property_int_cf(s->db, s->cf[CF_PROFILES + family], name, value) ? -1 : 0;
+}
+
+char *segd_store_property_text(segd_store_t *s, int family, const char *name)
+{
+    if (family >= SEGD_STORE_FAMILIES)
+        return NULL;
+    char *v = family < 0 ? rocksdb_property_value(s->db, name)
+                         : rocksdb_property_value_cf(s->db, s->cf[CF_PROFILES + family], name);
+    char *out = v ? strdup(v) : NULL;
+    rocksdb_free(v);
+    return out;
 }
 
 void segd_store_block_cache(segd_store_t *s, uint64_t *usage, uint64_t *capacity)

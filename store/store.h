@@ -191,6 +191,14 @@ segd_err_t segd_store_compact(segd_store_t *s, char *errstr, size_t errstr_size)
 segd_err_t segd_store_compact_ex(segd_store_t *s, int flags, char *errstr,
                                  size_t errstr_size);
 
+/* One full compaction of the profiles family as RocksDB's periodic
+ * compaction runs it beside writers: every file rewritten once through the
+ * merge operator and the filter at the current W, which it does not move
+ * (so concurrent writes are safe). For benchmarks of ingest under it.
+ * SEGD_ERR_IO when it raised a background error. */
+segd_err_t segd_store_compact_beside_writers(segd_store_t *s, char *errstr,
+                                             size_t errstr_size);
+
 /* Advances the GC watermark W (DESIGN §3) toward now - horizon - grace,
  * writing it to `meta` (synced) before the merge operator and the filter may
  * use it. W moves no faster than the policy clock has moved between calls
@@ -264,6 +272,11 @@ const char *segd_store_family_name(int family); /* "profiles", "meta", "outbox" 
  * family, or of the DB (family -1: "rocksdb.actual-delayed-write-rate");
  * 0 on success, -1 when RocksDB does not know it. Thread-safe. */
 int segd_store_property(segd_store_t *s, int family, const char *name, uint64_t *value);
+
+/* A RocksDB text property ("rocksdb.cfstats") of one family, or of the DB
+ * (family -1), as a malloc'd string the caller frees; NULL when RocksDB
+ * does not know it. Thread-safe. */
+char *segd_store_property_text(segd_store_t *s, int family, const char *name);
 
 /* The block cache's usage and capacity in bytes (shared by the families). */
 void segd_store_block_cache(segd_store_t *s, uint64_t *usage, uint64_t *capacity);
