@@ -807,6 +807,17 @@ static void log_unassigned(segd_pipeline_t *p)
              p->session_timeout_ms);
 }
 
+/* The consumer's fatal error as the step's error, in librdkafka's words. */
+static segd_err_t fatal_error(segd_pipeline_t *p, char *errstr, size_t n)
+{
+    char why[512] = "";
+    rd_kafka_resp_err_t e = rd_kafka_fatal_error(p->consumer, why, sizeof(why));
+    return segd_errf(SEGD_ERR_KAFKA, errstr, n,
+                     "consumer: fatal error (%s): %s; the consumer cannot go on, so segd "
+                     "stops here; a restart joins the group anew from the store's offsets",
+                     rd_kafka_err2name(e), why[0] ? why : "no reason given");
+}
+
 segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
 {
     double t0 = segd_mono_s();
@@ -831,7 +842,7 @@ segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
     }
     int64_t deadline = segd_mono_ms() + p->cfg->batch_max_ms;
     int64_t taken = 0;
-    int rc = 0;
+    int rc = 0, fatal = 0;
     while (taken < p->cfg->batch_max_messages && !*p->stop) {
         int64_t left = deadline - segd_mono_ms();
         if (left <= 0)
@@ -842,10 +853,18 @@ segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
         if (!m)
             continue;
         if (m->err) {
-            if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF)
+            /* A fatal error (a static member fenced by another with the same
+             * group.instance.id) leaves a consumer that never fetches again:
+             * polling on would hang the daemon at its last offset. What was
+             * taken so far is applied below; then the step fails, so that
+             * segd run exits and a restart joins the group anew. */
+            fatal = m->err == RD_KAFKA_RESP_ERR__FATAL;
+            if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF && !fatal)
                 segd_log(LOG(p), SEGD_LOG_WARN, "pipeline", "consumer: %s",
                          rd_kafka_message_errstr(m));
             rd_kafka_message_destroy(m);
+            if (fatal)
+                break;
             continue;
         }
         if (is_unread(p, rd_kafka_topic_name(m->rkt), m->partition)) {
@@ -861,6 +880,9 @@ segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
         taken++;
     }
     segd_err_t err = flush_batch(p, errstr, n);
+    /* also after a failed flush: the error event came once, the state stays */
+    if (!err && (fatal || rd_kafka_fatal_error(p->consumer, NULL, 0)))
+        return fatal_error(p, errstr, n);
     if (!err)
         commit_resend(p);
     double tl = segd_mono_s();
@@ -992,7 +1014,13 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                         "count=%d protocol=%s", parts->cnt, proto);
         }
         segd_lag_assigned(p->lag);
-        p->commit_retry_ms = 0; /* a refused commit goes again at once, to the new generation */
+        /* The store's offsets of every assigned partition go to the group at
+         * once, to the new generation: a refused commit is sent again, and a
+         * partition whose stored offset is already at its end (a restart
+         * after a SIGKILL that came between write and commit) would
+         * otherwise never be committed, since commits follow batches. */
+        p->commit_failed = 1;
+        p->commit_retry_ms = 0;
         p->lag_next_ms = 0; /* the new partitions' lag at the end of this step */
         set_start_offsets(p, parts);
         if (coop)
@@ -1413,10 +1441,31 @@ static int await_first_assignment(segd_pipeline_t *p)
     return !p->rebalanced && joined(p);
 }
 
+/* Closing a consumer that had a fatal error: the taken batch is written,
+ * and the handle is left to process exit like a never-assigned one. */
+static void close_fatal(segd_pipeline_t *p)
+{
+    char err[256];
+    if (flush_batch(p, err, sizeof(err)) != SEGD_OK)
+        segd_log(LOG(p), SEGD_LOG_ERROR, "pipeline", "last batch not written: %s", err);
+    segd_log(LOG(p), SEGD_LOG_WARN, "pipeline",
+             "closing after a fatal consumer error: the consumer handle is left to "
+             "process exit (librdkafka 2.0.2 would never finish destroying it)");
+    rd_kafka_set_log_level(p->consumer, -1);
+    p->consumer = NULL;
+    if (p->dlq)
+        segd_dlq_close(p->dlq);
+}
+
 void segd_pipeline_close(segd_pipeline_t *p)
 {
     char err[256];
     if (p->consumer) {
+        /* after a fatal error (a fenced static member) librdkafka 2.0.2's
+         * close and destroy never return (its main thread spins): the group
+         * has already dropped this member, so there is nothing to leave */
+        if (rd_kafka_fatal_error(p->consumer, NULL, 0))
+            return close_fatal(p);
         int unassigned = await_first_assignment(p);
         rd_kafka_consumer_close(p->consumer); /* revokes: the batch is written */
         if (flush_batch(p, err, sizeof(err)) != SEGD_OK)

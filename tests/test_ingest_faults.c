@@ -225,6 +225,12 @@ static uint64_t outbox_entries(segd_store_t *s)
 }
 
 static void sleep_ms(int ms) { usleep((useconds_t)ms * 1000); }
+static int64_t now_ms(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 typedef struct member {
     segd_daemon_t *d; /* owns p and the change publisher */
@@ -628,6 +634,77 @@ static void test_refused_commit_resent(void **state)
     segd_config_free(&cfg);
 }
 
+/* A member applies the whole topic while every commit is refused, and
+ * stops: its store holds every offset, the group none. A member started on
+ * that store has nothing to consume, so no batch would carry a commit: the
+ * assignment itself must send the store's offsets to the group. */
+static void test_assignment_commits_stored(void **state)
+{
+    fixture_t *f = *state;
+    const uint64_t users = 40;
+    char db[128];
+    segd_config_t cfg;
+    member_t m = {0};
+    snprintf(db, sizeof(db), "%s/assigncommit", f->dir);
+    segd_store_t *s = open_store(f->dir, "assigncommit");
+    make_config(&cfg, f, "g-assigncommit", db, NULL);
+    commit_state_t c = {f, "g-assigncommit", s, users * 50};
+    for (int i = 0; i < 1000; i++)
+        rd_kafka_mock_push_request_errors(f->mcl, OFFSET_COMMIT_API, 1,
+                                          RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS);
+    produce_seed(f, users, 43);
+    member_start(&m, &cfg, s, 0);
+    assert_true(wait_for(commit_stored, &c, 60000));
+    member_stop(&m);
+    int64_t before = committed_sum(f, "g-assigncommit");
+    assert_true(before < (int64_t)c.total); /* the refusals did refuse */
+    rd_kafka_mock_clear_request_errors(f->mcl, OFFSET_COMMIT_API);
+    member_start(&m, &cfg, s, 0);
+    assert_true(wait_for(commit_caught_up, &c, 30000));
+    member_stop(&m);
+    segd_store_close(s);
+    segd_config_free(&cfg);
+}
+
+/* A static member fenced by another with its group.instance.id gets a fatal
+ * error, after which its consumer never fetches again. The step must fail
+ * with that error (segd run exits and a restart rejoins) instead of polling
+ * on at its last offset for ever; what it had applied stays applied. The
+ * mock has no static membership, so the fence is its injected Heartbeat
+ * answer, as a broker gives it. */
+#define HEARTBEAT_API 12
+static void test_fenced_member_fails(void **state)
+{
+    fixture_t *f = *state;
+    char db[128], err[512] = "";
+    segd_config_t cfg;
+    snprintf(db, sizeof(db), "%s/fenced", f->dir);
+    segd_store_t *s = open_store(f->dir, "fenced");
+    make_config(&cfg, f, "g-fenced", db, NULL);
+    segd_daemon_t *d = NULL;
+    volatile sig_atomic_t stop = 0;
+    assert_int_equal(segd_daemon_new(&d, &cfg, s, &stop, err, sizeof(err)), SEGD_OK);
+    segd_pipeline_t *p = segd_daemon_pipeline(d);
+    produce_seed(f, 20, 41);
+    segd_err_t e = SEGD_OK;
+    int64_t t0 = now_ms();
+    while (segd_pipeline_assigned(p) <= 0 && now_ms() - t0 < 60000)
+        e = segd_pipeline_step(p, err, sizeof(err));
+    assert_int_equal(e, SEGD_OK);
+    assert_true(segd_pipeline_assigned(p) > 0);
+    rd_kafka_mock_push_request_errors(f->mcl, HEARTBEAT_API, 1,
+                                      RD_KAFKA_RESP_ERR_FENCED_INSTANCE_ID);
+    t0 = now_ms();
+    while (e == SEGD_OK && now_ms() - t0 < 30000)
+        e = segd_pipeline_step(p, err, sizeof(err));
+    fprintf(stderr, "test: step after the fence: %s\n", e ? err : "no error in 30 s");
+    assert_int_equal(e, SEGD_ERR_KAFKA);
+    assert_non_null(strstr(err, "fatal error"));
+    segd_daemon_destroy(d);
+    segd_store_close(s);
+    segd_config_free(&cfg);
+}
+
 int main(void)
 {
     if (getenv("TEST_FILTER")) /* e.g. "test_out_of*" */
@@ -640,6 +717,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stop_before_first_assignment, setup, teardown),
         cmocka_unit_test_setup_teardown(test_instance_id_stable, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refused_commit_resent, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fenced_member_fails, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_assignment_commits_stored, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
