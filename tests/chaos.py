@@ -47,7 +47,8 @@ SIGKILLed before it joins, b SIGSTOPped so it never joins (HARNESS FAILURE).
 Apache Kafka cluster in --cluster-dir (default $KAFKA_CLUSTER_DIR, else
 /tmp/kafka-chaos): started there (scripts/kafka.sh) and stopped at the end
 when none runs, else shared (uniquely named topics and groups, its brokers
-never signalled: the broker kind needs a cluster of its own). Topics: RF 3,
+never signalled: the broker kind needs a cluster of its own, started here or
+named --own-cluster). Topics: RF 3,
 min.insync.replicas 2.
 
 usage: chaos.py SEGD_BIN [--trials N] [--kind kill|rebalance|broker|both]
@@ -169,7 +170,7 @@ def wait_isr(t, seconds):
     deadline = time.time() + seconds
     pending = [(tp, p) for tp in t.kafka.topics for p in range(t.partitions)]
     while pending and time.time() < deadline:
-        out = t.cluster.sh("isr", *pending[0])
+        out = t.cluster.sh("isr", pending[0][0], str(pending[0][1]))
         if out.returncode == 0 and len(out.stdout.strip().split(",")) == 3:
             pending.pop(0)
         else:
@@ -244,7 +245,7 @@ SELF_TESTS = [
     ("store-answer,cache-answer", "kill", "MISMATCH",
      "store diff 1 users, snapshot+tail diff 1, whole-topic diff 1,"),
     ("cache-port", "kill", "HARNESS FAILURE", "never answered every user"),
-    ("wait-group", "kill", "HARNESS FAILURE", "not caught up"),
+    ("wait-group", "kill", "HARNESS FAILURE", "no-such-group committed"),
     ("metrics-port", "rebalance", "HARNESS FAILURE", "cannot listen"),
     ("kill-b", "rebalance", "HARNESS FAILURE", "segd run b exited (-9) before it joined"),
     ("stop-b", "rebalance", "HARNESS FAILURE", "member b never joined"),
@@ -286,6 +287,9 @@ def main():
     ap.add_argument("--kafka", default="mock", choices=["mock", "real"])
     ap.add_argument("--cluster-dir",
                     default=os.environ.get("KAFKA_CLUSTER_DIR") or "/tmp/kafka-chaos")
+    ap.add_argument("--own-cluster", action="store_true",
+                    help="the cluster running in --cluster-dir is this run's alone: its "
+                    "brokers may be signalled (else only one started here)")
     ap.add_argument("--users", type=int, default=150)
     ap.add_argument("--events", type=int, default=3000)
     ap.add_argument("--seed", type=int, default=1)
@@ -297,9 +301,10 @@ def main():
     cluster = None
     try:
         if args.kafka == "real":
-            cluster = RealCluster(args.cluster_dir)
+            cluster = RealCluster(args.cluster_dir, args.own_cluster)
             print("chaos: Apache Kafka in %s (%s, %d nodes)" %
-                  (args.cluster_dir, "started here" if cluster.owned else "shared",
+                  (args.cluster_dir, "started here" if cluster.started else
+                   "ours" if cluster.owned else "shared",
                    cluster.nodes), flush=True)
         ok = self_test(args, work, cluster) if args.self_test else \
             run_trials(args, work, cluster)
