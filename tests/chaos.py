@@ -53,7 +53,10 @@ min.insync.replicas 2.
 
 usage: chaos.py SEGD_BIN [--trials N] [--kind kill|rebalance|broker|both]
                 [--kafka mock|real] [--cluster-dir DIR] [--users U]
-                [--events E] [--seed S] [--kills K] [--self-test] [--keep]
+                [--events E] [--seed S] [--first I] [--kills K] [--self-test]
+                [--own-cluster] [--keep]
+Trial i (from --first) has seed S*1000+i: one trial is rerun alone with
+--seed S --first i --trials 1.
 Prints one line per trial and a summary; exit 0 iff every trial was exact
 (with --self-test: iff every broken check failed as it must).
 """
@@ -217,7 +220,7 @@ def one_trial(args, work, cluster, kind, seed, label):
 def run_trials(args, work, cluster):
     kinds = ["kill", "rebalance"] if args.kind == "both" else [args.kind]
     totals, exact, runs, data_exact, harness, faulty = {}, 0, 0, 0, 0, 0
-    for i in range(args.trials):
+    for i in range(args.first, args.first + args.trials):
         for kind in kinds:
             seed = args.seed * 1000 + i
             t0 = time.time()
@@ -293,6 +296,8 @@ def main():
     ap.add_argument("--users", type=int, default=150)
     ap.add_argument("--events", type=int, default=3000)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--first", type=int, default=0,
+                    help="index of the first trial (trial i has seed SEED*1000+i)")
     ap.add_argument("--kills", type=int, default=3)
     ap.add_argument("--self-test", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep trial directories")
