@@ -124,6 +124,7 @@ def trial_broker(t, rnd, events, kills):
     cl = t.cluster
     if cl is None or not cl.owned:
         raise HarnessError("the broker kind needs --kafka real and a cluster of its own")
+    wait_isr(t, 300)  # an earlier trial's broker may still be catching up
     db = os.path.join(t.dir, "db")
     a = t.run(db, "a", {"SEGD_CHANGES_MAX_OUTBOX": "200"})
     t.wait_joined(a, "a", 90)
@@ -156,7 +157,7 @@ def trial_broker(t, rnd, events, kills):
                 time.sleep(rnd.uniform(2.0, 8.0))
                 cl.must("resume", node)
             t.alive(a, "a", "after a broker fault")
-            wait_isr(t, 120)  # the next fault must not take a partition below 2 replicas
+            wait_isr(t, 300)  # the next fault must not take a partition below 2 replicas
     finally:
         th.join()
     if err:
