@@ -457,7 +457,7 @@ class Trial:
             mine = self.member_done(last)
             if com == ends and mine is None:
                 return ends
-            why = mine or "group %s committed %s" % (g, com)
+            why = "group %s committed %s" % (g, com) if com != ends else mine
             if mine is None:
                 done_since = done_since or time.time()
                 if time.time() - done_since > min(grace_s, self.wait_s / 2) and \
