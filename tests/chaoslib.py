@@ -368,17 +368,23 @@ class Trial:
 
     # ----- progress: what "caught up" means
 
-    def end_offsets(self, topic=None):
-        c = Consumer({"bootstrap.servers": self.brokers, "group.id": self.prefix + "chaos-check"})
+    def end_offsets(self, topic=None, seconds=60):
+        """partition -> (low, high) watermarks. A broker error (a leader that
+        just moved after a broker fault) is retried for `seconds`, then it
+        is no answer."""
+        c = Consumer({"bootstrap.servers": self.brokers, "group.id": self.prefix + "chaos-check",
+                      "log_level": 0})
+        deadline, why = time.time() + seconds, None
         try:
-            out = {}
-            for p in range(self.partitions):
-                lo, hi = c.get_watermark_offsets(TopicPartition(topic or self.topic, p),
-                                                 timeout=10)
-                out[p] = (lo, hi)
-            return out
-        except Exception as e:  # noqa: BLE001 (a broker error is no answer)
-            raise HarnessError("watermarks of %s: %s" % (topic or self.topic, e))
+            while time.time() < deadline:
+                try:
+                    return {p: c.get_watermark_offsets(TopicPartition(topic or self.topic, p),
+                                                       timeout=10)
+                            for p in range(self.partitions)}
+                except Exception as e:  # noqa: BLE001 (retried, then reported)
+                    why = e
+                    time.sleep(1)
+            raise HarnessError("watermarks of %s: %s" % (topic or self.topic, why))
         finally:
             c.close()
 
