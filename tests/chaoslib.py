@@ -18,8 +18,9 @@ breaks a check on purpose so that its failure can be seen:
   cache-answer   one user of every cache's answer is altered
   cache-port     the cache check asks a port nothing listens on
   wait-group     the committed-offset wait asks a group nobody commits to
-  metrics-port   a member's metrics port is taken before it starts
+  metrics-port   member b's metrics port is taken before it starts
   kill-b         member b is SIGKILLed before it can join
+  stop-b         member b is SIGSTOPped before it can join (it never does)
 """
 import http.client, io, json, os, random, re, socket, subprocess, tempfile, time
 
