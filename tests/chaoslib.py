@@ -445,6 +445,20 @@ class Trial:
             return "%s: outbox %s" % (tag, m.get("segd_outbox_entries"))
         return None
 
+    def backlog(self, tags):
+        """Input left to apply and outbox entries left to publish, summed
+        over the members' /metrics (None when one cannot be read)."""
+        total = 0
+        for tag in tags:
+            try:
+                m = self.metrics(tag)
+            except (OSError, http.client.HTTPException, ValueError):
+                return None
+            total += sum(v for k, v in m.items()
+                         if k.startswith("segd_consumer_lag_messages{") or
+                         k == "segd_outbox_entries")
+        return total
+
     def wait_caught_up(self, members, last, group="chaos", grace_s=30):
         """Until the group's committed offsets equal the input's end offsets
         and member `last` (which must hold every partition) has applied and
