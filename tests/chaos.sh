@@ -1,14 +1,31 @@
 #!/usr/bin/env bash
 # Chaos trials (tests/chaos.py): SIGKILLs of segd run during ingest, publish
-# and snapshot export, and rebalances while back-pressure is on; the store, a
-# snapshot + tail cache and the whole change topic must equal an independent
-# model. Under ctest: one quick trial of each kind. Long runs:
-#   bash tests/chaos.sh SEGD_BIN SOURCE_DIR --trials 100 --kind kill
-# It starts `segd dev-broker` (librdkafka: label kafka, no TSan run).
+# and snapshot export, rebalances while back-pressure is on and (on a
+# cluster of its own) broker faults; the store, a snapshot + tail cache and
+# the whole change topic must equal an independent model, and every check
+# fails closed. Under ctest (the quick mode, under 2 minutes):
+#   1. --self-test: each check broken on purpose (an altered store and cache
+#      answer, the cache check at a closed port, the wait on a group nobody
+#      commits to, member b's metrics port taken, b killed or stopped before
+#      it joins) must fail its trial as the failure it is: what keeps the
+#      checks proven;
+#   2. one rebalance trial under back-pressure, which must be exact.
+# The broker: the shared Apache Kafka cluster of $KAFKA_CLUSTER_DIR when one
+# runs there (scripts/test.sh; uniquely named topics and groups, its brokers
+# never signalled), else a `segd dev-broker` per trial (label kafka, no TSan
+# run). Long runs and the figures of RELIABILITY.md:
+#   bash tests/chaos.sh SEGD_BIN SOURCE_DIR --trials 30 --kind kill [--kafka real ...]
 # usage: chaos.sh SEGD_BIN SOURCE_DIR [chaos.py options]
 set -euo pipefail
 segd=$1
 src=$2
 shift 2
-[ $# -eq 0 ] && set -- --trials 1 --kills 2 --users 100 --events 2000  # the quick setting
-exec /usr/bin/python3 "$src/tests/chaos.py" "$segd" "$@"
+py=(/usr/bin/python3 "$src/tests/chaos.py" "$segd")
+if [ $# -gt 0 ]; then exec "${py[@]}" "$@"; fi
+broker=()
+if [ -n "${KAFKA_CLUSTER_DIR:-}" ] && [ -f "$KAFKA_CLUSTER_DIR/bootstrap" ] &&
+   ! grep -q '^chaos ' "$src/tests/mock_only.txt" 2>/dev/null; then
+  broker=(--kafka real --cluster-dir "$KAFKA_CLUSTER_DIR")
+fi
+"${py[@]}" "${broker[@]}" --self-test --users 40 --events 400
+exec "${py[@]}" "${broker[@]}" --trials 1 --kind rebalance --kills 2 --users 100 --events 2000

@@ -31,14 +31,18 @@ model, and so must a `segd cache` loaded from the units in DEST tailing the
 change topic. Units must always carry their partition's input offset.
 
 usage: fleet.py SEGD_BIN [--trials N] [--users U] [--events E] [--seed S] [--keep]
-Prints one line per trial; exit 0 iff every trial was exact.
+Prints one line per trial: EXACT, MISMATCH (users a complete read found
+different), FAILED (segd did not take a step it must) or HARNESS FAILURE (a
+check could not be made: an unreachable cache, a store that cannot be read,
+a process that exited); exit 0 iff every trial was exact. Every member has
+its own metrics port (tests/chaoslib.py).
 """
 import argparse, glob, json, os, random, re, shutil, signal, subprocess, sys, tempfile
 import threading, time
 
 from confluent_kafka import Consumer, TopicPartition
 
-from chaoslib import NOW_S, Trial, model, workload
+from chaoslib import NOW_S, HarnessError, Trial, model, workload
 
 PARTITIONS = 12
 RETIRED_IDS = (3, 7)
@@ -82,6 +86,7 @@ class Fleet:
 
     def kill(self, name):
         p, db = self.live.pop(name)
+        self.t.alive(p, name, "before its SIGKILL")  # an exited member is no kill
         p.send_signal(signal.SIGKILL)
         p.wait()
         self.t.fault("sigkill")
@@ -326,9 +331,7 @@ def check_stores(t, final, ends, want):
         if not mine:  # e.g. a restarted instance the group gave nothing
             continue
         got = t.get_all(db, mine)
-        if got is None:
-            raise Failed("segd get failed on " + db)
-        bad |= {u for u in mine if got.get(u) != mine[u]}
+        bad |= {u for u in mine if got[u] != mine[u]}  # get_all: every user or HarnessError
     return sorted(bad)
 
 
@@ -368,7 +371,7 @@ def check_cache(t, fl, want):
     wrong."""
     p, port = t.cache(fl.dest, False)
     try:
-        return t.cache_equals(port, want, time.time() + 60)
+        return t.cache_equals(p, port, want, time.time() + 60)
     finally:
         p.terminate()
         p.wait(timeout=10)
@@ -392,15 +395,18 @@ def main():
         try:
             store_diff, cache_diff = trial(t, args, seed)
             ok = not store_diff and not cache_diff
+            verdict = "EXACT" if ok else "MISMATCH"
             why = "store diff %d users %s, cache diff %d users %s" % (
                 len(store_diff), store_diff[:3], len(cache_diff), cache_diff[:3])
-        except Failed as e:
-            ok, why = False, str(e)
+        except Failed as e:  # segd did not do a step it must (a fault of segd)
+            ok, verdict, why = False, "FAILED", str(e)
+        except HarnessError as e:  # a check that could not be made
+            ok, verdict, why = False, "HARNESS FAILURE", str(e)
         finally:
             t.stop_all()
         exact += ok
         print("trial %d fleet seed=%d: %s in %.0f s (faults %s; phases %s)%s" %
-              (i, seed, "EXACT" if ok else "NOT EXACT", time.time() - t0,
+              (i, seed, verdict, time.time() - t0,
                json.dumps(t.faults), ", ".join(getattr(t, "fleet", None) and t.fleet.times or []),
                "" if ok else ": %s dir=%s" % (why, t.dir)), flush=True)
         if ok and not args.keep:
