@@ -18,8 +18,9 @@
 # KAFKA_CLUSTER_DIR (default /tmp/segd-kafka) holds one cluster: its nodes'
 # configs, logs, data, pids and the bootstrap file. Several clusters can run
 # side by side in different folders (a failover test kills nodes of its own).
-# The jars are cached under KAFKA_CACHE_DIR (default ~/.cache/segd-kafka):
-# a second start downloads nothing. Needs Java 17+ and Maven; installs
+# KAFKA_START_TIMEOUT_S (default 90) bounds the wait for every node to
+# register at start. The jars are cached under KAFKA_CACHE_DIR (default
+# ~/.cache/segd-kafka): a second start downloads nothing. Needs Java 17+ and Maven; installs
 # Debian's default-jre-headless and maven when absent.
 set -euo pipefail
 KAFKA_VERSION=4.1.1   # also in scripts/kafka/pom.xml
@@ -145,9 +146,9 @@ EOF
   echo "$bootstrap" > "$dir/bootstrap"
   echo "$nodes" > "$dir/nodes"
   for n in $(seq 1 "$nodes"); do java_node "$n"; done
-  if ! admin wait "$nodes" 90; then
+  if ! admin wait "$nodes" "${KAFKA_START_TIMEOUT_S:-90}"; then
     for n in $(seq 1 "$nodes"); do
-      echo "--- node $n" >&2; tail -5 "$dir/node-$n/stdout.log" "$dir/node-$n/server.log" >&2 || true
+      echo "--- node $n" >&2; tail -n 5 "$dir/node-$n/stdout.log" "$dir/node-$n/server.log" >&2 || true
     done
     stop
     die "the cluster did not come up"

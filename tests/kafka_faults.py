@@ -33,7 +33,8 @@ import urllib.request
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import avro.io  # noqa: E402
 import avro.schema  # noqa: E402
-from confluent_kafka import Consumer, Producer, TopicPartition  # noqa: E402
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition  # noqa: E402
+from confluent_kafka.admin import AdminClient  # noqa: E402
 
 from chaoslib import HORIZON_S, NOW_S, SCHEMA, Trial, model, workload  # noqa: E402
 
@@ -185,6 +186,31 @@ class Progress(threading.Thread):
         return later[0] if later else None
 
 
+class Metadata:
+    """Leaders and in-sync replicas from one admin client (a kafka.sh call
+    per question starts a Python process: seconds each on a loaded machine,
+    while the fault is meant to land mid-ingest). None while no broker
+    answers."""
+
+    def __init__(self, brokers):
+        self.a = AdminClient({"bootstrap.servers": brokers, "log_level": 0})
+
+    def partition(self, topic, p):
+        try:
+            return self.a.list_topics(topic, timeout=5).topics[topic].partitions[p]
+        except (KafkaException, KeyError):
+            return None
+
+    def leader(self, topic, p):
+        md = self.partition(topic, p)
+        check(md is not None and md.leader >= 0, "no leader of %s/%d" % (topic, p))
+        return str(md.leader)
+
+    def isr(self, topic, p):
+        md = self.partition(topic, p)
+        return None if md is None else [str(n) for n in md.isrs]
+
+
 def longest_gap(times, since, until):
     ts = sorted(times)
     before = [t for t in ts if t <= since]
@@ -300,7 +326,7 @@ def corrupt(want, check_name="model"):
 # ---------- scenarios ----------
 
 def failover(s):
-    events = workload(2101, 150, 5000)
+    events = workload(2101, 150, 7000)
     want = model(events)
     s.start_run()
     feed = Feeder(s.t.brokers, events, 250)
@@ -309,24 +335,29 @@ def failover(s):
     s.wait("a periodic snapshot of 4 units with data",
            lambda: len(s.units(snapdir)) == 4 and s.progress.last(1) > 0, 60)
     cache, cport = s.start_cache(snapdir)
-    s.wait("a third of the events produced", lambda: feed.sent >= len(events) // 3, 60)
-    node = kafka("leader", "events", 0)
+    s.wait("a quarter of the events produced", lambda: feed.sent >= len(events) // 4, 60)
+    md = Metadata(s.t.brokers)
+    node = md.leader("events", 0)
     led = [(t, p) for t in ("events", "segments.changes") for p in range(4)
-           if kafka("leader", t, p) == node]
+           if md.leader(t, p) == node]
     t_kill = time.time()
     kafka("kill", node)
     log("SIGKILL node %s, leader of %s" % (node, " ".join("%s/%d" % x for x in led)))
     # restarted once the controller fenced it (it left the ISR, Kafka's
     # broker.session.timeout.ms later), so that its coming back is seen
     s.wait("node %s out of the in-sync replicas of events/0" % node,
-           lambda: node not in kafka("isr", "events", 0).split(","), 60)
+           lambda: node not in (md.isr("events", 0) or [node]), 60)
     log("node %s left the ISR after %.1f s" % (node, time.time() - t_kill))
+    # the pause is measured while events still arrive: a failover after the
+    # input ended would measure nothing
+    check(feed.sent < len(events), "the producer had sent every event before the failover "
+          "ended: not a failover during ingest")
     time.sleep(max(0, t_kill + 8 - time.time()))
     if BREAK != "restart":
         kafka("restart", node)
         log("node %s restarted" % node)
     s.wait("node %s back in the in-sync replicas of events/0" % node,
-           lambda: node in kafka("isr", "events", 0).split(","), 150)
+           lambda: node in (md.isr("events", 0) or []), 150)
     feed.finish(240)
     t_end = feed.acks[-1]
     got = s.store_equals(corrupt(want), 120)
@@ -364,6 +395,7 @@ def outage(s):
     t_stop = time.time()
     for n in (1, 2, 3):
         kafka("pause", n)
+    check(not feed.done.is_set(), "the producer finished before the outage")
     log("SIGSTOP nodes 1 2 3")
     # segd idle: nothing more to read (what librdkafka had prefetched applied)
     last = [None, time.time()]

@@ -15,7 +15,9 @@ own_cluster() {
   KAFKA_CLUSTER_DIR=$(mktemp -d "/tmp/segd-kafka-$1-XXXXXX")
   export KAFKA_CLUSTER_DIR
   trap own_cleanup EXIT
-  bash "$own_root/scripts/kafka.sh" start 3 > "$KAFKA_CLUSTER_DIR.start" 2>&1 ||
+  # a cluster starts in ~20 s on an idle machine, minutes on a loaded one
+  KAFKA_START_TIMEOUT_S=${KAFKA_START_TIMEOUT_S:-240} \
+    bash "$own_root/scripts/kafka.sh" start 3 > "$KAFKA_CLUSTER_DIR.start" 2>&1 ||
     { echo "FAIL: the Kafka cluster did not start: $(tail -5 "$KAFKA_CLUSTER_DIR.start")" >&2
       rm -f "$KAFKA_CLUSTER_DIR.start"; exit 1; }
   rm -f "$KAFKA_CLUSTER_DIR.start"
