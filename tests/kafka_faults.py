@@ -603,6 +603,9 @@ def logstart(s):
 
 def main():
     kind, segd = sys.argv[1], sys.argv[2]
+    if not os.environ.get("KAFKA_CLUSTER_DIR"):
+        # never scripts/kafka.sh's default folder: this kills and stops brokers
+        sys.exit("FAIL: KAFKA_CLUSTER_DIR must name a cluster of this test's own")
     s = Scenario(segd, kind)
     ok = False
     try:
