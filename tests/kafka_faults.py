@@ -223,7 +223,9 @@ def longest_gap(times, since, until):
 
 class Scenario:
     def __init__(self, segd, name):
-        self.t = Trial(segd, tempfile.gettempdir(), None, name)
+        # a folder of this run's own: kept when a check fails, for its logs
+        self.work = tempfile.mkdtemp(prefix="segd-faults-%s-" % name)
+        self.t = Trial(segd, self.work, None, name)
         self.t.brokers = kafka("bootstrap")
         self.segd, self.dir = segd, self.t.dir
         self.db = os.path.join(self.dir, "db")
@@ -659,8 +661,8 @@ def main():
                 tail = fh.readlines()[-8:]
             print("--- %s\n%s" % (f, "".join(tail)), file=sys.stderr)
     if ok and not os.environ.get("KEEP"):
-        shutil.rmtree(s.dir, ignore_errors=True)
-    print("kafka_faults %s: %s" % (kind, "ok" if ok else "FAILED (dir %s)" % s.dir))
+        shutil.rmtree(s.work, ignore_errors=True)
+    print("kafka_faults %s: %s" % (kind, "ok" if ok else "FAILED (logs in %s)" % s.dir))
     sys.exit(0 if ok else 1)
 
 
