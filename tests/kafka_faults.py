@@ -86,7 +86,10 @@ class Feeder(threading.Thread):
         self.acks, self.errors = [], []
         self.sent = 0
         self.done = threading.Event()
+        # murmur2_random: Kafka's Java partitioner, the one segd run expects
+        # (input.partitioner); librdkafka's default would make events misrouted
         self.prod = Producer({"bootstrap.servers": brokers, "linger.ms": 5,
+                              "partitioner": "murmur2_random",
                               "enable.idempotence": True, "message.timeout.ms": 240000,
                               "log_level": 2})
         self.writer = avro.io.DatumWriter(avro.schema.parse(SCHEMA))
