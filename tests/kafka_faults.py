@@ -6,12 +6,13 @@ KAFKA_CLUSTER_DIR, topics events, segments.changes and events.dlq created
 with replication factor 3 and min.insync.replicas 2). The workload and the
 independent model of docs/design.md §3 are tests/chaoslib.py's.
 
-  failover   while a producer feeds events and `segd run` publishes its change
-             stream to a tailing `segd cache`, SIGKILL the leader of input
-             partition 0 and restart it once fenced (8 s at least); then the store, that cache
-             and the whole change topic replayed all equal the model, nothing
-             is dead-lettered, and the longest stretch without progress in
-             segd's /metrics is printed.
+  failover   while a producer feeds events (250/s, after a warm-up that gives
+             `segd run` a periodic snapshot and a `segd cache` tailing its
+             change stream), SIGKILL the leader of input partition 0 and
+             restart it once fenced (8 s at least); then the store, that
+             cache and the whole change topic replayed all equal the model,
+             nothing is dead-lettered, and the longest stretch without
+             progress in segd's /metrics is printed.
   outage     the same, but all three nodes SIGSTOPped for 30 s: while they
              are stopped and segd is idle, its store holds exactly the events
              below the input offsets it stored (offsets never ahead of data);
@@ -25,7 +26,9 @@ independent model of docs/design.md §3 are tests/chaoslib.py's.
 
 usage: kafka_faults.py failover|outage|logstart SEGD_BIN
 Exit 0 iff every check held; otherwise "FAIL: <reason>" and exit 1.
-KAFKA_FAULTS_BREAK=<name> breaks one check on purpose (the tests of the test).
+KAFKA_FAULTS_BREAK=<name> breaks one check on purpose (the tests of the test):
+restart, resume, delete (skip that fault step), model, cache, topic (one
+expected value of the store's, the caches' or the whole topic's check off).
 """
 import glob, http.client, io, json, os, shutil, signal, subprocess, sys, tempfile, threading, time
 import urllib.request
