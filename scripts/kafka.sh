@@ -98,7 +98,7 @@ start() {
     bootstrap+="${bootstrap:+,}127.0.0.1:${ports[$((2 * n - 2))]}"
   done
   local rf=$(( nodes < 3 ? nodes : 3 ))
-  local cluster_id formats=()
+  local cluster_id
   cluster_id=$("$py" -c 'import base64,os;print(base64.urlsafe_b64encode(os.urandom(16)).decode().rstrip("="))')
   for n in $(seq 1 "$nodes"); do
     mkdir -p "$dir/node-$n/data"
@@ -133,15 +133,10 @@ log.retention.check.interval.ms=5000
 log.segment.bytes=67108864
 delete.topic.enable=true
 EOF
-    # the nodes format side by side: each is a JVM start of seconds on a
-    # loaded machine, and the broker-fault tests start a cluster each
     java -cp "$cache/lib/*" -Dlog4j2.configurationFile="$here/kafka/log4j2.properties" \
       -Dsegd.kafka.log="$dir/node-$n/format.log" kafka.tools.StorageTool format \
-      -t "$cluster_id" -c "$dir/node-$n/server.properties" > "$dir/node-$n/format.out" 2>&1 &
-    formats+=($!)
-  done
-  for n in $(seq 1 "$nodes"); do
-    wait "${formats[$((n - 1))]}" || die "cannot format node $n: $(tail -3 "$dir/node-$n/format.out")"
+      -t "$cluster_id" -c "$dir/node-$n/server.properties" > "$dir/node-$n/format.out" 2>&1 ||
+      die "cannot format node $n: $(tail -3 "$dir/node-$n/format.out")"
   done
   echo "$bootstrap" > "$dir/bootstrap"
   echo "$nodes" > "$dir/nodes"

@@ -558,6 +558,15 @@ def committed_store_offsets(j):
     return out
 
 
+def stacks(pid):
+    """Every thread's stack of a process that hangs, when gdb is at hand."""
+    if shutil.which("gdb"):
+        r = subprocess.run(["gdb", "-p", str(pid), "-batch", "-ex", "thread apply all bt"],
+                           capture_output=True, text=True, timeout=120)
+        print("--- stacks of %d\n%s" % (pid, "\n".join(
+            ln for ln in r.stdout.splitlines() if ln.startswith(("#", "Thread")))), file=sys.stderr)
+
+
 def watermarks(brokers, topic, partitions):
     c = Consumer({"bootstrap.servers": brokers, "group.id": "wm"})
     out = [c.get_watermark_offsets(TopicPartition(topic, p), timeout=10) for p in range(partitions)]
@@ -624,6 +633,7 @@ def logstart(s):
         rc = cache.wait(60)
     except subprocess.TimeoutExpired:
         rc = None
+        stacks(cache.pid)
     errlog = open(os.path.join(s.dir, "cache-%d.log.err" % cport)).read()
     check(rc == 1 and "deltas the cache has not joined are gone" in errlog,
           "cache A after the log start passed it: exit %s (want 1 naming the gap), log %s" %
