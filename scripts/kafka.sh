@@ -20,8 +20,8 @@
 # side by side in different folders (a failover test kills nodes of its own).
 # KAFKA_START_TIMEOUT_S (default 90) bounds the wait for every node to
 # register at start. The jars are cached under KAFKA_CACHE_DIR (default
-# ~/.cache/segd-kafka): a second start downloads nothing. Needs Java 17+ and Maven; installs
-# Debian's default-jre-headless and maven when absent.
+# ~/.cache/segd-kafka): a second start downloads nothing. Needs Java 17+
+# and Maven; installs Debian's default-jre-headless and maven when absent.
 set -euo pipefail
 KAFKA_VERSION=4.1.1   # also in scripts/kafka/pom.xml
 here=$(cd "$(dirname "$0")" && pwd)
