@@ -18,9 +18,10 @@
 # KAFKA_CLUSTER_DIR (default /tmp/segd-kafka) holds one cluster: its nodes'
 # configs, logs, data, pids and the bootstrap file. Several clusters can run
 # side by side in different folders (a failover test kills nodes of its own).
-# The jars are cached under KAFKA_CACHE_DIR (default ~/.cache/segd-kafka):
-# a second start downloads nothing. Needs Java 17+ and Maven; installs
-# Debian's default-jre-headless and maven when absent.
+# KAFKA_START_TIMEOUT_S (default 90) bounds the wait for every node to
+# register at start. The jars are cached under KAFKA_CACHE_DIR (default
+# ~/.cache/segd-kafka): a second start downloads nothing. Needs Java 17+
+# and Maven; installs Debian's default-jre-headless and maven when absent.
 set -euo pipefail
 KAFKA_VERSION=4.1.1   # also in scripts/kafka/pom.xml
 here=$(cd "$(dirname "$0")" && pwd)
@@ -147,9 +148,9 @@ EOF
   echo "$bootstrap" > "$dir/bootstrap"
   echo "$nodes" > "$dir/nodes"
   for n in $(seq 1 "$nodes"); do java_node "$n"; done
-  if ! admin wait "$nodes" 90; then
+  if ! admin wait "$nodes" "${KAFKA_START_TIMEOUT_S:-90}"; then
     for n in $(seq 1 "$nodes"); do
-      echo "--- node $n" >&2; tail -5 "$dir/node-$n/stdout.log" "$dir/node-$n/server.log" >&2 || true
+      echo "--- node $n" >&2; tail -n 5 "$dir/node-$n/stdout.log" "$dir/node-$n/server.log" >&2 || true
     done
     stop
     die "the cluster did not come up"
@@ -158,7 +159,13 @@ EOF
 }
 
 node_pid() { cat "$dir/node-$1/pid" 2>/dev/null || true; }
-alive() { local p; p=$(node_pid "$1"); [ -n "$p" ] && kill -0 "$p" 2>/dev/null; }
+# alive: the pid is a Kafka node of this folder, not a process that reused
+# the number after the node exited
+alive() {
+  local p; p=$(node_pid "$1")
+  [ -n "$p" ] && kill -0 "$p" 2>/dev/null &&
+    tr '\0' ' ' < "/proc/$p/cmdline" 2>/dev/null | grep -qF "$dir/node-$1/server.properties"
+}
 running_any() {
   local n
   for n in $(seq 1 "$(cat "$dir/nodes" 2>/dev/null || echo 0)"); do alive "$n" && return 0; done
@@ -197,11 +204,14 @@ restart() {
 }
 
 delete_records() {  # TOPIC PARTITION OFFSET
-  local f="$dir/delete-records.json"
+  local f; f=$(mktemp "$dir/delete-records-XXXXXX.json")  # tests may call it side by side
   printf '{"partitions":[{"topic":"%s","partition":%d,"offset":%d}],"version":1}\n' "$1" "$2" "$3" > "$f"
   java -cp "$cache/lib/*" -Dlog4j2.configurationFile="$here/kafka/log4j2.properties" \
     -Dsegd.kafka.log="$dir/tools.log" org.apache.kafka.tools.DeleteRecordsCommand \
     --bootstrap-server "$(cat "$dir/bootstrap")" --offset-json-file "$f"
+  local rc=$?
+  rm -f "$f"
+  return $rc
 }
 
 cmd=${1:-}

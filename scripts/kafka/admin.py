@@ -12,13 +12,14 @@ Exit status 0 on success; a reason on stderr and 1 otherwise."""
 import sys
 import time
 
+from confluent_kafka import KafkaError
 from confluent_kafka.admin import AdminClient, NewTopic
 
 
 def client(bootstrap):
     # log_level 0: a node still starting refuses connections; the wait says
     # so once, in its own words, instead of a log line per attempt
-    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 5000,
+    return AdminClient({"bootstrap.servers": bootstrap, "socket.timeout.ms": 30000,
                         "log_level": 0})
 
 
@@ -42,14 +43,28 @@ def wait(bootstrap, nodes, timeout_s):
 
 def create(bootstrap, topic, partitions, rf, configs):
     conf = dict(kv.split("=", 1) for kv in configs)
-    a = client(bootstrap)  # the futures need their client alive
-    fs = a.create_topics(
-        [NewTopic(topic, int(partitions), int(rf), config=conf)], operation_timeout=30)
-    try:
-        fs[topic].result(timeout=40)
-    except Exception as e:  # noqa: BLE001
-        print("kafka: cannot create %s: %s" % (topic, e), file=sys.stderr)
-        return 1
+    # a loaded test machine can leave the controller slow to answer
+    # ("Failed while waiting for controller"): tried again for a while; a
+    # topic that exists from an earlier attempt that did get through is fine
+    deadline = time.time() + 120
+    while True:
+        a = client(bootstrap)  # the futures need their client alive
+        fs = a.create_topics(
+            [NewTopic(topic, int(partitions), int(rf), config=conf)], operation_timeout=30)
+        try:
+            fs[topic].result(timeout=60)
+            break
+        except Exception as e:  # noqa: BLE001
+            code = e.args[0].code() if e.args and hasattr(e.args[0], "code") else None
+            if code == KafkaError.TOPIC_ALREADY_EXISTS:
+                break
+            if time.time() > deadline or (e.args and hasattr(e.args[0], "retriable")
+                                          and not e.args[0].retriable()
+                                          and code != KafkaError._TIMED_OUT
+                                          and code != KafkaError.REQUEST_TIMED_OUT):
+                print("kafka: cannot create %s: %s" % (topic, e), file=sys.stderr)
+                return 1
+            time.sleep(1)
     # CreateTopics returns when the controller has it; wait until every
     # partition has a leader in the metadata the clients will read
     deadline = time.time() + 30
