@@ -54,6 +54,19 @@ int segd_event_is_control(const segd_event_t *ev)
     return ev->user_id_len == len && !memcmp(ev->user_id, SEGD_CONTROL_RETIRE_USER, len);
 }
 
+/* The marker a retirement of id at before_ms must write: the policy learns
+ * a batch's retirements only once the batch is written, and in a batch the
+ * last put of a key wins, so a later event with an earlier time would lower
+ * on disk what an earlier one of the same batch raised (and a restart would
+ * bring back what the running process had retired). */
+static int64_t pending_retired_before(const segd_applier_t *a, int64_t id, int64_t before_ms)
+{
+    for (size_t i = 0; i < a->n_retired; i++)
+        if (a->retired[i].segment_id == id && a->retired[i].retired_before_ms > before_ms)
+            before_ms = a->retired[i].retired_before_ms;
+    return before_ms;
+}
+
 /* A retirement through the log: its markers and a RETIRE outbox entry join
  * the pending batch (written atomically with the batch's offsets); the
  * policy learns them in segd_applier_flush once the batch is written. */
@@ -69,7 +82,8 @@ static segd_err_t add_retirement(segd_applier_t *a, const segd_event_t *ev)
     for (size_t i = 0; i < n; i++) {
         mine[i].segment_id = ev->segments[i].segment_id;
         mine[i].retired_before_ms = ev->ts_ms;
-        segd_batch_retire(a->batch, mine[i].segment_id, ev->ts_ms);
+        segd_batch_retire(a->batch, mine[i].segment_id,
+                          pending_retired_before(a, mine[i].segment_id, ev->ts_ms));
     }
     if (a->outbox && n) {
         segd_err_t err = segd_outbox_retire_value(mine, n, segd_wall_ms(), &a->retire_value);

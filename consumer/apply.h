@@ -7,11 +7,10 @@
 #include "wire/outbox.h"
 #include "store/store.h"
 
-/* A SegmentEvent with this user id is a control event, not a user's: a
+/* A SegmentEvent with SEGD_CONTROL_RETIRE_USER (core/event.h) is a control event, not a user's: a
  * store-wide retirement through the log (DESIGN 3.2), op REMOVE, ts_ms =
  * retired_before_ms, one segment per retired id; produced to every partition
  * by `segd segments retire --brokers`. */
-#define SEGD_CONTROL_RETIRE_USER "segd.control:retire"
 int segd_event_is_control(const segd_event_t *ev);
 
 typedef struct segd_applier {

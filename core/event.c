@@ -72,6 +72,13 @@ segd_err_t segd_event_validate(const segd_event_t *ev, const segd_limits_t *lim,
     if (ev->n_segments > lim->max_segments)
         return segd_errf(SEGD_ERR_LIMIT, errstr, errstr_size,
                          "%zu segments exceed %zu", ev->n_segments, lim->max_segments);
+    /* the reserved id makes a store-wide retirement (DESIGN 3.2): only in
+     * the form segd produces it, never as an ordinary producer's upsert */
+    if (ev->op != SEGD_OP_REMOVE && ev->user_id_len == strlen(SEGD_CONTROL_RETIRE_USER) &&
+        !memcmp(ev->user_id, SEGD_CONTROL_RETIRE_USER, ev->user_id_len))
+        return segd_errf(SEGD_ERR_INVALID, errstr, errstr_size,
+                         "user id %s is reserved for retirement control events, which are "
+                         "op REMOVE", SEGD_CONTROL_RETIRE_USER);
     if (ev->op == SEGD_OP_ERASE_USER && ev->n_segments)
         return segd_errf(SEGD_ERR_INVALID, errstr, errstr_size,
                          "ERASE_USER carries segments");

@@ -19,6 +19,10 @@ typedef enum segd_op {
     SEGD_OP_ERASE_USER = 2,
 } segd_op_t;
 
+/* The user id reserved for store-wide retirements through the log (DESIGN
+ * 3.2, consumer/apply.h): valid only with op REMOVE. */
+#define SEGD_CONTROL_RETIRE_USER "segd.control:retire"
+
 typedef struct segd_seg_update {
     int64_t segment_id;
     int32_t ttl_s;

@@ -233,6 +233,7 @@ class Scenario:
         self.work = tempfile.mkdtemp(prefix="segd-faults-%s-" % name)
         self.t = Trial(segd, self.work, None, name)
         self.t.brokers = kafka("bootstrap")
+        self.t.partitions = 4  # chaoslib's Trial.broker() sets it; the topics are made here
         self.segd, self.dir = segd, self.t.dir
         self.db = os.path.join(self.dir, "db")
         self.procs = {}

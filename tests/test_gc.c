@@ -583,6 +583,65 @@ static void test_operand_merged_within_period(void **state)
     remove_dir(dir);
 }
 
+/* Two retirements of one id in one batch, the later event with the earlier
+ * time: the marker on disk must be the larger, as the running process has
+ * it, so that a restart does not lower it. */
+static void test_retire_in_batch_keeps_max(void **state)
+{
+    (void)state;
+    char dir[64], err[256];
+    make_dir(dir, sizeof(dir), "retiremax");
+    segd_store_t *s = open_store(dir, T0);
+    segd_applier_t a;
+    assert_int_equal(segd_applier_init(&a, s), SEGD_OK);
+    segd_event_t ev;
+    segd_event_init(&ev);
+    const int64_t times[2] = {T0 - HOUR_MS, T0 - 2 * HOUR_MS};
+    for (int i = 0; i < 2; i++) {
+        segd_event_reset(&ev);
+        assert_int_equal(segd_event_set_user(&ev, SEGD_CONTROL_RETIRE_USER,
+                                             strlen(SEGD_CONTROL_RETIRE_USER)), SEGD_OK);
+        ev.op = SEGD_OP_REMOVE;
+        ev.ts_ms = times[i];
+        segd_seg_update_t u = {.segment_id = 5};
+        assert_int_equal(segd_event_add_segment(&ev, &u), SEGD_OK);
+        assert_int_equal(segd_applier_add_from(&a, &ev, "t", 0, i, 0), SEGD_OK);
+    }
+    assert_int_equal(segd_applier_flush(&a, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_policy_retired_before(segd_store_policy(s), 5), times[0]);
+    segd_applier_free(&a);
+    segd_event_free(&ev);
+    segd_store_close(s);
+    s = open_store(dir, T0);
+    assert_int_equal(segd_policy_retired_before(segd_store_policy(s), 5), times[0]);
+    segd_store_close(s);
+    remove_dir(dir);
+}
+
+/* The reserved control id is valid only as segd produces it (op REMOVE): an
+ * ordinary producer's upsert or erase under it would retire segments
+ * store-wide, so validation refuses it (it goes to the dead-letter topic). */
+static void test_control_id_only_remove(void **state)
+{
+    (void)state;
+    char err[256];
+    segd_limits_t lim;
+    segd_limits_default(&lim);
+    segd_event_t ev;
+    segd_event_init(&ev);
+    assert_int_equal(segd_event_set_user(&ev, SEGD_CONTROL_RETIRE_USER,
+                                         strlen(SEGD_CONTROL_RETIRE_USER)), SEGD_OK);
+    ev.ts_ms = T0;
+    segd_seg_update_t u = {.segment_id = 5, .ttl_s = 60};
+    assert_int_equal(segd_event_add_segment(&ev, &u), SEGD_OK);
+    ev.op = SEGD_OP_REMOVE;
+    assert_int_equal(segd_event_validate(&ev, &lim, err, sizeof(err)), SEGD_OK);
+    ev.op = SEGD_OP_UPSERT;
+    assert_int_equal(segd_event_validate(&ev, &lim, err, sizeof(err)), SEGD_ERR_INVALID);
+    assert_non_null(strstr(err, "reserved"));
+    segd_event_free(&ev);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -591,6 +650,8 @@ int main(void)
         cmocka_unit_test(test_horizon_is_kept),
         cmocka_unit_test(test_operand_merged_within_period),
         cmocka_unit_test(test_store_snapshot_caches_agree),
+        cmocka_unit_test(test_retire_in_batch_keeps_max),
+        cmocka_unit_test(test_control_id_only_remove),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
