@@ -22,7 +22,7 @@ own_cluster() {
       rm -f "$KAFKA_CLUSTER_DIR.start"; exit 1; }
   rm -f "$KAFKA_CLUSTER_DIR.start"
   local t
-  for t in events:4 segments.changes:4 events.dlq:1; do
+  for t in events:4 segments.changes:4 events.dlq:4; do
     bash "$own_root/scripts/kafka.sh" topic "${t%%:*}" "${t##*:}" 3 min.insync.replicas=2 \
       > /dev/null || { echo "FAIL: cannot create topic ${t%%:*}" >&2; exit 1; }
   done
