@@ -17,6 +17,8 @@
 #include <unistd.h>
 
 #include "app/rebuild.h"
+#include "base/args.h"
+#include "cli/cli.h"
 #include "consumer/pipeline.h"
 #include "core/record.h"
 #include "store_util.h"
@@ -193,12 +195,32 @@ static void test_swap_keeps_live_markers(void **state)
     segd_store_close(s);
 }
 
+/* A live store with restored units (import floors) holds data no topic
+ * does: segd rebuild refuses before it touches a broker or writes a store. */
+static void test_rebuild_refuses_restored(void **state)
+{
+    test_dir_t *f = *state;
+    char db[256], tmp[300], err[256];
+    path_in(f, "db", db, sizeof(db));
+    segd_store_t *s = test_store_open(db, T0);
+    assert_int_equal(segd_store_raise_import_floor(s, "ev", 0, T0 - 1000, err, sizeof(err)),
+                     SEGD_OK);
+    segd_store_close(s);
+    char *argv[] = {"rebuild", "--brokers", "127.0.0.1:1", "--topic", "ev", "--db", db, NULL};
+    assert_int_equal(segd_cmd_rebuild(7, argv), SEGD_EXIT_REFUSED);
+    struct stat st;
+    snprintf(tmp, sizeof(tmp), "%s.rebuild.tmp", db);
+    assert_int_not_equal(stat(tmp, &st), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_swap_refused_while_held, test_dir_setup,
                                         test_dir_teardown),
         cmocka_unit_test_setup_teardown(test_swap_keeps_live_markers, test_dir_setup,
+                                        test_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_rebuild_refuses_restored, test_dir_setup,
                                         test_dir_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
