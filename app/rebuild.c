@@ -217,9 +217,11 @@ segd_err_t segd_rebuild_swap(const segd_store_opts_t *so, segd_log_t *log, int *
     if (stat(done, &st) || !S_ISDIR(st.st_mode))
         return SEGD_OK;
     have_db = stat(db, &st) == 0;
+    snprintf(old, sizeof(old), "%s/CURRENT", db);
+    int is_store = have_db && stat(old, &st) == 0; /* not a store: nothing to carry */
     segd_profile_init(&c.marker);
     if (have_db && ((err = lock_store(db, &lock_fd, errstr, n)) ||
-                    (err = carry_markers(so, done, &c))))
+                    (is_store && (err = carry_markers(so, done, &c)))))
         goto out;
     snprintf(old, sizeof(old), "%s.replaced-%lld", db, (long long)time(NULL));
     if (have_db && rename(db, old)) {
