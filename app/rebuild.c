@@ -11,7 +11,9 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "app/app.h"
 #include "consumer/pipeline.h"
+#include "transport/kconf.h"
 #include "core/record.h"
 
 #define CARRY_BATCH_USERS 1024 /* erase markers per store write */
@@ -243,5 +245,88 @@ out:
         close(lock_fd); /* after the renames: the lock held across them */
     segd_profile_free(&c.marker);
     segd_buf_free(&c.operand);
+    return err;
+}
+
+#define LOG_START_TIMEOUT_MS 5000
+
+typedef struct log_start {
+    rd_kafka_t *rk;
+    segd_log_t *log;
+    int unreachable, behind;
+    char *errstr;
+    size_t n;
+} log_start_t;
+
+static int check_partition(void *ctx, const char *topic, int32_t partition, int64_t next)
+{
+    log_start_t *l = ctx;
+    int64_t low = 0, high = 0;
+    rd_kafka_resp_err_t e = rd_kafka_query_watermark_offsets(l->rk, topic, partition, &low,
+                                                             &high, LOG_START_TIMEOUT_MS);
+    if (e) {
+        segd_log(l->log, SEGD_LOG_WARN, "store", "rebuild swap: the log start of %s [%d] "
+                 "cannot be read (%s): not checked", topic, (int)partition, rd_kafka_err2str(e));
+        l->unreachable = 1;
+        return 1; /* one slow broker is enough waiting */
+    }
+    if (next >= low)
+        return 0;
+    segd_errf(SEGD_ERR_TOO_LATE, l->errstr, l->n, "rebuild swap refused: retention deleted "
+              "%s [%d] up to offset %lld past the rebuilt store's next offset %lld (the "
+              "swapped store would skip those messages); remove the rebuilt store and run "
+              "segd rebuild again", topic, (int)partition, (long long)low, (long long)next);
+    l->behind = 1;
+    return 1;
+}
+
+static segd_err_t make_probe(const segd_config_t *cfg, rd_kafka_t **rk, char *errstr, size_t n)
+{
+    const char *const defaults[] = {"bootstrap.servers", cfg->brokers, "group.id",
+                                    "segd-rebuild-swap", NULL};
+    char errbuf[512];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    segd_err_t err = segd_kconf_apply(conf, "rebuild swap", defaults, errstr, n);
+    for (size_t i = 0; !err && i < cfg->n_kafka; i++)
+        err = segd_kconf_set(conf, "rebuild swap", cfg->kafka[i].key, cfg->kafka[i].value,
+                             errstr, n);
+    if (!err)
+        segd_kconf_set_logger(conf, cfg->log);
+    if (!err && !(*rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errbuf, sizeof(errbuf))))
+        err = segd_errf(SEGD_ERR_KAFKA, errstr, n, "rebuild swap: consumer: %s", errbuf);
+    if (err)
+        rd_kafka_conf_destroy(conf);
+    return err;
+}
+
+segd_err_t segd_rebuild_check_log_start(const segd_config_t *cfg, char *errstr, size_t n)
+{
+    char done[4096];
+    struct stat st;
+    segd_rebuild_done_path(cfg->db, done, sizeof(done));
+    if (stat(done, &st) || !S_ISDIR(st.st_mode))
+        return SEGD_OK;
+    segd_store_opts_t so;
+    segd_app_config_store_opts(cfg, &so);
+    so.path = done;
+    so.read_only = 1;
+    segd_store_t *s = NULL;
+    segd_store_view_t *v = NULL;
+    log_start_t l = {.log = cfg->log, .errstr = errstr, .n = n};
+    segd_err_t err = segd_store_open(&s, &so, errstr, n);
+    if (!err)
+        err = make_probe(cfg, &l.rk, errstr, n);
+    if (!err)
+        err = segd_store_view_open(s, &v, errstr, n);
+    if (!err)
+        err = segd_store_view_positions(v, "offset", check_partition, &l, errstr, n);
+    if (!err && l.behind)
+        err = SEGD_ERR_TOO_LATE;
+    if (v)
+        segd_store_view_close(v);
+    if (l.rk)
+        rd_kafka_destroy(l.rk);
+    if (s)
+        segd_store_close(s);
     return err;
 }

@@ -44,9 +44,9 @@ static void usage(FILE *f)
         "  Not renamed DIR.rebuilt (DIR.rebuild.tmp stays, exit 3) when messages\n"
         "  were lost to retention during the rebuild, or --topic named only some of\n"
         "  the config's input topics (run again with all of them to finish).\n"
-        "  The swap does not look at the topics: if retention deletes messages past\n"
-        "  the rebuilt offsets before segd run swaps the store in, they are skipped\n"
-        "  (swap soon after the rebuild).\n"
+        "  segd run refuses the swap (exit 1) when retention deleted messages past\n"
+        "  the rebuilt offsets meanwhile (a broker silent for 5 s is not waited for:\n"
+        "  swap soon after the rebuild).\n"
         "  --config FILE, -X, SEGD_* variables: as `segd run`.\n"
         "  Exit: 0 rebuilt, 3 dead-lettered messages or not complete (see above),\n"
         "  4 refused (restored data; --force goes on), 1 failure, 2 usage.\n");

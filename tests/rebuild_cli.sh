@@ -122,4 +122,23 @@ set -e
 grep -q "not renamed $tmp/db2.rebuilt: --topic left out the config's input topics ${tp}other" \
   "$tmp/part.out" || fail "partial rebuild said: $(cat "$tmp/part.out")"
 [ -d "$tmp/db2.rebuild.tmp" ] && [ ! -e "$tmp/db2.rebuilt" ] || fail "partial rebuild renamed"
+# retention past the rebuilt offsets before the swap: segd run refuses it (on
+# a real cluster, where DeleteRecords moves the log start as retention would)
+if kafka_real; then
+  kill -TERM $run_pid
+  wait $run_pid || fail "segd run exit $?"
+  "$segd" rebuild --config "$tmp/segd.conf" > /dev/null 2> "$tmp/rebuild3.log" ||
+    fail "third rebuild: $(cat "$tmp/rebuild3.log")"
+  "$segd" produce --brokers "$brokers" --topic "${tp}events" --users 60 --events 40 --seed 9 \
+    --now "$now" > /dev/null 2>> "$tmp/produce.log" || fail "produce 3"
+  bash "$lib_root/scripts/kafka.sh" delete-records "${tp}events" 0 -1 > "$tmp/delete.log" 2>&1 ||
+    fail "delete-records: $(cat "$tmp/delete.log")"
+  set +e
+  timeout 120 "$segd" run --config "$tmp/segd.conf" > /dev/null 2> "$tmp/run3.log"; rc=$?
+  set -e
+  [ $rc -eq 1 ] || fail "segd run over a rebuilt store retention passed: exit $rc"
+  grep -q "rebuild swap refused: retention deleted ${tp}events \[0\]" "$tmp/run3.log" ||
+    fail "segd run said: $(tail -3 "$tmp/run3.log")"
+  [ -d "$tmp/db.rebuilt" ] || fail "the refused swap moved the rebuilt store"
+fi
 echo "rebuild_cli: 300 messages rebuilt beside segd run (floor $f), swap refused beside it, swapped in at restart keeping an offline erasure, 20 more consumed after"
