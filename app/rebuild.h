@@ -11,15 +11,30 @@
 
 #include "base/err.h"
 #include "base/log.h"
+#include "consumer/config.h"
+#include "store/store.h"
 
 /* DB.rebuild.tmp and DB.rebuilt, in out (at least 4096 bytes). */
 void segd_rebuild_tmp_path(const char *db, char *out, size_t n);
 void segd_rebuild_done_path(const char *db, char *out, size_t n);
 
-/* When DB.rebuilt exists, renames DB to DB.replaced-<now> and DB.rebuilt to
- * DB, and says so on log (may be NULL: stderr). *swapped = 1 then. Call with
- * no process holding DB. */
-segd_err_t segd_rebuild_swap(const char *db, segd_log_t *log, int *swapped, char *errstr,
-                             size_t errstr_size);
+/* When DB.rebuilt exists (DB = so->path, so the store options segd run
+ * opens DB with): takes DB's lock (SEGD_ERR_BUSY, nothing changed, while
+ * another process holds the store), raises the rebuilt store's erase
+ * markers, retirement markers, import floors and misrouting counters to the
+ * live store's (what the input topics do not hold), renames DB to
+ * DB.replaced-<now> and DB.rebuilt to DB, syncs the parent directory, and
+ * says so on log (may be NULL: stderr). *swapped = 1 then. */
+segd_err_t segd_rebuild_swap(const segd_store_opts_t *so, segd_log_t *log, int *swapped,
+                             char *errstr, size_t errstr_size);
+
+/* Before a swap (DB.rebuilt exists): each input partition's next offset in
+ * the rebuilt store against the log start the brokers report now. Where
+ * retention passed it, the swapped store would skip messages without a
+ * word: SEGD_ERR_TOO_LATE naming the partition (the rebuilt store stays;
+ * rebuild again). A broker that does not answer in a few seconds is logged
+ * and not waited for (the swap goes on). SEGD_OK when there is nothing to swap. */
+segd_err_t segd_rebuild_check_log_start(const segd_config_t *cfg, char *errstr,
+                                        size_t errstr_size);
 
 #endif

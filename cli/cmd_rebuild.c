@@ -20,7 +20,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
         "usage: segd rebuild --config FILE [--brokers B] [--topic T[,T...]] [--db DIR]\n"
-        "                    [-X kafka.prop=value ...]\n"
+        "                    [--force] [-X kafka.prop=value ...]\n"
         "  Rebuilds the store DIR (segd run's db) from its input topics into a fresh\n"
         "  store beside it, DIR.rebuild.tmp: every partition from the log start to\n"
         "  its end now, through segd run's checks, with the input offsets segd run\n"
@@ -29,7 +29,8 @@ static void usage(FILE *f)
         "  replay or rewind is refused below its floor (README \"Repairing a store\").\n"
         "  Runs beside the live `segd run`, which it does not touch. When complete\n"
         "  the new store is renamed DIR.rebuilt, and the next `segd run` on DIR swaps\n"
-        "  it in before opening the store (the old one is kept as\n"
+        "  it in before opening the store, keeping the live store's erasures,\n"
+        "  retirements and import floors (the old one is kept as\n"
         "  DIR.replaced-<unix seconds>; remove it once satisfied); restart segd run\n"
         "  when convenient: it re-consumes what arrived since the rebuild ended.\n"
         "  Writes no outbox entries: caches need a snapshot exported after the swap.\n"
@@ -37,22 +38,55 @@ static void usage(FILE *f)
         "  --dlq-file), not to the DLQ topic, which already holds them.\n"
         "  An interrupted rebuild continues into DIR.rebuild.tmp when run again.\n"
         "  The identity links topic is not rebuilt (segd identity backfill).\n"
+        "  Only what the input topics hold is rebuilt: data loaded by `segd backfill`\n"
+        "  or a snapshot restore is not in them and is lost by the swap. A live store\n"
+        "  with restored snapshot units (import floors) is refused unless --force.\n"
+        "  Not renamed DIR.rebuilt (DIR.rebuild.tmp stays, exit 3) when messages\n"
+        "  were lost to retention during the rebuild, or --topic named only some of\n"
+        "  the config's input topics (run again with all of them to finish).\n"
+        "  segd run refuses the swap (exit 1) when retention deleted messages past\n"
+        "  the rebuilt offsets meanwhile (a broker silent for 5 s is not waited for:\n"
+        "  swap soon after the rebuild).\n"
         "  --config FILE, -X, SEGD_* variables: as `segd run`.\n"
-        "  Exit: 0 rebuilt, 3 rebuilt with messages dead-lettered, 1 failure, 2 usage.\n");
+        "  Exit: 0 rebuilt, 3 dead-lettered messages or not complete (see above),\n"
+        "  4 refused (restored data; --force goes on), 1 failure, 2 usage.\n");
+}
+
+typedef struct rebuild_args {
+    int force;
+    char missing[1024]; /* the config's input topics --topic left out, comma-separated */
+} rebuild_args_t;
+
+/* The topics of the file and environment that --topic did not name. */
+static void note_missing(const segd_config_t *cfg, char *const *all, size_t n_all,
+                         rebuild_args_t *a)
+{
+    size_t len = 0;
+    a->missing[0] = 0;
+    for (size_t i = 0; i < n_all; i++) {
+        int found = 0;
+        for (size_t j = 0; j < cfg->n_topics && !found; j++)
+            found = !strcmp(all[i], cfg->topics[j]);
+        if (!found && len < sizeof(a->missing))
+            len += (size_t)snprintf(a->missing + len, sizeof(a->missing) - len, "%s%s",
+                                    len ? "," : "", all[i]);
+    }
 }
 
 /* 0 ok, 1 --help, 2 usage error (said). Flags over the file and environment. */
-static int parse(int argc, char **argv, segd_config_t *cfg)
+static int parse(int argc, char **argv, segd_config_t *cfg, rebuild_args_t *a)
 {
     static const struct option opts[] = {{"config", required_argument, 0, 'c'},
                                          {"brokers", required_argument, 0, 'b'},
                                          {"topic", required_argument, 0, 't'},
                                          {"db", required_argument, 0, 'd'},
+                                         {"force", no_argument, 0, 'f'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *file = NULL;
-    char err[512];
-    int c;
+    char err[512], *all[SEGD_MAX_TOPICS];
+    size_t n_all = 0;
+    int c, rc = 2;
     optind = 1;
     while ((c = getopt_long(argc, argv, "X:", opts, NULL)) != -1)
         if (c == 'c')
@@ -64,6 +98,11 @@ static int parse(int argc, char **argv, segd_config_t *cfg)
     if ((file && segd_config_load_file(cfg, file, err, sizeof(err))) ||
         segd_config_load_env(cfg, environ, err, sizeof(err)))
         goto bad;
+    for (; n_all < cfg->n_topics; n_all++)
+        if (!(all[n_all] = strdup(cfg->topics[n_all]))) {
+            snprintf(err, sizeof(err), "out of memory");
+            goto bad;
+        }
     optind = 1;
     while ((c = getopt_long(argc, argv, "X:", opts, NULL)) != -1) {
         segd_err_t e = SEGD_OK;
@@ -75,6 +114,8 @@ static int parse(int argc, char **argv, segd_config_t *cfg)
             e = segd_config_set(cfg, "db", optarg, err, sizeof(err));
         else if (c == 'X')
             e = segd_config_set_x(cfg, optarg, err, sizeof(err));
+        else if (c == 'f')
+            a->force = 1;
         if (e)
             goto bad;
     }
@@ -85,10 +126,14 @@ static int parse(int argc, char **argv, segd_config_t *cfg)
     if ((!cfg->group && segd_config_set(cfg, "group", "segd-rebuild", err, sizeof(err))) ||
         segd_config_finish(cfg, err, sizeof(err)))
         goto bad;
-    return 0;
+    note_missing(cfg, all, n_all, a);
+    rc = 0;
 bad:
-    fprintf(stderr, "segd rebuild: %s\n", err);
-    return 2;
+    if (rc)
+        fprintf(stderr, "segd rebuild: %s\n", err);
+    while (n_all)
+        free(all[--n_all]);
+    return rc;
 }
 
 /* Each input topic from its log start to its end, offsets stored. */
@@ -123,17 +168,55 @@ static int rebuild_topics(segd_config_t *cfg, segd_store_t *s, const char *dlq,
         }
         sum->messages += st.messages;
         sum->events += st.events;
-        sum->dead += st.dead + st.lost;
+        sum->dead += st.dead;
+        sum->lost += st.lost;
     }
     free(one);
     return 0;
 }
 
+static int count_floor(void *ctx, const char *topic, int32_t partition, int64_t floor_ms)
+{
+    (void)topic, (void)partition, (void)floor_ms;
+    (*(uint64_t *)ctx)++;
+    return 0;
+}
+
+/* Restored snapshot units leave import floors in the live store: their data
+ * is not in the topics, so the rebuilt store would lose it. 0 = go on. */
+static int check_restored(const segd_config_t *cfg, int force)
+{
+    struct stat st;
+    char cur[4200], err[512];
+    snprintf(cur, sizeof(cur), "%s/CURRENT", cfg->db);
+    if (stat(cur, &st))
+        return 0; /* no live store yet */
+    segd_store_opts_t so;
+    segd_app_config_store_opts(cfg, &so);
+    so.read_only = 1;
+    so.log = NULL;
+    segd_store_t *s = NULL;
+    if (segd_store_open(&s, &so, err, sizeof(err))) {
+        fprintf(stderr, "segd rebuild: cannot read %s: %s\n", cfg->db, err);
+        return SEGD_EXIT_FAIL;
+    }
+    uint64_t floors = 0;
+    segd_store_import_floors(s, count_floor, &floors);
+    segd_store_close(s);
+    if (!floors)
+        return 0;
+    fprintf(stderr, "segd rebuild: %s holds data restored from snapshots (%" PRIu64 " import "
+            "floors), which the input topics do not hold: the rebuilt store would lose it%s\n",
+            cfg->db, floors, force ? " (--force: going on)" : "; refused (--force goes on)");
+    return force ? 0 : SEGD_EXIT_REFUSED;
+}
+
 int segd_cmd_rebuild(int argc, char **argv)
 {
     segd_config_t cfg;
+    rebuild_args_t a = {0};
     segd_config_init(&cfg);
-    int rc = parse(argc, argv, &cfg);
+    int rc = parse(argc, argv, &cfg, &a);
     if (rc) {
         segd_config_free(&cfg);
         return rc == 1 ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
@@ -149,6 +232,11 @@ int segd_cmd_rebuild(int argc, char **argv)
                 "`segd run` to swap it in, or remove it\n", done);
         goto out;
     }
+    if ((rc = check_restored(&cfg, a.force)))
+        goto out;
+    rc = SEGD_EXIT_FAIL;
+    fprintf(stderr, "segd rebuild: note: only the input topics are rebuilt; data loaded by "
+            "`segd backfill` or restored from snapshots is not in them\n");
     segd_store_opts_t so;
     segd_app_config_store_opts(&cfg, &so);
     so.path = tmp;
@@ -163,6 +251,18 @@ int segd_cmd_rebuild(int argc, char **argv)
     segd_store_close(s);
     if (bad)
         goto out; /* DIR.rebuild.tmp stays: a second run continues into it */
+    if (sum.lost || a.missing[0]) {
+        /* not the topics' whole history: swapped in, it would drop what it lacks */
+        printf("rebuilt %" PRIu64 " messages into %s, not renamed %s: ", sum.messages, tmp, done);
+        if (sum.lost)
+            printf("%" PRIu64 " offsets were deleted by retention during the rebuild (the "
+                   "topics no longer hold the whole history)\n", sum.lost);
+        else
+            printf("--topic left out the config's input topics %s (run again with all of "
+                   "them to finish)\n", a.missing);
+        rc = SEGD_EXIT_PARTIAL;
+        goto out;
+    }
     if (rename(tmp, done)) {
         fprintf(stderr, "segd rebuild: rename %s to %s failed\n", tmp, done);
         goto out;

@@ -447,7 +447,10 @@ int segd_cmd_run(int argc, char **argv)
     /* a store `segd rebuild` finished beside this one replaces it now */
     char err[512];
     int swapped;
-    if (segd_rebuild_swap(cfg.db, log, &swapped, err, sizeof(err))) {
+    segd_store_opts_t so;
+    segd_app_config_store_opts(&cfg, &so);
+    if (segd_rebuild_check_log_start(&cfg, err, sizeof(err)) ||
+        segd_rebuild_swap(&so, log, &swapped, err, sizeof(err))) {
         segd_log(log, SEGD_LOG_ERROR, "store", "%s", err);
         goto out_log;
     }

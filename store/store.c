@@ -620,6 +620,15 @@ int64_t segd_store_import_floor(segd_store_t *s, const char *topic, int32_t part
     return v;
 }
 
+void segd_store_import_floors(segd_store_t *s, segd_floor_cb cb, void *ctx)
+{
+    pthread_mutex_lock(&s->floors_lock);
+    for (size_t i = 0; i < s->n_floors; i++)
+        if (cb(ctx, s->floors[i].topic, s->floors[i].partition, s->floors[i].floor_ms))
+            break;
+    pthread_mutex_unlock(&s->floors_lock);
+}
+
 segd_err_t segd_store_raise_import_floor(segd_store_t *s, const char *topic, int32_t partition,
                                          int64_t floor_ms, char *errstr, size_t n)
 {

@@ -226,6 +226,10 @@ segd_err_t segd_store_raise_import_floor(segd_store_t *s, const char *topic, int
                                          int64_t floor_ms, char *errstr, size_t errstr_size);
 /* The import floor of (topic, partition); 0 = none. Thread-safe. */
 int64_t segd_store_import_floor(segd_store_t *s, const char *topic, int32_t partition);
+/* Every import floor: cb(ctx, topic, partition, floor_ms); cb returns
+ * non-zero to stop (a rebuilt store takes the live one's, app/rebuild.h). */
+typedef int (*segd_floor_cb)(void *ctx, const char *topic, int32_t partition, int64_t floor_ms);
+void segd_store_import_floors(segd_store_t *s, segd_floor_cb cb, void *ctx);
 
 segd_err_t segd_store_stats(segd_store_t *s, segd_store_stats_t *st, char *errstr,
                             size_t errstr_size);

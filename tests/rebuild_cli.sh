@@ -3,9 +3,12 @@
 # floor and refuses a replay of its old history; `segd rebuild` fills a
 # fresh store beside it from the topic (history of any age, exactly), while
 # the live segd run goes on; the next segd run swaps it in (old store kept)
-# and continues from the rebuilt offsets. A user erased only in the live
-# store (offline, never in the topic) shows the rebuilt store came from the
-# topic; every other user equals the live store's answer.
+# and continues from the rebuilt offsets. A second segd run started while
+# the first holds the store refuses the swap and changes nothing. A user
+# erased only in the live store (offline, never in the topic) stays erased
+# after the swap (the live store's erase markers are carried over); every
+# other user equals the live store's answer. A rebuild of only some of the
+# config's topics is not renamed to .rebuilt.
 # usage: rebuild_cli.sh SEGD_BIN SOURCE_DIR
 set -euo pipefail
 segd=$1
@@ -65,6 +68,17 @@ set +e
 set -e
 [ $rc -eq 1 ] && grep -q "not yet swapped in" "$tmp/again.log" || fail "second rebuild: $rc"
 
+# a second segd run while the first holds the store: the swap is refused
+set +e
+timeout 120 "$segd" run --config "$tmp/segd.conf" > /dev/null 2> "$tmp/run2.log"; rc=$?
+set -e
+[ $rc -ne 0 ] && [ $rc -ne 124 ] || fail "second segd run beside the first: exit $rc"
+grep -q "rebuild swap refused: the store $tmp/db is in use by another process" "$tmp/run2.log" ||
+  fail "second segd run said: $(tail -3 "$tmp/run2.log")"
+[ -d "$tmp/db.rebuilt" ] && [ -f "$tmp/db/CURRENT" ] || fail "the refused swap moved a store"
+! ls -d "$tmp"/db.replaced-* > /dev/null 2>&1 || fail "the refused swap replaced the store"
+kill -0 $run_pid 2>/dev/null || fail "the live segd run stopped beside the refused swap"
+
 # damage the live store where the topic does not know it: erased offline
 kill -TERM $run_pid
 wait $run_pid || fail "segd run exit $?"
@@ -91,6 +105,40 @@ for _ in $(seq 300); do
   sleep 0.2
 done
 [ "$n" -eq 320 ] || fail "after the swap segd run stands at $n offsets, want 320"
-"$segd" get --db "$tmp/db" --now "$now" --json u0000000003 | grep -q '"id":' ||
-  fail "u0000000003 (erased only in the old store) did not come back from the topic"
-echo "rebuild_cli: 300 messages rebuilt beside segd run (floor $f), swapped in at restart, 20 more consumed after"
+# the offline erasure is not in the topic, yet the swap kept it
+"$segd" get --db "$tmp/db" --now "$now" --json u0000000003 > "$tmp/u3.json"
+grep -q '"user_id"' "$tmp/u3.json" || fail "no answer for u0000000003: $(cat "$tmp/u3.json")"
+! grep -q '"id":' "$tmp/u3.json" ||
+  fail "u0000000003 (erased offline in the live store) came back with the rebuilt store"
+
+# a rebuild of some of the config's input topics is kept as .rebuild.tmp
+sed -e "s|^topics = .*|topics = ${tp}events,${tp}other|" -e "s|^db = .*|db = $tmp/db2|" \
+  "$tmp/segd.conf" > "$tmp/two.conf"
+set +e
+"$segd" rebuild --config "$tmp/two.conf" --topic "${tp}events" > "$tmp/part.out" \
+  2> "$tmp/part.log"; rc=$?
+set -e
+[ $rc -eq 3 ] || fail "partial rebuild exit $rc: $(cat "$tmp/part.log")"
+grep -q "not renamed $tmp/db2.rebuilt: --topic left out the config's input topics ${tp}other" \
+  "$tmp/part.out" || fail "partial rebuild said: $(cat "$tmp/part.out")"
+[ -d "$tmp/db2.rebuild.tmp" ] && [ ! -e "$tmp/db2.rebuilt" ] || fail "partial rebuild renamed"
+# retention past the rebuilt offsets before the swap: segd run refuses it (on
+# a real cluster, where DeleteRecords moves the log start as retention would)
+if kafka_real; then
+  kill -TERM $run_pid
+  wait $run_pid || fail "segd run exit $?"
+  "$segd" rebuild --config "$tmp/segd.conf" > /dev/null 2> "$tmp/rebuild3.log" ||
+    fail "third rebuild: $(cat "$tmp/rebuild3.log")"
+  "$segd" produce --brokers "$brokers" --topic "${tp}events" --users 60 --events 40 --seed 9 \
+    --now "$now" > /dev/null 2>> "$tmp/produce.log" || fail "produce 3"
+  bash "$lib_root/scripts/kafka.sh" delete-records "${tp}events" 0 -1 > "$tmp/delete.log" 2>&1 ||
+    fail "delete-records: $(cat "$tmp/delete.log")"
+  set +e
+  timeout 120 "$segd" run --config "$tmp/segd.conf" > /dev/null 2> "$tmp/run3.log"; rc=$?
+  set -e
+  [ $rc -eq 1 ] || fail "segd run over a rebuilt store retention passed: exit $rc"
+  grep -q "rebuild swap refused: retention deleted ${tp}events \[0\]" "$tmp/run3.log" ||
+    fail "segd run said: $(tail -3 "$tmp/run3.log")"
+  [ -d "$tmp/db.rebuilt" ] || fail "the refused swap moved the rebuilt store"
+fi
+echo "rebuild_cli: 300 messages rebuilt beside segd run (floor $f), swap refused beside it, swapped in at restart keeping an offline erasure, 20 more consumed after"

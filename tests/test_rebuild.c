@@ -1,0 +1,227 @@
+/* The rebuild swap (app/rebuild.h, DESIGN 3.2): what the live store knows
+ * and its input topics do not (offline erasures and retirements, restored
+ * units' import floors, the misrouting counters) survives the swap into the
+ * rebuilt store; and the swap refuses, changing nothing, while another
+ * process holds the live store. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "app/rebuild.h"
+#include "base/args.h"
+#include "cli/cli.h"
+#include "consumer/pipeline.h"
+#include "core/record.h"
+#include "store_util.h"
+
+#define T0 1800000000000LL
+
+static void path_in(const test_dir_t *f, const char *name, char *out, size_t n)
+{
+    snprintf(out, n, "%s/%s", f->dir, name);
+}
+
+static void swap_opts(segd_store_opts_t *o, const char *db)
+{
+    segd_app_store_opts(o);
+    o->path = db;
+    o->now_ms = T0;
+    o->block_cache_mb = 8;
+    o->min_free_mb = 0;
+}
+
+/* Merges one record (an erase marker, an entry or both) into user. */
+static void put_record(segd_store_t *s, const char *user, int64_t erased_before_ms,
+                       int64_t entry_ts_ms)
+{
+    segd_profile_t p;
+    segd_buf_t buf = {0};
+    segd_batch_t *b = NULL;
+    char err[256];
+    segd_profile_init(&p);
+    p.erased_before_ms = erased_before_ms;
+    if (entry_ts_ms) {
+        segd_entry_t e = {.segment_id = 3, .ts_ms = entry_ts_ms,
+                          .expiry_s = T0 / 1000 + 86400};
+        assert_int_equal(segd_profile_push(&p, &e), SEGD_OK);
+    }
+    assert_int_equal(segd_record_encode(&p, &buf), SEGD_OK);
+    assert_int_equal(segd_batch_new(s, &b), SEGD_OK);
+    segd_batch_merge(b, user, strlen(user), buf.data, buf.len);
+    assert_int_equal(segd_store_write(s, b, err, sizeof(err)), SEGD_OK);
+    segd_batch_destroy(b);
+    segd_buf_free(&buf);
+    segd_profile_free(&p);
+}
+
+static void set_counter(segd_store_t *s, const char *name, int64_t v)
+{
+    segd_batch_t *b = NULL;
+    char err[256];
+    assert_int_equal(segd_batch_new(s, &b), SEGD_OK);
+    segd_batch_set_counter(b, name, v);
+    assert_int_equal(segd_store_write(s, b, err, sizeof(err)), SEGD_OK);
+    segd_batch_destroy(b);
+}
+
+static int64_t counter(segd_store_t *s, const char *name)
+{
+    int64_t v = -1;
+    char err[256];
+    assert_int_equal(segd_store_counter_get(s, name, &v, err, sizeof(err)), SEGD_OK);
+    return v;
+}
+
+static int find_retired(void *ctx, int64_t segment_id, int64_t before_ms)
+{
+    if (segment_id == 7)
+        *(int64_t *)ctx = before_ms;
+    return 0;
+}
+
+/* Runs first: the child opens RocksDB, so the parent must not have started
+ * RocksDB's threads before the fork. */
+static void test_swap_refused_while_held(void **state)
+{
+    test_dir_t *f = *state;
+    char db[256], done[256], cur[300], err[512];
+    int up[2], down[2];
+    path_in(f, "db", db, sizeof(db));
+    path_in(f, "db.rebuilt", done, sizeof(done));
+    assert_int_equal(pipe(up), 0);
+    assert_int_equal(pipe(down), 0);
+    pid_t pid = fork();
+    assert_true(pid >= 0);
+    if (pid == 0) { /* holds the live store open as segd run does */
+        char c = 0;
+        close(up[0]);
+        close(down[1]); /* EOF, and exit, once the parent is gone */
+        alarm(120);
+        segd_store_t *s = test_store_open(db, T0);
+        if (write(up[1], "x", 1) != 1 || read(down[0], &c, 1) < 0)
+            _exit(2);
+        segd_store_close(s);
+        _exit(0);
+    }
+    char c;
+    assert_int_equal(read(up[0], &c, 1), 1);
+    segd_store_close(test_store_open(done, T0));
+    segd_store_opts_t o;
+    swap_opts(&o, db);
+    int swapped = 1;
+    assert_int_equal(segd_rebuild_swap(&o, NULL, &swapped, err, sizeof(err)), SEGD_ERR_BUSY);
+    assert_int_equal(swapped, 0);
+    assert_non_null(strstr(err, "in use by another process"));
+    struct stat st;
+    snprintf(cur, sizeof(cur), "%s/CURRENT", db);
+    assert_int_equal(stat(cur, &st), 0);   /* the live store stays where it is */
+    assert_int_equal(stat(done, &st), 0);  /* the rebuilt one waits */
+    assert_int_equal(write(down[1], "x", 1), 1);
+    int status = 0;
+    assert_int_equal(waitpid(pid, &status, 0), pid);
+    assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+    /* once the holder is gone the swap goes through */
+    assert_int_equal(segd_rebuild_swap(&o, NULL, &swapped, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(swapped, 1);
+    assert_int_not_equal(stat(done, &st), 0);
+    assert_int_equal(stat(cur, &st), 0);
+    close(up[0]), close(up[1]), close(down[0]), close(down[1]);
+}
+
+static void test_swap_keeps_live_markers(void **state)
+{
+    test_dir_t *f = *state;
+    char db[256], done[256], err[512];
+    path_in(f, "db", db, sizeof(db));
+    path_in(f, "db.rebuilt", done, sizeof(done));
+    /* the live store: erased, retired and restored offline */
+    segd_store_t *live = test_store_open(db, T0);
+    put_record(live, "u1", T0 - 1000, 0);
+    put_record(live, "u2", T0 - 3000, T0 - 2000); /* erased, then a later entry */
+    assert_int_equal(segd_store_retire(live, 7, T0 - 500, NULL, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_store_raise_import_floor(live, "ev", 1, T0 - 2000, err, sizeof(err)),
+                     SEGD_OK);
+    set_counter(live, SEGD_COUNTER_MISROUTED, 5);
+    set_counter(live, SEGD_COUNTER_UNCHECKED, 3);
+    segd_store_close(live);
+    /* the rebuilt store: the topic's events, none of that */
+    segd_store_t *re = test_store_open(done, T0);
+    put_record(re, "u1", 0, T0 - 5000);
+    put_record(re, "u2", 0, T0 - 2000);
+    put_record(re, "u3", 0, T0 - 5000);
+    set_counter(re, SEGD_COUNTER_MISROUTED, 9);
+    segd_store_close(re);
+
+    segd_store_opts_t o;
+    swap_opts(&o, db);
+    int swapped = 0;
+    assert_int_equal(segd_rebuild_swap(&o, NULL, &swapped, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(swapped, 1);
+
+    segd_store_t *s = test_store_open(db, T0);
+    segd_profile_t p;
+    segd_profile_init(&p);
+    assert_int_equal(segd_store_get(s, "u1", 2, &p, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(p.erased_before_ms, T0 - 1000);
+    const segd_prune_t rule = {.now_ms = T0};
+    for (size_t i = 0; i < p.n; i++) /* the entry the topic brought back stays erased */
+        assert_false(segd_entry_live(&p.entries[i], p.erased_before_ms, &rule));
+    assert_int_equal(segd_store_get(s, "u2", 2, &p, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(p.erased_before_ms, T0 - 3000);
+    assert_int_equal(p.n, 1); /* the entry after the erasure lives */
+    assert_int_equal(segd_store_get(s, "u3", 2, &p, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(p.erased_before_ms, 0);
+    assert_int_equal(p.n, 1);
+    segd_profile_free(&p);
+    int64_t retired = 0;
+    segd_store_view_t *v = NULL;
+    assert_int_equal(segd_store_view_open(s, &v, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_store_view_retirements(v, find_retired, &retired, err, sizeof(err)),
+                     SEGD_OK);
+    segd_store_view_close(v);
+    assert_int_equal(retired, T0 - 500);
+    assert_int_equal(segd_store_import_floor(s, "ev", 1), T0 - 2000);
+    assert_int_equal(counter(s, SEGD_COUNTER_MISROUTED), 9); /* the larger total */
+    assert_int_equal(counter(s, SEGD_COUNTER_UNCHECKED), 3);
+    segd_store_close(s);
+}
+
+/* A live store with restored units (import floors) holds data no topic
+ * does: segd rebuild refuses before it touches a broker or writes a store. */
+static void test_rebuild_refuses_restored(void **state)
+{
+    test_dir_t *f = *state;
+    char db[256], tmp[300], err[256];
+    path_in(f, "db", db, sizeof(db));
+    segd_store_t *s = test_store_open(db, T0);
+    assert_int_equal(segd_store_raise_import_floor(s, "ev", 0, T0 - 1000, err, sizeof(err)),
+                     SEGD_OK);
+    segd_store_close(s);
+    char *argv[] = {"rebuild", "--brokers", "127.0.0.1:1", "--topic", "ev", "--db", db, NULL};
+    assert_int_equal(segd_cmd_rebuild(7, argv), SEGD_EXIT_REFUSED);
+    struct stat st;
+    snprintf(tmp, sizeof(tmp), "%s.rebuild.tmp", db);
+    assert_int_not_equal(stat(tmp, &st), 0);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test_setup_teardown(test_swap_refused_while_held, test_dir_setup,
+                                        test_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_swap_keeps_live_markers, test_dir_setup,
+                                        test_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_rebuild_refuses_restored, test_dir_setup,
+                                        test_dir_teardown),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}
