@@ -640,6 +640,8 @@ def logstart(s):
           (rc, errlog[-400:]))
     log("cache A continued: exit 1, log: %s" %
         [ln for ln in errlog.splitlines() if "are gone" in ln][0][:160])
+    if "shutdown did not finish" in errlog:  # cmd_cache.c's watchdog: worth knowing how often
+        log("cache A: its teardown did not finish within the grace; the watchdog ended it")
     # reload: a newer snapshot, then the cache follows the change topic
     new = os.path.join(s.dir, "snap-new")
     pos_new = change_positions(s.export(new))
