@@ -4,6 +4,7 @@
  * joins deltas exactly as the store does, and answers bidders over HTTP (cache/http.h)
  * and, with --resp, over the Redis protocol (cache/resp.h). The proof
  * that snapshot + deltas reproduce the store, and a usable cache. */
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -11,6 +12,7 @@
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cache/edge.h"
@@ -328,7 +330,10 @@ static struct {
 static void *exit_watchdog_main(void *arg)
 {
     (void)arg;
-    sleep(SHUTDOWN_GRACE_S);
+    /* the whole grace even when a signal (a second SIGTERM) lands here */
+    struct timespec left = {.tv_sec = SHUTDOWN_GRACE_S};
+    while (nanosleep(&left, &left) == -1 && errno == EINTR)
+        ;
     pthread_mutex_lock(&exit_watchdog.mu);
     if (!exit_watchdog.done) {
         segd_log_kv(exit_watchdog.log, SEGD_LOG_WARN, "cache",
