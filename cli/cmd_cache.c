@@ -4,12 +4,15 @@
  * joins deltas exactly as the store does, and answers bidders over HTTP (cache/http.h)
  * and, with --resp, over the Redis protocol (cache/resp.h). The proof
  * that snapshot + deltas reproduce the store, and a usable cache. */
+#include <errno.h>
 #include <getopt.h>
 #include <inttypes.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "cache/edge.h"
@@ -300,6 +303,70 @@ static int load(const cache_args_t *a, cache_state_t *cs)
     return 0;
 }
 
+/* Once the cache has decided to exit, its exit code is final and nothing it
+ * holds outlives the process: the edge table is memory, and the tail's
+ * consumer never joins a group nor commits an offset. A teardown that does
+ * not finish must then not keep it alive: a `segd cache` that met a gap once
+ * logged it and was still up 60 s later (tests/cache_log_start.sh, about 1
+ * run in 12 on a loaded machine). Its teardown joins threads of
+ * libmicrohttpd and of librdkafka 2.0.2, whose consumer is closed there while
+ * the other partitions' out-of-range fetch answers may still be arriving
+ * (one is then handled after its partition was stopped); no stacks were
+ * taken of that run, so which join never returned is not known. This
+ * watchdog ends the process with the decided code when the teardown takes
+ * longer than SHUTDOWN_GRACE_S. */
+#define SHUTDOWN_GRACE_S 10
+
+/* The logger outlives the watchdog's use of it: the teardown's last step
+ * takes mu and sets done before the logger goes; a watchdog that finds done
+ * set has nothing to do, one that fires holds mu until the process ends. */
+static struct {
+    pthread_mutex_t mu;
+    int done;
+    const segd_log_t *log;
+    int rc;
+} exit_watchdog = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static void *exit_watchdog_main(void *arg)
+{
+    (void)arg;
+    /* the whole grace even when a signal (a second SIGTERM) lands here */
+    struct timespec left = {.tv_sec = SHUTDOWN_GRACE_S};
+    while (nanosleep(&left, &left) == -1 && errno == EINTR)
+        ;
+    pthread_mutex_lock(&exit_watchdog.mu);
+    if (!exit_watchdog.done) {
+        segd_log_kv(exit_watchdog.log, SEGD_LOG_WARN, "cache",
+                    "shutdown did not finish: exiting without it", "grace_s=%d exit=%d",
+                    SHUTDOWN_GRACE_S, exit_watchdog.rc);
+        _exit(exit_watchdog.rc);
+    }
+    pthread_mutex_unlock(&exit_watchdog.mu);
+    return NULL;
+}
+
+/* Best effort: without the thread the teardown runs unguarded, as before. */
+static void arm_exit_watchdog(const segd_log_t *log, int rc)
+{
+    pthread_t th;
+    pthread_attr_t attr;
+    exit_watchdog.log = log;
+    exit_watchdog.rc = rc;
+    if (pthread_attr_init(&attr))
+        return;
+    pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+    if (pthread_create(&th, &attr, exit_watchdog_main, NULL))
+        segd_log(log, SEGD_LOG_WARN, "cache", "no shutdown watchdog: teardown unguarded");
+    pthread_attr_destroy(&attr);
+}
+
+static void disarm_exit_watchdog(void)
+{
+    pthread_mutex_lock(&exit_watchdog.mu);
+    exit_watchdog.done = 1;
+    pthread_mutex_unlock(&exit_watchdog.mu);
+}
+
 static int start_tail(const cache_args_t *a, cache_state_t *cs)
 {
     segd_tail_opts_t o;
@@ -393,12 +460,15 @@ int segd_cmd_cache(int argc, char **argv)
     }
     rc = SEGD_EXIT_OK;
 out:
+    if (log)
+        arm_exit_watchdog(log, rc);
     segd_resp_stop(resp);
     segd_http_stop(http);
     segd_metrics_destroy(cs.metrics);
     segd_tail_destroy(cs.tail);
     segd_edge_destroy(cs.edge);
     segd_manifest_free(&cs.manifest);
+    disarm_exit_watchdog();
     segd_log_destroy(log);
     return rc;
 }

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include <cmocka.h>
 
@@ -241,6 +242,58 @@ static void test_member_event_commit_time_is_its_own(void **state)
     segd_tail_destroy(t);
 }
 
+/* The exit path of a cache that met a gap: every partition of a topic led
+ * by three brokers fails its fetches out of range at once, the tail stops
+ * at the first, and the consumer is destroyed while the other partitions'
+ * out-of-range answers are still arriving (with real brokers, one of them
+ * was seen handled after its partition had already been stopped). Each
+ * round's replies come back with other delays, so the answers land at
+ * other points of the close. A destroy that never returns fails the test
+ * (SIGALRM) instead of hanging the suite. */
+static void test_gap_on_every_partition_then_destroy(void **state)
+{
+    fixture_t *f = *state;
+    rd_kafka_mock_cluster_t *mcl = rd_kafka_mock_cluster_new(f->mock_rk, 3);
+    assert_non_null(mcl);
+    const char *bootstraps = rd_kafka_mock_cluster_bootstraps(mcl);
+    for (int round = 0; round < 12; round++) {
+        char topic[32];
+        snprintf(topic, sizeof(topic), "changes%d", round);
+        assert_int_equal(rd_kafka_mock_topic_create(mcl, topic, 4, 3), 0);
+        for (int32_t p = 0; p < 4; p++)
+            assert_int_equal(rd_kafka_mock_partition_set_leader(mcl, topic, p, 1 + p % 3), 0);
+        segd_tail_opts_t o;
+        segd_tail_opts_default(&o);
+        o.brokers = bootstraps;
+        o.topic = topic;
+        segd_tail_t *t = NULL;
+        char err[512] = "";
+        if (segd_tail_new(&t, f->edge, &o, NULL, err, sizeof(err)))
+            fail_msg("segd_tail_new: %s", err);
+        segd_tail_stats_t st = {0};
+        for (int i = 0; i < 100 && !st.caught_up; i++) {
+            assert_true(segd_tail_poll(t, 100) >= 0);
+            segd_tail_get_stats(t, &st);
+        }
+        assert_true(st.caught_up);
+        for (int32_t b = 1; b <= 3; b++)
+            assert_int_equal(rd_kafka_mock_broker_push_request_error_rtts(
+                                 mcl, b, FETCH, 1, RD_KAFKA_RESP_ERR_OFFSET_OUT_OF_RANGE,
+                                 (round * 7 + b * 5) % 40),
+                             0);
+        int rc = 0;
+        time_t end = time(NULL) + 15;
+        while (rc != SEGD_TAIL_GAP && time(NULL) < end)
+            rc = segd_tail_poll(t, 100);
+        assert_int_equal(rc, SEGD_TAIL_GAP);
+        alarm(60);
+        segd_tail_destroy(t);
+        alarm(0);
+        rd_kafka_mock_clear_request_errors(mcl, FETCH);
+    }
+    rd_kafka_mock_cluster_destroy(mcl);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -248,6 +301,8 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_gap_while_tailing_is_final, setup, teardown),
         cmocka_unit_test_setup_teardown(test_member_event_commit_time_is_its_own, setup,
+                                        teardown),
+        cmocka_unit_test_setup_teardown(test_gap_on_every_partition_then_destroy, setup,
                                         teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
