@@ -246,25 +246,32 @@ static int check_floor(const live_t *l)
     return SEGD_EXIT_USAGE;
 }
 
+/* The config, the floor check and the producer both live commands start
+ * with: 0, or the exit code (said on stderr, prefixed by l->cmd). */
+static int live_open(live_t *l, char *err, size_t n)
+{
+    if (load_config(l, err, n)) {
+        fprintf(stderr, "segd %s: %s\n", l->cmd, err);
+        return SEGD_EXIT_USAGE;
+    }
+    int rc = check_floor(l);
+    if (rc)
+        return rc;
+    if (make_producer(l, err, n) || count_partitions(l, err, n) || schema_id(l, err, n)) {
+        fprintf(stderr, "segd %s: %s\n", l->cmd, err);
+        return SEGD_EXIT_FAIL;
+    }
+    return 0;
+}
+
 int segd_erase_live(const segd_erase_live_t *a, char *const *users, int n)
 {
     live_t l = {.a = a, .cmd = "erase"};
     char err[512] = "";
     int rc = SEGD_EXIT_FAIL;
     segd_config_init(&l.cfg);
-    if (load_config(&l, err, sizeof(err))) {
-        fprintf(stderr, "segd erase: %s\n", err);
-        rc = SEGD_EXIT_USAGE;
+    if ((rc = live_open(&l, err, sizeof(err))))
         goto out;
-    }
-    if ((rc = check_floor(&l)))
-        goto out;
-    rc = SEGD_EXIT_FAIL;
-    if (make_producer(&l, err, sizeof(err)) || count_partitions(&l, err, sizeof(err)) ||
-        schema_id(&l, err, sizeof(err))) {
-        fprintf(stderr, "segd erase: %s\n", err);
-        goto out;
-    }
     int p = produce_all(&l, users, n, err, sizeof(err));
     if (p) {
         fprintf(stderr, "segd erase: %s%s\n", err, p == 2 ? "; nothing produced" : "");
@@ -388,19 +395,8 @@ int segd_retire_live(const segd_erase_live_t *a, const int64_t *ids, int n)
     char err[512] = "";
     int rc = SEGD_EXIT_FAIL;
     segd_config_init(&l.cfg);
-    if (load_config(&l, err, sizeof(err))) {
-        fprintf(stderr, "segd segments retire: %s\n", err);
-        rc = SEGD_EXIT_USAGE;
+    if ((rc = live_open(&l, err, sizeof(err))))
         goto out;
-    }
-    if ((rc = check_floor(&l)))
-        goto out;
-    rc = SEGD_EXIT_FAIL;
-    if (make_producer(&l, err, sizeof(err)) || count_partitions(&l, err, sizeof(err)) ||
-        schema_id(&l, err, sizeof(err))) {
-        fprintf(stderr, "segd segments retire: %s\n", err);
-        goto out;
-    }
     int p = produce_retire(&l, ids, n, err, sizeof(err));
     if (p) {
         fprintf(stderr, "segd segments retire: %s%s\n", err, p == 2 ? "; nothing produced" : "");
