@@ -175,8 +175,9 @@ static int produce_all(live_t *l, char *const *users, int nusers, char *err, siz
 
 /* How many users the store shows erased at at_ms or later; -1 when it cannot
  * be read. A fresh read-only open each time: one sees the store as of it. */
-static int count_applied(const live_t *l, char *const *users, int n)
+static int count_applied(const live_t *l, const void *items, int n)
 {
+    char *const *users = items;
     segd_store_t *s = segd_app_open_reader("erase", l->a->db, 0);
     if (!s)
         return -1;
@@ -193,19 +194,26 @@ static int count_applied(const live_t *l, char *const *users, int n)
     return done;
 }
 
-static int wait_applied(const live_t *l, char *const *users, int n)
+/* Reads count(l, items, n) every 200 ms until it says all n or --wait-s
+ * has passed: the last count, or -1 when the store could not be read. */
+static int poll_count(const live_t *l, int (*count)(const live_t *, const void *, int),
+                      const void *items, int n)
 {
     double deadline = segd_mono_s() + (double)l->a->wait_s;
-    int done = 0;
     for (;;) {
-        done = count_applied(l, users, n);
-        if (done < 0)
-            return SEGD_EXIT_FAIL;
-        if (done == n || segd_mono_s() >= deadline)
-            break;
+        int done = count(l, items, n);
+        if (done < 0 || done == n || segd_mono_s() >= deadline)
+            return done;
         struct timespec ts = {0, 200 * 1000 * 1000};
         nanosleep(&ts, NULL);
     }
+}
+
+static int wait_applied(const live_t *l, char *const *users, int n)
+{
+    int done = poll_count(l, count_applied, users, n);
+    if (done < 0)
+        return SEGD_EXIT_FAIL;
     if (done == n) {
         printf("applied: %s shows all %d erasures\n", l->a->db, n);
         return SEGD_EXIT_OK;
@@ -312,8 +320,9 @@ static int seen_retired(void *ctx, int64_t segment_id, int64_t before_ms)
     return 0;
 }
 
-static int count_retired(const live_t *l, const int64_t *ids, int n)
+static int count_retired(const live_t *l, const void *items, int n)
 {
+    const int64_t *ids = items;
     segd_store_t *s = segd_app_open_reader("segments", l->a->db, 0);
     if (!s)
         return -1;
@@ -367,17 +376,9 @@ static int produce_retire(live_t *l, const int64_t *ids, int n, char *err, size_
 
 static int wait_retired(const live_t *l, const int64_t *ids, int n)
 {
-    double deadline = segd_mono_s() + (double)l->a->wait_s;
-    int done;
-    for (;;) {
-        done = count_retired(l, ids, n);
-        if (done < 0)
-            return SEGD_EXIT_FAIL;
-        if (done == n || segd_mono_s() >= deadline)
-            break;
-        struct timespec ts = {0, 200 * 1000 * 1000};
-        nanosleep(&ts, NULL);
-    }
+    int done = poll_count(l, count_retired, ids, n);
+    if (done < 0)
+        return SEGD_EXIT_FAIL;
     if (done == n) {
         printf("applied: %s lists all %d retirements\n", l->a->db, n);
         return SEGD_EXIT_OK;
