@@ -31,7 +31,7 @@ cmake --build build -j"$jobs"
 # One real Apache Kafka cluster (scripts/kafka.sh: 3 KRaft nodes on loopback,
 # auto topic creation off) for the plain and sanitizer stages: every test that
 # goes through tests/lib.bash's start_broker creates its own topics there
-# (README "Tests" says which tests stay on the mock and why). Stopped by pid
+# (docs/testing.md says which tests stay on the mock and why). Stopped by pid
 # when this script exits, however it exits.
 export KAFKA_CLUSTER_DIR="$PWD/build/kafka"
 trap 'bash scripts/kafka.sh stop' EXIT

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# libsegd-cache as a bidder team gets it (README "Serving reads"):
+# libsegd-cache as a bidder team gets it (docs/serving.md):
 # `cmake --install` into a fresh prefix puts the shared (versioned SONAME) and
 # static libraries, include/segd/cache.h and segd-cache.pc there; the shared
 # object exports only segd_cache_* and needs no RocksDB, librdkafka or libcurl;
