@@ -94,10 +94,10 @@ int64_t segd_edge_partition_gc_watermark(const segd_edge_t *e, int32_t partition
  * after some deltas is as correct as before them). */
 segd_err_t segd_edge_put(segd_edge_t *e, const char *user, size_t len,
                          const segd_profile_t *p);
-/* Applies one change event: a DELTA is joined into its user's profile (its
- * entries older than the W of the user's partition are skipped: the unit
- * that carried that W holds their effect); a RETIRE raises the retirement
- * markers. */
+/* Applies one change event. A DELTA is joined into its user's profile, except
+ * for entries older than the GC watermark W of the user's partition: the unit
+ * that carried that W already holds their effect. A RETIRE raises the
+ * retirement markers. */
 segd_err_t segd_edge_apply(segd_edge_t *e, const segd_change_t *c);
 /* Raises one retirement marker (entries with ts_ms <= before_ms are dead). */
 segd_err_t segd_edge_retire(segd_edge_t *e, int64_t segment_id, int64_t before_ms);
@@ -112,17 +112,19 @@ segd_err_t segd_edge_lookup(segd_edge_t *e, const char *user, size_t len, segd_e
  * live entries or not): "never seen" against "nothing live". */
 segd_err_t segd_edge_find(segd_edge_t *e, const char *user, size_t len, segd_entry_t *out,
                           size_t cap, size_t *n, int *known);
-/* What a user's live entries at the cache's clock are a function of, for
- * readers that keep something computed from them (the RESP front's reply
- * cache, cache/resp_reply_cache.h): the same user with an equal profile
- * and retirements versions, at a clock second c with now_s <= c < e (e the
- * smallest expiry among the entries that were live at now_s), has the same
- * live entries. Versions come from one counter per process, so they never
- * repeat, also across edges (a reload into a new edge).
- *   profile: the user's stored record; every change to it (a put or delta
- *            joined, the user dropped) gives another; 0 = no record.
- *   retirements: the retirement markers; every raise gives another.
- *   now_s: the clock's second liveness was judged at (expiry_s > now_s). */
+/* Everything a user's live entries at the cache's clock depend on. Readers
+ * that keep something computed from those entries (the RESP front's reply
+ * cache, cache/resp_reply_cache.h) compare stamps to know it is still right.
+ * Two lookups of the same user with equal profile and retirements versions
+ * return the same live entries at any clock second c with now_s <= c < e,
+ * where e is the smallest expiry among the entries live at now_s. Versions
+ * come from one counter per process, so they never repeat, not even across
+ * edges (a reload into a new edge).
+ *   profile: the version of the user's stored record. Every change to it (a
+ *            put or delta joined, the user dropped) gives a new one; 0 means
+ *            there is no record.
+ *   retirements: the version of the retirement markers, new on every raise.
+ *   now_s: the second at which liveness was judged (expiry_s > now_s). */
 typedef struct segd_edge_stamp {
     uint64_t profile, retirements;
     int64_t now_s;
@@ -144,11 +146,13 @@ segd_err_t segd_edge_get_profile(segd_edge_t *e, const char *user, size_t len,
 void segd_edge_get_stats(segd_edge_t *e, segd_edge_stats_t *st);
 
 /* ---------- identity (DESIGN §10.5, cache side) ----------
- * Per id a master register fed by MemberEvents (cache/members.h): an event
- * is taken only when segd_member_wins(event, register); an id with no
- * register is its own master. Component of X: master M = register(X)'s (or
- * X), members = {M} and the ids whose register names M (an index, no
- * scan). Order-free and idempotent like the profiles' join. */
+ * Each id has a master register fed by MemberEvents (cache/members.h). An
+ * event replaces the register only when segd_member_wins(event, register)
+ * says so, which makes applying events order-free and idempotent, like the
+ * profiles' join. An id without a register is its own master. The component
+ * of X is its master M (the one X's register names, or X itself) together
+ * with every id whose register names M; an index finds those ids without a
+ * scan. */
 
 /* Applies one MemberEvent (a change-topic message or a snapshot unit's
  * members file). SEGD_ERR_INVALID for an empty id or master, or one longer
@@ -163,13 +167,14 @@ typedef int (*segd_edge_member_cb)(void *ctx, const char *member, size_t len);
 segd_err_t segd_edge_members(segd_edge_t *e, const char *id, size_t len,
                              segd_edge_member_cb cb, void *ctx);
 
-/* The §3 join over id's component exactly as the store's
- * segd_ident_get_linked computes it: each member's profile (as
- * segd_edge_get_profile holds it, dead entries included) with its own erase
- * marker applied and then dropped, then segd_profile_join of them all
- * without pruning; out (replaced) has no erase marker. cb (may be NULL)
- * hears each member, the master first, before any profile is read; non-zero
- * from it stops with SEGD_ERR_ABORTED. *known (may be NULL) = 1 when the
+/* The §3 join over id's component, computed exactly as the store's
+ * segd_ident_get_linked does, so a cache and the store answer alike. Each
+ * member's profile (dead entries included, as segd_edge_get_profile holds
+ * it) has its own erase marker applied and then dropped, and then all of
+ * them are joined with segd_profile_join without pruning. out is replaced
+ * and carries no erase marker. cb, if not NULL, hears each member (the
+ * master first) before any profile is read; a non-zero return stops the
+ * call with SEGD_ERR_ABORTED. *known, if not NULL, is set to 1 when the
  * table holds a profile for at least one member.
  *
  * Consistency: the member list is one state of the identity table; each
@@ -183,10 +188,10 @@ segd_err_t segd_edge_members(segd_edge_t *e, const char *id, size_t len,
 segd_err_t segd_edge_get_linked(segd_edge_t *e, const char *id, size_t len,
                                 segd_profile_t *out, segd_edge_member_cb cb, void *ctx,
                                 int *known);
-/* The live entries of segd_edge_get_linked's join at the cache's clock
- * (expiry, retirements; the join leaves no erase marker), sorted by segment
- * id, into out[0..cap), as segd_edge_find answers for one user: *n = their
- * number, SEGD_ERR_LIMIT when that exceeds cap. */
+/* The live entries of segd_edge_get_linked's join at the cache's clock,
+ * judged by expiry and retirements (the join leaves no erase marker),
+ * sorted by segment id into out[0..cap), the way segd_edge_find answers for
+ * one user. *n is their number; SEGD_ERR_LIMIT when that exceeds cap. */
 segd_err_t segd_edge_lookup_linked(segd_edge_t *e, const char *id, size_t len,
                                    segd_entry_t *out, size_t cap, size_t *n, int *known,
                                    segd_edge_member_cb cb, void *ctx);
