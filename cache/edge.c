@@ -510,11 +510,11 @@ static void scratch_free(struct join_scratch *js)
     free(js);
 }
 
-/* A delta's entries older than W (of the user's partition) are skipped: the
- * store accepted them before its W passed them + grace, so before any unit
- * carrying that W, which holds their effect already; joining them again
- * could resurrect an entry the unit dropped (a conservative tail re-delivers
- * such deltas). */
+/* A delta's entries older than the W of the user's partition are skipped.
+ * The store accepted them before its W passed them + grace, so any unit
+ * carrying that W already holds their effect. Joining them again could
+ * resurrect an entry the unit dropped, and a conservative tail does
+ * re-deliver such deltas. */
 static const segd_profile_t *recent_part(const segd_profile_t *p, int64_t w,
                                          segd_profile_t *recent)
 {

@@ -61,9 +61,10 @@ typedef struct segd_http segd_http_t;
 /* Fills a health object (the server adds "status"); runs on a server thread. */
 typedef void (*segd_health_cb)(void *ctx, json_t *health);
 
-/* listen: "HOST:PORT" (metrics/listen.h). edge, metrics (NULL = no /metrics) and ctx
- * are borrowed and must outlive the server; ready (NULL = ready once
- * serving) is asked by /readyz once serving, with ctx. */
+/* listen is "HOST:PORT", parsed as metrics/listen.h says. edge, metrics and
+ * ctx are borrowed and must outlive the server; a NULL metrics serves no
+ * /metrics. Once serving, /readyz asks ready(ctx); a NULL ready means ready
+ * as soon as the server serves. */
 segd_err_t segd_http_start(segd_http_t **out, const char *listen, segd_edge_t *edge,
                            segd_health_cb health, segd_metrics_t *metrics,
                            segd_ready_cb ready, void *ctx, char *errstr,

@@ -33,9 +33,10 @@
 
 typedef struct segd_members segd_members_t;
 
-/* A component copied out of the table: ids back to back in bytes, id i at
- * [off[i], off[i+1]); the master first, then the others bytewise. A zeroed
- * list is empty and valid; reuse it across calls, free it once. */
+/* A component copied out of the table. The ids lie back to back in bytes,
+ * id i at [off[i], off[i+1]), the master first and then the others in
+ * bytewise order. A zeroed list is empty and valid, so one list can be
+ * reused across calls and freed once at the end. */
 typedef struct segd_member_list {
     char *bytes;
     size_t *off;
@@ -70,9 +71,10 @@ segd_err_t segd_members_apply(segd_members_t *t, const segd_member_t *m, int *ap
 segd_err_t segd_members_component(segd_members_t *t, const char *id, size_t len,
                                   segd_member_list_t *out);
 
-/* Every register (id, master, master_first_seen_ms, epoch_ms; the other
- * fields 0), in no particular order, under the read lock: cb must not call
- * back into the table. Non-zero from cb stops (SEGD_ERR_ABORTED). */
+/* Calls cb for every register, in no particular order, with id, master,
+ * master_first_seen_ms and epoch_ms filled in and the other fields 0. It
+ * runs under the read lock, so cb must not call back into the table. A
+ * non-zero return from cb stops the scan with SEGD_ERR_ABORTED. */
 typedef int (*segd_members_scan_cb)(void *ctx, const segd_member_t *reg);
 segd_err_t segd_members_scan(segd_members_t *t, segd_members_scan_cb cb, void *ctx);
 

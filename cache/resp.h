@@ -25,10 +25,11 @@
 
 typedef struct segd_resp segd_resp_t;
 
-/* listen: "HOST:PORT" (IPv4 address or a host name with one; port 0 = any
- * free port). threads: 1..256 workers. metrics may be NULL. A bad address
- * is SEGD_ERR_CONFIG, one that cannot be bound SEGD_ERR_IO, with the reason
- * in errstr. Data commands answer -LOADING until segd_resp_set_ready. */
+/* listen is "HOST:PORT", an IPv4 address or a host name that has one; port 0
+ * takes any free port. threads is the number of workers, 1 to 256, and
+ * metrics may be NULL. A bad address is SEGD_ERR_CONFIG and one that cannot
+ * be bound SEGD_ERR_IO, with the reason in errstr. Data commands answer
+ * -LOADING until segd_resp_set_ready, as a loading redis-server does. */
 segd_err_t segd_resp_start(segd_resp_t **out, const char *listen, int threads,
                            segd_edge_t *edge, segd_metrics_t *metrics, char *errstr,
                            size_t errstr_size);

@@ -211,8 +211,9 @@ static int in_range(const range_t *r, double v)
 
 /* ---- the user's live entries -------------------------------------------- */
 
-/* The live entries of key into w->ents; *n of them (0 = a missing key);
- * their stamp into st unless it is NULL (the reply cache's key). */
+/* Copies the live entries of key into w->ents and sets *n to their number,
+ * 0 for a missing key. Unless st is NULL it also receives their stamp,
+ * which the reply cache uses as part of its key. */
 static int lookup_stamped(segd_resp_worker_t *w, const segd_resp_cmd_t *cmd, size_t i,
                           size_t *n, segd_edge_stamp_t *st)
 {
@@ -235,10 +236,11 @@ static int lookup(segd_resp_worker_t *w, const segd_resp_cmd_t *cmd, size_t i, s
     return lookup_stamped(w, cmd, i, n, NULL);
 }
 
-/* w->sort.order[0..*n): the entries with a score in r (all with r NULL),
- * in Redis's order. The answer is a function of these entries alone, so
- * it holds until the first of them expires: w->until_s (INT64_MAX if
- * none; entries outside r leaving the live set change nothing). */
+/* Fills w->sort.order[0..*n) with the entries whose score is in r (all of
+ * them when r is NULL), in Redis's order. The answer depends on these
+ * entries alone, so it stays right until the first of them expires, which
+ * is what w->until_s records (INT64_MAX if none). Entries outside r that
+ * leave the live set do not change it. */
 static int collect_sorted(segd_resp_worker_t *w, size_t nents, const range_t *r, size_t *n)
 {
     if (segd_resp_order_reserve(&w->sort, nents))
@@ -440,8 +442,9 @@ static int zrange_rank(segd_resp_worker_t *w, const zrange_req_t *q, size_t nent
     return emit_items(out, w->ents, w->sort.order, (size_t)start, 1, count, q->withscores);
 }
 
-/* genericZrangebyscoreCommand: the members in range in order, an offset
- * skipped (a negative one skips them all), at most limit (< 0: all). */
+/* Mirrors Redis's genericZrangebyscoreCommand: the members in range, in
+ * order, after skipping offset of them (a negative offset skips them all),
+ * and at most limit of them (a negative limit means all). */
 static int zrange_score(segd_resp_worker_t *w, const zrange_req_t *q, size_t nents,
                         segd_buf_t *out)
 {
@@ -460,9 +463,10 @@ static int zrange_score(segd_resp_worker_t *w, const zrange_req_t *q, size_t nen
     return emit_items(out, w->ents, w->sort.order, (size_t)q->offset, 1, count, q->withscores);
 }
 
-/* The reply cache's key: the parsed request, not the argument bytes, so
- * spellings Redis answers alike ("withscores", "1e9") share a reply; then
- * the user. The reply is a function of these and the live entries. */
+/* The reply cache's key is the parsed request followed by the user, not the
+ * argument bytes, so that spellings Redis answers alike ("withscores" and
+ * "WITHSCORES", "1e9" and "1000000000") share one reply. The reply depends
+ * on nothing else but the live entries, which the stamp covers. */
 #define KEY_FIXED (10 * sizeof(int64_t))
 #define KEY_MAX_USER 512
 

@@ -97,12 +97,13 @@ static int digits(int64_t v)
     return d;
 }
 
-/* lex[0..n): the entries sel[] (ids in order, all below 10^17) in member
- * byte order. An id of d digits compares as id * 10^(17-d) (its digits
- * padded to 17 with zeros), a tie going to the shorter (the prefix): key =
- * that * 18 + d. Ids of one digit count form runs already in that order;
- * the runs, ascending in digit count and mostly growing tenfold, are merged
- * one after the other into the whole. keys/tmp: n slots each. */
+/* Fills lex[0..n) with the entries sel[] (ids in order, all below 10^17) in
+ * the byte order of their members. An id of d digits compares as
+ * id * 10^(17-d), its digits padded to 17 with zeros, and on a tie the
+ * shorter one (the prefix) comes first, so the key is that * 18 + d. Ids
+ * with the same digit count already form runs in that order. The runs come
+ * in ascending digit count and mostly grow tenfold, so merging each into
+ * the result in turn is cheap. keys and tmp have n slots each. */
 static void member_order(const segd_entry_t *ents, const uint32_t *sel, size_t n, uint32_t *lex,
                          uint64_t *keys, uint64_t *tmp, uint32_t *idx_tmp)
 {

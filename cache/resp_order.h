@@ -14,7 +14,7 @@
 #include "core/record.h"
 
 typedef struct segd_resp_order {
-    uint32_t *order; /* in: entry indices in id order; out: in Redis's order */
+    uint32_t *order; /* in holds entry indices in id order; out receives them in Redis's order. */
     uint32_t *lex;   /* the rest is scratch */
     uint64_t *keys, *keys_tmp;
     void *items, *tmp;

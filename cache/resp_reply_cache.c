@@ -120,8 +120,8 @@ void segd_reply_cache_put(segd_reply_cache_t *c, const void *key, size_t klen, u
     size_t i = hash & c->mask;
     if (c->slots[i])
         drop(c, i);
-    /* CLOCK: a reply served since the hand's last pass gets another round;
-     * two full turns free every slot, so this ends */
+    /* CLOCK eviction: a reply served since the hand last passed it gets
+     * another round. Two full turns free every slot, so the loop ends. */
     while (c->bytes + need > c->budget) {
         item_t *v = c->slots[c->hand];
         if (v && v->ref) {

@@ -91,10 +91,11 @@ static segd_err_t count_partitions(segd_tail_t *t, char *errstr, size_t n)
     return err;
 }
 
-/* The offset from which the snapshot needs a partition's deltas: the
- * manifest's position, 0 for a partition of its change topic it does not
- * list (no delta acknowledged before the snapshot: all came after it), -1
- * when the manifest says nothing about this topic. */
+/* The offset from which the snapshot needs a partition's deltas. That is
+ * the manifest's position for the partition, or 0 for a partition of its
+ * change topic the manifest does not list, because no delta there was
+ * acknowledged before the snapshot and so all of them came after it. It is
+ * -1 when the manifest says nothing about this topic at all. */
 static int64_t needed_offset(const segd_tail_t *t, const segd_manifest_t *m, int32_t p)
 {
     if (!m || !m->changes_topic || strcmp(m->changes_topic, t->o.topic))
@@ -200,13 +201,13 @@ void segd_tail_destroy(segd_tail_t *t)
     free(t);
 }
 
-/* 1 = applied, 0 = not a change or member event (skipped and counted); a
- * delta or membership change that decodes but cannot be applied (out of
- * memory) is not skipped: the cache would silently lack it, so it stops
- * like a gap (SEGD_TAIL_GAP). The topic carries ChangeEvents and
- * MemberEvents (DESIGN §5, §10.5): the framing says which. */
-/* 1 applied (*committed_at_ms: the event's own commit time, a change's or
- * a MemberEvent's), 0 skipped, -1 a fault that stops the tail. */
+/* Applies one message of the change topic, which carries ChangeEvents and
+ * MemberEvents (DESIGN §5, §10.5); the framing says which. Returns 1 when
+ * applied, with *committed_at_ms set to that event's own commit time. A
+ * message that is not a change or member event is skipped, counted and
+ * answered 0. An event that decodes but cannot be applied (out of memory)
+ * is not skipped, since the cache would then silently lack it: it returns
+ * -1, which stops the tail like a gap (SEGD_TAIL_GAP). */
 static int apply_message(segd_tail_t *t, const rd_kafka_message_t *m, int64_t *committed_at_ms)
 {
     const uint8_t *body;

@@ -1,17 +1,20 @@
-/* Tails the change topic (DESIGN §5) into an edge table: a librdkafka
- * consumer without a group (each cache reads every partition), assigned at
- * a snapshot manifest's positions (for a snapshot of units, the fold of
- * their manifests: per change partition the minimum over the units; see
- * wire/manifest.h) (partitions the manifest does not list,
- * or all of them with from_beginning, start at the beginning: re-joining a
- * delta is harmless). Messages that do not decode are counted and skipped;
- * they never stop the tail. A gap does: when the change topic no longer
- * holds a delta the snapshot needs (its log start is past the manifest's
- * position, or past a partition the manifest does not list, which needs
- * offset 0), segd_tail_new fails, and a position that retention removes
- * later (auto.offset.reset=error) makes segd_tail_poll return SEGD_TAIL_GAP;
- * either way: "snapshot older than the change topic's retention: load a
- * newer snapshot". One thread drives a tail (poll/catch_up). */
+/* Tails the change topic (DESIGN §5) into an edge table. It is a librdkafka
+ * consumer without a group, because each cache reads every partition. Each
+ * partition starts at the snapshot manifest's position; for a snapshot of
+ * units that is the fold of their manifests, the minimum over the units per
+ * change partition (wire/manifest.h). Partitions the manifest does not
+ * list, or all of them with from_beginning, start at the beginning, which
+ * is safe because joining a delta twice is harmless.
+ *
+ * Messages that do not decode are counted and skipped; they never stop the
+ * tail. A gap does, because the cache would otherwise silently miss
+ * deltas. When the change topic no longer holds a delta the snapshot needs
+ * (its log start is past the manifest's position, or past 0 for a
+ * partition the manifest does not list), segd_tail_new fails. When
+ * retention removes a position later (auto.offset.reset=error),
+ * segd_tail_poll returns SEGD_TAIL_GAP. Either way the message is
+ * "snapshot older than the change topic's retention: load a newer
+ * snapshot". One thread drives a tail (poll and catch_up). */
 #ifndef SEGD_TAIL_H
 #define SEGD_TAIL_H
 
@@ -55,9 +58,10 @@ segd_err_t segd_tail_new(segd_tail_t **out, segd_edge_t *edge, const segd_tail_o
                          const segd_manifest_t *manifest, char *errstr, size_t errstr_size);
 void segd_tail_destroy(segd_tail_t *t);
 
-/* Applies what arrives within timeout_ms (at most one batch); returns the
- * number of events applied, -1 on a consumer error (logged), or
- * SEGD_TAIL_GAP (logged; final: the edge table misses deltas). */
+/* Applies what arrives within timeout_ms, at most one batch, and returns
+ * the number of events applied. A consumer error returns -1 after logging
+ * it. SEGD_TAIL_GAP, also logged, is final: the edge table now misses
+ * deltas and only a newer snapshot can fix that. */
 int segd_tail_poll(segd_tail_t *t, int timeout_ms);
 
 /* Polls until every partition has reached the high watermark it had when
