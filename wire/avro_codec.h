@@ -23,9 +23,10 @@ typedef enum segd_framing {
 typedef struct segd_avro_codec segd_avro_codec_t;
 
 /* Where Confluent schema ids are resolved: the registry client
- * (transport/registry.h: segd_registry_lookup) or a test's table. lookup
- * fills *json (borrowed for the source's life) or returns SEGD_ERR_NOTFOUND
- * for an unknown id, SEGD_ERR_HTTP while it is unreachable (retry later). */
+ * (segd_registry_lookup in transport/registry.h) or a test's table. lookup
+ * fills *json, which stays borrowed for the source's life. It returns
+ * SEGD_ERR_NOTFOUND for an unknown id and SEGD_ERR_HTTP while the registry
+ * is unreachable, which the caller retries later. */
 typedef segd_err_t (*segd_schema_lookup_fn)(void *ctx, int32_t id, const char **json,
                                             char *errstr, size_t errstr_size);
 typedef struct segd_schema_source {
@@ -53,24 +54,27 @@ const char *segd_avro_codec_reader_json(const segd_avro_codec_t *c);
 segd_err_t segd_avro_codec_add_schema(segd_avro_codec_t *c, const char *writer_json,
                                       char *errstr, size_t errstr_size);
 
-/* Decodes one message into ev (reset first). SEGD_ERR_DECODE with a short
- * stable reason for bad input (the DLQ's segd.error: "bad magic byte",
- * "truncated confluent header", "truncated or malformed avro", "trailing
- * bytes"); SEGD_ERR_SCHEMA for "unknown schema id 42", "unknown schema
- * fingerprint <hex>", "incompatible writer schema id 42"; SEGD_ERR_LIMIT for too many segments or
- * a user id over SEGD_MAX_USER_ID bytes; SEGD_ERR_HTTP when the registry is
- * down (retry later, this is not bad input). AUTO: 0x00 first = Confluent,
- * 0xC3 0x01 = single object, else raw. Does not validate the event's
- * contents (segd_event_validate does), but the Avro body must be consumed
+/* Decodes one message into ev, which is reset first. Bad input is
+ * SEGD_ERR_DECODE with a short, stable reason that becomes the DLQ's
+ * segd.error ("bad magic byte", "truncated confluent header", "truncated or
+ * malformed avro", "trailing bytes"). A schema problem is SEGD_ERR_SCHEMA
+ * ("unknown schema id 42", "unknown schema fingerprint <hex>",
+ * "incompatible writer schema id 42"). Too many segments, or a user id over
+ * SEGD_MAX_USER_ID bytes, is SEGD_ERR_LIMIT. SEGD_ERR_HTTP means the
+ * registry is down; that is not bad input, and the caller retries later.
+ * With AUTO framing, a first byte 0x00 means Confluent, 0xC3 0x01 single
+ * object, anything else raw. The event's contents are not validated here
+ * (segd_event_validate does that), but the Avro body must be consumed
  * exactly. Never reads outside [buf, buf + len). */
 segd_err_t segd_avro_decode(segd_avro_codec_t *c, segd_framing_t framing, const void *buf,
                             size_t len, segd_event_t *ev, char *errstr, size_t errstr_size);
 
-/* Decodes the record at the start of [buf, buf + len), written with the
- * local schema itself (a container file whose writer schema has the local
- * fingerprint), with the fast path; *used = its size in bytes when it could
- * be read through (SEGD_OK, or SEGD_ERR_LIMIT for a too long user id: the
- * next record follows), else 0 (the rest of the block cannot be framed). */
+/* Decodes, on the fast path, the record at the start of [buf, buf + len)
+ * that was written with the local schema itself (a container file whose
+ * writer schema has the local fingerprint). *used is the record's size in
+ * bytes whenever it could be read through, which includes SEGD_ERR_LIMIT
+ * for a too long user id, so the caller can go on with the next record.
+ * Otherwise *used is 0, because the rest of the block cannot be framed. */
 segd_err_t segd_avro_decode_local_prefix(segd_avro_codec_t *c, const void *buf, size_t len,
                                          size_t *used, segd_event_t *ev, char *errstr,
                                          size_t errstr_size);

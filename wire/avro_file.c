@@ -294,8 +294,9 @@ static int read_bytes(cursor_t *c, const uint8_t **s, size_t *len)
     return 0;
 }
 
-/* Parses the metadata map; returns the codec or -1 (any_codec: codecs we
- * cannot decompress are accepted as SEGD_OCF_NULL, for block walks). */
+/* Parses the metadata map and returns the codec, or -1. With any_codec, a
+ * codec we cannot decompress is accepted as SEGD_OCF_NULL, because block
+ * walks only need the framing, not the records. */
 static int read_meta(cursor_t *c, char **schema_json, int any_codec)
 {
     int codec = 0;

@@ -48,11 +48,12 @@ segd_err_t segd_ocf_writer_close(segd_ocf_writer_t *w, segd_ocf_info_t *info, ch
 /* Frees w and removes the file (error paths). */
 void segd_ocf_writer_abort(segd_ocf_writer_t *w);
 
-/* Reads a container file held in memory: checks the magic, the codec (null,
- * deflate or zstandard) and every sync marker, and calls cb once per block with the
- * decompressed block bytes and its record count; cb decodes the records and
- * returns non-zero to stop (SEGD_ERR_CORRUPT is returned for cb's -1).
- * *schema_json (may be NULL) receives a malloc'd copy of the writer schema. */
+/* Reads a container file held in memory. It checks the magic, the codec
+ * (null, deflate or zstandard) and every sync marker, and calls cb once per
+ * block with the decompressed block bytes and its record count. cb decodes
+ * the records and returns non-zero to stop; a -1 from cb is returned as
+ * SEGD_ERR_CORRUPT. If schema_json is not NULL it receives a malloc'd copy
+ * of the writer schema. */
 typedef int (*segd_ocf_block_cb)(void *ctx, const uint8_t *block, size_t len, int64_t count);
 segd_err_t segd_ocf_read(const uint8_t *data, size_t len, segd_ocf_block_cb cb, void *ctx,
                          char **schema_json, char *errstr, size_t errstr_size);

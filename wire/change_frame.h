@@ -24,8 +24,9 @@ typedef enum segd_frame_kind {
 /* Writes the framing header into out (appending): the single-object
  * fingerprint of change_event.avsc, or 0x00 + schema_id for Confluent. */
 segd_err_t segd_change_frame(segd_change_framing_t f, int32_t schema_id, segd_buf_t *out);
-/* The same for a body of either kind (single-object: that schema's
- * fingerprint; Confluent: schema_id, the id registered for that kind). */
+/* The same for a body of either kind. Single-object framing writes that
+ * kind's schema fingerprint; Confluent writes schema_id, which must be the
+ * id registered for that kind. */
 segd_err_t segd_frame(segd_frame_kind_t kind, segd_change_framing_t f, int32_t schema_id,
                       segd_buf_t *out);
 /* Skips either header (detected by its first bytes) and checks the
@@ -34,11 +35,12 @@ segd_err_t segd_frame(segd_frame_kind_t kind, segd_change_framing_t f, int32_t s
 segd_err_t segd_change_unframe(const uint8_t *data, size_t len, int32_t expected_id,
                                const uint8_t **body, size_t *body_len);
 /* The reader of a change topic that carries both kinds: skips either
- * header and says which schema the body is of. Single-object: either
- * fingerprint. Confluent: id == change_id or member_id; an id that is -1
- * (not looked up) accepts any id not equal to the other one, and the body's
- * first byte (segd_member_is_body) decides. The kind must agree with that
- * byte. SEGD_ERR_DECODE otherwise. */
+ * header and says which schema the body is of. A single-object header may
+ * carry either fingerprint. A Confluent id must equal change_id or
+ * member_id; an expected id of -1 (not looked up) accepts any id other
+ * than the other kind's, and then the body's first byte
+ * (segd_member_is_body) decides. In every case the kind must agree with
+ * that byte, else the result is SEGD_ERR_DECODE. */
 segd_err_t segd_change_unframe_kind(const uint8_t *data, size_t len, int32_t change_id,
                                     int32_t member_id, const uint8_t **body, size_t *body_len,
                                     segd_frame_kind_t *kind);

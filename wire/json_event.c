@@ -134,8 +134,9 @@ typedef struct jp {
     segd_err_t code; /* what the first failure returns */
 } jp_t;
 
-/* One key of an object: the decoded key's hash and length, and its raw
- * (still escaped) bytes; raw length == decoded length iff it has no escape. */
+/* One key of an object: the decoded key's hash and length, and its raw,
+ * still escaped bytes. The raw length equals the decoded length exactly
+ * when the key has no escape, which lets most keys be compared as they are. */
 typedef struct jp_key {
     uint64_t hash;
     const uint8_t *raw;
@@ -365,8 +366,9 @@ static void jp_quirk_nul(jp_t *j)
         j->p++;
 }
 
-/* A number; p on '-' or a digit. *is_int and *v for integers; reals are
- * checked for overflow as jansson does (strtod to +-HUGE_VAL: refused). */
+/* Parses a number, with p on '-' or a digit. Integers set *is_int and *v.
+ * Reals are only checked for overflow, as jansson does: a value strtod
+ * turns into +-HUGE_VAL is refused. */
 static int jp_number(jp_t *j, int *is_int, long long *v)
 {
     const uint8_t *s = j->p;
@@ -418,7 +420,8 @@ static int jp_number(jp_t *j, int *is_int, long long *v)
         *v = neg ? (long long)(0 - mag) : (long long)mag;
         return 0;
     }
-    /* a real: only its overflow is an error (rare: unknown fields only) */
+    /* A real. Only its overflow is an error, and reals appear only in
+     * unknown fields, so this path is rare. */
     char small[64], *copy = len < sizeof(small) ? small : malloc(len + 1);
     if (!copy)
         return jp_fail(j, SEGD_ERR_NOMEM, "out of memory", NULL);

@@ -326,8 +326,10 @@ static segd_err_t fold_first(segd_manifest_t *into, const segd_manifest_t *u)
     return SEGD_OK;
 }
 
-/* Per change partition the minimum; one a unit does not list goes (offset 0
- * for that unit: all of its store's deltas there came after it). */
+/* Keeps, per change partition, the minimum position over the units. A
+ * partition that some unit does not list is dropped, which means "read it
+ * from offset 0": that unit's store acknowledged no delta there before its
+ * snapshot, so all of them came after it. */
 static void fold_changes(segd_manifest_t *into, const segd_manifest_t *u)
 {
     int same = into->changes_topic && u->changes_topic &&

@@ -105,16 +105,17 @@ int segd_manifest_add_retirement(void *ctx, int64_t segment_id, int64_t before_m
 /* The unit directory's name: "p-" + 5-digit zero-padded partition. */
 void segd_unit_dir_name(char *out, size_t cap, int32_t partition);
 
-/* Folds a unit's manifest into a reader's (into initialised empty, or
- * holding units already folded): sums of records, segments and files; per
- * change partition the minimum position, a partition some unit does not list
- * dropped (it is read from the beginning); retirements joined (the later
- * marker wins); gc_watermark_ms the smallest (a cache may drop and skip only
- * what every unit's store had passed); created_at_ms the oldest;
- * records_format the first unit's, records_mixed set when another unit's
- * differs (each unit is still read by its own). SEGD_ERR_NOMEM
- * or SEGD_ERR_CORRUPT (units of different topics, partition counts or
- * partitioners) leave into partly folded. */
+/* Folds a unit's manifest into a reader's. into starts initialised and
+ * empty, or already holds the units folded so far. Records, segments and
+ * files are summed. Per change partition the minimum position is kept, and
+ * a partition that some unit does not list is dropped, so it is read from
+ * the beginning. Retirements are joined, the later marker winning.
+ * gc_watermark_ms becomes the smallest, because a cache may drop and skip
+ * only what every unit's store had passed. created_at_ms becomes the
+ * oldest. records_format stays the first unit's, and records_mixed is set
+ * when another unit's differs; each unit is still read by its own. On
+ * SEGD_ERR_NOMEM, or SEGD_ERR_CORRUPT for units of different topics,
+ * partition counts or partitioners, into is left partly folded. */
 segd_err_t segd_manifest_fold(segd_manifest_t *into, const segd_manifest_t *unit,
                               char *errstr, size_t errstr_size);
 

@@ -32,12 +32,13 @@ typedef struct segd_member {
     int64_t committed_at_ms;
 } segd_member_t;
 
-/* Whether x beats y in an id's master register (x, y about the same id):
- * the larger epoch_ms wins (a rebuild may split components); within an
- * epoch the smaller (master_first_seen_ms, master bytewise) wins, because
- * online components only grow and the master rule keeps the oldest, so an
- * id's online masters only decrease. Equal keys: 0 (idempotent). bucket,
- * buckets and committed_at_ms do not take part. */
+/* Whether x beats y in an id's master register (x and y are about the same
+ * id). The larger epoch_ms wins, because a rebuild starts a new epoch and
+ * may split components. Within an epoch the smaller (master_first_seen_ms,
+ * master bytewise) wins: online components only grow and the master rule
+ * keeps the oldest, so an id's online masters only decrease. Equal keys
+ * give 0, which keeps applying idempotent. bucket, buckets and
+ * committed_at_ms take no part. */
 int segd_member_wins(const segd_member_t *x, const segd_member_t *y);
 
 /* Appends the Avro binary body of m (tag first) to out. SEGD_ERR_INVALID

@@ -56,18 +56,20 @@ segd_err_t segd_outbox_finish(const segd_outbox_builder_t *b, int64_t committed_
                               segd_buf_t *out);
 segd_err_t segd_outbox_retire_value(const segd_retirement_t *r, size_t n,
                                     int64_t committed_at_ms, segd_buf_t *out);
-/* A member entry is built in the same builder (never mixed with data
- * items): one item per membership change (id, master, master_first_seen_ms,
- * epoch_ms; bucket, buckets and committed_at_ms are the publisher's). */
+/* A member entry is built in the same builder, but never mixed with data
+ * items. It holds one item per membership change: id, master,
+ * master_first_seen_ms and epoch_ms. bucket, buckets and committed_at_ms
+ * are left for the publisher to fill in. */
 segd_err_t segd_outbox_add_member(segd_outbox_builder_t *b, const char *id, size_t id_len,
                                   const char *master, size_t master_len,
                                   int64_t master_first_seen_ms, int64_t epoch_ms);
 segd_err_t segd_outbox_finish_members(const segd_outbox_builder_t *b, int64_t committed_at_ms,
                                       segd_buf_t *out);
-/* Changes per member entry at most: one applied link event may re-point
- * identity.max.component ids, a batch many of them; the publisher reads
- * entries 64 at a time and must have a cycle's events acknowledged in
- * time, so writers cut entries at this size (several in one WriteBatch). */
+/* The most changes one member entry holds. One applied link event may
+ * re-point identity.max.component ids, and a batch may hold many such
+ * events. The publisher reads entries 64 at a time and must get a cycle's
+ * events acknowledged in time, so writers cut entries at this size and put
+ * several in one WriteBatch when needed. */
 #define SEGD_OUTBOX_MAX_MEMBERS 10000
 
 typedef struct segd_outbox_item {

@@ -14,14 +14,15 @@
 /* A new JSON array (owned by the caller, json_decref) of e[0..n). */
 json_t *segd_entries_json(const segd_entry_t *e, size_t n);
 
-/* The same array as text, appended to out: byte for byte what
+/* The same array as text, appended to out, byte for byte what
  * json_dumps(segd_entries_json(e, n), JSON_COMPACT | JSON_PRESERVE_ORDER)
- * prints, without a JSON value per field (the HTTP API answers 1000-segment
- * users with it: jansson's allocations were most of a request's CPU). */
+ * prints. It builds no JSON value per field: the HTTP API answers
+ * 1000-segment users with it, and jansson's allocations were most of a
+ * request's CPU. */
 segd_err_t segd_entries_json_text(segd_buf_t *out, const segd_entry_t *e, size_t n);
-/* s[0..len) as a JSON string literal (quotes included), escaped as jansson
- * escapes it by default: '"', '\\' and control characters; other bytes
- * as they are (the caller passes strict UTF-8). */
+/* Appends s[0..len) as a JSON string literal, quotes included, escaped as
+ * jansson escapes by default: '"', '\\' and control characters. Other
+ * bytes are copied as they are, since the caller passes strict UTF-8. */
 segd_err_t segd_json_string_text(segd_buf_t *out, const char *s, size_t len);
 
 #endif

@@ -35,16 +35,17 @@ typedef struct segd_snapnat_writer {
 void segd_snapnat_writer_init(segd_snapnat_writer_t *w, const segd_prune_t *rule, int copy);
 void segd_snapnat_writer_free(segd_snapnat_writer_t *w);
 
-/* What an exporter writes for one stored value (the store's merged bytes):
- * the profile segd_profile_prune(decode(value), rule) gives, as one record,
- * or nothing when it is empty (*written = 0); *entries = its entry count.
- * With w->copy, a value whose head proves that pruning changes nothing
- * (segd_record_head_unpruned), or whose decoded profile pruning did not
- * change, is written as read: the reader decodes the same profile, and
- * segd_record_encode is deterministic, so the bytes equal the re-encoding
- * (tests/test_snap_native.c). Only a head-proven copy skips the decode; its
- * checksum and head are checked. SEGD_ERR_CORRUPT when the value does not
- * decode. */
+/* Writes what an exporter writes for one stored value (the store's merged
+ * bytes): the profile that segd_profile_prune(decode(value), rule) gives,
+ * as one record, or nothing when that profile is empty (*written = 0).
+ * *entries receives its entry count.
+ * With w->copy, the value is written as read when its head proves that
+ * pruning changes nothing (segd_record_head_unpruned), or when pruning the
+ * decoded profile changed nothing. That is safe because the reader decodes
+ * the same profile and segd_record_encode is deterministic, so the bytes
+ * equal a re-encoding (tests/test_snap_native.c). Only a head-proven copy
+ * skips the decode, and its checksum and head are still checked. A value
+ * that does not decode is SEGD_ERR_CORRUPT. */
 segd_err_t segd_snapnat_export(segd_snapnat_writer_t *w, const char *user, size_t user_len,
                                const uint8_t *value, size_t value_len, segd_buf_t *out,
                                uint64_t *entries, int *written);
