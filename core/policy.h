@@ -24,13 +24,15 @@ int64_t segd_policy_horizon_ms(const segd_policy_t *p);
 /* Fills a prune rule at the policy's current time and GC watermark. */
 void segd_policy_rule(segd_policy_t *p, segd_prune_t *rule, int complete);
 
-/* The GC watermark W (DESIGN §3): dead entries with ts_ms < W may be dropped;
- * 0 = none yet (fresh store). set_gc_watermark only raises it; the store
- * persists a value before it sets it here (store.h: segd_store_gc_advance). */
+/* The GC watermark W (DESIGN §3). Dead entries with ts_ms < W may be
+ * dropped, and 0 means there is none yet (a fresh store).
+ * set_gc_watermark only ever raises it. The store persists a value before
+ * it sets it here (segd_store_gc_advance in store.h), so a crash can never
+ * leave the policy ahead of what is on disk. */
 int64_t segd_policy_gc_watermark(const segd_policy_t *p);
 void segd_policy_set_gc_watermark(segd_policy_t *p, int64_t w_ms);
-/* grace: how long a merge operand may stay unmerged above its base (store
- * open time). Events need ts_ms >= W + grace once W > 0. */
+/* grace is how long a merge operand may stay unmerged above its base; it is
+ * set when the store opens. Once W > 0, events need ts_ms >= W + grace. */
 void segd_policy_set_gc_grace(segd_policy_t *p, int64_t grace_ms);
 int64_t segd_policy_gc_grace_ms(const segd_policy_t *p);
 
@@ -42,26 +44,28 @@ typedef enum segd_ts_verdict {
 } segd_ts_verdict_t;
 segd_ts_verdict_t segd_policy_check_ts(const segd_policy_t *p, int64_t ts_ms,
                                        int64_t max_skew_ms);
-/* Lower bound of accepted ts_ms (0 = none): W + grace once W > 0; before
- * that, the floor of W's start phase (0 on a fresh store: bulk loads of any
- * age are taken). */
+/* The lower bound of accepted ts_ms, 0 for none. Once W > 0 it is
+ * W + grace. Before that it is the floor of W's start phase, which is 0 on
+ * a fresh store so that bulk loads of any age are taken. */
 int64_t segd_policy_ts_floor(const segd_policy_t *p);
 void segd_policy_set_gc_start_floor(segd_policy_t *p, int64_t floor_ms);
-/* The same with a further floor of the caller's (a partition's import
- * floor, store.h): too late below either. */
+/* The same with a further floor of the caller's, such as a partition's
+ * import floor (store.h). An event below either floor is too late. */
 segd_ts_verdict_t segd_policy_check_ts_floor(const segd_policy_t *p, int64_t ts_ms,
                                              int64_t max_skew_ms, int64_t floor_ms);
-/* The highest import floor of any partition (store.h: restored units): the
- * conservative floor for writes that belong to no partition (backfill,
- * erase). Only raised; the store persists a value before it sets it here.
- * Not part of ts_floor: a partition's floor must not refuse the history of
- * the store's other partitions. */
-/* The floor an event meets here, max(ts_floor, floor_ms) with floor_ms a
- * partition's import floor (or the highest, for writes of no partition),
- * and in why its value and what sets it, for a refusal to name: the
- * horizon (W's start phase), W + grace, or the import floor. */
+/* The floor an event meets here, max(ts_floor, floor_ms), where floor_ms is
+ * a partition's import floor (or the highest one, for writes that belong to
+ * no partition). why receives its value and what set it, so that a refusal
+ * can name the cause: the horizon (W's start phase), W + grace, or the
+ * import floor. */
 int64_t segd_policy_floor_explain(const segd_policy_t *p, int64_t floor_ms, char *why,
                                   size_t n);
+/* The highest import floor of any partition, brought by restored units
+ * (store.h). It is the conservative floor for writes that belong to no
+ * partition (backfill, erase). It is only raised, and the store persists a
+ * value before it sets it here. It is not part of ts_floor, because one
+ * partition's floor must not refuse the history of the store's other
+ * partitions. */
 void segd_policy_raise_import_floor(segd_policy_t *p, int64_t floor_ms);
 int64_t segd_policy_import_floor(const segd_policy_t *p);
 

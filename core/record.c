@@ -159,11 +159,11 @@ int segd_entry_live(const segd_entry_t *e, int64_t erased_before_ms,
 }
 
 /* Whether a join result may be physically dropped. Entries under an erase
- * marker or a retirement go at once (the marker outlives them); other dead
- * entries only below the GC watermark W (DESIGN §3: nothing older than W can
- * still arrive or still sit unmerged above this base), and only when the
- * join saw the key's whole history (rule->complete), since they must still
- * beat an older base. */
+ * marker or a retirement go at once, because the marker outlives them.
+ * Other dead entries go only below the GC watermark W, since nothing older
+ * than W can still arrive or still sit unmerged above this base (DESIGN
+ * §3). Even then they go only when the join saw the key's whole history
+ * (rule->complete); otherwise they must stay to beat an older base. */
 static int droppable(const segd_entry_t *e, int64_t erased, const segd_prune_t *rule)
 {
     if (covered(e, erased, rule))

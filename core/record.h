@@ -40,9 +40,9 @@ typedef struct segd_prune {
     int complete;
     int64_t (*retired_before)(void *ctx, int64_t segment_id);
     void *retired_ctx;
-    /* The store-wide GC watermark W (DESIGN §3): dead entries and erase
-     * markers are dropped only when their ts_ms < W. 0 = drop nothing by
-     * age (a fresh store). horizon_ms no longer decides drops: W does. */
+    /* The store-wide GC watermark W (DESIGN §3). Dead entries and erase
+     * markers are dropped only when their ts_ms < W, and 0 drops nothing by
+     * age (a fresh store). horizon_ms no longer decides drops; W does. */
     int64_t gc_before_ms;
     /* With retired_before set: no segment's retired_before exceeds this
      * (read with the rule), or 0 = unknown. Only segd_record_head_unpruned
@@ -78,10 +78,11 @@ segd_err_t segd_record_encode(const segd_profile_t *p, segd_buf_t *out);
 segd_err_t segd_record_decode(const uint8_t *data, size_t len, segd_profile_t *p);
 
 /* What an encoded record's head says without decoding its entries
- * (docs/record-format.md): the erase marker, the entry count, the smallest
- * ts_ms of an entry (the first of its sorted tuple dictionary) and a lower
- * bound of the entries' expiry_s (the smallest relative expiry from the
- * smallest ts; exact bound for records segd_record_encode wrote). */
+ * (docs/record-format.md). It gives the erase marker, the entry count, the
+ * smallest ts_ms of an entry (the first tuple of its sorted dictionary) and
+ * a lower bound of the entries' expiry_s (the smallest relative expiry
+ * added to the smallest ts). That bound is exact for records that
+ * segd_record_encode wrote. */
 typedef struct segd_record_head {
     int64_t erased_before_ms;
     uint64_t n;
