@@ -17,8 +17,9 @@ rocksdb_compactionfilterfactory_t *segd_filter_factory_new(segd_policy_t *policy
 /* Plugs the filter into a store's options (store.h's filter_factory). */
 void segd_compactor_install(segd_store_opts_t *o);
 
-/* Decision for one stored value, as the filter makes it: 1 = delete the key;
- * 0 = keep, with *changed set when out holds a rewritten value. */
+/* The filter's decision for one stored value. It returns 1 to delete the key
+ * and 0 to keep it; when keeping, *changed is set if out holds a rewritten
+ * value. */
 int segd_filter_value(segd_policy_t *policy, const segd_prune_t *rule,
                       const char *value, size_t len, segd_profile_t *scratch,
                       segd_buf_t *out, int *changed);

@@ -9,10 +9,11 @@
 
 #include "base/err.h"
 
-/* listen: "1.2.3.4:9464", ":9464" (every IPv4 interface), "localhost:9464"
- * (a host name's first IPv4 address) or "[::1]:9464"; port 0 = any free
- * port. Fills sa and *len. A malformed address is SEGD_ERR_CONFIG with
- * errstr naming what (the option's name, e.g. "--listen") and the text. */
+/* Parses listen into sa and *len. The accepted forms are "1.2.3.4:9464",
+ * ":9464" for every IPv4 interface, "localhost:9464" for a host name's
+ * first IPv4 address, and "[::1]:9464"; port 0 takes any free port. A
+ * malformed address is SEGD_ERR_CONFIG, and errstr names the option
+ * (what, e.g. "--listen") and the text given. */
 segd_err_t segd_listen_parse(const char *what, const char *listen, struct sockaddr_storage *sa,
                              socklen_t *len, char *errstr, size_t errstr_size);
 /* The port of sa (either family). */

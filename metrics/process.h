@@ -1,8 +1,9 @@
 /* Process figures read from /proc/self at scrape time: resident memory
- * (segd_process_resident_memory_bytes), CPU time (segd_process_cpu_seconds_total),
- * start time and open files. segd_process_metrics_register adds a collector
- * whose state (the families) lives in the registry; ctx-free, so nothing to
- * free. Thread-safe as the registry is. */
+ * (segd_process_resident_memory_bytes), CPU time
+ * (segd_process_cpu_seconds_total), start time and open files.
+ * segd_process_metrics_register adds a collector whose only state, the
+ * families, lives in the registry, so there is nothing to free. It is as
+ * thread-safe as the registry. */
 #ifndef SEGD_METRICS_PROCESS_H
 #define SEGD_METRICS_PROCESS_H
 

@@ -24,7 +24,8 @@ const size_t segd_metric_latency_nbuckets =
 typedef struct series {
     char *values[SEGD_METRIC_MAX_LABELS];
     double value;    /* counters and gauges */
-    uint64_t *counts; /* histograms: per bucket, not cumulative; n_bounds + 1 */
+    uint64_t *counts; /* histograms: n_bounds + 1 counts, one per bucket, not
+                       * cumulative (render sums them) */
     uint64_t count;
     double sum;
 } series_t;
@@ -397,8 +398,9 @@ static void put_escaped(out_t *o, const char *s, int quote)
     }
 }
 
-/* The shortest text that reads back as v: 0.005 stays "0.005", counts stay
- * integers; the format's own words for the special values. */
+/* Writes the shortest text that reads back as v, so 0.005 stays "0.005"
+ * and counts stay integers. NaN and the infinities get the exposition
+ * format's own words. */
 static void format_value(double v, char *buf, size_t n)
 {
     if (isnan(v)) {

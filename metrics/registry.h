@@ -32,12 +32,13 @@ extern const size_t segd_metric_latency_nbuckets;
 segd_metrics_t *segd_metrics_new(void); /* NULL when out of memory */
 void segd_metrics_destroy(segd_metrics_t *m);
 
-/* Registers a family. name must match [a-zA-Z_:][a-zA-Z0-9_:]* (counters end
- * in _total by convention, which is the caller's to follow); labels is a
- * comma-separated list of label names ("topic,partition") or NULL, at most
- * SEGD_METRIC_MAX_LABELS. Registering an existing name again with the same
- * type and labels returns the same family (components that come and go);
- * any other clash, a bad name or no memory returns NULL. */
+/* Registers a family. name must match [a-zA-Z_:][a-zA-Z0-9_:]*; counters
+ * end in _total by convention, which the caller must follow. labels is a
+ * comma-separated list of label names ("topic,partition"), at most
+ * SEGD_METRIC_MAX_LABELS, or NULL. Registering an existing name again with
+ * the same type and labels returns the same family, so components that come
+ * and go can register each time. Any other clash, a bad name or a lack of
+ * memory returns NULL. */
 segd_metric_t *segd_metrics_counter(segd_metrics_t *m, const char *name, const char *help,
                                     const char *labels);
 segd_metric_t *segd_metrics_gauge(segd_metrics_t *m, const char *name, const char *help,
@@ -46,12 +47,13 @@ segd_metric_t *segd_metrics_gauge(segd_metrics_t *m, const char *name, const cha
 segd_metric_t *segd_metrics_histogram(segd_metrics_t *m, const char *name, const char *help,
                                       const char *labels, const double *bounds, size_t n);
 
-/* The series is chosen by values (one per label, in the family's order;
- * NULL for a family without labels) and made at its first update. All are
- * no-ops on a NULL family, so a component without a registry needs no
- * branches. add: counters and gauges (a counter never goes down: negative
- * adds are ignored). set: gauges, and counters copied from a component's
- * own running total. observe: histograms. */
+/* The series is chosen by values, one per label in the family's order (NULL
+ * for a family without labels), and made at its first update. All of these
+ * do nothing on a NULL family, so a component without a registry needs no
+ * branches.
+ * add is for counters and gauges; negative adds to a counter are ignored,
+ * because a counter never goes down. set is for gauges, and for counters
+ * copied from a component's own running total. observe is for histograms. */
 void segd_metric_add(segd_metric_t *f, const char *const *values, double v);
 void segd_metric_set(segd_metric_t *f, const char *const *values, double v);
 void segd_metric_observe(segd_metric_t *f, const char *const *values, double v);
@@ -65,9 +67,10 @@ typedef void (*segd_metrics_collect_cb)(void *ctx);
 segd_err_t segd_metrics_add_collector(segd_metrics_t *m, segd_metrics_collect_cb cb, void *ctx);
 void segd_metrics_remove_collector(segd_metrics_t *m, segd_metrics_collect_cb cb, void *ctx);
 
-/* Runs the collectors, then appends every family with at least one series,
- * in registration order (series in creation order): # HELP, # TYPE, then
- * the samples; histograms as cumulative _bucket{le=".."}, _sum, _count. */
+/* Runs the collectors, then appends every family that has at least one
+ * series, in registration order, with its series in creation order. Each
+ * family is written as # HELP, # TYPE and then the samples; a histogram's
+ * samples are cumulative _bucket{le=".."} lines, _sum and _count. */
 segd_err_t segd_metrics_render(segd_metrics_t *m, segd_buf_t *out);
 
 #endif

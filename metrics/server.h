@@ -22,10 +22,10 @@ typedef int (*segd_ready_cb)(void *ctx, segd_buf_t *body);
 /* Whether listen names an address: "" and "off" turn the server off. */
 int segd_metrics_listen_enabled(const char *listen);
 
-/* listen: "HOST:PORT" with an IPv4 address or a [bracketed] IPv6 one, port
- * 0 = any free port. A malformed address is SEGD_ERR_CONFIG, a port that
- * cannot be bound (in use, no permission) SEGD_ERR_IO, both with the reason
- * in errstr. ready may be NULL (then /readyz is always 200). */
+/* listen is "HOST:PORT" with an IPv4 address or a [bracketed] IPv6 one;
+ * port 0 takes any free port. A malformed address is SEGD_ERR_CONFIG and a
+ * port that cannot be bound (in use, no permission) SEGD_ERR_IO, both with
+ * the reason in errstr. ready may be NULL, and then /readyz is always 200. */
 segd_err_t segd_metrics_server_start(segd_metrics_server_t **out, const char *listen,
                                      segd_metrics_t *m, segd_ready_cb ready, void *ctx,
                                      char *errstr, size_t errstr_size);

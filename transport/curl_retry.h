@@ -1,9 +1,9 @@
-/* The retry rules every libcurl client in segd follows (schema registry,
- * snapshot destinations): a transport error of the network's or the
- * server's, or a 5xx answer, is retried with exponential backoff; our own
- * failures (callbacks, options, out of memory, local files), TLS trust
- * settings and any other answer end the request at once: retrying them
- * would only delay the same error. */
+/* The retry rules every libcurl client in segd follows (the schema registry
+ * and the snapshot destinations). A transport error on the network's or the
+ * server's side, or a 5xx answer, is retried with exponential backoff.
+ * Our own failures (callbacks, options, out of memory, local files), TLS
+ * trust settings and any other answer end the request at once, because
+ * retrying them would only delay the same error. */
 #ifndef SEGD_CURL_RETRY_H
 #define SEGD_CURL_RETRY_H
 

@@ -12,7 +12,8 @@
 
 segd_err_t segd_kconf_set(rd_kafka_conf_t *c, const char *who, const char *key,
                           const char *value, char *errstr, size_t errstr_size);
-/* kv: key, value, key, value, ..., NULL; NULL applies nothing. */
+/* kv is a NULL-terminated list of key, value pairs; a NULL kv applies
+ * nothing. */
 segd_err_t segd_kconf_apply(rd_kafka_conf_t *c, const char *who, const char *const *kv,
                             char *errstr, size_t errstr_size);
 
@@ -22,8 +23,9 @@ segd_err_t segd_kconf_apply(rd_kafka_conf_t *c, const char *who, const char *con
  * something else, their own log_cb finds log there and calls this. */
 void segd_kconf_log(const segd_log_t *log, const rd_kafka_t *rk, int level, const char *fac,
                     const char *buf);
-/* Routes the client's logs to log (borrowed; it must outlive the client)
- * through the opaque pointer: for clients that use no other opaque. */
+/* Routes the client's logs to log through the opaque pointer, so it is only
+ * for clients that use no other opaque. log is borrowed and must outlive
+ * the client. */
 void segd_kconf_set_logger(rd_kafka_conf_t *c, const segd_log_t *log);
 
 #endif

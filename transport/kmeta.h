@@ -12,10 +12,11 @@
 
 #include "base/err.h"
 
-/* *count = the topic's partition count. SEGD_ERR_NOTFOUND when the brokers
- * do not know the topic (a producer's request may have started its
- * auto-creation: ask again), SEGD_ERR_KAFKA on any other failure. rk is
- * borrowed (any client type); blocks for at most timeout_ms. */
+/* Sets *count to the topic's partition count. SEGD_ERR_NOTFOUND means the
+ * brokers do not know the topic; a producer's request may have started its
+ * auto-creation, so asking again can succeed. Any other failure is
+ * SEGD_ERR_KAFKA. rk is borrowed and may be any client type. Blocks for at
+ * most timeout_ms. */
 segd_err_t segd_kmeta_partitions(rd_kafka_t *rk, const char *topic, int timeout_ms,
                                  int32_t *count, char *errstr, size_t errstr_size);
 
@@ -25,15 +26,14 @@ segd_err_t segd_kmeta_partitions(rd_kafka_t *rk, const char *topic, int timeout_
 segd_err_t segd_kmeta_partitions_wait(rd_kafka_t *rk, const char *topic, int wait_ms,
                                       int32_t *count, char *errstr, size_t errstr_size);
 
-/* The member of `group` that holds each partition of `topic` now:
- * owners[p] (p < partitions) is set to "<client id> host=<client host>" (the
- * member id when the client gave no client id; the host without the
- * coordinator's leading '/'), or
- * left empty when no member holds p, from the group's description (its
- * members' assignments). A broker that cannot describe groups (librdkafka's
- * mock cluster has no DescribeGroups), a group not Stable (rebalancing) or
- * unknown is an error (SEGD_ERR_KAFKA) naming why. Blocks for at most
- * timeout_ms. */
+/* Finds the member of `group` that holds each partition of `topic` now,
+ * from the group's description (its members' assignments). owners[p], for
+ * p < partitions, is set to "<client id> host=<client host>", or left empty
+ * when no member holds p. The member id stands in when the client gave no
+ * client id, and the host loses the coordinator's leading '/'. A broker that
+ * cannot describe groups (librdkafka's mock cluster has no DescribeGroups),
+ * a group that is not Stable (rebalancing) and an unknown group are each
+ * SEGD_ERR_KAFKA, with errstr saying which. Blocks for at most timeout_ms. */
 #define SEGD_KMETA_OWNER_LEN 320
 segd_err_t segd_kmeta_group_owners(rd_kafka_t *rk, const char *group, const char *topic,
                                    int32_t partitions, char (*owners)[SEGD_KMETA_OWNER_LEN],

@@ -39,11 +39,12 @@ segd_err_t segd_registry_get_schema(segd_registry_t *r, int32_t id, const char *
 segd_err_t segd_registry_lookup(void *registry, int32_t id, const char **json, char *errstr,
                                 size_t errstr_size);
 
-/* POST /subjects/{subject}/versions with {"schema": schema_json}
- * (application/vnd.schemaregistry.v1+json); *id is the registry's id for it.
- * SEGD_ERR_HTTP for a failed transfer or any non-2xx answer; errstr then says
- * what the status means (409: incompatible under the subject's compatibility
- * level) and carries the registry's own reason (its error body's "message"). */
+/* Registers schema_json under subject (POST /subjects/{subject}/versions
+ * with {"schema": schema_json}, as application/vnd.schemaregistry.v1+json)
+ * and sets *id to the registry's id for it. A failed transfer or any
+ * non-2xx answer is SEGD_ERR_HTTP. errstr then says what the status means
+ * (409 is "incompatible under the subject's compatibility level") and
+ * carries the registry's own reason, its error body's "message". */
 segd_err_t segd_registry_register(segd_registry_t *r, const char *subject,
                                   const char *schema_json, int32_t *id, char *errstr,
                                   size_t errstr_size);
