@@ -13,7 +13,8 @@ double segd_mono_s(void);
  * pthread_cond_timedwait takes its deadline. */
 struct timespec;
 void segd_realtime_after(struct timespec *ts, int64_t ms);
-/* Sleeps ms milliseconds (<= 0: returns at once); a signal ends it early. */
+/* Sleeps ms milliseconds, returning at once when ms <= 0. A signal ends the
+ * sleep early, so a stop request is not held up. */
 void segd_sleep_ms(int64_t ms);
 /* fixed_ms when non-zero, else the wall clock: the injectable now. */
 static inline int64_t segd_now_ms(int64_t fixed_ms) { return fixed_ms ? fixed_ms : segd_wall_ms(); }

@@ -50,10 +50,10 @@ void segd_log(const segd_log_t *l, segd_log_level_t lv, const char *component,
               const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 /* One event with a fixed msg and fields printf-formatted as
- * "key=value key=value": a field starts at a space followed by a key
- * ([A-Za-z_][A-Za-z0-9_.]*) and '=', so values may hold spaces but not
- * " word="; prose (error texts) belongs in msg. In JSON a value that is a
- * JSON number is written as one, anything else as a string. */
+ * "key=value key=value". A field starts where a space is followed by a key
+ * ([A-Za-z_][A-Za-z0-9_.]*) and '=', so a value may hold spaces but not
+ * " word=". Prose such as an error text therefore belongs in msg. In JSON a
+ * value that is a JSON number is written as one, anything else as a string. */
 void segd_log_kv(const segd_log_t *l, segd_log_level_t lv, const char *component,
                  const char *msg, const char *fields_fmt, ...)
     __attribute__((format(printf, 5, 6)));

@@ -20,8 +20,9 @@ typedef struct segd_progress {
  * borrowed and must outlive the bar. */
 void segd_progress_init(segd_progress_t *p, FILE *f, const char *unit, uint64_t total,
                         int force_off);
-/* done: units so far (for the percentage and ETA); messages and segments
- * are shown with a segments/s rate. Cheap when not drawing. */
+/* done is the units so far, from which the percentage and ETA are drawn;
+ * messages and segments are shown with a segments/s rate. The call is cheap
+ * when the bar is not drawing. */
 void segd_progress_update(segd_progress_t *p, uint64_t done, uint64_t messages,
                           uint64_t segments);
 /* Clears the line so that the caller's summary starts on a clean one. */

@@ -82,8 +82,9 @@ static int parse_iso(const char *p, int64_t *out)
     tm.tm_hour = f[3];
     tm.tm_min = f[4];
     tm.tm_sec = f[5];
-    /* timegm normalises (February 31 is March 3, 24:00 the next day): the
-     * fields must come back as given */
+    /* timegm normalises impossible dates (February 31 becomes March 3, 24:00
+     * the next day), so a date is valid only if its fields come back as
+     * given */
     time_t t = timegm(&tm);
     struct tm back;
     if (!gmtime_r(&t, &back) || back.tm_year != f[0] - 1900 || back.tm_mon != f[1] - 1 ||

@@ -1,5 +1,6 @@
-/* Shared pieces of the `segd` subcommands: the command table (exit codes and
- * number parsing: base/args.h; store opening and signals: app/app.h). */
+/* Shared pieces of the `segd` subcommands, mainly the command table. Exit
+ * codes and number parsing live in base/args.h, store opening and signals
+ * in app/app.h. */
 #ifndef SEGD_CLI_H
 #define SEGD_CLI_H
 

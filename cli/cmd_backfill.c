@@ -175,11 +175,11 @@ static int bulk_finish(backfill_t *b, double t0, const segd_load_stats_t *st, in
     return st->skipped ? SEGD_EXIT_PARTIAL : SEGD_EXIT_OK;
 }
 
-/* Decoding threads by default: the online cores but one, which the writer
- * (this thread, RocksDB's memtable inserts) keeps busy; on 2 cores one
- * decoder and the writer already use ~1.6 of them (bench/RESULTS.md). A bulk
- * load writes nothing while it reads (its sort only copies), so it decodes
- * on every core. */
+/* The default number of decoding threads is the online cores but one,
+ * because the writer (this thread, doing RocksDB's memtable inserts) keeps
+ * one busy. On 2 cores one decoder and the writer already use about 1.6 of
+ * them (bench/RESULTS.md). A bulk load writes nothing while it reads (its
+ * sort only copies), so it decodes on every core. */
 static int default_threads(int bulk)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN) - (bulk ? 0 : 1);

@@ -317,9 +317,10 @@ static int load(const cache_args_t *a, cache_state_t *cs)
  * longer than SHUTDOWN_GRACE_S. */
 #define SHUTDOWN_GRACE_S 10
 
-/* The logger outlives the watchdog's use of it: the teardown's last step
- * takes mu and sets done before the logger goes; a watchdog that finds done
- * set has nothing to do, one that fires holds mu until the process ends. */
+/* The watchdog must never use the logger after it is gone. The teardown's
+ * last step takes mu and sets done before the logger goes. A watchdog that
+ * then finds done set has nothing to do, and one that fires first holds mu
+ * until the process ends, so the teardown never gets past it. */
 static struct {
     pthread_mutex_t mu;
     int done;
@@ -431,7 +432,8 @@ int segd_cmd_cache(int argc, char **argv)
             rc = SEGD_EXIT_USAGE;
             goto out;
         }
-        /* --resp is HOST:PORT; the port said is the bound one (PORT may be 0) */
+        /* --resp is HOST:PORT. The log line gives the port actually bound,
+         * since PORT may be 0. */
         const char *colon = strrchr(a.resp, ':');
         int host_len = colon ? (int)(colon - a.resp) : (int)strlen(a.resp);
         segd_log_kv(log, SEGD_LOG_INFO, "cache", "listening for Redis clients",
@@ -447,7 +449,8 @@ int segd_cmd_cache(int argc, char **argv)
      * then lookups would miss deltas the topic already holds */
     for (int ready = 0; !*stop;) {
         if (segd_tail_poll(cs.tail, 200) == SEGD_TAIL_GAP)
-            goto out; /* logged; the edge table misses deltas: never serve it */
+            goto out; /* logged: the edge table now misses deltas, so it
+                       * must never serve */
         segd_tail_stats_t ts;
         segd_tail_get_stats(cs.tail, &ts);
         if (!ready && ts.caught_up) {

@@ -246,7 +246,8 @@ static int compare_users(segd_edge_t *e, const char *db, uint64_t users, uint64_
 }
 
 /* An edge cache in process: the snapshot, then every delta of the change
- * topic from its beginning (older than the snapshot, so re-joined: harmless). */
+ * topic from its beginning. The older deltas are already in the snapshot,
+ * and joining them again is harmless. */
 static int edge_cache(const char *brokers, const char *snap, const char *db, uint64_t users)
 {
     segd_manifest_t m;

@@ -188,8 +188,8 @@ static int held_offset(void *ctx, const char *topic, int32_t partition, int64_t 
     return 0;
 }
 
-/* Which input partitions the store holds; a store that cannot say (no
- * offsets: backfilled, or never run) makes no notes. */
+/* Which input partitions the store holds. A store that cannot say, because
+ * it has no offsets (backfilled, or never run), makes no notes. */
 static void load_held(segd_store_t *s, held_t *h)
 {
     segd_store_view_t *v = NULL;

@@ -160,9 +160,9 @@ static void show_progress(void *ctx, uint64_t done, uint64_t total)
     segd_progress_update(p, done, 0, 0);
 }
 
-/* The rebuild's membership changes into the outbox entries of the batches
- * it writes: the next `segd run` publishes them as MemberEvents (DESIGN
- * §10.6). c NULL: b is about to be written. */
+/* Puts the rebuild's membership changes into the outbox entries of the
+ * batches it writes, so the next `segd run` publishes them as MemberEvents
+ * (DESIGN §10.6). A NULL c says that b is about to be written. */
 static int rebuild_change(void *ctx, segd_batch_t *b, const segd_ident_change_t *c)
 {
     segd_member_outbox_t *mo = ctx;

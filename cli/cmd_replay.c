@@ -90,8 +90,9 @@ static int parse_time(const char *flag, const char *s, int64_t *out)
     return 0;
 }
 
-/* "P:O,P:O" (offsets >= 0), or with offsets = NULL "P,P"; each partition
- * once (a second offset for one would otherwise be ignored silently). */
+/* Parses "P:O,P:O" with offsets >= 0, or "P,P" when pos is NULL. Each
+ * partition may appear once, because a second offset for it would
+ * otherwise be ignored silently. */
 static int parse_list(const char *s, segd_replay_pos_t *pos, int32_t *ids, size_t *n)
 {
     *n = 0;

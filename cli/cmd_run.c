@@ -225,7 +225,8 @@ static void export_topic(snapshotter_t *sn, const char *topic)
                                         sizeof(err));
     char to[1024];
     segd_config_mask_url(sn->cfg->snapshot_to, to, sizeof(to));
-    if (m.units) { /* "snapshot: N units of T" as before the logger: scripts grep it */
+    if (m.units) { /* the msg keeps the text it had before the logger
+                    * ("snapshot: N units of T") because scripts grep it */
         char msg[300];
         snprintf(msg, sizeof(msg), "snapshot: %u units of %s", m.units, topic);
         segd_log_kv(sn->cfg->log, SEGD_LOG_INFO, "snapshot", msg,
@@ -286,8 +287,9 @@ static void report_changes(const segd_log_t *log, segd_publisher_t *pub, const c
                 st.latency_p50_ms, st.latency_p99_ms, st.retries);
 }
 
-/* The progress line: msg "progress" every 10 s, "final" at the end; the
- * dead letters by reason (dlq.REASON=N) only where there are some. */
+/* The progress line, logged as msg "progress" every 10 s and "final" at the
+ * end. Dead letters by reason (dlq.REASON=N) appear only for reasons that
+ * have some. */
 static void report(const segd_log_t *log, const segd_pipeline_t *p, double t0, const char *msg)
 {
     segd_pipeline_stats_t st;
@@ -337,8 +339,9 @@ static segd_err_t consume(const segd_config_t *cfg, segd_daemon_t *d,
 }
 
 /* The metrics server of metrics.listen, with the daemon's figures and
- * readiness; SEGD_EXIT_OK when it runs or is off, else the exit code (a
- * bad address is a usage error, a port in use a failure; both said). */
+ * readiness. Starting it gives SEGD_EXIT_OK when it runs or is off, else
+ * the exit code to leave with: a bad address is a usage error and a port in
+ * use a failure, and both are logged. */
 typedef struct observability {
     segd_metrics_t *m;
     segd_health_t *health;

@@ -22,11 +22,11 @@ typedef struct segd_erase_live {
  * code after saying what happened on stdout/stderr. */
 int segd_erase_live(const segd_erase_live_t *a, char *const *users, int n);
 
-/* `segd segments retire --brokers`: one control event (apply.h,
- * SEGD_CONTROL_RETIRE_USER) retiring ids[0..n) before at_ms, produced to
- * every partition of the topic (each store applies it with the offsets of
- * the partitions it owns); with a db, waits until the store lists every
- * retirement. A CLI exit code. */
+/* `segd segments retire --brokers`: one control event
+ * (SEGD_CONTROL_RETIRE_USER, apply.h) retiring ids[0..n) before at_ms,
+ * produced to every partition of the topic so that each store applies it
+ * with the offsets of the partitions it owns. With a db it then waits until
+ * the store lists every retirement. Returns a CLI exit code. */
 int segd_retire_live(const segd_erase_live_t *a, const int64_t *ids, int n);
 
 #endif
