@@ -26,8 +26,8 @@ segd_err_t segd_ident_rebuild_check(segd_store_t *s, char *errstr, size_t n)
     return err ? err : rebuild_mark(mark, errstr, n);
 }
 
-/* The rebuild mark as the view holds it: the reads that follow are of
- * the same state. */
+/* Checks the rebuild mark as the view holds it, so that the check and the
+ * reads that follow it see the same state of the store. */
 static segd_err_t view_rebuild_check(segd_store_view_t *v, char *errstr, size_t n)
 {
     int64_t mark = 0;
@@ -49,8 +49,8 @@ segd_err_t segd_ident_get(segd_store_t *s, const char *id, size_t id_len, segd_i
     return err ? err : found ? SEGD_OK : SEGD_ERR_NOTFOUND;
 }
 
-/* id's master through ro: its record's, or id itself when the graph does
- * not know it. */
+/* Reads id's master through ro. An id the graph does not know is its own
+ * master. */
 static segd_err_t master_or_self(segd_store_t *s, const rocksdb_readoptions_t *ro,
                                  const char *id, size_t len, segd_ident_rec_t *r,
                                  char *errstr, size_t n)
@@ -72,9 +72,9 @@ static segd_err_t master_or_self(segd_store_t *s, const rocksdb_readoptions_t *r
     return err;
 }
 
-/* A view for a few point reads: the graph reads of one lookup (and a
- * linked read's member records) then see one state of the store, whatever
- * a concurrent writer (segd run) commits meanwhile. */
+/* Opens a view for a few point reads. The graph reads of one lookup, and a
+ * linked read's member records, then see one state of the store whatever a
+ * concurrent writer (segd run) commits meanwhile. */
 static segd_err_t point_view(segd_store_t *s, segd_store_view_t **v, char *errstr, size_t n)
 {
     segd_err_t err = segd_store_view_open(s, v, errstr, n);
@@ -183,7 +183,8 @@ segd_err_t segd_ident_scan_links(segd_store_t *s, segd_link_cb cb, void *ctx, ch
 
 /* ---------- a view's ids (snapshots, DESIGN §10.6) ---------- */
 
-/* The master's first-seen through the view (a master is its own: no read). */
+/* Reads the first-seen of r's master through the view. When id is its own
+ * master, own_fs is the answer and nothing is read. */
 static segd_err_t view_first_seen(segd_store_view_t *v, const segd_ident_rec_t *r,
                                   const char *id, size_t len, int64_t own_fs, segd_buf_t *key,
                                   segd_buf_t *val, int64_t *fs, char *errstr, size_t n)
@@ -214,14 +215,14 @@ segd_err_t segd_ident_view_scan(segd_store_view_t *v, segd_ident_entry_cb cb, vo
     if (!cf)
         return SEGD_OK;
     segd_err_t err = segd_store_view_counter(v, SEGD_IDENT_EPOCH_COUNTER, epoch_ms, errstr, n);
-    if (!err) /* a snapshot must not carry a half-rebuilt graph to the caches */
+    if (!err) /* A snapshot must not carry a half-rebuilt graph to the caches. */
         err = view_rebuild_check(v, errstr, n);
     if (err)
         return err;
     segd_buf_t key = {0}, mval = {0};
     rocksdb_iterator_t *it =
         rocksdb_create_iterator_cf(segd_store_rocks(s), segd_store_view_read_options(v), cf);
-    /* `i` records only: the `m` lists follow from them */
+    /* Only the `i` records are read, since the `m` lists follow from them. */
     for (rocksdb_iter_seek(it, "i", 1); !err && rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
         size_t kl, vl;
         const char *k = rocksdb_iter_key(it, &kl), *val = rocksdb_iter_value(it, &vl);

@@ -89,14 +89,14 @@ static int rb_ids_entry(void *ctx, const uint8_t *k, size_t kl, const uint8_t *v
         segd_ident_printable(r->bad, sizeof(r->bad), k, kl);
         return 1;
     }
-    if (k[0] == 'm') { /* never decoded: every list is rewritten or deleted */
+    if (k[0] == 'm') { /* Not decoded, since every list is rewritten or deleted. */
         r->err = segd_ident_list_push(&r->old_m, (const char *)k + 1, kl - 1);
         return r->err != SEGD_OK;
     }
     if (segd_ident_rec_decode(v, vl, &rec)) {
-        /* first_seen and n_links come back from the id's edges (rb_edge),
-         * the master from the components; "" never equals the new master,
-         * so the record is rewritten */
+        /* The record is rebuilt. rb_derive restores first_seen and n_links
+         * from the id's edges and the components give its master. The
+         * stored master "" never equals the new one, so it is rewritten. */
         r->err = rb_add(r, (const char *)k + 1, kl - 1, "", 0, INT64_MAX, 0);
         if (!r->err)
             r->nodes[r->n - 1].derived = 1;
@@ -107,8 +107,9 @@ static int rb_ids_entry(void *ctx, const uint8_t *k, size_t kl, const uint8_t *v
     return r->err != SEGD_OK;
 }
 
-/* The node of an edge's end; one without an `i` record (lost, or never
- * written by a store damaged in between) gets a derived node. */
+/* Finds the node of an edge's end. An end without an `i` record gets a
+ * derived node. Its record was lost, or a store damaged in between never
+ * wrote it. */
 static int rb_node_of(rebuild_t *r, const char *id, size_t len, uint32_t *out)
 {
     if (rb_find_node(r, id, len, out))
@@ -120,10 +121,11 @@ static int rb_node_of(rebuild_t *r, const char *id, size_t len, uint32_t *out)
     return 0;
 }
 
-/* A derived node's record from its edges, as §10.2 defines them: n_links
- * counts the keys naming it; first_seen is the smallest ts_ms they hold (the
- * edges keep their LWW winner's ts, so this is at or after the true
- * first-seen, and equal when each edge saw one event). */
+/* Rebuilds a derived node's record from its edges as DESIGN §10.2 defines
+ * the fields. n_links counts the links keys that name it. first_seen is the
+ * smallest ts_ms those edges hold. An edge keeps the ts of its LWW winner,
+ * so this first_seen is at or after the true one, and equal to it when each
+ * edge saw one event. */
 static void rb_derive(rebuild_t *r, uint32_t x, const segd_link_state_t *st)
 {
     rb_node_t *v = &r->nodes[x];
@@ -192,7 +194,7 @@ static int rb_order_cmp(const void *p, const void *q, void *ctx)
 
 typedef struct rb_writer {
     rebuild_t *r;
-    segd_ident_t w; /* only its buffers, overlay and store: fam_put's writer */
+    segd_ident_t w; /* for segd_ident_fam_put, which uses its buffers, overlay and store */
     segd_batch_t *b;
     segd_ident_rebuild_cb cb;
     void *cctx;
@@ -206,12 +208,13 @@ static segd_err_t rb_flush(rb_writer_t *wr, int last, char *errstr, size_t n)
 {
     if (!last && segd_batch_count(wr->b) < RB_BATCH_OPS)
         return SEGD_OK;
-    /* every batch raises the epoch (a set, so once is as good as many): a
-     * rebuild cut short has raised it before any change it wrote */
+    /* Every batch sets the epoch counter. A set can be repeated harmlessly,
+     * and a rebuild cut short has then raised the epoch in the same batch as
+     * its first change. */
     segd_batch_set_counter(wr->b, SEGD_IDENT_EPOCH_COUNTER, wr->w.epoch_ms);
-    /* the mark: set with every batch but the last, cleared by the last, so
-     * the ids family is never a mix of two rebuilds' states unmarked; the
-     * rebuild is one batch (nothing to mark) when it fits in one */
+    /* Every batch but the last sets the mark and the last clears it. The
+     * ids family is then never a mix of two states without the mark saying
+     * so. A rebuild that fits in one batch never sets it. */
     segd_batch_set_counter(wr->b, SEGD_IDENT_REBUILD_COUNTER, last ? 0 : wr->w.epoch_ms);
     if (wr->cb && wr->cb(wr->cctx, wr->b, NULL))
         return SEGD_ERR_NOMEM;
@@ -241,7 +244,7 @@ static segd_err_t rb_write_component(rb_writer_t *wr, size_t from, size_t to)
     for (size_t i = from; !err && i < to; i++) {
         const rb_node_t *x = &r->nodes[r->order[i]];
         const char *xs = rb_id(r, x), *old = (const char *)r->arena.data + x->moff;
-        if (x->derived && !x->n_links) { /* a corrupt record no edge names: no id */
+        if (x->derived && !x->n_links) { /* A corrupt record no edge names is deleted. */
             if (!(err = segd_ident_ids_key(&wr->w.key, 'i', xs, x->len)))
                 err = segd_ident_fam_put(&wr->w, wr->b, FAM_IDS, wr->w.key.data,
                                          wr->w.key.len, NULL, 0);
@@ -336,15 +339,16 @@ segd_err_t segd_ident_rebuild(segd_store_t *s, const segd_ident_opts_t *o,
     int64_t epoch = 0;
     segd_err_t err = segd_store_counter_get(s, SEGD_IDENT_EPOCH_COUNTER, &epoch, errstr,
                                             errstr_size);
-    /* later than every epoch before, and readable as the rebuild's time */
+    /* The new epoch is later than every epoch before, and reads as the
+     * rebuild's wall clock. */
     wr.w.epoch_ms = epoch + 1 > wr.now_ms ? epoch + 1 : wr.now_ms;
     if (!err)
         err = rb_load(&r, errstr, errstr_size);
     if (!err)
         err = segd_batch_new(s, &wr.b);
-    /* the last batch is written even when nothing was rewritten: the epoch
-     * is raised all the same (the rebuild is the start of an epoch whatever
-     * it found) and the mark of an interrupted rebuild is cleared */
+    /* The last batch is written even when nothing was rewritten. A rebuild
+     * starts an epoch whatever it found, and it clears the mark that an
+     * interrupted rebuild left. */
     if (!err)
         err = rb_write(&wr, progress, pctx, errstr, errstr_size);
     if (st) {

@@ -56,8 +56,8 @@ void segd_ident_destroy(segd_ident_t *id)
     free(id);
 }
 
-/* The epoch is read again for the next batch: a restore beside segd run
- * (load/restore.c) may raise it while this handle lives. */
+/* The epoch is read again before the next batch, because a restore running
+ * beside segd run (load/restore.c) may raise it while this handle lives. */
 void segd_ident_reset(segd_ident_t *id)
 {
     segd_ident_kv_clear(&id->overlay);
@@ -101,9 +101,9 @@ static segd_err_t repoint(segd_ident_t *id, segd_batch_t *b, const id_list_t *l,
     return SEGD_OK;
 }
 
-/* Makes w (a member of the components of masters m1 and m2, which may be
- * one) the master of their union: member lists merged, old lists dropped,
- * members re-pointed. */
+/* Makes w the master of the union of the components whose masters are m1
+ * and m2 (the same component when m1 equals m2; w is a member of one). It
+ * merges the member lists, drops the old lists and re-points the members. */
 static segd_err_t merge_into(segd_ident_t *id, segd_batch_t *b, const ident_id_t *w,
                              int64_t w_fs, const ident_id_t *m1, const ident_id_t *m2,
                              char *errstr, size_t n)
@@ -123,8 +123,8 @@ static segd_err_t merge_into(segd_ident_t *id, segd_batch_t *b, const ident_id_t
     if (err)
         return err;
     qsort(id->merged.v, id->merged.n, sizeof(ident_id_t), ident_cmp);
-    /* lists that overlap (a store damaged, or written by a half-applied
-     * event) must not make a member count twice against the guard */
+    /* A member in both lists must count once against the guard. Lists
+     * overlap in a damaged store or one written by a half-applied event. */
     size_t k = 0;
     for (size_t i = 0; i < id->merged.n; i++)
         if (!k || ident_cmp(&id->merged.v[k - 1], &id->merged.v[i]))
@@ -211,7 +211,8 @@ static segd_err_t component_size(segd_ident_t *id, const char *x, size_t len,
     return err;
 }
 
-/* The guard (DESIGN §10.4): what refuses ev before anything is written. */
+/* The super-node guard (DESIGN §10.4). It decides whether ev is refused
+ * before anything of it is written. */
 static segd_err_t guard(segd_ident_t *id, const segd_link_event_t *ev,
                         const segd_ident_rec_t *ra, int fa, const segd_ident_rec_t *rb, int fb,
                         int new_edge, segd_ident_result_t *result, char *errstr, size_t n)
@@ -239,7 +240,9 @@ static segd_err_t guard(segd_ident_t *id, const segd_link_event_t *ev,
 
 /* ---------- one event: the edge, the records, the join ---------- */
 
-/* Step 1 of DESIGN §10.3: the edge's LWW join; *new_edge when it had none. */
+/* Step 1 of DESIGN §10.3 reads the edge's register into st, with *found = 0
+ * when the pair has no edge yet (the event then adds one). edge_store
+ * writes the LWW join of that register and the event. */
 static segd_err_t edge_load(segd_ident_t *id, const segd_link_event_t *ev,
                             segd_link_state_t *st, int *found, char *errstr, size_t n)
 {
@@ -265,8 +268,10 @@ static segd_err_t edge_store(segd_ident_t *id, segd_batch_t *b, const segd_link_
                : segd_ident_fam_put(id, b, FAM_LINKS, id->key.data, id->key.len, v, sizeof(v));
 }
 
-/* Step 2: an id's record with first_seen lowered to ts and the new edge
- * counted; an unknown id starts as its own master. */
+/* Step 2 writes an id's record with first_seen lowered to the event's time
+ * and a new edge counted. An unknown id starts as its own master.
+ * *older_now says whether first_seen moved back, which may make x the
+ * master of its component (promote_if_older). */
 static segd_err_t touch_id(segd_ident_t *id, segd_batch_t *b, const char *x, size_t len,
                            segd_ident_rec_t *r, int found, int new_edge, int *older_now)
 {
