@@ -3,7 +3,8 @@
  * snapshot's members file (DESIGN §10.6), and linked reads that join the
  * records of a component's members. Each lookup reads through one store view
  * so it sees one state of the store while segd run writes. Called by the
- * CLI (segd get, segd identity), the publisher's snapshot and the rebuild. */
+ * CLI (segd get, segd identity), the publisher's snapshot, the writer (the
+ * mark) and the rebuild (the edge scan). */
 #include <rocksdb/c.h>
 #include <stdlib.h>
 #include <string.h>
