@@ -6,7 +6,9 @@
  * (wire/link_event.h) and route refusals to the DLQ.
  * Writes: one segd_ident_t per writer thread, used with one batch at a time;
  * its overlay makes reads inside a batch see the batch's own earlier events.
- * Reads (check, members, the codec functions) are thread-safe. */
+ * Reads (check, members, the codec functions) are thread-safe.
+ * The code is in store/identity_*.c; store/identity_int.h says which
+ * module owns what. */
 #ifndef SEGD_IDENTITY_H
 #define SEGD_IDENTITY_H
 
@@ -67,19 +69,17 @@ typedef struct segd_ident_rec {
     size_t master_len;
 } segd_ident_rec_t;
 
-/* A membership change: id now has master (DESIGN §10.3). Bytes borrowed
- * for the callback only. ts_ms: the event that caused it (a rebuild: its
- * wall clock); master_first_seen_ms: the master's first-seen when the
- * change was made; epoch_ms: the store's identity epoch (together the key
- * of the change stream's register, wire/member.h). */
+/* A membership change: id now has master (DESIGN §10.3). The bytes are
+ * borrowed for the callback only. The three times together are the key of
+ * the change stream's register (wire/member.h). */
 typedef struct segd_ident_change {
     const char *id;
     size_t id_len;
     const char *master;
     size_t master_len;
-    int64_t ts_ms;
-    int64_t master_first_seen_ms;
-    int64_t epoch_ms;
+    int64_t ts_ms;                /* of the event that caused it, or a rebuild's wall clock */
+    int64_t master_first_seen_ms; /* the master's first-seen when the change was made */
+    int64_t epoch_ms;             /* the store's identity epoch */
 } segd_ident_change_t;
 /* Called for each membership change while a link event is applied, in the
  * order made; a non-zero return fails the apply with SEGD_ERR_NOMEM (the
@@ -230,16 +230,17 @@ typedef struct segd_ident_rebuild_stats {
  * clock. Every batch also sets the epoch counter. */
 typedef int (*segd_ident_rebuild_cb)(void *ctx, segd_batch_t *b, const segd_ident_change_t *c);
 /* Recomputes the components over linked edges with weight >= min_weight
- * (the `i` records that do not decode, or that an edge's end lacks, are
- * rebuilt from the id's edges: DESIGN §10.5; SEGD_ERR_CORRUPT naming the key
- * for a `links` key or value, or an `ids` key, that does not decode)
- * and rewrites the `ids` family to match, in batches of bounded size (the
- * `i` records whose master changes, every member list, the deletion of the
- * lists of ids that are no longer masters). Every batch but the last sets
- * the rebuild mark, the last clears it: a rebuild cut short leaves it set,
- * and the next one (which does not test it) completes and clears it. progress (may be NULL) is called with
- * (done, total) ids; cb (may be NULL) hears every change. Offline: no other
- * writer may run. */
+ * and rewrites the `ids` family to match, in batches of bounded size. It
+ * writes the `i` records whose master changes and every member list, and
+ * deletes the lists of ids that are no longer masters.
+ * An `i` record that does not decode, or that an edge's end lacks, is
+ * rebuilt from the id's edges (DESIGN §10.5). A `links` key or value, or an
+ * `ids` key, that does not decode fails with SEGD_ERR_CORRUPT naming it.
+ * Every batch but the last sets the rebuild mark and the last clears it. A
+ * rebuild cut short leaves the mark set, and the next one (which does not
+ * test it) completes and clears it.
+ * progress (may be NULL) is called with (done, total) ids, and cb (may be
+ * NULL) hears every change. Offline: no other writer may run. */
 segd_err_t segd_ident_rebuild(segd_store_t *s, const segd_ident_opts_t *o,
                               void (*progress)(void *ctx, uint64_t done, uint64_t total),
                               void *pctx, segd_ident_rebuild_cb cb, void *cctx,

@@ -1,4 +1,4 @@
-/* Tests for store/identity.c (DESIGN §10): the codecs, the event checks,
+/* Tests for store/identity_*.c (DESIGN §10): the codecs, the event checks,
  * and a model test: random LINK/UNLINK events with weights, duplicated and
  * shuffled, applied in random batches, against a reference union-find with
  * the master rule; membership changes replayed equal the store; linked reads
