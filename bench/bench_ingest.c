@@ -291,12 +291,16 @@ static segd_err_t bench_config(segd_config_t *c, const char *brokers, const inge
                                const char *topic, const char *name, int changes, char *err,
                                size_t n)
 {
-    char db[300], batch[32], group[64], memory[32];
+    char db[300], batch[32], group[160], memory[32];
     snprintf(db, sizeof(db), "%s/%s", a->dir, name);
     snprintf(batch, sizeof(batch), "%" PRId64, a->batch);
     snprintf(memory, sizeof(memory), "%" PRId64,
              a->memory_mb ? a->memory_mb : (int64_t)SEGD_MEMORY_DEFAULT_MB);
-    snprintf(group, sizeof(group), "bench-%s", name);
+    /* One group per topic. On Apache Kafka the store's static member id
+     * is the same in every phase, and a static member that rejoins gets
+     * its previous assignment back (the last phase's topic), so a phase
+     * sharing the group with the one before consumed nothing. */
+    snprintf(group, sizeof(group), "bench-%s-%s", name, topic);
     if (segd_config_set(c, "brokers", brokers, err, n) ||
         segd_config_set(c, "topics", topic, err, n) || segd_config_set(c, "group", group, err, n) ||
         segd_config_set(c, "db", db, err, n) ||
