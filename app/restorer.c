@@ -10,7 +10,6 @@
 #include <time.h>
 
 #include "base/clock.h"
-#include "cache/snapshot_read.h"
 #include "load/bulk.h"
 #include "load/restore.h"
 
@@ -62,122 +61,6 @@ static job_t *find(segd_restorer_t *r, const char *topic, int32_t partition)
 }
 
 /* ---------- one attempt ---------- */
-
-typedef struct feed {
-    segd_restore_t *restore;
-    const segd_unit_load_t *u;
-    segd_err_t code; /* the callback's own failure */
-    char err[512];
-} feed_t;
-
-/* Non-zero stops the unit's read: a stop or a revoke need not wait for a
- * whole unit to download. */
-static int feed(void *ctx, int32_t partition, const char *user, size_t len,
-                const segd_profile_t *p, const uint8_t *rec, size_t rec_len)
-{
-    (void)partition;
-    feed_t *f = ctx;
-    if ((f->u->stop && *f->u->stop) || (f->u->cancel && *f->u->cancel)) {
-        snprintf(f->err, sizeof(f->err), "restore stopped");
-        f->code = SEGD_ERR_ABORTED;
-        return 1;
-    }
-    f->code = segd_restore_add_record(f->restore, user, len, p, rec, rec_len, f->err,
-                                      sizeof(f->err));
-    return f->code != SEGD_OK;
-}
-
-static int64_t unit_offset(const segd_manifest_t *m, const char *topic, int32_t partition)
-{
-    for (size_t i = 0; i < m->n_inputs; i++)
-        if (m->inputs[i].partition == partition && m->inputs[i].topic &&
-            !strcmp(m->inputs[i].topic, topic))
-            return m->inputs[i].offset;
-    return -1;
-}
-
-static uint64_t unit_bytes(const segd_manifest_t *m)
-{
-    uint64_t b = 0;
-    for (size_t i = 0; i < m->n_files; i++)
-        b += m->files[i].bytes;
-    return b;
-}
-
-/* Read and verified, the unit goes in with its markers and offset. */
-static segd_err_t finish_unit(segd_restore_t *r, const segd_unit_load_t *u,
-                              const segd_manifest_t *m, segd_restore_stats_t *st,
-                              char *errstr, size_t n)
-{
-    int64_t next = unit_offset(m, u->topic, u->partition);
-    /* a unit without its partition's offset (a store filled by backfill)
-     * says nothing about where the input goes on: replaying is exact */
-    if (next < 0)
-        return segd_errf(SEGD_ERR_NOTFOUND, errstr, n, "its unit holds no input offset of %s",
-                         u->topic);
-    segd_restore_unit_t ru = {.topic = u->topic,
-                              .partition = u->partition,
-                              .next_offset = next,
-                              .gc_watermark_ms = m->gc_watermark_ms,
-                              .retirements = m->retirements,
-                              .n_retirements = m->n_retirements,
-                              .identity_epoch_ms = m->identity_epoch_ms};
-    return segd_restore_finish(r, &ru, st, errstr, n);
-}
-
-/* One load of the unit: direct (straight into SST files, as exports write
- * units in key order) or through the sort. */
-static segd_err_t load_once(segd_store_t *store, const segd_unit_load_t *u, int direct,
-                            segd_unit_load_stats_t *out, char *errstr, size_t n)
-{
-    segd_restore_opts_t ro;
-    segd_restore_opts_default(&ro);
-    ro.memory_bytes = u->memory_bytes;
-    ro.shared = 1;
-    ro.direct = direct;
-    ro.stop = u->stop;
-    ro.cancel = u->cancel;
-    ro.cancel_lock = u->cancel_lock;
-    feed_t f = {.u = u};
-    segd_manifest_t m;
-    segd_manifest_init(&m);
-    char url[4200];
-    segd_dest_join(url, sizeof(url), u->from, u->topic);
-    double t0 = segd_mono_s();
-    segd_restore_stats_t st = {0};
-    segd_err_t err = segd_restore_new(&f.restore, store, &ro, errstr, n);
-    if (!err) {
-        err = segd_snapshot_read_unit(url, u->partition, u->partitions, u->partitioner, u->dest,
-                                      &m, feed, &f, errstr, n);
-        if (err == SEGD_ERR_INVALID && f.code) /* the callback's own failure */
-            err = segd_errf(f.code == SEGD_ERR_UNSORTED ? f.code : SEGD_ERR_IO, errstr, n, "%s",
-                            f.err);
-    }
-    if (!err)
-        err = finish_unit(f.restore, u, &m, &st, errstr, n);
-    if (!err && out) {
-        out->users = st.users;
-        out->segments = st.segments;
-        out->bytes = unit_bytes(&m);
-        out->next_offset = unit_offset(&m, u->topic, u->partition);
-        out->seconds = segd_mono_s() - t0;
-    }
-    segd_restore_destroy(f.restore); /* SST files not ingested go with it */
-    segd_manifest_free(&m);
-    return err;
-}
-
-/* Direct first; a unit read again after a newer export replaced it halfway
- * shows its users twice (out of order): loaded anew, direct once more; one
- * that is not in key order at all (another writer's) goes through the sort. */
-segd_err_t segd_unit_load(segd_store_t *store, const segd_unit_load_t *u,
-                          segd_unit_load_stats_t *out, char *errstr, size_t n)
-{
-    segd_err_t err = SEGD_ERR_UNSORTED;
-    for (int attempt = 0; err == SEGD_ERR_UNSORTED && attempt < 3; attempt++)
-        err = load_once(store, u, attempt < 2, out, errstr, n);
-    return err;
-}
 
 /* Loads the job's unit; SEGD_ERR_NOTFOUND when there is none to use.
  * partitions: the job's count, read under the lock when the worker took

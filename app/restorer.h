@@ -75,33 +75,6 @@ segd_restore_state_t segd_restorer_state(segd_restorer_t *r, const char *topic,
  * another member owns. */
 void segd_restorer_cancel(segd_restorer_t *r, const char *topic, int32_t partition);
 
-/* One unit loaded into a store as the worker loads it (also the restore
- * benchmark's): DEST/<topic>/p-PPPPP read and checked
- * (segd_snapshot_read_unit), its users loaded beside other writers
- * (load/restore.h, shared), its markers and offset taken. SEGD_ERR_NOTFOUND
- * when there is no unit to use (none, another partition count or
- * partitioner, no offset of the partition): replay instead. */
-typedef struct segd_unit_load {
-    const char *from, *topic;   /* DEST, the input topic */
-    int32_t partition, partitions;
-    segd_partitioner_t partitioner;
-    const segd_dest_opts_t *dest;
-    uint64_t memory_bytes;
-    volatile sig_atomic_t *stop;  /* may be NULL */
-    const _Atomic int *cancel;    /* may be NULL */
-    pthread_mutex_t *cancel_lock; /* may be NULL; the lock *cancel is set under
-                                   * (segd_restore_opts_t.cancel_lock) */
-} segd_unit_load_t;
-
-typedef struct segd_unit_load_stats {
-    uint64_t users, segments, bytes; /* bytes: the unit's files */
-    int64_t next_offset;
-    double seconds;
-} segd_unit_load_stats_t;
-
-segd_err_t segd_unit_load(segd_store_t *store, const segd_unit_load_t *u,
-                          segd_unit_load_stats_t *stats, char *errstr, size_t errstr_size);
-
 typedef struct segd_restorer_stats {
     uint64_t restored, replayed, failures; /* units loaded, fallbacks, failed attempts */
     uint64_t users, segments, bytes;       /* loaded so far */

@@ -1,5 +1,5 @@
 /* transport/dest.h for libsegd-cache: local directories only, read-only.
- * The snapshot reader (cache/snapshot_read.c) reads through segd_dest; the
+ * The snapshot reader (snapread/) reads through segd_dest; the
  * library links this file instead of transport/dest.c so that it carries
  * no HTTP/S3 client (libcurl): a bidder loads snapshots it has on disk
  * (`segd cache` and segd itself keep the http(s):// and s3:// sources). */

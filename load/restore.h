@@ -2,6 +2,9 @@
  * input partition, exported by another instance) into a store, so that a
  * partition assigned to an instance without its history resumes from the
  * unit's input offset instead of replaying the input from the beginning.
+ * segd_unit_load does the whole of it for one unit at its destination: it
+ * reads the unit (snapread/unit.h) through one handle and feeds it to
+ * segd_restore_new / add / finish, which take the profiles from any reader.
  *
  * The unit's profiles are merge operands of the store's own join (§3), so a
  * restore is exact whatever the store holds: users absent from the store
@@ -27,9 +30,11 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "core/partition.h"
 #include "core/record.h"
 #include "load/bulk.h"
 #include "store/store.h"
+#include "transport/dest.h"
 #include "wire/change.h"
 
 /* What a unit's manifest says about the state it holds. */
@@ -97,5 +102,33 @@ segd_err_t segd_restore_add_record(segd_restore_t *r, const char *user, size_t u
 segd_err_t segd_restore_finish(segd_restore_t *r, const segd_restore_unit_t *unit,
                                segd_restore_stats_t *stats, char *errstr, size_t errstr_size);
 void segd_restore_destroy(segd_restore_t *r);
+
+/* One unit loaded into a store as segd run's restorer loads it (also the
+ * restore benchmark's): DEST/<topic>/p-PPPPP read and checked through one
+ * destination handle, its users loaded beside other writers (shared), its
+ * markers and offset taken. SEGD_ERR_NOTFOUND when there is no unit to use:
+ * no topology, no unit for the partition, a snapshot of another partition
+ * count or partitioner (its units hold other users), or a unit without the
+ * partition's input offset. The caller replays the partition instead. */
+typedef struct segd_unit_load {
+    const char *from, *topic;   /* DEST, the input topic */
+    int32_t partition, partitions;
+    segd_partitioner_t partitioner;
+    const segd_dest_opts_t *dest;
+    uint64_t memory_bytes;
+    volatile sig_atomic_t *stop;  /* may be NULL */
+    const _Atomic int *cancel;    /* may be NULL */
+    pthread_mutex_t *cancel_lock; /* may be NULL; the lock *cancel is set under
+                                   * (segd_restore_opts_t.cancel_lock) */
+} segd_unit_load_t;
+
+typedef struct segd_unit_load_stats {
+    uint64_t users, segments, bytes; /* bytes: the unit's files */
+    int64_t next_offset;
+    double seconds;
+} segd_unit_load_stats_t;
+
+segd_err_t segd_unit_load(segd_store_t *store, const segd_unit_load_t *u,
+                          segd_unit_load_stats_t *stats, char *errstr, size_t errstr_size);
 
 #endif

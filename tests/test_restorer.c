@@ -4,8 +4,12 @@
  * GC watermark has not started, but never by one whose W has (a replay
  * would refuse its old history as too_late): that one keeps trying, and
  * other partitions' units load meanwhile; a cancelled job stops and is
- * requeued by the next begin. */
+ * requeued by the next begin. A restore opens the destination once per
+ * unit: the handle it opens carries the topology, the manifest and every
+ * file of the unit (CMakeLists.txt links this test with
+ * -Wl,--wrap=segd_dest_open so that it can count the opens). */
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -21,8 +25,10 @@
 #include "app/app.h"
 #include "app/restorer.h"
 #include "consumer/apply.h"
+#include "load/restore.h"
 #include "publisher/snapshot.h"
 #include "store/store.h"
+#include "transport/dest.h"
 
 #define NOW 1800000000000LL
 #define TOPIC "events"
@@ -31,6 +37,20 @@
 static segd_store_t *open_store(const char *dir, int64_t now_ms)
 {
     return test_store_open(dir, now_ms);
+}
+
+/* Every segd_dest_open in this process goes through here (the linker's
+ * --wrap), so a test can count how often a restore opens its source. */
+static _Atomic int dest_opens;
+segd_err_t __real_segd_dest_open(segd_dest_t **out, const char *url,
+                                 const segd_dest_opts_t *opts, char *errstr, size_t n);
+segd_err_t __wrap_segd_dest_open(segd_dest_t **out, const char *url,
+                                 const segd_dest_opts_t *opts, char *errstr, size_t n);
+segd_err_t __wrap_segd_dest_open(segd_dest_t **out, const char *url,
+                                 const segd_dest_opts_t *opts, char *errstr, size_t n)
+{
+    atomic_fetch_add(&dest_opens, 1);
+    return __real_segd_dest_open(out, url, opts, errstr, n);
 }
 
 static void sleep_ms(int ms)
@@ -177,10 +197,41 @@ static void test_done_replay_and_fallback(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/* N units restored the way the worker restores them open the destination
+ * N times: one handle per unit, passed down to every read of it. Reading
+ * a unit used to open it three times (topology, presence, load). */
+static void test_one_open_per_unit(void **state)
+{
+    (void)state;
+    char root[] = "/tmp/segd-test-restorer-XXXXXX", units[300], db[300], err[512];
+    assert_non_null(mkdtemp(root));
+    make_units(root, units, sizeof(units));
+    snprintf(db, sizeof(db), "%s/dst", root);
+    segd_store_t *s = open_store(db, NOW);
+    atomic_store(&dest_opens, 0);
+    uint64_t users = 0;
+    for (int32_t p = 0; p < PARTS; p++) {
+        segd_unit_load_t u = {.from = units, .topic = TOPIC, .partition = p,
+                              .partitions = PARTS, .partitioner = SEGD_PARTITIONER_MURMUR2,
+                              .memory_bytes = 64ull << 20};
+        segd_unit_load_stats_t st;
+        if (segd_unit_load(s, &u, &st, err, sizeof(err)))
+            fail_msg("unit %d: %s", (int)p, err);
+        users += st.users;
+    }
+    assert_int_equal(users, 50); /* both units loaded in full */
+    assert_int_equal(atomic_load(&dest_opens), PARTS);
+    segd_store_close(s);
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_done_replay_and_fallback),
+        cmocka_unit_test(test_one_open_per_unit),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
