@@ -1,4 +1,6 @@
-/* Restore on assignment: the worker and its jobs (app/restorer.h). */
+/* Restore on assignment: the worker and its jobs (app/restorer.h). Loading
+ * a unit is load/restore.h's segd_unit_load; this file decides when, how
+ * often, and what the pipeline is told. */
 #include "app/restorer.h"
 
 #include <stdatomic.h>
@@ -37,8 +39,9 @@ struct segd_restorer {
     pthread_mutex_t lock;
     pthread_cond_t wake;
     job_t *jobs;                  /* guarded by lock */
-    _Atomic int stop;             /* the worker ends; set with the lock held, read
-                                   * without it by the worker between steps */
+    _Atomic int stop;             /* Set under the lock to end the worker. The
+                                   * worker reads it between steps without the
+                                   * lock, hence atomic. */
     segd_restorer_stats_t st;     /* guarded by lock */
 };
 
@@ -62,13 +65,15 @@ static job_t *find(segd_restorer_t *r, const char *topic, int32_t partition)
 
 /* ---------- one attempt ---------- */
 
-/* Loads the job's unit; SEGD_ERR_NOTFOUND when there is none to use.
- * partitions: the job's count, read under the lock when the worker took
- * the job (begin may change it meanwhile). A stop reaches the load through
- * the job's cancel flag, which destroy sets: the load's own stop pointer is
- * a signal handler's flag, not one that threads may share. The cancel lock
- * is the restorer's: segd_restorer_cancel sets the flag under it, so once
- * it returns no offset of the partition is written. */
+/* Loads the job's unit, or returns SEGD_ERR_NOTFOUND when there is none to
+ * use. partitions is the job's count as the worker read it under the lock,
+ * because begin may change it meanwhile.
+ *
+ * destroy stops a load by setting the job's cancel flag. The load's own
+ * stop pointer is not used, because it is meant for a signal handler's
+ * flag, which threads may not share. The cancel lock is the restorer's
+ * lock. segd_restorer_cancel sets the flag under it, so once cancel has
+ * returned, no offset of the partition is written. */
 static segd_err_t restore_unit(segd_restorer_t *r, const job_t *j, int32_t partitions,
                                char *errstr, size_t n)
 {
@@ -96,11 +101,12 @@ static segd_err_t restore_unit(segd_restorer_t *r, const job_t *j, int32_t parti
 
 /* ---------- the worker ---------- */
 
-/* Decided under the lock, where begin and cancel decide too: a job
- * cancelled is CANCELLED, but one cancelled and assigned again since the
- * worker looked (begin cleared the flag) goes back in the queue instead of
- * ending as "no restore" while its partition waits for it. JOB_QUEUED with
- * retry_at > 0 is a failed attempt to be tried again then. */
+/* Sets the job's end state under the lock, where begin and cancel decide
+ * too. A cancelled job ends as CANCELLED. A job that was cancelled and then
+ * assigned again since the worker looked (begin cleared the flag) goes back
+ * in the queue instead. Its partition waits for it, and "no restore" would
+ * leave the partition waiting for ever. JOB_QUEUED with retry_at > 0 is a
+ * failed attempt that is tried again at retry_at. */
 static void finish_job(segd_restorer_t *r, job_t *j, job_state_t state, int64_t retry_at)
 {
     pthread_mutex_lock(&r->lock);
@@ -127,9 +133,10 @@ static void job_failed(segd_restorer_t *r, job_t *j, const char *err)
     int64_t wait = j->wait_ms;
     j->wait_ms = wait * 2 > r->o.retry_max_ms ? r->o.retry_max_ms : wait * 2;
     pthread_mutex_unlock(&r->lock);
-    /* once this store's W has started, a replay from the beginning would
-     * dead-letter as too_late every event older than its floor: history
-     * lost for good (and exported over the good unit); waiting is safe */
+    /* Once this store's W has started, a replay from the beginning would
+     * dead-letter every event older than its floor as too_late. That history
+     * would be lost for good, and the next export would write the loss over
+     * the good unit. Waiting loses nothing. */
     int w_started = segd_store_gc_watermark(r->store) > 0;
     int give_up = r->o.fallback_replay && attempt >= r->o.retries && !w_started;
     segd_log(r->o.log, SEGD_LOG_WARN, "restorer",
@@ -165,7 +172,7 @@ static void run_job(segd_restorer_t *r, job_t *j, int32_t partitions)
                  "from input.offset.reset", j->topic, j->partition, err);
         finish_job(r, j, JOB_REPLAY, 0);
     } else if (r->stop) {
-        return; /* abandoned before its offset: restored again next time */
+        return; /* no offset was written, so the next assignment restores it */
     } else if (j->cancel) {
         finish_job(r, j, JOB_CANCELLED, 0);
     } else {

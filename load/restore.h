@@ -39,35 +39,37 @@
 
 /* What a unit's manifest says about the state it holds. */
 typedef struct segd_restore_unit {
-    const char *topic;       /* input topic; NULL = set no offset (and no floor:
-                              * a unit with a GC watermark needs it) */
+    const char *topic;       /* input topic; NULL = set no offset. A unit with a
+                              * GC watermark needs its topic, because the
+                              * floor belongs to the topic's partition. */
     int32_t partition;
     int64_t next_offset;     /* the next input offset to apply; < 0 = none */
     int64_t gc_watermark_ms; /* the exporting store's W */
     const segd_retirement_t *retirements;
     size_t n_retirements;
-    int64_t identity_epoch_ms; /* the exporting store's identity epoch (DESIGN §10.6):
-                                * the store's is raised to it (0 = none) */
+    int64_t identity_epoch_ms; /* the exporting store's identity epoch (DESIGN
+                                * §10.6), to which the store's is raised; 0 = none */
 } segd_restore_unit_t;
 
 typedef struct segd_restore_opts {
     uint64_t memory_bytes;       /* the sort's budget; default 1 GiB */
-    int changes;                 /* outbox deltas for the restored users; default 0:
-                                  * the exporter published them already */
+    int changes;                 /* outbox deltas for the restored users; default 0,
+                                  * because the exporter published them already */
     volatile sig_atomic_t *stop; /* may be NULL */
-    const _Atomic int *cancel;   /* may be NULL; set: finish writes neither the data nor
-                                  * the offset (SEGD_ERR_ABORTED): the partition left
-                                  * this member, and its sweep may have begun */
-    pthread_mutex_t *cancel_lock; /* may be NULL; the lock under which *cancel is set:
-                                  * finish checks cancel and writes the offset under
-                                  * it, so a cancel made under it either comes before
-                                  * the check (no offset) or after the offset */
+    const _Atomic int *cancel;   /* may be NULL. Once set, finish writes neither the
+                                  * data nor the offset (SEGD_ERR_ABORTED). The
+                                  * partition has left this member, and its sweep
+                                  * may already be deleting the partition's users. */
+    pthread_mutex_t *cancel_lock; /* may be NULL; the lock *cancel is set under.
+                                  * finish checks cancel and writes the offset while
+                                  * holding it, so a cancel comes either before the
+                                  * check (no offset) or after the offset. */
     int shared;                  /* other writers meanwhile (segd run): see
                                   * segd_bulk_opts_t.shared */
     int direct;                  /* with shared: the unit's users come in key order,
-                                  * each once (as exports write them): straight into
-                                  * SST files (segd_bulk_opts_t.direct); an add out
-                                  * of order is SEGD_ERR_UNSORTED */
+                                  * each once, as exports write them, so they go
+                                  * straight into SST files (segd_bulk_opts_t.direct).
+                                  * An add out of order is SEGD_ERR_UNSORTED. */
     segd_bulk_progress_cb progress; /* may be NULL */
     void *progress_ctx;
 } segd_restore_opts_t;
