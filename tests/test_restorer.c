@@ -16,6 +16,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include <cmocka.h>
@@ -53,15 +54,35 @@ segd_err_t __wrap_segd_dest_open(segd_dest_t **out, const char *url,
     return __real_segd_dest_open(out, url, opts, errstr, n);
 }
 
+/* A shell command run once, just before the next fetch of a unit's .avro
+ * file (the linker's --wrap of segd_dest_get_mem_in): it stands for an
+ * export that replaces the unit between the reader's manifest and file. */
+static char before_file[1024];
+segd_err_t __real_segd_dest_get_mem_in(segd_dest_t *d, const char *dir, const char *name,
+                                       segd_buf_t *out, char *errstr, size_t n);
+segd_err_t __wrap_segd_dest_get_mem_in(segd_dest_t *d, const char *dir, const char *name,
+                                       segd_buf_t *out, char *errstr, size_t n);
+segd_err_t __wrap_segd_dest_get_mem_in(segd_dest_t *d, const char *dir, const char *name,
+                                       segd_buf_t *out, char *errstr, size_t n)
+{
+    size_t len = strlen(name);
+    if (before_file[0] && len > 5 && !strcmp(name + len - 5, ".avro")) {
+        assert_int_equal(system(before_file), 0);
+        before_file[0] = 0;
+    }
+    return __real_segd_dest_get_mem_in(d, dir, name, out, errstr, n);
+}
+
 static void sleep_ms(int ms)
 {
     struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
     nanosleep(&t, NULL);
 }
 
-/* A source store with 50 users and offsets for both partitions, exported
- * as units under root/units; returns that directory's path in out. */
-static void make_units(const char *root, char *out, size_t cap)
+/* A source store with 50 users and offsets offset + p for both partitions,
+ * exported as units under root/units; returns that directory's path in
+ * out. */
+static void make_units(const char *root, int64_t offset, char *out, size_t cap)
 {
     char dir[256], err[512];
     snprintf(dir, sizeof(dir), "%s/src", root);
@@ -83,7 +104,7 @@ static void make_units(const char *root, char *out, size_t cap)
                          SEGD_OK);
     }
     for (int32_t part = 0; part < PARTS; part++)
-        segd_batch_set_offset(ap.batch, TOPIC, part, 100 + part);
+        segd_batch_set_offset(ap.batch, TOPIC, part, offset + part);
     assert_int_equal(segd_applier_flush(&ap, err, sizeof(err)), SEGD_OK);
     segd_applier_free(&ap);
     segd_profile_free(&p);
@@ -141,7 +162,7 @@ static void test_done_replay_and_fallback(void **state)
     (void)state;
     char root[] = "/tmp/segd-test-restorer-XXXXXX", units[300], db[300], err[256];
     assert_non_null(mkdtemp(root));
-    make_units(root, units, sizeof(units));
+    make_units(root, 100, units, sizeof(units));
     snprintf(db, sizeof(db), "%s/dst", root);
     segd_store_t *s = open_store(db, NOW);
     segd_restorer_t *r = restorer(s, units, 2);
@@ -205,7 +226,7 @@ static void test_one_open_per_unit(void **state)
     (void)state;
     char root[] = "/tmp/segd-test-restorer-XXXXXX", units[300], db[300], err[512];
     assert_non_null(mkdtemp(root));
-    make_units(root, units, sizeof(units));
+    make_units(root, 100, units, sizeof(units));
     snprintf(db, sizeof(db), "%s/dst", root);
     segd_store_t *s = open_store(db, NOW);
     atomic_store(&dest_opens, 0);
@@ -227,11 +248,52 @@ static void test_one_open_per_unit(void **state)
     assert_int_equal(system(cmd), 0);
 }
 
+/* A newer export replaces the unit after the restore read its manifest and
+ * deletes the file that manifest names (publisher/snapshot.c does both).
+ * The restore finds the file missing, sees the newer manifest, and reads
+ * the unit again (DESIGN §6): the partition gets the newer unit's offset.
+ * Nothing of the old unit was loaded, so the load need not start anew. */
+static void test_unit_replaced_while_read(void **state)
+{
+    (void)state;
+    char root[] = "/tmp/segd-test-restorer-XXXXXX", old_root[300], new_root[300];
+    char units[300], newer[300], db[300], err[512];
+    assert_non_null(mkdtemp(root));
+    snprintf(old_root, sizeof(old_root), "%s/old", root);
+    snprintf(new_root, sizeof(new_root), "%s/new", root);
+    assert_int_equal(mkdir(old_root, 0755), 0);
+    assert_int_equal(mkdir(new_root, 0755), 0);
+    make_units(old_root, 100, units, sizeof(units));
+    sleep_ms(5); /* the newer export's created_at_ms differs */
+    make_units(new_root, 300, newer, sizeof(newer));
+    snprintf(before_file, sizeof(before_file),
+             "rm %s/" TOPIC "/p-00000/*.avro && cp %s/" TOPIC "/p-00000/* %s/" TOPIC "/p-00000/",
+             units, newer, units);
+    snprintf(db, sizeof(db), "%s/dst", root);
+    segd_store_t *s = open_store(db, NOW);
+    segd_unit_load_t u = {.from = units, .topic = TOPIC, .partition = 0, .partitions = PARTS,
+                          .partitioner = SEGD_PARTITIONER_MURMUR2,
+                          .memory_bytes = 64ull << 20};
+    segd_unit_load_stats_t st;
+    if (segd_unit_load(s, &u, &st, err, sizeof(err)))
+        fail_msg("replaced unit: %s", err);
+    assert_int_equal(before_file[0], 0); /* the replacement did happen */
+    assert_int_equal(st.next_offset, 300);
+    int64_t off = 0;
+    assert_int_equal(segd_store_offset_get(s, TOPIC, 0, &off, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(off, 300);
+    segd_store_close(s);
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
+    assert_int_equal(system(cmd), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_done_replay_and_fallback),
         cmocka_unit_test(test_one_open_per_unit),
+        cmocka_unit_test(test_unit_replaced_while_read),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
