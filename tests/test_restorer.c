@@ -133,6 +133,26 @@ static void corrupt_unit(const char *units, int32_t p)
     assert_int_equal(system(cmd), 0);
 }
 
+static void remove_tree(const char *root)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* Partition p's unit under units loaded into s as the worker loads it. */
+static segd_unit_load_stats_t load_unit(segd_store_t *s, const char *units, int32_t p)
+{
+    segd_unit_load_t u = {.from = units, .topic = TOPIC, .partition = p, .partitions = PARTS,
+                          .partitioner = SEGD_PARTITIONER_MURMUR2,
+                          .memory_bytes = 64ull << 20};
+    segd_unit_load_stats_t st;
+    char err[512];
+    if (segd_unit_load(s, &u, &st, err, sizeof(err)))
+        fail_msg("unit %d: %s", (int)p, err);
+    return st;
+}
+
 static segd_restore_state_t wait_state(segd_restorer_t *r, int32_t p, int ms)
 {
     segd_restore_state_t s = SEGD_RESTORE_RUNNING;
@@ -213,9 +233,7 @@ static void test_done_replay_and_fallback(void **state)
     assert_int_equal(segd_restorer_state(r, TOPIC, 1), SEGD_RESTORE_RUNNING);
     segd_restorer_destroy(r);
     segd_store_close(s);
-    char cmd[300];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
-    assert_int_equal(system(cmd), 0);
+    remove_tree(root);
 }
 
 /* N units restored the way the worker restores them open the destination
@@ -224,28 +242,19 @@ static void test_done_replay_and_fallback(void **state)
 static void test_one_open_per_unit(void **state)
 {
     (void)state;
-    char root[] = "/tmp/segd-test-restorer-XXXXXX", units[300], db[300], err[512];
+    char root[] = "/tmp/segd-test-restorer-XXXXXX", units[300], db[300];
     assert_non_null(mkdtemp(root));
     make_units(root, 100, units, sizeof(units));
     snprintf(db, sizeof(db), "%s/dst", root);
     segd_store_t *s = open_store(db, NOW);
     atomic_store(&dest_opens, 0);
     uint64_t users = 0;
-    for (int32_t p = 0; p < PARTS; p++) {
-        segd_unit_load_t u = {.from = units, .topic = TOPIC, .partition = p,
-                              .partitions = PARTS, .partitioner = SEGD_PARTITIONER_MURMUR2,
-                              .memory_bytes = 64ull << 20};
-        segd_unit_load_stats_t st;
-        if (segd_unit_load(s, &u, &st, err, sizeof(err)))
-            fail_msg("unit %d: %s", (int)p, err);
-        users += st.users;
-    }
+    for (int32_t p = 0; p < PARTS; p++)
+        users += load_unit(s, units, p).users;
     assert_int_equal(users, 50); /* both units loaded in full */
     assert_int_equal(atomic_load(&dest_opens), PARTS);
     segd_store_close(s);
-    char cmd[300];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
-    assert_int_equal(system(cmd), 0);
+    remove_tree(root);
 }
 
 /* A newer export replaces the unit after the restore read its manifest and
@@ -271,21 +280,14 @@ static void test_unit_replaced_while_read(void **state)
              units, newer, units);
     snprintf(db, sizeof(db), "%s/dst", root);
     segd_store_t *s = open_store(db, NOW);
-    segd_unit_load_t u = {.from = units, .topic = TOPIC, .partition = 0, .partitions = PARTS,
-                          .partitioner = SEGD_PARTITIONER_MURMUR2,
-                          .memory_bytes = 64ull << 20};
-    segd_unit_load_stats_t st;
-    if (segd_unit_load(s, &u, &st, err, sizeof(err)))
-        fail_msg("replaced unit: %s", err);
+    segd_unit_load_stats_t st = load_unit(s, units, 0);
     assert_int_equal(before_file[0], 0); /* the replacement did happen */
     assert_int_equal(st.next_offset, 300);
     int64_t off = 0;
     assert_int_equal(segd_store_offset_get(s, TOPIC, 0, &off, err, sizeof(err)), SEGD_OK);
     assert_int_equal(off, 300);
     segd_store_close(s);
-    char cmd[300];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
-    assert_int_equal(system(cmd), 0);
+    remove_tree(root);
 }
 
 int main(void)
