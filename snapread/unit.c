@@ -11,7 +11,7 @@
 
 #include "core/partition.h"
 #include "wire/avro_file.h"
-#include "wire/change.h"
+#include "wire/digest.h"
 #include "wire/snap_format.h"
 #include "wire/snap_native.h"
 
