@@ -1,4 +1,6 @@
-/* Restore on assignment: the worker and its jobs (app/restorer.h). */
+/* Restore on assignment: the worker and its jobs (app/restorer.h). Loading
+ * a unit is load/restore.h's segd_unit_load; this file decides when, how
+ * often, and what the pipeline is told. */
 #include "app/restorer.h"
 
 #include <stdatomic.h>
@@ -10,7 +12,6 @@
 #include <time.h>
 
 #include "base/clock.h"
-#include "cache/snapshot_read.h"
 #include "load/bulk.h"
 #include "load/restore.h"
 
@@ -38,8 +39,9 @@ struct segd_restorer {
     pthread_mutex_t lock;
     pthread_cond_t wake;
     job_t *jobs;                  /* guarded by lock */
-    _Atomic int stop;             /* the worker ends; set with the lock held, read
-                                   * without it by the worker between steps */
+    _Atomic int stop;             /* Set under the lock to end the worker. The
+                                   * worker reads it between steps without the
+                                   * lock, hence atomic. */
     segd_restorer_stats_t st;     /* guarded by lock */
 };
 
@@ -63,129 +65,15 @@ static job_t *find(segd_restorer_t *r, const char *topic, int32_t partition)
 
 /* ---------- one attempt ---------- */
 
-typedef struct feed {
-    segd_restore_t *restore;
-    const segd_unit_load_t *u;
-    segd_err_t code; /* the callback's own failure */
-    char err[512];
-} feed_t;
-
-/* Non-zero stops the unit's read: a stop or a revoke need not wait for a
- * whole unit to download. */
-static int feed(void *ctx, int32_t partition, const char *user, size_t len,
-                const segd_profile_t *p, const uint8_t *rec, size_t rec_len)
-{
-    (void)partition;
-    feed_t *f = ctx;
-    if ((f->u->stop && *f->u->stop) || (f->u->cancel && *f->u->cancel)) {
-        snprintf(f->err, sizeof(f->err), "restore stopped");
-        f->code = SEGD_ERR_ABORTED;
-        return 1;
-    }
-    f->code = segd_restore_add_record(f->restore, user, len, p, rec, rec_len, f->err,
-                                      sizeof(f->err));
-    return f->code != SEGD_OK;
-}
-
-static int64_t unit_offset(const segd_manifest_t *m, const char *topic, int32_t partition)
-{
-    for (size_t i = 0; i < m->n_inputs; i++)
-        if (m->inputs[i].partition == partition && m->inputs[i].topic &&
-            !strcmp(m->inputs[i].topic, topic))
-            return m->inputs[i].offset;
-    return -1;
-}
-
-static uint64_t unit_bytes(const segd_manifest_t *m)
-{
-    uint64_t b = 0;
-    for (size_t i = 0; i < m->n_files; i++)
-        b += m->files[i].bytes;
-    return b;
-}
-
-/* Read and verified, the unit goes in with its markers and offset. */
-static segd_err_t finish_unit(segd_restore_t *r, const segd_unit_load_t *u,
-                              const segd_manifest_t *m, segd_restore_stats_t *st,
-                              char *errstr, size_t n)
-{
-    int64_t next = unit_offset(m, u->topic, u->partition);
-    /* a unit without its partition's offset (a store filled by backfill)
-     * says nothing about where the input goes on: replaying is exact */
-    if (next < 0)
-        return segd_errf(SEGD_ERR_NOTFOUND, errstr, n, "its unit holds no input offset of %s",
-                         u->topic);
-    segd_restore_unit_t ru = {.topic = u->topic,
-                              .partition = u->partition,
-                              .next_offset = next,
-                              .gc_watermark_ms = m->gc_watermark_ms,
-                              .retirements = m->retirements,
-                              .n_retirements = m->n_retirements,
-                              .identity_epoch_ms = m->identity_epoch_ms};
-    return segd_restore_finish(r, &ru, st, errstr, n);
-}
-
-/* One load of the unit: direct (straight into SST files, as exports write
- * units in key order) or through the sort. */
-static segd_err_t load_once(segd_store_t *store, const segd_unit_load_t *u, int direct,
-                            segd_unit_load_stats_t *out, char *errstr, size_t n)
-{
-    segd_restore_opts_t ro;
-    segd_restore_opts_default(&ro);
-    ro.memory_bytes = u->memory_bytes;
-    ro.shared = 1;
-    ro.direct = direct;
-    ro.stop = u->stop;
-    ro.cancel = u->cancel;
-    ro.cancel_lock = u->cancel_lock;
-    feed_t f = {.u = u};
-    segd_manifest_t m;
-    segd_manifest_init(&m);
-    char url[4200];
-    segd_dest_join(url, sizeof(url), u->from, u->topic);
-    double t0 = segd_mono_s();
-    segd_restore_stats_t st = {0};
-    segd_err_t err = segd_restore_new(&f.restore, store, &ro, errstr, n);
-    if (!err) {
-        err = segd_snapshot_read_unit(url, u->partition, u->partitions, u->partitioner, u->dest,
-                                      &m, feed, &f, errstr, n);
-        if (err == SEGD_ERR_INVALID && f.code) /* the callback's own failure */
-            err = segd_errf(f.code == SEGD_ERR_UNSORTED ? f.code : SEGD_ERR_IO, errstr, n, "%s",
-                            f.err);
-    }
-    if (!err)
-        err = finish_unit(f.restore, u, &m, &st, errstr, n);
-    if (!err && out) {
-        out->users = st.users;
-        out->segments = st.segments;
-        out->bytes = unit_bytes(&m);
-        out->next_offset = unit_offset(&m, u->topic, u->partition);
-        out->seconds = segd_mono_s() - t0;
-    }
-    segd_restore_destroy(f.restore); /* SST files not ingested go with it */
-    segd_manifest_free(&m);
-    return err;
-}
-
-/* Direct first; a unit read again after a newer export replaced it halfway
- * shows its users twice (out of order): loaded anew, direct once more; one
- * that is not in key order at all (another writer's) goes through the sort. */
-segd_err_t segd_unit_load(segd_store_t *store, const segd_unit_load_t *u,
-                          segd_unit_load_stats_t *out, char *errstr, size_t n)
-{
-    segd_err_t err = SEGD_ERR_UNSORTED;
-    for (int attempt = 0; err == SEGD_ERR_UNSORTED && attempt < 3; attempt++)
-        err = load_once(store, u, attempt < 2, out, errstr, n);
-    return err;
-}
-
-/* Loads the job's unit; SEGD_ERR_NOTFOUND when there is none to use.
- * partitions: the job's count, read under the lock when the worker took
- * the job (begin may change it meanwhile). A stop reaches the load through
- * the job's cancel flag, which destroy sets: the load's own stop pointer is
- * a signal handler's flag, not one that threads may share. The cancel lock
- * is the restorer's: segd_restorer_cancel sets the flag under it, so once
- * it returns no offset of the partition is written. */
+/* Loads the job's unit, or returns SEGD_ERR_NOTFOUND when there is none to
+ * use. partitions is the job's count as the worker read it under the lock,
+ * because begin may change it meanwhile.
+ *
+ * destroy stops a load by setting the job's cancel flag. The load's own
+ * stop pointer is not used, because it is meant for a signal handler's
+ * flag, which threads may not share. The cancel lock is the restorer's
+ * lock. segd_restorer_cancel sets the flag under it, so once cancel has
+ * returned, no offset of the partition is written. */
 static segd_err_t restore_unit(segd_restorer_t *r, const job_t *j, int32_t partitions,
                                char *errstr, size_t n)
 {
@@ -213,11 +101,12 @@ static segd_err_t restore_unit(segd_restorer_t *r, const job_t *j, int32_t parti
 
 /* ---------- the worker ---------- */
 
-/* Decided under the lock, where begin and cancel decide too: a job
- * cancelled is CANCELLED, but one cancelled and assigned again since the
- * worker looked (begin cleared the flag) goes back in the queue instead of
- * ending as "no restore" while its partition waits for it. JOB_QUEUED with
- * retry_at > 0 is a failed attempt to be tried again then. */
+/* Sets the job's end state under the lock, where begin and cancel decide
+ * too. A cancelled job ends as CANCELLED. A job that was cancelled and then
+ * assigned again since the worker looked (begin cleared the flag) goes back
+ * in the queue instead. Its partition waits for it, and "no restore" would
+ * leave the partition waiting for ever. JOB_QUEUED with retry_at > 0 is a
+ * failed attempt that is tried again at retry_at. */
 static void finish_job(segd_restorer_t *r, job_t *j, job_state_t state, int64_t retry_at)
 {
     pthread_mutex_lock(&r->lock);
@@ -244,9 +133,10 @@ static void job_failed(segd_restorer_t *r, job_t *j, const char *err)
     int64_t wait = j->wait_ms;
     j->wait_ms = wait * 2 > r->o.retry_max_ms ? r->o.retry_max_ms : wait * 2;
     pthread_mutex_unlock(&r->lock);
-    /* once this store's W has started, a replay from the beginning would
-     * dead-letter as too_late every event older than its floor: history
-     * lost for good (and exported over the good unit); waiting is safe */
+    /* Once this store's W has started, a replay from the beginning would
+     * dead-letter every event older than its floor as too_late. That history
+     * would be lost for good, and the next export would write the loss over
+     * the good unit. Waiting loses nothing. */
     int w_started = segd_store_gc_watermark(r->store) > 0;
     int give_up = r->o.fallback_replay && attempt >= r->o.retries && !w_started;
     segd_log(r->o.log, SEGD_LOG_WARN, "restorer",
@@ -282,7 +172,7 @@ static void run_job(segd_restorer_t *r, job_t *j, int32_t partitions)
                  "from input.offset.reset", j->topic, j->partition, err);
         finish_job(r, j, JOB_REPLAY, 0);
     } else if (r->stop) {
-        return; /* abandoned before its offset: restored again next time */
+        return; /* no offset was written, so the next assignment restores it */
     } else if (j->cancel) {
         finish_job(r, j, JOB_CANCELLED, 0);
     } else {

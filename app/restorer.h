@@ -1,22 +1,26 @@
-/* Restore on assignment (issue 11, DESIGN §7): when the group assigns a
- * partition for which the store holds no input offset, segd run pauses it
- * and asks the restorer for it; the restorer fetches and verifies that
- * partition's latest snapshot unit from restore.from, loads it beside the
- * running ingest (load/restore.h, shared: other partitions keep flowing and
- * their merges join with the unit's), sets the partition's input offset
- * from the unit's manifest, and reports DONE; the pipeline then resumes the
- * partition at that offset. With no unit for the partition it reports
- * REPLAY at once (the input is replayed from input.offset.reset, as
- * without restore.from). A unit that fails (corrupt, unreachable) is tried
- * again with backoff, restore.retries times, then REPLAY if
- * restore.fallback = replay, else again for as long as it takes (logged).
+/* Restore on assignment (issue 11, DESIGN §7). When the group assigns a
+ * partition for which the store holds no input offset, segd run pauses the
+ * partition and asks the restorer for it. The restorer loads the
+ * partition's latest snapshot unit from restore.from (segd_unit_load,
+ * load/restore.h) beside the running ingest, so other partitions keep
+ * flowing and their merges join with the unit's. The load sets the
+ * partition's input offset from the unit's manifest, and the restorer
+ * reports DONE; the pipeline then resumes the partition at that offset.
  *
- * One worker thread, one restore at a time (bulk loads may not run side by
- * side in one store); a failed attempt waits for its retry in the queue,
- * so a unit that keeps failing never holds up the other partitions'. A job stays known after it finished (one per
- * partition ever restored) and a later begin queues it anew. Threads:
- * new/destroy from the owning thread; begin and state from the pipeline's
- * thread (a mutex guards the jobs). */
+ * With no unit for the partition the restorer reports REPLAY at once, and
+ * the input is replayed from input.offset.reset as without restore.from. A
+ * unit that fails (corrupt, unreachable) is tried again with backoff,
+ * restore.retries times. After that it is REPLAY if restore.fallback =
+ * replay; otherwise it is tried for as long as it takes, and each failure
+ * is logged.
+ *
+ * There is one worker thread and one restore at a time, because bulk loads
+ * may not run side by side in one store. A failed attempt waits for its
+ * retry in the queue, so a unit that keeps failing never holds up the other
+ * partitions. A job stays known after it finished (one per partition ever
+ * restored), and a later begin queues it anew. new and destroy run on the
+ * owning thread, begin and state on the pipeline's thread; a mutex guards
+ * the jobs. */
 #ifndef SEGD_RESTORER_H
 #define SEGD_RESTORER_H
 
@@ -74,33 +78,6 @@ segd_restore_state_t segd_restorer_state(segd_restorer_t *r, const char *topic,
  * up the partitions queued behind it nor writes an offset for a partition
  * another member owns. */
 void segd_restorer_cancel(segd_restorer_t *r, const char *topic, int32_t partition);
-
-/* One unit loaded into a store as the worker loads it (also the restore
- * benchmark's): DEST/<topic>/p-PPPPP read and checked
- * (segd_snapshot_read_unit), its users loaded beside other writers
- * (load/restore.h, shared), its markers and offset taken. SEGD_ERR_NOTFOUND
- * when there is no unit to use (none, another partition count or
- * partitioner, no offset of the partition): replay instead. */
-typedef struct segd_unit_load {
-    const char *from, *topic;   /* DEST, the input topic */
-    int32_t partition, partitions;
-    segd_partitioner_t partitioner;
-    const segd_dest_opts_t *dest;
-    uint64_t memory_bytes;
-    volatile sig_atomic_t *stop;  /* may be NULL */
-    const _Atomic int *cancel;    /* may be NULL */
-    pthread_mutex_t *cancel_lock; /* may be NULL; the lock *cancel is set under
-                                   * (segd_restore_opts_t.cancel_lock) */
-} segd_unit_load_t;
-
-typedef struct segd_unit_load_stats {
-    uint64_t users, segments, bytes; /* bytes: the unit's files */
-    int64_t next_offset;
-    double seconds;
-} segd_unit_load_stats_t;
-
-segd_err_t segd_unit_load(segd_store_t *store, const segd_unit_load_t *u,
-                          segd_unit_load_stats_t *stats, char *errstr, size_t errstr_size);
 
 typedef struct segd_restorer_stats {
     uint64_t restored, replayed, failures; /* units loaded, fallbacks, failed attempts */

@@ -17,8 +17,8 @@
 #include "base/buf.h"
 #include "base/clock.h"
 #include "bench/bench.h"
-#include "cache/snapshot_read.h"
-#include "app/restorer.h"
+#include "load/restore.h"
+#include "snapread/unit.h"
 #include "publisher/snapshot.h"
 #include "workload/dev_broker.h"
 #include "workload/seed_producer.h"
@@ -83,29 +83,29 @@ typedef struct raw {
 static int raw_read(const char *topic_url, int32_t partitions, raw_t *r, char *err, size_t n)
 {
     segd_buf_t buf = {0};
+    segd_topology_t t;
+    segd_unit_read_opts_t check = {0};
     double t0 = segd_mono_s();
-    for (int32_t p = 0; p < partitions; p++) {
+    segd_dest_t *d = NULL;
+    int rc = segd_dest_open(&d, topic_url, NULL, err, n) || segd_snapread_topology(d, &t, err, n)
+                 ? -1
+                 : 0;
+    for (int32_t p = 0; !rc && p < partitions; p++) {
         segd_manifest_t m;
-        char dir[32], url[600];
-        /* the manifest alone (no callback, no check), then each file */
-        if (segd_snapshot_read_unit(topic_url, p, partitions, SEGD_PARTITIONER_MURMUR2, NULL,
-                                    &m, NULL, NULL, err, n)) {
-            segd_manifest_free(&m);
-            return -1;
-        }
+        char dir[32];
+        /* the unit read and checked without a callback, for its manifest;
+         * then each file fetched again */
+        rc = segd_snapread_unit(d, &t, p, &check, &m, err, n) ? -1 : 0;
         segd_unit_dir_name(dir, sizeof(dir), p);
-        snprintf(url, sizeof(url), "%s/%s", topic_url, dir);
-        segd_dest_t *d = NULL;
-        int rc = segd_dest_open(&d, url, NULL, err, n) ? -1 : 0;
         for (size_t i = 0; !rc && i < m.n_files; i++) {
-            rc = segd_dest_get_mem(d, m.files[i].name, &buf, err, n) ? -1 : 0;
+            rc = segd_dest_get_mem_in(d, dir, m.files[i].name, &buf, err, n) ? -1 : 0;
             r->bytes += buf.len;
         }
-        segd_dest_close(d);
         segd_manifest_free(&m);
-        if (rc)
-            return -1;
     }
+    segd_dest_close(d);
+    if (rc)
+        return -1;
     r->seconds = segd_mono_s() - t0;
     segd_buf_free(&buf);
     return 0;
@@ -116,7 +116,7 @@ typedef struct restored {
     uint64_t users, segments;
 } restored_t;
 
-/* Each unit as segd run's restorer loads it (app/restorer.h). */
+/* Each unit as segd run's restorer loads it (load/restore.h). */
 static int restore_all(segd_store_t *s, const char *dest, int32_t partitions, restored_t *out,
                        char *err, size_t n)
 {

@@ -24,7 +24,7 @@
 #include "app/app.h"
 #include "base/args.h"
 #include "consumer/apply.h"
-#include "cache/snapshot_read.h"
+#include "snapread/snapshot.h"
 #include "publisher/snapshot.h"
 #include "base/clock.h"
 

@@ -11,7 +11,7 @@
 #include <stddef.h>
 
 #include "cache/edge.h"
-#include "cache/snapshot_read.h"
+#include "snapread/snapshot.h"
 #include "wire/manifest.h"
 
 /* Loads every unit of src_url (segd_snapshot_read: o may be NULL; its

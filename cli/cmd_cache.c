@@ -24,7 +24,7 @@
 #include "cli/cli.h"
 #include "metrics/process.h"
 #include "metrics/registry.h"
-#include "cache/snapshot_read.h"
+#include "snapread/snapshot.h"
 #include "publisher/snapshot.h"
 #include "base/clock.h"
 

@@ -8,7 +8,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
-#include "cache/snapshot_read.h"
+#include "snapread/snapshot.h"
 #include "publisher/snapshot.h"
 #include "base/clock.h"
 #include "consumer/config.h"

@@ -1,5 +1,5 @@
 /* transport/dest.h for libsegd-cache: local directories only, read-only.
- * The snapshot reader (cache/snapshot_read.c) reads through segd_dest; the
+ * The snapshot reader (snapread/) reads through segd_dest; the
  * library links this file instead of transport/dest.c so that it carries
  * no HTTP/S3 client (libcurl): a bidder loads snapshots it has on disk
  * (`segd cache` and segd itself keep the http(s):// and s3:// sources). */
@@ -59,13 +59,20 @@ void segd_dest_close(segd_dest_t *d)
     free(d);
 }
 
-segd_err_t segd_dest_get_mem(segd_dest_t *d, const char *name, segd_buf_t *out, char *errstr,
-                             size_t n)
+static int bad_name(const char *name)
 {
-    if (!*name || strchr(name, '/') || !strcmp(name, ".."))
+    return !*name || strchr(name, '/') || !strcmp(name, "..");
+}
+
+segd_err_t segd_dest_get_mem_in(segd_dest_t *d, const char *dir, const char *name,
+                                segd_buf_t *out, char *errstr, size_t n)
+{
+    if (bad_name(name) || (dir && bad_name(dir)))
         return segd_errf(SEGD_ERR_INVALID, errstr, n, "bad object name '%s'", name);
-    char path[4096];
-    segd_dest_join(path, sizeof(path), d->base, name);
+    char folder[4096], path[4096];
+    if (dir)
+        segd_dest_join(folder, sizeof(folder), d->base, dir);
+    segd_dest_join(path, sizeof(path), dir ? folder : d->base, name);
     out->len = 0;
     FILE *f = fopen(path, "rb");
     if (!f)
@@ -83,4 +90,10 @@ segd_err_t segd_dest_get_mem(segd_dest_t *d, const char *name, segd_buf_t *out, 
     if (err)
         out->len = 0;
     return err;
+}
+
+segd_err_t segd_dest_get_mem(segd_dest_t *d, const char *name, segd_buf_t *out, char *errstr,
+                             size_t n)
+{
+    return segd_dest_get_mem_in(d, NULL, name, out, errstr, n);
 }

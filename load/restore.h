@@ -2,6 +2,9 @@
  * input partition, exported by another instance) into a store, so that a
  * partition assigned to an instance without its history resumes from the
  * unit's input offset instead of replaying the input from the beginning.
+ * segd_unit_load does the whole of it for one unit at its destination: it
+ * reads the unit (snapread/unit.h) through one handle and feeds it to
+ * segd_restore_new / add / finish, which take the profiles from any reader.
  *
  * The unit's profiles are merge operands of the store's own join (§3), so a
  * restore is exact whatever the store holds: users absent from the store
@@ -27,42 +30,46 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "core/partition.h"
 #include "core/record.h"
 #include "load/bulk.h"
 #include "store/store.h"
+#include "transport/dest.h"
 #include "wire/change.h"
 
 /* What a unit's manifest says about the state it holds. */
 typedef struct segd_restore_unit {
-    const char *topic;       /* input topic; NULL = set no offset (and no floor:
-                              * a unit with a GC watermark needs it) */
+    const char *topic;       /* input topic; NULL = set no offset. A unit with a
+                              * GC watermark needs its topic, because the
+                              * floor belongs to the topic's partition. */
     int32_t partition;
     int64_t next_offset;     /* the next input offset to apply; < 0 = none */
     int64_t gc_watermark_ms; /* the exporting store's W */
     const segd_retirement_t *retirements;
     size_t n_retirements;
-    int64_t identity_epoch_ms; /* the exporting store's identity epoch (DESIGN §10.6):
-                                * the store's is raised to it (0 = none) */
+    int64_t identity_epoch_ms; /* the exporting store's identity epoch (DESIGN
+                                * §10.6), to which the store's is raised; 0 = none */
 } segd_restore_unit_t;
 
 typedef struct segd_restore_opts {
     uint64_t memory_bytes;       /* the sort's budget; default 1 GiB */
-    int changes;                 /* outbox deltas for the restored users; default 0:
-                                  * the exporter published them already */
+    int changes;                 /* outbox deltas for the restored users; default 0,
+                                  * because the exporter published them already */
     volatile sig_atomic_t *stop; /* may be NULL */
-    const _Atomic int *cancel;   /* may be NULL; set: finish writes neither the data nor
-                                  * the offset (SEGD_ERR_ABORTED): the partition left
-                                  * this member, and its sweep may have begun */
-    pthread_mutex_t *cancel_lock; /* may be NULL; the lock under which *cancel is set:
-                                  * finish checks cancel and writes the offset under
-                                  * it, so a cancel made under it either comes before
-                                  * the check (no offset) or after the offset */
+    const _Atomic int *cancel;   /* may be NULL. Once set, finish writes neither the
+                                  * data nor the offset (SEGD_ERR_ABORTED). The
+                                  * partition has left this member, and its sweep
+                                  * may already be deleting the partition's users. */
+    pthread_mutex_t *cancel_lock; /* may be NULL; the lock *cancel is set under.
+                                  * finish checks cancel and writes the offset while
+                                  * holding it, so a cancel comes either before the
+                                  * check (no offset) or after the offset. */
     int shared;                  /* other writers meanwhile (segd run): see
                                   * segd_bulk_opts_t.shared */
     int direct;                  /* with shared: the unit's users come in key order,
-                                  * each once (as exports write them): straight into
-                                  * SST files (segd_bulk_opts_t.direct); an add out
-                                  * of order is SEGD_ERR_UNSORTED */
+                                  * each once, as exports write them, so they go
+                                  * straight into SST files (segd_bulk_opts_t.direct).
+                                  * An add out of order is SEGD_ERR_UNSORTED. */
     segd_bulk_progress_cb progress; /* may be NULL */
     void *progress_ctx;
 } segd_restore_opts_t;
@@ -97,5 +104,33 @@ segd_err_t segd_restore_add_record(segd_restore_t *r, const char *user, size_t u
 segd_err_t segd_restore_finish(segd_restore_t *r, const segd_restore_unit_t *unit,
                                segd_restore_stats_t *stats, char *errstr, size_t errstr_size);
 void segd_restore_destroy(segd_restore_t *r);
+
+/* One unit loaded into a store as segd run's restorer loads it (also the
+ * restore benchmark's): DEST/<topic>/p-PPPPP read and checked through one
+ * destination handle, its users loaded beside other writers (shared), its
+ * markers and offset taken. SEGD_ERR_NOTFOUND when there is no unit to use:
+ * no topology, no unit for the partition, a snapshot of another partition
+ * count or partitioner (its units hold other users), or a unit without the
+ * partition's input offset. The caller replays the partition instead. */
+typedef struct segd_unit_load {
+    const char *from, *topic;   /* DEST, the input topic */
+    int32_t partition, partitions;
+    segd_partitioner_t partitioner;
+    const segd_dest_opts_t *dest;
+    uint64_t memory_bytes;
+    volatile sig_atomic_t *stop;  /* may be NULL */
+    const _Atomic int *cancel;    /* may be NULL */
+    pthread_mutex_t *cancel_lock; /* may be NULL; the lock *cancel is set under
+                                   * (segd_restore_opts_t.cancel_lock) */
+} segd_unit_load_t;
+
+typedef struct segd_unit_load_stats {
+    uint64_t users, segments, bytes; /* bytes: the unit's files */
+    int64_t next_offset;
+    double seconds;
+} segd_unit_load_stats_t;
+
+segd_err_t segd_unit_load(segd_store_t *store, const segd_unit_load_t *u,
+                          segd_unit_load_stats_t *stats, char *errstr, size_t errstr_size);
 
 #endif

@@ -8,7 +8,7 @@
  * (wire/topology.h) says what the units share. Destinations: a directory,
  * http(s):// or s3:// (transport/dest.h). Which units and which P:
  * publisher/snapshot_plan.h. Reading and verifying is
- * cache/snapshot_read.h. */
+ * snapread/snapshot.h. */
 #ifndef SEGD_SNAPSHOT_H
 #define SEGD_SNAPSHOT_H
 

@@ -28,7 +28,7 @@
 #include "cache/tail.h"
 #include "wire/avro_codec.h"
 #include "workload/dev_broker.h"
-#include "cache/snapshot_read.h"
+#include "snapread/snapshot.h"
 #include "publisher/snapshot.h"
 #include "core/query.h"
 #include "store/store.h"

@@ -542,6 +542,24 @@ static void test_dir_round_trip(void **state)
     list_dir(path, names, sizeof(names));
     assert_string_equal(names, "manifest.json p-00000-1.avro"); /* no temporaries */
 
+    /* a folder's object through the base's handle, as a snapshot reader
+     * reads each unit's files (put there through a handle of its own) */
+    snprintf(path, sizeof(path), "%s/a/b/snap/p-00003", tmp);
+    segd_dest_t *unit = NULL;
+    assert_int_equal(segd_dest_open(&unit, path, NULL, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_dest_put_mem(unit, "manifest.json", "{\"u\":3}", 7, err, sizeof(err)),
+                     SEGD_OK);
+    segd_dest_close(unit);
+    assert_int_equal(segd_dest_get_mem_in(d, "p-00003", "manifest.json", &got, err, sizeof(err)),
+                     SEGD_OK);
+    assert_int_equal(got.len, 7);
+    assert_memory_equal(got.data, "{\"u\":3}", 7);
+    assert_int_equal(segd_dest_get_mem_in(d, NULL, "manifest.json", &got, err, sizeof(err)),
+                     SEGD_OK);
+    assert_memory_equal(got.data, "{\"v\":2}", 7);
+    assert_int_equal(segd_dest_get_mem_in(d, "p-00004", "manifest.json", &got, err, sizeof(err)),
+                     SEGD_ERR_NOTFOUND);
+
     assert_int_equal(segd_dest_delete(d, "manifest.json", err, sizeof(err)), SEGD_OK);
     assert_int_equal(segd_dest_delete(d, "manifest.json", err, sizeof(err)), SEGD_OK);
     assert_int_equal(segd_dest_get_mem(d, "manifest.json", &got, err, sizeof(err)),
@@ -580,6 +598,10 @@ static void test_dir_failures_leave_nothing(void **state)
         assert_int_equal(segd_dest_put_mem(d, bad[i], "x", 1, err, sizeof(err)),
                          SEGD_ERR_INVALID);
         assert_int_equal(segd_dest_get_mem(d, bad[i], &b, err, sizeof(err)), SEGD_ERR_INVALID);
+        assert_int_equal(segd_dest_get_mem_in(d, bad[i], "keep.txt", &b, err, sizeof(err)),
+                         SEGD_ERR_INVALID);
+        assert_int_equal(segd_dest_get_mem_in(d, "sub", bad[i], &b, err, sizeof(err)),
+                         SEGD_ERR_INVALID);
         assert_int_equal(segd_dest_delete(d, bad[i], err, sizeof(err)), SEGD_ERR_INVALID);
     }
     segd_dest_close(d);
@@ -651,6 +673,18 @@ static void test_nginx_round_trip(void **state)
     snprintf(path, sizeof(path), "%s/www/dav/snaps/a b#c.json", ng->dir);
     segd_buf_t want = {(uint8_t *)"22", 2, 2};
     assert_file_equals(path, &want);
+
+    /* an object in a folder, read through the base's handle: the folder
+     * is encoded as a name is */
+    segd_dest_t *sub = NULL;
+    char sub_url[160];
+    snprintf(sub_url, sizeof(sub_url), "%sp+1", url);
+    assert_int_equal(segd_dest_open(&sub, sub_url, &o, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_dest_put_mem(sub, "m.json", "333", 3, err, sizeof(err)), SEGD_OK);
+    segd_dest_close(sub);
+    assert_int_equal(segd_dest_get_mem_in(d, "p+1", "m.json", &got, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(got.len, 3);
+    assert_memory_equal(got.data, "333", 3);
 
     assert_int_equal(segd_dest_delete(d, "p-00001-1.avro", err, sizeof(err)), SEGD_OK);
     assert_int_equal(segd_dest_get_mem(d, "p-00001-1.avro", &got, err, sizeof(err)),

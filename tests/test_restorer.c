@@ -4,14 +4,19 @@
  * GC watermark has not started, but never by one whose W has (a replay
  * would refuse its old history as too_late): that one keeps trying, and
  * other partitions' units load meanwhile; a cancelled job stops and is
- * requeued by the next begin. */
+ * requeued by the next begin. A restore opens the destination once per
+ * unit: the handle it opens carries the topology, the manifest and every
+ * file of the unit (CMakeLists.txt links this test with
+ * -Wl,--wrap=segd_dest_open so that it can count the opens). */
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include <cmocka.h>
@@ -21,8 +26,10 @@
 #include "app/app.h"
 #include "app/restorer.h"
 #include "consumer/apply.h"
+#include "load/restore.h"
 #include "publisher/snapshot.h"
 #include "store/store.h"
+#include "transport/dest.h"
 
 #define NOW 1800000000000LL
 #define TOPIC "events"
@@ -33,15 +40,49 @@ static segd_store_t *open_store(const char *dir, int64_t now_ms)
     return test_store_open(dir, now_ms);
 }
 
+/* Every segd_dest_open in this process goes through here (the linker's
+ * --wrap), so a test can count how often a restore opens its source. */
+static _Atomic int dest_opens;
+segd_err_t __real_segd_dest_open(segd_dest_t **out, const char *url,
+                                 const segd_dest_opts_t *opts, char *errstr, size_t n);
+segd_err_t __wrap_segd_dest_open(segd_dest_t **out, const char *url,
+                                 const segd_dest_opts_t *opts, char *errstr, size_t n);
+segd_err_t __wrap_segd_dest_open(segd_dest_t **out, const char *url,
+                                 const segd_dest_opts_t *opts, char *errstr, size_t n)
+{
+    atomic_fetch_add(&dest_opens, 1);
+    return __real_segd_dest_open(out, url, opts, errstr, n);
+}
+
+/* A shell command run once, just before the next fetch of a unit's .avro
+ * file (the linker's --wrap of segd_dest_get_mem_in): it stands for an
+ * export that replaces the unit between the reader's manifest and file. */
+static char before_file[1024];
+segd_err_t __real_segd_dest_get_mem_in(segd_dest_t *d, const char *dir, const char *name,
+                                       segd_buf_t *out, char *errstr, size_t n);
+segd_err_t __wrap_segd_dest_get_mem_in(segd_dest_t *d, const char *dir, const char *name,
+                                       segd_buf_t *out, char *errstr, size_t n);
+segd_err_t __wrap_segd_dest_get_mem_in(segd_dest_t *d, const char *dir, const char *name,
+                                       segd_buf_t *out, char *errstr, size_t n)
+{
+    size_t len = strlen(name);
+    if (before_file[0] && len > 5 && !strcmp(name + len - 5, ".avro")) {
+        assert_int_equal(system(before_file), 0);
+        before_file[0] = 0;
+    }
+    return __real_segd_dest_get_mem_in(d, dir, name, out, errstr, n);
+}
+
 static void sleep_ms(int ms)
 {
     struct timespec t = {ms / 1000, (ms % 1000) * 1000000L};
     nanosleep(&t, NULL);
 }
 
-/* A source store with 50 users and offsets for both partitions, exported
- * as units under root/units; returns that directory's path in out. */
-static void make_units(const char *root, char *out, size_t cap)
+/* A source store with 50 users and offsets offset + p for both partitions,
+ * exported as units under root/units; returns that directory's path in
+ * out. */
+static void make_units(const char *root, int64_t offset, char *out, size_t cap)
 {
     char dir[256], err[512];
     snprintf(dir, sizeof(dir), "%s/src", root);
@@ -63,7 +104,7 @@ static void make_units(const char *root, char *out, size_t cap)
                          SEGD_OK);
     }
     for (int32_t part = 0; part < PARTS; part++)
-        segd_batch_set_offset(ap.batch, TOPIC, part, 100 + part);
+        segd_batch_set_offset(ap.batch, TOPIC, part, offset + part);
     assert_int_equal(segd_applier_flush(&ap, err, sizeof(err)), SEGD_OK);
     segd_applier_free(&ap);
     segd_profile_free(&p);
@@ -90,6 +131,26 @@ static void corrupt_unit(const char *units, int32_t p)
              "b[len(b)//2]^=0xFF;open(sys.argv[1],'wb').write(b)\" \"$f\"",
              units, (int)p);
     assert_int_equal(system(cmd), 0);
+}
+
+static void remove_tree(const char *root)
+{
+    char cmd[300];
+    snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* Partition p's unit under units loaded into s as the worker loads it. */
+static segd_unit_load_stats_t load_unit(segd_store_t *s, const char *units, int32_t p)
+{
+    segd_unit_load_t u = {.from = units, .topic = TOPIC, .partition = p, .partitions = PARTS,
+                          .partitioner = SEGD_PARTITIONER_MURMUR2,
+                          .memory_bytes = 64ull << 20};
+    segd_unit_load_stats_t st;
+    char err[512];
+    if (segd_unit_load(s, &u, &st, err, sizeof(err)))
+        fail_msg("unit %d: %s", (int)p, err);
+    return st;
 }
 
 static segd_restore_state_t wait_state(segd_restorer_t *r, int32_t p, int ms)
@@ -121,7 +182,7 @@ static void test_done_replay_and_fallback(void **state)
     (void)state;
     char root[] = "/tmp/segd-test-restorer-XXXXXX", units[300], db[300], err[256];
     assert_non_null(mkdtemp(root));
-    make_units(root, units, sizeof(units));
+    make_units(root, 100, units, sizeof(units));
     snprintf(db, sizeof(db), "%s/dst", root);
     segd_store_t *s = open_store(db, NOW);
     segd_restorer_t *r = restorer(s, units, 2);
@@ -172,15 +233,69 @@ static void test_done_replay_and_fallback(void **state)
     assert_int_equal(segd_restorer_state(r, TOPIC, 1), SEGD_RESTORE_RUNNING);
     segd_restorer_destroy(r);
     segd_store_close(s);
-    char cmd[300];
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", root);
-    assert_int_equal(system(cmd), 0);
+    remove_tree(root);
+}
+
+/* N units restored the way the worker restores them open the destination
+ * N times: one handle per unit, passed down to every read of it. Reading
+ * a unit used to open it three times (topology, presence, load). */
+static void test_one_open_per_unit(void **state)
+{
+    (void)state;
+    char root[] = "/tmp/segd-test-restorer-XXXXXX", units[300], db[300];
+    assert_non_null(mkdtemp(root));
+    make_units(root, 100, units, sizeof(units));
+    snprintf(db, sizeof(db), "%s/dst", root);
+    segd_store_t *s = open_store(db, NOW);
+    atomic_store(&dest_opens, 0);
+    uint64_t users = 0;
+    for (int32_t p = 0; p < PARTS; p++)
+        users += load_unit(s, units, p).users;
+    assert_int_equal(users, 50); /* both units loaded in full */
+    assert_int_equal(atomic_load(&dest_opens), PARTS);
+    segd_store_close(s);
+    remove_tree(root);
+}
+
+/* A newer export replaces the unit after the restore read its manifest and
+ * deletes the file that manifest names (publisher/snapshot.c does both).
+ * The restore finds the file missing, sees the newer manifest, and reads
+ * the unit again (DESIGN §6): the partition gets the newer unit's offset.
+ * Nothing of the old unit was loaded, so the load need not start anew. */
+static void test_unit_replaced_while_read(void **state)
+{
+    (void)state;
+    char root[] = "/tmp/segd-test-restorer-XXXXXX", old_root[300], new_root[300];
+    char units[300], newer[300], db[300], err[512];
+    assert_non_null(mkdtemp(root));
+    snprintf(old_root, sizeof(old_root), "%s/old", root);
+    snprintf(new_root, sizeof(new_root), "%s/new", root);
+    assert_int_equal(mkdir(old_root, 0755), 0);
+    assert_int_equal(mkdir(new_root, 0755), 0);
+    make_units(old_root, 100, units, sizeof(units));
+    sleep_ms(5); /* the newer export's created_at_ms differs */
+    make_units(new_root, 300, newer, sizeof(newer));
+    snprintf(before_file, sizeof(before_file),
+             "rm %s/" TOPIC "/p-00000/*.avro && cp %s/" TOPIC "/p-00000/* %s/" TOPIC "/p-00000/",
+             units, newer, units);
+    snprintf(db, sizeof(db), "%s/dst", root);
+    segd_store_t *s = open_store(db, NOW);
+    segd_unit_load_stats_t st = load_unit(s, units, 0);
+    assert_int_equal(before_file[0], 0); /* the replacement did happen */
+    assert_int_equal(st.next_offset, 300);
+    int64_t off = 0;
+    assert_int_equal(segd_store_offset_get(s, TOPIC, 0, &off, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(off, 300);
+    segd_store_close(s);
+    remove_tree(root);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_done_replay_and_fallback),
+        cmocka_unit_test(test_one_open_per_unit),
+        cmocka_unit_test(test_unit_replaced_while_read),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -1,5 +1,5 @@
 /* snapshot.format = native (wire/snap_native.c, wire/snap_format.c, the
- * native paths of publisher/snapshot.c and cache/snapshot_read.c): the
+ * native paths of publisher/snapshot.c and snapread/unit.c): the
  * worked example of docs/record-format.md against the encoder; the record
  * head and the exporter's copy-or-re-encode decision against decode + prune;
  * avro and native snapshots (per-partition units) of random stores loading
@@ -20,7 +20,7 @@
 
 #include "app/app.h"
 #include "cache/edge.h"
-#include "cache/snapshot_read.h"
+#include "snapread/snapshot.h"
 #include "consumer/apply.h"
 #include "publisher/snapshot.h"
 #include "store/store.h"

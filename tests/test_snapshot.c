@@ -1,5 +1,5 @@
 /* Tests for publisher/snapshot.c, publisher/snapshot_plan.c and the unit
- * half of cache/snapshot_read.c and wire/manifest.c: units by stored offsets
+ * half of snapread/ and wire/manifest.c: units by stored offsets
  * and by buckets, every user in exactly the unit of its partition
  * (core/partition.h against the manifests), what each unit manifest
  * records, a unit that cannot be written failing alone, the fold of unit
@@ -25,7 +25,7 @@
 #include "base/buf.h"
 #include "cache/edge.h"
 #include "cache/edge_load.h"
-#include "cache/snapshot_read.h"
+#include "snapread/snapshot.h"
 #include "core/partition.h"
 #include "core/record.h"
 #include "publisher/snapshot.h"

@@ -116,12 +116,31 @@ static char *escape(const char *s, size_t len, int keep_slash)
     return out;
 }
 
-/* The object's path or URL (name already checked). Freed by the caller. */
-static char *object_path(const segd_dest_t *d, const char *name)
+/* An object is a name at the base or, for reads, a name in a folder dir
+ * under it: both are checked as one path component each. */
+static segd_err_t check_object(const char *dir, const char *name, char *errstr, size_t n)
 {
-    char *esc = d->kind == DEST_DIR ? strdup(name) : escape(name, strlen(name), 0);
-    char *s = esc ? str_printf("%s/%s", d->base, esc) : NULL;
-    free(esc);
+    segd_err_t err = dir ? check_name(dir, errstr, n) : SEGD_OK;
+    return err ? err : check_name(name, errstr, n);
+}
+
+/* One path component as a path or URL carries it. Freed by the caller. */
+static char *component(const segd_dest_t *d, const char *s)
+{
+    return d->kind == DEST_DIR ? strdup(s) : escape(s, strlen(s), 0);
+}
+
+/* The object's path or URL: base/name, or base/dir/name (both already
+ * checked). Freed by the caller. */
+static char *object_path(const segd_dest_t *d, const char *dir, const char *name)
+{
+    char *ed = dir ? component(d, dir) : NULL, *en = component(d, name), *s = NULL;
+    if (en && !dir)
+        s = str_printf("%s/%s", d->base, en);
+    else if (en && ed)
+        s = str_printf("%s/%s/%s", d->base, ed, en);
+    free(ed);
+    free(en);
     return s;
 }
 
@@ -255,7 +274,7 @@ static segd_err_t dir_put(segd_dest_t *d, const char *name, const void *data, si
     segd_err_t err = check_name(name, errstr, n);
     if (err)
         return err;
-    char *final = object_path(d, name);
+    char *final = object_path(d, NULL, name);
     char *tmp = final ? str_printf("%s.tmp.%d", final, (int)getpid()) : NULL;
     int fd = -1;
     if (!tmp) {
@@ -296,7 +315,7 @@ static segd_err_t dir_delete(segd_dest_t *d, const char *name, char *errstr, siz
     segd_err_t err = check_name(name, errstr, n);
     if (err)
         return err;
-    char *path = object_path(d, name);
+    char *path = object_path(d, NULL, name);
     if (!path)
         return segd_errf(SEGD_ERR_NOMEM, errstr, n, "out of memory");
     if (unlink(path) && errno != ENOENT)
@@ -346,12 +365,13 @@ static segd_err_t sink_reset(sink_t *s)
     return s->err;
 }
 
-static segd_err_t dir_get(segd_dest_t *d, const char *name, sink_t *s, char *errstr, size_t n)
+static segd_err_t dir_get(segd_dest_t *d, const char *dir, const char *name, sink_t *s,
+                          char *errstr, size_t n)
 {
-    segd_err_t err = check_name(name, errstr, n);
+    segd_err_t err = check_object(dir, name, errstr, n);
     if (err)
         return err;
-    char *path = object_path(d, name);
+    char *path = object_path(d, dir, name);
     if (!path)
         return segd_errf(SEGD_ERR_NOMEM, errstr, n, "out of memory");
     FILE *f = fopen(path, "rb");
@@ -584,13 +604,13 @@ static attempt_t attempt(void *ctx)
 
 /* Transport errors and 5xx answers are retried with exponential backoff;
  * other answers and local failures end the request at once (curl_retry.h). */
-static segd_err_t request(segd_dest_t *d, const char *name, request_t *rq, char *errstr,
-                          size_t n)
+static segd_err_t request(segd_dest_t *d, const char *dir, const char *name, request_t *rq,
+                          char *errstr, size_t n)
 {
-    segd_err_t err = check_name(name, errstr, n);
+    segd_err_t err = check_object(dir, name, errstr, n);
     if (err)
         return err;
-    char *url = object_path(d, name);
+    char *url = object_path(d, dir, name);
     if (!url)
         return segd_errf(SEGD_ERR_NOMEM, errstr, n, "out of memory");
     attempt_ctx_t ac = {d, rq, url, {0}};
@@ -803,7 +823,7 @@ segd_err_t segd_dest_put_mem(segd_dest_t *d, const char *name, const void *data,
     body_t b = {.data = data, .len = len};
     sink_t s = {0};
     request_t rq = {"PUT", &b, d->kind == DEST_S3 ? hex : NULL, &s};
-    return request(d, name, &rq, errstr, n);
+    return request(d, NULL, name, &rq, errstr, n);
 }
 
 segd_err_t segd_dest_put_file(segd_dest_t *d, const char *name, const char *local_path,
@@ -825,30 +845,37 @@ segd_err_t segd_dest_put_file(segd_dest_t *d, const char *name, const char *loca
     }
     b.file = f;
     b.len = (size_t)st.st_size;
-    err = request(d, name, &rq, errstr, n);
+    err = request(d, NULL, name, &rq, errstr, n);
 out:
     if (f)
         fclose(f);
     return err;
 }
 
-static segd_err_t fetch(segd_dest_t *d, const char *name, sink_t *s, char *errstr, size_t n)
+static segd_err_t fetch(segd_dest_t *d, const char *dir, const char *name, sink_t *s,
+                        char *errstr, size_t n)
 {
     if (d->kind == DEST_DIR)
-        return dir_get(d, name, s, errstr, n);
+        return dir_get(d, dir, name, s, errstr, n);
     request_t rq = {"GET", NULL, NULL, s};
-    return request(d, name, &rq, errstr, n);
+    return request(d, dir, name, &rq, errstr, n);
+}
+
+segd_err_t segd_dest_get_mem_in(segd_dest_t *d, const char *dir, const char *name,
+                                segd_buf_t *out, char *errstr, size_t n)
+{
+    sink_t s = {.buf = out};
+    out->len = 0;
+    segd_err_t err = fetch(d, dir, name, &s, errstr, n);
+    if (err)
+        out->len = 0;
+    return err;
 }
 
 segd_err_t segd_dest_get_mem(segd_dest_t *d, const char *name, segd_buf_t *out, char *errstr,
                              size_t n)
 {
-    sink_t s = {.buf = out};
-    out->len = 0;
-    segd_err_t err = fetch(d, name, &s, errstr, n);
-    if (err)
-        out->len = 0;
-    return err;
+    return segd_dest_get_mem_in(d, NULL, name, out, errstr, n);
 }
 
 /* Fetched into "local_path.tmp.<pid>" and renamed: a failure leaves
@@ -866,7 +893,7 @@ segd_err_t segd_dest_get_file(segd_dest_t *d, const char *name, const char *loca
         goto out;
     }
     sink_t s = {.file = f};
-    err = fetch(d, name, &s, errstr, n);
+    err = fetch(d, NULL, name, &s, errstr, n);
     if (fclose(f) && !err)
         err = io_errf(errstr, n, "write", tmp);
     if (!err && rename(tmp, local_path))
@@ -884,5 +911,5 @@ segd_err_t segd_dest_delete(segd_dest_t *d, const char *name, char *errstr, size
         return dir_delete(d, name, errstr, n);
     sink_t s = {0};
     request_t rq = {"DELETE", NULL, NULL, &s};
-    return request(d, name, &rq, errstr, n);
+    return request(d, NULL, name, &rq, errstr, n);
 }

@@ -59,6 +59,12 @@ segd_err_t segd_dest_put_mem(segd_dest_t *d, const char *name, const void *data,
  * missing object when the credentials lack s3:ListBucket. Both getters. */
 segd_err_t segd_dest_get_mem(segd_dest_t *d, const char *name, segd_buf_t *out,
                              char *errstr, size_t errstr_size);
+/* As segd_dest_get_mem, for the object name in the folder dir under the
+ * base (dir NULL: at the base; dir is checked as names are). One handle
+ * then reads a whole snapshot: topology.json at the base and each unit's
+ * files in its folder p-PPPPP. */
+segd_err_t segd_dest_get_mem_in(segd_dest_t *d, const char *dir, const char *name,
+                                segd_buf_t *out, char *errstr, size_t errstr_size);
 /* Fetches name into a local file (through a temporary name beside it, so a
  * failure leaves local_path as it was). SEGD_ERR_NOTFOUND when absent. */
 segd_err_t segd_dest_get_file(segd_dest_t *d, const char *name, const char *local_path,

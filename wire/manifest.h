@@ -2,7 +2,7 @@
  * users of one input partition) holds and where a reader tails from, in
  * memory and as manifest.json. Written last by an export
  * (publisher/snapshot.c) under DEST/<topic>/p-PPPPP/, read first by a
- * loader (cache/snapshot_read.c), which also folds the units it loaded into
+ * loader (snapread/unit.c), which also folds the units it loaded into
  * one manifest of the same type (partition = -1, units = their number).
  *
  * manifest.json (format_version 2):

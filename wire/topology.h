@@ -2,7 +2,7 @@
  * units under it have in common, so that a reader knows which units to load
  * and a unit can be checked against it. Written by exports after their units
  * (publisher/snapshot.c, rewritten only when it changes), read first by
- * readers (cache/snapshot_read.c).
+ * readers (snapread/).
  *
  * topology.json (format_version 1):
  *   {"format": "segd-snapshot-topology", "format_version": 1, "topic": t,
