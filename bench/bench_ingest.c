@@ -64,6 +64,7 @@ typedef struct cpu_use {
     double s[CPU_GROUPS];
     size_t n;
     double total; /* getrusage(RUSAGE_SELF): exited threads included */
+    double main_waited; /* the main thread's seconds runnable but not running */
 } cpu_use_t;
 
 /* What one pipeline run measured. */
@@ -219,6 +220,16 @@ static void cpu_sample(cpu_use_t *c)
     }
     if (d)
         closedir(d);
+    /* schedstat's second field is the time spent waiting on a run queue:
+     * it tells a pipeline thread starved of CPU from one blocked on I/O */
+    char path[64];
+    unsigned long long run_ns = 0, wait_ns = 0;
+    snprintf(path, sizeof(path), "/proc/self/task/%d/schedstat", (int)getpid());
+    FILE *f = fopen(path, "r");
+    if (f && fscanf(f, "%llu %llu", &run_ns, &wait_ns) == 2)
+        c->main_waited = (double)wait_ns / 1e9;
+    if (f)
+        fclose(f);
 }
 
 /* A full compaction beside the pipeline (--compact-during). */
@@ -687,7 +698,8 @@ static void print_cpu(const char *what, const run_result_t *r)
         if (d >= 0.01)
             printf("; %s %.2f s", b->name[i], d);
     }
-    printf("; exited threads %.2f s\n", (b->total - a->total) - listed);
+    printf("; exited threads %.2f s; the main thread waited %.2f s for a CPU\n",
+           (b->total - a->total) - listed, b->main_waited - a->main_waited);
 }
 
 /* The pipeline thread's seconds per stage (segd_pipeline_stats_t). */
