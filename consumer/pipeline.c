@@ -27,7 +27,6 @@
  * #4312, fixed in 2.3.0): close waits up to this long for it. */
 #define FIRST_ASSIGNMENT_WAIT_MS 30000
 #define METADATA_TIMEOUT_MS 5000
-#define LAG_REFRESH_MS 250 /* the lag table and gauge, at most this often */
 /* A Kafka commit that failed is sent again no sooner than this after the
  * failure: a group rebalancing answers REBALANCE_IN_PROGRESS until it
  * settles, and a resend at every step would only be refused again. */
@@ -159,32 +158,6 @@ static void record_counts(segd_pipeline_t *p)
             segd_batch_set_partition_count(p->ap.batch, p->parts[i].topic, p->parts[i].count);
 }
 
-/* A written batch's figures into the registry: per partition what it
- * consumed and applied, its size and write time, and the running totals. */
-static void report_batch(segd_pipeline_t *p, double apply_s)
-{
-    char part[16];
-    const char *v[2] = {NULL, part};
-    uint64_t messages = 0;
-    for (size_t i = 0; i < p->npos; i++) {
-        const position_t *q = &p->pos[i];
-        snprintf(part, sizeof(part), "%" PRId32, q->partition);
-        v[0] = q->topic;
-        segd_metric_add(p->mx.consumed, v, (double)q->messages);
-        segd_metric_add(p->mx.events, v, (double)q->events);
-        segd_metric_add(p->mx.segments, v, (double)q->segments);
-        messages += q->messages;
-    }
-    segd_metric_observe(p->mx.batch_messages, NULL, (double)messages);
-    segd_metric_observe(p->mx.apply_seconds, NULL, apply_s);
-    segd_metric_set(p->mx.batches, NULL, (double)(p->st.batches + 1));
-    segd_metric_set(p->mx.misrouted, NULL, (double)p->st.misrouted);
-    for (int r = 0; r < SEGD_DLQ_REASONS; r++)
-        if (p->st.dlq[r])
-            segd_metric_set(p->mx.dlq, (const char *[]){segd_dlq_reason_name(r)},
-                            (double)p->st.dlq[r]);
-}
-
 /* The result of an asynchronous Kafka commit (delivered by consumer_poll
  * on this thread). The store holds the offsets that matter; the group's
  * committed offsets are for lag monitors, so a refused commit (the
@@ -218,7 +191,7 @@ static void commit_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     p->commit_retry_ms = segd_mono_ms() + COMMIT_RETRY_MS;
 }
 
-static int is_unread(const segd_pipeline_t *p, const char *topic, int32_t partition);
+int segd_pipeline_unread_has(const segd_pipeline_t *p, const char *topic, int32_t partition);
 static int joined(segd_pipeline_t *p);
 
 /* Sends the store's offsets of every assigned partition to the group again
@@ -236,7 +209,7 @@ static void commit_resend(segd_pipeline_t *p)
     for (int i = 0; i < parts->cnt; i++) {
         const rd_kafka_topic_partition_t *tp = &parts->elems[i];
         int64_t next;
-        if (!is_unread(p, tp->topic, tp->partition) &&
+        if (!segd_pipeline_unread_has(p, tp->topic, tp->partition) &&
             segd_store_offset_get(p->store, tp->topic, tp->partition, &next, err,
                                   sizeof(err)) == SEGD_OK)
             rd_kafka_topic_partition_list_add(offs, tp->topic, tp->partition)->offset = next;
@@ -290,7 +263,7 @@ static segd_err_t flush_batch(segd_pipeline_t *p, char *errstr, size_t n)
         p->hooks.committed(p->hooks.ctx);
     p->st.commit_s += segd_mono_s() - tc;
     if (p->mx.consumed)
-        report_batch(p, segd_mono_s() - t0);
+        segd_pipeline_metrics_batch(p, segd_mono_s() - t0);
     p->npos = 0;
     p->misrouted_stored += p->misrouted_pending;
     p->misrouted_pending = 0;
@@ -325,7 +298,7 @@ static int64_t reset_offset(const segd_pipeline_t *p)
                                                   : RD_KAFKA_OFFSET_END;
 }
 
-static int is_unread(const segd_pipeline_t *p, const char *topic, int32_t partition)
+int segd_pipeline_unread_has(const segd_pipeline_t *p, const char *topic, int32_t partition)
 {
     for (size_t i = 0; i < p->nunread; i++)
         if (p->unread[i].partition == partition && !strcmp(p->unread[i].topic, topic))
@@ -477,7 +450,7 @@ static void pause_or_resume(segd_pipeline_t *p, const rd_kafka_topic_partition_l
     rd_kafka_topic_partition_list_t *resume = rd_kafka_topic_partition_list_new(parts->cnt);
     for (int i = 0; i < parts->cnt; i++) {
         const rd_kafka_topic_partition_t *tp = &parts->elems[i];
-        int hold = p->held || is_unread(p, tp->topic, tp->partition);
+        int hold = p->held || segd_pipeline_unread_has(p, tp->topic, tp->partition);
         rd_kafka_topic_partition_list_add(hold ? pause : resume, tp->topic, tp->partition);
     }
     if (pause->cnt)
@@ -655,44 +628,6 @@ static void sweep_step(segd_pipeline_t *p)
     }
 }
 
-static int paused_for_offset(void *ctx, const char *topic, int32_t partition)
-{
-    return is_unread(ctx, topic, partition);
-}
-
-/* The lag table (for /readyz) and gauge, from librdkafka's cached
- * watermarks: no broker round trip on this thread. */
-static void refresh_lag(segd_pipeline_t *p)
-{
-    if (segd_mono_ms() < p->lag_next_ms)
-        return;
-    p->lag_next_ms = segd_mono_ms() + LAG_REFRESH_MS;
-    segd_lag_refresh(p->lag, p->consumer, paused_for_offset, p, p->mx.lag);
-    segd_metric_set(p->mx.fault_waits, NULL, (double)p->bo.retries);
-    segd_metric_set(p->mx.assigned, NULL, (double)segd_pipeline_assigned(p));
-    if (p->sweep && p->mx.swept_users) {
-        segd_sweep_stats_t st;
-        segd_sweep_get_stats(p->sweep, &st);
-        segd_metric_set(p->mx.swept_users, NULL, (double)st.users_deleted);
-        segd_metric_set(p->mx.swept_examined, NULL, (double)st.records_examined);
-        segd_metric_set(p->mx.swept_partitions, NULL, (double)st.partitions_swept);
-        segd_metric_set(p->mx.sweep_off, NULL, st.disabled ? 1.0 : 0.0);
-    }
-}
-
-/* The links step's figures into the registry (its stats are the source). */
-static void count_links(segd_pipeline_t *p, const segd_links_stats_t *b,
-                        const segd_links_stats_t *a)
-{
-    uint64_t other_dlq = (a->dlq - a->supernode) - (b->dlq - b->supernode);
-    segd_metric_add(p->mx.link_events, (const char *[]){"applied"},
-                    (double)(a->applied - b->applied));
-    segd_metric_add(p->mx.link_events, (const char *[]){"supernode"},
-                    (double)(a->supernode - b->supernode));
-    segd_metric_add(p->mx.link_events, (const char *[]){"dead_lettered"}, (double)other_dlq);
-    segd_metric_add(p->mx.member_changes, NULL, (double)(a->member_changes - b->member_changes));
-}
-
 /* /readyz says "unassigned" while the group has given this member nothing;
  * the log says why that can last: the coordinator hands out partitions only
  * once every member it knows has rejoined or timed out, and a member that
@@ -743,7 +678,7 @@ segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
         if (lerr)
             return lerr;
         segd_links_get_stats(p->links, &after);
-        count_links(p, &before, &after);
+        segd_pipeline_metrics_links(p, &before, &after);
         if (after.member_changes != before.member_changes && p->hooks.committed)
             p->hooks.committed(p->hooks.ctx); /* the outbox has MemberEvents to publish */
     }
@@ -774,7 +709,7 @@ segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
                 break;
             continue;
         }
-        if (is_unread(p, rd_kafka_topic_name(m->rkt), m->partition)) {
+        if (segd_pipeline_unread_has(p, rd_kafka_topic_name(m->rkt), m->partition)) {
             rd_kafka_message_destroy(m); /* it restarts from its stored offset */
             continue;
         }
@@ -793,7 +728,7 @@ segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
     if (!err)
         commit_resend(p);
     double tl = segd_mono_s();
-    refresh_lag(p);
+    segd_pipeline_metrics_lag(p);
     p->st.upkeep_s += segd_mono_s() - tl;
     /* out of memory: stop before the unapplied message, which comes again */
     if (!err && rc == -2)
@@ -832,7 +767,7 @@ static int hand_to_restore(segd_pipeline_t *p, unread_t *u)
 static int start_restore(segd_pipeline_t *p, const rd_kafka_topic_partition_t *tp)
 {
     int purging = segd_sweep_purging(p->sweep, tp->topic, tp->partition);
-    if ((!p->hooks.restore_begin && !purging) || is_unread(p, tp->topic, tp->partition))
+    if ((!p->hooks.restore_begin && !purging) || segd_pipeline_unread_has(p, tp->topic, tp->partition))
         return 0;
     unread_t *u = note_unread(p, tp->topic, tp->partition, -1);
     if (!u) {
@@ -1135,59 +1070,6 @@ static segd_err_t new_sweep(segd_pipeline_t *p, char *errstr, size_t n)
                             .restoring_ctx = p,
                             .log = cfg->log};
     return segd_sweep_new(&p->sweep, p->store, &so, segd_mono_ms(), errstr, n);
-}
-
-static const double batch_bounds[] = {1, 10, 50, 100, 250, 500, 1000, 2500, 5000, 10000, 50000};
-
-void segd_pipeline_set_metrics(segd_pipeline_t *p, segd_metrics_t *m)
-{
-    pipeline_metrics_t *x = &p->mx;
-    x->consumed = segd_metrics_counter(m, "segd_consumed_messages_total",
-        "Input messages consumed (good and dead-lettered), counted when their batch is written.",
-        "topic,partition");
-    x->events = segd_metrics_counter(m, "segd_applied_events_total",
-        "Events applied to the store.", "topic,partition");
-    x->segments = segd_metrics_counter(m, "segd_applied_segments_total",
-        "Segment updates applied to the store.", "topic,partition");
-    x->dlq = segd_metrics_counter(m, "segd_dlq_messages_total",
-        "Messages sent to the dead-letter topic, by reason.", "reason");
-    x->misrouted = segd_metrics_counter(m, "segd_misrouted_events_total",
-        "Applied events found in another partition than input.partitioner gives.", NULL);
-    x->batches = segd_metrics_counter(m, "segd_batches_total", "Batches written.", NULL);
-    x->fault_waits = segd_metrics_counter(m, "segd_fault_waits_total",
-        "Waits on a store, registry or broker fault, or on the change stream.", NULL);
-    x->batch_messages = segd_metrics_histogram(m, "segd_batch_messages",
-        "Messages per written batch.", NULL, batch_bounds,
-        sizeof(batch_bounds) / sizeof(batch_bounds[0]));
-    x->apply_seconds = segd_metrics_histogram(m, "segd_batch_apply_seconds",
-        "Time to write a batch (merges, offsets, outbox entry) to the store, fault waits "
-        "included.", NULL, segd_metric_latency_buckets, segd_metric_latency_nbuckets);
-    x->lag = segd_metrics_gauge(m, "segd_consumer_lag_messages",
-        "High watermark less the next offset to apply, per assigned partition.",
-        "topic,partition");
-    x->assigned = segd_metrics_gauge(m, "segd_assigned_partitions",
-        "Input partitions assigned to this member.", NULL);
-    x->swept_users = segd_metrics_counter(m, "segd_sweep_users_deleted_total",
-        "Users of partitions revoked for sweep.after.s deleted by the revocation sweep.", NULL);
-    x->swept_examined = segd_metrics_counter(m, "segd_sweep_records_examined_total",
-        "Records the revocation sweep examined.", NULL);
-    x->swept_partitions = segd_metrics_counter(m, "segd_sweep_partitions_total",
-        "Partitions whose sweep pass ended (users and offset gone).", NULL);
-    x->link_events = segd_metrics_counter(m, "segd_identity_link_events_total",
-        "Link events taken from the links topic, by result: applied, supernode (refused by "
-        "the guard) or dead_lettered (malformed or invalid).", "result");
-    x->member_changes = segd_metrics_counter(m, "segd_identity_member_changes_total",
-        "Identity membership changes written to the outbox (MemberEvents to publish).", NULL);
-    x->sweep_off = segd_metrics_gauge(m, "segd_sweep_disabled",
-        "1 when this store refuses to sweep (misrouted or unchecked events, or a partition "
-        "it could not track).", NULL);
-}
-
-segd_err_t segd_pipeline_lags(segd_pipeline_t *p, segd_partition_lag_t **out, size_t *n,
-                              int *assigned, int64_t *age_ms)
-{
-    *age_ms = segd_lag_age_ms(p->lag);
-    return segd_lag_get(p->lag, out, n, assigned);
 }
 
 /* Every topic segd run reads or dead-letters to must exist before the

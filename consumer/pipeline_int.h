@@ -108,4 +108,19 @@ static inline void fault_cleared(segd_pipeline_t *p)
     segd_backoff_cleared(&p->bo);
 }
 
+/* ---------- the unread table (consumer/pipeline_restore.c) ---------- */
+
+/* Whether the partition waits paused for its starting offset. */
+int segd_pipeline_unread_has(const segd_pipeline_t *p, const char *topic, int32_t partition);
+
+/* ---------- metrics (consumer/pipeline_metrics.c) ---------- */
+
+/* A written batch's figures into the registry; apply_s is its write time. */
+void segd_pipeline_metrics_batch(segd_pipeline_t *p, double apply_s);
+/* The lag table and gauges, at most every LAG_REFRESH_MS. */
+void segd_pipeline_metrics_lag(segd_pipeline_t *p);
+/* The links step's counts: b and a are its stats before and after. */
+void segd_pipeline_metrics_links(segd_pipeline_t *p, const segd_links_stats_t *b,
+                                 const segd_links_stats_t *a);
+
 #endif
