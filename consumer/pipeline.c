@@ -31,20 +31,10 @@
  * failure: a group rebalancing answers REBALANCE_IN_PROGRESS until it
  * settles, and a resend at every step would only be refused again. */
 #define COMMIT_RETRY_MS 500
-#define CLUSTER_ID_WAIT_MS 3000 /* is it librdkafka's mock? (mock_brokers) */
-#define MOCK_SESSION_TIMEOUT_MS "6000" /* the consumer's default there */
-#define TOPIC_WAIT_MS 10000 /* a topic being auto-created answers "unknown" first */
 /* A member with no assignment this long after it subscribed says why it
  * may wait (log_unassigned): a normal join takes a few seconds, the group's
  * initial rebalance delay (3 s on Kafka) included. */
 #define UNASSIGNED_NOTE_MS 8000
-
-/* librdkafka's lines, with the pipeline as the client's opaque. */
-static void log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
-{
-    const segd_pipeline_t *p = rd_kafka_opaque(rk);
-    segd_kconf_log(p ? LOG(p) : NULL, rk, level, fac, buf);
-}
 
 /* ---------- batch state ---------- */
 
@@ -166,8 +156,8 @@ static void record_counts(segd_pipeline_t *p)
  * left alone it keeps the group's committed lag stale until the next batch
  * of that partition, which on a quiet partition may be never. So it is
  * noted and commit_resend sends the store's offsets again. */
-static void commit_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
-                      rd_kafka_topic_partition_list_t *offs, void *opaque)
+void segd_pipeline_commit_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                             rd_kafka_topic_partition_list_t *offs, void *opaque)
 {
     (void)rk;
     segd_pipeline_t *p = opaque;
@@ -220,7 +210,8 @@ static void commit_resend(segd_pipeline_t *p)
     if (offs->cnt) {
         p->commit_failed = 0;
         p->commits_resent++;
-        rd_kafka_commit(p->consumer, offs, 1); /* a refusal comes back to commit_cb */
+        /* a refusal comes back to segd_pipeline_commit_cb */
+        rd_kafka_commit(p->consumer, offs, 1);
         segd_log_kv(LOG(p), SEGD_LOG_DEBUG, "pipeline", "offsets committed again",
                     "partitions=%d refused=%" PRIu64 " resent=%" PRIu64, offs->cnt,
                     p->commits_failed, p->commits_resent);
@@ -540,7 +531,7 @@ static void wait_for_publisher(segd_pipeline_t *p)
     if (!p->hooks.backlog || p->cfg->changes_max_outbox <= 0 || !publisher_behind(p))
         return;
     /* paused partitions deliver nothing, and polling keeps the membership;
-     * partitions assigned meanwhile start paused (rebalance_cb) */
+     * partitions assigned meanwhile start paused (segd_pipeline_rebalance_cb) */
     rd_kafka_topic_partition_list_t *parts = NULL;
     if (rd_kafka_assignment(p->consumer, &parts))
         return;
@@ -836,8 +827,8 @@ static void set_start_offsets(segd_pipeline_t *p, rd_kafka_topic_partition_list_
     }
 }
 
-static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
-                         rd_kafka_topic_partition_list_t *parts, void *opaque)
+void segd_pipeline_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                                rd_kafka_topic_partition_list_t *parts, void *opaque)
 {
     segd_pipeline_t *p = opaque;
     int coop = !strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE");
@@ -895,150 +886,6 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 
 /* ---------- construction ---------- */
 
-/* Static membership (KIP-345): a restarted member with the same
- * group.instance.id takes its old place at once instead of waiting for the
- * group to time the old one out. The id is the store's (one store, one
- * member); group.instance.id overrides it, and an empty value turns static
- * membership off. */
-static segd_err_t instance_id(segd_pipeline_t *p, char *out, size_t size, char *errstr,
-                              size_t n)
-{
-    if (p->cfg->group_instance_id) {
-        snprintf(out, size, "%s", p->cfg->group_instance_id);
-        return SEGD_OK;
-    }
-    return segd_store_instance_id(p->store, out, size, errstr, n);
-}
-
-/* memory.limit.mb's fetch share as librdkafka settings (the operator's
- * kafka.* settings, applied after, win); librdkafka refuses a fetch.max.bytes
- * below message.max.bytes, so an operator's larger message.max.bytes raises it. */
-static void fetch_sizes(const segd_config_t *cfg, char queued[24], char fetch[24],
-                        char partition[24])
-{
-    int64_t fetch_max = cfg->memory.fetch_max_bytes;
-    for (size_t i = 0; i < cfg->n_kafka; i++)
-        if (!strcmp(cfg->kafka[i].key, "message.max.bytes")) {
-            long long v = strtoll(cfg->kafka[i].value, NULL, 10);
-            if (v > fetch_max)
-                fetch_max = v;
-        }
-    snprintf(queued, 24, "%" PRId64, cfg->memory.fetch_queue_kb);
-    snprintf(fetch, 24, "%" PRId64, fetch_max);
-    snprintf(partition, 24, "%" PRId64, cfg->memory.partition_fetch_bytes);
-}
-
-/* The group consumer, a static member when static_id is not empty, with a
- * short session timeout on librdkafka's mock (mock_brokers). Its names
- * (client_id, static_id) and session timeout are defaults: the operator's
- * kafka.* settings, applied after, win. */
-static segd_err_t new_consumer(segd_pipeline_t *p, const char *client_id,
-                               const char *static_id, int mock, char *errstr, size_t n)
-{
-    const segd_config_t *cfg = p->cfg;
-    char queued[24], fetch[24], partition[24], timeout[24];
-    fetch_sizes(cfg, queued, fetch, partition);
-    const char *const defaults[] = {
-        "bootstrap.servers", cfg->brokers, "enable.auto.commit", "false",
-        "enable.auto.offset.store", "false", "partition.assignment.strategy",
-        "cooperative-sticky", "enable.partition.eof", "false", "group.id", cfg->group,
-        "auto.offset.reset", cfg->offset_reset, "queued.max.messages.kbytes", queued,
-        "fetch.max.bytes", fetch, "max.partition.fetch.bytes", partition,
-        "client.id", client_id,
-        /* the mock holds every rebalance for session.timeout.ms less 1 s */
-        "session.timeout.ms", mock ? MOCK_SESSION_TIMEOUT_MS : "45000",
-        static_id[0] ? "group.instance.id" : NULL, static_id, NULL};
-    char errbuf[512];
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    segd_err_t err = segd_kconf_apply(conf, "consumer", defaults, errstr, n);
-    for (size_t i = 0; !err && i < cfg->n_kafka; i++) /* the operator's settings win */
-        err = segd_kconf_set(conf, "consumer", cfg->kafka[i].key, cfg->kafka[i].value, errstr, n);
-    if (err) {
-        rd_kafka_conf_destroy(conf);
-        return err;
-    }
-    size_t len = sizeof(timeout);
-    p->session_timeout_ms = rd_kafka_conf_get(conf, "session.timeout.ms", timeout, &len) ==
-                                    RD_KAFKA_CONF_OK
-                                ? strtoll(timeout, NULL, 10)
-                                : 0;
-    rd_kafka_conf_set_rebalance_cb(conf, rebalance_cb);
-    rd_kafka_conf_set_offset_commit_cb(conf, commit_cb);
-    rd_kafka_conf_set_log_cb(conf, log_cb);
-    rd_kafka_conf_set_opaque(conf, p);
-    p->consumer = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errbuf, sizeof(errbuf));
-    if (!p->consumer) {
-        rd_kafka_conf_destroy(conf);
-        return segd_errf(SEGD_ERR_KAFKA, errstr, n, "consumer: %s", errbuf);
-    }
-    rd_kafka_poll_set_consumer(p->consumer);
-    return SEGD_OK;
-}
-
-/* librdkafka's mock cluster (`segd dev-broker`, and the brokers of tests)
- * names itself "mockCluster<hex>". In 2.0.2 it ignores group.instance.id
- * (a static member that stops does not leave; its restart is a new member
- * to the mock, and the old one stays until its session times out), and it
- * holds every rebalance of a group that has members for session.timeout.ms
- * less 1 s (rd_kafka_mock_cgrp_rebalance), a restart included: with the
- * default 45 s, 44 s of /readyz "unassigned". Brokers that do not answer
- * within the wait are taken for real ones. */
-static int mock_brokers(rd_kafka_t *rk)
-{
-    char *id = rd_kafka_clusterid(rk, CLUSTER_ID_WAIT_MS);
-    int mock = id && !strncmp(id, "mockCluster", strlen("mockCluster"));
-    if (id)
-        rd_kafka_mem_free(rk, id);
-    return mock;
-}
-
-static segd_err_t make_consumer(segd_pipeline_t *p, char *errstr, size_t n)
-{
-    const segd_config_t *cfg = p->cfg;
-    char member[256], client_id[256];
-    segd_err_t err = instance_id(p, member, sizeof(member), errstr, n);
-    /* the name `segd owner` gives the member: its store's instance id (DESIGN
-     * §7), static membership or not */
-    char why[256];
-    if (err || segd_store_instance_id(p->store, client_id, sizeof(client_id), why, sizeof(why)))
-        snprintf(client_id, sizeof(client_id), "segd");
-    if (!err)
-        err = new_consumer(p, client_id, member, 0, errstr, n);
-    if (!err && mock_brokers(p->consumer)) {
-        rd_kafka_destroy(p->consumer); /* never subscribed: nothing to leave */
-        p->consumer = NULL;
-        member[0] = 0;
-        err = new_consumer(p, client_id, member, 1, errstr, n);
-        if (!err)
-            segd_log(LOG(p), SEGD_LOG_INFO, "pipeline",
-                     "the brokers are librdkafka's mock cluster (segd dev-broker): it "
-                     "ignores group.instance.id, so static membership is off and this member "
-                     "leaves the group when it stops, and it holds every rebalance for "
-                     "session.timeout.ms less 1 s, so session.timeout.ms is %" PRId64
-                     " ms (default " MOCK_SESSION_TIMEOUT_MS " here, 45000 on Kafka): a join "
-                     "or restart waits that long", p->session_timeout_ms);
-    }
-    if (err)
-        return err;
-    char client[256];
-    size_t client_len = sizeof(client);
-    if (rd_kafka_conf_get(rd_kafka_conf(p->consumer), "client.id", client, &client_len) !=
-        RD_KAFKA_CONF_OK)
-        snprintf(client, sizeof(client), "?");
-    /* the names `segd owner` and the brokers' group tools show for this member */
-    segd_log_kv(LOG(p), SEGD_LOG_INFO, "pipeline", "group member",
-                "group=%s client_id=%s group_instance_id=%s session_timeout_ms=%" PRId64,
-                cfg->group, client, member[0] ? member : "(none)", p->session_timeout_ms);
-    rd_kafka_topic_partition_list_t *topics =
-        rd_kafka_topic_partition_list_new((int)cfg->n_topics);
-    for (size_t i = 0; i < cfg->n_topics; i++)
-        rd_kafka_topic_partition_list_add(topics, cfg->topics[i], RD_KAFKA_PARTITION_UA);
-    rd_kafka_resp_err_t kerr = rd_kafka_subscribe(p->consumer, topics);
-    rd_kafka_topic_partition_list_destroy(topics);
-    return kerr ? segd_errf(SEGD_ERR_KAFKA, errstr, n, "subscribe: %s", rd_kafka_err2str(kerr))
-                : SEGD_OK;
-}
-
 void segd_pipeline_set_hooks(segd_pipeline_t *p, const segd_pipeline_hooks_t *h)
 {
     p->hooks = *h;
@@ -1072,37 +919,6 @@ static segd_err_t new_sweep(segd_pipeline_t *p, char *errstr, size_t n)
     return segd_sweep_new(&p->sweep, p->store, &so, segd_mono_ms(), errstr, n);
 }
 
-/* Every topic segd run reads or dead-letters to must exist before the
- * group is joined (DESIGN §7.2). Asked through the dead-letter producer,
- * whose metadata requests let brokers that auto-create topics (the dev
- * broker) create them; where brokers do not (production Kafka), a missing
- * topic stops segd run at start, named, with nothing consumed. Brokers
- * that do not answer are not a reason to refuse: ingest waits for them. */
-static segd_err_t check_topics(segd_pipeline_t *p, char *errstr, size_t n)
-{
-    const segd_config_t *cfg = p->cfg;
-    rd_kafka_t *rk = segd_dlq_producer(p->dlq);
-    char why[512];
-    int32_t count;
-    for (size_t i = 0; rk && i <= cfg->n_topics; i++) {
-        const char *topic = i < cfg->n_topics ? cfg->topics[i] : cfg->dlq_topic;
-        if (!topic || !*topic)
-            continue;
-        segd_err_t err = segd_kmeta_partitions_wait(rk, topic, TOPIC_WAIT_MS, &count, why,
-                                                    sizeof(why));
-        if (err == SEGD_ERR_NOTFOUND)
-            return segd_errf(err, errstr, n, "%s topic %s%s does not exist and the brokers "
-                             "did not create it (automatic topic creation off): create it "
-                             "before starting segd run", i < cfg->n_topics ? "input" : "dead-letter",
-                             topic, i < cfg->n_topics ? "" : " (dlq.topic)");
-        if (err) { /* unreachable: the consumer and the DLQ's deliveries wait for them */
-            segd_log(LOG(p), SEGD_LOG_WARN, "pipeline", "topics not checked at start: %s", why);
-            return SEGD_OK;
-        }
-    }
-    return SEGD_OK;
-}
-
 segd_err_t segd_pipeline_new(segd_pipeline_t **out, const segd_config_t *cfg,
                              segd_store_t *store, volatile sig_atomic_t *stop, char *errstr,
                              size_t n)
@@ -1131,9 +947,9 @@ segd_err_t segd_pipeline_new(segd_pipeline_t **out, const segd_config_t *cfg,
     if (!err && cfg->changes_enable) /* every batch records its changes (DESIGN §5) */
         segd_applier_enable_outbox(&p->ap);
     if (!err)
-        err = check_topics(p, errstr, n);
+        err = segd_pipeline_check_topics(p, errstr, n);
     if (!err)
-        err = make_consumer(p, errstr, n);
+        err = segd_pipeline_subscribe(p, errstr, n);
     if (!err && cfg->identity_enable)
         err = segd_links_new(&p->links, cfg, store, stop, &p->bo, errstr, n);
     if (err) {

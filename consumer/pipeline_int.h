@@ -113,6 +113,22 @@ static inline void fault_cleared(segd_pipeline_t *p)
 /* Whether the partition waits paused for its starting offset. */
 int segd_pipeline_unread_has(const segd_pipeline_t *p, const char *topic, int32_t partition);
 
+/* ---------- assignment (consumer/pipeline_assign.c) ---------- */
+
+/* librdkafka's rebalance and offset commit callbacks; opaque is the
+ * pipeline. Both run inside consumer_poll on the pipeline's thread. */
+void segd_pipeline_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                                rd_kafka_topic_partition_list_t *parts, void *opaque);
+void segd_pipeline_commit_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
+                             rd_kafka_topic_partition_list_t *offs, void *opaque);
+
+/* ---------- the group consumer (consumer/pipeline_consumer.c) ---------- */
+
+/* Refuses to start when an input or dead-letter topic does not exist. */
+segd_err_t segd_pipeline_check_topics(segd_pipeline_t *p, char *errstr, size_t n);
+/* Makes p->consumer and subscribes it to the input topics. */
+segd_err_t segd_pipeline_subscribe(segd_pipeline_t *p, char *errstr, size_t n);
+
 /* ---------- metrics (consumer/pipeline_metrics.c) ---------- */
 
 /* A written batch's figures into the registry; apply_s is its write time. */
