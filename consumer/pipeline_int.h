@@ -42,7 +42,7 @@ typedef struct topic_parts {
 } topic_parts_t;
 
 /* An assigned partition whose stored offset could not be read: it stays
- * paused until a read succeeds (retry_unread). */
+ * paused until a read succeeds (segd_pipeline_unread_retry). */
 typedef struct unread {
     char topic[256];
     int32_t partition;
@@ -108,10 +108,38 @@ static inline void fault_cleared(segd_pipeline_t *p)
     segd_backoff_cleared(&p->bo);
 }
 
+/* ---------- partition counts (consumer/pipeline_batch.c) ---------- */
+
+/* The topic's partition count as last read, NULL when never read. */
+topic_parts_t *segd_pipeline_parts_find(segd_pipeline_t *p, const char *topic);
+/* Reads it from the brokers again; 0 when they cannot say. */
+int32_t segd_pipeline_parts_refresh(segd_pipeline_t *p, const char *topic);
+
 /* ---------- the unread table (consumer/pipeline_restore.c) ---------- */
 
+/* A list of one partition at offset; the caller destroys it. */
+rd_kafka_topic_partition_list_t *segd_pipeline_one_partition(const char *topic,
+                                                             int32_t partition, int64_t offset);
+/* input.offset.reset as a librdkafka logical offset. */
+int64_t segd_pipeline_reset_offset(const segd_pipeline_t *p);
 /* Whether the partition waits paused for its starting offset. */
 int segd_pipeline_unread_has(const segd_pipeline_t *p, const char *topic, int32_t partition);
+/* Adds the partition to the table (or finds it there); NULL when full. */
+unread_t *segd_pipeline_unread_note(segd_pipeline_t *p, const char *topic, int32_t partition,
+                                    int64_t fallback);
+/* Drops revoked partitions, cancelling their restores. */
+void segd_pipeline_unread_forget(segd_pipeline_t *p,
+                                 const rd_kafka_topic_partition_list_t *parts);
+/* Each step: resumes the partitions whose offset can now be read. */
+void segd_pipeline_unread_retry(segd_pipeline_t *p);
+/* Makes m, unapplied, the next message of its partition again. */
+void segd_pipeline_rewind(segd_pipeline_t *p, const rd_kafka_message_t *m);
+/* An assigned partition without a stored offset: 1 when it waits paused
+ * for the sweep or the restore hook. */
+int segd_pipeline_restore_start(segd_pipeline_t *p, const rd_kafka_topic_partition_t *tp);
+/* The revocation sweep, made at start and driven once a step. */
+segd_err_t segd_pipeline_sweep_new(segd_pipeline_t *p, char *errstr, size_t n);
+void segd_pipeline_sweep_step(segd_pipeline_t *p);
 
 /* ---------- assignment (consumer/pipeline_assign.c) ---------- */
 
