@@ -108,7 +108,11 @@ static inline void fault_cleared(segd_pipeline_t *p)
     segd_backoff_cleared(&p->bo);
 }
 
-/* ---------- partition counts (consumer/pipeline_batch.c) ---------- */
+/* ---------- the batch (consumer/pipeline_batch.c) ---------- */
+
+/* Writes the batch (dead letters, then data and offsets in one WriteBatch,
+ * then the Kafka commit); on failure the batch stays for the next try. */
+segd_err_t segd_pipeline_batch_flush(segd_pipeline_t *p, char *errstr, size_t n);
 
 /* The topic's partition count as last read, NULL when never read. */
 topic_parts_t *segd_pipeline_parts_find(segd_pipeline_t *p, const char *topic);
@@ -149,6 +153,11 @@ void segd_pipeline_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                                 rd_kafka_topic_partition_list_t *parts, void *opaque);
 void segd_pipeline_commit_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                              rd_kafka_topic_partition_list_t *offs, void *opaque);
+/* After a refused commit: sends the store's offsets again, at most every
+ * COMMIT_RETRY_MS. */
+void segd_pipeline_commit_resend(segd_pipeline_t *p);
+/* Holds ingest (every partition paused) while the change stream is behind. */
+void segd_pipeline_wait_for_publisher(segd_pipeline_t *p);
 
 /* ---------- the group consumer (consumer/pipeline_consumer.c) ---------- */
 
