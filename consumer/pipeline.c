@@ -1,244 +1,27 @@
-/* Kafka -> store ingest; see pipeline.h. One thread: librdkafka's rebalance
- * callback runs inside consumer_poll on this thread, so it may write the
- * pending batch before partitions leave. */
-#define _GNU_SOURCE
+/* The pipeline's lifecycle and its step: new (store counters, sweep, dead
+ * letters, message checks, the group consumer), one step (upkeep, the hold
+ * behind the change stream, the links topic, one batch taken and written,
+ * a resend of refused commits, the lag), and close, which writes the last
+ * batch and leaves the group. The rest of the pipeline lives in
+ * consumer/pipeline_*.c around the state in consumer/pipeline_int.h; see
+ * consumer/pipeline.h for the contract. */
 #include "consumer/pipeline_int.h"
 
 #include <inttypes.h>
-#include <librdkafka/rdkafka.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <time.h>
 
-#include "consumer/apply.h"
-#include "consumer/dlq.h"
-#include "consumer/links.h"
-#include "consumer/sweep.h"
-#include "consumer/lag.h"
-#include "core/partition.h"
-#include "transport/kconf.h"
-#include "transport/kmeta.h"
 #include "base/clock.h"
+#include "consumer/lag.h"
+#include "consumer/sweep.h"
 
 /* librdkafka 2.0.2's cooperative-sticky assignor aborts in rd_kafka_destroy
  * when a member that joined stops before its first assignment (upstream
  * #4312, fixed in 2.3.0): close waits up to this long for it. */
 #define FIRST_ASSIGNMENT_WAIT_MS 30000
-#define METADATA_TIMEOUT_MS 5000
 /* A member with no assignment this long after it subscribed says why it
  * may wait (log_unassigned): a normal join takes a few seconds, the group's
  * initial rebalance delay (3 s on Kafka) included. */
 #define UNASSIGNED_NOTE_MS 8000
-
-/* ---------- batch state ---------- */
-
-/* events is 0 for a dead letter, 1 for an applied event of segments. */
-static void note_position(segd_pipeline_t *p, const char *topic, int32_t partition,
-                          int64_t next, uint64_t events, uint64_t segments)
-{
-    position_t *q = NULL;
-    for (size_t i = 0; !q && i < p->npos; i++)
-        if (p->pos[i].partition == partition && !strcmp(p->pos[i].topic, topic))
-            q = &p->pos[i];
-    if (!q && p->npos == MAX_POSITIONS)
-        return; /* unreachable with sane partition counts; the offset is re-read */
-    if (!q) {
-        q = &p->pos[p->npos++];
-        memset(q, 0, sizeof(*q));
-        snprintf(q->topic, sizeof(q->topic), "%s", topic);
-        q->partition = partition;
-        q->next = next;
-    }
-    if (next > q->next)
-        q->next = next;
-    q->messages++;
-    q->events += events;
-    q->segments += segments;
-}
-
-/* ---------- partitions and misrouted events ---------- */
-
-topic_parts_t *segd_pipeline_parts_find(segd_pipeline_t *p, const char *topic)
-{
-    for (size_t i = 0; i < p->nparts; i++)
-        if (!strcmp(p->parts[i].topic, topic))
-            return &p->parts[i];
-    return NULL;
-}
-
-/* Asks the brokers for topic's partition count; 0 when they cannot say
- * (logged once): the event is then applied uncounted. After a failure the
- * brokers are asked again only 10 s later: a request per message would
- * stall ingest for the metadata timeout each time. */
-int32_t segd_pipeline_parts_refresh(segd_pipeline_t *p, const char *topic)
-{
-    char err[256];
-    int32_t count = 0;
-    if (segd_mono_ms() < p->metadata_next_ms)
-        return 0;
-    if (segd_kmeta_partitions(p->consumer, topic, METADATA_TIMEOUT_MS, &count, err,
-                              sizeof(err)) != SEGD_OK) {
-        if (!p->metadata_logged++)
-            segd_log(LOG(p), SEGD_LOG_WARN, "pipeline",
-                     "%s (misrouted events not counted meanwhile)", err);
-        p->metadata_next_ms = segd_mono_ms() + 10000;
-        return 0;
-    }
-    topic_parts_t *t = segd_pipeline_parts_find(p, topic);
-    if (!t && p->nparts < SEGD_MAX_TOPICS) {
-        t = &p->parts[p->nparts++];
-        snprintf(t->topic, sizeof(t->topic), "%s", topic);
-    }
-    if (t)
-        t->count = count;
-    return count;
-}
-
-segd_err_t segd_pipeline_partitions(segd_pipeline_t *p, const char *topic, int32_t *count,
-                                    char *errstr, size_t n)
-{
-    segd_err_t err = segd_kmeta_partitions(p->consumer, topic, METADATA_TIMEOUT_MS, count,
-                                           errstr, n);
-    topic_parts_t *t = err ? NULL : segd_pipeline_parts_find(p, topic);
-    if (!err && !t && p->nparts < SEGD_MAX_TOPICS) {
-        t = &p->parts[p->nparts++];
-        snprintf(t->topic, sizeof(t->topic), "%s", topic);
-    }
-    if (t)
-        t->count = *count;
-    return err;
-}
-
-/* Whether the producer put this user where input.partitioner says: a
- * partition added to the topic since the count was read is asked for again
- * (the message's own partition proves the count is stale). */
-static int misrouted(segd_pipeline_t *p, const rd_kafka_message_t *m, const segd_event_t *ev)
-{
-    const char *topic = rd_kafka_topic_name(m->rkt);
-    topic_parts_t *t = segd_pipeline_parts_find(p, topic);
-    int32_t count = t && m->partition < t->count ? t->count : segd_pipeline_parts_refresh(p, topic);
-    if (count > 0 && m->partition >= count) /* metadata behind the topic's growth */
-        p->metadata_next_ms = segd_mono_ms() + 10000;
-    if (count <= 0 || m->partition >= count) {
-        p->unchecked_pending++;
-        return 0;
-    }
-    return segd_partition_of(p->cfg->partitioner, ev->user_id, ev->user_id_len, count) !=
-           m->partition;
-}
-
-/* The batch's misrouted total and the partition counts segd get places
- * users with, in the batch's own WriteBatch. */
-static void record_counts(segd_pipeline_t *p)
-{
-    if (p->misrouted_pending)
-        segd_batch_set_counter(p->ap.batch, SEGD_COUNTER_MISROUTED,
-                               p->misrouted_stored + p->misrouted_pending);
-    if (p->unchecked_pending)
-        segd_batch_set_counter(p->ap.batch, SEGD_COUNTER_UNCHECKED,
-                               p->unchecked_stored + p->unchecked_pending);
-    for (size_t i = 0; i < p->nparts; i++)
-        if (p->parts[i].count > 0)
-            segd_batch_set_partition_count(p->ap.batch, p->parts[i].topic, p->parts[i].count);
-}
-
-static int joined(segd_pipeline_t *p);
-
-/* Dead letters first, then data + offsets in one WriteBatch, then the Kafka
- * commit. A failure leaves the batch intact for the next attempt. */
-segd_err_t segd_pipeline_batch_flush(segd_pipeline_t *p, char *errstr, size_t n)
-{
-    if (!p->npos)
-        return SEGD_OK;
-    double t0 = segd_mono_s();
-    segd_err_t err = segd_dlq_deliver(p->dlq, errstr, n);
-    p->st.upkeep_s += segd_mono_s() - t0; /* the dead letters, acknowledged */
-    if (err)
-        return err;
-    for (size_t i = 0; i < p->npos; i++)
-        segd_batch_set_offset(p->ap.batch, p->pos[i].topic, p->pos[i].partition,
-                              p->pos[i].next);
-    record_counts(p);
-    int64_t wait = 100;
-    double tw = segd_mono_s();
-    while ((err = segd_applier_flush(&p->ap, errstr, n)) != SEGD_OK) {
-        if (*p->stop || err == SEGD_ERR_ABORTED) /* a stopped store needs a restart */
-            return err;
-        wait = backoff(p, wait, errstr);
-    }
-    double tc = segd_mono_s();
-    p->st.write_s += tc - tw;
-    rd_kafka_topic_partition_list_t *offs = rd_kafka_topic_partition_list_new((int)p->npos);
-    for (size_t i = 0; i < p->npos; i++)
-        rd_kafka_topic_partition_list_add(offs, p->pos[i].topic, p->pos[i].partition)
-            ->offset = p->pos[i].next;
-    rd_kafka_commit(p->consumer, offs, 1);
-    rd_kafka_topic_partition_list_destroy(offs);
-    if (p->hooks.committed)
-        p->hooks.committed(p->hooks.ctx);
-    p->st.commit_s += segd_mono_s() - tc;
-    if (p->mx.consumed)
-        segd_pipeline_metrics_batch(p, segd_mono_s() - t0);
-    p->npos = 0;
-    p->misrouted_stored += p->misrouted_pending;
-    p->misrouted_pending = 0;
-    p->unchecked_stored += p->unchecked_pending;
-    p->unchecked_pending = 0;
-    segd_dlq_clear(p->dlq);
-    p->st.batches++;
-    /* per batch, never per message; at debug only (tests wait on it) */
-    segd_log_kv(LOG(p), SEGD_LOG_DEBUG, "pipeline", "batch written",
-                "batch=%" PRIu64 " consumed=%" PRIu64 " events=%" PRIu64 " segments=%" PRIu64,
-                p->st.batches, p->st.messages, p->st.events, p->st.segments);
-    fault_cleared(p);
-    return SEGD_OK;
-}
-
-/* ---------- messages ---------- */
-
-/* Returns -1 when a stop interrupted a fault wait and -2 when memory ran out;
- * in both cases the message stays unapplied and its offset unwritten. */
-static int handle_message(segd_pipeline_t *p, const rd_kafka_message_t *m)
-{
-    char why[256];
-    int reason = 0;
-    const segd_event_t *ev = NULL;
-    if (!p->st.messages++)
-        p->st.first_message_s = segd_mono_s();
-    double t0 = segd_mono_s();
-    int ok = segd_ingest_check(p->ingest, rd_kafka_topic_name(m->rkt), m->partition, m->key, m->key_len, m->payload, m->len, &ev,
-                               &reason, why, sizeof(why));
-    double t1 = segd_mono_s();
-    p->st.check_s += t1 - t0;
-    if (ok < 0)
-        return -1;
-    if (ok) {
-        rd_kafka_timestamp_type_t tstype;
-        int64_t ts = rd_kafka_message_timestamp(m, &tstype);
-        if (segd_applier_add_from(&p->ap, ev, rd_kafka_topic_name(m->rkt), m->partition,
-                                  m->offset, ts > 0 ? ts : 0) != SEGD_OK)
-            return -2;
-        p->st.build_s += segd_mono_s() - t1;
-        p->st.events++;
-        p->st.segments += ev->n_segments;
-        /* a control event goes to every partition on purpose */
-        if (!segd_event_is_control(ev) && misrouted(p, m, ev)) {
-            p->st.misrouted++;
-            p->misrouted_pending++;
-        }
-    } else {
-        /* an empty key or value goes out as none, as it always has */
-        if (segd_dlq_add(p->dlq, rd_kafka_topic_name(m->rkt), m->partition, m->offset,
-                         m->key_len ? m->key : NULL, m->key_len, m->len ? m->payload : NULL,
-                         m->len, segd_dlq_reason_name(reason), why) != SEGD_OK)
-            return -2;
-        p->st.dlq[reason]++;
-    }
-    note_position(p, rd_kafka_topic_name(m->rkt), m->partition, m->offset + 1, ok ? 1 : 0,
-                  ok ? ev->n_segments : 0);
-    return 0;
-}
 
 /* Whether every assigned partition has been read to within a few batches of
  * the end offset librdkafka last saw (cached, no broker round trip): under
@@ -286,6 +69,15 @@ static void advance_gc(segd_pipeline_t *p)
     }
 }
 
+static int joined(segd_pipeline_t *p)
+{
+    char *member = rd_kafka_memberid(p->consumer);
+    int yes = member && *member;
+    if (member)
+        rd_kafka_mem_free(p->consumer, member);
+    return yes;
+}
+
 /* /readyz says "unassigned" while the group has given this member nothing;
  * the log says why that can last: the coordinator hands out partitions only
  * once every member it knows has rejoined or timed out, and a member that
@@ -318,6 +110,21 @@ static segd_err_t fatal_error(segd_pipeline_t *p, char *errstr, size_t n)
                      rd_kafka_err2name(e), why[0] ? why : "no reason given");
 }
 
+/* The links topic's share of this step (identity.enable, DESIGN §10). */
+static segd_err_t step_links(segd_pipeline_t *p, char *errstr, size_t n)
+{
+    segd_links_stats_t before, after;
+    segd_links_get_stats(p->links, &before);
+    segd_err_t err = segd_links_step(p->links, 0, errstr, n);
+    if (err)
+        return err;
+    segd_links_get_stats(p->links, &after);
+    segd_pipeline_metrics_links(p, &before, &after);
+    if (after.member_changes != before.member_changes && p->hooks.committed)
+        p->hooks.committed(p->hooks.ctx); /* the outbox has MemberEvents to publish */
+    return SEGD_OK;
+}
+
 segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
 {
     double t0 = segd_mono_s();
@@ -329,57 +136,12 @@ segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
     segd_pipeline_wait_for_publisher(p);
     p->st.upkeep_s += t1 - t0;
     p->st.hold_s += segd_mono_s() - t1;
-    if (p->links) {
-        segd_links_stats_t before, after;
-        segd_links_get_stats(p->links, &before);
-        segd_err_t lerr = segd_links_step(p->links, 0, errstr, n);
-        if (lerr)
-            return lerr;
-        segd_links_get_stats(p->links, &after);
-        segd_pipeline_metrics_links(p, &before, &after);
-        if (after.member_changes != before.member_changes && p->hooks.committed)
-            p->hooks.committed(p->hooks.ctx); /* the outbox has MemberEvents to publish */
-    }
-    int64_t deadline = segd_mono_ms() + p->cfg->batch_max_ms;
-    int64_t taken = 0;
-    int rc = 0, fatal = 0;
-    while (taken < p->cfg->batch_max_messages && !*p->stop) {
-        int64_t left = deadline - segd_mono_ms();
-        if (left <= 0)
-            break;
-        double tp = segd_mono_s();
-        rd_kafka_message_t *m = rd_kafka_consumer_poll(p->consumer, (int)left);
-        p->st.poll_s += segd_mono_s() - tp;
-        if (!m)
-            continue;
-        if (m->err) {
-            /* A fatal error (a static member fenced by another with the same
-             * group.instance.id) leaves a consumer that never fetches again:
-             * polling on would hang the daemon at its last offset. What was
-             * taken so far is applied below; then the step fails, so that
-             * segd run exits and a restart joins the group anew. */
-            fatal = m->err == RD_KAFKA_RESP_ERR__FATAL;
-            if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF && !fatal)
-                segd_log(LOG(p), SEGD_LOG_WARN, "pipeline", "consumer: %s",
-                         rd_kafka_message_errstr(m));
-            rd_kafka_message_destroy(m);
-            if (fatal)
-                break;
-            continue;
-        }
-        if (segd_pipeline_unread_has(p, rd_kafka_topic_name(m->rkt), m->partition)) {
-            rd_kafka_message_destroy(m); /* it restarts from its stored offset */
-            continue;
-        }
-        rc = handle_message(p, m);
-        if (rc < 0) /* unapplied: the next poll must return it again */
-            segd_pipeline_rewind(p, m);
-        rd_kafka_message_destroy(m);
-        if (rc < 0)
-            break;
-        taken++;
-    }
-    segd_err_t err = segd_pipeline_batch_flush(p, errstr, n);
+    segd_err_t err = p->links ? step_links(p, errstr, n) : SEGD_OK;
+    if (err)
+        return err;
+    int fatal;
+    int rc = segd_pipeline_batch_take(p, &fatal);
+    err = segd_pipeline_batch_flush(p, errstr, n);
     /* also after a failed flush: the error event came once, the state stays */
     if (!err && (fatal || rd_kafka_fatal_error(p->consumer, NULL, 0)))
         return fatal_error(p, errstr, n);
@@ -456,15 +218,6 @@ void segd_pipeline_get_stats(const segd_pipeline_t *p, segd_pipeline_stats_t *st
     st->retries = p->bo.retries;
     if (p->sweep)
         segd_sweep_get_stats(p->sweep, &st->sweep);
-}
-
-static int joined(segd_pipeline_t *p)
-{
-    char *member = rd_kafka_memberid(p->consumer);
-    int yes = member && *member;
-    if (member)
-        rd_kafka_mem_free(p->consumer, member);
-    return yes;
 }
 
 /* The workaround for upstream #4312 (see FIRST_ASSIGNMENT_WAIT_MS): a

@@ -110,6 +110,9 @@ static inline void fault_cleared(segd_pipeline_t *p)
 
 /* ---------- the batch (consumer/pipeline_batch.c) ---------- */
 
+/* Polls messages into the batch; 0, or -1 (stopped in a fault wait) or -2
+ * (out of memory) with the message unapplied. *fatal: the consumer failed. */
+int segd_pipeline_batch_take(segd_pipeline_t *p, int *fatal);
 /* Writes the batch (dead letters, then data and offsets in one WriteBatch,
  * then the Kafka commit); on failure the batch stays for the next try. */
 segd_err_t segd_pipeline_batch_flush(segd_pipeline_t *p, char *errstr, size_t n);
