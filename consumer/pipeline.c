@@ -78,12 +78,12 @@ static int joined(segd_pipeline_t *p)
     return yes;
 }
 
-/* /readyz says "unassigned" while the group has given this member nothing;
- * the log says why that can last: the coordinator hands out partitions only
- * once every member it knows has rejoined or timed out, and a member that
- * stopped without leaving (killed, or a static member's earlier run on
- * brokers without static membership) is waited for up to its session
- * timeout. Once per run. */
+/* While the group has given this member nothing, /readyz says "unassigned", and
+ * this log line (once per run) says why that can last. The coordinator hands out
+ * partitions only once every member it knows has rejoined or timed out. A member
+ * that stopped without leaving the group (killed, or a static member's earlier
+ * run on brokers without static membership) is waited for up to its session
+ * timeout. */
 static void log_unassigned(segd_pipeline_t *p)
 {
     if (p->rebalanced || p->unassigned_logged ||
@@ -142,7 +142,8 @@ segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
     int fatal;
     int rc = segd_pipeline_batch_take(p, &fatal);
     err = segd_pipeline_batch_flush(p, errstr, n);
-    /* also after a failed flush: the error event came once, the state stays */
+    /* This is checked even after a failed flush, because the fatal error event
+     * came only once while the consumer's fatal state stays. */
     if (!err && (fatal || rd_kafka_fatal_error(p->consumer, NULL, 0)))
         return fatal_error(p, errstr, n);
     if (!err)
@@ -220,12 +221,12 @@ void segd_pipeline_get_stats(const segd_pipeline_t *p, segd_pipeline_stats_t *st
         segd_sweep_get_stats(p->sweep, &st->sweep);
 }
 
-/* The workaround for upstream #4312 (see FIRST_ASSIGNMENT_WAIT_MS): a
- * member that has joined (has a member id) but has had no rebalance
- * callback polls, bounded, until the group assigns it something. Nothing
- * polled here is applied or stored: the partitions are read again later.
- * Returns 1 when the member is still joined and unassigned: destroying
- * the consumer would then abort the process. */
+/* Works around upstream #4312 (see FIRST_ASSIGNMENT_WAIT_MS). A member that has
+ * joined the group (it has a member id) but has had no rebalance callback yet
+ * polls until the group assigns it something, for a bounded time. Nothing polled
+ * here is applied or stored, because the partitions are read again later.
+ * Returns 1 when the member is still joined and unassigned, since destroying the
+ * consumer would then abort the process. */
 static int await_first_assignment(segd_pipeline_t *p)
 {
     int64_t deadline = segd_mono_ms() + FIRST_ASSIGNMENT_WAIT_MS;
@@ -257,9 +258,9 @@ void segd_pipeline_close(segd_pipeline_t *p)
 {
     char err[256];
     if (p->consumer) {
-        /* after a fatal error (a fenced static member) librdkafka 2.0.2's
-         * close and destroy never return (its main thread spins): the group
-         * has already dropped this member, so there is nothing to leave */
+        /* After a fatal error (a fenced static member) librdkafka 2.0.2's close
+         * and destroy never return, because its main thread spins. The group has
+         * already dropped this member, so there is nothing to leave. */
         if (rd_kafka_fatal_error(p->consumer, NULL, 0))
             return close_fatal(p);
         int unassigned = await_first_assignment(p);
@@ -270,8 +271,9 @@ void segd_pipeline_close(segd_pipeline_t *p)
             segd_log(LOG(p), SEGD_LOG_WARN, "pipeline",
                      "closing before the group's first assignment: the consumer "
                      "handle is left to process exit (librdkafka 2.0.2 would abort)");
-            /* its threads live on, and their log_cb would reach p (freed by
-             * destroy) and the logger: below every level, nothing is logged */
+            /* The consumer's threads live on, and their log_cb would reach p
+             * (freed by destroy) and the logger. A level below every level keeps
+             * them from logging anything. */
             rd_kafka_set_log_level(p->consumer, -1);
         } else
             rd_kafka_destroy(p->consumer);

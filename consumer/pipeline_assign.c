@@ -30,14 +30,15 @@
  * (found by tests/fleet.py). Nothing is fetched here before the seek. */
 #define PAUSED_START 0
 
-/* The result of an asynchronous Kafka commit (delivered by consumer_poll
- * on this thread). The store holds the offsets that matter; the group's
- * committed offsets are for lag monitors, so a refused commit (the
- * generation changed under a rebalance: ILLEGAL_GENERATION,
- * REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID) is not an error for ingest, but
- * left alone it keeps the group's committed lag stale until the next batch
- * of that partition, which on a quiet partition may be never. So it is
- * noted and segd_pipeline_commit_resend sends the store's offsets again. */
+/* Receives the result of an asynchronous Kafka commit, which consumer_poll
+ * delivers on this thread. The store holds the offsets that matter, and the
+ * group's committed offsets only serve lag monitors, so a refused commit is not
+ * an error for ingest (it is refused when the generation changed under a
+ * rebalance: ILLEGAL_GENERATION, REBALANCE_IN_PROGRESS, UNKNOWN_MEMBER_ID). Left
+ * alone, though, it would keep the group's committed lag stale until the
+ * partition's next batch, which on a quiet partition may never come. So the
+ * refusal is noted here, and segd_pipeline_commit_resend sends the store's
+ * offsets again. */
 void segd_pipeline_commit_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                              rd_kafka_topic_partition_list_t *offs, void *opaque)
 {
@@ -174,9 +175,10 @@ void segd_pipeline_wait_for_publisher(segd_pipeline_t *p)
     resume_assignment(p);
 }
 
-/* Starting offsets come from the store, in the assign call itself. Only
- * "no offset stored" means input.offset.reset; a partition whose offset
- * cannot be read starts paused and is retried (segd_pipeline_unread_retry). */
+/* Sets each assigned partition's starting offset from the store, in the assign
+ * call itself. Only "no offset stored" means input.offset.reset. A partition
+ * whose offset cannot be read starts paused and is retried by
+ * segd_pipeline_unread_retry. */
 static void set_start_offsets(segd_pipeline_t *p, rd_kafka_topic_partition_list_t *parts)
 {
     char err[256];
@@ -202,15 +204,21 @@ static void set_start_offsets(segd_pipeline_t *p, rd_kafka_topic_partition_list_
             unread_t *u = segd_pipeline_unread_note(p, tp->topic, tp->partition, -1);
             if (u)
                 u->logged = 1;
-            /* never fetched: seeked before resuming; with no room to track it
-             * (over MAX_POSITIONS partitions) it stays at its stored offset's
-             * fallback, never at the end */
+            /* Nothing is fetched from PAUSED_START, because the partition is
+             * seeked before it resumes. When there is no room to track it (more
+             * than MAX_POSITIONS partitions) it falls back to
+             * RD_KAFKA_OFFSET_STORED, never to the end. */
             tp->offset = u ? PAUSED_START : RD_KAFKA_OFFSET_STORED;
         }
         segd_lag_start(p->lag, tp->topic, tp->partition, tp->offset);
     }
 }
 
+/* librdkafka's rebalance callback, run inside consumer_poll on the pipeline's
+ * thread. On an assignment each partition starts from the store's offset or
+ * waits paused, and the store's offsets go to the new generation. On a revoke
+ * the pending batch is written first, while the partitions are still ours, and
+ * the sweep learns which partitions left. */
 void segd_pipeline_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                                 rd_kafka_topic_partition_list_t *parts, void *opaque)
 {

@@ -49,10 +49,10 @@ topic_parts_t *segd_pipeline_parts_find(segd_pipeline_t *p, const char *topic)
     return NULL;
 }
 
-/* Asks the brokers for topic's partition count; 0 when they cannot say
- * (logged once): the event is then applied uncounted. After a failure the
- * brokers are asked again only 10 s later: a request per message would
- * stall ingest for the metadata timeout each time. */
+/* Asks the brokers for the topic's partition count. When they cannot say, it
+ * returns 0, logs that once, and the event is applied unchecked for misrouting.
+ * After a failure the brokers are asked again only 10 s later, because a request
+ * per message would stall ingest for the metadata timeout each time. */
 int32_t segd_pipeline_parts_refresh(segd_pipeline_t *p, const char *topic)
 {
     char err[256];

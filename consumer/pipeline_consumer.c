@@ -24,12 +24,12 @@ static void log_cb(const rd_kafka_t *rk, int level, const char *fac, const char 
     segd_kconf_log(p ? LOG(p) : NULL, rk, level, fac, buf);
 }
 
-/* Every topic segd run reads or dead-letters to must exist before the
- * group is joined (DESIGN §7.2). Asked through the dead-letter producer,
- * whose metadata requests let brokers that auto-create topics (the dev
- * broker) create them; where brokers do not (production Kafka), a missing
- * topic stops segd run at start, named, with nothing consumed. Brokers
- * that do not answer are not a reason to refuse: ingest waits for them. */
+/* Every topic segd run reads or dead-letters to must exist before the group is
+ * joined (DESIGN §7.2). They are asked for through the dead-letter producer,
+ * whose metadata requests let brokers that auto-create topics (the dev broker)
+ * create them. Where brokers do not create topics (production Kafka), a missing
+ * topic stops segd run at start, named, with nothing consumed. Brokers that do
+ * not answer are no reason to refuse, because ingest waits for them. */
 segd_err_t segd_pipeline_check_topics(segd_pipeline_t *p, char *errstr, size_t n)
 {
     const segd_config_t *cfg = p->cfg;
@@ -70,9 +70,10 @@ static segd_err_t instance_id(segd_pipeline_t *p, char *out, size_t size, char *
     return segd_store_instance_id(p->store, out, size, errstr, n);
 }
 
-/* memory.limit.mb's fetch share as librdkafka settings (the operator's
- * kafka.* settings, applied after, win); librdkafka refuses a fetch.max.bytes
- * below message.max.bytes, so an operator's larger message.max.bytes raises it. */
+/* Turns memory.limit.mb's fetch share into librdkafka settings. The operator's
+ * kafka.* settings are applied after these and win. librdkafka refuses a
+ * fetch.max.bytes below message.max.bytes, so an operator's larger
+ * message.max.bytes raises it. */
 static void fetch_sizes(const segd_config_t *cfg, char queued[24], char fetch[24],
                         char partition[24])
 {
@@ -88,10 +89,10 @@ static void fetch_sizes(const segd_config_t *cfg, char queued[24], char fetch[24
     snprintf(partition, 24, "%" PRId64, cfg->memory.partition_fetch_bytes);
 }
 
-/* The group consumer, a static member when static_id is not empty, with a
- * short session timeout on librdkafka's mock (mock_brokers). Its names
- * (client_id, static_id) and session timeout are defaults: the operator's
- * kafka.* settings, applied after, win. */
+/* Makes the group consumer. It is a static member when static_id is not empty,
+ * and it gets a short session timeout on librdkafka's mock (mock_brokers). Its
+ * names (client_id, static_id) and session timeout are only defaults, because
+ * the operator's kafka.* settings are applied after them and win. */
 static segd_err_t new_consumer(segd_pipeline_t *p, const char *client_id,
                                const char *static_id, int mock, char *errstr, size_t n)
 {
@@ -135,14 +136,15 @@ static segd_err_t new_consumer(segd_pipeline_t *p, const char *client_id,
     return SEGD_OK;
 }
 
-/* librdkafka's mock cluster (`segd dev-broker`, and the brokers of tests)
- * names itself "mockCluster<hex>". In 2.0.2 it ignores group.instance.id
- * (a static member that stops does not leave; its restart is a new member
- * to the mock, and the old one stays until its session times out), and it
- * holds every rebalance of a group that has members for session.timeout.ms
- * less 1 s (rd_kafka_mock_cgrp_rebalance), a restart included: with the
- * default 45 s, 44 s of /readyz "unassigned". Brokers that do not answer
- * within the wait are taken for real ones. */
+/* Whether the brokers are librdkafka's mock cluster (`segd dev-broker` and the
+ * tests' brokers), which names itself "mockCluster<hex>". The mock of 2.0.2
+ * needs two allowances. It ignores group.instance.id, so a static member that
+ * stops does not leave, its restart is a new member, and the old one stays until
+ * its session times out. It also holds every rebalance of a group that has
+ * members for session.timeout.ms less 1 s (rd_kafka_mock_cgrp_rebalance),
+ * restarts included, which with the default 45 s means 44 s of /readyz
+ * "unassigned". Brokers that do not answer within the wait are taken for real
+ * ones. */
 static int mock_brokers(rd_kafka_t *rk)
 {
     char *id = rd_kafka_clusterid(rk, CLUSTER_ID_WAIT_MS);

@@ -17,6 +17,8 @@
 /* The most partitions the batch and the unread table track. */
 #define MAX_POSITIONS 1024
 
+/* A partition in the pending batch: the offset after its last message, and
+ * what the batch took from it. */
 typedef struct position {
     char topic[256];
     int32_t partition;
@@ -41,8 +43,9 @@ typedef struct topic_parts {
     int32_t count;
 } topic_parts_t;
 
-/* An assigned partition whose stored offset could not be read: it stays
- * paused until a read succeeds (segd_pipeline_unread_retry). */
+/* An assigned partition that waits paused for its starting offset: its
+ * stored offset could not be read, the sweep or the restore hook has it,
+ * or librdkafka refused a rewind. segd_pipeline_unread_retry resumes it. */
 typedef struct unread {
     char topic[256];
     int32_t partition;
@@ -110,8 +113,9 @@ static inline void fault_cleared(segd_pipeline_t *p)
 
 /* ---------- the batch (consumer/pipeline_batch.c) ---------- */
 
-/* Polls messages into the batch; 0, or -1 (stopped in a fault wait) or -2
- * (out of memory) with the message unapplied. *fatal: the consumer failed. */
+/* Polls messages into the batch. Returns 0, or -1 when a stop came during a
+ * fault wait and -2 when memory ran out, in both cases with that message
+ * left unapplied. Sets *fatal when the consumer has failed for good. */
 int segd_pipeline_batch_take(segd_pipeline_t *p, int *fatal);
 /* Writes the batch (dead letters, then data and offsets in one WriteBatch,
  * then the Kafka commit); on failure the batch stays for the next try. */

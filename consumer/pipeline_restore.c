@@ -108,9 +108,10 @@ void segd_pipeline_rewind(segd_pipeline_t *p, const rd_kafka_message_t *m)
     segd_pipeline_unread_note(p, topic, m->partition, m->offset);
 }
 
-/* Whether a restoring partition is still restoring; once its restore has
- * finished it goes on as an unread partition: its offset is in the store
- * (restored) or absent (replay from input.offset.reset). */
+/* Whether a partition handed to the restore hook is still restoring. Once its
+ * restore has finished it goes on as any unread partition does. Its offset is
+ * then in the store (restored) or absent, and then it replays from
+ * input.offset.reset. */
 static int still_restoring(segd_pipeline_t *p, unread_t *u)
 {
     if (!u->restoring)
@@ -122,8 +123,9 @@ static int still_restoring(segd_pipeline_t *p, unread_t *u)
     return 0;
 }
 
-/* Hands the partition to the restore hook; 1 when taken (it then waits
- * paused, as an unread partition, until the restore finished). */
+/* Hands the partition to the restore hook and returns 1 when the hook takes it.
+ * The partition then waits paused, as an unread partition, until the restore has
+ * finished. */
 static int hand_to_restore(segd_pipeline_t *p, unread_t *u)
 {
     char err[256];
@@ -157,9 +159,10 @@ static int still_purging(segd_pipeline_t *p, unread_t *u)
     return p->hooks.restore_begin && hand_to_restore(p, u);
 }
 
-/* Partitions whose stored offset could not be read were assigned paused;
- * each step reads again, seeks and resumes them. Only "no offset stored"
- * falls back to input.offset.reset: a read error would skip a backlog. */
+/* Partitions whose stored offset could not be read were assigned paused. Each
+ * step reads their offsets again, seeks to them and resumes the partitions. Only
+ * "no offset stored" falls back to input.offset.reset, because doing that after
+ * a read error would skip a backlog. */
 void segd_pipeline_unread_retry(segd_pipeline_t *p)
 {
     for (size_t i = 0; i < p->nunread;) {
@@ -237,12 +240,13 @@ static int restoring(void *ctx, const char *topic, int32_t partition)
                SEGD_PIPELINE_RESTORING;
 }
 
-/* Always made, so that marks a run left are finished even with
- * sweep.after.s = 0. New sweeps need restore.from: a swept partition
- * that comes back has no offset, and a replay of its history would be
- * refused as too_late once the store's GC watermark has started. And one
- * input topic: a record joins a user's data of every topic, which a unit
- * of one topic's partition cannot split (DESIGN §7). */
+/* The sweep is always made, so that marks an earlier run left get finished even
+ * with sweep.after.s = 0. New sweeps are only started with restore.from set,
+ * because a swept partition that comes back has no offset, and a replay of its
+ * history would be refused as too_late once the store's GC watermark has
+ * started. They also need a single input topic, because a record joins a user's
+ * data of every topic, and a unit of one topic's partition cannot split it
+ * (DESIGN §7). */
 segd_err_t segd_pipeline_sweep_new(segd_pipeline_t *p, char *errstr, size_t n)
 {
     const segd_config_t *cfg = p->cfg;
