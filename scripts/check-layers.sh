@@ -39,6 +39,17 @@ for dir in */; do
         bad=1
     fi
 done
+# A folder's private header (folder/name_int.h) is for that folder's own
+# modules and for the tests; everything else goes through the public header.
+int_re='#include "([a-z_]*)/[a-z_]*_int\.h"'
+while IFS=: read -r file _ inc; do
+    [[ $inc =~ $int_re ]] || continue
+    owner=${BASH_REMATCH[1]}
+    case ${file#./} in "$owner"/* | tests/*) continue ;; esac
+    echo "layers: ${file#./} includes $owner/'s private header (only $owner/ and tests/ may):$inc" >&2
+    bad=1
+done < <(grep -rn '#include "[a-z_]*/[a-z_]*_int\.h"' . --include='*.c' --include='*.h' \
+             --exclude-dir='build*' --exclude-dir=.git || true)
 if [ "${1:-}" = -v ]; then printf '%s\n' "${!seen[@]}" | sort; fi
 [ $bad -eq 0 ] && echo "layers: ${#seen[@]} folder edges, all allowed by $rules"
 exit $bad

@@ -1,0 +1,268 @@
+/* The batch: polling messages into it, checking each (consumer/ingest.h),
+ * adding good events to the WriteBatch and bad ones to the dead letters,
+ * counting misrouted events against the input's partition counts, and
+ * writing it (dead letters first, then data and offsets in one WriteBatch,
+ * then the Kafka commit). Ingest's speed is decided here. Runs on the
+ * pipeline's thread; a batch is also written before partitions are revoked
+ * (consumer/pipeline_assign.c) and at close. */
+#include "consumer/pipeline_int.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "core/partition.h"
+#include "transport/kmeta.h"
+
+#define METADATA_TIMEOUT_MS 5000
+
+/* events is 0 for a dead letter, 1 for an applied event of segments. */
+static void note_position(segd_pipeline_t *p, const char *topic, int32_t partition,
+                          int64_t next, uint64_t events, uint64_t segments)
+{
+    position_t *q = NULL;
+    for (size_t i = 0; !q && i < p->npos; i++)
+        if (p->pos[i].partition == partition && !strcmp(p->pos[i].topic, topic))
+            q = &p->pos[i];
+    if (!q && p->npos == MAX_POSITIONS)
+        return; /* unreachable with sane partition counts; the offset is re-read */
+    if (!q) {
+        q = &p->pos[p->npos++];
+        memset(q, 0, sizeof(*q));
+        snprintf(q->topic, sizeof(q->topic), "%s", topic);
+        q->partition = partition;
+        q->next = next;
+    }
+    if (next > q->next)
+        q->next = next;
+    q->messages++;
+    q->events += events;
+    q->segments += segments;
+}
+
+topic_parts_t *segd_pipeline_parts_find(segd_pipeline_t *p, const char *topic)
+{
+    for (size_t i = 0; i < p->nparts; i++)
+        if (!strcmp(p->parts[i].topic, topic))
+            return &p->parts[i];
+    return NULL;
+}
+
+/* Asks the brokers for the topic's partition count. When they cannot say, it
+ * returns 0, logs that once, and the event is applied unchecked for misrouting.
+ * After a failure the brokers are asked again only 10 s later, because a request
+ * per message would stall ingest for the metadata timeout each time. */
+int32_t segd_pipeline_parts_refresh(segd_pipeline_t *p, const char *topic)
+{
+    char err[256];
+    int32_t count = 0;
+    if (segd_mono_ms() < p->metadata_next_ms)
+        return 0;
+    if (segd_kmeta_partitions(p->consumer, topic, METADATA_TIMEOUT_MS, &count, err,
+                              sizeof(err)) != SEGD_OK) {
+        if (!p->metadata_logged++)
+            segd_log(LOG(p), SEGD_LOG_WARN, "pipeline",
+                     "%s (misrouted events not counted meanwhile)", err);
+        p->metadata_next_ms = segd_mono_ms() + 10000;
+        return 0;
+    }
+    topic_parts_t *t = segd_pipeline_parts_find(p, topic);
+    if (!t && p->nparts < SEGD_MAX_TOPICS) {
+        t = &p->parts[p->nparts++];
+        snprintf(t->topic, sizeof(t->topic), "%s", topic);
+    }
+    if (t)
+        t->count = count;
+    return count;
+}
+
+segd_err_t segd_pipeline_partitions(segd_pipeline_t *p, const char *topic, int32_t *count,
+                                    char *errstr, size_t n)
+{
+    segd_err_t err = segd_kmeta_partitions(p->consumer, topic, METADATA_TIMEOUT_MS, count,
+                                           errstr, n);
+    topic_parts_t *t = err ? NULL : segd_pipeline_parts_find(p, topic);
+    if (!err && !t && p->nparts < SEGD_MAX_TOPICS) {
+        t = &p->parts[p->nparts++];
+        snprintf(t->topic, sizeof(t->topic), "%s", topic);
+    }
+    if (t)
+        t->count = *count;
+    return err;
+}
+
+/* Whether the producer put this user where input.partitioner says: a
+ * partition added to the topic since the count was read is asked for again
+ * (the message's own partition proves the count is stale). */
+static int misrouted(segd_pipeline_t *p, const rd_kafka_message_t *m, const segd_event_t *ev)
+{
+    const char *topic = rd_kafka_topic_name(m->rkt);
+    topic_parts_t *t = segd_pipeline_parts_find(p, topic);
+    int32_t count = t && m->partition < t->count ? t->count : segd_pipeline_parts_refresh(p, topic);
+    if (count > 0 && m->partition >= count) /* metadata behind the topic's growth */
+        p->metadata_next_ms = segd_mono_ms() + 10000;
+    if (count <= 0 || m->partition >= count) {
+        p->unchecked_pending++;
+        return 0;
+    }
+    return segd_partition_of(p->cfg->partitioner, ev->user_id, ev->user_id_len, count) !=
+           m->partition;
+}
+
+/* Returns -1 when a stop interrupted a fault wait and -2 when memory ran out;
+ * in both cases the message stays unapplied and its offset unwritten. */
+static int handle_message(segd_pipeline_t *p, const rd_kafka_message_t *m)
+{
+    char why[256];
+    int reason = 0;
+    const segd_event_t *ev = NULL;
+    if (!p->st.messages++)
+        p->st.first_message_s = segd_mono_s();
+    double t0 = segd_mono_s();
+    int ok = segd_ingest_check(p->ingest, rd_kafka_topic_name(m->rkt), m->partition, m->key, m->key_len, m->payload, m->len, &ev,
+                               &reason, why, sizeof(why));
+    double t1 = segd_mono_s();
+    p->st.check_s += t1 - t0;
+    if (ok < 0)
+        return -1;
+    if (ok) {
+        rd_kafka_timestamp_type_t tstype;
+        int64_t ts = rd_kafka_message_timestamp(m, &tstype);
+        if (segd_applier_add_from(&p->ap, ev, rd_kafka_topic_name(m->rkt), m->partition,
+                                  m->offset, ts > 0 ? ts : 0) != SEGD_OK)
+            return -2;
+        p->st.build_s += segd_mono_s() - t1;
+        p->st.events++;
+        p->st.segments += ev->n_segments;
+        /* a control event goes to every partition on purpose */
+        if (!segd_event_is_control(ev) && misrouted(p, m, ev)) {
+            p->st.misrouted++;
+            p->misrouted_pending++;
+        }
+    } else {
+        /* an empty key or value goes out as none, as it always has */
+        if (segd_dlq_add(p->dlq, rd_kafka_topic_name(m->rkt), m->partition, m->offset,
+                         m->key_len ? m->key : NULL, m->key_len, m->len ? m->payload : NULL,
+                         m->len, segd_dlq_reason_name(reason), why) != SEGD_OK)
+            return -2;
+        p->st.dlq[reason]++;
+    }
+    note_position(p, rd_kafka_topic_name(m->rkt), m->partition, m->offset + 1, ok ? 1 : 0,
+                  ok ? ev->n_segments : 0);
+    return 0;
+}
+
+/* Polls messages into the batch until batch.max.messages, batch.max.ms or
+ * a stop. Returns 0, or handle_message's -1 (a stop came during a fault
+ * wait) or -2 (out of memory) with that message rewound, unapplied.
+ * *fatal is set when the consumer reported a fatal error. */
+int segd_pipeline_batch_take(segd_pipeline_t *p, int *fatal)
+{
+    int64_t deadline = segd_mono_ms() + p->cfg->batch_max_ms;
+    int64_t taken = 0;
+    int rc = 0;
+    *fatal = 0;
+    while (taken < p->cfg->batch_max_messages && !*p->stop) {
+        int64_t left = deadline - segd_mono_ms();
+        if (left <= 0)
+            break;
+        double tp = segd_mono_s();
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(p->consumer, (int)left);
+        p->st.poll_s += segd_mono_s() - tp;
+        if (!m)
+            continue;
+        if (m->err) {
+            /* A fatal error (a static member fenced by another with the same
+             * group.instance.id) leaves a consumer that never fetches again:
+             * polling on would hang the daemon at its last offset. What was
+             * taken so far is applied below; then the step fails, so that
+             * segd run exits and a restart joins the group anew. */
+            *fatal = m->err == RD_KAFKA_RESP_ERR__FATAL;
+            if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF && !*fatal)
+                segd_log(LOG(p), SEGD_LOG_WARN, "pipeline", "consumer: %s",
+                         rd_kafka_message_errstr(m));
+            rd_kafka_message_destroy(m);
+            if (*fatal)
+                break;
+            continue;
+        }
+        if (segd_pipeline_unread_has(p, rd_kafka_topic_name(m->rkt), m->partition)) {
+            rd_kafka_message_destroy(m); /* it restarts from its stored offset */
+            continue;
+        }
+        rc = handle_message(p, m);
+        if (rc < 0) /* unapplied: the next poll must return it again */
+            segd_pipeline_rewind(p, m);
+        rd_kafka_message_destroy(m);
+        if (rc < 0)
+            break;
+        taken++;
+    }
+    return rc;
+}
+
+/* The batch's misrouted total and the partition counts segd get places
+ * users with, in the batch's own WriteBatch. */
+static void record_counts(segd_pipeline_t *p)
+{
+    if (p->misrouted_pending)
+        segd_batch_set_counter(p->ap.batch, SEGD_COUNTER_MISROUTED,
+                               p->misrouted_stored + p->misrouted_pending);
+    if (p->unchecked_pending)
+        segd_batch_set_counter(p->ap.batch, SEGD_COUNTER_UNCHECKED,
+                               p->unchecked_stored + p->unchecked_pending);
+    for (size_t i = 0; i < p->nparts; i++)
+        if (p->parts[i].count > 0)
+            segd_batch_set_partition_count(p->ap.batch, p->parts[i].topic, p->parts[i].count);
+}
+
+/* Dead letters first, then data + offsets in one WriteBatch, then the Kafka
+ * commit. A failure leaves the batch intact for the next attempt. */
+segd_err_t segd_pipeline_batch_flush(segd_pipeline_t *p, char *errstr, size_t n)
+{
+    if (!p->npos)
+        return SEGD_OK;
+    double t0 = segd_mono_s();
+    segd_err_t err = segd_dlq_deliver(p->dlq, errstr, n);
+    p->st.upkeep_s += segd_mono_s() - t0; /* the dead letters, acknowledged */
+    if (err)
+        return err;
+    for (size_t i = 0; i < p->npos; i++)
+        segd_batch_set_offset(p->ap.batch, p->pos[i].topic, p->pos[i].partition,
+                              p->pos[i].next);
+    record_counts(p);
+    int64_t wait = 100;
+    double tw = segd_mono_s();
+    while ((err = segd_applier_flush(&p->ap, errstr, n)) != SEGD_OK) {
+        if (*p->stop || err == SEGD_ERR_ABORTED) /* a stopped store needs a restart */
+            return err;
+        wait = backoff(p, wait, errstr);
+    }
+    double tc = segd_mono_s();
+    p->st.write_s += tc - tw;
+    rd_kafka_topic_partition_list_t *offs = rd_kafka_topic_partition_list_new((int)p->npos);
+    for (size_t i = 0; i < p->npos; i++)
+        rd_kafka_topic_partition_list_add(offs, p->pos[i].topic, p->pos[i].partition)
+            ->offset = p->pos[i].next;
+    rd_kafka_commit(p->consumer, offs, 1);
+    rd_kafka_topic_partition_list_destroy(offs);
+    if (p->hooks.committed)
+        p->hooks.committed(p->hooks.ctx);
+    p->st.commit_s += segd_mono_s() - tc;
+    if (p->mx.consumed)
+        segd_pipeline_metrics_batch(p, segd_mono_s() - t0);
+    p->npos = 0;
+    p->misrouted_stored += p->misrouted_pending;
+    p->misrouted_pending = 0;
+    p->unchecked_stored += p->unchecked_pending;
+    p->unchecked_pending = 0;
+    segd_dlq_clear(p->dlq);
+    p->st.batches++;
+    /* per batch, never per message; at debug only (tests wait on it) */
+    segd_log_kv(LOG(p), SEGD_LOG_DEBUG, "pipeline", "batch written",
+                "batch=%" PRIu64 " consumed=%" PRIu64 " events=%" PRIu64 " segments=%" PRIu64,
+                p->st.batches, p->st.messages, p->st.events, p->st.segments);
+    fault_cleared(p);
+    return SEGD_OK;
+}

@@ -1,0 +1,283 @@
+/* Partitions that wait paused for their starting offset (the unread
+ * table): an offset the store could not read, a partition that came back
+ * while the sweep deletes its users, one handed to the restore hook, one
+ * whose rewind librdkafka refused. Each step retries them and resumes those
+ * whose offset is known. Also drives the revocation sweep (consumer/sweep.h)
+ * from the pipeline's thread. */
+#include "consumer/pipeline_int.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "base/clock.h"
+#include "consumer/lag.h"
+#include "consumer/sweep.h"
+
+#define SEEK_TIMEOUT_MS 5000
+
+rd_kafka_topic_partition_list_t *segd_pipeline_one_partition(const char *topic,
+                                                             int32_t partition, int64_t offset)
+{
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(l, topic, partition)->offset = offset;
+    return l;
+}
+
+int64_t segd_pipeline_reset_offset(const segd_pipeline_t *p)
+{
+    return strcmp(p->cfg->offset_reset, "latest") ? RD_KAFKA_OFFSET_BEGINNING
+                                                  : RD_KAFKA_OFFSET_END;
+}
+
+int segd_pipeline_unread_has(const segd_pipeline_t *p, const char *topic, int32_t partition)
+{
+    for (size_t i = 0; i < p->nunread; i++)
+        if (p->unread[i].partition == partition && !strcmp(p->unread[i].topic, topic))
+            return 1;
+    return 0;
+}
+
+/* Returns the entry, or NULL when the table is full (more than
+ * MAX_POSITIONS unreadable partitions: unreachable with sane counts). */
+unread_t *segd_pipeline_unread_note(segd_pipeline_t *p, const char *topic, int32_t partition,
+                                    int64_t fallback)
+{
+    for (size_t i = 0; i < p->nunread; i++)
+        if (p->unread[i].partition == partition && !strcmp(p->unread[i].topic, topic))
+            return &p->unread[i];
+    if (p->nunread == MAX_POSITIONS)
+        return NULL;
+    unread_t *u = &p->unread[p->nunread++];
+    snprintf(u->topic, sizeof(u->topic), "%s", topic);
+    u->partition = partition;
+    u->purging = 0;
+    u->restoring = 0;
+    u->logged = 0;
+    u->fallback = fallback;
+    return u;
+}
+
+void segd_pipeline_unread_forget(segd_pipeline_t *p,
+                                 const rd_kafka_topic_partition_list_t *parts)
+{
+    for (size_t i = 0; i < p->nunread;) {
+        unread_t *u = &p->unread[i];
+        if (!rd_kafka_topic_partition_list_find(parts, u->topic, u->partition)) {
+            i++;
+            continue;
+        }
+        if (u->restoring && p->hooks.restore_cancel) /* not ours any more */
+            p->hooks.restore_cancel(p->hooks.restore_ctx, u->topic, u->partition);
+        *u = p->unread[--p->nunread];
+    }
+}
+
+/* Seeks to offset; 0 when librdkafka refused (e.g. the fetcher is not
+ * started yet). */
+static int seek_to(segd_pipeline_t *p, const char *topic, int32_t partition, int64_t offset)
+{
+    rd_kafka_topic_partition_list_t *l = segd_pipeline_one_partition(topic, partition, offset);
+    rd_kafka_error_t *e = rd_kafka_seek_partitions(p->consumer, l, SEEK_TIMEOUT_MS);
+    int ok = !e && !l->elems[0].err;
+    if (e)
+        rd_kafka_error_destroy(e);
+    rd_kafka_topic_partition_list_destroy(l);
+    return ok;
+}
+
+/* No polled message is ever dropped without being applied or its partition
+ * being put back in front of it: librdkafka's position is already past
+ * every message it returned, and the next batch stores offsets past them.
+ * Makes m the next message of its partition again. If librdkafka refuses
+ * the seek, the partition waits paused and restarts from its stored offset
+ * (at worst re-applying part of the batch, which is harmless, DESIGN §3). */
+void segd_pipeline_rewind(segd_pipeline_t *p, const rd_kafka_message_t *m)
+{
+    const char *topic = rd_kafka_topic_name(m->rkt);
+    if (seek_to(p, topic, m->partition, m->offset))
+        return;
+    segd_log(LOG(p), SEGD_LOG_WARN, "pipeline",
+             "cannot rewind %s [%" PRId32 "] to %" PRId64 "; it restarts from its stored offset",
+             topic, m->partition, m->offset);
+    rd_kafka_topic_partition_list_t *l = segd_pipeline_one_partition(topic, m->partition, 0);
+    rd_kafka_pause_partitions(p->consumer, l);
+    rd_kafka_topic_partition_list_destroy(l);
+    /* without a stored offset yet, m is where it must start: a reset to
+     * latest would skip it and everything after it */
+    segd_pipeline_unread_note(p, topic, m->partition, m->offset);
+}
+
+/* Whether a partition handed to the restore hook is still restoring. Once its
+ * restore has finished it goes on as any unread partition does. Its offset is
+ * then in the store (restored) or absent, and then it replays from
+ * input.offset.reset. */
+static int still_restoring(segd_pipeline_t *p, unread_t *u)
+{
+    if (!u->restoring)
+        return 0;
+    int state = p->hooks.restore_state(p->hooks.restore_ctx, u->topic, u->partition);
+    if (state == SEGD_PIPELINE_RESTORING)
+        return 1;
+    u->restoring = 0;
+    return 0;
+}
+
+/* Hands the partition to the restore hook and returns 1 when the hook takes it.
+ * The partition then waits paused, as an unread partition, until the restore has
+ * finished. */
+static int hand_to_restore(segd_pipeline_t *p, unread_t *u)
+{
+    char err[256];
+    topic_parts_t *t = segd_pipeline_parts_find(p, u->topic);
+    int32_t count = t ? t->count : 0;
+    /* a unit routes users by the partition count it was made with */
+    if (count <= 0 && segd_pipeline_partitions(p, u->topic, &count, err, sizeof(err))) {
+        segd_log(LOG(p), SEGD_LOG_WARN, "pipeline", "%s [%" PRId32 "]: no restore (%s): replaying it",
+                 u->topic, u->partition, err);
+        return 0;
+    }
+    if (p->hooks.restore_begin(p->hooks.restore_ctx, u->topic, u->partition, count))
+        return 0;
+    u->restoring = 1;
+    u->logged = 1;
+    segd_log(LOG(p), SEGD_LOG_INFO, "pipeline",
+             "%s [%" PRId32 "] has no stored offset: restoring it from a snapshot unit "
+             "(partition paused)", u->topic, u->partition);
+    return 1;
+}
+
+/* Whether a half-swept partition still waits for the sweep; once it is
+ * done the partition goes to the restore hook, if any. */
+static int still_purging(segd_pipeline_t *p, unread_t *u)
+{
+    if (!u->purging)
+        return 0;
+    if (segd_sweep_purging(p->sweep, u->topic, u->partition))
+        return 1;
+    u->purging = 0;
+    return p->hooks.restore_begin && hand_to_restore(p, u);
+}
+
+/* Partitions whose stored offset could not be read were assigned paused. Each
+ * step reads their offsets again, seeks to them and resumes the partitions. Only
+ * "no offset stored" falls back to input.offset.reset, because doing that after
+ * a read error would skip a backlog. */
+void segd_pipeline_unread_retry(segd_pipeline_t *p)
+{
+    for (size_t i = 0; i < p->nunread;) {
+        unread_t *u = &p->unread[i];
+        char err[256];
+        int64_t next;
+        if (still_purging(p, u) || still_restoring(p, u)) {
+            i++;
+            continue;
+        }
+        segd_err_t e =
+            segd_store_offset_get(p->store, u->topic, u->partition, &next, err, sizeof(err));
+        if (e == SEGD_ERR_NOTFOUND) {
+            next = u->fallback >= 0 ? u->fallback : segd_pipeline_reset_offset(p);
+            e = SEGD_OK;
+        }
+        if (e || !seek_to(p, u->topic, u->partition, next)) {
+            if (e && !u->logged)
+                segd_log(LOG(p), SEGD_LOG_WARN, "pipeline",
+                         "waiting: %s [%" PRId32 "]: stored offset unreadable: "
+                         "%s (partition paused, retrying)", u->topic, u->partition, err);
+            u->logged |= e != SEGD_OK;
+            i++;
+            continue;
+        }
+        if (u->logged)
+            segd_log(LOG(p), SEGD_LOG_INFO, "pipeline", "resumed %s [%" PRId32 "] at its stored offset",
+                     u->topic, u->partition);
+        segd_lag_start(p->lag, u->topic, u->partition, next);
+        if (!p->held) {
+            rd_kafka_topic_partition_list_t *l =
+                segd_pipeline_one_partition(u->topic, u->partition, next);
+            rd_kafka_resume_partitions(p->consumer, l);
+            rd_kafka_topic_partition_list_destroy(l);
+        }
+        *u = p->unread[--p->nunread];
+    }
+}
+
+/* A partition without a stored offset waits, paused, for the sweep to
+ * finish deleting its users if it was half swept (consumer/sweep.h), then
+ * for the restore hook, if any. Returns 1 when it waits. */
+int segd_pipeline_restore_start(segd_pipeline_t *p, const rd_kafka_topic_partition_t *tp)
+{
+    int purging = segd_sweep_purging(p->sweep, tp->topic, tp->partition);
+    if ((!p->hooks.restore_begin && !purging) ||
+        segd_pipeline_unread_has(p, tp->topic, tp->partition))
+        return 0;
+    unread_t *u = segd_pipeline_unread_note(p, tp->topic, tp->partition, -1);
+    if (!u) {
+        if (purging) /* it starts unpaused: the sweep must not touch it now */
+            segd_sweep_disable(p->sweep, "more paused partitions than it can track");
+        return 0;
+    }
+    if (purging) {
+        u->purging = 1;
+        u->logged = 1;
+        segd_log(LOG(p), SEGD_LOG_INFO, "pipeline",
+                 "%s [%" PRId32 "] came back while the sweep was deleting its users: the rest "
+                 "go first (partition paused)", tp->topic, tp->partition);
+        return 1;
+    }
+    if (!hand_to_restore(p, u)) {
+        p->nunread--; /* the entry just added is the last one */
+        return 0;
+    }
+    return 1;
+}
+
+static int restoring(void *ctx, const char *topic, int32_t partition)
+{
+    segd_pipeline_t *p = ctx;
+    return p->hooks.restore_state &&
+           p->hooks.restore_state(p->hooks.restore_ctx, topic, partition) ==
+               SEGD_PIPELINE_RESTORING;
+}
+
+/* The sweep is always made, so that marks an earlier run left get finished even
+ * with sweep.after.s = 0. New sweeps are only started with restore.from set,
+ * because a swept partition that comes back has no offset, and a replay of its
+ * history would be refused as too_late once the store's GC watermark has
+ * started. They also need a single input topic, because a record joins a user's
+ * data of every topic, and a unit of one topic's partition cannot split it
+ * (DESIGN §7). */
+segd_err_t segd_pipeline_sweep_new(segd_pipeline_t *p, char *errstr, size_t n)
+{
+    const segd_config_t *cfg = p->cfg;
+    int on = cfg->restore_from && cfg->n_topics == 1;
+    segd_sweep_opts_t so = {.after_ms = on ? cfg->sweep_after_s * 1000 : 0,
+                            .records_per_s = cfg->sweep_records_per_s,
+                            .partitioner = cfg->partitioner,
+                            .n_topics = cfg->n_topics,
+                            .restoring = restoring,
+                            .restoring_ctx = p,
+                            .log = cfg->log};
+    return segd_sweep_new(&p->sweep, p->store, &so, segd_mono_ms(), errstr, n);
+}
+
+/* The revocation sweep's share of this step (consumer/sweep.h): here, on
+ * the thread whose rebalance callback changes the assignment. */
+void segd_pipeline_sweep_step(segd_pipeline_t *p)
+{
+    char err[256];
+    if (!p->sweep || !segd_sweep_active(p->sweep))
+        return;
+    for (size_t i = 0; i < p->cfg->n_topics; i++) {
+        const char *topic = p->cfg->topics[i];
+        topic_parts_t *t = segd_pipeline_parts_find(p, topic);
+        int32_t count = t && t->count > 0 ? t->count : segd_pipeline_parts_refresh(p, topic);
+        if (count > 0 && segd_sweep_topic(p->sweep, topic, count, segd_mono_ms()))
+            return; /* out of memory: no sweep this time */
+    }
+    if (segd_sweep_step(p->sweep, segd_mono_ms(), err, sizeof(err)) != SEGD_OK &&
+        segd_mono_ms() - p->sweep_logged_ms >= 10000) {
+        p->sweep_logged_ms = segd_mono_ms();
+        segd_log(LOG(p), SEGD_LOG_WARN, "sweep", "%s (retrying)", err);
+    }
+}
