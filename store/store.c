@@ -16,60 +16,11 @@
 
 #include "store/merge.h"
 #include "store/sst.h"
+#include "store/store_impl.h"
 #include "store/store_int.h"
 
-enum { CF_DEFAULT, CF_PROFILES, CF_META, CF_OUTBOX, CF_LINKS, CF_IDS, CF_COUNT };
-static const char *const cf_names[CF_COUNT] = {"default", "profiles", "meta",
-                                               "outbox",  "links",    "ids"};
-
-struct segd_store {
-    rocksdb_t *db;
-    rocksdb_options_t *db_opts;
-    rocksdb_options_t *cf_opts[CF_COUNT];
-    rocksdb_column_family_handle_t *cf[CF_COUNT];
-    rocksdb_block_based_table_options_t *table_opts;
-    rocksdb_cache_t *cache;
-    rocksdb_writeoptions_t *wopts;
-    rocksdb_readoptions_t *ropts;
-    segd_policy_t *policy;
-    rocksdb_compactionfilterfactory_t *(*filter_factory)(segd_policy_t *policy);
-    int64_t granularity_s;
-    int read_only;
-    char *path;               /* for the free-space check */
-    const segd_log_t *log;    /* borrowed from the opts */
-    uint64_t min_free_bytes;  /* writes wait below this much free disk */
-    int (*disk_avail)(void *ctx, const char *path, uint64_t *avail_bytes);
-    void *disk_avail_ctx;
-    atomic_int broken;        /* a write failed: no more writes, no rocksdb_close */
-    int64_t gc_moved_ms; /* policy time of open or of the last gc_advance */
-    int64_t gc_horizon_ms; /* the largest horizon W was moved with (meta) */
-    int64_t gc_start_floor_ms, gc_start_open_ms; /* W's start phase */
-    rocksdb_writeoptions_t *sync_wopts; /* W: durable before any drop uses it */
-    _Atomic uint64_t outbox_seq; /* next outbox sequence number */
-    pthread_mutex_t floors_lock; /* the restorer raises, ingest reads */
-    struct import_floor *floors; /* per (topic, partition): restored units' W */
-    size_t n_floors, cap_floors;
-    atomic_ulong outbox_appender; /* the one thread that appends (store.h); 0 = none yet */
-    /* entries in the outbox family: counted at open, then moved by every
-     * successful write by the outbox puts and deletes it carried */
-    _Atomic int64_t outbox_depth;
-    struct {
-        _Atomic uint64_t calls, nth, times;
-    } fault[SEGD_FAULTS];
-};
-
-struct segd_store_view {
-    segd_store_t *store;
-    const rocksdb_snapshot_t *snap;
-    rocksdb_readoptions_t *ropts;
-};
-
-struct segd_batch {
-    segd_store_t *store;
-    rocksdb_writebatch_t *wb;
-    int64_t outbox_delta; /* outbox entries added minus deleted */
-    int outbox_refused;   /* an append broke the one-appender rule: the batch cannot be written */
-};
+const char *const segd_store_cf_names[CF_COUNT] = {"default", "profiles", "meta",
+                                                     "outbox",  "links",    "ids"};
 
 void segd_store_opts_default(segd_store_opts_t *o)
 {
@@ -84,22 +35,8 @@ void segd_store_opts_default(segd_store_opts_t *o)
     o->info_log_level = SEGD_STORE_LOG_FATAL;
 }
 
-static void put_be64(char *b, uint64_t v)
-{
-    for (int i = 7; i >= 0; i--, v >>= 8)
-        b[i] = (char)(v & 0xff);
-}
-
-static uint64_t get_be64(const char *b)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = v << 8 | (uint8_t)b[i];
-    return v;
-}
-
-static segd_err_t rocks_err(char *rerr, segd_err_t code, char *errstr, size_t n,
-                            const char *what)
+segd_err_t segd_store_rocks_err(char *rerr, segd_err_t code, char *errstr, size_t n,
+                                const char *what)
 {
     segd_errf(code, errstr, n, "%s: %s", what, rerr);
     rocksdb_free(rerr);
@@ -183,12 +120,12 @@ static segd_err_t meta_get_at(segd_store_t *s, const rocksdb_readoptions_t *ro, 
     char *rerr = NULL;
     *val = rocksdb_get_cf(s->db, ro, s->cf[CF_META], key, klen, vlen, &rerr);
     if (rerr)
-        return rocks_err(rerr, SEGD_ERR_IO, errstr, n, "read meta");
+        return segd_store_rocks_err(rerr, SEGD_ERR_IO, errstr, n, "read meta");
     return *val ? SEGD_OK : SEGD_ERR_NOTFOUND;
 }
 
-static segd_err_t meta_get(segd_store_t *s, const char *key, size_t klen, char **val,
-                           size_t *vlen, char *errstr, size_t n)
+segd_err_t segd_store_meta_get(segd_store_t *s, const char *key, size_t klen, char **val,
+                               size_t *vlen, char *errstr, size_t n)
 {
     return meta_get_at(s, s->ropts, key, klen, val, vlen, errstr, n);
 }
@@ -201,7 +138,7 @@ static segd_err_t check_settings(segd_store_t *s, const segd_store_opts_t *o, ch
 {
     char *v = NULL, buf[32], *rerr = NULL;
     size_t vlen;
-    segd_err_t err = meta_get(s, "granularity_s", 13, &v, &vlen, errstr, n);
+    segd_err_t err = segd_store_meta_get(s, "granularity_s", 13, &v, &vlen, errstr, n);
     if (err == SEGD_OK) {
         snprintf(buf, sizeof(buf), "%.*s", (int)(vlen < 31 ? vlen : 31), v);
         rocksdb_free(v);
@@ -225,14 +162,14 @@ static segd_err_t check_settings(segd_store_t *s, const segd_store_opts_t *o, ch
     rocksdb_writebatch_put_cf(wb, s->cf[CF_META], "format", 6, buf, (size_t)len);
     rocksdb_write(s->db, s->wopts, wb, &rerr);
     rocksdb_writebatch_destroy(wb);
-    return rerr ? rocks_err(rerr, SEGD_ERR_IO, errstr, n, "write meta") : SEGD_OK;
+    return rerr ? segd_store_rocks_err(rerr, SEGD_ERR_IO, errstr, n, "write meta") : SEGD_OK;
 }
 
 static segd_err_t check_format(segd_store_t *s, char *errstr, size_t n)
 {
     char *v = NULL;
     size_t vlen;
-    segd_err_t err = meta_get(s, "format", 6, &v, &vlen, errstr, n);
+    segd_err_t err = segd_store_meta_get(s, "format", 6, &v, &vlen, errstr, n);
     if (err == SEGD_ERR_NOTFOUND)
         return SEGD_OK;
     if (err)
@@ -285,16 +222,16 @@ static void open_read_only(segd_store_t *s, const char *path, const rocksdb_opti
     int which[CF_COUNT], n = 0;
     for (int i = 0; i < CF_COUNT && !*rerr; i++) {
         size_t j = 0;
-        while (j < n_present && strcmp(present[j], cf_names[i]) != 0)
+        while (j < n_present && strcmp(present[j], segd_store_cf_names[i]) != 0)
             j++;
         if (j < n_present) {
-            names[n] = cf_names[i];
+            names[n] = segd_store_cf_names[i];
             opts[n] = cfo[i];
             which[n++] = i;
         } else if (i != CF_LINKS && i != CF_IDS) {
             char msg[128];
             snprintf(msg, sizeof(msg), "Invalid argument: column family not found: %s",
-                     cf_names[i]);
+                     segd_store_cf_names[i]);
             *rerr = strdup(msg);
         }
     }
@@ -322,8 +259,8 @@ static segd_err_t open_db(segd_store_t *s, const segd_store_opts_t *o, char *err
             return segd_errf(SEGD_ERR_NOMEM, errstr, n, "%s: out of memory", o->path);
     }
     else
-        s->db = rocksdb_open_column_families(s->db_opts, o->path, CF_COUNT, cf_names, cfo,
-                                             s->cf, &rerr);
+        s->db = rocksdb_open_column_families(s->db_opts, o->path, CF_COUNT,
+                                             segd_store_cf_names, cfo, s->cf, &rerr);
     if (rerr && strstr(rerr, "While lock file")) {
         /* RocksDB's LOCK (an fcntl lock) is held: the usual cause is a
          * running writer, which an operator must be told by name */
@@ -337,14 +274,14 @@ static segd_err_t open_db(segd_store_t *s, const segd_store_opts_t *o, char *err
         return SEGD_ERR_BUSY;
     }
     if (rerr)
-        return rocks_err(rerr, SEGD_ERR_IO, errstr, n, o->path);
+        return segd_store_rocks_err(rerr, SEGD_ERR_IO, errstr, n, o->path);
     if (!o->read_only && o->periodic_compaction_s > 0) {
         char val[32];
         snprintf(val, sizeof(val), "%" PRId64, o->periodic_compaction_s);
         const char *keys[] = {"periodic_compaction_seconds"}, *vals[] = {val};
         rocksdb_set_options_cf(s->db, s->cf[CF_PROFILES], 1, keys, vals, &rerr);
         if (rerr)
-            return rocks_err(rerr, SEGD_ERR_STORE, errstr, n, "periodic compaction");
+            return segd_store_rocks_err(rerr, SEGD_ERR_STORE, errstr, n, "periodic compaction");
     }
     return SEGD_OK;
 }
@@ -362,8 +299,8 @@ struct import_floor {
     int64_t floor_ms;
 };
 
-static segd_err_t meta_get_i64_at(segd_store_t *s, const rocksdb_readoptions_t *ro,
-                                  const char *key, int64_t *out, char *errstr, size_t n)
+segd_err_t segd_store_meta_get_i64_at(segd_store_t *s, const rocksdb_readoptions_t *ro,
+                                      const char *key, int64_t *out, char *errstr, size_t n)
 {
     char *v = NULL;
     size_t vlen;
@@ -381,10 +318,10 @@ static segd_err_t meta_get_i64_at(segd_store_t *s, const rocksdb_readoptions_t *
     return err;
 }
 
-static segd_err_t meta_get_i64(segd_store_t *s, const char *key, int64_t *out,
-                               char *errstr, size_t n)
+segd_err_t segd_store_meta_get_i64(segd_store_t *s, const char *key, int64_t *out,
+                                   char *errstr, size_t n)
 {
-    return meta_get_i64_at(s, s->ropts, key, out, errstr, n);
+    return segd_store_meta_get_i64_at(s, s->ropts, key, out, errstr, n);
 }
 
 /* Until this runs the policy's W is 0: compactions at open drop nothing by
@@ -392,15 +329,15 @@ static segd_err_t meta_get_i64(segd_store_t *s, const char *key, int64_t *out,
 static segd_err_t load_gc_watermark(segd_store_t *s, char *errstr, size_t n)
 {
     int64_t w, floor, grace, horizon;
-    segd_err_t err = meta_get_i64(s, GC_WATERMARK_KEY, &w, errstr, n);
+    segd_err_t err = segd_store_meta_get_i64(s, GC_WATERMARK_KEY, &w, errstr, n);
     if (!err)
-        err = meta_get_i64(s, GC_HORIZON_KEY, &horizon, errstr, n);
+        err = segd_store_meta_get_i64(s, GC_HORIZON_KEY, &horizon, errstr, n);
     if (!err)
-        err = meta_get_i64(s, GC_START_FLOOR_KEY, &floor, errstr, n);
+        err = segd_store_meta_get_i64(s, GC_START_FLOOR_KEY, &floor, errstr, n);
     if (!err)
-        err = meta_get_i64(s, GC_GRACE_KEY, &grace, errstr, n);
+        err = segd_store_meta_get_i64(s, GC_GRACE_KEY, &grace, errstr, n);
     if (!err)
-        err = meta_get_i64(s, GC_START_OPEN_KEY, &s->gc_start_open_ms, errstr, n);
+        err = segd_store_meta_get_i64(s, GC_START_OPEN_KEY, &s->gc_start_open_ms, errstr, n);
     if (err)
         return err;
     /* a grace once used stays: a smaller one here (segd compact with the
@@ -461,7 +398,7 @@ static segd_err_t write_failed(segd_store_t *s, char *rerr, char *errstr, size_t
 {
     if (!atomic_exchange(&s->broken, 1)) /* flushes would reuse the failed log writer */
         rocksdb_cancel_all_background_work(s->db, 1);
-    return rocks_err(rerr, SEGD_ERR_ABORTED, errstr, n,
+    return segd_store_rocks_err(rerr, SEGD_ERR_ABORTED, errstr, n,
                      "write failed; store stopped (restart segd once the cause is fixed)");
 }
 
@@ -481,8 +418,8 @@ static segd_err_t check_space_for(segd_store_t *s, uint64_t extra, char *errstr,
 /* Every write of the store goes through here: refused once the store is
  * broken, held while the disk is nearly full, and a RocksDB failure breaks
  * the store (write_failed) whatever was being written. */
-static segd_err_t write_wb(segd_store_t *s, const rocksdb_writeoptions_t *wo,
-                           rocksdb_writebatch_t *wb, int reserve, char *errstr, size_t n)
+segd_err_t segd_store_write_wb(segd_store_t *s, const rocksdb_writeoptions_t *wo,
+                               rocksdb_writebatch_t *wb, int reserve, char *errstr, size_t n)
 {
     if (atomic_load(&s->broken))
         return segd_errf(SEGD_ERR_ABORTED, errstr, n,
@@ -497,12 +434,13 @@ static segd_err_t write_wb(segd_store_t *s, const rocksdb_writeoptions_t *wo,
 
 /* reserve: whether the write waits for store.min.free.mb (bulk data does;
  * a few bytes of meta that start-up or a compaction check needs do not). */
-static segd_err_t put_meta(segd_store_t *s, const rocksdb_writeoptions_t *wo, const char *key,
-                           const void *val, size_t vlen, int reserve, char *errstr, size_t n)
+segd_err_t segd_store_put_meta(segd_store_t *s, const rocksdb_writeoptions_t *wo,
+                               const char *key, const void *val, size_t vlen, int reserve,
+                               char *errstr, size_t n)
 {
     rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
     rocksdb_writebatch_put_cf(wb, s->cf[CF_META], key, strlen(key), val, vlen);
-    segd_err_t err = write_wb(s, wo, wb, reserve, errstr, n);
+    segd_err_t err = segd_store_write_wb(s, wo, wb, reserve, errstr, n);
     rocksdb_writebatch_destroy(wb);
     return err;
 }
@@ -513,7 +451,7 @@ static segd_err_t put_gc_meta(segd_store_t *s, const char *key, int64_t v, char 
 {
     char val[8];
     put_be64(val, (uint64_t)v);
-    return put_meta(s, s->sync_wopts, key, val, 8, 1, errstr, n); /* W can wait */
+    return segd_store_put_meta(s, s->sync_wopts, key, val, 8, 1, errstr, n); /* W can wait */
 }
 
 /* W = 0 with no start phase: nothing refused by age. The phase (begun once
@@ -676,15 +614,34 @@ static segd_err_t load_import_floors(segd_store_t *s, char *errstr, size_t n)
     rocksdb_iter_get_error(it, &rerr);
     rocksdb_iter_destroy(it);
     if (rerr && !err)
-        err = rocks_err(rerr, SEGD_ERR_IO, errstr, n, "meta scan");
+        err = segd_store_rocks_err(rerr, SEGD_ERR_IO, errstr, n, "meta scan");
     else if (rerr)
         rocksdb_free(rerr);
     return err;
 }
 
+/* Retirement markers, then the GC watermark, then the import floors: the
+ * order segd_store_open has always read them in. */
+segd_err_t segd_store_floors_load(segd_store_t *s, char *errstr, size_t n)
+{
+    segd_err_t err = load_retirements(s);
+    if (!err)
+        err = load_gc_watermark(s, errstr, n);
+    if (!err)
+        err = load_import_floors(s, errstr, n);
+    return err;
+}
+
+void segd_store_floors_free(segd_store_t *s)
+{
+    for (size_t i = 0; i < s->n_floors; i++)
+        free(s->floors[i].topic);
+    free(s->floors);
+}
+
 /* The next sequence number continues after the last entry left over; the
  * depth counts what is left. */
-static void load_outbox_seq(segd_store_t *s)
+void segd_store_outbox_load(segd_store_t *s)
 {
     rocksdb_iterator_t *it = rocksdb_create_iterator_cf(s->db, s->ropts, s->cf[CF_OUTBOX]);
     uint64_t next = 1;
@@ -730,11 +687,10 @@ segd_err_t segd_store_open(segd_store_t **out, const segd_store_opts_t *o, char 
     segd_policy_set_gc_grace(s->policy, o->gc_grace_ms);
     if ((err = make_options(s, o)) || (err = open_db(s, o, errstr, n)) ||
         (err = check_format(s, errstr, n)) || (err = check_settings(s, o, errstr, n)) ||
-        (err = load_retirements(s)) || (err = load_gc_watermark(s, errstr, n)) ||
-        (err = load_import_floors(s, errstr, n)))
+        (err = segd_store_floors_load(s, errstr, n)))
         goto out_close;
     s->gc_moved_ms = segd_policy_now_ms(s->policy);
-    load_outbox_seq(s);
+    segd_store_outbox_load(s);
     *out = s;
     return SEGD_OK;
 out_close:
@@ -772,9 +728,7 @@ void segd_store_close(segd_store_t *s)
     if (s->ropts)
         rocksdb_readoptions_destroy(s->ropts);
     segd_policy_destroy(s->policy);
-    for (size_t i = 0; i < s->n_floors; i++)
-        free(s->floors[i].topic);
-    free(s->floors);
+    segd_store_floors_free(s);
     pthread_mutex_destroy(&s->floors_lock);
     free(s->path);
     free(s);
@@ -899,7 +853,7 @@ segd_err_t segd_store_scan_users(segd_store_t *s, const char *after, size_t afte
     rocksdb_iter_destroy(it);
     if (rerr)
         *end = 0;
-    return rerr ? rocks_err(rerr, SEGD_ERR_IO, errstr, n, "scan") : SEGD_OK;
+    return rerr ? segd_store_rocks_err(rerr, SEGD_ERR_IO, errstr, n, "scan") : SEGD_OK;
 }
 
 uint64_t segd_batch_outbox_append(segd_batch_t *b, const void *value, size_t vlen)
@@ -946,7 +900,7 @@ static segd_err_t write_batch(segd_store_t *s, const rocksdb_writeoptions_t *wo,
                          "appended from a second thread; a store has one outbox appender");
     if (segd_store_fault_hit(s, SEGD_FAULT_WRITE))
         return segd_errf(SEGD_ERR_IO, errstr, n, "write batch: injected fault");
-    segd_err_t err = write_wb(s, wo, b->wb, 1, errstr, n);
+    segd_err_t err = segd_store_write_wb(s, wo, b->wb, 1, errstr, n);
     if (!err)
         atomic_fetch_add(&s->outbox_depth, b->outbox_delta);
     return err;
@@ -970,7 +924,7 @@ segd_err_t segd_store_offset_get(segd_store_t *s, const char *topic, int32_t par
     size_t klen = position_key(key, sizeof(key), "offset", topic, partition);
     if (segd_store_fault_hit(s, SEGD_FAULT_OFFSET_GET))
         return segd_errf(SEGD_ERR_IO, errstr, n, "read meta: injected fault");
-    segd_err_t err = meta_get(s, key, klen, &v, &vlen, errstr, n);
+    segd_err_t err = segd_store_meta_get(s, key, klen, &v, &vlen, errstr, n);
     if (err)
         return err;
     if (vlen == 8)
@@ -1000,7 +954,7 @@ segd_err_t segd_store_counter_get(segd_store_t *s, const char *name, int64_t *va
 {
     char key[256];
     snprintf(key, sizeof(key), "count/%s", name);
-    return meta_get_i64(s, key, value, errstr, n);
+    return segd_store_meta_get_i64(s, key, value, errstr, n);
 }
 
 segd_err_t segd_store_view_counter(segd_store_view_t *v, const char *name, int64_t *value,
@@ -1008,7 +962,7 @@ segd_err_t segd_store_view_counter(segd_store_view_t *v, const char *name, int64
 {
     char key[256];
     snprintf(key, sizeof(key), "count/%s", name);
-    return meta_get_i64_at(v->store, v->ropts, key, value, errstr, n);
+    return segd_store_meta_get_i64_at(v->store, v->ropts, key, value, errstr, n);
 }
 
 segd_store_t *segd_store_view_store(segd_store_view_t *v) { return v->store; }
@@ -1036,7 +990,7 @@ segd_err_t segd_store_partition_count(segd_store_t *s, const char *topic, int32_
     char key[512], *v = NULL;
     size_t vlen;
     snprintf(key, sizeof(key), "partitions/%s", topic);
-    segd_err_t err = meta_get(s, key, strlen(key), &v, &vlen, errstr, n);
+    segd_err_t err = segd_store_meta_get(s, key, strlen(key), &v, &vlen, errstr, n);
     if (err)
         return err;
     uint64_t c = vlen == 8 ? get_be64(v) : 0;
@@ -1059,7 +1013,7 @@ static segd_err_t get_with(segd_store_t *s, const rocksdb_readoptions_t *ropts,
     rocksdb_pinnableslice_t *v =
         rocksdb_get_pinned_cf(s->db, ropts, s->cf[CF_PROFILES], user, user_len, &rerr);
     if (rerr)
-        return rocks_err(rerr, SEGD_ERR_IO, errstr, n, "get");
+        return segd_store_rocks_err(rerr, SEGD_ERR_IO, errstr, n, "get");
     const char *data = v ? rocksdb_pinnableslice_value(v, &vlen) : NULL;
     segd_err_t err = segd_record_decode((const uint8_t *)data, data ? vlen : 0, out);
     rocksdb_pinnableslice_destroy(v);
@@ -1085,7 +1039,7 @@ segd_err_t segd_store_known(segd_store_t *s, const char *user, size_t user_len, 
     rocksdb_pinnableslice_t *v =
         rocksdb_get_pinned_cf(s->db, s->ropts, s->cf[CF_PROFILES], user, user_len, &rerr);
     if (rerr)
-        return rocks_err(rerr, SEGD_ERR_IO, errstr, n, "get");
+        return segd_store_rocks_err(rerr, SEGD_ERR_IO, errstr, n, "get");
     *known = v != NULL;
     rocksdb_pinnableslice_destroy(v);
     return SEGD_OK;
@@ -1120,7 +1074,7 @@ static segd_err_t scan_with(segd_store_t *s, const rocksdb_readoptions_t *ropts,
     char *rerr = NULL;
     rocksdb_iter_get_error(it, &rerr);
     if (rerr)
-        err = rocks_err(rerr, SEGD_ERR_IO, errstr, n, "scan");
+        err = segd_store_rocks_err(rerr, SEGD_ERR_IO, errstr, n, "scan");
     rocksdb_iter_destroy(it);
     segd_profile_free(&p);
     return err;
@@ -1141,7 +1095,7 @@ segd_err_t segd_store_flush(segd_store_t *s, char *errstr, size_t n)
     rocksdb_flushoptions_set_wait(fo, 1);
     rocksdb_flush_cf(s->db, fo, s->cf[CF_PROFILES], &rerr);
     rocksdb_flushoptions_destroy(fo);
-    return rerr ? rocks_err(rerr, SEGD_ERR_IO, errstr, n, "flush") : SEGD_OK;
+    return rerr ? segd_store_rocks_err(rerr, SEGD_ERR_IO, errstr, n, "flush") : SEGD_OK;
 }
 
 /* Two passes: the first merges operand chains into (possibly empty) values,
@@ -1194,7 +1148,7 @@ segd_err_t segd_store_compact_ex(segd_store_t *s, int flags, char *errstr, size_
     }
     rocksdb_compactoptions_destroy(co);
     char why[400];
-    if (put_meta(s, s->wopts, "compaction-probe", "", 0, 0, why, sizeof(why)))
+    if (segd_store_put_meta(s, s->wopts, "compaction-probe", "", 0, 0, why, sizeof(why)))
         return segd_errf(SEGD_ERR_IO, errstr, n, "compaction failed; store stopped: %s", why);
     if (background_errors(s) != before)
         return segd_errf(SEGD_ERR_IO, errstr, n, "compaction failed (a background error)");
@@ -1218,7 +1172,9 @@ segd_err_t segd_store_writable(segd_store_t *s, char *errstr, size_t n)
 
 const char *segd_store_family_name(int family)
 {
-    return family >= 0 && family < SEGD_STORE_FAMILIES ? cf_names[CF_PROFILES + family] : "db";
+    return family >= 0 && family < SEGD_STORE_FAMILIES
+               ? segd_store_cf_names[CF_PROFILES + family]
+               : "db";
 }
 
 int segd_store_property(segd_store_t *s, int family, const char *name, uint64_t *value)
@@ -1309,7 +1265,7 @@ segd_err_t segd_store_retire(segd_store_t *s, int64_t segment_id, int64_t before
     put_be64(val, (uint64_t)before_ms);
     rocksdb_writebatch_t *wb = extra ? extra->wb : rocksdb_writebatch_create();
     rocksdb_writebatch_put_cf(wb, s->cf[CF_META], key, sizeof(key), val, 8);
-    segd_err_t err = write_wb(s, s->wopts, wb, 1, errstr, n);
+    segd_err_t err = segd_store_write_wb(s, s->wopts, wb, 1, errstr, n);
     if (!err && extra)
         atomic_fetch_add(&s->outbox_depth, extra->outbox_delta);
     if (extra)
@@ -1350,7 +1306,7 @@ segd_err_t segd_store_outbox_scan(segd_store_t *s, uint64_t from_seq, size_t max
     char *rerr = NULL;
     rocksdb_iter_get_error(it, &rerr);
     rocksdb_iter_destroy(it);
-    return rerr ? rocks_err(rerr, SEGD_ERR_IO, errstr, n, "outbox scan") : SEGD_OK;
+    return rerr ? segd_store_rocks_err(rerr, SEGD_ERR_IO, errstr, n, "outbox scan") : SEGD_OK;
 }
 
 /* ---------- views ---------- */
@@ -1400,15 +1356,13 @@ segd_err_t segd_store_view_scan_raw(segd_store_view_t *v, segd_scan_raw_cb cb, v
     char *rerr = NULL;
     rocksdb_iter_get_error(it, &rerr);
     rocksdb_iter_destroy(it);
-    return rerr ? rocks_err(rerr, SEGD_ERR_IO, errstr, n, "scan") : SEGD_OK;
+    return rerr ? segd_store_rocks_err(rerr, SEGD_ERR_IO, errstr, n, "scan") : SEGD_OK;
 }
 
 /* Iterates meta keys starting with prefix: cb(ctx, key suffix, value). */
-typedef int (*meta_cb)(void *ctx, const char *suffix, size_t slen, const char *val,
-                       size_t vlen);
 
-static segd_err_t view_meta(segd_store_view_t *v, const char *prefix, meta_cb cb, void *ctx,
-                            char *errstr, size_t n)
+segd_err_t segd_store_view_meta(segd_store_view_t *v, const char *prefix, segd_meta_cb cb,
+                                void *ctx, char *errstr, size_t n)
 {
     segd_store_t *s = v->store;
     rocksdb_iterator_t *it = rocksdb_create_iterator_cf(s->db, v->ropts, s->cf[CF_META]);
@@ -1424,7 +1378,7 @@ static segd_err_t view_meta(segd_store_view_t *v, const char *prefix, meta_cb cb
     char *rerr = NULL;
     rocksdb_iter_get_error(it, &rerr);
     rocksdb_iter_destroy(it);
-    return rerr ? rocks_err(rerr, SEGD_ERR_IO, errstr, n, "meta scan") : SEGD_OK;
+    return rerr ? segd_store_rocks_err(rerr, SEGD_ERR_IO, errstr, n, "meta scan") : SEGD_OK;
 }
 
 typedef struct position_ctx {
@@ -1458,7 +1412,7 @@ segd_err_t segd_store_view_positions(segd_store_view_t *v, const char *kind,
     char prefix[64];
     snprintf(prefix, sizeof(prefix), "%s/", kind);
     position_ctx_t pc = {cb, ctx};
-    return view_meta(v, prefix, position_entry, &pc, errstr, n);
+    return segd_store_view_meta(v, prefix, position_entry, &pc, errstr, n);
 }
 
 typedef struct retired_ctx {
@@ -1479,7 +1433,7 @@ segd_err_t segd_store_view_retirements(segd_store_view_t *v, segd_retired_cb cb,
                                        char *errstr, size_t n)
 {
     retired_ctx_t rc = {cb, ctx};
-    return view_meta(v, RETIRED_PREFIX, retired_entry, &rc, errstr, n);
+    return segd_store_view_meta(v, RETIRED_PREFIX, retired_entry, &rc, errstr, n);
 }
 
 /* ---------- consumer-group instance id ---------- */
@@ -1491,7 +1445,8 @@ segd_err_t segd_store_instance_id(segd_store_t *s, char *out, size_t out_size, c
 {
     char *v = NULL;
     size_t vlen = 0;
-    segd_err_t err = meta_get(s, INSTANCE_ID_KEY, strlen(INSTANCE_ID_KEY), &v, &vlen, errstr, n);
+    segd_err_t err =
+        segd_store_meta_get(s, INSTANCE_ID_KEY, strlen(INSTANCE_ID_KEY), &v, &vlen, errstr, n);
     if (err == SEGD_OK) {
         int fits = vlen > 0 && vlen < out_size;
         if (fits)
@@ -1513,7 +1468,7 @@ segd_err_t segd_store_instance_id(segd_store_t *s, char *out, size_t out_size, c
                        r[2], r[3], r[4], r[5], r[6], r[7]);
     if ((size_t)len >= out_size)
         return segd_errf(SEGD_ERR_INVALID, errstr, n, "instance id buffer too small");
-    if ((err = put_meta(s, s->wopts, INSTANCE_ID_KEY, id, (size_t)len, 0, errstr, n)))
+    if ((err = segd_store_put_meta(s, s->wopts, INSTANCE_ID_KEY, id, (size_t)len, 0, errstr, n)))
         return err;
     memcpy(out, id, (size_t)len + 1);
     return SEGD_OK;
@@ -1570,7 +1525,7 @@ segd_err_t segd_store_check_space(segd_store_t *s, uint64_t extra, char *errstr,
 
 segd_err_t segd_store_probe_write(segd_store_t *s, char *errstr, size_t n)
 {
-    return put_meta(s, s->wopts, "write-probe", "", 0, 0, errstr, n);
+    return segd_store_put_meta(s, s->wopts, "write-probe", "", 0, 0, errstr, n);
 }
 
 /* ---------- fault injection ---------- */
