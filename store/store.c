@@ -1527,24 +1527,3 @@ segd_err_t segd_store_probe_write(segd_store_t *s, char *errstr, size_t n)
 {
     return segd_store_put_meta(s, s->wopts, "write-probe", "", 0, 0, errstr, n);
 }
-
-/* ---------- fault injection ---------- */
-
-void segd_store_fault_set(segd_store_t *s, segd_store_fault_t point, uint64_t nth,
-                          uint64_t times)
-{
-    atomic_store(&s->fault[point].nth, 0); /* off while the counters move */
-    atomic_store(&s->fault[point].calls, 0);
-    atomic_store(&s->fault[point].times, times);
-    atomic_store(&s->fault[point].nth, nth);
-}
-
-int segd_store_fault_hit(segd_store_t *s, segd_store_fault_t point)
-{
-    uint64_t nth = atomic_load_explicit(&s->fault[point].nth, memory_order_relaxed);
-    if (!nth)
-        return 0;
-    uint64_t call = atomic_fetch_add(&s->fault[point].calls, 1) + 1;
-    uint64_t times = atomic_load(&s->fault[point].times);
-    return call >= nth && call - nth < times;
-}
