@@ -361,90 +361,6 @@ int64_t segd_store_gc_watermark(segd_store_t *s)
     return segd_policy_gc_watermark(s->policy);
 }
 
-/* Writes wait while the disk is nearly full: RocksDB 7.8 cannot be trusted
- * past a failed WAL append (below), so the store stops short of one. */
-/* Free bytes under the store; 0 when unknown (nothing is then checked). */
-static int disk_avail(segd_store_t *s, uint64_t *avail)
-{
-    if (!s->min_free_bytes)
-        return 0;
-    if (s->disk_avail)
-        return s->disk_avail(s->disk_avail_ctx, s->path, avail) == 0;
-    struct statvfs fs;
-    if (statvfs(s->path, &fs))
-        return 0;
-    *avail = (uint64_t)fs.f_bavail * fs.f_frsize;
-    return 1;
-}
-
-static segd_err_t check_space(segd_store_t *s, char *errstr, size_t n)
-{
-    uint64_t avail;
-    if (!disk_avail(s, &avail) || avail >= s->min_free_bytes)
-        return SEGD_OK;
-    return segd_errf(SEGD_ERR_IO, errstr, n,
-                     "disk nearly full: %" PRIu64 " MiB free under %s, writes wait for %" PRIu64
-                     " MiB (store.min.free.mb)",
-                     avail >> 20, s->path, s->min_free_bytes >> 20);
-}
-
-/* After a failed WAL append, RocksDB 7.8's log writer asserts on any later
- * use (the next write, or the flush at close) in Debian's build, which
- * keeps assertions: the process would abort. So the store refuses all
- * further writes (SEGD_ERR_ABORTED: restart to recover) and close leaves
- * the DB to the process exit. Nothing acknowledged is lost: RocksDB
- * recovers every complete WAL record at the next open. */
-static segd_err_t write_failed(segd_store_t *s, char *rerr, char *errstr, size_t n)
-{
-    if (!atomic_exchange(&s->broken, 1)) /* flushes would reuse the failed log writer */
-        rocksdb_cancel_all_background_work(s->db, 1);
-    return segd_store_rocks_err(rerr, SEGD_ERR_ABORTED, errstr, n,
-                     "write failed; store stopped (restart segd once the cause is fixed)");
-}
-
-/* Extra room on top of the reserve: a bulk load asks for its SST bytes. */
-static segd_err_t check_space_for(segd_store_t *s, uint64_t extra, char *errstr, size_t n)
-{
-    uint64_t avail;
-    if (!disk_avail(s, &avail) || avail >= s->min_free_bytes + extra)
-        return SEGD_OK;
-    return segd_errf(SEGD_ERR_IO, errstr, n,
-                     "disk nearly full: %" PRIu64 " MiB free under %s, the load needs %" PRIu64
-                     " MiB above the %" PRIu64 " MiB reserve (store.min.free.mb)",
-                     avail >> 20, s->path, (extra + (1 << 20) - 1) >> 20,
-                     s->min_free_bytes >> 20);
-}
-
-/* Every write of the store goes through here: refused once the store is
- * broken, held while the disk is nearly full, and a RocksDB failure breaks
- * the store (write_failed) whatever was being written. */
-segd_err_t segd_store_write_wb(segd_store_t *s, const rocksdb_writeoptions_t *wo,
-                               rocksdb_writebatch_t *wb, int reserve, char *errstr, size_t n)
-{
-    if (atomic_load(&s->broken))
-        return segd_errf(SEGD_ERR_ABORTED, errstr, n,
-                         "store stopped after a failed write (restart segd)");
-    segd_err_t err = reserve ? check_space(s, errstr, n) : SEGD_OK;
-    if (err)
-        return err;
-    char *rerr = NULL;
-    rocksdb_write(s->db, wo, wb, &rerr);
-    return rerr ? write_failed(s, rerr, errstr, n) : SEGD_OK;
-}
-
-/* reserve: whether the write waits for store.min.free.mb (bulk data does;
- * a few bytes of meta that start-up or a compaction check needs do not). */
-segd_err_t segd_store_put_meta(segd_store_t *s, const rocksdb_writeoptions_t *wo,
-                               const char *key, const void *val, size_t vlen, int reserve,
-                               char *errstr, size_t n)
-{
-    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-    rocksdb_writebatch_put_cf(wb, s->cf[CF_META], key, strlen(key), val, vlen);
-    segd_err_t err = segd_store_write_wb(s, wo, wb, reserve, errstr, n);
-    rocksdb_writebatch_destroy(wb);
-    return err;
-}
-
 /* Synced: W must be on disk before a compaction output that used it is. */
 static segd_err_t put_gc_meta(segd_store_t *s, const char *key, int64_t v, char *errstr,
                               size_t n)
@@ -1086,16 +1002,6 @@ segd_err_t segd_store_scan(segd_store_t *s, segd_scan_cb cb, void *ctx, char *er
     return scan_with(s, s->ropts, cb, ctx, errstr, n);
 }
 
-segd_err_t segd_store_writable(segd_store_t *s, char *errstr, size_t n)
-{
-    if (s->read_only)
-        return segd_errf(SEGD_ERR_INVALID, errstr, n, "store opened read-only");
-    if (atomic_load(&s->broken))
-        return segd_errf(SEGD_ERR_ABORTED, errstr, n,
-                         "store stopped after a failed write (restart segd)");
-    return check_space(s, errstr, n);
-}
-
 void segd_batch_retire(segd_batch_t *b, int64_t segment_id, int64_t before_ms)
 {
     segd_store_t *s = b->store;
@@ -1331,23 +1237,3 @@ const rocksdb_options_t *segd_store_profiles_options(segd_store_t *s)
 }
 const rocksdb_readoptions_t *segd_store_read_options(segd_store_t *s) { return s->ropts; }
 const char *segd_store_path(segd_store_t *s) { return s->path; }
-
-segd_err_t segd_store_check_writable(segd_store_t *s, char *errstr, size_t n)
-{
-    if (s->read_only)
-        return segd_errf(SEGD_ERR_INVALID, errstr, n, "store opened read-only");
-    if (atomic_load(&s->broken))
-        return segd_errf(SEGD_ERR_ABORTED, errstr, n,
-                         "store stopped after a failed write (restart segd)");
-    return SEGD_OK;
-}
-
-segd_err_t segd_store_check_space(segd_store_t *s, uint64_t extra, char *errstr, size_t n)
-{
-    return check_space_for(s, extra, errstr, n);
-}
-
-segd_err_t segd_store_probe_write(segd_store_t *s, char *errstr, size_t n)
-{
-    return segd_store_put_meta(s, s->wopts, "write-probe", "", 0, 0, errstr, n);
-}
