@@ -1,7 +1,6 @@
 /* RocksDB store: opening the column families with the merge operator and
  * compaction filter, batches, offsets, reads, scans, compaction and stats.
  * Everything RocksDB-specific stays in this file and merge.c/filter.c. */
-#define _GNU_SOURCE /* memrchr */
 #include "store/store.h"
 
 #include <inttypes.h>
@@ -367,7 +366,7 @@ void segd_store_close(segd_store_t *s)
 segd_policy_t *segd_store_policy(segd_store_t *s) { return s->policy; }
 int64_t segd_store_granularity(const segd_store_t *s) { return s->granularity_s; }
 
-/* ---------- batches ---------- */
+
 
 segd_err_t segd_batch_new(segd_store_t *s, segd_batch_t **out)
 {
@@ -403,57 +402,9 @@ void segd_batch_merge(segd_batch_t *b, const char *user, size_t user_len,
                                 (const char *)operand, operand_len);
 }
 
-static size_t position_key(char *buf, size_t cap, const char *kind, const char *topic,
-                           int32_t partition)
-{
-    int n = snprintf(buf, cap, "%s/%s/%" PRId32, kind, topic, partition);
-    return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
-}
-
-static void batch_set_position(segd_batch_t *b, const char *kind, const char *topic,
-                               int32_t partition, int64_t next_offset)
-{
-    char key[512], val[8];
-    size_t klen = position_key(key, sizeof(key), kind, topic, partition);
-    put_be64(val, (uint64_t)next_offset);
-    rocksdb_writebatch_put_cf(b->wb, b->store->cf[CF_META], key, klen, val, 8);
-}
-
-void segd_batch_set_offset(segd_batch_t *b, const char *topic, int32_t partition,
-                           int64_t next_offset)
-{
-    batch_set_position(b, "offset", topic, partition, next_offset);
-}
-
-void segd_batch_set_change_position(segd_batch_t *b, const char *topic, int32_t partition,
-                                    int64_t next_offset)
-{
-    batch_set_position(b, "changes", topic, partition, next_offset);
-}
-
 void segd_batch_delete_user(segd_batch_t *b, const char *user, size_t user_len)
 {
     rocksdb_writebatch_delete_cf(b->wb, b->store->cf[CF_PROFILES], user, user_len);
-}
-
-void segd_batch_delete_offset(segd_batch_t *b, const char *topic, int32_t partition)
-{
-    char key[512];
-    size_t klen = position_key(key, sizeof(key), "offset", topic, partition);
-    rocksdb_writebatch_delete_cf(b->wb, b->store->cf[CF_META], key, klen);
-}
-
-void segd_batch_set_sweep_mark(segd_batch_t *b, const char *topic, int32_t partition,
-                               int64_t since_ms)
-{
-    batch_set_position(b, "sweep", topic, partition, since_ms);
-}
-
-void segd_batch_clear_sweep_mark(segd_batch_t *b, const char *topic, int32_t partition)
-{
-    char key[512];
-    size_t klen = position_key(key, sizeof(key), "sweep", topic, partition);
-    rocksdb_writebatch_delete_cf(b->wb, b->store->cf[CF_META], key, klen);
 }
 
 segd_err_t segd_store_scan_users(segd_store_t *s, const char *after, size_t after_len,
@@ -510,55 +461,6 @@ segd_err_t segd_store_write_sync(segd_store_t *s, segd_batch_t *b, char *errstr,
     return write_batch(s, s->sync_wopts, b, errstr, n);
 }
 
-segd_err_t segd_store_offset_get(segd_store_t *s, const char *topic, int32_t partition,
-                                 int64_t *next_offset, char *errstr, size_t n)
-{
-    char key[512], *v = NULL;
-    size_t vlen;
-    size_t klen = position_key(key, sizeof(key), "offset", topic, partition);
-    if (segd_store_fault_hit(s, SEGD_FAULT_OFFSET_GET))
-        return segd_errf(SEGD_ERR_IO, errstr, n, "read meta: injected fault");
-    segd_err_t err = segd_store_meta_get(s, key, klen, &v, &vlen, errstr, n);
-    if (err)
-        return err;
-    if (vlen == 8)
-        *next_offset = (int64_t)get_be64(v);
-    else
-        err = segd_errf(SEGD_ERR_CORRUPT, errstr, n, "bad stored offset for %s", key);
-    rocksdb_free(v);
-    return err;
-}
-
-static void batch_put_i64(segd_batch_t *b, const char *key, int64_t v)
-{
-    char val[8];
-    put_be64(val, (uint64_t)v);
-    rocksdb_writebatch_put_cf(b->wb, b->store->cf[CF_META], key, strlen(key), val, 8);
-}
-
-void segd_batch_set_counter(segd_batch_t *b, const char *name, int64_t value)
-{
-    char key[256];
-    snprintf(key, sizeof(key), "count/%s", name);
-    batch_put_i64(b, key, value);
-}
-
-segd_err_t segd_store_counter_get(segd_store_t *s, const char *name, int64_t *value,
-                                  char *errstr, size_t n)
-{
-    char key[256];
-    snprintf(key, sizeof(key), "count/%s", name);
-    return segd_store_meta_get_i64(s, key, value, errstr, n);
-}
-
-segd_err_t segd_store_view_counter(segd_store_view_t *v, const char *name, int64_t *value,
-                                   char *errstr, size_t n)
-{
-    char key[256];
-    snprintf(key, sizeof(key), "count/%s", name);
-    return segd_store_meta_get_i64_at(v->store, v->ropts, key, value, errstr, n);
-}
-
 segd_store_t *segd_store_view_store(segd_store_view_t *v) { return v->store; }
 
 const rocksdb_readoptions_t *segd_store_view_read_options(segd_store_view_t *v)
@@ -569,30 +471,6 @@ const rocksdb_readoptions_t *segd_store_view_read_options(segd_store_view_t *v)
 void segd_store_view_set_fill_cache(segd_store_view_t *v, int fill)
 {
     rocksdb_readoptions_set_fill_cache(v->ropts, fill ? 1 : 0);
-}
-
-void segd_batch_set_partition_count(segd_batch_t *b, const char *topic, int32_t count)
-{
-    char key[512];
-    snprintf(key, sizeof(key), "partitions/%s", topic);
-    batch_put_i64(b, key, count);
-}
-
-segd_err_t segd_store_partition_count(segd_store_t *s, const char *topic, int32_t *count,
-                                      char *errstr, size_t n)
-{
-    char key[512], *v = NULL;
-    size_t vlen;
-    snprintf(key, sizeof(key), "partitions/%s", topic);
-    segd_err_t err = segd_store_meta_get(s, key, strlen(key), &v, &vlen, errstr, n);
-    if (err)
-        return err;
-    uint64_t c = vlen == 8 ? get_be64(v) : 0;
-    rocksdb_free(v);
-    if (c == 0 || c > INT32_MAX)
-        return segd_errf(SEGD_ERR_CORRUPT, errstr, n, "bad %s in meta", key);
-    *count = (int32_t)c;
-    return SEGD_OK;
 }
 
 /* ---------- reads ---------- */
@@ -752,40 +630,6 @@ segd_err_t segd_store_view_meta(segd_store_view_t *v, const char *prefix, segd_m
     rocksdb_iter_get_error(it, &rerr);
     rocksdb_iter_destroy(it);
     return rerr ? segd_store_rocks_err(rerr, SEGD_ERR_IO, errstr, n, "meta scan") : SEGD_OK;
-}
-
-typedef struct position_ctx {
-    segd_position_cb cb;
-    void *ctx;
-} position_ctx_t;
-
-/* suffix = "<topic>/<partition>"; topics may contain '/', partitions not */
-static int position_entry(void *ctx, const char *suffix, size_t slen, const char *val,
-                          size_t vlen)
-{
-    position_ctx_t *pc = ctx;
-    char topic[512];
-    const char *slash = memrchr(suffix, '/', slen);
-    if (!slash || vlen != 8 || (size_t)(slash - suffix) >= sizeof(topic))
-        return 0;
-    memcpy(topic, suffix, (size_t)(slash - suffix));
-    topic[slash - suffix] = 0;
-    char part[16];
-    size_t plen = slen - (size_t)(slash - suffix) - 1;
-    if (plen == 0 || plen >= sizeof(part))
-        return 0;
-    memcpy(part, slash + 1, plen);
-    part[plen] = 0;
-    return pc->cb(pc->ctx, topic, (int32_t)strtol(part, NULL, 10), (int64_t)get_be64(val));
-}
-
-segd_err_t segd_store_view_positions(segd_store_view_t *v, const char *kind,
-                                     segd_position_cb cb, void *ctx, char *errstr, size_t n)
-{
-    char prefix[64];
-    snprintf(prefix, sizeof(prefix), "%s/", kind);
-    position_ctx_t pc = {cb, ctx};
-    return segd_store_view_meta(v, prefix, position_entry, &pc, errstr, n);
 }
 
 
