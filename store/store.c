@@ -368,45 +368,6 @@ int64_t segd_store_granularity(const segd_store_t *s) { return s->granularity_s;
 
 
 
-segd_err_t segd_batch_new(segd_store_t *s, segd_batch_t **out)
-{
-    segd_batch_t *b = calloc(1, sizeof(*b));
-    if (!b)
-        return SEGD_ERR_NOMEM;
-    b->store = s;
-    b->wb = rocksdb_writebatch_create();
-    *out = b;
-    return SEGD_OK;
-}
-
-void segd_batch_destroy(segd_batch_t *b)
-{
-    if (!b)
-        return;
-    rocksdb_writebatch_destroy(b->wb);
-    free(b);
-}
-
-void segd_batch_clear(segd_batch_t *b)
-{
-    rocksdb_writebatch_clear(b->wb);
-    b->outbox_delta = 0;
-    b->outbox_refused = 0;
-}
-size_t segd_batch_count(const segd_batch_t *b) { return (size_t)rocksdb_writebatch_count(b->wb); }
-
-void segd_batch_merge(segd_batch_t *b, const char *user, size_t user_len,
-                      const uint8_t *operand, size_t operand_len)
-{
-    rocksdb_writebatch_merge_cf(b->wb, b->store->cf[CF_PROFILES], user, user_len,
-                                (const char *)operand, operand_len);
-}
-
-void segd_batch_delete_user(segd_batch_t *b, const char *user, size_t user_len)
-{
-    rocksdb_writebatch_delete_cf(b->wb, b->store->cf[CF_PROFILES], user, user_len);
-}
-
 segd_err_t segd_store_scan_users(segd_store_t *s, const char *after, size_t after_len,
                                  size_t max, segd_key_cb cb, void *ctx, int *end,
                                  char *errstr, size_t n)
@@ -435,30 +396,6 @@ segd_err_t segd_store_scan_users(segd_store_t *s, const char *after, size_t afte
     if (rerr)
         *end = 0;
     return rerr ? segd_store_rocks_err(rerr, SEGD_ERR_IO, errstr, n, "scan") : SEGD_OK;
-}
-
-static segd_err_t write_batch(segd_store_t *s, const rocksdb_writeoptions_t *wo,
-                              segd_batch_t *b, char *errstr, size_t n)
-{
-    if (b->outbox_refused)
-        return segd_errf(SEGD_ERR_INVALID, errstr, n, "write batch: an outbox entry was "
-                         "appended from a second thread; a store has one outbox appender");
-    if (segd_store_fault_hit(s, SEGD_FAULT_WRITE))
-        return segd_errf(SEGD_ERR_IO, errstr, n, "write batch: injected fault");
-    segd_err_t err = segd_store_write_wb(s, wo, b->wb, 1, errstr, n);
-    if (!err)
-        atomic_fetch_add(&s->outbox_depth, b->outbox_delta);
-    return err;
-}
-
-segd_err_t segd_store_write(segd_store_t *s, segd_batch_t *b, char *errstr, size_t n)
-{
-    return write_batch(s, s->wopts, b, errstr, n);
-}
-
-segd_err_t segd_store_write_sync(segd_store_t *s, segd_batch_t *b, char *errstr, size_t n)
-{
-    return write_batch(s, s->sync_wopts, b, errstr, n);
 }
 
 segd_store_t *segd_store_view_store(segd_store_view_t *v) { return v->store; }
@@ -651,10 +588,6 @@ rocksdb_column_family_handle_t *segd_store_links_cf(segd_store_t *s)
 rocksdb_column_family_handle_t *segd_store_ids_cf(segd_store_t *s)
 {
     return s->cf[CF_IDS];
-}
-rocksdb_writebatch_t *segd_batch_writebatch(segd_batch_t *b)
-{
-    return b->wb;
 }
 int segd_store_is_read_only(const segd_store_t *s)
 {
