@@ -94,8 +94,5 @@ segd_err_t segd_store_outbox_scan(segd_store_t *s, uint64_t from_seq, size_t max
         if (cb(ctx, get_be64(k), (const uint8_t *)v, vlen))
             break;
     }
-    char *rerr = NULL;
-    rocksdb_iter_get_error(it, &rerr);
-    rocksdb_iter_destroy(it);
-    return rerr ? segd_store_rocks_err(rerr, SEGD_ERR_IO, errstr, n, "outbox scan") : SEGD_OK;
+    return segd_store_iter_close(it, "outbox scan", errstr, n);
 }

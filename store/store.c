@@ -42,7 +42,15 @@ segd_err_t segd_store_rocks_err(char *rerr, segd_err_t code, char *errstr, size_
     return code;
 }
 
-/* ---------- open / close ---------- */
+segd_err_t segd_store_iter_close(rocksdb_iterator_t *it, const char *what, char *errstr,
+                                 size_t n)
+{
+    char *rerr = NULL;
+    rocksdb_iter_get_error(it, &rerr);
+    rocksdb_iter_destroy(it);
+    return rerr ? segd_store_rocks_err(rerr, SEGD_ERR_IO, errstr, n, what) : SEGD_OK;
+}
+
 
 static void configure_profiles(segd_store_t *s, rocksdb_options_t *o)
 {
@@ -368,206 +376,13 @@ int64_t segd_store_granularity(const segd_store_t *s) { return s->granularity_s;
 
 
 
-segd_err_t segd_store_scan_users(segd_store_t *s, const char *after, size_t after_len,
-                                 size_t max, segd_key_cb cb, void *ctx, int *end,
-                                 char *errstr, size_t n)
-{
-    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(s->db, s->ropts, s->cf[CF_PROFILES]);
-    if (after) {
-        rocksdb_iter_seek(it, after, after_len);
-        size_t klen;
-        const char *k = rocksdb_iter_valid(it) ? rocksdb_iter_key(it, &klen) : NULL;
-        if (k && klen == after_len && !memcmp(k, after, klen))
-            rocksdb_iter_next(it);
-    } else {
-        rocksdb_iter_seek_to_first(it);
-    }
-    size_t seen = 0;
-    int stopped = 0;
-    for (; rocksdb_iter_valid(it) && seen < max && !stopped; rocksdb_iter_next(it), seen++) {
-        size_t klen;
-        const char *k = rocksdb_iter_key(it, &klen);
-        stopped = cb(ctx, k, klen);
-    }
-    *end = !rocksdb_iter_valid(it);
-    char *rerr = NULL;
-    rocksdb_iter_get_error(it, &rerr);
-    rocksdb_iter_destroy(it);
-    if (rerr)
-        *end = 0;
-    return rerr ? segd_store_rocks_err(rerr, SEGD_ERR_IO, errstr, n, "scan") : SEGD_OK;
-}
-
-segd_store_t *segd_store_view_store(segd_store_view_t *v) { return v->store; }
-
-const rocksdb_readoptions_t *segd_store_view_read_options(segd_store_view_t *v)
-{
-    return v->ropts;
-}
-
-void segd_store_view_set_fill_cache(segd_store_view_t *v, int fill)
-{
-    rocksdb_readoptions_set_fill_cache(v->ropts, fill ? 1 : 0);
-}
-
 /* ---------- reads ---------- */
-
-static segd_err_t get_with(segd_store_t *s, const rocksdb_readoptions_t *ropts,
-                           const char *user, size_t user_len, segd_profile_t *out,
-                           char *errstr, size_t n)
-{
-    char *rerr = NULL;
-    size_t vlen = 0;
-    /* pinned: decode straight from the block cache, no copy of the value */
-    rocksdb_pinnableslice_t *v =
-        rocksdb_get_pinned_cf(s->db, ropts, s->cf[CF_PROFILES], user, user_len, &rerr);
-    if (rerr)
-        return segd_store_rocks_err(rerr, SEGD_ERR_IO, errstr, n, "get");
-    const char *data = v ? rocksdb_pinnableslice_value(v, &vlen) : NULL;
-    segd_err_t err = segd_record_decode((const uint8_t *)data, data ? vlen : 0, out);
-    rocksdb_pinnableslice_destroy(v);
-    if (err)
-        return segd_errf(err, errstr, n, "record of user %.*s: %s", (int)user_len, user,
-                         segd_err_str(err));
-    segd_prune_t rule;
-    segd_policy_rule(s->policy, &rule, 1);
-    segd_profile_prune(out, &rule);
-    return SEGD_OK;
-}
-
-segd_err_t segd_store_get(segd_store_t *s, const char *user, size_t user_len,
-                          segd_profile_t *out, char *errstr, size_t n)
-{
-    return get_with(s, s->ropts, user, user_len, out, errstr, n);
-}
-
-segd_err_t segd_store_known(segd_store_t *s, const char *user, size_t user_len, int *known,
-                            char *errstr, size_t n)
-{
-    char *rerr = NULL;
-    rocksdb_pinnableslice_t *v =
-        rocksdb_get_pinned_cf(s->db, s->ropts, s->cf[CF_PROFILES], user, user_len, &rerr);
-    if (rerr)
-        return segd_store_rocks_err(rerr, SEGD_ERR_IO, errstr, n, "get");
-    *known = v != NULL;
-    rocksdb_pinnableslice_destroy(v);
-    return SEGD_OK;
-}
-
-segd_err_t segd_store_view_get(segd_store_view_t *v, const char *user, size_t user_len,
-                               segd_profile_t *out, char *errstr, size_t n)
-{
-    return get_with(v->store, v->ropts, user, user_len, out, errstr, n);
-}
-
-static segd_err_t scan_with(segd_store_t *s, const rocksdb_readoptions_t *ropts,
-                            segd_scan_cb cb, void *ctx, char *errstr, size_t n)
-{
-    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(s->db, ropts, s->cf[CF_PROFILES]);
-    segd_profile_t p;
-    segd_profile_init(&p);
-    segd_prune_t rule;
-    segd_policy_rule(s->policy, &rule, 1);
-    segd_err_t err = SEGD_OK;
-    for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
-        size_t klen, vlen;
-        const char *k = rocksdb_iter_key(it, &klen), *v = rocksdb_iter_value(it, &vlen);
-        if (segd_record_decode((const uint8_t *)v, vlen, &p) != SEGD_OK) {
-            segd_policy_count_corrupt(s->policy);
-            continue;
-        }
-        segd_profile_prune(&p, &rule);
-        if ((p.n || p.erased_before_ms) && cb(ctx, k, klen, &p))
-            break;
-    }
-    char *rerr = NULL;
-    rocksdb_iter_get_error(it, &rerr);
-    if (rerr)
-        err = segd_store_rocks_err(rerr, SEGD_ERR_IO, errstr, n, "scan");
-    rocksdb_iter_destroy(it);
-    segd_profile_free(&p);
-    return err;
-}
-
-segd_err_t segd_store_scan(segd_store_t *s, segd_scan_cb cb, void *ctx, char *errstr,
-                           size_t n)
-{
-    return scan_with(s, s->ropts, cb, ctx, errstr, n);
-}
 
 
 
 /* ---------- views ---------- */
 
-segd_err_t segd_store_view_open(segd_store_t *s, segd_store_view_t **out, char *errstr,
-                                size_t n)
-{
-    segd_store_view_t *v = calloc(1, sizeof(*v));
-    if (!v)
-        return segd_errf(SEGD_ERR_NOMEM, errstr, n, "out of memory");
-    v->store = s;
-    v->snap = rocksdb_create_snapshot(s->db);
-    v->ropts = rocksdb_readoptions_create();
-    rocksdb_readoptions_set_snapshot(v->ropts, v->snap);
-    /* a full scan must not evict the bidders' working set */
-    rocksdb_readoptions_set_fill_cache(v->ropts, 0);
-    *out = v;
-    return SEGD_OK;
-}
-
-void segd_store_view_close(segd_store_view_t *v)
-{
-    if (!v)
-        return;
-    rocksdb_readoptions_destroy(v->ropts);
-    rocksdb_release_snapshot(v->store->db, v->snap);
-    free(v);
-}
-
-segd_err_t segd_store_view_scan(segd_store_view_t *v, segd_scan_cb cb, void *ctx,
-                                char *errstr, size_t n)
-{
-    return scan_with(v->store, v->ropts, cb, ctx, errstr, n);
-}
-
-segd_err_t segd_store_view_scan_raw(segd_store_view_t *v, segd_scan_raw_cb cb, void *ctx,
-                                    char *errstr, size_t n)
-{
-    segd_store_t *s = v->store;
-    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(s->db, v->ropts, s->cf[CF_PROFILES]);
-    for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
-        size_t klen, vlen;
-        const char *k = rocksdb_iter_key(it, &klen), *val = rocksdb_iter_value(it, &vlen);
-        if (cb(ctx, k, klen, (const uint8_t *)val, vlen))
-            break;
-    }
-    char *rerr = NULL;
-    rocksdb_iter_get_error(it, &rerr);
-    rocksdb_iter_destroy(it);
-    return rerr ? segd_store_rocks_err(rerr, SEGD_ERR_IO, errstr, n, "scan") : SEGD_OK;
-}
-
 /* Iterates meta keys starting with prefix: cb(ctx, key suffix, value). */
-
-segd_err_t segd_store_view_meta(segd_store_view_t *v, const char *prefix, segd_meta_cb cb,
-                                void *ctx, char *errstr, size_t n)
-{
-    segd_store_t *s = v->store;
-    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(s->db, v->ropts, s->cf[CF_META]);
-    size_t plen = strlen(prefix);
-    for (rocksdb_iter_seek(it, prefix, plen); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
-        size_t klen, vlen;
-        const char *k = rocksdb_iter_key(it, &klen), *val = rocksdb_iter_value(it, &vlen);
-        if (klen < plen || memcmp(k, prefix, plen) != 0)
-            break;
-        if (cb(ctx, k + plen, klen - plen, val, vlen))
-            break;
-    }
-    char *rerr = NULL;
-    rocksdb_iter_get_error(it, &rerr);
-    rocksdb_iter_destroy(it);
-    return rerr ? segd_store_rocks_err(rerr, SEGD_ERR_IO, errstr, n, "meta scan") : SEGD_OK;
-}
 
 
 /* ---------- internals for the store layer (store_int.h) ---------- */

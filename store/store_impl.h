@@ -103,6 +103,11 @@ static inline uint64_t get_be64(const char *b)
 segd_err_t segd_store_rocks_err(char *rerr, segd_err_t code, char *errstr, size_t n,
                                 const char *what);
 
+/* Destroys it and reports the error it ended on, if any, as SEGD_ERR_IO
+ * with "what: <rocksdb's message>". */
+segd_err_t segd_store_iter_close(rocksdb_iterator_t *it, const char *what, char *errstr,
+                                 size_t n);
+
 /* Reads one meta key (store.c). *val is RocksDB's, freed with rocksdb_free.
  * SEGD_ERR_NOTFOUND when the key is absent. */
 segd_err_t segd_store_meta_get(segd_store_t *s, const char *key, size_t klen, char **val,
