@@ -1,17 +1,16 @@
-/* RocksDB store: opening the column families with the merge operator and
- * compaction filter, batches, offsets, reads, scans, compaction and stats.
- * Everything RocksDB-specific stays in this file and merge.c/filter.c. */
+/* Opening and closing the store: the RocksDB options of each column family,
+ * the checks of format and settings under existing data, and the read-only
+ * open beside a running writer. Also the meta family's read helpers and the
+ * accessors store_int.h gives the store layer. The rest of the store's work
+ * lives in its own modules, listed in store_impl.h. */
 #include "store/store.h"
 
 #include <inttypes.h>
 #include <pthread.h>
 #include <rocksdb/c.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/statvfs.h>
-#include <sys/random.h>
 
 #include "store/merge.h"
 #include "store/sst.h"
@@ -51,6 +50,46 @@ segd_err_t segd_store_iter_close(rocksdb_iterator_t *it, const char *what, char 
     return rerr ? segd_store_rocks_err(rerr, SEGD_ERR_IO, errstr, n, what) : SEGD_OK;
 }
 
+static segd_err_t meta_get_at(segd_store_t *s, const rocksdb_readoptions_t *ro, const char *key,
+                              size_t klen, char **val, size_t *vlen, char *errstr, size_t n)
+{
+    char *rerr = NULL;
+    *val = rocksdb_get_cf(s->db, ro, s->cf[CF_META], key, klen, vlen, &rerr);
+    if (rerr)
+        return segd_store_rocks_err(rerr, SEGD_ERR_IO, errstr, n, "read meta");
+    return *val ? SEGD_OK : SEGD_ERR_NOTFOUND;
+}
+
+segd_err_t segd_store_meta_get(segd_store_t *s, const char *key, size_t klen, char **val,
+                               size_t *vlen, char *errstr, size_t n)
+{
+    return meta_get_at(s, s->ropts, key, klen, val, vlen, errstr, n);
+}
+
+segd_err_t segd_store_meta_get_i64_at(segd_store_t *s, const rocksdb_readoptions_t *ro,
+                                      const char *key, int64_t *out, char *errstr, size_t n)
+{
+    char *v = NULL;
+    size_t vlen;
+    *out = 0;
+    segd_err_t err = meta_get_at(s, ro, key, strlen(key), &v, &vlen, errstr, n);
+    if (err == SEGD_ERR_NOTFOUND)
+        return SEGD_OK;
+    if (err)
+        return err;
+    if (vlen == 8)
+        *out = (int64_t)get_be64(v);
+    else
+        err = segd_errf(SEGD_ERR_CORRUPT, errstr, n, "bad %s in meta", key);
+    rocksdb_free(v);
+    return err;
+}
+
+segd_err_t segd_store_meta_get_i64(segd_store_t *s, const char *key, int64_t *out,
+                                   char *errstr, size_t n)
+{
+    return segd_store_meta_get_i64_at(s, s->ropts, key, out, errstr, n);
+}
 
 static void configure_profiles(segd_store_t *s, rocksdb_options_t *o)
 {
@@ -58,8 +97,9 @@ static void configure_profiles(segd_store_t *s, rocksdb_options_t *o)
     if (s->filter_factory)
         rocksdb_options_set_compaction_filter_factory(o, s->filter_factory(s->policy));
     rocksdb_options_set_block_based_table_factory(o, s->table_opts);
-    /* values are entropy-coded already (zstd saved <2%): skipping block
-     * compression makes a block-cache miss a copy instead of a decompression */
+    /* Values are entropy-coded already, and zstd saved less than 2% on
+     * them. Without block compression a block-cache miss is a copy instead
+     * of a decompression. */
     rocksdb_options_set_compression(o, rocksdb_no_compression);
     rocksdb_options_set_bottommost_compression(o, rocksdb_no_compression);
     rocksdb_options_set_max_write_buffer_number(o, 4);
@@ -84,21 +124,24 @@ static segd_err_t make_options(segd_store_t *s, const segd_store_opts_t *o)
     rocksdb_options_set_max_open_files(s->db_opts, -1);
     rocksdb_options_increase_parallelism(s->db_opts, 2);
     rocksdb_options_set_max_background_jobs(s->db_opts, 2);
-    /* FATAL only by default: RocksDB 7.8's info LOG writer asserts on the
-     * next line after a failed append, so on a full disk its error messages
-     * would abort the process (Debian builds keep assertions). segd reports
-     * what matters itself (write errors, background errors, properties);
-     * store.log.level opts in, knowing that. The files are capped either way. */
+    /* The info LOG logs only FATAL by default. RocksDB 7.8's LOG writer
+     * asserts on the next line after a failed append, and Debian's builds
+     * keep assertions, so on a full disk its own error messages would abort
+     * the process. segd reports what matters itself (write errors,
+     * background errors, properties), and store.log.level opts in knowing
+     * that. The files are capped either way. */
     rocksdb_options_set_info_log_level(s->db_opts, o->info_log_level);
     rocksdb_options_set_max_log_file_size(s->db_opts, SEGD_STORE_LOG_FILE_BYTES);
     rocksdb_options_set_keep_log_file_num(s->db_opts, SEGD_STORE_LOG_FILES);
-    /* meta/outbox take few writes and would otherwise never flush, pinning
-     * every WAL file until the 4x-write-buffer default (~2.5 GiB) forces it */
+    /* The meta and outbox families take few writes and would otherwise
+     * never flush. They would pin every WAL file until RocksDB's default
+     * limit, four times the write buffers (about 2.5 GiB), forced a flush. */
     rocksdb_options_set_max_total_wal_size(s->db_opts, 256 << 20);
-    /* memory.limit.mb's memtable share. RocksDB 7.8's C API has no write
-     * buffer manager charged to the block cache: db_write_buffer_size caps
-     * the families' memtables together (flushing the largest when exceeded),
-     * write_buffer_size x max_write_buffer_number caps each family */
+    /* This is memory.limit.mb's share for memtables. RocksDB 7.8's C API
+     * has no write buffer manager charged to the block cache. Instead
+     * db_write_buffer_size caps all families' memtables together, flushing
+     * the largest when exceeded, and write_buffer_size times
+     * max_write_buffer_number caps each family. */
     rocksdb_options_set_write_buffer_size(s->db_opts, (o->write_buffer_mb ? o->write_buffer_mb
                                                                           : 64) << 20);
     if (o->memtable_mb)
@@ -121,25 +164,9 @@ static segd_err_t make_options(segd_store_t *s, const segd_store_opts_t *o)
     return SEGD_OK;
 }
 
-static segd_err_t meta_get_at(segd_store_t *s, const rocksdb_readoptions_t *ro, const char *key,
-                              size_t klen, char **val, size_t *vlen, char *errstr, size_t n)
-{
-    char *rerr = NULL;
-    *val = rocksdb_get_cf(s->db, ro, s->cf[CF_META], key, klen, vlen, &rerr);
-    if (rerr)
-        return segd_store_rocks_err(rerr, SEGD_ERR_IO, errstr, n, "read meta");
-    return *val ? SEGD_OK : SEGD_ERR_NOTFOUND;
-}
-
-segd_err_t segd_store_meta_get(segd_store_t *s, const char *key, size_t klen, char **val,
-                               size_t *vlen, char *errstr, size_t n)
-{
-    return meta_get_at(s, s->ropts, key, klen, val, vlen, errstr, n);
-}
-
-/* Format version and granularity are fixed under existing data: the store's
- * granularity is used when none is given (o->granularity_s == 0), and only an
- * explicit different value is an error. */
+/* The format version and the granularity are fixed once data exists. When
+ * no granularity is configured (o->granularity_s == 0) the store's own is
+ * used, and only an explicit different value is an error. */
 static segd_err_t check_settings(segd_store_t *s, const segd_store_opts_t *o, char *errstr,
                                  size_t n)
 {
@@ -187,12 +214,13 @@ static segd_err_t check_format(segd_store_t *s, char *errstr, size_t n)
               : segd_errf(SEGD_ERR_CONFIG, errstr, n, "unsupported store format");
 }
 
-/* A read-only open cannot create families, and RocksDB refuses to open one
- * that is missing: a store written by an older segd lacks `links` and `ids`
- * (DESIGN §10.2), so those two are opened only when present and otherwise
- * keep a NULL handle, read as empty. Every other family must be there: a
- * store whose first writer is still creating them (a reader beside a
- * starting `segd run`) is refused as before, never opened without `meta`. */
+/* A read-only open cannot create column families, and RocksDB refuses to
+ * open one that is missing. A store written by an older segd lacks `links`
+ * and `ids` (DESIGN §10.2), so those two are opened only when present, and
+ * otherwise their handles stay NULL and read as empty. Every other family
+ * must be there. A store whose first writer is still creating them, as when
+ * a reader starts beside a starting `segd run`, is refused as before and
+ * never opened without `meta`. */
 static void open_read_only(segd_store_t *s, const char *path, const rocksdb_options_t **cfo,
                            char **rerr)
 {
@@ -248,8 +276,9 @@ static segd_err_t open_db(segd_store_t *s, const segd_store_opts_t *o, char *err
         s->db = rocksdb_open_column_families(s->db_opts, o->path, CF_COUNT,
                                              segd_store_cf_names, cfo, s->cf, &rerr);
     if (rerr && strstr(rerr, "While lock file")) {
-        /* RocksDB's LOCK (an fcntl lock) is held: the usual cause is a
-         * running writer, which an operator must be told by name */
+        /* Another process holds RocksDB's LOCK file (an fcntl lock). The
+         * usual cause is a running writer, which the operator is told by
+         * name, with the commands that can run beside it. */
         segd_errf(SEGD_ERR_BUSY, errstr, n,
                   "%s is in use: another process holds its RocksDB lock %s/LOCK (a running "
                   "`segd run`, backfill, replay or compact?); stop it first, or use a "
@@ -270,31 +299,6 @@ static segd_err_t open_db(segd_store_t *s, const segd_store_opts_t *o, char *err
             return segd_store_rocks_err(rerr, SEGD_ERR_STORE, errstr, n, "periodic compaction");
     }
     return SEGD_OK;
-}
-
-segd_err_t segd_store_meta_get_i64_at(segd_store_t *s, const rocksdb_readoptions_t *ro,
-                                      const char *key, int64_t *out, char *errstr, size_t n)
-{
-    char *v = NULL;
-    size_t vlen;
-    *out = 0;
-    segd_err_t err = meta_get_at(s, ro, key, strlen(key), &v, &vlen, errstr, n);
-    if (err == SEGD_ERR_NOTFOUND)
-        return SEGD_OK;
-    if (err)
-        return err;
-    if (vlen == 8)
-        *out = (int64_t)get_be64(v);
-    else
-        err = segd_errf(SEGD_ERR_CORRUPT, errstr, n, "bad %s in meta", key);
-    rocksdb_free(v);
-    return err;
-}
-
-segd_err_t segd_store_meta_get_i64(segd_store_t *s, const char *key, int64_t *out,
-                                   char *errstr, size_t n)
-{
-    return segd_store_meta_get_i64_at(s, s->ropts, key, out, errstr, n);
 }
 
 segd_err_t segd_store_open(segd_store_t **out, const segd_store_opts_t *o, char *errstr,
@@ -339,7 +343,9 @@ void segd_store_close(segd_store_t *s)
 {
     if (!s)
         return;
-    if (atomic_load(&s->broken)) { /* see write_failed: the WAL has every acked write */
+    /* A broken store is left open on purpose (write.c says why). Its WAL
+     * holds every acknowledged write. */
+    if (atomic_load(&s->broken)) {
         segd_log(s->log, SEGD_LOG_ERROR, "store", "store %s left unclosed after a failed write",
                  s->path);
         return;
@@ -374,18 +380,7 @@ void segd_store_close(segd_store_t *s)
 segd_policy_t *segd_store_policy(segd_store_t *s) { return s->policy; }
 int64_t segd_store_granularity(const segd_store_t *s) { return s->granularity_s; }
 
-
-
-/* ---------- reads ---------- */
-
-
-
-/* ---------- views ---------- */
-
-/* Iterates meta keys starting with prefix: cb(ctx, key suffix, value). */
-
-
-/* ---------- internals for the store layer (store_int.h) ---------- */
+/* The accessors of store_int.h, for sst.c and identity.c. */
 
 rocksdb_t *segd_store_rocks(segd_store_t *s) { return s->db; }
 rocksdb_column_family_handle_t *segd_store_profiles_cf(segd_store_t *s)
