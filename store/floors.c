@@ -319,25 +319,20 @@ segd_err_t segd_store_retire(segd_store_t *s, int64_t segment_id, int64_t before
     return segd_policy_retire(s->policy, segment_id, before_ms);
 }
 
-typedef struct retired_ctx {
-    segd_retired_cb cb;
-    void *ctx;
-} retired_ctx_t;
-
 static int retired_entry(void *ctx, const char *suffix, size_t slen, const char *val,
                          size_t vlen)
 {
-    retired_ctx_t *rc = ctx;
+    segd_meta_walk_t *w = ctx;
     if (slen != 8 || vlen != 8)
         return 0;
-    return rc->cb(rc->ctx, (int64_t)get_be64(suffix), (int64_t)get_be64(val));
+    return w->cb.retired(w->ctx, (int64_t)get_be64(suffix), (int64_t)get_be64(val));
 }
 
 segd_err_t segd_store_view_retirements(segd_store_view_t *v, segd_retired_cb cb, void *ctx,
                                        char *errstr, size_t n)
 {
-    retired_ctx_t rc = {cb, ctx};
-    return segd_store_view_meta(v, RETIRED_PREFIX, retired_entry, &rc, errstr, n);
+    segd_meta_walk_t w = {.cb.retired = cb, .ctx = ctx};
+    return segd_store_view_meta(v, RETIRED_PREFIX, retired_entry, &w, errstr, n);
 }
 
 /* Retirement markers, then the GC watermark, then the import floors: the

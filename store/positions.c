@@ -69,19 +69,13 @@ void segd_batch_clear_sweep_mark(segd_batch_t *b, const char *topic, int32_t par
 segd_err_t segd_store_offset_get(segd_store_t *s, const char *topic, int32_t partition,
                                  int64_t *next_offset, char *errstr, size_t n)
 {
-    char key[512], *v = NULL;
-    size_t vlen;
+    char key[512];
     size_t klen = position_key(key, sizeof(key), "offset", topic, partition);
     if (segd_store_fault_hit(s, SEGD_FAULT_OFFSET_GET))
         return segd_errf(SEGD_ERR_IO, errstr, n, "read meta: injected fault");
-    segd_err_t err = segd_store_meta_get(s, key, klen, &v, &vlen, errstr, n);
-    if (err)
-        return err;
-    if (vlen == 8)
-        *next_offset = (int64_t)get_be64(v);
-    else
-        err = segd_errf(SEGD_ERR_CORRUPT, errstr, n, "bad stored offset for %s", key);
-    rocksdb_free(v);
+    segd_err_t err = segd_store_meta_get_be64(s, s->ropts, key, klen, next_offset, errstr, n);
+    if (err == SEGD_ERR_CORRUPT)
+        segd_errf(err, errstr, n, "bad stored offset for %s", key);
     return err;
 }
 
@@ -92,64 +86,66 @@ static void batch_put_i64(segd_batch_t *b, const char *key, int64_t v)
     rocksdb_writebatch_put_cf(b->wb, b->store->cf[CF_META], key, strlen(key), val, 8);
 }
 
+/* The key of a named counter or of a topic's partition count, in buf. */
+static const char *named_key(char *buf, size_t cap, const char *kind, const char *name)
+{
+    snprintf(buf, cap, "%s/%s", kind, name);
+    return buf;
+}
+
 void segd_batch_set_counter(segd_batch_t *b, const char *name, int64_t value)
 {
     char key[256];
-    snprintf(key, sizeof(key), "count/%s", name);
-    batch_put_i64(b, key, value);
+    batch_put_i64(b, named_key(key, sizeof(key), "count", name), value);
+}
+
+static segd_err_t counter_at(segd_store_t *s, const rocksdb_readoptions_t *ro,
+                             const char *name, int64_t *value, char *errstr, size_t n)
+{
+    char key[256];
+    named_key(key, sizeof(key), "count", name);
+    return segd_store_meta_get_i64_at(s, ro, key, value, errstr, n);
 }
 
 segd_err_t segd_store_counter_get(segd_store_t *s, const char *name, int64_t *value,
                                   char *errstr, size_t n)
 {
-    char key[256];
-    snprintf(key, sizeof(key), "count/%s", name);
-    return segd_store_meta_get_i64(s, key, value, errstr, n);
+    return counter_at(s, s->ropts, name, value, errstr, n);
 }
 
 segd_err_t segd_store_view_counter(segd_store_view_t *v, const char *name, int64_t *value,
                                    char *errstr, size_t n)
 {
-    char key[256];
-    snprintf(key, sizeof(key), "count/%s", name);
-    return segd_store_meta_get_i64_at(v->store, v->ropts, key, value, errstr, n);
+    return counter_at(v->store, v->ropts, name, value, errstr, n);
 }
 
 void segd_batch_set_partition_count(segd_batch_t *b, const char *topic, int32_t count)
 {
     char key[512];
-    snprintf(key, sizeof(key), "partitions/%s", topic);
-    batch_put_i64(b, key, count);
+    batch_put_i64(b, named_key(key, sizeof(key), "partitions", topic), count);
 }
 
 segd_err_t segd_store_partition_count(segd_store_t *s, const char *topic, int32_t *count,
                                       char *errstr, size_t n)
 {
-    char key[512], *v = NULL;
-    size_t vlen;
-    snprintf(key, sizeof(key), "partitions/%s", topic);
-    segd_err_t err = segd_store_meta_get(s, key, strlen(key), &v, &vlen, errstr, n);
-    if (err)
+    char key[512];
+    int64_t c = 0;
+    named_key(key, sizeof(key), "partitions", topic);
+    segd_err_t err = segd_store_meta_get_be64(s, s->ropts, key, strlen(key), &c, errstr, n);
+    if (err && err != SEGD_ERR_CORRUPT)
         return err;
-    uint64_t c = vlen == 8 ? get_be64(v) : 0;
-    rocksdb_free(v);
-    if (c == 0 || c > INT32_MAX)
+    if (err || c <= 0 || c > INT32_MAX)
         return segd_errf(SEGD_ERR_CORRUPT, errstr, n, "bad %s in meta", key);
     *count = (int32_t)c;
     return SEGD_OK;
 }
-
-typedef struct position_ctx {
-    segd_position_cb cb;
-    void *ctx;
-} position_ctx_t;
 
 /* The suffix is "<topic>/<partition>". A topic may contain '/' and a
  * partition cannot, so the last slash splits them. */
 static int position_entry(void *ctx, const char *suffix, size_t slen, const char *val,
                           size_t vlen)
 {
-    position_ctx_t *pc = ctx;
+    segd_meta_walk_t *w = ctx;
     char topic[512];
     const char *slash = memrchr(suffix, '/', slen);
     if (!slash || vlen != 8 || (size_t)(slash - suffix) >= sizeof(topic))
@@ -162,7 +158,7 @@ static int position_entry(void *ctx, const char *suffix, size_t slen, const char
         return 0;
     memcpy(part, slash + 1, plen);
     part[plen] = 0;
-    return pc->cb(pc->ctx, topic, (int32_t)strtol(part, NULL, 10), (int64_t)get_be64(val));
+    return w->cb.position(w->ctx, topic, (int32_t)strtol(part, NULL, 10), (int64_t)get_be64(val));
 }
 
 segd_err_t segd_store_view_positions(segd_store_view_t *v, const char *kind,
@@ -170,6 +166,6 @@ segd_err_t segd_store_view_positions(segd_store_view_t *v, const char *kind,
 {
     char prefix[64];
     snprintf(prefix, sizeof(prefix), "%s/", kind);
-    position_ctx_t pc = {cb, ctx};
-    return segd_store_view_meta(v, prefix, position_entry, &pc, errstr, n);
+    segd_meta_walk_t w = {.cb.position = cb, .ctx = ctx};
+    return segd_store_view_meta(v, prefix, position_entry, &w, errstr, n);
 }

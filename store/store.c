@@ -66,22 +66,32 @@ segd_err_t segd_store_meta_get(segd_store_t *s, const char *key, size_t klen, ch
     return meta_get_at(s, s->ropts, key, klen, val, vlen, errstr, n);
 }
 
-segd_err_t segd_store_meta_get_i64_at(segd_store_t *s, const rocksdb_readoptions_t *ro,
-                                      const char *key, int64_t *out, char *errstr, size_t n)
+segd_err_t segd_store_meta_get_be64(segd_store_t *s, const rocksdb_readoptions_t *ro,
+                                    const char *key, size_t klen, int64_t *out, char *errstr,
+                                    size_t n)
 {
     char *v = NULL;
     size_t vlen;
-    *out = 0;
-    segd_err_t err = meta_get_at(s, ro, key, strlen(key), &v, &vlen, errstr, n);
-    if (err == SEGD_ERR_NOTFOUND)
-        return SEGD_OK;
+    segd_err_t err = meta_get_at(s, ro, key, klen, &v, &vlen, errstr, n);
     if (err)
         return err;
     if (vlen == 8)
         *out = (int64_t)get_be64(v);
     else
-        err = segd_errf(SEGD_ERR_CORRUPT, errstr, n, "bad %s in meta", key);
+        err = SEGD_ERR_CORRUPT;
     rocksdb_free(v);
+    return err;
+}
+
+segd_err_t segd_store_meta_get_i64_at(segd_store_t *s, const rocksdb_readoptions_t *ro,
+                                      const char *key, int64_t *out, char *errstr, size_t n)
+{
+    *out = 0;
+    segd_err_t err = segd_store_meta_get_be64(s, ro, key, strlen(key), out, errstr, n);
+    if (err == SEGD_ERR_NOTFOUND)
+        return SEGD_OK;
+    if (err == SEGD_ERR_CORRUPT)
+        segd_errf(err, errstr, n, "bad %s in meta", key);
     return err;
 }
 

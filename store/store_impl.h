@@ -112,6 +112,12 @@ segd_err_t segd_store_iter_close(rocksdb_iterator_t *it, const char *what, char 
  * SEGD_ERR_NOTFOUND when the key is absent. */
 segd_err_t segd_store_meta_get(segd_store_t *s, const char *key, size_t klen, char **val,
                                size_t *vlen, char *errstr, size_t n);
+/* An 8-byte meta integer through ro. SEGD_ERR_NOTFOUND when the key is
+ * absent, and SEGD_ERR_CORRUPT, with errstr left to the caller, when the
+ * value is not 8 bytes. *out is written only on success. */
+segd_err_t segd_store_meta_get_be64(segd_store_t *s, const rocksdb_readoptions_t *ro,
+                                    const char *key, size_t klen, int64_t *out, char *errstr,
+                                    size_t n);
 /* An 8-byte meta integer, 0 when the key is absent; through ro (a view's
  * snapshot) or the store's own read options. */
 segd_err_t segd_store_meta_get_i64_at(segd_store_t *s, const rocksdb_readoptions_t *ro,
@@ -139,5 +145,14 @@ typedef int (*segd_meta_cb)(void *ctx, const char *suffix, size_t slen, const ch
                             size_t vlen);
 segd_err_t segd_store_view_meta(segd_store_view_t *v, const char *prefix, segd_meta_cb cb,
                                 void *ctx, char *errstr, size_t n);
+/* The ctx of such a walk: the caller's public callback and its context,
+ * handed to the module that decodes each entry. */
+typedef struct segd_meta_walk {
+    union {
+        segd_position_cb position;
+        segd_retired_cb retired;
+    } cb;
+    void *ctx;
+} segd_meta_walk_t;
 
 #endif
