@@ -50,6 +50,14 @@ while IFS=: read -r file _ inc; do
     bad=1
 done < <(grep -rn '#include "[a-z_]*/[a-z_]*_int\.h"' . --include='*.c' --include='*.h' \
              --exclude-dir='build*' --exclude-dir=.git || true)
+# store/store_impl.h is the store handle's layout, private to the modules
+# that implement store.h. Everything else uses store.h, sst.h or store_int.h.
+while IFS= read -r file; do
+    echo "layers: $file includes store/store_impl.h, which is private to store/" >&2
+    bad=1
+done < <(grep -rl --include='*.c' --include='*.h' --exclude-dir='.git' \
+             --exclude-dir='build*' '#include "store/store_impl.h"' . |
+             grep -v '^\./store/' || true)
 if [ "${1:-}" = -v ]; then printf '%s\n' "${!seen[@]}" | sort; fi
 [ $bad -eq 0 ] && echo "layers: ${#seen[@]} folder edges, all allowed by $rules"
 exit $bad

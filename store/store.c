@@ -1,75 +1,24 @@
-/* RocksDB store: opening the column families with the merge operator and
- * compaction filter, batches, offsets, reads, scans, compaction and stats.
- * Everything RocksDB-specific stays in this file and merge.c/filter.c. */
-#define _GNU_SOURCE /* memrchr */
+/* Opening and closing the store: the RocksDB options of each column family,
+ * the checks of format and settings under existing data, and the read-only
+ * open beside a running writer. Also the meta family's read helpers and the
+ * accessors store_int.h gives the store layer. The rest of the store's work
+ * lives in its own modules, listed in store_impl.h. */
 #include "store/store.h"
 
 #include <inttypes.h>
 #include <pthread.h>
 #include <rocksdb/c.h>
-#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/statvfs.h>
-#include <sys/random.h>
 
 #include "store/merge.h"
 #include "store/sst.h"
+#include "store/store_impl.h"
 #include "store/store_int.h"
 
-enum { CF_DEFAULT, CF_PROFILES, CF_META, CF_OUTBOX, CF_LINKS, CF_IDS, CF_COUNT };
-static const char *const cf_names[CF_COUNT] = {"default", "profiles", "meta",
-                                               "outbox",  "links",    "ids"};
-
-struct segd_store {
-    rocksdb_t *db;
-    rocksdb_options_t *db_opts;
-    rocksdb_options_t *cf_opts[CF_COUNT];
-    rocksdb_column_family_handle_t *cf[CF_COUNT];
-    rocksdb_block_based_table_options_t *table_opts;
-    rocksdb_cache_t *cache;
-    rocksdb_writeoptions_t *wopts;
-    rocksdb_readoptions_t *ropts;
-    segd_policy_t *policy;
-    rocksdb_compactionfilterfactory_t *(*filter_factory)(segd_policy_t *policy);
-    int64_t granularity_s;
-    int read_only;
-    char *path;               /* for the free-space check */
-    const segd_log_t *log;    /* borrowed from the opts */
-    uint64_t min_free_bytes;  /* writes wait below this much free disk */
-    int (*disk_avail)(void *ctx, const char *path, uint64_t *avail_bytes);
-    void *disk_avail_ctx;
-    atomic_int broken;        /* a write failed: no more writes, no rocksdb_close */
-    int64_t gc_moved_ms; /* policy time of open or of the last gc_advance */
-    int64_t gc_horizon_ms; /* the largest horizon W was moved with (meta) */
-    int64_t gc_start_floor_ms, gc_start_open_ms; /* W's start phase */
-    rocksdb_writeoptions_t *sync_wopts; /* W: durable before any drop uses it */
-    _Atomic uint64_t outbox_seq; /* next outbox sequence number */
-    pthread_mutex_t floors_lock; /* the restorer raises, ingest reads */
-    struct import_floor *floors; /* per (topic, partition): restored units' W */
-    size_t n_floors, cap_floors;
-    atomic_ulong outbox_appender; /* the one thread that appends (store.h); 0 = none yet */
-    /* entries in the outbox family: counted at open, then moved by every
-     * successful write by the outbox puts and deletes it carried */
-    _Atomic int64_t outbox_depth;
-    struct {
-        _Atomic uint64_t calls, nth, times;
-    } fault[SEGD_FAULTS];
-};
-
-struct segd_store_view {
-    segd_store_t *store;
-    const rocksdb_snapshot_t *snap;
-    rocksdb_readoptions_t *ropts;
-};
-
-struct segd_batch {
-    segd_store_t *store;
-    rocksdb_writebatch_t *wb;
-    int64_t outbox_delta; /* outbox entries added minus deleted */
-    int outbox_refused;   /* an append broke the one-appender rule: the batch cannot be written */
-};
+const char *const segd_store_cf_names[CF_COUNT] = {"default", "profiles", "meta",
+                                                     "outbox",  "links",    "ids"};
 
 void segd_store_opts_default(segd_store_opts_t *o)
 {
@@ -84,29 +33,73 @@ void segd_store_opts_default(segd_store_opts_t *o)
     o->info_log_level = SEGD_STORE_LOG_FATAL;
 }
 
-static void put_be64(char *b, uint64_t v)
-{
-    for (int i = 7; i >= 0; i--, v >>= 8)
-        b[i] = (char)(v & 0xff);
-}
-
-static uint64_t get_be64(const char *b)
-{
-    uint64_t v = 0;
-    for (int i = 0; i < 8; i++)
-        v = v << 8 | (uint8_t)b[i];
-    return v;
-}
-
-static segd_err_t rocks_err(char *rerr, segd_err_t code, char *errstr, size_t n,
-                            const char *what)
+segd_err_t segd_store_rocks_err(char *rerr, segd_err_t code, char *errstr, size_t n,
+                                const char *what)
 {
     segd_errf(code, errstr, n, "%s: %s", what, rerr);
     rocksdb_free(rerr);
     return code;
 }
 
-/* ---------- open / close ---------- */
+segd_err_t segd_store_iter_close(rocksdb_iterator_t *it, const char *what, char *errstr,
+                                 size_t n)
+{
+    char *rerr = NULL;
+    rocksdb_iter_get_error(it, &rerr);
+    rocksdb_iter_destroy(it);
+    return rerr ? segd_store_rocks_err(rerr, SEGD_ERR_IO, errstr, n, what) : SEGD_OK;
+}
+
+static segd_err_t meta_get_at(segd_store_t *s, const rocksdb_readoptions_t *ro, const char *key,
+                              size_t klen, char **val, size_t *vlen, char *errstr, size_t n)
+{
+    char *rerr = NULL;
+    *val = rocksdb_get_cf(s->db, ro, s->cf[CF_META], key, klen, vlen, &rerr);
+    if (rerr)
+        return segd_store_rocks_err(rerr, SEGD_ERR_IO, errstr, n, "read meta");
+    return *val ? SEGD_OK : SEGD_ERR_NOTFOUND;
+}
+
+segd_err_t segd_store_meta_get(segd_store_t *s, const char *key, size_t klen, char **val,
+                               size_t *vlen, char *errstr, size_t n)
+{
+    return meta_get_at(s, s->ropts, key, klen, val, vlen, errstr, n);
+}
+
+segd_err_t segd_store_meta_get_be64(segd_store_t *s, const rocksdb_readoptions_t *ro,
+                                    const char *key, size_t klen, int64_t *out, char *errstr,
+                                    size_t n)
+{
+    char *v = NULL;
+    size_t vlen;
+    segd_err_t err = meta_get_at(s, ro, key, klen, &v, &vlen, errstr, n);
+    if (err)
+        return err;
+    if (vlen == 8)
+        *out = (int64_t)get_be64(v);
+    else
+        err = SEGD_ERR_CORRUPT;
+    rocksdb_free(v);
+    return err;
+}
+
+segd_err_t segd_store_meta_get_i64_at(segd_store_t *s, const rocksdb_readoptions_t *ro,
+                                      const char *key, int64_t *out, char *errstr, size_t n)
+{
+    *out = 0;
+    segd_err_t err = segd_store_meta_get_be64(s, ro, key, strlen(key), out, errstr, n);
+    if (err == SEGD_ERR_NOTFOUND)
+        return SEGD_OK;
+    if (err == SEGD_ERR_CORRUPT)
+        segd_errf(err, errstr, n, "bad %s in meta", key);
+    return err;
+}
+
+segd_err_t segd_store_meta_get_i64(segd_store_t *s, const char *key, int64_t *out,
+                                   char *errstr, size_t n)
+{
+    return segd_store_meta_get_i64_at(s, s->ropts, key, out, errstr, n);
+}
 
 static void configure_profiles(segd_store_t *s, rocksdb_options_t *o)
 {
@@ -114,8 +107,9 @@ static void configure_profiles(segd_store_t *s, rocksdb_options_t *o)
     if (s->filter_factory)
         rocksdb_options_set_compaction_filter_factory(o, s->filter_factory(s->policy));
     rocksdb_options_set_block_based_table_factory(o, s->table_opts);
-    /* values are entropy-coded already (zstd saved <2%): skipping block
-     * compression makes a block-cache miss a copy instead of a decompression */
+    /* Values are entropy-coded already, and zstd saved less than 2% on
+     * them. Without block compression a block-cache miss is a copy instead
+     * of a decompression. */
     rocksdb_options_set_compression(o, rocksdb_no_compression);
     rocksdb_options_set_bottommost_compression(o, rocksdb_no_compression);
     rocksdb_options_set_max_write_buffer_number(o, 4);
@@ -140,21 +134,24 @@ static segd_err_t make_options(segd_store_t *s, const segd_store_opts_t *o)
     rocksdb_options_set_max_open_files(s->db_opts, -1);
     rocksdb_options_increase_parallelism(s->db_opts, 2);
     rocksdb_options_set_max_background_jobs(s->db_opts, 2);
-    /* FATAL only by default: RocksDB 7.8's info LOG writer asserts on the
-     * next line after a failed append, so on a full disk its error messages
-     * would abort the process (Debian builds keep assertions). segd reports
-     * what matters itself (write errors, background errors, properties);
-     * store.log.level opts in, knowing that. The files are capped either way. */
+    /* The info LOG logs only FATAL by default. RocksDB 7.8's LOG writer
+     * asserts on the next line after a failed append, and Debian's builds
+     * keep assertions, so on a full disk its own error messages would abort
+     * the process. segd reports what matters itself (write errors,
+     * background errors, properties), and store.log.level opts in knowing
+     * that. The files are capped either way. */
     rocksdb_options_set_info_log_level(s->db_opts, o->info_log_level);
     rocksdb_options_set_max_log_file_size(s->db_opts, SEGD_STORE_LOG_FILE_BYTES);
     rocksdb_options_set_keep_log_file_num(s->db_opts, SEGD_STORE_LOG_FILES);
-    /* meta/outbox take few writes and would otherwise never flush, pinning
-     * every WAL file until the 4x-write-buffer default (~2.5 GiB) forces it */
+    /* The meta and outbox families take few writes and would otherwise
+     * never flush. They would pin every WAL file until RocksDB's default
+     * limit, four times the write buffers (about 2.5 GiB), forced a flush. */
     rocksdb_options_set_max_total_wal_size(s->db_opts, 256 << 20);
-    /* memory.limit.mb's memtable share. RocksDB 7.8's C API has no write
-     * buffer manager charged to the block cache: db_write_buffer_size caps
-     * the families' memtables together (flushing the largest when exceeded),
-     * write_buffer_size x max_write_buffer_number caps each family */
+    /* This is memory.limit.mb's share for memtables. RocksDB 7.8's C API
+     * has no write buffer manager charged to the block cache. Instead
+     * db_write_buffer_size caps all families' memtables together, flushing
+     * the largest when exceeded, and write_buffer_size times
+     * max_write_buffer_number caps each family. */
     rocksdb_options_set_write_buffer_size(s->db_opts, (o->write_buffer_mb ? o->write_buffer_mb
                                                                           : 64) << 20);
     if (o->memtable_mb)
@@ -177,31 +174,15 @@ static segd_err_t make_options(segd_store_t *s, const segd_store_opts_t *o)
     return SEGD_OK;
 }
 
-static segd_err_t meta_get_at(segd_store_t *s, const rocksdb_readoptions_t *ro, const char *key,
-                              size_t klen, char **val, size_t *vlen, char *errstr, size_t n)
-{
-    char *rerr = NULL;
-    *val = rocksdb_get_cf(s->db, ro, s->cf[CF_META], key, klen, vlen, &rerr);
-    if (rerr)
-        return rocks_err(rerr, SEGD_ERR_IO, errstr, n, "read meta");
-    return *val ? SEGD_OK : SEGD_ERR_NOTFOUND;
-}
-
-static segd_err_t meta_get(segd_store_t *s, const char *key, size_t klen, char **val,
-                           size_t *vlen, char *errstr, size_t n)
-{
-    return meta_get_at(s, s->ropts, key, klen, val, vlen, errstr, n);
-}
-
-/* Format version and granularity are fixed under existing data: the store's
- * granularity is used when none is given (o->granularity_s == 0), and only an
- * explicit different value is an error. */
+/* The format version and the granularity are fixed once data exists. When
+ * no granularity is configured (o->granularity_s == 0) the store's own is
+ * used, and only an explicit different value is an error. */
 static segd_err_t check_settings(segd_store_t *s, const segd_store_opts_t *o, char *errstr,
                                  size_t n)
 {
     char *v = NULL, buf[32], *rerr = NULL;
     size_t vlen;
-    segd_err_t err = meta_get(s, "granularity_s", 13, &v, &vlen, errstr, n);
+    segd_err_t err = segd_store_meta_get(s, "granularity_s", 13, &v, &vlen, errstr, n);
     if (err == SEGD_OK) {
         snprintf(buf, sizeof(buf), "%.*s", (int)(vlen < 31 ? vlen : 31), v);
         rocksdb_free(v);
@@ -225,14 +206,14 @@ static segd_err_t check_settings(segd_store_t *s, const segd_store_opts_t *o, ch
     rocksdb_writebatch_put_cf(wb, s->cf[CF_META], "format", 6, buf, (size_t)len);
     rocksdb_write(s->db, s->wopts, wb, &rerr);
     rocksdb_writebatch_destroy(wb);
-    return rerr ? rocks_err(rerr, SEGD_ERR_IO, errstr, n, "write meta") : SEGD_OK;
+    return rerr ? segd_store_rocks_err(rerr, SEGD_ERR_IO, errstr, n, "write meta") : SEGD_OK;
 }
 
 static segd_err_t check_format(segd_store_t *s, char *errstr, size_t n)
 {
     char *v = NULL;
     size_t vlen;
-    segd_err_t err = meta_get(s, "format", 6, &v, &vlen, errstr, n);
+    segd_err_t err = segd_store_meta_get(s, "format", 6, &v, &vlen, errstr, n);
     if (err == SEGD_ERR_NOTFOUND)
         return SEGD_OK;
     if (err)
@@ -243,33 +224,13 @@ static segd_err_t check_format(segd_store_t *s, char *errstr, size_t n)
               : segd_errf(SEGD_ERR_CONFIG, errstr, n, "unsupported store format");
 }
 
-#define RETIRED_PREFIX "retired/"
-
-static segd_err_t load_retirements(segd_store_t *s)
-{
-    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(s->db, s->ropts, s->cf[CF_META]);
-    segd_err_t err = SEGD_OK;
-    size_t plen = strlen(RETIRED_PREFIX);
-    for (rocksdb_iter_seek(it, RETIRED_PREFIX, plen); rocksdb_iter_valid(it);
-         rocksdb_iter_next(it)) {
-        size_t klen, vlen;
-        const char *k = rocksdb_iter_key(it, &klen), *v = rocksdb_iter_value(it, &vlen);
-        if (klen != plen + 8 || memcmp(k, RETIRED_PREFIX, plen) != 0)
-            break;
-        if (vlen == 8 && (err = segd_policy_retire(s->policy, (int64_t)get_be64(k + plen),
-                                                   (int64_t)get_be64(v))))
-            break;
-    }
-    rocksdb_iter_destroy(it);
-    return err;
-}
-
-/* A read-only open cannot create families, and RocksDB refuses to open one
- * that is missing: a store written by an older segd lacks `links` and `ids`
- * (DESIGN §10.2), so those two are opened only when present and otherwise
- * keep a NULL handle, read as empty. Every other family must be there: a
- * store whose first writer is still creating them (a reader beside a
- * starting `segd run`) is refused as before, never opened without `meta`. */
+/* A read-only open cannot create column families, and RocksDB refuses to
+ * open one that is missing. A store written by an older segd lacks `links`
+ * and `ids` (DESIGN §10.2), so those two are opened only when present, and
+ * otherwise their handles stay NULL and read as empty. Every other family
+ * must be there. A store whose first writer is still creating them, as when
+ * a reader starts beside a starting `segd run`, is refused as before and
+ * never opened without `meta`. */
 static void open_read_only(segd_store_t *s, const char *path, const rocksdb_options_t **cfo,
                            char **rerr)
 {
@@ -285,16 +246,16 @@ static void open_read_only(segd_store_t *s, const char *path, const rocksdb_opti
     int which[CF_COUNT], n = 0;
     for (int i = 0; i < CF_COUNT && !*rerr; i++) {
         size_t j = 0;
-        while (j < n_present && strcmp(present[j], cf_names[i]) != 0)
+        while (j < n_present && strcmp(present[j], segd_store_cf_names[i]) != 0)
             j++;
         if (j < n_present) {
-            names[n] = cf_names[i];
+            names[n] = segd_store_cf_names[i];
             opts[n] = cfo[i];
             which[n++] = i;
         } else if (i != CF_LINKS && i != CF_IDS) {
             char msg[128];
             snprintf(msg, sizeof(msg), "Invalid argument: column family not found: %s",
-                     cf_names[i]);
+                     segd_store_cf_names[i]);
             *rerr = strdup(msg);
         }
     }
@@ -322,11 +283,12 @@ static segd_err_t open_db(segd_store_t *s, const segd_store_opts_t *o, char *err
             return segd_errf(SEGD_ERR_NOMEM, errstr, n, "%s: out of memory", o->path);
     }
     else
-        s->db = rocksdb_open_column_families(s->db_opts, o->path, CF_COUNT, cf_names, cfo,
-                                             s->cf, &rerr);
+        s->db = rocksdb_open_column_families(s->db_opts, o->path, CF_COUNT,
+                                             segd_store_cf_names, cfo, s->cf, &rerr);
     if (rerr && strstr(rerr, "While lock file")) {
-        /* RocksDB's LOCK (an fcntl lock) is held: the usual cause is a
-         * running writer, which an operator must be told by name */
+        /* Another process holds RocksDB's LOCK file (an fcntl lock). The
+         * usual cause is a running writer, which the operator is told by
+         * name, with the commands that can run beside it. */
         segd_errf(SEGD_ERR_BUSY, errstr, n,
                   "%s is in use: another process holds its RocksDB lock %s/LOCK (a running "
                   "`segd run`, backfill, replay or compact?); stop it first, or use a "
@@ -337,370 +299,16 @@ static segd_err_t open_db(segd_store_t *s, const segd_store_opts_t *o, char *err
         return SEGD_ERR_BUSY;
     }
     if (rerr)
-        return rocks_err(rerr, SEGD_ERR_IO, errstr, n, o->path);
+        return segd_store_rocks_err(rerr, SEGD_ERR_IO, errstr, n, o->path);
     if (!o->read_only && o->periodic_compaction_s > 0) {
         char val[32];
         snprintf(val, sizeof(val), "%" PRId64, o->periodic_compaction_s);
         const char *keys[] = {"periodic_compaction_seconds"}, *vals[] = {val};
         rocksdb_set_options_cf(s->db, s->cf[CF_PROFILES], 1, keys, vals, &rerr);
         if (rerr)
-            return rocks_err(rerr, SEGD_ERR_STORE, errstr, n, "periodic compaction");
+            return segd_store_rocks_err(rerr, SEGD_ERR_STORE, errstr, n, "periodic compaction");
     }
     return SEGD_OK;
-}
-
-#define GC_WATERMARK_KEY "gc_watermark_ms"
-#define GC_START_FLOOR_KEY "gc_start_floor_ms" /* W's start phase: its floor */
-#define GC_START_OPEN_KEY "gc_start_open_ms"   /* and the open time it has run */
-#define GC_GRACE_KEY "gc_grace_ms"             /* the largest grace W was moved with */
-#define GC_HORIZON_KEY "gc_horizon_ms"         /* and the largest horizon */
-#define IMPORT_FLOOR_PREFIX "import_floor/"   /* + <topic>/<partition>: restored W */
-
-struct import_floor {
-    char *topic;
-    int32_t partition;
-    int64_t floor_ms;
-};
-
-static segd_err_t meta_get_i64_at(segd_store_t *s, const rocksdb_readoptions_t *ro,
-                                  const char *key, int64_t *out, char *errstr, size_t n)
-{
-    char *v = NULL;
-    size_t vlen;
-    *out = 0;
-    segd_err_t err = meta_get_at(s, ro, key, strlen(key), &v, &vlen, errstr, n);
-    if (err == SEGD_ERR_NOTFOUND)
-        return SEGD_OK;
-    if (err)
-        return err;
-    if (vlen == 8)
-        *out = (int64_t)get_be64(v);
-    else
-        err = segd_errf(SEGD_ERR_CORRUPT, errstr, n, "bad %s in meta", key);
-    rocksdb_free(v);
-    return err;
-}
-
-static segd_err_t meta_get_i64(segd_store_t *s, const char *key, int64_t *out,
-                               char *errstr, size_t n)
-{
-    return meta_get_i64_at(s, s->ropts, key, out, errstr, n);
-}
-
-/* Until this runs the policy's W is 0: compactions at open drop nothing by
- * age, which is always safe. */
-static segd_err_t load_gc_watermark(segd_store_t *s, char *errstr, size_t n)
-{
-    int64_t w, floor, grace, horizon;
-    segd_err_t err = meta_get_i64(s, GC_WATERMARK_KEY, &w, errstr, n);
-    if (!err)
-        err = meta_get_i64(s, GC_HORIZON_KEY, &horizon, errstr, n);
-    if (!err)
-        err = meta_get_i64(s, GC_START_FLOOR_KEY, &floor, errstr, n);
-    if (!err)
-        err = meta_get_i64(s, GC_GRACE_KEY, &grace, errstr, n);
-    if (!err)
-        err = meta_get_i64(s, GC_START_OPEN_KEY, &s->gc_start_open_ms, errstr, n);
-    if (err)
-        return err;
-    /* a grace once used stays: a smaller one here (segd compact with the
-     * default beside a segd run configured larger) would let W outrun
-     * operands that run accepted, and put run's floor above now - horizon */
-    if (grace > segd_policy_gc_grace_ms(s->policy))
-        segd_policy_set_gc_grace(s->policy, grace);
-    /* likewise the horizon: `segd compact` with the default 24 h beside a
-     * `segd run` configured with 7 days would move W six days too far */
-    s->gc_horizon_ms = segd_policy_horizon_ms(s->policy);
-    if (horizon > s->gc_horizon_ms)
-        s->gc_horizon_ms = horizon;
-    segd_policy_set_gc_watermark(s->policy, w);
-    segd_policy_set_gc_start_floor(s->policy, floor);
-    s->gc_start_floor_ms = floor;
-    return SEGD_OK;
-}
-
-int64_t segd_store_gc_watermark(segd_store_t *s)
-{
-    return segd_policy_gc_watermark(s->policy);
-}
-
-/* Writes wait while the disk is nearly full: RocksDB 7.8 cannot be trusted
- * past a failed WAL append (below), so the store stops short of one. */
-/* Free bytes under the store; 0 when unknown (nothing is then checked). */
-static int disk_avail(segd_store_t *s, uint64_t *avail)
-{
-    if (!s->min_free_bytes)
-        return 0;
-    if (s->disk_avail)
-        return s->disk_avail(s->disk_avail_ctx, s->path, avail) == 0;
-    struct statvfs fs;
-    if (statvfs(s->path, &fs))
-        return 0;
-    *avail = (uint64_t)fs.f_bavail * fs.f_frsize;
-    return 1;
-}
-
-static segd_err_t check_space(segd_store_t *s, char *errstr, size_t n)
-{
-    uint64_t avail;
-    if (!disk_avail(s, &avail) || avail >= s->min_free_bytes)
-        return SEGD_OK;
-    return segd_errf(SEGD_ERR_IO, errstr, n,
-                     "disk nearly full: %" PRIu64 " MiB free under %s, writes wait for %" PRIu64
-                     " MiB (store.min.free.mb)",
-                     avail >> 20, s->path, s->min_free_bytes >> 20);
-}
-
-/* After a failed WAL append, RocksDB 7.8's log writer asserts on any later
- * use (the next write, or the flush at close) in Debian's build, which
- * keeps assertions: the process would abort. So the store refuses all
- * further writes (SEGD_ERR_ABORTED: restart to recover) and close leaves
- * the DB to the process exit. Nothing acknowledged is lost: RocksDB
- * recovers every complete WAL record at the next open. */
-static segd_err_t write_failed(segd_store_t *s, char *rerr, char *errstr, size_t n)
-{
-    if (!atomic_exchange(&s->broken, 1)) /* flushes would reuse the failed log writer */
-        rocksdb_cancel_all_background_work(s->db, 1);
-    return rocks_err(rerr, SEGD_ERR_ABORTED, errstr, n,
-                     "write failed; store stopped (restart segd once the cause is fixed)");
-}
-
-/* Extra room on top of the reserve: a bulk load asks for its SST bytes. */
-static segd_err_t check_space_for(segd_store_t *s, uint64_t extra, char *errstr, size_t n)
-{
-    uint64_t avail;
-    if (!disk_avail(s, &avail) || avail >= s->min_free_bytes + extra)
-        return SEGD_OK;
-    return segd_errf(SEGD_ERR_IO, errstr, n,
-                     "disk nearly full: %" PRIu64 " MiB free under %s, the load needs %" PRIu64
-                     " MiB above the %" PRIu64 " MiB reserve (store.min.free.mb)",
-                     avail >> 20, s->path, (extra + (1 << 20) - 1) >> 20,
-                     s->min_free_bytes >> 20);
-}
-
-/* Every write of the store goes through here: refused once the store is
- * broken, held while the disk is nearly full, and a RocksDB failure breaks
- * the store (write_failed) whatever was being written. */
-static segd_err_t write_wb(segd_store_t *s, const rocksdb_writeoptions_t *wo,
-                           rocksdb_writebatch_t *wb, int reserve, char *errstr, size_t n)
-{
-    if (atomic_load(&s->broken))
-        return segd_errf(SEGD_ERR_ABORTED, errstr, n,
-                         "store stopped after a failed write (restart segd)");
-    segd_err_t err = reserve ? check_space(s, errstr, n) : SEGD_OK;
-    if (err)
-        return err;
-    char *rerr = NULL;
-    rocksdb_write(s->db, wo, wb, &rerr);
-    return rerr ? write_failed(s, rerr, errstr, n) : SEGD_OK;
-}
-
-/* reserve: whether the write waits for store.min.free.mb (bulk data does;
- * a few bytes of meta that start-up or a compaction check needs do not). */
-static segd_err_t put_meta(segd_store_t *s, const rocksdb_writeoptions_t *wo, const char *key,
-                           const void *val, size_t vlen, int reserve, char *errstr, size_t n)
-{
-    rocksdb_writebatch_t *wb = rocksdb_writebatch_create();
-    rocksdb_writebatch_put_cf(wb, s->cf[CF_META], key, strlen(key), val, vlen);
-    segd_err_t err = write_wb(s, wo, wb, reserve, errstr, n);
-    rocksdb_writebatch_destroy(wb);
-    return err;
-}
-
-/* Synced: W must be on disk before a compaction output that used it is. */
-static segd_err_t put_gc_meta(segd_store_t *s, const char *key, int64_t v, char *errstr,
-                              size_t n)
-{
-    char val[8];
-    put_be64(val, (uint64_t)v);
-    return put_meta(s, s->sync_wopts, key, val, 8, 1, errstr, n); /* W can wait */
-}
-
-/* W = 0 with no start phase: nothing refused by age. The phase (begun once
- * the caller has caught up) refuses ts_ms below F0 = now - horizon at once,
- * but drops nothing until it has run for grace of open time: by then every
- * operand written before it began is merged, and every later one has
- * ts_ms >= F0, so W = F0 is safe. */
-static segd_err_t gc_start_phase(segd_store_t *s, int caught_up, int64_t now,
-                                 int64_t elapsed, int64_t *next, char *errstr, size_t n)
-{
-    segd_err_t err;
-    if (!s->gc_start_floor_ms) {
-        if (!caught_up)
-            return SEGD_OK;
-        int64_t f0 = now - s->gc_horizon_ms;
-        if (f0 <= 0)
-            return SEGD_OK;
-        if ((err = put_gc_meta(s, GC_START_OPEN_KEY, 0, errstr, n)) ||
-            (err = put_gc_meta(s, GC_START_FLOOR_KEY, f0, errstr, n)))
-            return err;
-        s->gc_start_floor_ms = f0;
-        s->gc_start_open_ms = 0;
-        segd_policy_set_gc_start_floor(s->policy, f0);
-        return SEGD_OK;
-    }
-    s->gc_start_open_ms += elapsed;
-    if (s->gc_start_open_ms >= segd_policy_gc_grace_ms(s->policy))
-        *next = s->gc_start_floor_ms;
-    return put_gc_meta(s, GC_START_OPEN_KEY, s->gc_start_open_ms, errstr, n);
-}
-
-segd_err_t segd_store_gc_advance(segd_store_t *s, int flags, char *errstr, size_t n)
-{
-    if (s->read_only)
-        return SEGD_OK;
-    int64_t now = segd_policy_now_ms(s->policy), w = segd_policy_gc_watermark(s->policy);
-    int64_t target = now - s->gc_horizon_ms -
-                     segd_policy_gc_grace_ms(s->policy);
-    int64_t elapsed = now > s->gc_moved_ms ? now - s->gc_moved_ms : 0, next = 0;
-    s->gc_moved_ms = now;
-    segd_err_t err = SEGD_OK;
-    int history = w == 0 && !s->gc_start_floor_ms; /* a fresh store takes any age */
-    if ((flags & SEGD_GC_MERGED_ALL) && !(history && (flags & SEGD_GC_KEEP_HISTORY)))
-        next = target;
-    else if (w > 0)
-        next = w + elapsed < target ? w + elapsed : target;
-    else
-        err = gc_start_phase(s, flags & SEGD_GC_CAUGHT_UP, now, elapsed, &next, errstr, n);
-    if (err || next <= w)
-        return err;
-    if ((err = put_gc_meta(s, GC_GRACE_KEY, segd_policy_gc_grace_ms(s->policy), errstr, n)) ||
-        (err = put_gc_meta(s, GC_HORIZON_KEY, s->gc_horizon_ms, errstr, n)) ||
-        (err = put_gc_meta(s, GC_WATERMARK_KEY, next, errstr, n)))
-        return err;
-    segd_policy_set_gc_watermark(s->policy, next);
-    return SEGD_OK;
-}
-
-/* The entry of (topic, partition), made if missing; NULL when out of
- * memory. Called with floors_lock held. */
-static struct import_floor *floor_entry(segd_store_t *s, const char *topic, int32_t partition,
-                                        int make)
-{
-    for (size_t i = 0; i < s->n_floors; i++)
-        if (s->floors[i].partition == partition && !strcmp(s->floors[i].topic, topic))
-            return &s->floors[i];
-    if (!make)
-        return NULL;
-    if (s->n_floors == s->cap_floors) {
-        size_t cap = s->cap_floors ? 2 * s->cap_floors : 16;
-        struct import_floor *f = realloc(s->floors, cap * sizeof(*f));
-        if (!f)
-            return NULL;
-        s->floors = f;
-        s->cap_floors = cap;
-    }
-    struct import_floor *f = &s->floors[s->n_floors];
-    if (!(f->topic = strdup(topic)))
-        return NULL;
-    f->partition = partition;
-    f->floor_ms = 0;
-    s->n_floors++;
-    return f;
-}
-
-static int set_floor(segd_store_t *s, const char *topic, int32_t partition, int64_t floor_ms)
-{
-    pthread_mutex_lock(&s->floors_lock);
-    struct import_floor *f = floor_entry(s, topic, partition, 1);
-    if (f && floor_ms > f->floor_ms)
-        f->floor_ms = floor_ms;
-    pthread_mutex_unlock(&s->floors_lock);
-    if (f)
-        segd_policy_raise_import_floor(s->policy, floor_ms);
-    return f != NULL;
-}
-
-int64_t segd_store_import_floor(segd_store_t *s, const char *topic, int32_t partition)
-{
-    pthread_mutex_lock(&s->floors_lock);
-    struct import_floor *f = s->n_floors ? floor_entry(s, topic, partition, 0) : NULL;
-    int64_t v = f ? f->floor_ms : 0;
-    pthread_mutex_unlock(&s->floors_lock);
-    return v;
-}
-
-void segd_store_import_floors(segd_store_t *s, segd_floor_cb cb, void *ctx)
-{
-    pthread_mutex_lock(&s->floors_lock);
-    for (size_t i = 0; i < s->n_floors; i++)
-        if (cb(ctx, s->floors[i].topic, s->floors[i].partition, s->floors[i].floor_ms))
-            break;
-    pthread_mutex_unlock(&s->floors_lock);
-}
-
-segd_err_t segd_store_raise_import_floor(segd_store_t *s, const char *topic, int32_t partition,
-                                         int64_t floor_ms, char *errstr, size_t n)
-{
-    if (s->read_only)
-        return segd_errf(SEGD_ERR_INVALID, errstr, n, "store opened read-only");
-    if (floor_ms <= segd_store_import_floor(s, topic, partition))
-        return SEGD_OK;
-    char key[600];
-    snprintf(key, sizeof(key), IMPORT_FLOOR_PREFIX "%s/%" PRId32, topic, partition);
-    segd_err_t err = put_gc_meta(s, key, floor_ms, errstr, n);
-    if (!err && !set_floor(s, topic, partition, floor_ms))
-        err = segd_errf(SEGD_ERR_NOMEM, errstr, n, "out of memory");
-    return err;
-}
-
-/* Every import_floor/<topic>/<partition> key into the table (open). */
-static segd_err_t load_import_floors(segd_store_t *s, char *errstr, size_t n)
-{
-    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(s->db, s->ropts, s->cf[CF_META]);
-    size_t plen = strlen(IMPORT_FLOOR_PREFIX);
-    segd_err_t err = SEGD_OK;
-    for (rocksdb_iter_seek(it, IMPORT_FLOOR_PREFIX, plen); !err && rocksdb_iter_valid(it);
-         rocksdb_iter_next(it)) {
-        size_t klen, vlen;
-        const char *k = rocksdb_iter_key(it, &klen), *v = rocksdb_iter_value(it, &vlen);
-        if (klen < plen || memcmp(k, IMPORT_FLOOR_PREFIX, plen))
-            break;
-        char key[600];
-        const char *slash;
-        if (vlen != 8 || klen - plen >= sizeof(key)) {
-            err = segd_errf(SEGD_ERR_CORRUPT, errstr, n, "bad import floor in meta");
-            break;
-        }
-        memcpy(key, k + plen, klen - plen);
-        key[klen - plen] = 0;
-        if (!(slash = strrchr(key, '/'))) {
-            err = segd_errf(SEGD_ERR_CORRUPT, errstr, n, "bad import floor key in meta");
-            break;
-        }
-        key[slash - key] = 0;
-        if (!set_floor(s, key, (int32_t)atoi(slash + 1), (int64_t)get_be64(v)))
-            err = segd_errf(SEGD_ERR_NOMEM, errstr, n, "out of memory");
-    }
-    char *rerr = NULL;
-    rocksdb_iter_get_error(it, &rerr);
-    rocksdb_iter_destroy(it);
-    if (rerr && !err)
-        err = rocks_err(rerr, SEGD_ERR_IO, errstr, n, "meta scan");
-    else if (rerr)
-        rocksdb_free(rerr);
-    return err;
-}
-
-/* The next sequence number continues after the last entry left over; the
- * depth counts what is left. */
-static void load_outbox_seq(segd_store_t *s)
-{
-    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(s->db, s->ropts, s->cf[CF_OUTBOX]);
-    uint64_t next = 1;
-    rocksdb_iter_seek_to_last(it);
-    if (rocksdb_iter_valid(it)) {
-        size_t klen;
-        const char *k = rocksdb_iter_key(it, &klen);
-        if (klen == 8)
-            next = get_be64(k) + 1;
-    }
-    int64_t depth = 0;
-    for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it); rocksdb_iter_next(it))
-        depth++;
-    rocksdb_iter_destroy(it);
-    atomic_store(&s->outbox_seq, next);
-    atomic_store(&s->outbox_depth, depth);
 }
 
 segd_err_t segd_store_open(segd_store_t **out, const segd_store_opts_t *o, char *errstr,
@@ -730,11 +338,10 @@ segd_err_t segd_store_open(segd_store_t **out, const segd_store_opts_t *o, char 
     segd_policy_set_gc_grace(s->policy, o->gc_grace_ms);
     if ((err = make_options(s, o)) || (err = open_db(s, o, errstr, n)) ||
         (err = check_format(s, errstr, n)) || (err = check_settings(s, o, errstr, n)) ||
-        (err = load_retirements(s)) || (err = load_gc_watermark(s, errstr, n)) ||
-        (err = load_import_floors(s, errstr, n)))
+        (err = segd_store_floors_load(s, errstr, n)))
         goto out_close;
     s->gc_moved_ms = segd_policy_now_ms(s->policy);
-    load_outbox_seq(s);
+    segd_store_outbox_load(s);
     *out = s;
     return SEGD_OK;
 out_close:
@@ -746,7 +353,9 @@ void segd_store_close(segd_store_t *s)
 {
     if (!s)
         return;
-    if (atomic_load(&s->broken)) { /* see write_failed: the WAL has every acked write */
+    /* A broken store is left open on purpose (write.c says why). Its WAL
+     * holds every acknowledged write. */
+    if (atomic_load(&s->broken)) {
         segd_log(s->log, SEGD_LOG_ERROR, "store", "store %s left unclosed after a failed write",
                  s->path);
         return;
@@ -772,9 +381,7 @@ void segd_store_close(segd_store_t *s)
     if (s->ropts)
         rocksdb_readoptions_destroy(s->ropts);
     segd_policy_destroy(s->policy);
-    for (size_t i = 0; i < s->n_floors; i++)
-        free(s->floors[i].topic);
-    free(s->floors);
+    segd_store_floors_free(s);
     pthread_mutex_destroy(&s->floors_lock);
     free(s->path);
     free(s);
@@ -783,743 +390,7 @@ void segd_store_close(segd_store_t *s)
 segd_policy_t *segd_store_policy(segd_store_t *s) { return s->policy; }
 int64_t segd_store_granularity(const segd_store_t *s) { return s->granularity_s; }
 
-/* ---------- batches ---------- */
-
-segd_err_t segd_batch_new(segd_store_t *s, segd_batch_t **out)
-{
-    segd_batch_t *b = calloc(1, sizeof(*b));
-    if (!b)
-        return SEGD_ERR_NOMEM;
-    b->store = s;
-    b->wb = rocksdb_writebatch_create();
-    *out = b;
-    return SEGD_OK;
-}
-
-void segd_batch_destroy(segd_batch_t *b)
-{
-    if (!b)
-        return;
-    rocksdb_writebatch_destroy(b->wb);
-    free(b);
-}
-
-void segd_batch_clear(segd_batch_t *b)
-{
-    rocksdb_writebatch_clear(b->wb);
-    b->outbox_delta = 0;
-    b->outbox_refused = 0;
-}
-size_t segd_batch_count(const segd_batch_t *b) { return (size_t)rocksdb_writebatch_count(b->wb); }
-
-void segd_batch_merge(segd_batch_t *b, const char *user, size_t user_len,
-                      const uint8_t *operand, size_t operand_len)
-{
-    rocksdb_writebatch_merge_cf(b->wb, b->store->cf[CF_PROFILES], user, user_len,
-                                (const char *)operand, operand_len);
-}
-
-static size_t position_key(char *buf, size_t cap, const char *kind, const char *topic,
-                           int32_t partition)
-{
-    int n = snprintf(buf, cap, "%s/%s/%" PRId32, kind, topic, partition);
-    return n < 0 ? 0 : (size_t)n < cap ? (size_t)n : cap - 1;
-}
-
-static void batch_set_position(segd_batch_t *b, const char *kind, const char *topic,
-                               int32_t partition, int64_t next_offset)
-{
-    char key[512], val[8];
-    size_t klen = position_key(key, sizeof(key), kind, topic, partition);
-    put_be64(val, (uint64_t)next_offset);
-    rocksdb_writebatch_put_cf(b->wb, b->store->cf[CF_META], key, klen, val, 8);
-}
-
-void segd_batch_set_offset(segd_batch_t *b, const char *topic, int32_t partition,
-                           int64_t next_offset)
-{
-    batch_set_position(b, "offset", topic, partition, next_offset);
-}
-
-void segd_batch_set_change_position(segd_batch_t *b, const char *topic, int32_t partition,
-                                    int64_t next_offset)
-{
-    batch_set_position(b, "changes", topic, partition, next_offset);
-}
-
-void segd_batch_delete_user(segd_batch_t *b, const char *user, size_t user_len)
-{
-    rocksdb_writebatch_delete_cf(b->wb, b->store->cf[CF_PROFILES], user, user_len);
-}
-
-void segd_batch_delete_offset(segd_batch_t *b, const char *topic, int32_t partition)
-{
-    char key[512];
-    size_t klen = position_key(key, sizeof(key), "offset", topic, partition);
-    rocksdb_writebatch_delete_cf(b->wb, b->store->cf[CF_META], key, klen);
-}
-
-void segd_batch_set_sweep_mark(segd_batch_t *b, const char *topic, int32_t partition,
-                               int64_t since_ms)
-{
-    batch_set_position(b, "sweep", topic, partition, since_ms);
-}
-
-void segd_batch_clear_sweep_mark(segd_batch_t *b, const char *topic, int32_t partition)
-{
-    char key[512];
-    size_t klen = position_key(key, sizeof(key), "sweep", topic, partition);
-    rocksdb_writebatch_delete_cf(b->wb, b->store->cf[CF_META], key, klen);
-}
-
-segd_err_t segd_store_scan_users(segd_store_t *s, const char *after, size_t after_len,
-                                 size_t max, segd_key_cb cb, void *ctx, int *end,
-                                 char *errstr, size_t n)
-{
-    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(s->db, s->ropts, s->cf[CF_PROFILES]);
-    if (after) {
-        rocksdb_iter_seek(it, after, after_len);
-        size_t klen;
-        const char *k = rocksdb_iter_valid(it) ? rocksdb_iter_key(it, &klen) : NULL;
-        if (k && klen == after_len && !memcmp(k, after, klen))
-            rocksdb_iter_next(it);
-    } else {
-        rocksdb_iter_seek_to_first(it);
-    }
-    size_t seen = 0;
-    int stopped = 0;
-    for (; rocksdb_iter_valid(it) && seen < max && !stopped; rocksdb_iter_next(it), seen++) {
-        size_t klen;
-        const char *k = rocksdb_iter_key(it, &klen);
-        stopped = cb(ctx, k, klen);
-    }
-    *end = !rocksdb_iter_valid(it);
-    char *rerr = NULL;
-    rocksdb_iter_get_error(it, &rerr);
-    rocksdb_iter_destroy(it);
-    if (rerr)
-        *end = 0;
-    return rerr ? rocks_err(rerr, SEGD_ERR_IO, errstr, n, "scan") : SEGD_OK;
-}
-
-uint64_t segd_batch_outbox_append(segd_batch_t *b, const void *value, size_t vlen)
-{
-    /* sequences are taken here and written later: a second appending thread
-     * could land a lower sequence after the publisher deleted past it */
-    unsigned long me = (unsigned long)pthread_self(), first = 0;
-    if (!atomic_compare_exchange_strong(&b->store->outbox_appender, &first, me) &&
-        first != me) {
-        /* a real check, not an assert (compiled out in release builds): the
-         * entry is not appended and the batch refuses to be written */
-        b->outbox_refused = 1;
-        return SEGD_OUTBOX_REFUSED;
-    }
-    uint64_t seq = atomic_fetch_add(&b->store->outbox_seq, 1);
-    char key[8];
-    put_be64(key, seq);
-    rocksdb_writebatch_put_cf(b->wb, b->store->cf[CF_OUTBOX], key, 8, value, vlen);
-    b->outbox_delta++;
-    return seq;
-}
-
-/* Only the entries that exist count: the publisher deletes whole ranges of
- * sequence numbers, and an abandoned batch leaves a gap in them. */
-void segd_batch_outbox_delete(segd_batch_t *b, uint64_t seq)
-{
-    segd_store_t *s = b->store;
-    char key[8], *rerr = NULL;
-    put_be64(key, seq);
-    rocksdb_pinnableslice_t *v =
-        rocksdb_get_pinned_cf(s->db, s->ropts, s->cf[CF_OUTBOX], key, 8, &rerr);
-    if (v || rerr) /* unreadable: assume present; the count is redone at open */
-        b->outbox_delta--;
-    rocksdb_pinnableslice_destroy(v);
-    rocksdb_free(rerr);
-    rocksdb_writebatch_delete_cf(b->wb, s->cf[CF_OUTBOX], key, 8);
-}
-
-static segd_err_t write_batch(segd_store_t *s, const rocksdb_writeoptions_t *wo,
-                              segd_batch_t *b, char *errstr, size_t n)
-{
-    if (b->outbox_refused)
-        return segd_errf(SEGD_ERR_INVALID, errstr, n, "write batch: an outbox entry was "
-                         "appended from a second thread; a store has one outbox appender");
-    if (segd_store_fault_hit(s, SEGD_FAULT_WRITE))
-        return segd_errf(SEGD_ERR_IO, errstr, n, "write batch: injected fault");
-    segd_err_t err = write_wb(s, wo, b->wb, 1, errstr, n);
-    if (!err)
-        atomic_fetch_add(&s->outbox_depth, b->outbox_delta);
-    return err;
-}
-
-segd_err_t segd_store_write(segd_store_t *s, segd_batch_t *b, char *errstr, size_t n)
-{
-    return write_batch(s, s->wopts, b, errstr, n);
-}
-
-segd_err_t segd_store_write_sync(segd_store_t *s, segd_batch_t *b, char *errstr, size_t n)
-{
-    return write_batch(s, s->sync_wopts, b, errstr, n);
-}
-
-segd_err_t segd_store_offset_get(segd_store_t *s, const char *topic, int32_t partition,
-                                 int64_t *next_offset, char *errstr, size_t n)
-{
-    char key[512], *v = NULL;
-    size_t vlen;
-    size_t klen = position_key(key, sizeof(key), "offset", topic, partition);
-    if (segd_store_fault_hit(s, SEGD_FAULT_OFFSET_GET))
-        return segd_errf(SEGD_ERR_IO, errstr, n, "read meta: injected fault");
-    segd_err_t err = meta_get(s, key, klen, &v, &vlen, errstr, n);
-    if (err)
-        return err;
-    if (vlen == 8)
-        *next_offset = (int64_t)get_be64(v);
-    else
-        err = segd_errf(SEGD_ERR_CORRUPT, errstr, n, "bad stored offset for %s", key);
-    rocksdb_free(v);
-    return err;
-}
-
-static void batch_put_i64(segd_batch_t *b, const char *key, int64_t v)
-{
-    char val[8];
-    put_be64(val, (uint64_t)v);
-    rocksdb_writebatch_put_cf(b->wb, b->store->cf[CF_META], key, strlen(key), val, 8);
-}
-
-void segd_batch_set_counter(segd_batch_t *b, const char *name, int64_t value)
-{
-    char key[256];
-    snprintf(key, sizeof(key), "count/%s", name);
-    batch_put_i64(b, key, value);
-}
-
-segd_err_t segd_store_counter_get(segd_store_t *s, const char *name, int64_t *value,
-                                  char *errstr, size_t n)
-{
-    char key[256];
-    snprintf(key, sizeof(key), "count/%s", name);
-    return meta_get_i64(s, key, value, errstr, n);
-}
-
-segd_err_t segd_store_view_counter(segd_store_view_t *v, const char *name, int64_t *value,
-                                   char *errstr, size_t n)
-{
-    char key[256];
-    snprintf(key, sizeof(key), "count/%s", name);
-    return meta_get_i64_at(v->store, v->ropts, key, value, errstr, n);
-}
-
-segd_store_t *segd_store_view_store(segd_store_view_t *v) { return v->store; }
-
-const rocksdb_readoptions_t *segd_store_view_read_options(segd_store_view_t *v)
-{
-    return v->ropts;
-}
-
-void segd_store_view_set_fill_cache(segd_store_view_t *v, int fill)
-{
-    rocksdb_readoptions_set_fill_cache(v->ropts, fill ? 1 : 0);
-}
-
-void segd_batch_set_partition_count(segd_batch_t *b, const char *topic, int32_t count)
-{
-    char key[512];
-    snprintf(key, sizeof(key), "partitions/%s", topic);
-    batch_put_i64(b, key, count);
-}
-
-segd_err_t segd_store_partition_count(segd_store_t *s, const char *topic, int32_t *count,
-                                      char *errstr, size_t n)
-{
-    char key[512], *v = NULL;
-    size_t vlen;
-    snprintf(key, sizeof(key), "partitions/%s", topic);
-    segd_err_t err = meta_get(s, key, strlen(key), &v, &vlen, errstr, n);
-    if (err)
-        return err;
-    uint64_t c = vlen == 8 ? get_be64(v) : 0;
-    rocksdb_free(v);
-    if (c == 0 || c > INT32_MAX)
-        return segd_errf(SEGD_ERR_CORRUPT, errstr, n, "bad %s in meta", key);
-    *count = (int32_t)c;
-    return SEGD_OK;
-}
-
-/* ---------- reads ---------- */
-
-static segd_err_t get_with(segd_store_t *s, const rocksdb_readoptions_t *ropts,
-                           const char *user, size_t user_len, segd_profile_t *out,
-                           char *errstr, size_t n)
-{
-    char *rerr = NULL;
-    size_t vlen = 0;
-    /* pinned: decode straight from the block cache, no copy of the value */
-    rocksdb_pinnableslice_t *v =
-        rocksdb_get_pinned_cf(s->db, ropts, s->cf[CF_PROFILES], user, user_len, &rerr);
-    if (rerr)
-        return rocks_err(rerr, SEGD_ERR_IO, errstr, n, "get");
-    const char *data = v ? rocksdb_pinnableslice_value(v, &vlen) : NULL;
-    segd_err_t err = segd_record_decode((const uint8_t *)data, data ? vlen : 0, out);
-    rocksdb_pinnableslice_destroy(v);
-    if (err)
-        return segd_errf(err, errstr, n, "record of user %.*s: %s", (int)user_len, user,
-                         segd_err_str(err));
-    segd_prune_t rule;
-    segd_policy_rule(s->policy, &rule, 1);
-    segd_profile_prune(out, &rule);
-    return SEGD_OK;
-}
-
-segd_err_t segd_store_get(segd_store_t *s, const char *user, size_t user_len,
-                          segd_profile_t *out, char *errstr, size_t n)
-{
-    return get_with(s, s->ropts, user, user_len, out, errstr, n);
-}
-
-segd_err_t segd_store_known(segd_store_t *s, const char *user, size_t user_len, int *known,
-                            char *errstr, size_t n)
-{
-    char *rerr = NULL;
-    rocksdb_pinnableslice_t *v =
-        rocksdb_get_pinned_cf(s->db, s->ropts, s->cf[CF_PROFILES], user, user_len, &rerr);
-    if (rerr)
-        return rocks_err(rerr, SEGD_ERR_IO, errstr, n, "get");
-    *known = v != NULL;
-    rocksdb_pinnableslice_destroy(v);
-    return SEGD_OK;
-}
-
-segd_err_t segd_store_view_get(segd_store_view_t *v, const char *user, size_t user_len,
-                               segd_profile_t *out, char *errstr, size_t n)
-{
-    return get_with(v->store, v->ropts, user, user_len, out, errstr, n);
-}
-
-static segd_err_t scan_with(segd_store_t *s, const rocksdb_readoptions_t *ropts,
-                            segd_scan_cb cb, void *ctx, char *errstr, size_t n)
-{
-    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(s->db, ropts, s->cf[CF_PROFILES]);
-    segd_profile_t p;
-    segd_profile_init(&p);
-    segd_prune_t rule;
-    segd_policy_rule(s->policy, &rule, 1);
-    segd_err_t err = SEGD_OK;
-    for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
-        size_t klen, vlen;
-        const char *k = rocksdb_iter_key(it, &klen), *v = rocksdb_iter_value(it, &vlen);
-        if (segd_record_decode((const uint8_t *)v, vlen, &p) != SEGD_OK) {
-            segd_policy_count_corrupt(s->policy);
-            continue;
-        }
-        segd_profile_prune(&p, &rule);
-        if ((p.n || p.erased_before_ms) && cb(ctx, k, klen, &p))
-            break;
-    }
-    char *rerr = NULL;
-    rocksdb_iter_get_error(it, &rerr);
-    if (rerr)
-        err = rocks_err(rerr, SEGD_ERR_IO, errstr, n, "scan");
-    rocksdb_iter_destroy(it);
-    segd_profile_free(&p);
-    return err;
-}
-
-segd_err_t segd_store_scan(segd_store_t *s, segd_scan_cb cb, void *ctx, char *errstr,
-                           size_t n)
-{
-    return scan_with(s, s->ropts, cb, ctx, errstr, n);
-}
-
-segd_err_t segd_store_flush(segd_store_t *s, char *errstr, size_t n)
-{
-    if (atomic_load(&s->broken))
-        return segd_errf(SEGD_ERR_ABORTED, errstr, n, "store stopped after a failed write");
-    char *rerr = NULL;
-    rocksdb_flushoptions_t *fo = rocksdb_flushoptions_create();
-    rocksdb_flushoptions_set_wait(fo, 1);
-    rocksdb_flush_cf(s->db, fo, s->cf[CF_PROFILES], &rerr);
-    rocksdb_flushoptions_destroy(fo);
-    return rerr ? rocks_err(rerr, SEGD_ERR_IO, errstr, n, "flush") : SEGD_OK;
-}
-
-/* Two passes: the first merges operand chains into (possibly empty) values,
- * which the filter of that same compaction never sees; the second lets the
- * filter delete what the first left empty. */
-static uint64_t background_errors(segd_store_t *s)
-{
-    uint64_t v = 0;
-    return rocksdb_property_int(s->db, "rocksdb.background-errors", &v) == 0 ? v : 0;
-}
-
-segd_err_t segd_store_compact_beside_writers(segd_store_t *s, char *errstr, size_t n)
-{
-    uint64_t before = background_errors(s);
-    rocksdb_compactoptions_t *co = rocksdb_compactoptions_create();
-    rocksdb_compactoptions_set_bottommost_level_compaction(co, 2 /* force */);
-    rocksdb_compact_range_cf_opt(s->db, s->cf[CF_PROFILES], co, NULL, 0, NULL, 0);
-    rocksdb_compactoptions_destroy(co);
-    return background_errors(s) != before
-               ? segd_errf(SEGD_ERR_IO, errstr, n, "compaction failed (a background error)")
-               : SEGD_OK;
-}
-
-/* The C API's manual compaction returns nothing: a failed one (a corrupt
- * SST, a full disk) shows as a new background error, after which RocksDB
- * refuses writes, so both are checked. */
-segd_err_t segd_store_compact(segd_store_t *s, char *errstr, size_t n)
-{
-    return segd_store_compact_ex(s, 0, errstr, n);
-}
-
-segd_err_t segd_store_compact_ex(segd_store_t *s, int flags, char *errstr, size_t n)
-{
-    int gc_flags = SEGD_GC_MERGED_ALL |
-                   (flags & SEGD_COMPACT_KEEP_HISTORY ? SEGD_GC_KEEP_HISTORY : 0);
-    uint64_t before = background_errors(s), corrupt = segd_policy_corrupt_count(s->policy);
-    rocksdb_compactoptions_t *co = rocksdb_compactoptions_create();
-    rocksdb_compactoptions_set_bottommost_level_compaction(co, 2 /* force */);
-    rocksdb_compactoptions_set_exclusive_manual_compaction(co, 1);
-    for (int pass = 0; pass < 2 && background_errors(s) == before; pass++) {
-        rocksdb_compact_range_cf_opt(s->db, s->cf[CF_PROFILES], co, NULL, 0, NULL, 0);
-        /* after the first pass every key is one merged value: W may take its target */
-        if (pass == 0 && background_errors(s) == before) {
-            segd_err_t gerr = segd_store_gc_advance(s, gc_flags, errstr, n);
-            if (gerr) {
-                rocksdb_compactoptions_destroy(co);
-                return gerr;
-            }
-        }
-    }
-    rocksdb_compactoptions_destroy(co);
-    char why[400];
-    if (put_meta(s, s->wopts, "compaction-probe", "", 0, 0, why, sizeof(why)))
-        return segd_errf(SEGD_ERR_IO, errstr, n, "compaction failed; store stopped: %s", why);
-    if (background_errors(s) != before)
-        return segd_errf(SEGD_ERR_IO, errstr, n, "compaction failed (a background error)");
-    uint64_t bad = segd_policy_corrupt_count(s->policy) - corrupt;
-    if (bad)
-        return segd_errf(SEGD_ERR_CORRUPT, errstr, n,
-                         "%" PRIu64 " records or operands do not decode (kept as they are)",
-                         bad);
-    return SEGD_OK;
-}
-
-segd_err_t segd_store_writable(segd_store_t *s, char *errstr, size_t n)
-{
-    if (s->read_only)
-        return segd_errf(SEGD_ERR_INVALID, errstr, n, "store opened read-only");
-    if (atomic_load(&s->broken))
-        return segd_errf(SEGD_ERR_ABORTED, errstr, n,
-                         "store stopped after a failed write (restart segd)");
-    return check_space(s, errstr, n);
-}
-
-const char *segd_store_family_name(int family)
-{
-    return family >= 0 && family < SEGD_STORE_FAMILIES ? cf_names[CF_PROFILES + family] : "db";
-}
-
-int segd_store_property(segd_store_t *s, int family, const char *name, uint64_t *value)
-{
-    if (family < 0)
-        return rocksdb_property_int(s->db, name, value) ? -1 : 0;
-    if (family >= SEGD_STORE_FAMILIES)
-        return -1;
-    return rocksdb_property_int_cf(s->db, s->cf[CF_PROFILES + family], name, value) ? -1 : 0;
-}
-
-char *segd_store_property_text(segd_store_t *s, int family, const char *name)
-{
-    if (family >= SEGD_STORE_FAMILIES)
-        return NULL;
-    char *v = family < 0 ? rocksdb_property_value(s->db, name)
-                         : rocksdb_property_value_cf(s->db, s->cf[CF_PROFILES + family], name);
-    char *out = v ? strdup(v) : NULL;
-    rocksdb_free(v);
-    return out;
-}
-
-void segd_store_block_cache(segd_store_t *s, uint64_t *usage, uint64_t *capacity)
-{
-    *usage = s->cache ? rocksdb_cache_get_usage(s->cache) : 0;
-    *capacity = s->cache ? rocksdb_cache_get_capacity(s->cache) : 0;
-}
-
-typedef struct stats_ctx {
-    segd_store_stats_t *st;
-    segd_prune_t rule;
-} stats_ctx_t;
-
-static int stats_cb(void *ctx, const char *user, size_t user_len, const segd_profile_t *p)
-{
-    (void)user, (void)user_len;
-    stats_ctx_t *c = ctx;
-    uint64_t live = 0;
-    for (size_t i = 0; i < p->n; i++)
-        live += (uint64_t)segd_entry_live(&p->entries[i], p->erased_before_ms, &c->rule);
-    c->st->records++;
-    c->st->users += live > 0;
-    c->st->live_segments += live;
-    c->st->stored_entries += p->n;
-    return 0;
-}
-
-segd_err_t segd_store_stats(segd_store_t *s, segd_store_stats_t *st, char *errstr, size_t n)
-{
-    memset(st, 0, sizeof(*st));
-    stats_ctx_t c = {.st = st};
-    segd_policy_rule(s->policy, &c.rule, 1);
-    uint64_t before = segd_policy_corrupt_count(s->policy);
-    segd_err_t err = segd_store_scan(s, stats_cb, &c, errstr, n);
-    st->corrupt = segd_policy_corrupt_count(s->policy) - before;
-    rocksdb_property_int_cf(s->db, s->cf[CF_PROFILES], "rocksdb.total-sst-files-size",
-                            &st->sst_bytes);
-    return err;
-}
-
-void segd_batch_retire(segd_batch_t *b, int64_t segment_id, int64_t before_ms)
-{
-    segd_store_t *s = b->store;
-    char key[sizeof(RETIRED_PREFIX) - 1 + 8], val[8];
-    size_t plen = strlen(RETIRED_PREFIX);
-    int64_t cur = segd_policy_retired_before(s->policy, segment_id);
-    memcpy(key, RETIRED_PREFIX, plen);
-    put_be64(key + plen, (uint64_t)segment_id);
-    put_be64(val, (uint64_t)(before_ms > cur ? before_ms : cur));
-    rocksdb_writebatch_put_cf(b->wb, s->cf[CF_META], key, sizeof(key), val, 8);
-}
-
-segd_err_t segd_store_retire_applied(segd_store_t *s, int64_t segment_id, int64_t before_ms)
-{
-    return segd_policy_retire(s->policy, segment_id, before_ms);
-}
-
-segd_err_t segd_store_retire(segd_store_t *s, int64_t segment_id, int64_t before_ms,
-                             segd_batch_t *extra, char *errstr, size_t n)
-{
-    char key[sizeof(RETIRED_PREFIX) - 1 + 8], val[8];
-    size_t plen = strlen(RETIRED_PREFIX);
-    int64_t cur = segd_policy_retired_before(s->policy, segment_id);
-    if (before_ms < cur)
-        before_ms = cur;
-    memcpy(key, RETIRED_PREFIX, plen);
-    put_be64(key + plen, (uint64_t)segment_id);
-    put_be64(val, (uint64_t)before_ms);
-    rocksdb_writebatch_t *wb = extra ? extra->wb : rocksdb_writebatch_create();
-    rocksdb_writebatch_put_cf(wb, s->cf[CF_META], key, sizeof(key), val, 8);
-    segd_err_t err = write_wb(s, s->wopts, wb, 1, errstr, n);
-    if (!err && extra)
-        atomic_fetch_add(&s->outbox_depth, extra->outbox_delta);
-    if (extra)
-        segd_batch_clear(extra);
-    else
-        rocksdb_writebatch_destroy(wb);
-    if (err)
-        return err;
-    return segd_policy_retire(s->policy, segment_id, before_ms);
-}
-
-/* ---------- outbox ---------- */
-
-uint64_t segd_store_outbox_next_seq(segd_store_t *s) { return atomic_load(&s->outbox_seq); }
-
-uint64_t segd_store_outbox_depth(segd_store_t *s)
-{
-    int64_t d = atomic_load(&s->outbox_depth);
-    return d > 0 ? (uint64_t)d : 0;
-}
-
-segd_err_t segd_store_outbox_scan(segd_store_t *s, uint64_t from_seq, size_t max,
-                                  segd_outbox_cb cb, void *ctx, char *errstr, size_t n)
-{
-    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(s->db, s->ropts, s->cf[CF_OUTBOX]);
-    char from[8];
-    put_be64(from, from_seq);
-    size_t seen = 0;
-    for (rocksdb_iter_seek(it, from, 8); rocksdb_iter_valid(it) && seen < max;
-         rocksdb_iter_next(it), seen++) {
-        size_t klen, vlen;
-        const char *k = rocksdb_iter_key(it, &klen), *v = rocksdb_iter_value(it, &vlen);
-        if (klen != 8)
-            continue;
-        if (cb(ctx, get_be64(k), (const uint8_t *)v, vlen))
-            break;
-    }
-    char *rerr = NULL;
-    rocksdb_iter_get_error(it, &rerr);
-    rocksdb_iter_destroy(it);
-    return rerr ? rocks_err(rerr, SEGD_ERR_IO, errstr, n, "outbox scan") : SEGD_OK;
-}
-
-/* ---------- views ---------- */
-
-segd_err_t segd_store_view_open(segd_store_t *s, segd_store_view_t **out, char *errstr,
-                                size_t n)
-{
-    segd_store_view_t *v = calloc(1, sizeof(*v));
-    if (!v)
-        return segd_errf(SEGD_ERR_NOMEM, errstr, n, "out of memory");
-    v->store = s;
-    v->snap = rocksdb_create_snapshot(s->db);
-    v->ropts = rocksdb_readoptions_create();
-    rocksdb_readoptions_set_snapshot(v->ropts, v->snap);
-    /* a full scan must not evict the bidders' working set */
-    rocksdb_readoptions_set_fill_cache(v->ropts, 0);
-    *out = v;
-    return SEGD_OK;
-}
-
-void segd_store_view_close(segd_store_view_t *v)
-{
-    if (!v)
-        return;
-    rocksdb_readoptions_destroy(v->ropts);
-    rocksdb_release_snapshot(v->store->db, v->snap);
-    free(v);
-}
-
-segd_err_t segd_store_view_scan(segd_store_view_t *v, segd_scan_cb cb, void *ctx,
-                                char *errstr, size_t n)
-{
-    return scan_with(v->store, v->ropts, cb, ctx, errstr, n);
-}
-
-segd_err_t segd_store_view_scan_raw(segd_store_view_t *v, segd_scan_raw_cb cb, void *ctx,
-                                    char *errstr, size_t n)
-{
-    segd_store_t *s = v->store;
-    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(s->db, v->ropts, s->cf[CF_PROFILES]);
-    for (rocksdb_iter_seek_to_first(it); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
-        size_t klen, vlen;
-        const char *k = rocksdb_iter_key(it, &klen), *val = rocksdb_iter_value(it, &vlen);
-        if (cb(ctx, k, klen, (const uint8_t *)val, vlen))
-            break;
-    }
-    char *rerr = NULL;
-    rocksdb_iter_get_error(it, &rerr);
-    rocksdb_iter_destroy(it);
-    return rerr ? rocks_err(rerr, SEGD_ERR_IO, errstr, n, "scan") : SEGD_OK;
-}
-
-/* Iterates meta keys starting with prefix: cb(ctx, key suffix, value). */
-typedef int (*meta_cb)(void *ctx, const char *suffix, size_t slen, const char *val,
-                       size_t vlen);
-
-static segd_err_t view_meta(segd_store_view_t *v, const char *prefix, meta_cb cb, void *ctx,
-                            char *errstr, size_t n)
-{
-    segd_store_t *s = v->store;
-    rocksdb_iterator_t *it = rocksdb_create_iterator_cf(s->db, v->ropts, s->cf[CF_META]);
-    size_t plen = strlen(prefix);
-    for (rocksdb_iter_seek(it, prefix, plen); rocksdb_iter_valid(it); rocksdb_iter_next(it)) {
-        size_t klen, vlen;
-        const char *k = rocksdb_iter_key(it, &klen), *val = rocksdb_iter_value(it, &vlen);
-        if (klen < plen || memcmp(k, prefix, plen) != 0)
-            break;
-        if (cb(ctx, k + plen, klen - plen, val, vlen))
-            break;
-    }
-    char *rerr = NULL;
-    rocksdb_iter_get_error(it, &rerr);
-    rocksdb_iter_destroy(it);
-    return rerr ? rocks_err(rerr, SEGD_ERR_IO, errstr, n, "meta scan") : SEGD_OK;
-}
-
-typedef struct position_ctx {
-    segd_position_cb cb;
-    void *ctx;
-} position_ctx_t;
-
-/* suffix = "<topic>/<partition>"; topics may contain '/', partitions not */
-static int position_entry(void *ctx, const char *suffix, size_t slen, const char *val,
-                          size_t vlen)
-{
-    position_ctx_t *pc = ctx;
-    char topic[512];
-    const char *slash = memrchr(suffix, '/', slen);
-    if (!slash || vlen != 8 || (size_t)(slash - suffix) >= sizeof(topic))
-        return 0;
-    memcpy(topic, suffix, (size_t)(slash - suffix));
-    topic[slash - suffix] = 0;
-    char part[16];
-    size_t plen = slen - (size_t)(slash - suffix) - 1;
-    if (plen == 0 || plen >= sizeof(part))
-        return 0;
-    memcpy(part, slash + 1, plen);
-    part[plen] = 0;
-    return pc->cb(pc->ctx, topic, (int32_t)strtol(part, NULL, 10), (int64_t)get_be64(val));
-}
-
-segd_err_t segd_store_view_positions(segd_store_view_t *v, const char *kind,
-                                     segd_position_cb cb, void *ctx, char *errstr, size_t n)
-{
-    char prefix[64];
-    snprintf(prefix, sizeof(prefix), "%s/", kind);
-    position_ctx_t pc = {cb, ctx};
-    return view_meta(v, prefix, position_entry, &pc, errstr, n);
-}
-
-typedef struct retired_ctx {
-    segd_retired_cb cb;
-    void *ctx;
-} retired_ctx_t;
-
-static int retired_entry(void *ctx, const char *suffix, size_t slen, const char *val,
-                         size_t vlen)
-{
-    retired_ctx_t *rc = ctx;
-    if (slen != 8 || vlen != 8)
-        return 0;
-    return rc->cb(rc->ctx, (int64_t)get_be64(suffix), (int64_t)get_be64(val));
-}
-
-segd_err_t segd_store_view_retirements(segd_store_view_t *v, segd_retired_cb cb, void *ctx,
-                                       char *errstr, size_t n)
-{
-    retired_ctx_t rc = {cb, ctx};
-    return view_meta(v, RETIRED_PREFIX, retired_entry, &rc, errstr, n);
-}
-
-/* ---------- consumer-group instance id ---------- */
-
-#define INSTANCE_ID_KEY "instance_id"
-
-segd_err_t segd_store_instance_id(segd_store_t *s, char *out, size_t out_size, char *errstr,
-                                  size_t n)
-{
-    char *v = NULL;
-    size_t vlen = 0;
-    segd_err_t err = meta_get(s, INSTANCE_ID_KEY, strlen(INSTANCE_ID_KEY), &v, &vlen, errstr, n);
-    if (err == SEGD_OK) {
-        int fits = vlen > 0 && vlen < out_size;
-        if (fits)
-            snprintf(out, out_size, "%.*s", (int)vlen, v);
-        rocksdb_free(v);
-        return fits ? SEGD_OK
-                    : segd_errf(SEGD_ERR_CORRUPT, errstr, n, "bad %s in meta", INSTANCE_ID_KEY);
-    }
-    if (err != SEGD_ERR_NOTFOUND)
-        return err;
-    if (s->read_only)
-        return segd_errf(SEGD_ERR_NOTFOUND, errstr, n, "no %s in a read-only store",
-                         INSTANCE_ID_KEY);
-    uint8_t r[8];
-    if (getrandom(r, sizeof(r), 0) != (ssize_t)sizeof(r))
-        return segd_errf(SEGD_ERR_IO, errstr, n, "getrandom failed");
-    char id[32];
-    int len = snprintf(id, sizeof(id), "segd-%02x%02x%02x%02x%02x%02x%02x%02x", r[0], r[1],
-                       r[2], r[3], r[4], r[5], r[6], r[7]);
-    if ((size_t)len >= out_size)
-        return segd_errf(SEGD_ERR_INVALID, errstr, n, "instance id buffer too small");
-    if ((err = put_meta(s, s->wopts, INSTANCE_ID_KEY, id, (size_t)len, 0, errstr, n)))
-        return err;
-    memcpy(out, id, (size_t)len + 1);
-    return SEGD_OK;
-}
-
-/* ---------- internals for the store layer (store_int.h) ---------- */
+/* The accessors of store_int.h, for sst.c and identity.c. */
 
 rocksdb_t *segd_store_rocks(segd_store_t *s) { return s->db; }
 rocksdb_column_family_handle_t *segd_store_profiles_cf(segd_store_t *s)
@@ -1538,10 +409,6 @@ rocksdb_column_family_handle_t *segd_store_ids_cf(segd_store_t *s)
 {
     return s->cf[CF_IDS];
 }
-rocksdb_writebatch_t *segd_batch_writebatch(segd_batch_t *b)
-{
-    return b->wb;
-}
 int segd_store_is_read_only(const segd_store_t *s)
 {
     return s->read_only;
@@ -1552,44 +419,3 @@ const rocksdb_options_t *segd_store_profiles_options(segd_store_t *s)
 }
 const rocksdb_readoptions_t *segd_store_read_options(segd_store_t *s) { return s->ropts; }
 const char *segd_store_path(segd_store_t *s) { return s->path; }
-
-segd_err_t segd_store_check_writable(segd_store_t *s, char *errstr, size_t n)
-{
-    if (s->read_only)
-        return segd_errf(SEGD_ERR_INVALID, errstr, n, "store opened read-only");
-    if (atomic_load(&s->broken))
-        return segd_errf(SEGD_ERR_ABORTED, errstr, n,
-                         "store stopped after a failed write (restart segd)");
-    return SEGD_OK;
-}
-
-segd_err_t segd_store_check_space(segd_store_t *s, uint64_t extra, char *errstr, size_t n)
-{
-    return check_space_for(s, extra, errstr, n);
-}
-
-segd_err_t segd_store_probe_write(segd_store_t *s, char *errstr, size_t n)
-{
-    return put_meta(s, s->wopts, "write-probe", "", 0, 0, errstr, n);
-}
-
-/* ---------- fault injection ---------- */
-
-void segd_store_fault_set(segd_store_t *s, segd_store_fault_t point, uint64_t nth,
-                          uint64_t times)
-{
-    atomic_store(&s->fault[point].nth, 0); /* off while the counters move */
-    atomic_store(&s->fault[point].calls, 0);
-    atomic_store(&s->fault[point].times, times);
-    atomic_store(&s->fault[point].nth, nth);
-}
-
-int segd_store_fault_hit(segd_store_t *s, segd_store_fault_t point)
-{
-    uint64_t nth = atomic_load_explicit(&s->fault[point].nth, memory_order_relaxed);
-    if (!nth)
-        return 0;
-    uint64_t call = atomic_fetch_add(&s->fault[point].calls, 1) + 1;
-    uint64_t times = atomic_load(&s->fault[point].times);
-    return call >= nth && call - nth < times;
-}

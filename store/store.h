@@ -125,7 +125,7 @@ void segd_batch_set_change_position(segd_batch_t *b, const char *topic, int32_t 
  * (the caller clears or retries it). Thread-safe for distinct batches.
  * SEGD_ERR_IO while the disk has less than min_free_mb free (retry later);
  * SEGD_ERR_ABORTED once a write has failed in RocksDB: the store takes no
- * more writes until the process restarts (see store.c, write_failed). */
+ * more writes until the process restarts (see write.c, write_failed). */
 segd_err_t segd_store_write(segd_store_t *s, segd_batch_t *b, char *errstr,
                             size_t errstr_size);
 

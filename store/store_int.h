@@ -1,6 +1,7 @@
-/* The store's internals shared by the store layer's own modules (store.c
- * owns them; sst.c writes and ingests SST files with them). Not for other
- * layers: everything above the store goes through store.h and sst.h. */
+/* The store's internals for the store layer's other modules: sst.c writes
+ * and ingests SST files with them, identity.c keeps its families with them.
+ * store.c, write.c, batch.c and view.c define them. Other layers use only
+ * store.h and sst.h. */
 #ifndef SEGD_STORE_INT_H
 #define SEGD_STORE_INT_H
 
@@ -34,7 +35,7 @@ const rocksdb_readoptions_t *segd_store_view_read_options(segd_store_view_t *v);
  * the block cache as segd_store_get does. */
 void segd_store_view_set_fill_cache(segd_store_view_t *v, int fill);
 
-/* SEGD_ERR_ABORTED once a write has failed (write_failed in store.c). */
+/* SEGD_ERR_ABORTED once a write has failed (write_failed in write.c). */
 segd_err_t segd_store_check_writable(segd_store_t *s, char *errstr, size_t errstr_size);
 /* SEGD_ERR_IO unless the disk has store.min.free.mb + extra_bytes free
  * (nothing is checked when min_free_mb is 0). */

@@ -1,4 +1,5 @@
-/* Tests for store/store.c: offsets in the same batch as data, reopening,
+/* Tests for the store handle (store/store.c and its modules batch.c, positions.c, floors.c,
+ * outbox.c, faults.c): offsets in the same batch as data, reopening,
  * read-only readers beside a writer, fixed settings, retirement markers,
  * the exact outbox depth, the fault-injection points. */
 #include <inttypes.h>
