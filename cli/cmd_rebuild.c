@@ -12,9 +12,8 @@
 
 #include "app/rebuild.h"
 #include "cli/cli.h"
+#include "cli/cmd_args.h"
 #include "consumer/replay.h"
-
-extern char **environ;
 
 static void usage(FILE *f)
 {
@@ -83,21 +82,12 @@ static int parse(int argc, char **argv, segd_config_t *cfg, rebuild_args_t *a)
                                          {"force", no_argument, 0, 'f'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    const char *file = NULL;
     char err[512], *all[SEGD_MAX_TOPICS];
     size_t n_all = 0;
-    int c, rc = 2;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "X:", opts, NULL)) != -1)
-        if (c == 'c')
-            file = optarg;
-        else if (c == 'h')
-            return usage(stdout), 1;
-        else if (c == '?')
-            return usage(stderr), 2;
-    if ((file && segd_config_load_file(cfg, file, err, sizeof(err))) ||
-        segd_config_load_env(cfg, environ, err, sizeof(err)))
-        goto bad;
+    int c = segd_args_load_config("rebuild", argc, argv, opts, "X:", usage, SEGD_ARGS_ENV, cfg);
+    int rc = 2;
+    if (c)
+        return c;
     for (; n_all < cfg->n_topics; n_all++)
         if (!(all[n_all] = strdup(cfg->topics[n_all]))) {
             snprintf(err, sizeof(err), "out of memory");
