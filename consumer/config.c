@@ -421,13 +421,25 @@ static void env_name(const char *key, char *out, size_t cap)
     out[i] = 0;
 }
 
+/* SEGD_* variables that are not configuration keys: read where they are
+ * used (transport/dest.c), so a command that loads the environment must not
+ * refuse them as unknown. */
+static int env_not_a_key(const char *var, size_t len)
+{
+    static const char *const names[] = {"SEGD_S3_ENDPOINT"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strlen(names[i]) == len && !strncmp(names[i], var, len))
+            return 1;
+    return 0;
+}
+
 segd_err_t segd_config_load_env(segd_config_t *c, char *const *envp, char *errstr,
                                 size_t n)
 {
     char name[128], msg[512];
     for (char *const *e = envp; e && *e; e++) {
         const char *eq = strchr(*e, '=');
-        if (!eq || strncmp(*e, "SEGD_", 5) != 0)
+        if (!eq || strncmp(*e, "SEGD_", 5) != 0 || env_not_a_key(*e, (size_t)(eq - *e)))
             continue;
         size_t nlen = (size_t)(eq - *e);
         segd_err_t err = SEGD_ERR_CONFIG;

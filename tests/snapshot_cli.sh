@@ -59,6 +59,23 @@ grep -q -- "--topic" "$tmp/err" || fail "usage error names --topic: $(cat "$tmp/
 grep -q "snapshot: 8 units of events (8 partitions, murmur2_random), $nusers users" "$tmp/out" ||
   fail "export summary: $(cat "$tmp/out")"
 [ "$(ls -d "$tmp/snap/events"/p-0000[0-7] | wc -l)" = 8 ] || fail "expected 8 unit directories"
+
+# the configuration comes from SEGD_* variables as for segd run (issue 23):
+# the topic, the buckets and the change topic the manifests name; flags win
+changes_of() { /usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["changes"]["topic"])' "$1"; }
+SEGD_TOPICS=events SEGD_SNAPSHOT_BUCKETS=4 SEGD_CHANGES_TOPIC=env.changes \
+  "$segd" snapshot export --db "$tmp/db" --to "$tmp/snapenv" --now $now > "$tmp/out" ||
+  fail "export from the environment: $(cat "$tmp/out")"
+grep -q "snapshot: 4 units of events" "$tmp/out" || fail "environment's topic and buckets: $(cat "$tmp/out")"
+[ "$(changes_of "$tmp/snapenv/events/p-00000/manifest.json")" = env.changes ] ||
+  fail "SEGD_CHANGES_TOPIC not in the manifest: $(cat "$tmp/snapenv/events/p-00000/manifest.json")"
+SEGD_CHANGES_TOPIC=env.changes "$segd" snapshot export --db "$tmp/db" --to "$tmp/snapflag" \
+  --topic events --buckets 2 --changes-topic flag.changes --now $now > /dev/null
+[ "$(changes_of "$tmp/snapflag/events/p-00000/manifest.json")" = flag.changes ] ||
+  fail "--changes-topic does not win over SEGD_CHANGES_TOPIC"
+if SEGD_NO_SUCH_KEY=1 "$segd" snapshot export --db "$tmp/db" --to "$tmp/snapbad" --topic events \
+  --now $now > /dev/null 2> "$tmp/err"; then fail "an unknown SEGD_ variable was accepted"; fi
+grep -q "SEGD_NO_SUCH_KEY" "$tmp/err" || fail "unknown variable not named: $(cat "$tmp/err")"
 [ "$(ls "$tmp/snap/events"/p-*/p-*.avro | wc -l)" = 8 ] || fail "expected 8 unit files"
 ls -R "$tmp/snap" | grep -q partial && fail "staging files left behind"
 # what a SIGKILLed export leaves (a staged file, a manifest temporary) is
