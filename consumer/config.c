@@ -503,6 +503,23 @@ static segd_err_t finish_outputs(segd_config_t *c, char *errstr, size_t n)
     return SEGD_OK;
 }
 
+static int connection_prop(const char *key)
+{
+    return !strncmp(key, "security.", 9) || !strncmp(key, "sasl.", 5) ||
+           !strncmp(key, "ssl.", 4) || !strcmp(key, "client.id");
+}
+
+void segd_config_connection_props(const segd_config_t *c, const char **props)
+{
+    size_t np = 0;
+    for (size_t i = 0; i < c->n_kafka; i++)
+        if (connection_prop(c->kafka[i].key)) {
+            props[np++] = c->kafka[i].key;
+            props[np++] = c->kafka[i].value;
+        }
+    props[np] = NULL;
+}
+
 segd_err_t segd_config_default_dlq(segd_config_t *c)
 {
     if (c->dlq_topic || !c->n_topics)
