@@ -45,8 +45,11 @@ static void usage(FILE *f)
             "  faster; Java, Python with zstandard, Rust, Go) or null (native's default: its\n"
             "  records are already compressed); --level: the codec's level (deflate 1-9,\n"
             "  zstandard 1-19)\n"
-            "  --horizon-s: the store's late-arrival horizon (store.horizon.s of segd run):\n"
-            "  dead entries younger than it are kept in the snapshot\n"
+            "  --horizon-s: the store's late-arrival horizon (store.horizon.s of segd run)\n"
+            "  Units keep the dead entries (tombstones, expired entries) at or above the\n"
+            "  store's GC watermark W, which caches need to join older deltas exactly; a\n"
+            "  store still taking history (W = 0: backfilled) keeps them all: once it\n"
+            "  has its history, `segd compact --end-history` moves W (said on stderr)\n"
             "  --changes-topic: whose acknowledged positions the manifests list\n"
             "  (default: the configuration's changes.topic, else segments.changes)\n"
             "  The configuration: --config FILE, then SEGD_* variables, as for segd run\n"
@@ -218,6 +221,23 @@ static void print_export(const export_args_t *a, const segd_manifest_t *m, doubl
            m->topic ? m->topic : "");
 }
 
+/* A unit keeps every dead entry (tombstone, expired entry) at or above its
+ * W, expired ones included: a cache joins older deltas into it (late events
+ * the store still takes, a tail re-delivering from the oldest unit's
+ * positions), and only the kept entry makes such a delta lose as it loses in
+ * the store (DESIGN §6). With W = 0 (a store still taking history, typically
+ * filled by backfill) that is every dead entry: say why, and what ends it. */
+static void note_dead_kept(const segd_manifest_t *m)
+{
+    if (!m->units || !m->segments || m->gc_watermark_ms)
+        return;
+    fprintf(stderr, "segd snapshot export: note: the store's GC watermark W is 0 (it is still "
+            "taking history, e.g. filled by backfill, or W has not started yet), so the units keep every tombstone and "
+            "expired entry (a cache needs them to join older deltas exactly); once the store "
+            "has all its history, `segd compact --end-history` moves W and later exports "
+            "leave out the dead entries older than it\n");
+}
+
 static int run_export(export_args_t *a)
 {
     segd_store_opts_t so;
@@ -239,6 +259,7 @@ static int run_export(export_args_t *a)
     segd_store_close(s);
     if (m.units)
         print_export(a, &m, segd_mono_s() - t0);
+    note_dead_kept(&m);
     segd_manifest_free(&m);
     if (!e)
         return SEGD_EXIT_OK;
