@@ -223,9 +223,8 @@ static void print_export(const export_args_t *a, const segd_manifest_t *m, doubl
 
 /* A unit keeps every dead entry (tombstone, expired entry) at or above its
  * W, expired ones included: a cache joins older deltas into it (late events
- * the store still takes, a tail re-delivering from the oldest unit's
- * positions), and only the kept entry makes such a delta lose as it loses in
- * the store (DESIGN §6). With W = 0 (a store still taking history, typically
+ * the store still takes), and only the kept entry makes such a delta lose as
+ * it loses in the store (DESIGN §6). With W = 0 (a store still taking history, typically
  * filled by backfill) that is every dead entry: say why, and what ends it. */
 static void note_dead_kept(const segd_manifest_t *m)
 {
