@@ -15,24 +15,10 @@ struct segd_daemon {
     int closed;
 };
 
-/* librdkafka settings that concern the connection, not the consumer: the
- * change producer needs them too (TLS, SASL). */
-static int connection_prop(const char *key)
-{
-    return !strncmp(key, "security.", 9) || !strncmp(key, "sasl.", 5) ||
-           !strncmp(key, "ssl.", 4) || !strcmp(key, "client.id");
-}
-
 void segd_daemon_publisher_opts(const segd_config_t *cfg, segd_publisher_opts_t *o,
                                 const char **props)
 {
-    size_t np = 0;
-    for (size_t i = 0; i < cfg->n_kafka; i++)
-        if (connection_prop(cfg->kafka[i].key)) {
-            props[np++] = cfg->kafka[i].key;
-            props[np++] = cfg->kafka[i].value;
-        }
-    props[np] = NULL;
+    segd_config_connection_props(cfg, props);
     segd_publisher_opts_default(o);
     o->brokers = cfg->brokers;
     o->topic = cfg->changes_topic;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "cli/cli.h"
+#include "cli/cmd_args.h"
 #include "consumer/config.h"
 #include "core/partition.h"
 #include "transport/kconf.h"
@@ -39,15 +40,10 @@ static int parse_args(int argc, char **argv, segd_config_t *cfg)
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     char err[512];
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "X:", opts, NULL)) != -1)
-        if (c == 'h')
-            return usage(stdout), 1;
-        else if (c == '?')
-            return usage(stderr), 2;
-        else if (c == 'c' && segd_config_load_file(cfg, optarg, err, sizeof(err)))
-            goto bad;
+    int c = segd_args_load_config("owner", argc, argv, opts, "X:", usage, SEGD_ARGS_FILE_ONLY,
+                                  cfg);
+    if (c)
+        return c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "X:", opts, NULL)) != -1) {
         segd_err_t e = SEGD_OK;

@@ -3,7 +3,8 @@
  * history of any age, so every input topic is replayed into it from the log
  * start to the end, with the input offsets and partition counts segd run
  * keeps; renamed DB.rebuilt when complete, it replaces DB when `segd run`
- * next starts. The live store and its segd run are not touched meanwhile. */
+ * next starts. With identity.enable the links topic is rebuilt into it too.
+ * The live store and its segd run are not touched meanwhile. */
 #include <getopt.h>
 #include <inttypes.h>
 #include <stdlib.h>
@@ -12,9 +13,9 @@
 
 #include "app/rebuild.h"
 #include "cli/cli.h"
+#include "cli/cmd_args.h"
+#include "consumer/links.h"
 #include "consumer/replay.h"
-
-extern char **environ;
 
 static void usage(FILE *f)
 {
@@ -37,7 +38,10 @@ static void usage(FILE *f)
         "  Bad messages go to DIR.rebuild-dlq.jsonl (JSON lines, as replay's\n"
         "  --dlq-file), not to the DLQ topic, which already holds them.\n"
         "  An interrupted rebuild continues into DIR.rebuild.tmp when run again.\n"
-        "  The identity links topic is not rebuilt (segd identity backfill).\n"
+        "  With identity.enable = 1 the identity graph is rebuilt too: the links\n"
+        "  topic from its start to its end as segd run applies it (dead letters to\n"
+        "  the same file), then its components as `segd identity rebuild` makes\n"
+        "  them (a new identity epoch); the next segd run continues after its offsets.\n"
         "  Only what the input topics hold is rebuilt: data loaded by `segd backfill`\n"
         "  or a snapshot restore is not in them and is lost by the swap. A live store\n"
         "  with restored snapshot units (import floors) is refused unless --force.\n"
@@ -83,21 +87,12 @@ static int parse(int argc, char **argv, segd_config_t *cfg, rebuild_args_t *a)
                                          {"force", no_argument, 0, 'f'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    const char *file = NULL;
     char err[512], *all[SEGD_MAX_TOPICS];
     size_t n_all = 0;
-    int c, rc = 2;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "X:", opts, NULL)) != -1)
-        if (c == 'c')
-            file = optarg;
-        else if (c == 'h')
-            return usage(stdout), 1;
-        else if (c == '?')
-            return usage(stderr), 2;
-    if ((file && segd_config_load_file(cfg, file, err, sizeof(err))) ||
-        segd_config_load_env(cfg, environ, err, sizeof(err)))
-        goto bad;
+    int c = segd_args_load_config("rebuild", argc, argv, opts, "X:", usage, SEGD_ARGS_ENV, cfg);
+    int rc = 2;
+    if (c)
+        return c;
     for (; n_all < cfg->n_topics; n_all++)
         if (!(all[n_all] = strdup(cfg->topics[n_all]))) {
             snprintf(err, sizeof(err), "out of memory");
@@ -175,6 +170,44 @@ static int rebuild_topics(segd_config_t *cfg, segd_store_t *s, const char *dlq,
     return 0;
 }
 
+/* The identity graph (identity.enable): the links topic from its start to
+ * its end through segd run's links consumer (consumer/links.h: the same
+ * checks, guard and dead letters, into the file; offsets stored, so segd run
+ * continues after them), then the components as `segd identity rebuild`
+ * computes them (UNLINKs split there only; it also starts a new identity
+ * epoch, past the live store's, so caches take the swapped store's
+ * masters). No membership outbox entries, as for the profiles. */
+static int rebuild_links(segd_config_t *cfg, segd_store_t *s, const char *dlq,
+                         segd_links_stats_t *st)
+{
+    volatile sig_atomic_t *stop = segd_app_stop_on_signals();
+    segd_links_opts_t lo = {.dlq_file = dlq, .no_changes = 1, .catch_up = 1};
+    segd_ident_opts_t io = {cfg->identity_min_weight, (uint32_t)cfg->identity_max_component,
+                            (uint32_t)cfg->identity_max_links};
+    segd_backoff_t bo = {0};
+    segd_links_t *l = NULL;
+    segd_ident_rebuild_stats_t is;
+    char err[512] = "";
+    segd_err_t e = segd_links_new_opts(&l, cfg, s, &lo, stop, &bo, err, sizeof(err));
+    if (!e)
+        e = segd_links_catch_up(l, err, sizeof(err));
+    memset(st, 0, sizeof(*st));
+    if (l)
+        segd_links_get_stats(l, st);
+    segd_links_destroy(l);
+    fprintf(stderr, "segd rebuild: %s: %" PRIu64 " link messages (%" PRIu64 " applied, %" PRIu64
+            " dead-lettered)\n", cfg->identity_links_topic, st->messages, st->applied, st->dlq);
+    if (!e)
+        e = segd_ident_rebuild(s, &io, NULL, NULL, NULL, NULL, &is, err, sizeof(err));
+    if (e) {
+        fprintf(stderr, "segd rebuild: identity graph: %s\n", err);
+        return -1;
+    }
+    fprintf(stderr, "segd rebuild: identity graph: %" PRIu64 " ids in %" PRIu64 " components, "
+            "epoch_ms %" PRId64 "\n", is.ids, is.components, is.epoch_ms);
+    return 0;
+}
+
 static int count_floor(void *ctx, const char *topic, int32_t partition, int64_t floor_ms)
 {
     (void)topic, (void)partition, (void)floor_ms;
@@ -235,8 +268,10 @@ int segd_cmd_rebuild(int argc, char **argv)
     if ((rc = check_restored(&cfg, a.force)))
         goto out;
     rc = SEGD_EXIT_FAIL;
-    fprintf(stderr, "segd rebuild: note: only the input topics are rebuilt; data loaded by "
-            "`segd backfill` or restored from snapshots is not in them\n");
+    fprintf(stderr, "segd rebuild: note: only the input topics%s are rebuilt; data loaded by "
+            "`segd backfill`%s or restored from snapshots is not in them\n",
+            cfg.identity_enable ? " and the links topic" : "",
+            cfg.identity_enable ? ", `segd identity backfill`" : "");
     segd_store_opts_t so;
     segd_app_config_store_opts(&cfg, &so);
     so.path = tmp;
@@ -247,7 +282,10 @@ int segd_cmd_rebuild(int argc, char **argv)
         goto out;
     }
     segd_replay_stats_t sum;
+    segd_links_stats_t links = {0};
     int bad = rebuild_topics(&cfg, s, dlq, &sum);
+    if (!bad && cfg.identity_enable)
+        bad = rebuild_links(&cfg, s, dlq, &links);
     segd_store_close(s);
     if (bad)
         goto out; /* DIR.rebuild.tmp stays: a second run continues into it */
@@ -267,10 +305,14 @@ int segd_cmd_rebuild(int argc, char **argv)
         fprintf(stderr, "segd rebuild: rename %s to %s failed\n", tmp, done);
         goto out;
     }
-    printf("rebuilt %" PRIu64 " messages (%" PRIu64 " events, %" PRIu64 " dead-lettered%s%s) "
-           "into %s: it replaces %s when segd run next starts\n", sum.messages, sum.events,
-           sum.dead, sum.dead ? " to " : "", sum.dead ? dlq : "", done, cfg.db);
-    rc = sum.dead ? SEGD_EXIT_PARTIAL : SEGD_EXIT_OK;
+    printf("rebuilt %" PRIu64 " messages (%" PRIu64 " events, %" PRIu64 " dead-lettered%s%s) ",
+           sum.messages, sum.events, sum.dead, sum.dead ? " to " : "", sum.dead ? dlq : "");
+    if (cfg.identity_enable)
+        printf("and the identity graph from %" PRIu64 " link messages (%" PRIu64
+               " dead-lettered%s%s) ", links.messages, links.dlq, links.dlq ? " to " : "",
+               links.dlq ? dlq : "");
+    printf("into %s: it replaces %s when segd run next starts\n", done, cfg.db);
+    rc = sum.dead || links.dlq ? SEGD_EXIT_PARTIAL : SEGD_EXIT_OK;
 out:
     segd_config_free(&cfg);
     return rc;

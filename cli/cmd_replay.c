@@ -14,10 +14,9 @@
 #include "base/progress.h"
 #include "base/timeparse.h"
 #include "cli/cli.h"
+#include "cli/cmd_args.h"
 #include "cli/repair_check.h"
 #include "consumer/replay.h"
-
-extern char **environ;
 
 static void usage(FILE *f)
 {
@@ -207,20 +206,11 @@ static int apply_flag(args_t *a, int c, char *err, size_t n)
  * environment, as for segd run. */
 static int parse_args(int argc, char **argv, args_t *a)
 {
-    const char *file = NULL;
     char err[512];
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "X:", opts, NULL)) != -1)
-        if (c == 'c')
-            file = optarg;
-        else if (c == 'h')
-            return usage(stdout), 1;
-        else if (c == '?')
-            return usage(stderr), 2;
-    if ((file && segd_config_load_file(&a->cfg, file, err, sizeof(err))) ||
-        segd_config_load_env(&a->cfg, environ, err, sizeof(err)))
-        goto bad;
+    int c = segd_args_load_config("replay", argc, argv, opts, "X:", usage, SEGD_ARGS_ENV,
+                                  &a->cfg);
+    if (c)
+        return c;
     /* dead letters go where segd run's would: fixed before --topic replaces
      * the topic list */
     if (segd_config_default_dlq(&a->cfg)) {

@@ -14,14 +14,13 @@
 
 #include "app/rebuild.h"
 #include "cli/cli.h"
+#include "cli/cmd_args.h"
 #include "app/daemon.h"
 #include "app/health.h"
 #include "metrics/server.h"
 #include "publisher/publisher.h"
 #include "publisher/snapshot.h"
 #include "base/clock.h"
-
-extern char **environ;
 
 
 static void usage(FILE *f)
@@ -62,23 +61,11 @@ static int parse_args(int argc, char **argv, segd_config_t *cfg)
                                          {"help", no_argument, 0, 'h'},
                                          {"print-config", no_argument, 0, 'p'},
                                          {0, 0, 0, 0}};
-    const char *file = NULL;
     int print = 0;
     char err[512];
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "X:", opts, NULL)) != -1)
-        if (c == 'c')
-            file = optarg;
-        else if (c == 'h')
-            return usage(stdout), 1;
-        else if (c == 'p')
-            print = 1;
-        else if (c == '?')
-            return usage(stderr), 2;
-    if ((file && segd_config_load_file(cfg, file, err, sizeof(err))) ||
-        segd_config_load_env(cfg, environ, err, sizeof(err)))
-        goto bad;
+    int c = segd_args_load_config("run", argc, argv, opts, "X:", usage, SEGD_ARGS_ENV, cfg);
+    if (c)
+        return c;
     optind = 1;
     while ((c = getopt_long(argc, argv, "X:", opts, NULL)) != -1) {
         segd_err_t e = SEGD_OK;
@@ -88,6 +75,7 @@ static int parse_args(int argc, char **argv, segd_config_t *cfg)
         case 'g': e = segd_config_set(cfg, "group", optarg, err, sizeof(err)); break;
         case 'd': e = segd_config_set(cfg, "db", optarg, err, sizeof(err)); break;
         case 'X': e = segd_config_set_x(cfg, optarg, err, sizeof(err)); break;
+        case 'p': print = 1; break;
         }
         if (e)
             goto bad;

@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/cmd_args.h"
 #include "snapread/snapshot.h"
 #include "publisher/snapshot.h"
 #include "base/clock.h"
@@ -44,10 +45,16 @@ static void usage(FILE *f)
             "  faster; Java, Python with zstandard, Rust, Go) or null (native's default: its\n"
             "  records are already compressed); --level: the codec's level (deflate 1-9,\n"
             "  zstandard 1-19)\n"
-            "  --horizon-s: the store's late-arrival horizon (store.horizon.s of segd run):\n"
-            "  dead entries younger than it are kept in the snapshot\n"
+            "  --horizon-s: the store's late-arrival horizon (store.horizon.s of segd run)\n"
+            "  Units keep the dead entries (tombstones, expired entries) at or above the\n"
+            "  store's GC watermark W, which caches need to join older deltas exactly; a\n"
+            "  store still taking history (W = 0: backfilled) keeps them all: once it\n"
+            "  has its history, `segd compact --end-history` moves W (said on stderr)\n"
             "  --changes-topic: whose acknowledged positions the manifests list\n"
-            "  (default: the --config's changes.topic, else segments.changes)\n"
+            "  (default: the configuration's changes.topic, else segments.changes)\n"
+            "  The configuration: --config FILE, then SEGD_* variables, as for segd run\n"
+            "  (changes.topic, input.topics, input.partitioner, snapshot.buckets,\n"
+            "  snapshot.format, snapshot.upload.*, identity.links.topic); flags win\n"
             "  --format: every unit's records_format: avro (one Avro record per entry, for\n"
             "  any Avro tool) or native (the store's own record bytes, docs/record-format.md:\n"
             "  smaller and faster, for segd's caches and restores); default: the --config's\n"
@@ -83,7 +90,7 @@ static int parse_partitions(const char *s, int32_t **out, size_t *n)
 
 typedef struct export_args {
     segd_snapshot_opts_t o;
-    const char *db, *to, *config, *partitioner;
+    const char *db, *to, *partitioner;
     int64_t buckets, partition_count, now_s, level, horizon_s;
     int buckets_given, codec_given, format_given;
     int32_t *partitions;
@@ -103,28 +110,30 @@ static int parse_codec(const char *s, segd_snapshot_opts_t *o)
     return 0;
 }
 
-/* 0 = parsed, 1 = --help, 2 = usage error. */
+static const struct option export_opts[] = {{"db", required_argument, 0, 'd'},
+                                            {"to", required_argument, 0, 't'},
+                                            {"topic", required_argument, 0, 'T'},
+                                            {"partitions", required_argument, 0, 'p'},
+                                            {"partition-count", required_argument, 0, 'P'},
+                                            {"partitioner", required_argument, 0, 'r'},
+                                            {"config", required_argument, 0, 'C'},
+                                            {"buckets", required_argument, 0, 'b'},
+                                            {"now", required_argument, 0, 'n'},
+                                            {"changes-topic", required_argument, 0, 'c'},
+                                            {"level", required_argument, 0, 'l'},
+                                            {"codec", required_argument, 0, 'x'},
+                                            {"horizon-s", required_argument, 0, 'z'},
+                                            {"format", required_argument, 0, 'f'},
+                                            {"help", no_argument, 0, 'h'},
+                                            {0, 0, 0, 0}};
+
+/* The flags, after the file and environment (segd_args_load_config): 0 =
+ * parsed, 2 = usage error. */
 static int parse_export(int argc, char **argv, export_args_t *a)
 {
-    static const struct option opts[] = {{"db", required_argument, 0, 'd'},
-                                         {"to", required_argument, 0, 't'},
-                                         {"topic", required_argument, 0, 'T'},
-                                         {"partitions", required_argument, 0, 'p'},
-                                         {"partition-count", required_argument, 0, 'P'},
-                                         {"partitioner", required_argument, 0, 'r'},
-                                         {"config", required_argument, 0, 'C'},
-                                         {"buckets", required_argument, 0, 'b'},
-                                         {"now", required_argument, 0, 'n'},
-                                         {"changes-topic", required_argument, 0, 'c'},
-                                         {"level", required_argument, 0, 'l'},
-                                         {"codec", required_argument, 0, 'x'},
-                                         {"horizon-s", required_argument, 0, 'z'},
-                                         {"format", required_argument, 0, 'f'},
-                                         {"help", no_argument, 0, 'h'},
-                                         {0, 0, 0, 0}};
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "", export_opts, NULL)) != -1) {
         int bad = 0;
         switch (c) {
         case 'd': a->db = optarg; break;
@@ -133,7 +142,7 @@ static int parse_export(int argc, char **argv, export_args_t *a)
         case 'p': bad = parse_partitions(optarg, &a->partitions, &a->o.n_partitions); break;
         case 'P': bad = segd_arg_int("snapshot", "--partition-count", optarg, 1, 100000, &a->partition_count); break;
         case 'r': a->partitioner = optarg; break;
-        case 'C': a->config = optarg; break;
+        case 'C': break; /* read first */
         case 'b':
             bad = segd_arg_int("snapshot", "--buckets", optarg, 1, 65536, &a->buckets);
             a->buckets_given = 1;
@@ -150,7 +159,6 @@ static int parse_export(int argc, char **argv, export_args_t *a)
             bad = segd_snapfmt_parse(optarg, &a->o.format) != 0;
             a->format_given = 1;
             break;
-        case 'h': usage(stdout); return 1;
         default: usage(stderr); return 2;
         }
         if (bad) {
@@ -165,35 +173,27 @@ static int parse_export(int argc, char **argv, export_args_t *a)
     return 0;
 }
 
-/* The config's topic, partitioner and change topic as defaults, then the
- * flags; the options point into a (and its config). */
+/* The configuration's (file, environment, else its defaults) topic,
+ * partitioner, change topic, buckets and format under the flags; the
+ * options point into a (and its config). */
 static int resolve_export(export_args_t *a)
 {
-    char err[512];
-    int from_config = a->config != NULL;
-    if (from_config && segd_config_load_file(&a->cfg, a->config, err, sizeof(err))) {
-        fprintf(stderr, "segd snapshot export: %s\n", err);
-        return 2;
-    }
-    if (from_config && !a->o.topic && a->cfg.n_topics)
+    if (!a->o.topic && a->cfg.n_topics)
         a->o.topic = a->cfg.topics[0];
-    if (from_config && !a->o.changes_topic)
+    if (!a->o.changes_topic)
         a->o.changes_topic = a->cfg.changes_topic;
-    if (from_config)
-        a->o.links_topic = a->cfg.identity_links_topic;
-    if (from_config && !a->buckets_given)
+    a->o.links_topic = a->cfg.identity_links_topic;
+    if (!a->buckets_given)
         a->buckets = a->cfg.snapshot_buckets;
-    if (from_config) {
-        a->o.dest.max_retries = (int)a->cfg.snapshot_upload_retries;
-        a->o.dest.backoff_ms = (long)a->cfg.snapshot_upload_backoff_ms;
-    }
-    if (from_config && !a->format_given)
+    a->o.dest.max_retries = (int)a->cfg.snapshot_upload_retries;
+    a->o.dest.backoff_ms = (long)a->cfg.snapshot_upload_backoff_ms;
+    if (!a->format_given)
         a->o.format = a->cfg.snapshot_native ? SEGD_SNAPFMT_NATIVE : SEGD_SNAPFMT_AVRO;
     if (!a->codec_given)
         a->o.codec = segd_snapshot_default_codec(a->o.format);
     if (!a->o.changes_topic)
         a->o.changes_topic = "segments.changes";
-    a->o.partitioner = from_config ? a->cfg.partitioner : SEGD_PARTITIONER_MURMUR2;
+    a->o.partitioner = a->cfg.partitioner;
     if (a->partitioner && segd_partitioner_parse(a->partitioner, &a->o.partitioner)) {
         fprintf(stderr, "segd snapshot export: --partitioner %s: not murmur2_random, "
                         "consistent_random or fnv1a_random\n", a->partitioner);
@@ -221,6 +221,22 @@ static void print_export(const export_args_t *a, const segd_manifest_t *m, doubl
            m->topic ? m->topic : "");
 }
 
+/* A unit keeps every dead entry (tombstone, expired entry) at or above its
+ * W, expired ones included: a cache joins older deltas into it (late events
+ * the store still takes), and only the kept entry makes such a delta lose as
+ * it loses in the store (DESIGN §6). With W = 0 (a store still taking history, typically
+ * filled by backfill) that is every dead entry: say why, and what ends it. */
+static void note_dead_kept(const segd_manifest_t *m)
+{
+    if (!m->units || !m->segments || m->gc_watermark_ms)
+        return;
+    fprintf(stderr, "segd snapshot export: note: the store's GC watermark W is 0 (it is still "
+            "taking history, e.g. filled by backfill, or W has not started yet), so the units keep every tombstone and "
+            "expired entry (a cache needs them to join older deltas exactly); once the store "
+            "has all its history, `segd compact --end-history` moves W and later exports "
+            "leave out the dead entries older than it\n");
+}
+
 static int run_export(export_args_t *a)
 {
     segd_store_opts_t so;
@@ -242,6 +258,7 @@ static int run_export(export_args_t *a)
     segd_store_close(s);
     if (m.units)
         print_export(a, &m, segd_mono_s() - t0);
+    note_dead_kept(&m);
     segd_manifest_free(&m);
     if (!e)
         return SEGD_EXIT_OK;
@@ -263,7 +280,10 @@ static int export_cmd(int argc, char **argv)
     a.level = a.o.level;
     a.horizon_s = 86400;
     segd_config_init(&a.cfg);
-    int rc = parse_export(argc, argv, &a);
+    int rc = segd_args_load_config("snapshot export", argc, argv, export_opts, "", usage,
+                                   SEGD_ARGS_ENV, &a.cfg);
+    if (!rc)
+        rc = parse_export(argc, argv, &a);
     if (!rc)
         rc = resolve_export(&a);
     rc = rc == 1 ? SEGD_EXIT_OK : rc ? SEGD_EXIT_USAGE : run_export(&a);

@@ -421,13 +421,25 @@ static void env_name(const char *key, char *out, size_t cap)
     out[i] = 0;
 }
 
+/* SEGD_* variables that are not configuration keys: read where they are
+ * used (transport/dest.c), so a command that loads the environment must not
+ * refuse them as unknown. */
+static int env_not_a_key(const char *var, size_t len)
+{
+    static const char *const names[] = {"SEGD_S3_ENDPOINT"};
+    for (size_t i = 0; i < sizeof(names) / sizeof(names[0]); i++)
+        if (strlen(names[i]) == len && !strncmp(names[i], var, len))
+            return 1;
+    return 0;
+}
+
 segd_err_t segd_config_load_env(segd_config_t *c, char *const *envp, char *errstr,
                                 size_t n)
 {
     char name[128], msg[512];
     for (char *const *e = envp; e && *e; e++) {
         const char *eq = strchr(*e, '=');
-        if (!eq || strncmp(*e, "SEGD_", 5) != 0)
+        if (!eq || strncmp(*e, "SEGD_", 5) != 0 || env_not_a_key(*e, (size_t)(eq - *e)))
             continue;
         size_t nlen = (size_t)(eq - *e);
         segd_err_t err = SEGD_ERR_CONFIG;
@@ -489,6 +501,23 @@ static segd_err_t finish_outputs(segd_config_t *c, char *errstr, size_t n)
     if (c->snapshot_interval_s > 0 && !c->snapshot_to)
         return segd_errf(SEGD_ERR_CONFIG, errstr, n, "snapshot.interval needs snapshot.to");
     return SEGD_OK;
+}
+
+static int connection_prop(const char *key)
+{
+    return !strncmp(key, "security.", 9) || !strncmp(key, "sasl.", 5) ||
+           !strncmp(key, "ssl.", 4) || !strcmp(key, "client.id");
+}
+
+void segd_config_connection_props(const segd_config_t *c, const char **props)
+{
+    size_t np = 0;
+    for (size_t i = 0; i < c->n_kafka; i++)
+        if (connection_prop(c->kafka[i].key)) {
+            props[np++] = c->kafka[i].key;
+            props[np++] = c->kafka[i].value;
+        }
+    props[np] = NULL;
 }
 
 segd_err_t segd_config_default_dlq(segd_config_t *c)

@@ -147,6 +147,14 @@ segd_err_t segd_config_load_env(segd_config_t *c, char *const *envp, char *errst
  * is (finish calls it; segd replay calls it before --topic replaces the
  * topics, so its dead letters go where segd run's do). */
 segd_err_t segd_config_default_dlq(segd_config_t *c);
+
+/* The kafka.* settings that concern the connection, not the consumer
+ * (security.*, sasl.*, ssl.*, client.id): every producer segd makes beside
+ * the ingest consumer (changes, dead letters) needs them on a secured
+ * cluster, and consumer-only settings would make a producer warn. Fills
+ * props (room for 2 * SEGD_MAX_KAFKA_PROPS + 1) with key, value, ..., NULL;
+ * the strings are cfg's, borrowed for as long as cfg is unchanged. */
+void segd_config_connection_props(const segd_config_t *c, const char **props);
 /* Final checks (required keys, derived defaults). */
 segd_err_t segd_config_finish(segd_config_t *c, char *errstr, size_t errstr_size);
 

@@ -19,7 +19,9 @@
 typedef struct segd_dlq segd_dlq_t;
 
 /* The DLQ topic cfg->dlq_topic on cfg->brokers (both read at every
- * delivery). cfg, stop and backoff are borrowed and must outlive the DLQ. */
+ * delivery), its producer configured with the consumer's connection
+ * settings (segd_config_connection_props: TLS, SASL, client.id). cfg, stop
+ * and backoff are borrowed and must outlive the DLQ. */
 segd_err_t segd_dlq_new_topic(segd_dlq_t **out, const segd_config_t *cfg,
                               volatile sig_atomic_t *stop, segd_backoff_t *backoff,
                               char *errstr, size_t errstr_size);

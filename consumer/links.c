@@ -2,6 +2,7 @@
 #include "consumer/links.h"
 #include "transport/kmeta.h"
 
+#include <inttypes.h>
 #include <librdkafka/rdkafka.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,8 +30,10 @@ struct segd_links {
     int32_t n_parts;
     int64_t *next;  /* per partition: the offset after the last message taken */
     uint8_t *dirty; /* per partition: next moved in this batch */
+    uint8_t *eof;   /* per partition: its end was reported (opts.catch_up) */
     segd_member_outbox_t members; /* the batch's membership changes (DESIGN §10.6); zeroed
                                    * is initialised */
+    segd_links_opts_t o;
     segd_links_stats_t st;
 };
 
@@ -46,7 +49,8 @@ static segd_err_t make_consumer(segd_links_t *l, char *errstr, size_t n)
     snprintf(group, sizeof(group), "%s.links-assign", cfg->group ? cfg->group : "segd");
     const char *const defaults[] = {"bootstrap.servers", cfg->brokers, "group.id", group,
                                     "enable.auto.commit", "false", "enable.auto.offset.store",
-                                    "false", "enable.partition.eof", "false", NULL};
+                                    "false", "enable.partition.eof",
+                                    l->o.catch_up ? "true" : "false", NULL};
     char errbuf[512];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     segd_err_t err = segd_kconf_apply(conf, "links", defaults, errstr, n);
@@ -83,7 +87,8 @@ static segd_err_t assign_all(segd_links_t *l, char *errstr, size_t n)
     if (err)
         return err;
     if (!(l->next = calloc((size_t)l->n_parts + 1, sizeof(*l->next))) ||
-        !(l->dirty = calloc((size_t)l->n_parts + 1, 1)))
+        !(l->dirty = calloc((size_t)l->n_parts + 1, 1)) ||
+        !(l->eof = calloc((size_t)l->n_parts + 1, 1)))
         return SEGD_ERR_NOMEM;
     rd_kafka_topic_partition_list_t *parts = rd_kafka_topic_partition_list_new(l->n_parts);
     for (int32_t p = 0; !err && p < l->n_parts; p++) {
@@ -123,22 +128,34 @@ segd_err_t segd_links_new(segd_links_t **out, const segd_config_t *cfg, segd_sto
                           volatile sig_atomic_t *stop, segd_backoff_t *backoff, char *errstr,
                           size_t n)
 {
+    return segd_links_new_opts(out, cfg, store, NULL, stop, backoff, errstr, n);
+}
+
+segd_err_t segd_links_new_opts(segd_links_t **out, const segd_config_t *cfg,
+                               segd_store_t *store, const segd_links_opts_t *o,
+                               volatile sig_atomic_t *stop, segd_backoff_t *backoff,
+                               char *errstr, size_t n)
+{
     segd_links_t *l = calloc(1, sizeof(*l));
     if (!l)
         return SEGD_ERR_NOMEM;
+    if (o)
+        l->o = *o;
+    l->o.dlq_file = NULL; /* read here only: not kept */
     l->cfg = cfg;
     l->store = store;
     l->stop = stop;
     l->backoff = backoff;
-    segd_ident_opts_t o = {cfg->identity_min_weight, (uint32_t)cfg->identity_max_component,
-                           (uint32_t)cfg->identity_max_links};
-    segd_err_t err = segd_ident_new(store, &o, &l->ident, errstr, n);
+    segd_ident_opts_t io = {cfg->identity_min_weight, (uint32_t)cfg->identity_max_component,
+                            (uint32_t)cfg->identity_max_links};
+    segd_err_t err = segd_ident_new(store, &io, &l->ident, errstr, n);
     if (!err)
         err = segd_batch_new(store, &l->batch);
     if (!err)
         err = make_codec(l, errstr, n);
     if (!err)
-        err = segd_dlq_new_topic(&l->dlq, cfg, stop, backoff, errstr, n);
+        err = o && o->dlq_file ? segd_dlq_new_file(&l->dlq, o->dlq_file, errstr, n)
+                               : segd_dlq_new_topic(&l->dlq, cfg, stop, backoff, errstr, n);
     if (!err)
         err = make_consumer(l, errstr, n);
     if (!err)
@@ -167,6 +184,7 @@ void segd_links_destroy(segd_links_t *l)
     segd_member_outbox_free(&l->members);
     free(l->next);
     free(l->dirty);
+    free(l->eof);
     free(l);
 }
 
@@ -254,7 +272,8 @@ static int handle(segd_links_t *l, const rd_kafka_message_t *m, char *errstr, si
         segd_err_t err = segd_link_event_check(&ev, why, sizeof(why));
         if (err)
             reason = SEGD_DLQ_INVALID;
-        else if ((err = segd_ident_apply(l->ident, l->batch, &ev, change_cb, l, &res, errstr, n)))
+        else if ((err = segd_ident_apply(l->ident, l->batch, &ev,
+                                         l->o.no_changes ? NULL : change_cb, l, &res, errstr, n)))
             return err;
         else if (res != SEGD_IDENT_APPLIED) {
             reason = SEGD_DLQ_SUPERNODE;
@@ -317,6 +336,9 @@ segd_err_t segd_links_step(segd_links_t *l, int wait_ms, char *errstr, size_t n)
         if (!m)
             break;
         if (m->err || m->partition < 0 || m->partition >= l->n_parts) {
+            if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF && m->partition >= 0 &&
+                m->partition < l->n_parts)
+                l->eof[m->partition] = 1;
             rd_kafka_message_destroy(m); /* partitions added later: at the next start */
             continue;
         }
@@ -348,4 +370,24 @@ segd_err_t segd_links_step(segd_links_t *l, int wait_ms, char *errstr, size_t n)
             break;
     }
     return write_batch(l, errstr, n);
+}
+
+segd_err_t segd_links_catch_up(segd_links_t *l, char *errstr, size_t n)
+{
+    if (!l->o.catch_up)
+        return segd_errf(SEGD_ERR_INVALID, errstr, n, "links consumer made without catch_up");
+    for (;;) {
+        int32_t behind = 0;
+        for (int32_t p = 0; p < l->n_parts; p++)
+            behind += !l->eof[p];
+        if (!behind)
+            return SEGD_OK;
+        if (*l->stop)
+            return segd_errf(SEGD_ERR_ABORTED, errstr, n, "stopped with %" PRId32 " of %" PRId32
+                             " partitions of %s not read to their end", behind, l->n_parts,
+                             l->cfg->identity_links_topic);
+        segd_err_t err = segd_links_step(l, 500, errstr, n);
+        if (err)
+            return err;
+    }
 }

@@ -8,7 +8,11 @@
 # erased only in the live store (offline, never in the topic) stays erased
 # after the swap (the live store's erase markers are carried over); every
 # other user equals the live store's answer. A rebuild of only some of the
-# config's topics is not renamed to .rebuilt.
+# config's topics is not renamed to .rebuilt. With identity.enable the
+# rebuilt store holds the identity graph of the whole links topic, its
+# components as `segd identity rebuild` makes them (an UNLINK splits one,
+# which the live store applying links online does not), with the links
+# offsets segd run continues from after the swap.
 # usage: rebuild_cli.sh SEGD_BIN SOURCE_DIR
 set -euo pipefail
 segd=$1
@@ -16,17 +20,34 @@ segd=$1
 lib_init rebuild_cli
 # no change topic here (auto-creation is off on a real cluster): nothing published
 export SEGD_CHANGES_ENABLE=0
-start_broker 2 events,events.dlq
+start_broker 2 events,events.dlq,segments.links
 now=$(date +%s)
 "$segd" produce --brokers "$brokers" --topic "${tp}events" --users 60 --events 300 \
   --now "$now" > /dev/null 2> "$tmp/produce.log" || fail "produce"
+# the graph: la-lb-lc and ld-le linked, then lb-lc unlinked
+t=$((now * 1000 - 60000))
+cat > "$tmp/links.jsonl" <<JL
+{"id_a":"la","id_b":"lb","op":"LINK","ts_ms":$t,"weight":1.0}
+{"id_a":"lb","id_b":"lc","op":"LINK","ts_ms":$((t + 1)),"weight":1.0}
+{"id_a":"ld","id_b":"le","op":"LINK","ts_ms":$((t + 2)),"weight":1.0}
+{"id_a":"lc","id_b":"lb","op":"UNLINK","ts_ms":$((t + 1000)),"weight":1.0}
+JL
+"$segd" identity produce --brokers "$brokers" --topic "${tp}segments.links" "$tmp/links.jsonl" \
+  2>> "$tmp/produce.log" || fail "identity produce"
 cat > "$tmp/segd.conf" <<CONF
 brokers = $brokers
 topics = ${tp}events
 group = ${tp}g
 db = $tmp/db
 kafka.session.timeout.ms = 6000
+identity.enable = 1
+identity.links.topic = ${tp}segments.links
 CONF
+links_at() { # the store $1's links offsets add up to $2
+  "$segd" identity stats --db "$1" --topic "${tp}segments.links" 2>/dev/null |
+    grep -qx "links_offsets_sum $2"
+}
+connected() { "$segd" identity check --db "$1" "$2" "$3" > /dev/null 2>&1; }
 start_run() {
   "$segd" run --config "$tmp/segd.conf" 2>> "$tmp/run.log" &
   run_pid=$!
@@ -43,6 +64,10 @@ for _ in $(seq 600); do
   sleep 0.2
 done
 [ "$f" -gt 0 ] || fail "no ingest floor after catching up"
+for _ in $(seq 300); do links_at "$tmp/db" 4 && break; sleep 0.2; done
+links_at "$tmp/db" 4 || fail "segd run did not consume the links"
+# online, an UNLINK only marks the edge: la and lc stay connected
+connected "$tmp/db" la lc || fail "the live store split la-lc online"
 users=$(seq -f 'u%010g' 0 59)
 # shellcheck disable=SC2086
 "$segd" get --db "$tmp/db" --now "$now" --json $users > "$tmp/live.json"
@@ -50,7 +75,7 @@ users=$(seq -f 'u%010g' 0 59)
 # the rebuild runs beside the live segd run
 "$segd" rebuild --config "$tmp/segd.conf" > "$tmp/rebuild.out" 2> "$tmp/rebuild.log" ||
   fail "rebuild exit $?: $(cat "$tmp/rebuild.log")"
-grep -q "^rebuilt 300 messages (300 events, 0 dead-lettered) into $tmp/db.rebuilt" \
+grep -q "^rebuilt 300 messages (300 events, 0 dead-lettered) and the identity graph from 4 link messages (0 dead-lettered) into $tmp/db.rebuilt" \
   "$tmp/rebuild.out" || fail "rebuild said: $(cat "$tmp/rebuild.out")"
 kill -0 $run_pid 2>/dev/null || fail "the live segd run stopped during the rebuild"
 [ -d "$tmp/db.rebuilt" ] && [ ! -e "$tmp/db.rebuild.tmp" ] || fail "no $tmp/db.rebuilt"
@@ -61,12 +86,21 @@ kill -0 $run_pid 2>/dev/null || fail "the live segd run stopped during the rebui
 # with segd run's offsets: it continues from where the rebuild ended
 "$segd" offsets show --db "$tmp/db.rebuilt" --json > "$tmp/rebuilt.offsets"
 /usr/bin/python3 -c 'import json,sys; o=json.load(open(sys.argv[1]))
-assert sum(p["next_offset"] for p in o["offsets"]) == 300 and len(o["offsets"]) == 2, o' \
-  "$tmp/rebuilt.offsets" || fail "rebuilt offsets: $(cat "$tmp/rebuilt.offsets")"
+ev = [p for p in o["offsets"] if p["topic"] == sys.argv[2]]
+assert sum(p["next_offset"] for p in ev) == 300 and len(ev) == 2, o' \
+  "$tmp/rebuilt.offsets" "${tp}events" || fail "rebuilt offsets: $(cat "$tmp/rebuilt.offsets")"
 set +e
 "$segd" rebuild --config "$tmp/segd.conf" > /dev/null 2> "$tmp/again.log"; rc=$?
 set -e
 [ $rc -eq 1 ] && grep -q "not yet swapped in" "$tmp/again.log" || fail "second rebuild: $rc"
+# the rebuilt store has the graph: the links offsets, and the components of
+# `segd identity rebuild` (the UNLINK split la-lb from lc)
+links_at "$tmp/db.rebuilt" 4 || fail "rebuilt links offsets: $("$segd" identity stats --db "$tmp/db.rebuilt")"
+connected "$tmp/db.rebuilt" la lb || fail "rebuilt graph: la, lb not connected"
+connected "$tmp/db.rebuilt" ld le || fail "rebuilt graph: ld, le not connected"
+! connected "$tmp/db.rebuilt" la lc || fail "rebuilt graph: the UNLINK did not split la-lc"
+[ "$("$segd" identity members --db "$tmp/db.rebuilt" lb | sort | tr '\n' ' ')" = "la lb " ] ||
+  fail "rebuilt members of lb: $("$segd" identity members --db "$tmp/db.rebuilt" lb 2>&1)"
 
 # a second segd run while the first holds the store: the swap is refused
 set +e
@@ -100,11 +134,19 @@ ls -d "$tmp"/db.replaced-* > /dev/null || fail "the old store was not kept"
 n=0
 for _ in $(seq 300); do
   kill -0 $run_pid 2>/dev/null || fail "segd run exited after the swap"
-  n=$(json 'sum(p["next_offset"] for p in o["offsets"])' || echo 0)
+  n=$(json "sum(p['next_offset'] for p in o['offsets'] if p['topic'] == '${tp}events')" || echo 0)
   [ "$n" -ge 320 ] && break
   sleep 0.2
 done
 [ "$n" -eq 320 ] || fail "after the swap segd run stands at $n offsets, want 320"
+# the swapped store has the rebuilt graph and segd run continues the links after it
+! connected "$tmp/db" la lc || fail "the swapped store lacks the rebuilt graph"
+echo "{\"id_a\":\"lf\",\"id_b\":\"lg\",\"op\":\"LINK\",\"ts_ms\":$((t + 2000)),\"weight\":1.0}" |
+  "$segd" identity produce --brokers "$brokers" --topic "${tp}segments.links" - \
+  2>> "$tmp/produce.log" || fail "identity produce 2"
+for _ in $(seq 300); do links_at "$tmp/db" 5 && break; sleep 0.2; done
+links_at "$tmp/db" 5 || fail "after the swap the links stand at: $("$segd" identity stats --db "$tmp/db" 2>&1)"
+connected "$tmp/db" lf lg || fail "a link after the swap was not applied"
 # the offline erasure is not in the topic, yet the swap kept it
 "$segd" get --db "$tmp/db" --now "$now" --json u0000000003 > "$tmp/u3.json"
 grep -q '"user_id"' "$tmp/u3.json" || fail "no answer for u0000000003: $(cat "$tmp/u3.json")"
@@ -141,4 +183,4 @@ if kafka_real; then
     fail "segd run said: $(tail -3 "$tmp/run3.log")"
   [ -d "$tmp/db.rebuilt" ] || fail "the refused swap moved the rebuilt store"
 fi
-echo "rebuild_cli: 300 messages rebuilt beside segd run (floor $f), swap refused beside it, swapped in at restart keeping an offline erasure, 20 more consumed after"
+echo "rebuild_cli: 300 messages and 4 links rebuilt beside segd run (floor $f), swap refused beside it, swapped in at restart keeping an offline erasure, 20 more messages and a link consumed after"

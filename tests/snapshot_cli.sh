@@ -59,6 +59,53 @@ grep -q -- "--topic" "$tmp/err" || fail "usage error names --topic: $(cat "$tmp/
 grep -q "snapshot: 8 units of events (8 partitions, murmur2_random), $nusers users" "$tmp/out" ||
   fail "export summary: $(cat "$tmp/out")"
 [ "$(ls -d "$tmp/snap/events"/p-0000[0-7] | wc -l)" = 8 ] || fail "expected 8 unit directories"
+
+# the configuration comes from SEGD_* variables as for segd run (issue 23):
+# the topic, the buckets and the change topic the manifests name; flags win
+changes_of() { /usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["changes"]["topic"])' "$1"; }
+SEGD_TOPICS=events SEGD_SNAPSHOT_BUCKETS=4 SEGD_CHANGES_TOPIC=env.changes \
+  "$segd" snapshot export --db "$tmp/db" --to "$tmp/snapenv" --now $now > "$tmp/out" ||
+  fail "export from the environment: $(cat "$tmp/out")"
+grep -q "snapshot: 4 units of events" "$tmp/out" || fail "environment's topic and buckets: $(cat "$tmp/out")"
+[ "$(changes_of "$tmp/snapenv/events/p-00000/manifest.json")" = env.changes ] ||
+  fail "SEGD_CHANGES_TOPIC not in the manifest: $(cat "$tmp/snapenv/events/p-00000/manifest.json")"
+SEGD_CHANGES_TOPIC=env.changes "$segd" snapshot export --db "$tmp/db" --to "$tmp/snapflag" \
+  --topic events --buckets 2 --changes-topic flag.changes --now $now > /dev/null
+[ "$(changes_of "$tmp/snapflag/events/p-00000/manifest.json")" = flag.changes ] ||
+  fail "--changes-topic does not win over SEGD_CHANGES_TOPIC"
+if SEGD_NO_SUCH_KEY=1 "$segd" snapshot export --db "$tmp/db" --to "$tmp/snapbad" --topic events \
+  --now $now > /dev/null 2> "$tmp/err"; then fail "an unknown SEGD_ variable was accepted"; fi
+grep -q "SEGD_NO_SUCH_KEY" "$tmp/err" || fail "unknown variable not named: $(cat "$tmp/err")"
+
+# dead entries (issue 23): a backfilled store (W = 0) keeps its expired entries
+# in the units (a cache needs them to join older deltas exactly) and says so,
+# naming what ends it; after `segd compact --end-history` (W = now - horizon -
+# grace) the units hold only the live entries: the expired ones are older than W
+wall=$(date +%s)
+old=$(((wall - 10 * 86400) * 1000))
+cat > "$tmp/dead.jsonl" <<JL
+{"user_id":"live","ts_ms":$old,"op":"UPSERT","segments":[{"segment_id":1,"ttl_s":2592000}]}
+{"user_id":"gone","ts_ms":$old,"op":"UPSERT","segments":[{"segment_id":2,"ttl_s":86400}]}
+{"user_id":"mixed","ts_ms":$old,"op":"UPSERT","segments":[{"segment_id":3,"ttl_s":86400},{"segment_id":4,"ttl_s":2592000}]}
+JL
+"$segd" backfill --db "$tmp/dbdead" --now "$wall" "$tmp/dead.jsonl" > /dev/null || fail "backfill dead"
+dead_export() { # DEST: exports the store, the summary in $tmp/out, stderr in $tmp/err
+  "$segd" snapshot export --db "$tmp/dbdead" --to "$1" --topic events --buckets 2 \
+    --now "$wall" > "$tmp/out" 2> "$tmp/err" || fail "export $1: $(cat "$tmp/err")"
+}
+dead_export "$tmp/dead1"
+grep -q "snapshot: 2 units of events .*, 3 users, 4 entries" "$tmp/out" ||
+  fail "W = 0 export: $(cat "$tmp/out")"
+grep -q "GC watermark W is 0 .*keep every tombstone and expired entry.*segd compact --end-history" \
+  "$tmp/err" || fail "no note on the dead entries kept: $(cat "$tmp/err")"
+"$segd" compact --db "$tmp/dbdead" --now "$wall" --end-history > "$tmp/compact.out" 2>&1 ||
+  fail "compact --end-history: $(cat "$tmp/compact.out")"
+dead_export "$tmp/dead2"
+grep -q "snapshot: 2 units of events .*, 2 users, 2 entries" "$tmp/out" ||
+  fail "after compact --end-history the export holds dead entries: $(cat "$tmp/out")"
+grep -q "GC watermark" "$tmp/err" && fail "the note with W > 0: $(cat "$tmp/err")"
+"$segd" snapshot verify "$tmp/dead2/events" | grep -q "^valid: events, 2 units .* 2 users, 2 entries" ||
+  fail "verify after compact: $("$segd" snapshot verify "$tmp/dead2/events" 2>&1)"
 [ "$(ls "$tmp/snap/events"/p-*/p-*.avro | wc -l)" = 8 ] || fail "expected 8 unit files"
 ls -R "$tmp/snap" | grep -q partial && fail "staging files left behind"
 # what a SIGKILLed export leaves (a staged file, a manifest temporary) is

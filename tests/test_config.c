@@ -44,8 +44,9 @@ static void test_file_env_flags(void **state)
                             "input.format = single-object\n");
     assert_int_equal(segd_config_load_file(&c, path, err, sizeof(err)), SEGD_OK);
     unlink(path);
+    /* SEGD_S3_ENDPOINT is read by the S3 destination, not a key: not refused */
     char *env[] = {"PATH=/bin", "SEGD_BATCH_MAX_MESSAGES=3000", "SEGD_KAFKA_CLIENT_ID=segd-7",
-                   NULL};
+                   "SEGD_S3_ENDPOINT=http://127.0.0.1:9000", NULL};
     assert_int_equal(segd_config_load_env(&c, env, err, sizeof(err)), SEGD_OK);
     assert_int_equal(segd_config_set(&c, "group", "from-flag", err, sizeof(err)), SEGD_OK);
     assert_int_equal(segd_config_set_x(&c, "fetch.min.bytes=1", err, sizeof(err)), SEGD_OK);

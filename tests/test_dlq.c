@@ -3,7 +3,9 @@
  * answers, whole values (no truncation, unlike the topic), letters written
  * once however often deliver is called, appending to an existing file, and
  * a write failing part-way (RLIMIT_FSIZE) cut back, then retried once.
- * The topic sink is driven by test_ingest (segd run) and cli_replay.sh. */
+ * The topic sink is driven by test_ingest (segd run) and cli_replay.sh;
+ * here only its producer's configuration: the consumer's connection
+ * settings (SASL, TLS, client.id), which a secured cluster requires. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -56,6 +58,43 @@ static const char *str(json_t *o, const char *k)
 {
     json_t *v = json_object_get(o, k);
     return json_is_string(v) ? json_string_value(v) : NULL;
+}
+
+/* The dead-letter producer must reach a secured cluster as the consumer
+ * does: security.*, sasl.*, ssl.* and client.id from the kafka.* settings;
+ * a consumer-only one stays out (the producer would warn about it). */
+static void test_topic_producer_takes_connection_settings(void **state)
+{
+    (void)state;
+    segd_config_t c;
+    char err[256], v[256];
+    segd_config_init(&c);
+    assert_int_equal(segd_config_set(&c, "brokers", "127.0.0.1:1", err, sizeof(err)), SEGD_OK);
+    const char *kv[] = {"security.protocol", "sasl_plaintext", "sasl.mechanisms", "PLAIN",
+                        "sasl.username", "dlq-user", "sasl.password", "dlq-secret",
+                        "client.id", "segd-dlq-test", "ssl.endpoint.identification.algorithm",
+                        "none", "enable.auto.offset.store", "false", NULL};
+    for (size_t i = 0; kv[i]; i += 2)
+        assert_int_equal(segd_config_set_kafka(&c, kv[i], kv[i + 1], err, sizeof(err)), SEGD_OK);
+    volatile sig_atomic_t stop = 0;
+    segd_dlq_t *d = NULL;
+    assert_int_equal(segd_dlq_new_topic(&d, &c, &stop, NULL, err, sizeof(err)), SEGD_OK);
+    const rd_kafka_conf_t *conf = rd_kafka_conf(segd_dlq_producer(d));
+    for (size_t i = 0; kv[i] && strcmp(kv[i], "enable.auto.offset.store"); i += 2) {
+        size_t len = sizeof(v);
+        assert_int_equal(rd_kafka_conf_get(conf, kv[i], v, &len), RD_KAFKA_CONF_OK);
+        if (strcmp(kv[i], "sasl.mechanisms")) /* librdkafka keeps it as sasl.mechanism */
+            assert_string_equal(v, kv[i + 1]);
+    }
+    size_t len = sizeof(v);
+    assert_int_equal(rd_kafka_conf_get(conf, "sasl.mechanisms", v, &len), RD_KAFKA_CONF_OK);
+    assert_string_equal(v, "PLAIN");
+    len = sizeof(v);
+    assert_int_equal(rd_kafka_conf_get(conf, "enable.auto.offset.store", v, &len),
+                     RD_KAFKA_CONF_OK);
+    assert_string_equal(v, "true"); /* the default: the consumer's setting stayed out */
+    segd_dlq_destroy(d);
+    segd_config_free(&c);
 }
 
 static void test_fields(void **state)
@@ -192,6 +231,7 @@ static void test_unwritable(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_topic_producer_takes_connection_settings),
         cmocka_unit_test(test_fields),
         cmocka_unit_test(test_append_whole_values),
         cmocka_unit_test(test_failed_write_is_cut_back),

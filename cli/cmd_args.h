@@ -1,0 +1,26 @@
+/* The first pass over a command's flags, shared by the commands that take a
+ * segd run configuration (run, replay, rebuild, owner, snapshot export):
+ * --config FILE is read, then the SEGD_* environment, before the flags are
+ * applied in a second pass, so flags win over both whatever their order. */
+#ifndef SEGD_CMD_ARGS_H
+#define SEGD_CMD_ARGS_H
+
+#include <getopt.h>
+#include <stdio.h>
+
+#include "consumer/config.h"
+
+/* What the first pass loads besides --config FILE. */
+enum { SEGD_ARGS_FILE_ONLY = 0, SEGD_ARGS_ENV = 1 };
+
+/* Scans argv with opts (its "config" and "help" entries are found by name)
+ * and shortopts: --help prints usage(stdout) and returns 1; an unknown flag
+ * prints usage(stderr) and returns 2; otherwise loads the last --config
+ * FILE into cfg, then with SEGD_ARGS_ENV the SEGD_* environment, and returns
+ * 0, or 2 after printing "segd CMD: why" when either is refused. Leaves
+ * optind at 1 for the caller's second pass. */
+int segd_args_load_config(const char *cmd, int argc, char **argv, const struct option *opts,
+                          const char *shortopts, void (*usage)(FILE *), int what,
+                          segd_config_t *cfg);
+
+#endif
