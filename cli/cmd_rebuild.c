@@ -26,7 +26,7 @@ static void usage(FILE *f)
         "  its end now, through segd run's checks, with the input offsets segd run\n"
         "  continues from. A fresh store has no ingest floor, so history of any age\n"
         "  still in the topics is applied exactly: the repair for a store whose\n"
-        "  replay or rewind is refused below its floor (README \"Repairing a store\").\n"
+        "  replay or rewind is refused below its floor (docs/cli.md#repairing-a-store).\n"
         "  Runs beside the live `segd run`, which it does not touch. When complete\n"
         "  the new store is renamed DIR.rebuilt, and the next `segd run` on DIR swaps\n"
         "  it in before opening the store, keeping the live store's erasures,\n"
