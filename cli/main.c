@@ -21,10 +21,12 @@ static const segd_cmd_t commands[] = {
     {"generate", segd_cmd_generate, "write a seed-workload file (JSON lines)"},
     {"erase", segd_cmd_erase, "erase users by hand (ERASE_USER), carried to caches"},
     {"segments", segd_cmd_segments, "store-wide segment retirement (retire, list-retired)"},
-    {"snapshot", segd_cmd_snapshot, "export / verify consistent bucketed snapshots for caches"},
-    {"cache", segd_cmd_cache, "edge cache: snapshot + change stream, served over HTTP"},
-    {"bench", segd_cmd_bench, "benchmarks (bench store)"},
-    {"identity", segd_cmd_identity, "identity graph: rebuild, check, members, produce links"},
+    {"snapshot", segd_cmd_snapshot,
+     "export / verify consistent snapshots: one unit per input partition"},
+    {"cache", segd_cmd_cache, "edge cache: snapshot + change stream, served over HTTP and RESP"},
+    {"bench", segd_cmd_bench, "benchmarks, one per part; `segd bench --help` lists them"},
+    {"identity", segd_cmd_identity,
+     "identity graph: rebuild, check, members, stats, produce, backfill"},
 };
 
 static void usage(FILE *f)
