@@ -124,7 +124,7 @@ static int parse_export(int argc, char **argv, export_args_t *a)
                                          {0, 0, 0, 0}};
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         int bad = 0;
         switch (c) {
         case 'd': a->db = optarg; break;
@@ -285,7 +285,7 @@ static void verify_unit(void *ctx, const segd_unit_report_t *r)
 
 static int verify_cmd(int argc, char **argv)
 {
-    if (argc != 2 || !strcmp(argv[1], "--help")) {
+    if (argc != 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         usage(argc == 2 ? stdout : stderr);
         return argc == 2 ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
     }

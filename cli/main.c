@@ -52,6 +52,12 @@ int main(int argc, char **argv)
         usage(stdout);
         return SEGD_EXIT_OK;
     }
+    /* `segd CMD -h` asks for CMD's help whatever CMD's own parser knows: a
+     * command's first argument can only be an option or a subcommand, never
+     * an option's value, so reading it as --help changes nothing else. */
+    static char long_help[] = "--help";
+    if (argc > 2 && !strcmp(argv[2], "-h"))
+        argv[2] = long_help;
     /* libcurl's lazy global init is not thread-safe, and segd run exports
      * snapshots and reaches the registry from several threads */
     curl_global_init(CURL_GLOBAL_DEFAULT);
