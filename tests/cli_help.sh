@@ -7,8 +7,10 @@
 # command, each long option docs/cli.md gives for that command is in the page,
 # and no page names an option docs/cli.md never mentions. The commands of
 # `segd --help` are the commands of docs/cli.md's table, and the subcommands
-# each parent's help names are the ones listed below. `segd run --help` names
-# only keys `segd run --print-config` knows, and every key family.
+# each parent's help names are the ones listed below. Every option of a
+# parser's getopt table (cli/cmd_*.c, bench/bench_*.c) is in its help. `segd
+# run --help` names only keys `segd run --print-config` knows, and every key
+# family. CLI_HELP_KEEP=1 keeps the pages and option lists in /tmp.
 # usage: cli_help.sh SEGD_BIN SOURCE_DIR
 set -euo pipefail
 segd=$1
