@@ -1,4 +1,4 @@
-/* The rebuild path of a store (DESIGN 3.2, README "Repairing a store"):
+/* The rebuild path of a store (DESIGN 3.2, docs/cli.md "Repairing a store"):
  * `segd rebuild` fills a fresh store beside the live one, DB.rebuild.tmp,
  * from its input topics, renamed DB.rebuilt once complete; the next
  * `segd run` on DB swaps it in before it opens the store (the old one is

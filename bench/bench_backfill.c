@@ -333,7 +333,7 @@ static int parse_args(int argc, char **argv, bf_args_t *a)
     a->users = 10000;
     snprintf(a->dir, sizeof(a->dir), "/tmp/segd-bench-backfill-XXXXXX");
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'u':
             if (segd_arg_int("bench backfill", "--users", optarg, 1, 10000000, &a->users))

@@ -86,15 +86,16 @@ int segd_bench_cache(int argc, char **argv)
 {
     static const struct option opts[] = {{"users", required_argument, 0, 'u'},
                                          {"lookups", required_argument, 0, 'l'},
+                                         {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     cache_args_t a = {20000, 200000};
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1)
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1)
         if ((c != 'u' || segd_arg_int("bench", "--users", optarg, 1, 10000000, &a.users)) &&
             (c != 'l' || segd_arg_int("bench", "--lookups", optarg, 1, 100000000, &a.lookups))) {
-            fprintf(stderr, "usage: segd bench cache [--users N] [--lookups N]\n");
-            return SEGD_EXIT_USAGE;
+            fprintf(c == 'h' ? stdout : stderr, "usage: segd bench cache [--users N] [--lookups N]\n");
+            return c == 'h' ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
         }
     int64_t now_ms = (int64_t)time(NULL) * 1000;
     double t0 = now_ns();

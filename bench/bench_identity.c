@@ -283,10 +283,11 @@ static int parse(int argc, char **argv, id_bench_args_t *a)
                                          {"lookups", required_argument, 0, 'l'},
                                          {"link-events", required_argument, 0, 'e'},
                                          {"dir", required_argument, 0, 'd'},
+                                         {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         int bad = 0;
         switch (c) {
         case 'p': bad = segd_arg_int("bench", "--persons", optarg, 1, 1000000, &a->persons); break;
@@ -298,9 +299,9 @@ static int parse(int argc, char **argv, id_bench_args_t *a)
         default: bad = 1;
         }
         if (bad) {
-            fprintf(stderr, "usage: segd bench identity [--persons N] [--lookups N] "
-                            "[--link-events N] [--dir DIR]\n");
-            return -1;
+            fprintf(c == 'h' ? stdout : stderr, "usage: segd bench identity [--persons N] "
+                    "[--lookups N] [--link-events N] [--dir DIR]\n");
+            return c == 'h' ? 1 : -1;
         }
     }
     return 0;
@@ -310,8 +311,9 @@ int segd_bench_identity(int argc, char **argv)
 {
     id_bench_args_t a = {.persons = 200, .lookups = 2000, .link_events = 100000};
     snprintf(a.dir, sizeof(a.dir), "/tmp/segd-bench-identity-XXXXXX");
-    if (parse(argc, argv, &a))
-        return SEGD_EXIT_USAGE;
+    int pa = parse(argc, argv, &a);
+    if (pa)
+        return pa > 0 ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
     int own_dir = strstr(a.dir, "XXXXXX") != NULL; /* made here: removed at the end */
     if (own_dir && !mkdtemp(a.dir))
         return SEGD_EXIT_FAIL;

@@ -543,11 +543,11 @@ static int freshness(const char *brokers, const ingest_args_t *a, const char *to
     return rc || pc.rc ? -1 : 0;
 }
 
-static void usage(void)
+static void usage(FILE *f)
 {
-    fprintf(stderr, "usage: segd bench ingest [--users N] [--partitions P] [--batch N] "
-                    "[--dir DIR] [--memory-mb M] [--prefill-users N] [--brokers LIST] "
-                    "[--producer-process] [--compact-during]\n");
+    fprintf(f, "usage: segd bench ingest [--users N] [--partitions P] [--batch N] [--dir DIR]\n"
+               "                         [--memory-mb M] [--prefill-users N] [--brokers LIST]\n"
+               "                         [--producer-process] [--compact-during]\n");
 }
 
 static int parse(int argc, char **argv, ingest_args_t *a)
@@ -561,6 +561,7 @@ static int parse(int argc, char **argv, ingest_args_t *a)
                                          {"brokers", required_argument, 0, 'k'},
                                          {"producer-process", no_argument, 0, 'x'},
                                          {"compact-during", no_argument, 0, 'c'},
+                                         {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     int c;
     optind = 1;
@@ -569,7 +570,11 @@ static int parse(int argc, char **argv, ingest_args_t *a)
     a->partitions = 32;
     snprintf(a->dir, sizeof(a->dir), "/tmp/segd-bench-ingest-XXXXXX");
     int have_dir = 0;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+        if (c == 'h') {
+            usage(stdout);
+            return 1;
+        }
         if (c == 'u' && !segd_arg_int("bench", "--users", optarg, 1, 10000000, &a->users))
             continue;
         if (c == 'p' && !segd_arg_int("bench", "--partitions", optarg, 1, 256, &a->partitions))
@@ -599,7 +604,7 @@ static int parse(int argc, char **argv, ingest_args_t *a)
             have_dir = 1;
             continue;
         }
-        usage();
+        usage(stderr);
         return -1;
     }
     return have_dir || mkdtemp(a->dir) ? 0 : -1;
@@ -841,8 +846,9 @@ static int run_phases(const ingest_args_t *a, const char *brokers, ingest_run_t 
 int segd_bench_ingest(int argc, char **argv)
 {
     ingest_args_t a;
-    if (parse(argc, argv, &a))
-        return SEGD_EXIT_USAGE;
+    int pa = parse(argc, argv, &a);
+    if (pa)
+        return pa > 0 ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
     segd_dev_broker_t *b = NULL;
     char err[512];
     if (!a.brokers &&

@@ -193,6 +193,13 @@ static int bench_run(int port, pid_t server, const resp_args_t *a, int64_t clien
     return ok && st == 0 ? 0 : -1;
 }
 
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: segd bench resp [--users U] [--segments S] [--requests N] [--clients C]\n"
+               "                       [--threads T] [--client-threads K] [--reply-cache-mb M]\n");
+}
+
+/* 0 parsed, 1 --help (said), -1 usage error. */
 static int parse(int argc, char **argv, resp_args_t *a)
 {
     static const struct option opts[] = {{"users", required_argument, 0, 'u'},
@@ -202,14 +209,17 @@ static int parse(int argc, char **argv, resp_args_t *a)
                                          {"threads", required_argument, 0, 't'},
                                          {"client-threads", required_argument, 0, 'k'},
                                          {"reply-cache-mb", required_argument, 0, 'm'},
+                                         {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     *a = (resp_args_t){.users = 2000, .segments = 1000, .requests = 20000, .clients = 50,
                        .threads = 2, .client_threads = 1,
                        .reply_cache_mb = SEGD_RESP_REPLY_CACHE_DEFAULT_MB};
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         int bad = c == '?';
+        if (c == 'h')
+            return usage(stdout), 1;
         if (c == 'u') bad = segd_arg_int("bench", "--users", optarg, 1, 10000000, &a->users);
         if (c == 's') bad = segd_arg_int("bench", "--segments", optarg, 1, 100000, &a->segments);
         if (c == 'n') bad = segd_arg_int("bench", "--requests", optarg, 1, 100000000, &a->requests);
@@ -228,10 +238,11 @@ static int parse(int argc, char **argv, resp_args_t *a)
 int segd_bench_resp(int argc, char **argv)
 {
     resp_args_t a;
-    if (parse(argc, argv, &a)) {
-        fprintf(stderr, "usage: segd bench resp [--users U] [--segments S] [--requests N]"
-                        " [--clients C] [--threads T] [--client-threads K]"
-                        " [--reply-cache-mb M]\n");
+    int pa = parse(argc, argv, &a);
+    if (pa > 0)
+        return SEGD_EXIT_OK;
+    if (pa) {
+        usage(stderr);
         return SEGD_EXIT_USAGE;
     }
     int64_t now_s = segd_wall_ms() / 1000;

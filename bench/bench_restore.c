@@ -40,10 +40,11 @@ static int parse(int argc, char **argv, restore_args_t *a)
     static const struct option opts[] = {{"users", required_argument, 0, 'u'},
                                          {"partitions", required_argument, 0, 'p'},
                                          {"dir", required_argument, 0, 'd'},
+                                         {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     int c, have_dir = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         if (c == 'u' && !segd_arg_int("bench", "--users", optarg, 1, 10000000, &a->users))
             continue;
         if (c == 'p' && !segd_arg_int("bench", "--partitions", optarg, 1, 256, &a->partitions))
@@ -53,8 +54,9 @@ static int parse(int argc, char **argv, restore_args_t *a)
             have_dir = 1;
             continue;
         }
-        fprintf(stderr, "usage: segd bench restore [--users N] [--partitions P] [--dir DIR]\n");
-        return -1;
+        fprintf(c == 'h' ? stdout : stderr,
+                "usage: segd bench restore [--users N] [--partitions P] [--dir DIR]\n");
+        return c == 'h' ? 1 : -1;
     }
     if (have_dir)
         return 0;
@@ -221,8 +223,9 @@ static int run_format(const restore_args_t *a, segd_store_t *replayed, format_ru
 int segd_bench_restore(int argc, char **argv)
 {
     restore_args_t a;
-    if (parse(argc, argv, &a))
-        return SEGD_EXIT_USAGE;
+    int pa = parse(argc, argv, &a);
+    if (pa)
+        return pa > 0 ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
     const char *topics[] = {TOPIC, TOPIC ".dlq", TOPIC ".changes"};
     segd_dev_broker_t *b = NULL;
     segd_store_t *replayed = NULL;

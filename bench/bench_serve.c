@@ -32,6 +32,13 @@ typedef struct wrk_result {
     long bad; /* non-2xx answers: the run measured errors, not reads */
 } wrk_result_t;
 
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: segd bench serve [--users U] [--segments S] [--duration S]\n"
+               "                        [--connections C] [--wrk-threads T]\n");
+}
+
+/* 0 parsed, 1 --help (said), -1 usage error. */
 static int parse(int argc, char **argv, serve_args_t *a)
 {
     static const struct option opts[] = {{"users", required_argument, 0, 'u'},
@@ -39,13 +46,16 @@ static int parse(int argc, char **argv, serve_args_t *a)
                                          {"duration", required_argument, 0, 'd'},
                                          {"connections", required_argument, 0, 'c'},
                                          {"wrk-threads", required_argument, 0, 't'},
+                                         {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     *a = (serve_args_t){.users = 2000, .segments = 1000, .duration = 5, .connections = 16,
                         .wrk_threads = 1};
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         int bad = c == '?';
+        if (c == 'h')
+            return usage(stdout), 1;
         if (c == 'u') bad = segd_arg_int("bench", "--users", optarg, 1, 10000000, &a->users);
         if (c == 's') bad = segd_arg_int("bench", "--segments", optarg, 1, 100000, &a->segments);
         if (c == 'd') bad = segd_arg_int("bench", "--duration", optarg, 1, 3600, &a->duration);
@@ -239,9 +249,11 @@ static void print_row(const char *what, const wrk_result_t *r, int users_per_req
 int segd_bench_serve(int argc, char **argv)
 {
     serve_args_t a;
-    if (parse(argc, argv, &a)) {
-        fprintf(stderr, "usage: segd bench serve [--users U] [--segments S] [--duration S]"
-                        " [--connections C] [--wrk-threads T]\n");
+    int pa = parse(argc, argv, &a);
+    if (pa > 0)
+        return SEGD_EXIT_OK;
+    if (pa) {
+        usage(stderr);
         return SEGD_EXIT_USAGE;
     }
     int64_t now_s = segd_wall_ms() / 1000;

@@ -395,6 +395,7 @@ static int parse(int argc, char **argv, snap_args_t *a)
                                          {"buckets", required_argument, 0, 'b'},
                                          {"dir", required_argument, 0, 'd'},
                                          {"keep", no_argument, 0, 'k'},
+                                         {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     int c, have_dir = 0;
     optind = 1;
@@ -402,7 +403,7 @@ static int parse(int argc, char **argv, snap_args_t *a)
     a->rounds = 3;
     a->buckets = 32;
     snprintf(a->dir, sizeof(a->dir), "/tmp/segd-bench-snapshot-XXXXXX");
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         int bad = 1;
         if (c == 'u')
             bad = segd_arg_int("bench", "--users", optarg, 1, 100000000, &a->users);
@@ -420,9 +421,9 @@ static int parse(int argc, char **argv, snap_args_t *a)
             bad = 0;
         }
         if (bad) {
-            fprintf(stderr, "usage: segd bench snapshot [--users N] [--rounds R] "
-                            "[--buckets B] [--dir DIR] [--keep]\n");
-            return -1;
+            fprintf(c == 'h' ? stdout : stderr, "usage: segd bench snapshot [--users N] "
+                    "[--rounds R] [--buckets B] [--dir DIR] [--keep]\n");
+            return c == 'h' ? 1 : -1;
         }
     }
     if (!have_dir && !mkdtemp(a->dir))
@@ -439,8 +440,9 @@ static int remove_entry(const char *path, const struct stat *st, int flag, struc
 int segd_bench_snapshot(int argc, char **argv)
 {
     snap_args_t a = {0};
-    if (parse(argc, argv, &a))
-        return SEGD_EXIT_USAGE;
+    int pa = parse(argc, argv, &a);
+    if (pa)
+        return pa > 0 ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
     char path[300], err[512] = "";
     snprintf(path, sizeof(path), "%s/db", a.dir);
     int64_t now_ms = (int64_t)time(NULL) * 1000;

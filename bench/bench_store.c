@@ -608,10 +608,10 @@ static void report(const store_args_t *a, const model_result_t *s, const model_r
 
 /* ---------- flags and the work directory ---------- */
 
-static void usage(void)
+static void usage(FILE *f)
 {
-    fprintf(stderr, "usage: segd bench store [--users N] [--baseline-users N] [--reads N] "
-                    "[--batch N] [--seed S] [--cache-mb MB] [--dir DIR] [--keep]\n");
+    fprintf(f, "usage: segd bench store [--users N] [--baseline-users N] [--reads N] [--batch N]\n"
+               "                        [--seed S] [--cache-mb MB] [--dir DIR] [--keep]\n");
 }
 
 static void record_cmdline(int argc, char **argv, store_args_t *a)
@@ -647,19 +647,22 @@ static int parse(int argc, char **argv, store_args_t *a)
         {"reads", required_argument, 0, 'r'},   {"batch", required_argument, 0, 'b'},
         {"seed", required_argument, 0, 's'},    {"dir", required_argument, 0, 'd'},
         {"keep", no_argument, 0, 'k'},          {"cache-mb", required_argument, 0, 'c'},
-        {0, 0, 0, 0}};
+        {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
     int c;
     *a = (store_args_t){.users = 20000, .reads = 20000, .batch = 1000, .seed = 42,
                         .cache_mb = 256};
     record_cmdline(argc, argv, a);
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1)
-        if (parse_one(c, a)) {
-            usage();
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1)
+        if (c == 'h') {
+            usage(stdout);
+            return 1;
+        } else if (parse_one(c, a)) {
+            usage(stderr);
             return -1;
         }
     if (optind < argc) {
-        usage();
+        usage(stderr);
         return -1;
     }
     if (!a->baseline_users)
@@ -711,7 +714,10 @@ int segd_bench_store(int argc, char **argv)
     store_args_t a;
     model_result_t s = {0}, b = {0};
     int rc = SEGD_EXIT_FAIL;
-    if (parse(argc, argv, &a) || make_dir(&a))
+    int pa = parse(argc, argv, &a);
+    if (pa)
+        return pa > 0 ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
+    if (make_dir(&a))
         return SEGD_EXIT_USAGE;
     /* one fixed now for writes, merges, compaction and reads of both models */
     int64_t now_ms = (int64_t)time(NULL) * 1000;

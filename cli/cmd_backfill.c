@@ -200,7 +200,7 @@ int segd_cmd_backfill(int argc, char **argv)
     int64_t now_s = 0, threads = 0, memory_mb = 0;
     int c, changes = 1, bulk = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'd': db = optarg; break;
         case 'n':

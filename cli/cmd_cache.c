@@ -142,7 +142,7 @@ static int parse(int argc, char **argv, cache_args_t *a)
     a->resp_max_clients = SEGD_RESP_MAX_CLIENTS_DEFAULT;
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "X:", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "hX:", opts, NULL)) != -1) {
         int bad = 0;
         switch (c) {
         case 's': a->snapshot = optarg; break;

@@ -21,7 +21,7 @@ static int parse_db_now(const char *cmd, int argc, char **argv, const char **db,
                                          {0, 0, 0, 0}};
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         if (c == 'd')
             *db = optarg;
         else if (c == 'j' && json)
@@ -130,7 +130,7 @@ static int parse_compact(int argc, char **argv, compact_args_t *a)
                                          {0, 0, 0, 0}};
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         if (c == 'd')
             a->db = optarg;
         else if (c == 'F')

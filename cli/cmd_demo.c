@@ -295,7 +295,7 @@ int segd_cmd_demo(int argc, char **argv)
     int64_t users = 2000;
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         if (c == 'd')
             snprintf(dir, sizeof(dir), "%s", optarg);
         else if (c != 'u' || segd_arg_int("demo", "--users", optarg, 1, 1000000, &users)) {

@@ -24,7 +24,7 @@ int segd_cmd_dev_broker(int argc, char **argv)
     char topics_arg[4096] = "segments.events,segments.events.dlq,segments.changes";
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         if (c == 'p' && !segd_arg_int("dev-broker", "--partitions", optarg, 1, 1024, &partitions))
             continue;
         if (c == 'b' && !segd_arg_int("dev-broker", "--brokers", optarg, 1, 16, &brokers))

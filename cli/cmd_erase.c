@@ -150,7 +150,7 @@ int segd_cmd_erase(int argc, char **argv)
     segd_erase_live_t live = {.wait_s = 60};
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'd': db = optarg; break;
         case 'f': file = optarg; break;

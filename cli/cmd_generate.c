@@ -28,7 +28,7 @@ int segd_cmd_generate(int argc, char **argv)
     int64_t v, now_s = (int64_t)time(NULL);
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
         case 'o': out = optarg; break;
         case 'u':

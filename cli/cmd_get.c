@@ -276,7 +276,7 @@ int segd_cmd_get(int argc, char **argv)
     const char *db = NULL;
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         int bad = 0;
         switch (c) {
         case 'd': db = optarg; break;

@@ -80,7 +80,7 @@ static int parse(int argc, char **argv, id_args_t *a)
                                          {0, 0, 0, 0}};
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         char *end;
         switch (c) {
         case 'd': a->db = optarg; break;

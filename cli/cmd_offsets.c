@@ -336,7 +336,7 @@ int segd_cmd_offsets(int argc, char **argv)
     set_args_t a = {0};
     int json = 0, c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         if (c == 'd') a.db = optarg;
         else if (c == 'j') json = 1;
         else if (c == 't') a.topic = optarg;

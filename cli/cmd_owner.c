@@ -40,7 +40,7 @@ static int parse_args(int argc, char **argv, segd_config_t *cfg)
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     char err[512];
-    int c = segd_args_load_config("owner", argc, argv, opts, "X:", usage, SEGD_ARGS_FILE_ONLY,
+    int c = segd_args_load_config("owner", argc, argv, opts, "hX:", usage, SEGD_ARGS_FILE_ONLY,
                                   cfg);
     if (c)
         return c;

@@ -50,7 +50,7 @@ int segd_cmd_produce(int argc, char **argv)
     o.progress = isatty(STDERR_FILENO);
     int c, bad = 0;
     optind = 1;
-    while (!bad && (c = getopt_long(argc, argv, "X:", opts, NULL)) != -1) {
+    while (!bad && (c = getopt_long(argc, argv, "hX:", opts, NULL)) != -1) {
         switch (c) {
         case 'b': o.brokers = optarg; break;
         case 't': o.topic = optarg; break;

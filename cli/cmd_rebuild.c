@@ -27,7 +27,7 @@ static void usage(FILE *f)
         "  its end now, through segd run's checks, with the input offsets segd run\n"
         "  continues from. A fresh store has no ingest floor, so history of any age\n"
         "  still in the topics is applied exactly: the repair for a store whose\n"
-        "  replay or rewind is refused below its floor (README \"Repairing a store\").\n"
+        "  replay or rewind is refused below its floor (docs/cli.md#repairing-a-store).\n"
         "  Runs beside the live `segd run`, which it does not touch. When complete\n"
         "  the new store is renamed DIR.rebuilt, and the next `segd run` on DIR swaps\n"
         "  it in before opening the store, keeping the live store's erasures,\n"
@@ -89,7 +89,7 @@ static int parse(int argc, char **argv, segd_config_t *cfg, rebuild_args_t *a)
                                          {0, 0, 0, 0}};
     char err[512], *all[SEGD_MAX_TOPICS];
     size_t n_all = 0;
-    int c = segd_args_load_config("rebuild", argc, argv, opts, "X:", usage, SEGD_ARGS_ENV, cfg);
+    int c = segd_args_load_config("rebuild", argc, argv, opts, "hX:", usage, SEGD_ARGS_ENV, cfg);
     int rc = 2;
     if (c)
         return c;

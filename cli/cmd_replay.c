@@ -207,7 +207,7 @@ static int apply_flag(args_t *a, int c, char *err, size_t n)
 static int parse_args(int argc, char **argv, args_t *a)
 {
     char err[512];
-    int c = segd_args_load_config("replay", argc, argv, opts, "X:", usage, SEGD_ARGS_ENV,
+    int c = segd_args_load_config("replay", argc, argv, opts, "hX:", usage, SEGD_ARGS_ENV,
                                   &a->cfg);
     if (c)
         return c;

@@ -28,26 +28,28 @@ static void usage(FILE *f)
     fprintf(f,
             "usage: segd run --brokers B --topic T[,T2] --group G --db DIR\n"
             "                [--config FILE] [-X kafka.prop=value ...] [--print-config]\n"
-            "  --print-config: print the effective configuration (defaults filled in,\n"
-            "  secrets masked) and exit; every key: docs/configuration.md\n"
-            "  config keys (FILE lines `key = value`, or SEGD_<KEY> with dots as _):\n"
+            "  The daemon: consumes SegmentEvents of the topics in group G into the store\n"
+            "  DIR, publishes the change stream (and snapshots every snapshot.interval),\n"
+            "  serves /metrics /healthz /readyz.\n"
+            "  --print-config: print the effective configuration (every key, defaults\n"
+            "  filled in, secrets masked) and exit.\n"
+            "  Settings: FILE lines `key = value`, then SEGD_<KEY> variables (dots as _),\n"
+            "  then the flags, which win. Every key with its default, bounds and effect:\n"
+            "  docs/configuration.md (or --print-config). The common ones:\n"
             "    input.format (auto|confluent|single-object|raw), input.schema.registry.url,\n"
-            "    input.schema.registry.auth, input.schema.registry.ca, input.offset.reset,\n"
-            "    input.partitioner (murmur2_random|consistent_random|fnv1a_random),\n"
-            "    dlq.topic, batch.max.messages, batch.max.ms, retry.max.ms,\n"
-            "    limits.max.segments, limits.max.user.id, limits.max.message.bytes,\n"
-            "    limits.max.clock.skew.ms,\n"
+            "    input.offset.reset, input.partitioner, dlq.topic, group.instance.id,\n"
             "    memory.limit.mb (one budget: cache, memtables, fetch queue, batches),\n"
-            "    store.granularity.s, store.horizon.s, store.gc.grace.s, store.block.cache.mb,\n"
-            "    store.min.free.mb, compaction.rate.mb, compaction.periodic.s,\n"
-            "    changes.enable, changes.topic, changes.format (single-object|confluent),\n"
-            "    changes.schema.registry.url, changes.compression (lz4|zstd),\n"
-            "    changes.max.outbox, snapshot.buckets, snapshot.interval (s), snapshot.to,\n"
-            "    snapshot.format (avro | native), restore.from, restore.fallback,\n"
-            "    restore.retries, log.format (logfmt|json), log.level (debug|info|warn|error),\n"
+            "    batch.max.messages, batch.max.ms, store.horizon.s, store.gc.grace.s,\n"
+            "    changes.enable, changes.topic, snapshot.interval (s), snapshot.to,\n"
+            "    snapshot.format (avro|native), restore.from, sweep.after.s,\n"
+            "    log.format (logfmt|json), log.level (debug|info|warn|error),\n"
             "    metrics.listen (HOST:PORT of /metrics /healthz /readyz, default\n"
             "    127.0.0.1:9464; off = none), ready.max.lag (messages, default 1000),\n"
-            "    kafka.<librdkafka property>\n");
+            "    identity.enable (the links topic into the identity graph),\n"
+            "    kafka.<librdkafka property> (as -X)\n"
+            "  and the rest of input.*, limits.*, retry.*, store.* (store.log.level:\n"
+            "  RocksDB's own log), compaction.*, changes.*, snapshot.* (snapshot.upload.*:\n"
+            "  retries to http(s) and s3), restore.*, sweep.*, identity.*.\n");
 }
 
 /* Flags are applied after the file and environment, so they win. */
@@ -63,7 +65,7 @@ static int parse_args(int argc, char **argv, segd_config_t *cfg)
                                          {0, 0, 0, 0}};
     int print = 0;
     char err[512];
-    int c = segd_args_load_config("run", argc, argv, opts, "X:", usage, SEGD_ARGS_ENV, cfg);
+    int c = segd_args_load_config("run", argc, argv, opts, "hX:", usage, SEGD_ARGS_ENV, cfg);
     if (c)
         return c;
     optind = 1;

@@ -151,7 +151,7 @@ int segd_cmd_segments(int argc, char **argv)
         return SEGD_EXIT_USAGE;
     }
     optind = 2;
-    while ((c = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         if (c == 'd')
             db = optarg;
         else if (c == 'j')

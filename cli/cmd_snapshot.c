@@ -133,7 +133,7 @@ static int parse_export(int argc, char **argv, export_args_t *a)
 {
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "", export_opts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, "h", export_opts, NULL)) != -1) {
         int bad = 0;
         switch (c) {
         case 'd': a->db = optarg; break;
@@ -280,7 +280,7 @@ static int export_cmd(int argc, char **argv)
     a.level = a.o.level;
     a.horizon_s = 86400;
     segd_config_init(&a.cfg);
-    int rc = segd_args_load_config("snapshot export", argc, argv, export_opts, "", usage,
+    int rc = segd_args_load_config("snapshot export", argc, argv, export_opts, "h", usage,
                                    SEGD_ARGS_ENV, &a.cfg);
     if (!rc)
         rc = parse_export(argc, argv, &a);
@@ -305,7 +305,7 @@ static void verify_unit(void *ctx, const segd_unit_report_t *r)
 
 static int verify_cmd(int argc, char **argv)
 {
-    if (argc != 2 || !strcmp(argv[1], "--help")) {
+    if (argc != 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
         usage(argc == 2 ? stdout : stderr);
         return argc == 2 ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
     }

@@ -21,10 +21,12 @@ static const segd_cmd_t commands[] = {
     {"generate", segd_cmd_generate, "write a seed-workload file (JSON lines)"},
     {"erase", segd_cmd_erase, "erase users by hand (ERASE_USER), carried to caches"},
     {"segments", segd_cmd_segments, "store-wide segment retirement (retire, list-retired)"},
-    {"snapshot", segd_cmd_snapshot, "export / verify consistent bucketed snapshots for caches"},
-    {"cache", segd_cmd_cache, "edge cache: snapshot + change stream, served over HTTP"},
-    {"bench", segd_cmd_bench, "benchmarks (bench store)"},
-    {"identity", segd_cmd_identity, "identity graph: rebuild, check, members, produce links"},
+    {"snapshot", segd_cmd_snapshot,
+     "export / verify consistent snapshots: one unit per input partition"},
+    {"cache", segd_cmd_cache, "edge cache: snapshot + change stream, served over HTTP and RESP"},
+    {"bench", segd_cmd_bench, "benchmarks, one per part; `segd bench --help` lists them"},
+    {"identity", segd_cmd_identity,
+     "identity graph: rebuild, check, members, stats, produce, backfill"},
 };
 
 static void usage(FILE *f)
@@ -50,6 +52,12 @@ int main(int argc, char **argv)
         usage(stdout);
         return SEGD_EXIT_OK;
     }
+    /* `segd CMD -h` asks for CMD's help whatever CMD's own parser knows: a
+     * command's first argument can only be an option or a subcommand, never
+     * an option's value, so reading it as --help changes nothing else. */
+    static char long_help[] = "--help";
+    if (argc > 2 && !strcmp(argv[2], "-h"))
+        argv[2] = long_help;
     /* libcurl's lazy global init is not thread-safe, and segd run exports
      * snapshots and reaches the registry from several threads */
     curl_global_init(CURL_GLOBAL_DEFAULT);

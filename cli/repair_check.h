@@ -21,7 +21,7 @@ int segd_repair_check(const char *cmd, const segd_replay_opts_t *o, segd_store_t
 
 /* The two exact repairs, for help texts and refusals. */
 #define SEGD_REPAIR_PATHS                                                                    \
-    "  The exact repairs (README \"Repairing a store\", DESIGN 3.1):\n"                      \
+    "  The exact repairs (docs/cli.md#repairing-a-store, DESIGN 3.1):\n"                   \
     "    1. rebuild: `segd rebuild --config FILE` fills a fresh store beside the live\n"   \
     "       one from the topics (history of any age); the next segd run swaps it in\n"    \
     "    2. restore: a fresh store with restore.from = a snapshot export taken before\n"    \
