@@ -213,6 +213,38 @@ static void test_ingest_equals_reference(void **state)
     segd_config_free(&cfg);
 }
 
+/* A batch that holds messages closes once nothing more is fetched, not at
+ * batch.max.ms: with the window at a minute, 100 events are applied long
+ * before one window has passed (they would wait it out otherwise). */
+static void test_batch_closes_when_nothing_fetched(void **state)
+{
+    fixture_t *f = *state;
+    volatile sig_atomic_t stop = 0;
+    char db[128], err[256];
+    produce_seed(f, 2, 5);
+    segd_store_t *s = open_store(f->dir, "early");
+    snprintf(db, sizeof(db), "%s/early", f->dir);
+    segd_config_t cfg;
+    base_config(&cfg, f, "g-early", db);
+    assert_int_equal(segd_config_set(&cfg, "batch.max.ms", "60000", err, sizeof(err)), SEGD_OK);
+    assert_int_equal(cfg.batch_max_ms, 60000);
+    segd_pipeline_t *p;
+    assert_int_equal(segd_pipeline_new(&p, &cfg, s, &stop, err, sizeof(err)), SEGD_OK);
+    segd_pipeline_stats_t st;
+    time_t start = time(NULL);
+    do {
+        assert_int_equal(segd_pipeline_step(p, err, sizeof(err)), SEGD_OK);
+        segd_pipeline_get_stats(p, &st);
+    } while (st.messages < 100 && time(NULL) - start < 50);
+    assert_int_equal(st.events, 100);
+    /* the join and the fetches take seconds; one window is 60 */
+    assert_true(time(NULL) - start < 50);
+    assert_int_equal(stored_offsets_sum(s), 100);
+    segd_pipeline_destroy(p);
+    segd_store_close(s);
+    segd_config_free(&cfg);
+}
+
 typedef struct member {
     segd_pipeline_t *p;
     volatile sig_atomic_t *stop;
@@ -767,6 +799,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_ingest_equals_reference, setup, teardown),
         cmocka_unit_test_setup_teardown(test_two_consumers_split, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_batch_closes_when_nothing_fetched, setup, teardown),
         cmocka_unit_test_setup_teardown(test_dead_letters, setup, teardown),
         cmocka_unit_test_setup_teardown(test_bad_utf8_dead_letter, setup, teardown),
         cmocka_unit_test_setup_teardown(test_time_refusals, setup, teardown),
