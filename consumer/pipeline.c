@@ -16,6 +16,7 @@
 #include "consumer/links.h"
 #include "consumer/sweep.h"
 #include "consumer/lag.h"
+#include "consumer/static_member.h"
 #include "core/partition.h"
 #include "transport/kconf.h"
 #include "transport/kmeta.h"
@@ -1056,8 +1057,9 @@ static void rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 /* Static membership (KIP-345): a restarted member with the same
  * group.instance.id takes its old place at once instead of waiting for the
  * group to time the old one out. The id is the store's (one store, one
- * member); group.instance.id overrides it, and an empty value turns static
- * membership off. */
+ * member) with its input topics' digest (static_member.h: other topics, a
+ * new member); group.instance.id overrides it, and an empty value turns
+ * static membership off. */
 static segd_err_t instance_id(segd_pipeline_t *p, char *out, size_t size, char *errstr,
                               size_t n)
 {
@@ -1065,7 +1067,11 @@ static segd_err_t instance_id(segd_pipeline_t *p, char *out, size_t size, char *
         snprintf(out, size, "%s", p->cfg->group_instance_id);
         return SEGD_OK;
     }
-    return segd_store_instance_id(p->store, out, size, errstr, n);
+    char store_id[128];
+    segd_err_t err = segd_store_instance_id(p->store, store_id, sizeof(store_id), errstr, n);
+    return err ? err
+               : segd_static_member_id(store_id, p->cfg->topics, p->cfg->n_topics, out, size,
+                                       errstr, n);
 }
 
 /* memory.limit.mb's fetch share as librdkafka settings (the operator's
