@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # `segd run` restarted on the same store and group with other input topics
-# consumes the new ones (DESIGN §7.2 "Static membership"). On Apache Kafka
+# consumes the new ones (DESIGN §7.2 "A restart with other input topics"). On Apache Kafka
 # a static member that rejoins a Stable group gets its previous assignment
 # back without a rebalance (the coordinator stores its new subscription but
 # does not assign again), and librdkafka takes that assignment as it is: a
@@ -9,8 +9,9 @@
 # Two cases, each on a store that consumed topic a first (stopped by
 # SIGTERM): restarted with topics a,b, then with b alone. After each
 # restart, within a bound (a timeout is a failure): /readyz is 200, the
-# member holds the partitions of exactly its new topics (/metrics, and
-# `segd owner` names it for every partition of b), b's events are applied
+# member holds the partitions of exactly its new topics (listed by /readyz,
+# counted by /metrics; `segd owner` names it, by its client id, for every
+# partition of b), b's events are applied
 # (`segd get` shows users only b carries, the store's offsets reach b's
 # ends), and the store's offsets of a are kept.
 # Needs real Kafka: without KAFKA_CLUSTER_DIR it starts a cluster of its own
@@ -89,12 +90,26 @@ caught_up() { # DB TOPIC ENDS
   return 1
 }
 
+# true when /readyz lists as assigned every partition of TOPICS (comma-separated) and no other
+assigned_topics() { # TOPICS
+  curl -s "http://127.0.0.1:$port/readyz" 2>/dev/null | /usr/bin/python3 -c '
+import json, sys
+got = {(p["topic"], p["partition"]) for p in json.load(sys.stdin)["partitions"]}
+sys.exit(got != {(t, p) for t in sys.argv[1].split(",") for p in range(4)})' "$1" 2>/dev/null
+}
+
+# the partitions `segd owner`'s answer in FILE gives to CLIENT
+owned() { # FILE CLIENT
+  sed 's/^[^ ]* //' "$1" | sort -u | grep -c " owner=$2 host=" || true
+}
+
 one_case() { # NAME NEW_TOPICS ASSIGNED
   local name=$1 topics=$2 want=$3 db="$tmp/db.$1" log="$tmp/$1.log" i ok=""
   # the first run consumes a, and is stopped
   start_run "${tp}a" "$db" "$log"
   caught_up "$db" "${tp}a" "$tmp/a.ends" || fail "$name: the first run never consumed all of a"
   for i in $(seq 600); do ready && [ "$(metric segd_assigned_partitions)" = 4 ] && break; sleep 0.1; done
+  ready && [ "$(metric segd_assigned_partitions)" = 4 ] || fail "$name: the first run not ready on a's 4 partitions"
   grep -q 'msg="group member".*group_instance_id=segd-' "$log" ||
     fail "$name: not a static member on Apache Kafka"
   [ "$(segments "$db" u0000000079)" = 0 ] || fail "$name: u79 (b's alone) has segments before b"
@@ -105,7 +120,7 @@ one_case() { # NAME NEW_TOPICS ASSIGNED
   start_run "$topics" "$db" "$log"
   while [ $((SECONDS - t0)) -lt $BOUND_S ]; do
     kill -0 "$run_pid" 2>/dev/null || fail "$name: segd run exited after its restart"
-    if ready && [ "$(metric segd_assigned_partitions)" = "$want" ] &&
+    if ready && [ "$(metric segd_assigned_partitions)" = "$want" ] && assigned_topics "$topics" &&
        [ "$(segments "$db" u0000000079)" -gt 0 ] && [ "$(stored "$db" "${tp}b")" = "$(cat "$tmp/b.ends")" ]; then
       ok=1
       break
@@ -117,17 +132,18 @@ one_case() { # NAME NEW_TOPICS ASSIGNED
     "$(metric segd_assigned_partitions) partitions assigned (want $want)," \
     "u79 has $(segments "$db" u0000000079) segments, stored offsets of b: $(stored "$db" "${tp}b" | tr '\n' ' ')"
   echo "$name: b consumed $((SECONDS - t0)) s after the restart"
-  # the group gives every partition of b to this member
-  local users
+  # the group, asked by `segd owner`, names this member (its client id) for every partition of b
+  local users client
   users=$(seq -f 'u%010g' 0 79 | tr '\n' ' ')
+  client=$(sed -n 's/.*msg="group member".* client_id=\([^ ]*\) .*/\1/p' "$log" | tail -1)
+  [ -n "$client" ] || fail "$name: no client id in the log"
   for i in $(seq 60); do
     # shellcheck disable=SC2086
     "$segd" owner --brokers "$brokers" --topic "${tp}b" --group "${tp}g" $users \
-      > "$tmp/owner.$name" 2> "$tmp/owner.err" &&
-      [ "$(sed 's/^[^ ]* //' "$tmp/owner.$name" | sort -u | grep -c ' owner=segd-')" = 4 ] && break
+      > "$tmp/owner.$name" 2> "$tmp/owner.err" && [ "$(owned "$tmp/owner.$name" "$client")" = 4 ] && break
     sleep 0.5
   done
-  [ "$(sed 's/^[^ ]* //' "$tmp/owner.$name" | sort -u | grep -c ' owner=segd-')" = 4 ] ||
+  [ "$(owned "$tmp/owner.$name" "$client")" = 4 ] ||
     fail "$name: segd owner does not name this member for b's 4 partitions: $(sort -u "$tmp/owner.$name")"
   # a's offsets are kept (a,b: and still at a's ends)
   [ "$(stored "$db" "${tp}a")" = "$(cat "$tmp/a.ends")" ] || fail "$name: a's stored offsets changed"
