@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "consumer/static_member.h"
 #include "transport/kconf.h"
 #include "transport/kmeta.h"
 
@@ -58,8 +59,9 @@ segd_err_t segd_pipeline_check_topics(segd_pipeline_t *p, char *errstr, size_t n
 /* Static membership (KIP-345): a restarted member with the same
  * group.instance.id takes its old place at once instead of waiting for the
  * group to time the old one out. The id is the store's (one store, one
- * member); group.instance.id overrides it, and an empty value turns static
- * membership off. */
+ * member) with its input topics' digest (static_member.h: other topics make
+ * a new member); group.instance.id overrides it, and an empty value turns
+ * static membership off. */
 static segd_err_t instance_id(segd_pipeline_t *p, char *out, size_t size, char *errstr,
                               size_t n)
 {
@@ -67,7 +69,11 @@ static segd_err_t instance_id(segd_pipeline_t *p, char *out, size_t size, char *
         snprintf(out, size, "%s", p->cfg->group_instance_id);
         return SEGD_OK;
     }
-    return segd_store_instance_id(p->store, out, size, errstr, n);
+    char store_id[128];
+    segd_err_t err = segd_store_instance_id(p->store, store_id, sizeof(store_id), errstr, n);
+    return err ? err
+               : segd_static_member_id(store_id, p->cfg->topics, p->cfg->n_topics, out, size,
+                                       errstr, n);
 }
 
 /* Turns memory.limit.mb's fetch share into librdkafka settings. The operator's
