@@ -39,7 +39,7 @@ bash scripts/kafka.sh start 3 >/dev/null
 # The slowest tests run under ASan+UBSan below (same assertions, sanitized):
 # running them twice would spend two minutes of CI on nothing new (the
 # broker-fault tests each start a Kafka cluster of their own as well).
-twice_slow='^(test_ingest|test_ingest_faults|test_publish|test_converge|snapshot_cli|restore_cli|cli_replay|sweep_cli|run_logs|demo_cli|metrics_prom|resp_cli|kafka_failover|kafka_outage|cache_log_start|schema_registry)$'
+twice_slow='^(test_ingest|test_ingest_faults|test_publish|test_converge|snapshot_cli|restore_cli|cli_replay|sweep_cli|run_logs|demo_cli|metrics_prom|resp_cli|kafka_failover|kafka_outage|cache_log_start|schema_registry|kafka_topics_change)$'
 (cd build && ctest --output-on-failure -j"$test_jobs" -E "$twice_slow")
 wait "$registry_fetch" || { cat build/registry-fetch.log >&2; echo "test.sh: the schema registry did not build" >&2; exit 1; }
 cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSEGD_SANITIZE=ON -DSEGD_WERROR=ON >/dev/null
