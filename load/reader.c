@@ -131,6 +131,92 @@ static segd_err_t consume(loader_t *l, segd_load_chunk_fn cb, void *ctx, segd_lo
     return err;
 }
 
+/* The lock, the slots on the free list, and the fingerprint of
+ * SegmentEvent's own schema, which picks a container's fast path. On
+ * failure too, loader_close undoes what was done. */
+static segd_err_t loader_open(loader_t *l, const segd_load_opts_t *o, int threads, char *errstr,
+                              size_t n)
+{
+    memset(l, 0, sizeof(*l));
+    l->o = o;
+    l->json_block = o->limits.max_message + 64 * 1024 > JSON_BLOCK_MIN
+                        ? o->limits.max_message + 64 * 1024
+                        : JSON_BLOCK_MIN;
+    l->n_slots = (size_t)threads * 2 + 2;
+    pthread_mutex_init(&l->mu, NULL);
+    pthread_cond_init(&l->cv_free, NULL);
+    pthread_cond_init(&l->cv_work, NULL);
+    pthread_cond_init(&l->cv_done, NULL);
+    l->slots = calloc(l->n_slots, sizeof(*l->slots));
+    if (!l->slots)
+        return SEGD_ERR_NOMEM;
+    for (size_t i = 0; i < l->n_slots; i++) {
+        l->slots[i].next = l->free_list;
+        l->free_list = &l->slots[i];
+    }
+    segd_loader_worker_init(&l->producer_w, l);
+    segd_avro_codec_t *probe;
+    segd_err_t err = segd_avro_codec_new(&probe, NULL, NULL, errstr, n);
+    if (err)
+        return err;
+    l->local_fp = segd_avro_codec_fingerprint(probe);
+    segd_avro_codec_destroy(probe);
+    return SEGD_OK;
+}
+
+static void loader_close(loader_t *l)
+{
+    segd_loader_worker_free(&l->producer_w);
+    if (l->slots)
+        for (size_t i = 0; i < l->n_slots; i++) {
+            free(l->slots[i].in);
+            free(l->slots[i].blocks);
+            free(l->slots[i].items);
+            segd_buf_free(&l->slots[i].arena);
+        }
+    free(l->slots);
+    pthread_cond_destroy(&l->cv_free);
+    pthread_cond_destroy(&l->cv_work);
+    pthread_cond_destroy(&l->cv_done);
+    pthread_mutex_destroy(&l->mu);
+}
+
+/* Starts the decoding threads; *started counts those running, which
+ * stop_workers joins whatever happens next. */
+static segd_err_t start_workers(loader_t *l, worker_t *ws, int threads, int *started,
+                                char *errstr, size_t n)
+{
+    for (int i = 0; i < threads; i++) {
+        segd_loader_worker_init(&ws[i], l);
+        segd_err_t err = segd_avro_codec_new(&ws[i].codec, NULL, NULL, errstr, n);
+        if (err)
+            return err;
+        if (pthread_create(&ws[i].th, NULL, segd_loader_worker_main, &ws[i]))
+            return segd_errf(SEGD_ERR_NOMEM, errstr, n, "cannot start a thread");
+        (*started)++;
+    }
+    return SEGD_OK;
+}
+
+/* Joins the workers. A worker leaves once the producer is done and the work
+ * queue is empty, so when no producer ever started that end is announced
+ * here, or the workers would wait for work for ever. */
+static void stop_workers(loader_t *l, worker_t *ws, int threads, int started,
+                         int producer_started)
+{
+    if (!producer_started) {
+        pthread_mutex_lock(&l->mu);
+        l->producer_done = 1;
+        pthread_cond_broadcast(&l->cv_work);
+        pthread_mutex_unlock(&l->mu);
+    }
+    for (int i = 0; i < started; i++)
+        pthread_join(ws[i].th, NULL);
+    for (int i = 0; i < threads; i++)
+        if (ws[i].l)
+            segd_loader_worker_free(&ws[i]);
+}
+
 segd_err_t segd_load_files(const segd_load_opts_t *o, char *const *paths, int n_paths,
                            segd_load_chunk_fn cb, void *ctx, segd_load_stats_t *st,
                            char *errstr, size_t n)
@@ -138,81 +224,31 @@ segd_err_t segd_load_files(const segd_load_opts_t *o, char *const *paths, int n_
     loader_t l;
     int threads = o->threads < 1 ? 1 : o->threads;
     int started = 0, producer_started = 0;
-    segd_err_t err = SEGD_ERR_NOMEM;
-    memset(&l, 0, sizeof(l));
-    memset(st, 0, sizeof(*st));
-    st->bytes_total = total_size(paths, n_paths);
-    l.o = o;
-    l.json_block = o->limits.max_message + 64 * 1024 > JSON_BLOCK_MIN
-                       ? o->limits.max_message + 64 * 1024
-                       : JSON_BLOCK_MIN;
-    l.n_slots = (size_t)threads * 2 + 2;
-    pthread_mutex_init(&l.mu, NULL);
-    pthread_cond_init(&l.cv_free, NULL);
-    pthread_cond_init(&l.cv_work, NULL);
-    pthread_cond_init(&l.cv_done, NULL);
-    worker_t *ws = calloc((size_t)threads, sizeof(*ws));
-    l.slots = calloc(l.n_slots, sizeof(*l.slots));
-    if (!ws || !l.slots)
-        goto out_free;
-    for (size_t i = 0; i < l.n_slots; i++) {
-        l.slots[i].next = l.free_list;
-        l.free_list = &l.slots[i];
-    }
-    segd_loader_worker_init(&l.producer_w, &l);
-    {
-        segd_avro_codec_t *probe;
-        if ((err = segd_avro_codec_new(&probe, NULL, NULL, errstr, n)))
-            goto out_free;
-        l.local_fp = segd_avro_codec_fingerprint(probe);
-        segd_avro_codec_destroy(probe);
-    }
-    for (int i = 0; i < threads; i++) {
-        segd_loader_worker_init(&ws[i], &l);
-        if ((err = segd_avro_codec_new(&ws[i].codec, NULL, NULL, errstr, n)))
-            goto out_join;
-        if (pthread_create(&ws[i].th, NULL, segd_loader_worker_main, &ws[i])) {
-            err = segd_errf(SEGD_ERR_NOMEM, errstr, n, "cannot start a thread");
-            goto out_join;
-        }
-        started++;
-    }
+    worker_t *ws = NULL;
     producer_args_t pa = {&l, paths, n_paths};
     pthread_t producer;
-    if (pthread_create(&producer, NULL, producer_main, &pa)) {
-        err = segd_errf(SEGD_ERR_NOMEM, errstr, n, "cannot start a thread");
-        goto out_join;
+    memset(st, 0, sizeof(*st));
+    st->bytes_total = total_size(paths, n_paths);
+    segd_err_t err = loader_open(&l, o, threads, errstr, n);
+    if (!err && !(ws = calloc((size_t)threads, sizeof(*ws))))
+        err = SEGD_ERR_NOMEM;
+    if (err)
+        goto out_close;
+    err = start_workers(&l, ws, threads, &started, errstr, n);
+    if (!err) {
+        if (pthread_create(&producer, NULL, producer_main, &pa))
+            err = segd_errf(SEGD_ERR_NOMEM, errstr, n, "cannot start a thread");
+        else
+            producer_started = 1;
     }
-    producer_started = 1;
-    err = consume(&l, cb, ctx, st, errstr, n);
-    pthread_join(producer, NULL);
-out_join:
-    if (!producer_started) { /* let the workers see the end */
-        pthread_mutex_lock(&l.mu);
-        l.producer_done = 1;
-        pthread_cond_broadcast(&l.cv_work);
-        pthread_mutex_unlock(&l.mu);
+    if (producer_started) {
+        err = consume(&l, cb, ctx, st, errstr, n);
+        pthread_join(producer, NULL);
     }
-    for (int i = 0; i < started; i++)
-        pthread_join(ws[i].th, NULL);
-    for (int i = 0; i < threads; i++)
-        if (ws[i].l)
-            segd_loader_worker_free(&ws[i]);
-    segd_loader_worker_free(&l.producer_w);
-out_free:
-    if (l.slots)
-        for (size_t i = 0; i < l.n_slots; i++) {
-            free(l.slots[i].in);
-            free(l.slots[i].blocks);
-            free(l.slots[i].items);
-            segd_buf_free(&l.slots[i].arena);
-        }
-    free(l.slots);
+    stop_workers(&l, ws, threads, started, producer_started);
+out_close:
+    loader_close(&l);
     free(ws);
-    pthread_cond_destroy(&l.cv_free);
-    pthread_cond_destroy(&l.cv_work);
-    pthread_cond_destroy(&l.cv_done);
-    pthread_mutex_destroy(&l.mu);
     if (o->stop && *o->stop)
         st->stopped = 1;
     return err;
