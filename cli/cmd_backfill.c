@@ -1,10 +1,11 @@
 /* `segd backfill --db DIR [--now S] [--threads N] [--bulk [--memory-mb M]]
- * FILE...`: applies SegmentEvents from JSON-lines files and Avro object
- * container files, plain or gzip/zstd-compressed (load/reader decodes them
- * on N threads; this file is the one store writer): through the merge path
- * (WriteBatches of merge operands), or with --bulk sorted, joined per user
- * and ingested as SST files (load/bulk.h). A bad record is reported as
- * file:line (or file:#record) with its reason, counted and skipped. */
+ * FILE...` applies SegmentEvents from JSON-lines files and Avro object
+ * container files, plain or compressed with gzip or zstd. load/reader
+ * decodes them on N threads, and this file is the one store writer. Events
+ * go through the merge path as WriteBatches of merge operands, or with
+ * --bulk they are sorted, joined per user and ingested as SST files
+ * (load/bulk.h). A bad record is reported as file:line (or file:#record)
+ * with its reason, counted and skipped. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdlib.h>
@@ -175,11 +176,11 @@ static int bulk_finish(backfill_t *b, double t0, const segd_load_stats_t *st, in
     return st->skipped ? SEGD_EXIT_PARTIAL : SEGD_EXIT_OK;
 }
 
-/* Decoding threads by default: the online cores but one, which the writer
- * (this thread, RocksDB's memtable inserts) keeps busy; on 2 cores one
- * decoder and the writer already use ~1.6 of them (bench/RESULTS.md). A bulk
- * load writes nothing while it reads (its sort only copies), so it decodes
- * on every core. */
+/* By default there is one decoding thread per online core but one, because
+ * the writer (this thread, inserting into RocksDB's memtable) keeps that core
+ * busy. On 2 cores one decoder and the writer already use about 1.6 of them
+ * (bench/RESULTS.md). A bulk load writes nothing while it reads, since its
+ * sort only copies, so it decodes on every core. */
 static int default_threads(int bulk)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN) - (bulk ? 0 : 1);

@@ -22,9 +22,10 @@ static size_t count_lines(const uint8_t *p, size_t len)
     return k;
 }
 
-/* A line that does not fit a block: longer than max_message for sure.
- * Reads to its end and reports it; what follows it goes to *carry. 0 when
- * the line ended, 1 at the end of input, -1 at a read error (why set). */
+/* Skips a line that does not fit a block, which makes it longer than
+ * max_message for sure. Reads to the line's end and reports it, and puts
+ * what follows the line into *carry. Returns 0 when the line ended, 1 at the
+ * end of input, and -1 at a read error (why set). */
 static int skip_long_line(loader_t *l, segd_source_t *src, const char *path, slot_t *s,
                           int64_t line, segd_buf_t *carry, char *why, size_t n)
 {

@@ -64,11 +64,12 @@ static segd_err_t make_producer(segd_publisher_t *p, char *errstr, size_t n)
     return p->rkt ? SEGD_OK : segd_errf(SEGD_ERR_KAFKA, errstr, n, "topic %s", p->o.topic);
 }
 
-/* The most a change event's value (framing + body) may take: librdkafka
- * refuses a message over message.max.bytes at once and forever, and a
- * broker limits the record batch. Headroom: the key (<= 256 bytes), the
- * record and batch headers (< 128 bytes), a codec's worst-case growth on
- * incompressible data (lz4: 0.4%): 1 KiB + 1/64 of the limit. */
+/* The most a change event's value (framing and body) may take. librdkafka
+ * refuses a message over message.max.bytes at once and for good, and a
+ * broker limits the size of a record batch. The headroom of 1 KiB plus 1/64
+ * of the limit covers the key (at most 256 bytes), the record and batch
+ * headers (under 128 bytes) and a codec's growth on incompressible data
+ * (0.4% for lz4). */
 static size_t message_budget(segd_publisher_t *p)
 {
     char v[32];
@@ -142,8 +143,9 @@ segd_err_t segd_publisher_new(segd_publisher_t **out, segd_store_t *store,
         err = make_producer(p, errstr, n);
     if (!err)
         p->max_message = message_budget(p);
-    /* a missing change topic is refused now; unreachable brokers are not an
-     * error yet: every cycle asks again, keeping the outbox meanwhile */
+    /* A missing change topic is refused now. Unreachable brokers are not an
+     * error yet, because every cycle asks again and the outbox keeps the
+     * deltas meanwhile. */
     if (!err && segd_publisher_ensure_partitions(p, 0, errstr, n) == SEGD_ERR_NOTFOUND)
         err = SEGD_ERR_NOTFOUND;
     if (err) {

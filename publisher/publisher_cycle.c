@@ -12,6 +12,10 @@
 #include "base/clock.h"
 #include "publisher/publisher_internal.h"
 
+/* Tallies one delivery report into the current cycle's acks. A report whose
+ * message carries another cycle's id is counted as stale and nothing more,
+ * so that a failed cycle's late acknowledgement cannot let this cycle delete
+ * outbox entries whose own messages were never acknowledged. */
 void segd_publisher_dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
     (void)rk;
@@ -137,13 +141,13 @@ void segd_publisher_clear_cycle(segd_publisher_t *p)
     p->acks.cycle = cycle;
 }
 
-/* A failed cycle's messages leave librdkafka's queue, queued or in flight:
- * left there (message.timeout.ms is 0) they would be sent again with every
- * retry's copies, growing the queue, and their late reports would arrive
- * during a later cycle. Purged messages report at once, with an error;
- * serving those reports here leaves nothing of this cycle behind. A
- * message purged in flight may still reach the topic, a harmless duplicate
- * of the retry's. */
+/* Takes a failed cycle's messages out of librdkafka's queue, whether queued
+ * or in flight. Left there, they would be sent along with every retry's
+ * copies, since message.timeout.ms is 0, and the queue would keep growing;
+ * their late reports would also arrive during a later cycle. Purged messages
+ * report at once with an error, and serving those reports here leaves
+ * nothing of this cycle behind. A message purged in flight may still reach
+ * the topic, which is a harmless duplicate of the retry's. */
 static void abandon_cycle(segd_publisher_t *p)
 {
     rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);

@@ -75,10 +75,10 @@ struct segd_publisher {
     pthread_cond_t cv;
     int kicked, stop;
     segd_publisher_stats_t st;
-    int64_t oldest_committed_ms; /* the oldest unacknowledged entry's commit time, as
-                                  * the last scan saw it (0 = none): its age is taken
-                                  * at get_stats, so it grows while a cycle waits
-                                  * on an outage (guarded by mu) */
+    /* The commit time of the oldest unacknowledged entry as the last scan
+     * saw it, 0 for none; guarded by mu. Its age is taken in get_stats, so
+     * that the age keeps growing while a cycle waits through an outage. */
+    int64_t oldest_committed_ms;
     uint64_t *lat; /* LAT_BUCKETS counters */
     segd_metric_t *latency; /* segd_change_latency_seconds; NULL = no registry */
     char last_fault[512];

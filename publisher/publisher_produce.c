@@ -127,10 +127,11 @@ static segd_err_t build_retire(segd_publisher_t *p)
     return SEGD_OK;
 }
 
-/* Produces p->change; waits on a full queue by serving delivery reports,
- * for at most ack_timeout_ms: with the brokers down the queue never drains,
- * and an unbounded wait kept a stopping publisher (and segd run) hanging.
- * Giving up fails the cycle; its entries stay in the outbox. */
+/* Produces p->msg. On a full queue it serves delivery reports and tries
+ * again, for at most ack_timeout_ms, because with the brokers down the queue
+ * never drains and an unbounded wait kept a stopping publisher (and segd
+ * run) hanging. Giving up fails the cycle, and its entries stay in the
+ * outbox. */
 static segd_err_t produce_msg(segd_publisher_t *p, int32_t partition, const char *key,
                               size_t key_len, char *errstr, size_t n)
 {

@@ -16,7 +16,8 @@
 segd_err_t segd_publisher_ensure_partitions(segd_publisher_t *p, int32_t need, char *errstr,
                                             size_t n)
 {
-    if (p->partitions > 0 && p->partitions > need) /* 0: never asked (need -1: any) */
+    /* A count of 0 means never asked; a need of -1 is met by any count. */
+    if (p->partitions > 0 && p->partitions > need)
         return SEGD_OK;
     int32_t count = 0;
     segd_err_t err = segd_kmeta_partitions_wait(p->rk, p->o.topic, METADATA_WAIT_MS, &count,
@@ -38,12 +39,12 @@ segd_err_t segd_publisher_ensure_partitions(segd_publisher_t *p, int32_t need, c
     return SEGD_OK;
 }
 
-/* Where a delta goes (DESIGN §5): the partition of its source, so that a
- * cache shard tailing change partition p sees every delta of input
- * partition p; a delta with no input source goes where input.partitioner
- * puts its user. An input partition past the change topic's stops the
- * cycle (the entry stays) rather than send the delta to a shard that does
- * not own its user. */
+/* Where a delta goes (DESIGN §5). It goes to the partition of its source,
+ * so that a cache shard tailing change partition p sees every delta of
+ * input partition p. A delta with no input source goes where
+ * input.partitioner puts its user. An input partition past the change
+ * topic's last stops the cycle and keeps the entry, rather than send the
+ * delta to a shard that does not own its user. */
 static segd_err_t route(segd_publisher_t *p, const item_ref_t *r, int32_t *out, char *errstr,
                         size_t n)
 {
