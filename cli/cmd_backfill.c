@@ -10,7 +10,6 @@
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/clock.h"
@@ -265,17 +264,6 @@ static int open_bulk(backfill_t *b, segd_store_t *store, const backfill_args_t *
     return 0;
 }
 
-/* The progress bar's total: the input files' sizes as stored. */
-static uint64_t files_size(char *const *files, int n)
-{
-    uint64_t total = 0;
-    struct stat sb;
-    for (int i = 0; i < n; i++)
-        if (!stat(files[i], &sb) && S_ISREG(sb.st_mode))
-            total += (uint64_t)sb.st_size;
-    return total;
-}
-
 /* The merge path's end: writes the last batch and prints the summary. What
  * the readers delivered is written even when a signal stopped them, since
  * applying it again later is harmless. */
@@ -314,7 +302,7 @@ static int load(backfill_t *b, segd_store_t *store, const backfill_args_t *a, do
     segd_load_stats_t st;
     segd_limits_default(&lo.limits);
     segd_progress_init(&b->bar, stderr, "bytes", 0, 0);
-    b->bar.total = files_size(a->files, a->n_files);
+    b->bar.total = segd_load_total_size(a->files, a->n_files);
     segd_err_t le = segd_load_files(&lo, a->files, a->n_files,
                                     a->bulk ? bulk_chunk : apply_chunk, b, &st, err, sizeof(err));
     if (!a->bulk)

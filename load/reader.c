@@ -68,7 +68,7 @@ static void *producer_main(void *arg)
 
 /* ---------- the caller's side ---------- */
 
-static uint64_t total_size(char *const *paths, int n)
+uint64_t segd_load_total_size(char *const *paths, int n)
 {
     uint64_t t = 0;
     struct stat st;
@@ -228,7 +228,7 @@ segd_err_t segd_load_files(const segd_load_opts_t *o, char *const *paths, int n_
     producer_args_t pa = {&l, paths, n_paths};
     pthread_t producer;
     memset(st, 0, sizeof(*st));
-    st->bytes_total = total_size(paths, n_paths);
+    st->bytes_total = segd_load_total_size(paths, n_paths);
     segd_err_t err = loader_open(&l, o, threads, errstr, n);
     if (!err && !(ws = calloc((size_t)threads, sizeof(*ws))))
         err = SEGD_ERR_NOMEM;

@@ -72,4 +72,9 @@ segd_err_t segd_load_files(const segd_load_opts_t *o, char *const *paths, int n_
                            segd_load_chunk_fn cb, void *ctx, segd_load_stats_t *stats,
                            char *errstr, size_t errstr_size);
 
+/* The sum of the sizes of those paths that are regular files, which is what
+ * segd_load_files sets stats->bytes_total to. A caller can size its progress
+ * bar with it before the load starts. */
+uint64_t segd_load_total_size(char *const *paths, int n);
+
 #endif
