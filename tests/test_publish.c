@@ -502,6 +502,45 @@ static void test_full_queue_gives_up(void **state)
     segd_publisher_destroy(p);
 }
 
+/* A cycle that fails after producing some of its deltas takes them back out
+ * of librdkafka's queue. Here the brokers are down and the queue holds one
+ * message, so the cycle gives up with its first delta queued. Left there,
+ * that delta would reach the topic once the brokers return, beside the
+ * retry's copy of it. Purged, the topic holds exactly the events that the
+ * successful cycles counted as acknowledged. */
+static void test_failed_cycle_purges_its_queue(void **state)
+{
+    fixture_t *f = *state;
+    write_batch(f->store, 0);
+    segd_publisher_opts_t o;
+    segd_publisher_opts_default(&o);
+    o.brokers = segd_dev_broker_bootstraps(f->broker);
+    o.topic = CHANGES;
+    o.ack_timeout_ms = 1000;
+    static const char *const props[] = {"queue.buffering.max.messages", "1", NULL};
+    o.kafka_props = props;
+    segd_publisher_t *p = NULL;
+    char err[256];
+    assert_int_equal(segd_publisher_new(&p, f->store, &o, err, sizeof(err)), SEGD_OK);
+    segd_dev_broker_set_down(f->broker, 1, 1);
+    size_t acked = 99;
+    assert_int_equal(segd_publisher_cycle(p, &acked, err, sizeof(err)), SEGD_ERR_TIMEOUT);
+    assert_int_equal(acked, 0);
+    segd_dev_broker_set_down(f->broker, 1, 0);
+    assert_int_equal(segd_publisher_drain(p, 60000, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(outbox_size(f->store), 0);
+    segd_publisher_stats_t st;
+    segd_publisher_get_stats(p, &st);
+    segd_publisher_destroy(p);
+    joined_t *j = calloc(1, sizeof(*j));
+    consume_all(f, j);
+    assert_true(st.events >= USERS); /* one delta per user at least */
+    assert_int_equal(j->events, st.events);
+    assert_joined_equals_store(f->store, j);
+    joined_free(j);
+    free(j);
+}
+
 static void test_crash_leftovers_republished(void **state)
 {
     fixture_t *f = *state;
@@ -732,6 +771,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_outage_keeps_outbox_then_resumes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_full_queue_gives_up, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_failed_cycle_purges_its_queue, setup, teardown),
         cmocka_unit_test_setup_teardown(test_crash_leftovers_republished, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retirement_is_a_control_event, setup, teardown),
         cmocka_unit_test_setup_teardown(test_input_partition_past_change_topic_kept, setup,
