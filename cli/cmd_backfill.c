@@ -1,15 +1,15 @@
 /* `segd backfill --db DIR [--now S] [--threads N] [--bulk [--memory-mb M]]
- * FILE...`: applies SegmentEvents from JSON-lines files and Avro object
- * container files, plain or gzip/zstd-compressed (load/reader decodes them
- * on N threads; this file is the one store writer): through the merge path
- * (WriteBatches of merge operands), or with --bulk sorted, joined per user
- * and ingested as SST files (load/bulk.h). A bad record is reported as
- * file:line (or file:#record) with its reason, counted and skipped. */
+ * FILE...` applies SegmentEvents from JSON-lines files and Avro object
+ * container files, plain or compressed with gzip or zstd. load/reader
+ * decodes them on N threads, and this file is the one store writer. Events
+ * go through the merge path as WriteBatches of merge operands, or with
+ * --bulk they are sorted, joined per user and ingested as SST files
+ * (load/bulk.h). A bad record is reported as file:line (or file:#record)
+ * with its reason, counted and skipped. */
 #include <errno.h>
 #include <getopt.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include "base/clock.h"
@@ -175,18 +175,27 @@ static int bulk_finish(backfill_t *b, double t0, const segd_load_stats_t *st, in
     return st->skipped ? SEGD_EXIT_PARTIAL : SEGD_EXIT_OK;
 }
 
-/* The default number of decoding threads is the online cores but one,
- * because the writer (this thread, doing RocksDB's memtable inserts) keeps
- * one busy. On 2 cores one decoder and the writer already use about 1.6 of
- * them (bench/RESULTS.md). A bulk load writes nothing while it reads (its
- * sort only copies), so it decodes on every core. */
+/* By default there is one decoding thread per online core but one, because
+ * the writer (this thread, inserting into RocksDB's memtable) keeps that core
+ * busy. On 2 cores one decoder and the writer already use about 1.6 of them
+ * (bench/RESULTS.md). A bulk load writes nothing while it reads, since its
+ * sort only copies, so it decodes on every core. */
 static int default_threads(int bulk)
 {
     long n = sysconf(_SC_NPROCESSORS_ONLN) - (bulk ? 0 : 1);
     return n < 1 ? 1 : n > 64 ? 64 : (int)n;
 }
 
-int segd_cmd_backfill(int argc, char **argv)
+typedef struct backfill_args {
+    const char *db;
+    int64_t now_s, threads, memory_mb;
+    int changes, bulk;
+    char *const *files;
+    int n_files;
+} backfill_args_t;
+
+/* 0 parsed, 1 --help, 2 usage error (said). */
+static int parse_args(int argc, char **argv, backfill_args_t *a)
 {
     static const struct option opts[] = {{"db", required_argument, 0, 'd'},
                                          {"now", required_argument, 0, 'n'},
@@ -196,124 +205,144 @@ int segd_cmd_backfill(int argc, char **argv)
                                          {"memory-mb", required_argument, 0, 'm'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    const char *db = NULL;
-    int64_t now_s = 0, threads = 0, memory_mb = 0;
-    int c, changes = 1, bulk = 0;
+    int c;
+    *a = (backfill_args_t){.changes = 1};
     optind = 1;
     while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
         switch (c) {
-        case 'd': db = optarg; break;
+        case 'd': a->db = optarg; break;
         case 'n':
-            if (segd_arg_int("backfill", "--now", optarg, 1, INT64_MAX / 1000, &now_s))
-                return SEGD_EXIT_USAGE;
+            if (segd_arg_int("backfill", "--now", optarg, 1, INT64_MAX / 1000, &a->now_s))
+                return 2;
             break;
         case 't':
-            if (segd_arg_int("backfill", "--threads", optarg, 1, 256, &threads))
-                return SEGD_EXIT_USAGE;
+            if (segd_arg_int("backfill", "--threads", optarg, 1, 256, &a->threads))
+                return 2;
             break;
-        case 'x': changes = 0; break;
-        case 'b': bulk = 1; break;
+        case 'x': a->changes = 0; break;
+        case 'b': a->bulk = 1; break;
         case 'm':
-            /* below 16 MiB the sort's fixed buffers dominate its budget */
-            if (segd_arg_int("backfill", "--memory-mb", optarg, 16, 1 << 20, &memory_mb))
-                return SEGD_EXIT_USAGE;
+            /* Below 16 MiB the sort's fixed buffers would take most of its budget. */
+            if (segd_arg_int("backfill", "--memory-mb", optarg, 16, 1 << 20, &a->memory_mb))
+                return 2;
             break;
-        case 'h': usage(stdout); return SEGD_EXIT_OK;
-        default: usage(stderr); return SEGD_EXIT_USAGE;
+        case 'h': usage(stdout); return 1;
+        default: usage(stderr); return 2;
         }
     }
-    if (!db || optind >= argc) {
+    if (!a->db || optind >= argc) {
         usage(stderr);
-        return SEGD_EXIT_USAGE;
+        return 2;
     }
-    if (!threads)
-        threads = default_threads(bulk);
-    if (memory_mb && !bulk) {
+    if (!a->threads)
+        a->threads = default_threads(a->bulk);
+    if (a->memory_mb && !a->bulk) {
         fprintf(stderr, "segd backfill: --memory-mb applies to --bulk only\n");
-        return SEGD_EXIT_USAGE;
+        return 2;
     }
-    segd_store_t *store = segd_app_open_store("backfill", db, now_s, 0);
-    if (!store)
-        return SEGD_EXIT_FAIL;
-    backfill_t b = {0};
-    b.stop = segd_app_stop_on_signals();
+    a->files = argv + optind;
+    a->n_files = argc - optind;
+    return 0;
+}
+
+/* --bulk: the external sort that the chunks go to instead of batches. */
+static int open_bulk(backfill_t *b, segd_store_t *store, const backfill_args_t *a)
+{
+    segd_bulk_opts_t bo;
     char err[512];
-    int rc = SEGD_EXIT_FAIL;
-    double t0 = segd_mono_s();
-    segd_load_opts_t lo = {.prog = "segd backfill",
-                           .threads = (int)threads,
-                           .policy = segd_store_policy(store),
-                           .granularity_s = segd_store_granularity(store),
-                           .stop = b.stop,
-                           .errors = stderr};
-    segd_load_stats_t st;
-    segd_limits_default(&lo.limits);
-    if (segd_applier_init(&b.ap, store) != SEGD_OK)
-        goto out_close;
-    if (changes)
-        segd_applier_enable_outbox(&b.ap);
-    b.bulk_phase = -1;
-    if (bulk) {
-        segd_bulk_opts_t bo;
-        segd_bulk_opts_default(&bo);
-        if (memory_mb)
-            bo.memory_bytes = (uint64_t)memory_mb << 20;
-        bo.changes = changes;
-        bo.stop = b.stop;
-        bo.progress = bulk_progress;
-        bo.progress_ctx = &b;
-        if (segd_bulk_new(&b.bulk, store, &bo, err, sizeof(err)) != SEGD_OK) {
-            fprintf(stderr, "segd backfill: bulk load: %s\n", err);
-            goto out_free;
-        }
+    segd_bulk_opts_default(&bo);
+    if (a->memory_mb)
+        bo.memory_bytes = (uint64_t)a->memory_mb << 20;
+    bo.changes = a->changes;
+    bo.stop = b->stop;
+    bo.progress = bulk_progress;
+    bo.progress_ctx = b;
+    if (segd_bulk_new(&b->bulk, store, &bo, err, sizeof(err)) != SEGD_OK) {
+        fprintf(stderr, "segd backfill: bulk load: %s\n", err);
+        return -1;
     }
-    segd_progress_init(&b.bar, stderr, "bytes", 0, 0);
-    {
-        uint64_t total = 0;
-        struct stat sb;
-        for (int i = optind; i < argc; i++)
-            if (!stat(argv[i], &sb) && S_ISREG(sb.st_mode))
-                total += (uint64_t)sb.st_size;
-        b.bar.total = total;
-    }
-    segd_err_t le = segd_load_files(&lo, argv + optind, argc - optind,
-                                    bulk ? bulk_chunk : apply_chunk, &b, &st, err, sizeof(err));
-    if (!bulk)
-        segd_progress_end(&b.bar);
-    if (le) {
-        fprintf(stderr, "segd backfill: %s\n", err);
-        goto out_free;
-    }
-    if (b.failed)
-        goto out_free;
-    if (bulk) {
-        if (st.stopped) { /* the sort has written nothing yet */
-            segd_progress_end(&b.bar);
-            fprintf(stderr, "segd backfill: stopped by a signal while reading: nothing "
-                            "loaded\n");
-            goto out_free;
-        }
-        rc = bulk_finish(&b, t0, &st, (int)threads);
-        goto out_free;
-    }
-    /* what the readers delivered is written, even when a signal stopped them */
-    if (flush_waiting(&b, err, sizeof(err)) != SEGD_OK) {
+    return 0;
+}
+
+/* The merge path's end: writes the last batch and prints the summary. What
+ * the readers delivered is written even when a signal stopped them, since
+ * applying it again later is harmless. */
+static int merge_finish(backfill_t *b, double t0, const segd_load_stats_t *st, int threads)
+{
+    char err[512];
+    if (flush_waiting(b, err, sizeof(err)) != SEGD_OK) {
         fprintf(stderr, "segd backfill: store write failed: %s\n", err);
-        goto out_free;
+        return SEGD_EXIT_FAIL;
     }
-    if (st.stopped) {
+    if (st->stopped) {
         fprintf(stderr, "segd backfill: stopped by a signal after %llu events\n",
-                (unsigned long long)b.ap.events);
-        goto out_free;
+                (unsigned long long)b->ap.events);
+        return SEGD_EXIT_FAIL;
     }
     double dt = segd_mono_s() - t0;
     printf("applied %llu events (%llu segments), skipped %llu, %.2f s, %.0f segments/s, "
            "%d threads\n",
-           (unsigned long long)b.ap.events, (unsigned long long)b.ap.segments,
-           (unsigned long long)st.skipped, dt, dt > 0 ? (double)b.ap.segments / dt : 0.0,
-           (int)threads);
-    rc = st.skipped ? SEGD_EXIT_PARTIAL : SEGD_EXIT_OK;
-out_free:
+           (unsigned long long)b->ap.events, (unsigned long long)b->ap.segments,
+           (unsigned long long)st->skipped, dt, dt > 0 ? (double)b->ap.segments / dt : 0.0,
+           threads);
+    return st->skipped ? SEGD_EXIT_PARTIAL : SEGD_EXIT_OK;
+}
+
+/* Reads every file into the merge path's batches, or into the bulk sort,
+ * then finishes that path. Returns the exit code. */
+static int load(backfill_t *b, segd_store_t *store, const backfill_args_t *a, double t0)
+{
+    char err[512];
+    segd_load_opts_t lo = {.prog = "segd backfill",
+                           .threads = (int)a->threads,
+                           .policy = segd_store_policy(store),
+                           .granularity_s = segd_store_granularity(store),
+                           .stop = b->stop,
+                           .errors = stderr};
+    segd_load_stats_t st;
+    segd_limits_default(&lo.limits);
+    segd_progress_init(&b->bar, stderr, "bytes", 0, 0);
+    b->bar.total = segd_load_total_size(a->files, a->n_files);
+    segd_err_t le = segd_load_files(&lo, a->files, a->n_files,
+                                    a->bulk ? bulk_chunk : apply_chunk, b, &st, err, sizeof(err));
+    if (!a->bulk)
+        segd_progress_end(&b->bar);
+    if (le) {
+        fprintf(stderr, "segd backfill: %s\n", err);
+        return SEGD_EXIT_FAIL;
+    }
+    if (b->failed)
+        return SEGD_EXIT_FAIL;
+    if (!a->bulk)
+        return merge_finish(b, t0, &st, (int)a->threads);
+    if (st.stopped) { /* the sort has written nothing yet */
+        segd_progress_end(&b->bar);
+        fprintf(stderr, "segd backfill: stopped by a signal while reading: nothing loaded\n");
+        return SEGD_EXIT_FAIL;
+    }
+    return bulk_finish(b, t0, &st, (int)a->threads);
+}
+
+int segd_cmd_backfill(int argc, char **argv)
+{
+    backfill_args_t a;
+    int parsed = parse_args(argc, argv, &a);
+    if (parsed)
+        return parsed == 1 ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
+    segd_store_t *store = segd_app_open_store("backfill", a.db, a.now_s, 0);
+    if (!store)
+        return SEGD_EXIT_FAIL;
+    backfill_t b = {0};
+    b.stop = segd_app_stop_on_signals();
+    int rc = SEGD_EXIT_FAIL;
+    double t0 = segd_mono_s();
+    if (segd_applier_init(&b.ap, store) != SEGD_OK)
+        goto out_close;
+    if (a.changes)
+        segd_applier_enable_outbox(&b.ap);
+    b.bulk_phase = -1;
+    if (!a.bulk || open_bulk(&b, store, &a) == 0)
+        rc = load(&b, store, &a, t0);
     if (b.bulk) /* removes its temporary files on every path */
         segd_bulk_destroy(b.bulk);
     segd_applier_free(&b.ap);

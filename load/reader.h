@@ -60,15 +60,21 @@ typedef struct segd_load_stats {
     int stopped;               /* the callback or a signal ended the load early */
 } segd_load_stats_t;
 
-/* Reads every path in turn (each is reported and counted as skipped if it
- * cannot be opened; an unreadable tail, e.g. a truncated .gz, is reported and
- * counted after what was readable is delivered). Memory is bounded: a fixed
- * number of blocks (about 1 MiB of input each) is in flight. Returns SEGD_OK
- * unless the reader itself failed (out of memory, threads): bad input is
- * never an error here, only counted. A progress bar sums the chunks' bytes
- * against stats->bytes_total, which is set before the first chunk. */
+/* Reads every path in turn. A path that cannot be opened is reported and
+ * counted as skipped. An unreadable tail, such as a truncated .gz, is
+ * reported and counted after what was readable has been delivered. Memory
+ * is bounded, because a fixed number of blocks of about 1 MiB of input each
+ * is in flight. Returns SEGD_OK unless the reader itself failed (out of
+ * memory, or no thread could start); bad input is never an error here, only
+ * counted. A progress bar sums the chunks' bytes against
+ * stats->bytes_total, which is set before the first chunk. */
 segd_err_t segd_load_files(const segd_load_opts_t *o, char *const *paths, int n_paths,
                            segd_load_chunk_fn cb, void *ctx, segd_load_stats_t *stats,
                            char *errstr, size_t errstr_size);
+
+/* The sum of the sizes of those paths that are regular files, which is what
+ * segd_load_files sets stats->bytes_total to. A caller can size its progress
+ * bar with it before the load starts. */
+uint64_t segd_load_total_size(char *const *paths, int n);
 
 #endif

@@ -1,15 +1,16 @@
-/* The change-stream publisher (DESIGN §5): turns outbox entries into change
- * events on the change topic and deletes them once the broker has
+/* The change-stream publisher (DESIGN §5). It turns outbox entries into
+ * change events on the change topic, and deletes them once the broker has
  * acknowledged every event made from them. A cycle reads up to max_entries
- * entries, joins each user's operands per source input partition into one
- * delta (the §3 join, so coalescing is exact), produces it to the change
- * partition of that input partition (key = user id; a delta with no input
- * source to the user's partition under input.partitioner), plus one RETIRE
- * control event per change partition for retirements, waits for the acks, then
- * deletes the entries and records the change topic's acknowledged positions
- * in one store write. A failure anywhere repeats the cycle later; nothing is
- * deleted that was not acknowledged, and duplicates are harmless to readers.
- * Runs on its own thread (start/kick/stop) or synchronously (cycle/drain).
+ * entries and joins each user's operands per source input partition into one
+ * delta (the §3 join, so coalescing is exact). It produces each delta, keyed
+ * by user id, to the change partition of its input partition; a delta with
+ * no input source goes to the user's partition under input.partitioner.
+ * Retirements add one RETIRE control event per change partition. The cycle
+ * then waits for the acks, and deletes the entries and records the change
+ * topic's acknowledged positions in one store write. A failure anywhere
+ * repeats the cycle later. Nothing is deleted that was not acknowledged, and
+ * duplicates are harmless to readers. The publisher runs on its own thread
+ * (start/kick/stop) or synchronously (cycle/drain).
  *
  * Threads: new, start, stop, destroy from the owning thread; kick,
  * get_stats and reset_latency from any thread. cycle and drain run on the
