@@ -64,7 +64,8 @@ static segd_err_t check_partitions(segd_daemon_t *d, const segd_config_t *cfg, c
     for (size_t i = 0; changes > 0 && i < cfg->n_topics; i++) {
         int32_t input = 0;
         char why[256];
-        if (segd_pipeline_partitions(d->pipeline, cfg->topics[i], &input, why, sizeof(why)))
+        if (segd_publisher_topic_partitions(d->publisher, cfg->topics[i], &input, why,
+                                            sizeof(why)))
             continue;
         if (changes < input)
             return segd_errf(SEGD_ERR_CONFIG, errstr, n,
@@ -142,10 +143,12 @@ segd_err_t segd_daemon_new(segd_daemon_t **out, const segd_config_t *cfg, segd_s
         err = new_publisher(d, cfg, store, errstr, n);
     if (!err && cfg->restore_from)
         err = start_restorer(d, cfg, store, errstr, n);
-    if (!err) /* subscribes only: the group is joined by the first step */
-        err = segd_pipeline_new(&d->pipeline, cfg, store, stop, errstr, n);
+    /* before the consumer subscribes: a refused start must not have joined
+     * the group (closing a consumer that joined serves its assignment) */
     if (!err && d->publisher)
         err = check_partitions(d, cfg, errstr, n);
+    if (!err) /* subscribes only: the group is joined by the first step */
+        err = segd_pipeline_new(&d->pipeline, cfg, store, stop, errstr, n);
     if (!err && d->publisher)
         err = segd_publisher_start(d->publisher, errstr, n);
     if (err) {

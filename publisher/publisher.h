@@ -91,6 +91,12 @@ segd_err_t segd_publisher_drain(segd_publisher_t *p, int64_t timeout_ms, char *e
  * they could not be asked yet (every cycle asks again). */
 int32_t segd_publisher_partitions(const segd_publisher_t *p);
 
+/* Another topic's partition count, asked through the publisher's producer
+ * (segd run checks its input topics against the change topic with it
+ * before its consumer subscribes). */
+segd_err_t segd_publisher_topic_partitions(segd_publisher_t *p, const char *topic,
+                                           int32_t *count, char *errstr, size_t n);
+
 /* Background thread: cycles when kicked (after each ingest batch) and at
  * least every 100 ms, backs off on failures, logs a fault once. */
 segd_err_t segd_publisher_start(segd_publisher_t *p, char *errstr, size_t errstr_size);

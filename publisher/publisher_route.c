@@ -10,6 +10,12 @@
 #include "publisher/publisher_int.h"
 #include "transport/kmeta.h"
 
+segd_err_t segd_publisher_topic_partitions(segd_publisher_t *p, const char *topic,
+                                           int32_t *count, char *errstr, size_t n)
+{
+    return segd_kmeta_partitions(p->rk, topic, METADATA_WAIT_MS, count, errstr, n);
+}
+
 /* The change topic's partition count, asked for while not known (brokers
  * unreachable at start) and again when an input partition lies past it (the
  * topic may have grown since). */
