@@ -352,115 +352,165 @@ static segd_err_t bench_config(segd_config_t *c, const char *brokers, const inge
     return segd_config_finish(c, err, n);
 }
 
+/* One pipeline run's moving parts: its store and daemon, the paced producer
+ * and the full compaction started beside it, and the clock of its windows. */
+typedef struct consume_run {
+    const ingest_args_t *a;
+    const char *name;
+    int64_t want;
+    paced_t *pc;
+    run_result_t *r;
+    segd_config_t cfg;
+    segd_store_t *store;
+    segd_daemon_t *d;
+    segd_pipeline_t *p;
+    segd_publisher_t *pub; /* NULL without changes */
+    pthread_t producer, compaction;
+    int producing, compacting;
+    compactor_t cp;
+    double t0, next_window, end;
+} consume_run_t;
+
+static int consume_open(consume_run_t *c, const char *brokers, const char *topic, int changes,
+                        volatile sig_atomic_t *stop)
+{
+    char err[512];
+    segd_store_opts_t so;
+    segd_config_init(&c->cfg);
+    segd_err_t e = bench_config(&c->cfg, brokers, c->a, topic, c->name, changes, err,
+                                sizeof(err));
+    if (!e) {
+        segd_app_config_store_opts(&c->cfg, &so);
+        e = segd_store_open(&c->store, &so, err, sizeof(err));
+    }
+    if (!e)
+        e = segd_daemon_new(&c->d, &c->cfg, c->store, stop, err, sizeof(err));
+    if (e) {
+        fprintf(stderr, "bench ingest: %s\n", err);
+        return -1;
+    }
+    c->p = segd_daemon_pipeline(c->d);
+    c->pub = segd_daemon_publisher(c->d);
+    c->end = segd_mono_s() + 1800;
+    return 0;
+}
+
+/* What runs beside the pipeline, started when its time comes: the paced
+ * producer once the group has assigned partitions (the join's delay is not
+ * latency), the full compaction a quarter into the run (so that windows
+ * before, during and after it show). */
+static int consume_start_beside(consume_run_t *c)
+{
+    if (c->pc && !c->producing && segd_pipeline_assigned(c->p) > 0) {
+        if (pthread_create(&c->producer, NULL, paced_main, c->pc)) {
+            fprintf(stderr, "bench ingest: %s: cannot start the producer\n", c->name);
+            return -1;
+        }
+        c->producing = 1;
+    }
+    if (c->pc && c->pc->compact && !c->compacting && (int64_t)c->r->st.messages * 4 >= c->want) {
+        c->cp.store = c->store;
+        c->cp.t0 = c->t0;
+        if (pthread_create(&c->compaction, NULL, compact_main, &c->cp)) {
+            fprintf(stderr, "bench ingest: %s: cannot start the compaction\n", c->name);
+            return -1;
+        }
+        c->compacting = 1;
+    }
+    return 0;
+}
+
+/* The clock starts at the first message; windows close every WINDOW_S. */
+static void consume_tick(consume_run_t *c)
+{
+    run_result_t *r = c->r;
+    segd_pipeline_get_stats(c->p, &r->st);
+    if (r->st.messages && c->t0 == 0) {
+        c->t0 = segd_mono_s();
+        r->st0 = r->st;
+        cpu_sample(&r->cpu0);
+        c->next_window = c->t0 + WINDOW_S;
+        if (c->pub) /* the group join is not the ingest's latency */
+            segd_publisher_reset_latency(c->pub);
+    }
+    if (c->t0 > 0 && segd_mono_s() >= c->next_window) {
+        close_window(c->store, c->pub, &r->st, segd_mono_s() - c->t0, r);
+        c->next_window += WINDOW_S;
+    }
+}
+
+/* Steps the pipeline until `want` messages are consumed, then until every
+ * delta is acknowledged: the run ends at the last acknowledgement, not at
+ * the last message read. */
+static int consume_steps(consume_run_t *c)
+{
+    char err[512];
+    run_result_t *r = c->r;
+    do {
+        if (segd_pipeline_step(c->p, err, sizeof(err))) {
+            fprintf(stderr, "bench ingest: %s: %s\n", c->name, err);
+            return -1;
+        }
+        if (consume_start_beside(c))
+            return -1;
+        consume_tick(c);
+    } while ((int64_t)r->st.messages < c->want && segd_mono_s() < c->end);
+    if ((int64_t)r->st.messages != c->want) {
+        fprintf(stderr, "bench ingest: %s: %" PRIu64 " of %" PRId64 " messages consumed\n",
+                c->name, r->st.messages, c->want);
+        return -1;
+    }
+    for (; c->pub;) {
+        segd_publisher_get_stats(c->pub, &r->pub);
+        if (r->pub.entries >= r->st.batches || segd_mono_s() > c->end)
+            break;
+        segd_pipeline_step(c->p, err, sizeof(err));
+    }
+    r->seconds = segd_mono_s() - c->t0;
+    close_window(c->store, c->pub, &r->st, r->seconds, r); /* the last, partial one */
+    r->stall_micros = stall_micros(c->store);
+    cpu_sample(&r->cpu1);
+    if (c->pub && r->pub.entries < r->st.batches) {
+        fprintf(stderr, "bench ingest: %s: %" PRIu64 " of %" PRIu64 " outbox entries "
+                "acknowledged in time\n", c->name, r->pub.entries, r->st.batches);
+        return -1;
+    }
+    return 0;
+}
+
+static int consume_close(consume_run_t *c, int rc)
+{
+    if (c->producing)
+        pthread_join(c->producer, NULL);
+    if (c->compacting) {
+        pthread_join(c->compaction, NULL);
+        c->r->compact_from = c->cp.from;
+        c->r->compact_to = c->cp.to;
+        if (c->cp.rc)
+            rc = -1;
+    }
+    segd_daemon_destroy(c->d);
+    segd_store_close(c->store);
+    segd_config_free(&c->cfg);
+    return rc;
+}
+
 /* Runs the pipeline (with its change publisher) over `want` messages of
  * topic, until every delta is acknowledged; db is a directory under a->dir. */
 static int pipeline_consume(const char *brokers, const ingest_args_t *a, const char *topic,
                             const char *name, int64_t want, int changes, paced_t *pc,
                             run_result_t *r)
 {
-    pthread_t producer, compaction;
-    int producing = 0, compacting = 0;
-    compactor_t cp = {0};
-    segd_config_t cfg;
-    char err[512];
     volatile sig_atomic_t stop = 0;
-    segd_config_init(&cfg);
-    segd_store_opts_t so;
-    segd_store_t *store = NULL;
-    segd_daemon_t *d = NULL;
-    segd_pipeline_t *p = NULL;
-    double t0 = 0;
-    int rc = -1;
+    consume_run_t c = {.a = a, .name = name, .want = want, .pc = pc, .r = r};
     memset(r, 0, sizeof(*r));
     /* what earlier phases freed goes back to the system, so that the
      * windows' resident sets are this pipeline's */
     malloc_trim(0);
-    segd_err_t e = bench_config(&cfg, brokers, a, topic, name, changes, err, sizeof(err));
-    if (!e) {
-        segd_app_config_store_opts(&cfg, &so);
-        e = segd_store_open(&store, &so, err, sizeof(err));
-    }
-    if (!e)
-        e = segd_daemon_new(&d, &cfg, store, &stop, err, sizeof(err));
-    if (e) {
-        fprintf(stderr, "bench ingest: %s\n", err);
-        goto out;
-    }
-    p = segd_daemon_pipeline(d);
-    segd_publisher_t *pub = segd_daemon_publisher(d); /* NULL without changes */
-    double end = segd_mono_s() + 1800, next_window = 0;
-    do {
-        if (segd_pipeline_step(p, err, sizeof(err))) {
-            fprintf(stderr, "bench ingest: %s: %s\n", name, err);
-            goto out;
-        }
-        /* a paced producer starts once the group has assigned partitions,
-         * so the join's delay does not count as latency */
-        if (pc && !producing && segd_pipeline_assigned(p) > 0) {
-            if (pthread_create(&producer, NULL, paced_main, pc)) {
-                fprintf(stderr, "bench ingest: %s: cannot start the producer\n", name);
-                goto out;
-            }
-            producing = 1;
-        }
-        segd_pipeline_get_stats(p, &r->st);
-        if (r->st.messages && t0 == 0) {
-            t0 = segd_mono_s();
-            r->st0 = r->st;
-            cpu_sample(&r->cpu0);
-            next_window = t0 + WINDOW_S;
-            if (pub) /* the group join is not the ingest's latency */
-                segd_publisher_reset_latency(pub);
-        }
-        /* a quarter in, so windows before, during and after it show */
-        if (pc && pc->compact && !compacting && (int64_t)r->st.messages * 4 >= want) {
-            cp.store = store;
-            cp.t0 = t0;
-            if (pthread_create(&compaction, NULL, compact_main, &cp)) {
-                fprintf(stderr, "bench ingest: %s: cannot start the compaction\n", name);
-                goto out;
-            }
-            compacting = 1;
-        }
-        if (t0 > 0 && segd_mono_s() >= next_window) {
-            close_window(store, pub, &r->st, segd_mono_s() - t0, r);
-            next_window += WINDOW_S;
-        }
-    } while ((int64_t)r->st.messages < want && segd_mono_s() < end);
-    if ((int64_t)r->st.messages != want) {
-        fprintf(stderr, "bench ingest: %s: %" PRIu64 " of %" PRId64 " messages consumed\n", name,
-                r->st.messages, want);
-        goto out;
-    }
-    /* the end is the last delta acknowledged, not the last message read */
-    for (; pub;) {
-        segd_publisher_get_stats(pub, &r->pub);
-        if (r->pub.entries >= r->st.batches || segd_mono_s() > end)
-            break;
-        segd_pipeline_step(p, err, sizeof(err));
-    }
-    r->seconds = segd_mono_s() - t0;
-    close_window(store, pub, &r->st, r->seconds, r); /* the last, partial one */
-    r->stall_micros = stall_micros(store);
-    cpu_sample(&r->cpu1);
-    rc = !pub || r->pub.entries >= r->st.batches ? 0 : -1;
-    if (rc)
-        fprintf(stderr, "bench ingest: %s: %" PRIu64 " of %" PRIu64 " outbox entries "
-                "acknowledged in time\n", name, r->pub.entries, r->st.batches);
-out:
-    if (producing)
-        pthread_join(producer, NULL);
-    if (compacting) {
-        pthread_join(compaction, NULL);
-        r->compact_from = cp.from;
-        r->compact_to = cp.to;
-        if (cp.rc)
-            rc = -1;
-    }
-    segd_daemon_destroy(d);
-    segd_store_close(store);
-    segd_config_free(&cfg);
-    return rc;
+    int rc = consume_open(&c, brokers, topic, changes, &stop);
+    if (!rc)
+        rc = consume_steps(&c);
+    return consume_close(&c, rc);
 }
 
 /* The store's own write path into dir/name, as `segd bench store` times it:
