@@ -33,6 +33,7 @@
 
 typedef struct store_args {
     int64_t users, baseline_users, reads, batch, seed, cache_mb;
+    int64_t horizon_s; /* 0 = the store's default (store.horizon.s) */
     int keep, made_dir;
     char dir[256];
     char cmdline[1024]; /* as typed, for the report */
@@ -264,6 +265,10 @@ static int segd_model(const store_args_t *a, int64_t now_ms, model_result_t *r)
     o.path = path;
     o.now_ms = now_ms;
     o.block_cache_mb = (size_t)a->cache_mb;
+    /* The horizon decides which dead entries the full compaction keeps
+     * (those at or above W = now - horizon - grace): its storage cost. */
+    if (a->horizon_s)
+        o.horizon_ms = a->horizon_s * 1000;
     if (segd_store_open(&s, &o, err, sizeof(err)))
         return fail("open store", err);
     int rc = segd_write(s, a, now_ms, r);
@@ -597,6 +602,12 @@ static void report(const store_args_t *a, const model_result_t *s, const model_r
            "once untimed first); %ld cores, shared machine\n\n",
            a->seed, a->users, a->baseline_users, a->batch, a->cache_mb, a->reads,
            sysconf(_SC_NPROCESSORS_ONLN));
+    segd_store_opts_t o;
+    segd_store_opts_default(&o);
+    printf("segd store: horizon %" PRId64 " s, grace %" PRId64 " s, so the full compaction "
+           "drops dead entries below W = now - %" PRId64 " s\n\n",
+           a->horizon_s ? a->horizon_s : o.horizon_ms / 1000, o.gc_grace_ms / 1000,
+           (a->horizon_s ? a->horizon_s : o.horizon_ms / 1000) + o.gc_grace_ms / 1000);
     print_table(s, b);
     printf("\n| target (segd) | goal | measured | result |\n|---|---|---|---|\n");
     target("bytes per live segment after full compaction", per_live(s),
@@ -611,7 +622,10 @@ static void report(const store_args_t *a, const model_result_t *s, const model_r
 static void usage(FILE *f)
 {
     fprintf(f, "usage: segd bench store [--users N] [--baseline-users N] [--reads N] [--batch N]\n"
-               "                        [--seed S] [--cache-mb MB] [--dir DIR] [--keep]\n");
+               "                        [--seed S] [--cache-mb MB] [--dir DIR] [--keep]\n"
+               "                        [--horizon-s S]\n"
+               "  --horizon-s S: segd's store.horizon.s (default 604800); the full compaction\n"
+               "    keeps dead entries at or above W = now - S - store.gc.grace.s\n");
 }
 
 static void record_cmdline(int argc, char **argv, store_args_t *a)
@@ -630,6 +644,7 @@ static int parse_one(int c, store_args_t *a)
     case 'b': return segd_arg_int("bench", "--batch", optarg, 1, 1000000, &a->batch);
     case 's': return segd_arg_int("bench", "--seed", optarg, 0, INT64_MAX, &a->seed);
     case 'c': return segd_arg_int("bench", "--cache-mb", optarg, 8, 1 << 20, &a->cache_mb);
+    case 'H': return segd_arg_int("bench", "--horizon-s", optarg, 1, 90 * 86400, &a->horizon_s);
     case 'k': a->keep = 1; return 0;
     case 'd':
         if (strlen(optarg) >= sizeof(a->dir) - 16)
@@ -647,6 +662,7 @@ static int parse(int argc, char **argv, store_args_t *a)
         {"reads", required_argument, 0, 'r'},   {"batch", required_argument, 0, 'b'},
         {"seed", required_argument, 0, 's'},    {"dir", required_argument, 0, 'd'},
         {"keep", no_argument, 0, 'k'},          {"cache-mb", required_argument, 0, 'c'},
+        {"horizon-s", required_argument, 0, 'H'},
         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
     int c;
     *a = (store_args_t){.users = 20000, .reads = 20000, .batch = 1000, .seed = 42,

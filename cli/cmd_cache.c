@@ -130,7 +130,7 @@ static int parse(int argc, char **argv, cache_args_t *a)
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     a->listen = "127.0.0.1:8080";
-    a->horizon_s = 86400;
+    a->horizon_s = 7 * 86400;
     a->load_threads = 2;
     a->log_format = SEGD_LOG_LOGFMT;
     a->log_level = SEGD_LOG_INFO;

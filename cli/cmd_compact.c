@@ -65,7 +65,10 @@ static int outbox_entry(void *ctx, uint64_t seq, const uint8_t *v, size_t n)
 static void print_stats(const segd_store_stats_t *st, const outbox_figures_t *ob,
                         int64_t misrouted, int json)
 {
-    double bps = st->live_segments ? (double)st->sst_bytes / (double)st->live_segments : 0;
+    static const char *const verdicts[] = {"ok", "no_live", "not_flushed", "too_small"};
+    double bps;
+    char bps_text[256];
+    segd_bps_verdict_t v = segd_store_stats_bytes_per_live(st, &bps, bps_text, sizeof(bps_text));
     struct timeval tv;
     gettimeofday(&tv, NULL);
     int64_t age = ob->oldest_committed_ms
@@ -74,11 +77,15 @@ static void print_stats(const segd_store_stats_t *st, const outbox_figures_t *ob
     if (json) {
         printf("{\"users\":%" PRIu64 ",\"records\":%" PRIu64 ",\"live_segments\":%" PRIu64
                ",\"stored_entries\":%" PRIu64 ",\"sst_bytes\":%" PRIu64
-               ",\"bytes_per_live_segment\":%.3f,\"corrupt_records\":%" PRIu64
+               ",\"bytes_per_live_segment\":%.3f,\"bytes_per_live_segment_verdict\":\"%s\""
+               ",\"memtable_bytes\":%" PRIu64 ",\"memtable_entries\":%" PRIu64
+               ",\"sst_data_bytes\":%" PRIu64 ",\"sst_entries\":%" PRIu64
+               ",\"corrupt_records\":%" PRIu64
                ",\"outbox_entries\":%" PRIu64 ",\"outbox_oldest_age_ms\":%" PRId64
                ",\"misrouted\":%" PRId64 "}\n",
                st->users, st->records, st->live_segments, st->stored_entries, st->sst_bytes,
-               bps, st->corrupt, ob->entries, age, misrouted);
+               bps, verdicts[v], st->memtable_bytes, st->memtable_entries, st->sst_data_bytes,
+               st->sst_entries, st->corrupt, ob->entries, age, misrouted);
         return;
     }
     printf("users                  %" PRIu64 "\n"
@@ -86,12 +93,12 @@ static void print_stats(const segd_store_stats_t *st, const outbox_figures_t *ob
            "live segments          %" PRIu64 "\n"
            "stored entries         %" PRIu64 "\n"
            "on-disk bytes (sst)    %" PRIu64 "\n"
-           "bytes per live segment %.3f\n"
+           "bytes per live segment %s\n"
            "corrupt records        %" PRIu64 "\n"
            "unpublished outbox     %" PRIu64 " entries, oldest %.1f s\n"
            "misrouted events       %" PRId64 "\n",
-           st->users, st->records, st->live_segments, st->stored_entries, st->sst_bytes, bps,
-           st->corrupt, ob->entries, (double)age / 1000.0, misrouted);
+           st->users, st->records, st->live_segments, st->stored_entries, st->sst_bytes,
+           bps_text, st->corrupt, ob->entries, (double)age / 1000.0, misrouted);
 }
 
 static void compact_usage(FILE *f)

@@ -21,7 +21,7 @@ static void usage(FILE *f)
             "                            [--partition-count P] [--buckets 32]\n"
             "                            [--partitioner murmur2_random] [--config FILE]\n"
             "                            [--now S] [--changes-topic T] [--codec deflate]\n"
-            "                            [--level 1] [--horizon-s 86400]\n"
+            "                            [--level 1] [--horizon-s 604800]\n"
             "                            [--format avro|native]\n"
             "       segd snapshot verify SRC\n"
             "  DEST/SRC: a directory, http(s)://host/path (PUT/GET) or s3://bucket/prefix\n"
@@ -278,7 +278,7 @@ static int export_cmd(int argc, char **argv)
     a.o.changes_topic = NULL; /* decided by resolve_export */
     a.buckets = a.o.buckets;
     a.level = a.o.level;
-    a.horizon_s = 86400;
+    a.horizon_s = 7 * 86400;
     segd_config_init(&a.cfg);
     int rc = segd_args_load_config("snapshot export", argc, argv, export_opts, "h", usage,
                                    SEGD_ARGS_ENV, &a.cfg);

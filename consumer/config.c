@@ -120,7 +120,7 @@ void segd_config_init(segd_config_t *c)
     c->retry_max_ms = 5000;
     segd_limits_default(&c->limits);
     c->granularity_s = 0; /* the store's (3600 for a new store) */
-    c->horizon_s = 86400;
+    c->horizon_s = 7 * 86400; /* Kafka's default retention: see docs/design.md §3.1 */
     c->gc_grace_s = 2 * 86400;
     c->min_free_mb = 256;
     c->periodic_compaction_s = 86400;

@@ -81,7 +81,21 @@ typedef struct segd_store_stats {
     uint64_t stored_entries; /* live + dead kept within the horizon */
     uint64_t sst_bytes;      /* on-disk bytes of the profiles family */
     uint64_t corrupt;        /* records skipped because they do not decode */
+    /* For judging bytes per live segment (segd_store_stats_bytes_per_live). */
+    uint64_t sst_data_bytes;   /* of sst_bytes, the data blocks (the rest: per-file
+                                * index, filter, properties, footer) */
+    uint64_t sst_entries;      /* keys (records) in those files */
+    uint64_t memtable_bytes;   /* profiles writes not yet flushed (in-memory size) */
+    uint64_t memtable_entries; /* and how many writes that is */
 } segd_store_stats_t;
+
+/* Whether sst_bytes / live_segments says what the store costs per segment. */
+typedef enum segd_bps_verdict {
+    SEGD_BPS_OK = 0,
+    SEGD_BPS_NO_LIVE,     /* nothing live to divide by */
+    SEGD_BPS_NOT_FLUSHED, /* writes sit in memtables, outside sst_bytes */
+    SEGD_BPS_TOO_SMALL,   /* per-file overheads, not data, are most of sst_bytes */
+} segd_bps_verdict_t;
 
 void segd_store_opts_default(segd_store_opts_t *o);
 
@@ -233,6 +247,11 @@ void segd_store_import_floors(segd_store_t *s, segd_floor_cb cb, void *ctx);
 
 segd_err_t segd_store_stats(segd_store_t *s, segd_store_stats_t *st, char *errstr,
                             size_t errstr_size);
+/* Bytes per live segment from st into *bps (always set, 0 with nothing
+ * live) and whether it means anything; why (may be NULL) gets a sentence
+ * for the reader when it does not. */
+segd_bps_verdict_t segd_store_stats_bytes_per_live(const segd_store_stats_t *st, double *bps,
+                                                   char *why, size_t why_size);
 
 /* Retires segment_id store-wide for entries with ts_ms <= before_ms. extra
  * (may be NULL) is written in the same WriteBatch (e.g. the outbox entry that

@@ -14,7 +14,7 @@ lib_init cache
 now=$(date +%s)
 users=200
 # The seed workload's events are up to 30 days old: late arrivals far beyond
-# the default 24 h horizon, whose outcome would depend on when compaction ran
+# the default 7-day horizon, whose outcome would depend on when compaction ran
 # (DESIGN §3). A 40-day horizon everywhere keeps store and cache exact.
 horizon=$((40 * 86400))
 free_port() { /usr/bin/python3 -c "import socket;s=socket.socket();s.bind(('127.0.0.1',0));print(s.getsockname()[1])"; }

@@ -92,16 +92,17 @@ set -e
 "$segd" stats --db "$tmp/db" --json > "$tmp/stats"
 grep -q '"records":0,' "$tmp/stats" || fail "records left after compaction: $(cat "$tmp/stats")"
 
-# 4b. issue 9: the compaction started the GC watermark W (now - 72 h): events
-# older than W + grace (now - 24 h) are too_late, those more than 10 min
+# 4b. issue 9: the compaction started the GC watermark W (now - 216 h, the
+# default horizon 7 d + grace 2 d): events older than W + grace (now - 168 h)
+# are too_late, those more than 10 min
 # ahead are from_future; both reported with file:line, skipped, exit 3
 late=1900000000000
 cat > "$tmp/late.jsonl" <<JL
 {"user_id":"dave","ts_ms":$((late - 3600000)),"op":"UPSERT","segments":[{"segment_id":1,"ttl_s":86400}]}
-{"user_id":"dave","ts_ms":$((late - 30 * 3600000)),"op":"UPSERT","segments":[{"segment_id":2,"ttl_s":864000}]}
+{"user_id":"dave","ts_ms":$((late - 174 * 3600000)),"op":"UPSERT","segments":[{"segment_id":2,"ttl_s":864000}]}
 {"user_id":"dave","ts_ms":$((late + 11 * 60000)),"op":"UPSERT","segments":[{"segment_id":3,"ttl_s":86400}]}
 {"user_id":"dave","ts_ms":$((late + 5 * 60000)),"op":"UPSERT","segments":[{"segment_id":4,"ttl_s":86400}]}
-{"user_id":"dave","ts_ms":$((late - 24 * 3600000)),"op":"UPSERT","segments":[{"segment_id":5,"ttl_s":864000}]}
+{"user_id":"dave","ts_ms":$((late - 168 * 3600000)),"op":"UPSERT","segments":[{"segment_id":5,"ttl_s":864000}]}
 JL
 set +e
 "$segd" backfill --db "$tmp/db" --now 1900000000 "$tmp/late.jsonl" > "$tmp/out" 2> "$tmp/err"

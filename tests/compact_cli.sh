@@ -49,13 +49,14 @@ set -e
 # asked to: W moves to now - horizon - grace and old events are refused
 "$segd" compact --db "$tmp/db" --end-history > "$tmp/c4.out" 2>&1 || fail "$(cat "$tmp/c4.out")"
 w4=$(w)
-[ "$w4" -gt $(( (now - 4 * 86400) * 1000 )) ] || fail "--end-history did not move W: $w4"
+# the default horizon 7 d + grace 2 d: W = now - 9 d
+[ "$w4" -gt $(( (now - 10 * 86400) * 1000 )) ] || fail "--end-history did not move W: $w4"
 grep -q "^after: gc_watermark_ms $w4, ingest floor [0-9]* (W + grace" "$tmp/c4.out" ||
   fail "W after not printed: $(cat "$tmp/c4.out")"
 set +e
-old_event 3 h2; rc=$?
+old_event 8 h2; rc=$?
 set -e
-[ $rc -eq 3 ] || fail "a 3-day-old event after --end-history: exit $rc"
+[ $rc -eq 3 ] || fail "an 8-day-old event after --end-history: exit $rc"
 grep -q "too_late: .* is below the ingest floor [0-9]* (W + grace: gc_watermark_ms $w4" \
   "$tmp/old-h2.out" || fail "too_late names no floor: $(cat "$tmp/old-h2.out")"
 echo "compact_cli: history kept without --end-history, future --now refused, W $w4 after --end-history"

@@ -112,7 +112,7 @@ static void produce(fixture_t *f, const char *key, const void *val, size_t len)
     f->produced++;
 }
 
-/* One random event; timestamps stay inside the late-arrival horizon (24 h)
+/* One random event; timestamps stay within 24 h, inside the late-arrival horizon
  * of the whole run, TTLs make some entries expire before, during and after
  * the clocks the comparison uses. 10% are exact duplicates of earlier ones. */
 static void random_event(fixture_t *f, segd_event_t *ev)

@@ -47,6 +47,8 @@ static segd_store_t *open_store(const char *dir, int64_t now_ms)
     o.path = dir;
     o.now_ms = now_ms;
     o.block_cache_mb = 8;
+    /* the figures below are written for a 1-day horizon, not the default */
+    o.horizon_ms = 24 * HOUR_MS;
     segd_store_t *s = NULL;
     char err[256];
     assert_int_equal(segd_store_open(&s, &o, err, sizeof(err)), SEGD_OK);
@@ -172,9 +174,10 @@ static void test_grace_is_kept(void **state)
     remove_dir(dir);
 }
 
-/* The horizon W was moved with is kept too: `segd compact` with the default
- * 24 h beside a `segd run` configured with 7 days moved W six days past what
- * run still accepts and keeps (review of issue 9). */
+/* The horizon W was moved with is kept too: `segd compact` with a shorter
+ * horizon (its default was 24 h then) beside a `segd run` configured with 7
+ * days moved W six days past what run still accepts and keeps (review of
+ * issue 9). */
 static void test_horizon_is_kept(void **state)
 {
     (void)state;
@@ -183,7 +186,7 @@ static void test_horizon_is_kept(void **state)
     const int64_t day = 24 * HOUR_MS, grace = 2 * day;
     gc_seen_t g = compact_with(dir, T0, 7 * day, grace);
     assert_int_equal(g.w, T0 - 7 * day - grace);
-    g = compact_with(dir, T0 + 10 * HOUR_MS, day, grace); /* segd compact's default */
+    g = compact_with(dir, T0 + 10 * HOUR_MS, day, grace); /* a shorter horizon */
     assert_int_equal(g.w, T0 + 10 * HOUR_MS - 7 * day - grace);
     remove_dir(dir);
 }

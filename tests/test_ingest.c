@@ -567,8 +567,8 @@ static void test_time_refusals(void **state)
     assert_int_equal(segd_avro_codec_new(&codec, NULL, NULL, err, sizeof(err)), SEGD_OK);
     rd_kafka_t *rk = plain_producer(f);
     static const struct { const char *user; int64_t ago_ms; } evs[] = {
-        {"good0", 5000},          {"late", 30 * hour},   {"future", -11 * 60000},
-        {"near-future", -300000}, {"edge", 24 * hour},   {"good1", 23 * hour}};
+        {"good0", 5000},          {"late", 174 * hour},  {"future", -11 * 60000},
+        {"near-future", -300000}, {"edge", 168 * hour},  {"good1", 167 * hour}};
     for (size_t i = 0; i < sizeof(evs) / sizeof(evs[0]); i++) {
         make_event(&ev, evs[i].user, 2, 7 * 86400);
         ev.ts_ms = now - evs[i].ago_ms;
@@ -581,9 +581,10 @@ static void test_time_refusals(void **state)
 
     segd_store_t *s = open_store(f->dir, "time");
     snprintf(db, sizeof(db), "%s/time", f->dir);
-    /* a full compaction starts W at now - horizon - grace: floor now - 24 h */
+    /* a full compaction starts W at now - horizon - grace (7 + 2 days by
+     * default): floor now - 7 days */
     assert_int_equal(segd_store_compact(s, err, sizeof(err)), SEGD_OK);
-    assert_int_equal(segd_store_gc_watermark(s), now - 72 * hour);
+    assert_int_equal(segd_store_gc_watermark(s), now - 216 * hour);
     segd_config_t cfg;
     base_config(&cfg, f, "g-time", db);
     segd_pipeline_t *p;
@@ -621,8 +622,8 @@ static void test_time_refusals(void **state)
     segd_store_close(s);
     /* W is persisted: a reopened store refuses the same */
     s = open_store(f->dir, "time");
-    assert_int_equal(segd_store_gc_watermark(s), now - 72 * hour);
-    assert_int_equal(segd_policy_check_ts(segd_store_policy(s), now - 30 * hour, 600000),
+    assert_int_equal(segd_store_gc_watermark(s), now - 216 * hour);
+    assert_int_equal(segd_policy_check_ts(segd_store_policy(s), now - 174 * hour, 600000),
                      SEGD_TS_TOO_LATE);
     segd_store_close(s);
     segd_config_free(&cfg);
@@ -670,7 +671,7 @@ static void test_history_then_floor(void **state)
     time_t end = time(NULL) + 30; /* W's bookkeeping runs every 10 s */
     while (segd_policy_ts_floor(pol) == 0 && time(NULL) < end)
         assert_int_equal(segd_pipeline_step(p, err, sizeof(err)), SEGD_OK);
-    assert_int_equal(segd_policy_ts_floor(pol), now - day);
+    assert_int_equal(segd_policy_ts_floor(pol), now - 7 * day); /* the default horizon */
     assert_int_equal(segd_store_gc_watermark(s), 0); /* drops wait for grace */
     make_event(&ev, "old-again", 2, 60 * 86400);
     ev.ts_ms = now - 10 * day;

@@ -411,6 +411,7 @@ static void export_instance_unit(const char *dir, const char *snap, int32_t part
     o.now_ms = NOW_MS;
     o.block_cache_mb = 8;
     o.gc_grace_ms = grace_ms;
+    o.horizon_ms = HOUR_MS * 24; /* the figures here are for a 1-day horizon */
     segd_store_t *s = NULL;
     assert_int_equal(segd_store_open(&s, &o, err, sizeof(err)), SEGD_OK);
     segd_profile_t p;
