@@ -34,6 +34,7 @@ static const key_def_t keys[] = {
     {"input.partitioner", K_PARTITIONER, 0, 0, 0},
     {"batch.max.messages", K_INT, OFF(batch_max_messages), 1, 1000000},
     {"batch.max.ms", K_INT, OFF(batch_max_ms), 1, 60000},
+    {"commit.interval.ms", K_INT, OFF(commit_interval_ms), 0, 600000},
     {"retry.max.ms", K_INT, OFF(retry_max_ms), 10, 600000},
     {"limits.max.segments", K_INT, OFF(limits.max_segments), 1, 1 << 20},
     {"limits.max.user.id", K_INT, OFF(limits.max_user_id), 1, SEGD_MAX_USER_ID},
@@ -117,6 +118,7 @@ void segd_config_init(segd_config_t *c)
     c->framing = SEGD_FRAMING_AUTO;
     c->offset_reset = strdup("earliest");
     c->batch_max_ms = 50;
+    c->commit_interval_ms = 1000;
     c->retry_max_ms = 5000;
     segd_limits_default(&c->limits);
     c->granularity_s = 0; /* the store's (3600 for a new store) */

@@ -146,8 +146,10 @@ segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
      * came only once while the consumer's fatal state stays. */
     if (!err && (fatal || rd_kafka_fatal_error(p->consumer, NULL, 0)))
         return fatal_error(p, errstr, n);
-    if (!err)
+    if (!err) {
+        segd_pipeline_commit_written(p, 0); /* a quiet step sends what the interval held */
         segd_pipeline_commit_resend(p);
+    }
     double tl = segd_mono_s();
     segd_pipeline_metrics_lag(p);
     p->st.upkeep_s += segd_mono_s() - tl;
@@ -264,6 +266,7 @@ void segd_pipeline_close(segd_pipeline_t *p)
         if (rd_kafka_fatal_error(p->consumer, NULL, 0))
             return close_fatal(p);
         int unassigned = await_first_assignment(p);
+        segd_pipeline_commit_written(p, 1); /* the group's lag shows where this member ended */
         rd_kafka_consumer_close(p->consumer); /* revokes: the batch is written */
         if (segd_pipeline_batch_flush(p, err, sizeof(err)) != SEGD_OK)
             segd_log(LOG(p), SEGD_LOG_ERROR, "pipeline", "last batch not written: %s", err);

@@ -42,6 +42,7 @@ typedef struct segd_pipeline_stats {
     uint64_t events;   /* applied */
     uint64_t segments; /* applied segment updates */
     uint64_t batches;  /* store writes */
+    uint64_t commits;  /* offset commits sent to the group after batches */
     uint64_t dlq[SEGD_DLQ_REASONS];
     uint64_t retries;  /* waits on a store, registry or broker fault */
     uint64_t misrouted; /* applied events whose partition is not

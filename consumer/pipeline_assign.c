@@ -259,6 +259,9 @@ void segd_pipeline_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
         /* write what was read from these partitions while they are ours */
         if (segd_pipeline_batch_flush(p, msg, sizeof(msg)) != SEGD_OK)
             segd_log(LOG(p), SEGD_LOG_ERROR, "pipeline", "batch not written before revoke: %s", msg);
+        /* while the partitions are ours: later, a commit of theirs could
+         * overwrite the next owner's */
+        segd_pipeline_commit_written(p, 1);
         segd_pipeline_unread_forget(p, parts);
         rd_kafka_resp_err_t kerr = RD_KAFKA_RESP_ERR_NO_ERROR;
         if (coop)

@@ -223,6 +223,52 @@ static void record_counts(segd_pipeline_t *p)
             segd_batch_set_partition_count(p->ap.batch, p->parts[i].topic, p->parts[i].count);
 }
 
+/* Keeps the batch's offsets, now written, for the next commit to the group. */
+static void note_written(segd_pipeline_t *p)
+{
+    for (size_t i = 0; i < p->npos; i++) {
+        const position_t *b = &p->pos[i];
+        position_t *w = NULL;
+        for (size_t j = 0; !w && j < p->nwritten; j++)
+            if (p->written[j].partition == b->partition && !strcmp(p->written[j].topic, b->topic))
+                w = &p->written[j];
+        if (!w && p->nwritten == MAX_POSITIONS) {
+            segd_pipeline_commit_written(p, 1); /* no room: what is kept goes now */
+            i--;
+            continue;
+        }
+        if (!w) {
+            w = &p->written[p->nwritten++];
+            *w = *b;
+        }
+        if (b->next > w->next)
+            w->next = b->next;
+    }
+}
+
+/* Commits the offsets written since the last commit to the group: at once
+ * when forced (before partitions are revoked), else at most every
+ * commit.interval.ms. The group's offsets are for lag monitors only (a
+ * partition starts from the store's offset, DESIGN §4), and a commit per
+ * batch sent an OffsetCommit per few messages at light load: thousands in
+ * flight on a loaded coordinator, which then timed out its heartbeats too. */
+void segd_pipeline_commit_written(segd_pipeline_t *p, int force)
+{
+    if (!p->nwritten || !p->consumer)
+        return;
+    if (!force && segd_mono_ms() < p->commit_next_ms)
+        return;
+    rd_kafka_topic_partition_list_t *offs = rd_kafka_topic_partition_list_new((int)p->nwritten);
+    for (size_t i = 0; i < p->nwritten; i++)
+        rd_kafka_topic_partition_list_add(offs, p->written[i].topic, p->written[i].partition)
+            ->offset = p->written[i].next;
+    rd_kafka_commit(p->consumer, offs, 1); /* a refusal comes back to the commit callback */
+    rd_kafka_topic_partition_list_destroy(offs);
+    p->nwritten = 0;
+    p->st.commits++;
+    p->commit_next_ms = segd_mono_ms() + p->cfg->commit_interval_ms;
+}
+
 /* Dead letters first, then data + offsets in one WriteBatch, then the Kafka
  * commit. A failure leaves the batch intact for the next attempt. */
 segd_err_t segd_pipeline_batch_flush(segd_pipeline_t *p, char *errstr, size_t n)
@@ -247,12 +293,8 @@ segd_err_t segd_pipeline_batch_flush(segd_pipeline_t *p, char *errstr, size_t n)
     }
     double tc = segd_mono_s();
     p->st.write_s += tc - tw;
-    rd_kafka_topic_partition_list_t *offs = rd_kafka_topic_partition_list_new((int)p->npos);
-    for (size_t i = 0; i < p->npos; i++)
-        rd_kafka_topic_partition_list_add(offs, p->pos[i].topic, p->pos[i].partition)
-            ->offset = p->pos[i].next;
-    rd_kafka_commit(p->consumer, offs, 1);
-    rd_kafka_topic_partition_list_destroy(offs);
+    note_written(p);
+    segd_pipeline_commit_written(p, 0);
     if (p->hooks.committed)
         p->hooks.committed(p->hooks.ctx);
     p->st.commit_s += segd_mono_s() - tc;

@@ -70,6 +70,10 @@ struct segd_pipeline {
     segd_applier_t ap;
     position_t pos[MAX_POSITIONS];
     size_t npos;
+    /* offsets written to the store and not yet committed to the group */
+    position_t written[MAX_POSITIONS];
+    size_t nwritten;
+    int64_t commit_next_ms; /* monotonic time the next commit may be sent */
     unread_t unread[MAX_POSITIONS];
     size_t nunread;
     int held;       /* back-pressure: every assigned partition is paused */
@@ -119,6 +123,10 @@ static inline void fault_cleared(segd_pipeline_t *p)
 int segd_pipeline_batch_take(segd_pipeline_t *p, int *fatal);
 /* Writes the batch (dead letters, then data and offsets in one WriteBatch,
  * then the Kafka commit); on failure the batch stays for the next try. */
+/* Sends the written offsets to the group: forced, or when commit.interval.ms
+ * has passed since the last commit. */
+void segd_pipeline_commit_written(segd_pipeline_t *p, int force);
+
 segd_err_t segd_pipeline_batch_flush(segd_pipeline_t *p, char *errstr, size_t n);
 
 /* The topic's partition count as last read, NULL when never read. */

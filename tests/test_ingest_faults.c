@@ -504,6 +504,8 @@ static void test_stop_before_first_assignment(void **state)
         if (pids[i] == 0) {
             FILE *out = freopen(log, "a", stderr);
             (void)out;
+            /* the default metrics port may be taken by anything else running */
+            setenv("SEGD_METRICS_LISTEN", "off", 1);
             execl(SEGD_BIN, "segd", "run", "--brokers", bootstraps(f), "--topic", TOPIC,
                   "--group", group, "--db", db, "-X", "session.timeout.ms=6000", (char *)NULL);
             _exit(127);
@@ -666,6 +668,39 @@ static void test_assignment_commits_stored(void **state)
     segd_config_free(&cfg);
 }
 
+/* Offsets go to the group at most every commit.interval.ms, not after every
+ * batch: with a batch per message and a ten-minute interval, 500 batches
+ * make one commit while they are written (the first), and the close sends
+ * the rest, so the group still ends at the store's offsets. A commit per
+ * batch (interval 0) fails the first check. */
+static void test_commits_held_to_interval(void **state)
+{
+    fixture_t *f = *state;
+    const uint64_t users = 10;
+    char db[128];
+    segd_config_t cfg;
+    member_t m = {0};
+    snprintf(db, sizeof(db), "%s/interval", f->dir);
+    segd_store_t *s = open_store(f->dir, "interval");
+    const char *const kv[] = {"batch.max.messages", "1", "commit.interval.ms", "600000", NULL};
+    make_config(&cfg, f, "g-interval", db, kv);
+    commit_state_t c = {f, "g-interval", s, users * 50};
+    produce_seed(f, users, 47);
+    member_start(&m, &cfg, s, 0);
+    assert_true(wait_for(commit_stored, &c, 60000));
+    m.stop = 1;
+    pthread_join(m.thread, NULL);
+    segd_pipeline_stats_t st;
+    segd_pipeline_get_stats(m.p, &st);
+    fprintf(stderr, "test: %" PRIu64 " batches, %" PRIu64 " commits\n", st.batches, st.commits);
+    assert_true(st.batches >= c.total);
+    assert_int_equal(st.commits, 1);
+    segd_daemon_destroy(m.d); /* the close commits what the interval held */
+    assert_true(wait_for(commit_caught_up, &c, 20000));
+    segd_store_close(s);
+    segd_config_free(&cfg);
+}
+
 /* A static member fenced by another with its group.instance.id gets a fatal
  * error, after which its consumer never fetches again. The step must fail
  * with that error (segd run exits and a restart rejoins) instead of polling
@@ -719,6 +754,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_refused_commit_resent, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fenced_member_fails, setup, teardown),
         cmocka_unit_test_setup_teardown(test_assignment_commits_stored, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_commits_held_to_interval, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
