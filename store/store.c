@@ -132,6 +132,16 @@ static segd_err_t make_options(segd_store_t *s, const segd_store_opts_t *o)
     rocksdb_options_set_create_if_missing(s->db_opts, 1);
     rocksdb_options_set_create_missing_column_families(s->db_opts, 1);
     rocksdb_options_set_max_open_files(s->db_opts, -1);
+    /* Compactions run at the lowest CPU priority, so that on a machine
+     * with few cores they take the CPU the pipeline thread leaves idle
+     * instead of delaying its writes: with them at normal priority, the
+     * pipeline thread spent as long waiting for a CPU as running
+     * (bench/RESULTS.md, issue 22). Flushes keep normal priority, since a
+     * flush that falls behind stalls writes. The thread pool belongs to
+     * RocksDB's default env and is shared by every store of the process. */
+    s->env = rocksdb_create_default_env();
+    rocksdb_env_lower_thread_pool_cpu_priority(s->env);
+    rocksdb_options_set_env(s->db_opts, s->env);
     rocksdb_options_increase_parallelism(s->db_opts, 2);
     rocksdb_options_set_max_background_jobs(s->db_opts, 2);
     /* The info LOG logs only FATAL by default. RocksDB 7.8's LOG writer
@@ -374,6 +384,8 @@ void segd_store_close(segd_store_t *s)
         rocksdb_block_based_options_destroy(s->table_opts);
     if (s->cache)
         rocksdb_cache_destroy(s->cache);
+    if (s->env)
+        rocksdb_env_destroy(s->env);
     if (s->wopts)
         rocksdb_writeoptions_destroy(s->wopts);
     if (s->sync_wopts)

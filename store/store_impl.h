@@ -29,6 +29,7 @@ struct segd_store {
     rocksdb_column_family_handle_t *cf[CF_COUNT];
     rocksdb_block_based_table_options_t *table_opts;
     rocksdb_cache_t *cache;
+    rocksdb_env_t *env; /* the default env, its compaction threads at low CPU priority */
     rocksdb_writeoptions_t *wopts;
     rocksdb_readoptions_t *ropts;
     segd_policy_t *policy;

@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <dirent.h>
 
 #include <cmocka.h>
 #include <rocksdb/c.h>
@@ -111,6 +112,69 @@ static void test_offsets_travel_with_data(void **state)
     assert_int_equal(segd_store_get(s, "bob", 3, &p, err, sizeof(err)), SEGD_OK);
     assert_int_equal(p.n, 0);
     segd_profile_free(&p);
+    segd_store_close(s);
+}
+
+/* The nice values of the process's threads named rocksdb:low* (RocksDB's
+ * compaction pool): how many there are, and how many run at nice 19. */
+static void compaction_threads(int *threads, int *at_19)
+{
+    char path[320], line[1024];
+    *threads = *at_19 = 0;
+    DIR *d = opendir("/proc/self/task");
+    struct dirent *e;
+    while (d && (e = readdir(d))) {
+        if (e->d_name[0] == '.')
+            continue;
+        snprintf(path, sizeof(path), "/proc/self/task/%s/stat", e->d_name);
+        FILE *f = fopen(path, "r");
+        size_t len = f ? fread(line, 1, sizeof(line) - 1, f) : 0;
+        if (f)
+            fclose(f);
+        line[len] = 0;
+        char *open = strchr(line, '('), *close = strrchr(line, ')');
+        long nice = 0;
+        if (!open || !close || strncmp(open + 1, "rocksdb:low", 11))
+            continue;
+        /* after ") S": ppid pgrp session tty tpgid flags minflt cminflt majflt
+         * cmajflt utime stime cutime cstime priority nice */
+        if (sscanf(close + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %*u %*u %*d %*d "
+                              "%*d %ld", &nice) != 1)
+            continue;
+        (*threads)++;
+        *at_19 += nice == 19;
+    }
+    if (d)
+        closedir(d);
+}
+
+/* Compactions run at the lowest CPU priority, so that on few cores they
+ * take what the pipeline thread leaves idle (store/store.c make_options):
+ * the thread that ran a manual compaction's job is at nice 19 after it. */
+static void test_compactions_yield_the_cpu(void **state)
+{
+    fixture_t *f = *state;
+    char err[512];
+    segd_store_t *s = open_store(f->dir, 0, 0);
+    assert_non_null(s);
+    segd_applier_t ap;
+    assert_int_equal(segd_applier_init(&ap, s), SEGD_OK);
+    for (int round = 0; round < 3; round++) {
+        char user[32];
+        for (int u = 0; u < 200; u++) {
+            snprintf(user, sizeof(user), "user-%d", u);
+            add_upsert(&ap, user, round * 1000 + u);
+        }
+        assert_int_equal(segd_applier_flush(&ap, err, sizeof(err)), SEGD_OK);
+        assert_int_equal(segd_store_flush(s, err, sizeof(err)), SEGD_OK);
+    }
+    assert_int_equal(segd_store_compact(s, err, sizeof(err)), SEGD_OK);
+    int threads, at_19;
+    compaction_threads(&threads, &at_19);
+    fprintf(stderr, "test: %d compaction threads, %d at nice 19\n", threads, at_19);
+    assert_true(threads > 0);
+    assert_true(at_19 > 0);
+    segd_applier_free(&ap);
     segd_store_close(s);
 }
 
@@ -377,6 +441,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_offsets_travel_with_data, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_compactions_yield_the_cpu, setup, teardown),
         cmocka_unit_test_setup_teardown(test_offsets_and_data_fail_together, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reader_beside_writer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_granularity_is_fixed, setup, teardown),
