@@ -98,6 +98,10 @@ static void print_ingest(const segd_pipeline_stats_t *st, double done_s)
         if (st->dlq[i])
             printf(" [%s=%" PRIu64 "]", segd_dlq_reason_name(i), st->dlq[i]);
     printf("\n");
+    /* a first run into an empty store is not what a store of 10^9 segments
+     * lives with: point at the figures that are */
+    printf("(a short run into an empty store; sustained figures into a store past memory: "
+           "bench/RESULTS.md \"Ingest at scale\", segd bench ingest --prefill-users)\n");
 }
 
 static int ingest(const char *brokers, const char *db, uint64_t want)
