@@ -17,6 +17,7 @@
 #include <rocksdb/c.h>
 
 #include "app/app.h"
+#include "compactor/filter.h"
 #include "consumer/apply.h"
 #include "publisher/snapshot.h"
 #include "store/store.h"
@@ -334,6 +335,34 @@ static void test_partner_retirement(void **state)
                                                  sizeof(err)), SEGD_OK);
     segd_store_view_close(v);
     assert_int_equal(found, before);
+
+    /* the compaction filter's own decision at the store's rule: a stored
+     * value holding ann's three entries is rewritten without partner 7's
+     * (reads above also prune, so only this tells the filter's part) */
+    segd_profile_t stored, scratch;
+    segd_profile_init(&stored);
+    segd_profile_init(&scratch);
+    segd_buf_t enc = {0}, out = {0};
+    segd_entry_t e[3] = {{1, NOW_MS - 1000, NOW_MS / 1000 + 86400, 0, 7},
+                         {2, NOW_MS - 1000, NOW_MS / 1000 + 86400, 0, 7},
+                         {3, NOW_MS - 1000, NOW_MS / 1000 + 86400, 0, 8}};
+    assert_int_equal(segd_profile_reserve(&stored, 3), SEGD_OK);
+    memcpy(stored.entries, e, sizeof(e));
+    stored.n = 3;
+    assert_int_equal(segd_record_encode(&stored, &enc), SEGD_OK);
+    segd_prune_t rule;
+    segd_policy_rule(segd_store_policy(s), &rule, 1);
+    int changed = 0;
+    assert_int_equal(segd_filter_value(segd_store_policy(s), &rule, (const char *)enc.data,
+                                       enc.len, &scratch, &out, &changed), 0);
+    assert_true(changed);
+    assert_int_equal(segd_record_decode(out.data, out.len, &stored), SEGD_OK);
+    assert_int_equal(stored.n, 1);
+    assert_int_equal(stored.entries[0].segment_id, 3);
+    segd_buf_free(&enc);
+    segd_buf_free(&out);
+    segd_profile_free(&stored);
+    segd_profile_free(&scratch);
 
     assert_int_equal(segd_store_compact_ex(s, SEGD_COMPACT_KEEP_HISTORY, err, sizeof(err)),
                      SEGD_OK);
