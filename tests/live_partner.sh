@@ -7,7 +7,9 @@
 # segd.control:retire-partner to every partition: the store lists
 # partner:7, its entries are dead in the store and in the cache, partner 8's
 # stay, a later event of partner 7 lives again, the next snapshot's manifest
-# carries the marker. Stopped, the offline form retires partner 8.
+# carries the marker, a cache loaded from it holds the marker, and an event
+# of partner 7 stamped before it stays dead in the store and both caches.
+# Stopped, the offline form retires partner 8.
 # usage: live_partner.sh SEGD_BIN SOURCE_DIR
 set -euo pipefail
 segd=$1
@@ -84,6 +86,7 @@ port=$(free_port)
 "$segd" cache --snapshot "$tmp/snap" --brokers "$brokers" --changes "${tp}segments.changes" \
   --listen 127.0.0.1:$port 2> "$tmp/cache.log" &
 cache_pid=$!
+cache1_pid=$cache_pid
 pids+=($cache_pid)
 cache_view() { # the cache's answer for every user, as store_view
   /usr/bin/python3 - "$port" "$users" <<'PY'
@@ -101,7 +104,7 @@ PY
 }
 wait_cache() { # until the cache answers "$1" (60 s); it must stay up
   for _ in $(seq 300); do
-    kill -0 $cache_pid 2>/dev/null || fail "segd cache exited: $(tail -5 "$tmp/cache.log")"
+    kill -0 $cache_pid 2>/dev/null || fail "segd cache $cache_pid exited: $(tail -5 "$tmp"/cache*.log)"
     [ "$(cache_view 2>/dev/null || true)" = "$1" ] && return 0
     sleep 0.2
   done
@@ -144,6 +147,29 @@ import json,sys; m = json.load(open(sys.argv[1]))
 assert {'partner_id': 7, 'retired_before_ms': $at} in m['retirements'], m['retirements']" "$m" ||
     fail "manifest $m lacks partner 7's retirement"
 done
+
+# a cache loaded from that snapshot holds the marker (the manifest's), and
+# an event of partner 7 stamped before the marker stays dead in the store
+# and in both caches
+port1=$port
+port=$(free_port)
+"$segd" cache --snapshot "$tmp/snap2" --brokers "$brokers" --changes "${tp}segments.changes" \
+  --listen 127.0.0.1:$port 2> "$tmp/cache2.log" &
+cache_pid=$!
+pids+=($cache_pid)
+wait_cache "$again" "loaded after the retirement"
+curl -sf "http://127.0.0.1:$port/healthz" | grep -q '"retirements":1[,}]' ||
+  fail "the second cache lacks the manifest's retirement: $(curl -s "http://127.0.0.1:$port/healthz")"
+mkdir -p "$tmp/ev3"
+write_events "$tmp/ev3" $((at - 5000)) "pu5:400:7" "pu5:500:8"
+send_events "$tmp/ev3"
+late=${again/pu5=200/pu5=200,500}
+for _ in $(seq 300); do [ "$(store_view)" = "$late" ] && break; sleep 0.2; done
+[ "$(store_view)" = "$late" ] || fail "an event of partner 7 before the marker: $(store_view)"
+wait_cache "$late" "cache 2 after an event of partner 7 before the marker"
+port=$port1
+cache_pid=$cache1_pid
+wait_cache "$late" "cache 1 after an event of partner 7 before the marker"
 
 # stopped, the offline form writes the store itself
 kill -TERM $run_pid
