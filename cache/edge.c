@@ -198,6 +198,13 @@ static int64_t retired_before(void *ctx, int64_t segment_id)
                                                              : INT64_MIN;
 }
 
+/* A segment's retirement or its partner's (DESIGN 3.2) covers the tuple. */
+static int retired_entry(const retired_t *r, int64_t segment_id, const tuple_t *t)
+{
+    return t->ts_ms <= retired_before((void *)r, segment_id) ||
+           t->ts_ms <= retired_before((void *)r, segd_retire_key_of_partner(t->partner_id));
+}
+
 segd_err_t segd_edge_retire(segd_edge_t *e, int64_t segment_id, int64_t before_ms)
 {
     pthread_mutex_lock(&e->retire_mu);
@@ -657,7 +664,7 @@ static segd_err_t find_stamped(segd_edge_t *e, const char *user, size_t len, seg
     size_t k = 0;
     for (uint32_t i = 0; i < r->n; i++) {
         const tuple_t *t = &tup[idx[i]];
-        if (!live[idx[i]] || (ret && ret->n && t->ts_ms <= retired_before(ret, ids[i])))
+        if (!live[idx[i]] || (ret && ret->n && retired_entry(ret, ids[i], t)))
             continue;
         if (k < cap)
             out[k] = (segd_entry_t){ids[i], t->ts_ms, t->expiry_s, t->flags, t->partner_id};

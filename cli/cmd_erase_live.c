@@ -343,16 +343,21 @@ static int produce_retire(live_t *l, const int64_t *ids, int n, char *err, size_
     segd_event_init(&ev);
     ev.op = SEGD_OP_REMOVE;
     ev.ts_ms = l->a->at_ms;
-    int rc = segd_event_set_user(&ev, SEGD_CONTROL_RETIRE_USER,
-                                 strlen(SEGD_CONTROL_RETIRE_USER)) ? 1 : 0;
+    int32_t partner = 0;
+    int partners = n > 0 && segd_retire_key_partner(ids[0], &partner);
+    const char *key = partners ? SEGD_CONTROL_RETIRE_PARTNER_USER : SEGD_CONTROL_RETIRE_USER;
+    int rc = segd_event_set_user(&ev, key, strlen(key)) ? 1 : 0;
     for (int i = 0; !rc && i < n; i++) {
-        segd_seg_update_t u = {.segment_id = ids[i]};
-        rc = segd_event_add_segment(&ev, &u) ? 1 : 0;
+        /* a partner's retirement names it in partner_id (core/event.h) */
+        segd_seg_update_t u = {.segment_id = partners ? 0 : ids[i]};
+        if (partners != segd_retire_key_partner(ids[i], &partner))
+            rc = 2, snprintf(err, en, "segments and partners in one retirement");
+        u.partner_id = partners ? partner : 0;
+        rc = rc ? rc : segd_event_add_segment(&ev, &u) ? 1 : 0;
     }
     if (!rc && (segd_event_validate(&ev, &l->cfg.limits, err, en) ||
                 segd_avro_encode(l->codec, l->framing, l->schema_id, &ev, &buf)))
         rc = 2;
-    const char *key = SEGD_CONTROL_RETIRE_USER;
     for (int32_t p = 0; !rc && p < l->partitions; p++) {
         rd_kafka_resp_err_t kerr;
         while ((kerr = rd_kafka_producev(l->rk, RD_KAFKA_V_TOPIC(l->topic),
@@ -404,8 +409,10 @@ int segd_retire_live(const segd_erase_live_t *a, const int64_t *ids, int n)
         rc = p == 2 ? SEGD_EXIT_USAGE : SEGD_EXIT_FAIL;
         goto out;
     }
-    printf("produced a retirement of %d segments before ts_ms %" PRId64 " to all %" PRId32
-           " partitions of %s\n", n, a->at_ms, l.partitions, l.topic);
+    int32_t partner;
+    printf("produced a retirement of %d %s before ts_ms %" PRId64 " to all %" PRId32
+           " partitions of %s\n", n, segd_retire_key_partner(ids[0], &partner) ? "partners"
+           : "segments", a->at_ms, l.partitions, l.topic);
     if (a->db)
         rc = wait_retired(&l, ids, n);
     else {

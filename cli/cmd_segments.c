@@ -1,5 +1,5 @@
-/* `segd segments retire|list-retired`: store-wide segment retirement markers
- * (DESIGN §3), kept in the meta family. retire writes each marker with an
+/* `segd segments retire|list-retired`: store-wide segment and partner
+ * retirement markers (DESIGN §3, §3.2), kept in the meta family. retire writes each marker with an
  * outbox entry, so the change stream carries it to caches as a RETIRE
  * control event (DESIGN §5); it holds the store's lock (stop segd run
  * first). list-retired only reads: it opens the store read-only and works
@@ -16,9 +16,9 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: segd segments retire --db DIR [--before-ms MS] ID...\n"
+    fprintf(f, "usage: segd segments retire --db DIR [--before-ms MS] [--partner] ID...\n"
                "       segd segments retire --brokers B [--topic T] [--config FILE] [--db DIR]\n"
-               "                            [--wait-s N] [--before-ms MS] ID...\n"
+               "                            [--wait-s N] [--before-ms MS] [--partner] ID...\n"
                "       segd segments list-retired --db DIR [--json]\n"
                "  retire: entries of each ID with ts_ms <= MS (default: now) are dead at\n"
                "    once, in the store and (through the change stream) in caches; later\n"
@@ -28,13 +28,27 @@ static void usage(FILE *f)
                "    partition of the input topic T and the running segd run applies it\n"
                "    with its batch; with --db it waits up to --wait-s (default 60) until\n"
                "    the store lists every retirement (exit 0) or says why not (exit 1).\n"
-               "  list-retired: every retirement marker (segment id, retired_before_ms),\n"
-               "    a table or JSON lines; read-only, works beside a running segd run.\n");
+               "  --partner: each ID is a partner id (int32, an entry's partner_id): every\n"
+               "    entry of that partner with ts_ms <= MS is dead, whatever its segment\n"
+               "    (a partner's contract ended); live, the control event's user id is\n"
+               "    segd.control:retire-partner. A negative partner id goes after --.\n"
+               "  list-retired: every retirement marker (segment id, retired_before_ms;\n"
+               "    a partner's as partner:P, JSON partner_id), a table or JSON lines;\n"
+               "    read-only, works beside a running segd run.\n");
 }
 
 static int print_retired(void *ctx, int64_t segment_id, int64_t before_ms)
 {
     const int *json = ctx;
+    int32_t partner;
+    if (segd_retire_key_partner(segment_id, &partner)) {
+        if (*json)
+            printf("{\"partner_id\":%" PRId32 ",\"retired_before_ms\":%" PRId64 "}\n", partner,
+                   before_ms);
+        else
+            printf("partner:%-12" PRId32 " %20" PRId64 "\n", partner, before_ms);
+        return 0;
+    }
     if (*json)
         printf("{\"segment_id\":%" PRId64 ",\"retired_before_ms\":%" PRId64 "}\n", segment_id,
                before_ms);
@@ -62,7 +76,32 @@ static int cmd_list(const char *db, int json)
     return e ? SEGD_EXIT_FAIL : SEGD_EXIT_OK;
 }
 
-static int cmd_retire(const char *db, int64_t before_ms, char **ids, int n)
+/* The marker keys of args[0..n): segment ids, or with partner the keys of
+ * partner ids (core/record.h). NULL after a usage message. */
+static int64_t *parse_keys(char **args, int n, int partner)
+{
+    int64_t *keys = calloc((size_t)n, sizeof(*keys)), v;
+    for (int i = 0; keys && i < n; i++) {
+        if (partner ? segd_arg_int("segments", "partner id", args[i], INT32_MIN, INT32_MAX, &v)
+                    : segd_arg_int("segments", "ID", args[i], 0, INT64_MAX, &v)) {
+            free(keys);
+            return NULL;
+        }
+        keys[i] = partner ? segd_retire_key_of_partner((int32_t)v) : v;
+    }
+    return keys;
+}
+
+static void say_retired(int64_t key, int64_t before_ms)
+{
+    int32_t partner;
+    if (segd_retire_key_partner(key, &partner))
+        printf("retired partner %" PRId32 " before %" PRId64 "\n", partner, before_ms);
+    else
+        printf("retired segment %" PRId64 " before %" PRId64 "\n", key, before_ms);
+}
+
+static int cmd_retire(const char *db, int64_t before_ms, const int64_t *keys, int n)
 {
     segd_store_t *s = segd_app_open_store("segments", db, 0, 0); /* may make one: retire, then load */
     if (!s)
@@ -78,24 +117,17 @@ static int cmd_retire(const char *db, int64_t before_ms, char **ids, int n)
         return SEGD_EXIT_FAIL;
     }
     for (int i = 0; i < n && rc == SEGD_EXIT_OK; i++) {
-        segd_retirement_t r;
-        int64_t id;
-        if (segd_arg_int("segments", "ID", ids[i], 0, INT64_MAX, &id)) {
-            rc = SEGD_EXIT_USAGE;
-            break;
-        }
-        r.segment_id = id;
-        r.retired_before_ms = before_ms;
+        segd_retirement_t r = {keys[i], before_ms};
         if (segd_outbox_retire_value(&r, 1, segd_policy_now_ms(segd_store_policy(s)), &value)) {
             rc = SEGD_EXIT_FAIL;
             break;
         }
         segd_batch_outbox_append(b, value.data, value.len);
-        if (segd_store_retire(s, id, before_ms, b, err, sizeof(err)) != SEGD_OK) {
+        if (segd_store_retire(s, keys[i], before_ms, b, err, sizeof(err)) != SEGD_OK) {
             fprintf(stderr, "segd segments retire: %s\n", err);
             rc = SEGD_EXIT_FAIL;
         } else
-            printf("retired segment %" PRId64 " before %" PRId64 "\n", id, before_ms);
+            say_retired(keys[i], before_ms);
     }
     segd_buf_free(&value);
     segd_batch_destroy(b);
@@ -104,25 +136,11 @@ static int cmd_retire(const char *db, int64_t before_ms, char **ids, int n)
 }
 
 static int retire_live(segd_erase_live_t *live, const char *db, int64_t before_ms,
-                       char **args, int n, int json)
+                       const int64_t *keys, int n)
 {
-    if (n < 1 || json) {
-        usage(stderr);
-        return SEGD_EXIT_USAGE;
-    }
-    int64_t *ids = calloc((size_t)n, sizeof(*ids));
-    if (!ids)
-        return SEGD_EXIT_FAIL;
-    int rc = SEGD_EXIT_OK;
-    for (int i = 0; rc == SEGD_EXIT_OK && i < n; i++)
-        if (segd_arg_int("segments", "ID", args[i], 0, INT64_MAX, &ids[i]))
-            rc = SEGD_EXIT_USAGE;
     live->db = db;
     live->at_ms = before_ms ? before_ms : segd_wall_ms();
-    if (rc == SEGD_EXIT_OK)
-        rc = segd_retire_live(live, ids, n);
-    free(ids);
-    return rc;
+    return segd_retire_live(live, keys, n);
 }
 
 int segd_cmd_segments(int argc, char **argv)
@@ -134,11 +152,12 @@ int segd_cmd_segments(int argc, char **argv)
                                          {"topic", required_argument, 0, 't'},
                                          {"config", required_argument, 0, 'c'},
                                          {"wait-s", required_argument, 0, 'w'},
+                                         {"partner", no_argument, 0, 'p'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     const char *db = NULL;
     int64_t before_ms = 0;
-    int c, json = 0;
+    int c, json = 0, partner = 0;
     segd_erase_live_t live = {.wait_s = 60};
     const char *sub = argc >= 2 ? argv[1] : "";
     if (!strcmp(sub, "--help") || !strcmp(sub, "-h")) {
@@ -156,6 +175,8 @@ int segd_cmd_segments(int argc, char **argv)
             db = optarg;
         else if (c == 'j')
             json = 1;
+        else if (c == 'p')
+            partner = 1;
         else if (c == 'B')
             live.brokers = optarg;
         else if (c == 't')
@@ -175,13 +196,19 @@ int segd_cmd_segments(int argc, char **argv)
         }
     }
     int is_live = live.brokers || live.config;
-    if (retire && is_live)
-        return retire_live(&live, db, before_ms, argv + optind, argc - optind, json);
-    if (!db || (retire && (optind >= argc || json)) ||
-        (list && (optind != argc || before_ms || is_live))) {
+    if ((!db && !(retire && is_live)) || (retire && (optind >= argc || json)) ||
+        (list && (optind != argc || before_ms || is_live || partner))) {
         usage(stderr);
         return SEGD_EXIT_USAGE;
     }
-    return retire ? cmd_retire(db, before_ms, argv + optind, argc - optind)
-                  : cmd_list(db, json);
+    if (list)
+        return cmd_list(db, json);
+    int n = argc - optind;
+    int64_t *keys = parse_keys(argv + optind, n, partner);
+    if (!keys)
+        return SEGD_EXIT_USAGE;
+    int rc = is_live ? retire_live(&live, db, before_ms, keys, n)
+                     : cmd_retire(db, before_ms, keys, n);
+    free(keys);
+    return rc;
 }

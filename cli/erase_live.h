@@ -26,7 +26,9 @@ int segd_erase_live(const segd_erase_live_t *a, char *const *users, int n);
  * (SEGD_CONTROL_RETIRE_USER, apply.h) retiring ids[0..n) before at_ms,
  * produced to every partition of the topic so that each store applies it
  * with the offsets of the partitions it owns. With a db it then waits until
- * the store lists every retirement. Returns a CLI exit code. */
+ * the store lists every retirement. ids are marker keys (core/record.h):
+ * all segment ids, or all partners' keys (SEGD_CONTROL_RETIRE_PARTNER_USER).
+ * Returns a CLI exit code. */
 int segd_retire_live(const segd_erase_live_t *a, const int64_t *ids, int n);
 
 #endif

@@ -48,10 +48,23 @@ segd_err_t segd_applier_add_operand(segd_applier_t *a, const void *user, size_t 
     return SEGD_OK;
 }
 
+static int is_user(const segd_event_t *ev, const char *id)
+{
+    return ev->user_id_len == strlen(id) && !memcmp(ev->user_id, id, ev->user_id_len);
+}
+
 int segd_event_is_control(const segd_event_t *ev)
 {
-    size_t len = sizeof(SEGD_CONTROL_RETIRE_USER) - 1;
-    return ev->user_id_len == len && !memcmp(ev->user_id, SEGD_CONTROL_RETIRE_USER, len);
+    return is_user(ev, SEGD_CONTROL_RETIRE_USER) || is_user(ev, SEGD_CONTROL_RETIRE_PARTNER_USER);
+}
+
+/* The marker key a control event's i-th segment entry retires: the segment
+ * id, or for a partner retirement the partner's key (core/record.h). */
+static int64_t control_key(const segd_event_t *ev, size_t i)
+{
+    return is_user(ev, SEGD_CONTROL_RETIRE_PARTNER_USER)
+               ? segd_retire_key_of_partner(ev->segments[i].partner_id)
+               : ev->segments[i].segment_id;
 }
 
 /* The marker a retirement of id at before_ms must write: the policy learns
@@ -80,7 +93,7 @@ static segd_err_t add_retirement(segd_applier_t *a, const segd_event_t *ev)
     a->retired = r;
     segd_retirement_t *mine = &r[a->n_retired];
     for (size_t i = 0; i < n; i++) {
-        mine[i].segment_id = ev->segments[i].segment_id;
+        mine[i].segment_id = control_key(ev, i);
         mine[i].retired_before_ms = ev->ts_ms;
         segd_batch_retire(a->batch, mine[i].segment_id,
                           pending_retired_before(a, mine[i].segment_id, ev->ts_ms));

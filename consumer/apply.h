@@ -10,7 +10,9 @@
 /* A SegmentEvent with SEGD_CONTROL_RETIRE_USER (core/event.h) is a control event, not a user's: a
  * store-wide retirement through the log (DESIGN 3.2), op REMOVE, ts_ms =
  * retired_before_ms, one segment per retired id; produced to every partition
- * by `segd segments retire --brokers`. */
+ * by `segd segments retire --brokers`. With SEGD_CONTROL_RETIRE_PARTNER_USER
+ * each segment entry's partner_id is a retired partner instead
+ * (`segd segments retire --partner P --brokers`). */
 int segd_event_is_control(const segd_event_t *ev);
 
 typedef struct segd_applier {

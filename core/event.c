@@ -53,6 +53,11 @@ segd_err_t segd_event_add_segment(segd_event_t *ev, const segd_seg_update_t *u)
     return SEGD_OK;
 }
 
+static int is_user(const segd_event_t *ev, const char *id)
+{
+    return ev->user_id_len == strlen(id) && !memcmp(ev->user_id, id, ev->user_id_len);
+}
+
 segd_err_t segd_event_validate(const segd_event_t *ev, const segd_limits_t *lim,
                                char *errstr, size_t errstr_size)
 {
@@ -74,11 +79,11 @@ segd_err_t segd_event_validate(const segd_event_t *ev, const segd_limits_t *lim,
                          "%zu segments exceed %zu", ev->n_segments, lim->max_segments);
     /* the reserved id makes a store-wide retirement (DESIGN 3.2): only in
      * the form segd produces it, never as an ordinary producer's upsert */
-    if (ev->op != SEGD_OP_REMOVE && ev->user_id_len == strlen(SEGD_CONTROL_RETIRE_USER) &&
-        !memcmp(ev->user_id, SEGD_CONTROL_RETIRE_USER, ev->user_id_len))
+    if (ev->op != SEGD_OP_REMOVE && (is_user(ev, SEGD_CONTROL_RETIRE_USER) ||
+                                     is_user(ev, SEGD_CONTROL_RETIRE_PARTNER_USER)))
         return segd_errf(SEGD_ERR_INVALID, errstr, errstr_size,
-                         "user id %s is reserved for retirement control events, which are "
-                         "op REMOVE", SEGD_CONTROL_RETIRE_USER);
+                         "user id %.*s is reserved for retirement control events, which are "
+                         "op REMOVE", (int)ev->user_id_len, ev->user_id);
     if (ev->op == SEGD_OP_ERASE_USER && ev->n_segments)
         return segd_errf(SEGD_ERR_INVALID, errstr, errstr_size,
                          "ERASE_USER carries segments");

@@ -22,6 +22,9 @@ typedef enum segd_op {
 /* The user id reserved for store-wide retirements through the log (DESIGN
  * 3.2, consumer/apply.h): valid only with op REMOVE. */
 #define SEGD_CONTROL_RETIRE_USER "segd.control:retire"
+/* Likewise for partner retirements: each segment entry's partner_id names a
+ * retired partner (its segment_id is ignored). */
+#define SEGD_CONTROL_RETIRE_PARTNER_USER "segd.control:retire-partner"
 
 typedef struct segd_seg_update {
     int64_t segment_id;

@@ -146,9 +146,11 @@ static int64_t retired_before(const segd_prune_t *rule, int64_t seg)
                                         : 0;
 }
 
+/* Dead under the erase marker, its segment's retirement or its partner's. */
 static int covered(const segd_entry_t *e, int64_t erased, const segd_prune_t *rule)
 {
-    return e->ts_ms <= erased || e->ts_ms <= retired_before(rule, e->segment_id);
+    return e->ts_ms <= erased || e->ts_ms <= retired_before(rule, e->segment_id) ||
+           e->ts_ms <= retired_before(rule, segd_retire_key_of_partner(e->partner_id));
 }
 
 int segd_entry_live(const segd_entry_t *e, int64_t erased_before_ms,

@@ -14,6 +14,30 @@
 
 #define SEGD_RECORD_VERSION 1
 
+/* Retirement markers are keyed by an int64 (DESIGN 3.2): a segment id
+ * (>= 0) retires that segment, and a negative key retires every entry of a
+ * partner. Partner P's key is P - 2^32, negative for every int32 P, so both
+ * kinds share the markers' sets, outbox entries, change events and
+ * manifests, and every max-join of markers applies to partners unchanged. */
+#define SEGD_PARTNER_RETIRE_BASE ((int64_t)1 << 32)
+static inline int64_t segd_retire_key_of_partner(int32_t partner_id)
+{
+    return (int64_t)partner_id - SEGD_PARTNER_RETIRE_BASE;
+}
+/* 1 and *partner_id when key is a partner's, 0 for a segment id. */
+static inline int segd_retire_key_partner(int64_t key, int32_t *partner_id)
+{
+    if (key >= 0)
+        return 0;
+    *partner_id = (int32_t)(key + SEGD_PARTNER_RETIRE_BASE);
+    return 1;
+}
+/* Whether key names a segment or a partner (a reader's bound check). */
+static inline int segd_retire_key_valid(int64_t key)
+{
+    return key >= segd_retire_key_of_partner(INT32_MIN);
+}
+
 typedef struct segd_entry {
     int64_t segment_id; /* >= 0 */
     int64_t ts_ms;      /* event time, the LWW clock */
@@ -30,7 +54,9 @@ typedef struct segd_profile {
 } segd_profile_t;
 
 /* What is dead and what may be physically dropped (DESIGN §3).
- * retired_before may be NULL (no retirements). */
+ * retired_before may be NULL (no retirements); it is asked for an entry's
+ * segment id and for its partner's key (segd_retire_key_of_partner), and
+ * returns 0 or less for a key without a marker. */
 typedef struct segd_prune {
     int64_t now_ms;
     int64_t horizon_ms;

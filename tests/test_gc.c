@@ -642,6 +642,13 @@ static void test_control_id_only_remove(void **state)
     ev.op = SEGD_OP_UPSERT;
     assert_int_equal(segd_event_validate(&ev, &lim, err, sizeof(err)), SEGD_ERR_INVALID);
     assert_non_null(strstr(err, "reserved"));
+    /* the partner form likewise */
+    assert_int_equal(segd_event_set_user(&ev, SEGD_CONTROL_RETIRE_PARTNER_USER,
+                                         strlen(SEGD_CONTROL_RETIRE_PARTNER_USER)), SEGD_OK);
+    assert_int_equal(segd_event_validate(&ev, &lim, err, sizeof(err)), SEGD_ERR_INVALID);
+    assert_non_null(strstr(err, "reserved"));
+    ev.op = SEGD_OP_REMOVE;
+    assert_int_equal(segd_event_validate(&ev, &lim, err, sizeof(err)), SEGD_OK);
     segd_event_free(&ev);
 }
 

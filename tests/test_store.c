@@ -18,6 +18,7 @@
 #include <rocksdb/c.h>
 
 #include "app/app.h"
+#include "compactor/filter.h"
 #include "consumer/apply.h"
 #include "publisher/snapshot.h"
 #include "store/store.h"
@@ -286,6 +287,157 @@ static void test_retirement_persists(void **state)
     segd_store_close(s);
 }
 
+static void add_partner_upsert(segd_applier_t *ap, const char *user, int64_t seg,
+                               int32_t partner, int64_t ts_ms)
+{
+    segd_event_t ev;
+    segd_event_init(&ev);
+    segd_event_set_user(&ev, user, strlen(user));
+    ev.ts_ms = ts_ms;
+    ev.op = SEGD_OP_UPSERT;
+    segd_seg_update_t u = {seg, 86400, 0, partner};
+    segd_event_add_segment(&ev, &u);
+    assert_int_equal(segd_applier_add(ap, &ev), SEGD_OK);
+    segd_event_free(&ev);
+}
+
+/* A partner retirement through the log, as segd run applies it: the
+ * control event names the partner in its segment entry's partner_id. */
+static void add_partner_retire(segd_applier_t *ap, int32_t partner, int64_t before_ms)
+{
+    segd_event_t ev;
+    segd_event_init(&ev);
+    const char *id = SEGD_CONTROL_RETIRE_PARTNER_USER;
+    segd_event_set_user(&ev, id, strlen(id));
+    ev.ts_ms = before_ms;
+    ev.op = SEGD_OP_REMOVE;
+    segd_seg_update_t u = {.segment_id = 0, .partner_id = partner};
+    segd_event_add_segment(&ev, &u);
+    assert_true(segd_event_is_control(&ev));
+    assert_int_equal(segd_applier_add_from(ap, &ev, "t", 0, 0, 0), SEGD_OK);
+    segd_event_free(&ev);
+}
+
+/* The segment ids of user's live entries, in order, as "1,3". */
+static void live_ids(segd_store_t *s, const char *user, char *out, size_t n)
+{
+    char err[512];
+    segd_profile_t p;
+    segd_profile_init(&p);
+    assert_int_equal(segd_store_get(s, user, strlen(user), &p, err, sizeof(err)), SEGD_OK);
+    size_t w = 0;
+    out[0] = 0;
+    for (size_t i = 0; i < p.n && w < n; i++)
+        w += (size_t)snprintf(out + w, n - w, "%s%" PRId64, i ? "," : "", p.entries[i].segment_id);
+    segd_profile_free(&p);
+}
+
+static int find_partner_marker(void *ctx, int64_t key, int64_t before_ms)
+{
+    int64_t *found = ctx;
+    if (key == segd_retire_key_of_partner(7))
+        *found = before_ms;
+    return 0;
+}
+
+typedef struct raw_count {
+    const char *user;
+    int64_t entries; /* -1: not stored */
+} raw_count_t;
+
+static int count_raw(void *ctx, const char *user, size_t len, const uint8_t *v, size_t vlen)
+{
+    raw_count_t *c = ctx;
+    segd_record_head_t h;
+    if (len == strlen(c->user) && !memcmp(user, c->user, len) &&
+        segd_record_head(v, vlen, &h) == SEGD_OK)
+        c->entries = (int64_t)h.n;
+    return 0;
+}
+
+/* Partner retirement (DESIGN 3.2): partner 7's entries at or before the
+ * marker vanish from reads whatever their segment, other partners' entries
+ * of the same users stay, a later entry of partner 7 lives, the marker
+ * survives a restart, and compaction drops the covered entries. */
+static void test_partner_retirement(void **state)
+{
+    fixture_t *f = *state;
+    char err[512], ids[64];
+    const int64_t before = NOW_MS - 500;
+    segd_store_t *s = open_store(f->dir, 0, 0);
+    assert_non_null(s);
+    segd_applier_t ap;
+    assert_int_equal(segd_applier_init(&ap, s), SEGD_OK);
+    add_partner_upsert(&ap, "ann", 1, 7, NOW_MS - 1000);
+    add_partner_upsert(&ap, "ann", 2, 7, NOW_MS - 1000);
+    add_partner_upsert(&ap, "ann", 3, 8, NOW_MS - 1000);
+    add_partner_upsert(&ap, "bob", 4, 7, NOW_MS - 1000);
+    assert_int_equal(segd_applier_flush(&ap, err, sizeof(err)), SEGD_OK);
+    live_ids(s, "ann", ids, sizeof(ids));
+    assert_string_equal(ids, "1,2,3");
+    add_partner_retire(&ap, 7, before);
+    assert_int_equal(segd_applier_flush(&ap, err, sizeof(err)), SEGD_OK);
+    add_partner_upsert(&ap, "bob", 5, 7, NOW_MS - 100); /* after the marker */
+    assert_int_equal(segd_applier_flush(&ap, err, sizeof(err)), SEGD_OK);
+    segd_applier_free(&ap);
+    live_ids(s, "ann", ids, sizeof(ids));
+    assert_string_equal(ids, "3");
+    live_ids(s, "bob", ids, sizeof(ids));
+    assert_string_equal(ids, "5");
+    segd_store_close(s);
+
+    s = open_store(f->dir, 0, 0); /* the marker is read back from meta */
+    assert_non_null(s);
+    live_ids(s, "ann", ids, sizeof(ids));
+    assert_string_equal(ids, "3");
+    live_ids(s, "bob", ids, sizeof(ids));
+    assert_string_equal(ids, "5");
+    segd_store_view_t *v = NULL;
+    int64_t found = 0;
+    assert_int_equal(segd_store_view_open(s, &v, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_store_view_retirements(v, find_partner_marker, &found, err,
+                                                 sizeof(err)), SEGD_OK);
+    segd_store_view_close(v);
+    assert_int_equal(found, before);
+
+    /* the compaction filter's own decision at the store's rule: a stored
+     * value holding ann's three entries is rewritten without partner 7's
+     * (reads above also prune, so only this tells the filter's part) */
+    segd_profile_t stored, scratch;
+    segd_profile_init(&stored);
+    segd_profile_init(&scratch);
+    segd_buf_t enc = {0}, out = {0};
+    segd_entry_t e[3] = {{1, NOW_MS - 1000, NOW_MS / 1000 + 86400, 0, 7},
+                         {2, NOW_MS - 1000, NOW_MS / 1000 + 86400, 0, 7},
+                         {3, NOW_MS - 1000, NOW_MS / 1000 + 86400, 0, 8}};
+    assert_int_equal(segd_profile_reserve(&stored, 3), SEGD_OK);
+    memcpy(stored.entries, e, sizeof(e));
+    stored.n = 3;
+    assert_int_equal(segd_record_encode(&stored, &enc), SEGD_OK);
+    segd_prune_t rule;
+    segd_policy_rule(segd_store_policy(s), &rule, 1);
+    int changed = 0;
+    assert_int_equal(segd_filter_value(segd_store_policy(s), &rule, (const char *)enc.data,
+                                       enc.len, &scratch, &out, &changed), 0);
+    assert_true(changed);
+    assert_int_equal(segd_record_decode(out.data, out.len, &stored), SEGD_OK);
+    assert_int_equal(stored.n, 1);
+    assert_int_equal(stored.entries[0].segment_id, 3);
+    segd_buf_free(&enc);
+    segd_buf_free(&out);
+    segd_profile_free(&stored);
+    segd_profile_free(&scratch);
+
+    assert_int_equal(segd_store_compact_ex(s, SEGD_COMPACT_KEEP_HISTORY, err, sizeof(err)),
+                     SEGD_OK);
+    raw_count_t ann = {"ann", -1};
+    assert_int_equal(segd_store_view_open(s, &v, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_store_view_scan_raw(v, count_raw, &ann, err, sizeof(err)), SEGD_OK);
+    segd_store_view_close(v);
+    assert_int_equal(ann.entries, 1); /* segments 1 and 2 are gone from disk */
+    segd_store_close(s);
+}
+
 /* The depth moves only with written batches, counts only entries that
  * exist, and is the same after reopen. */
 static void test_outbox_depth_is_exact(void **state)
@@ -447,6 +599,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_granularity_is_fixed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_granularity_from_store, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retirement_persists, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_partner_retirement, setup, teardown),
         cmocka_unit_test_setup_teardown(test_outbox_depth_is_exact, setup, teardown),
         cmocka_unit_test_setup_teardown(test_second_outbox_appender_refused, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fault_points, setup, teardown),

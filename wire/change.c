@@ -201,7 +201,7 @@ static segd_err_t get_retirements(segd_avro_reader_t *r, segd_change_t *c)
             return SEGD_OK;
         for (int64_t i = 0; i < n; i++) {
             int64_t id = segd_avro_get_long(r), before = segd_avro_get_long(r);
-            if (r->bad || id < 0)
+            if (r->bad || !segd_retire_key_valid(id))
                 return SEGD_ERR_CORRUPT;
             if (segd_change_add_retirement(c, id, before))
                 return SEGD_ERR_NOMEM;

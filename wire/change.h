@@ -26,7 +26,7 @@ typedef struct segd_source_range {
 } segd_source_range_t;
 
 typedef struct segd_retirement {
-    int64_t segment_id;
+    int64_t segment_id; /* or a partner's key, < 0 (core/record.h) */
     int64_t retired_before_ms;
 } segd_retirement_t;
 

@@ -100,11 +100,18 @@ void segd_unit_dir_name(char *out, size_t cap, int32_t partition)
 static json_t *retirements_json(const segd_manifest_t *m)
 {
     json_t *ret = json_array();
-    for (size_t i = 0; i < m->n_retirements; i++)
-        json_array_append_new(ret, json_pack("{s:I,s:I}", "segment_id",
-                                             (json_int_t)m->retirements[i].segment_id,
+    for (size_t i = 0; i < m->n_retirements; i++) {
+        int64_t key = m->retirements[i].segment_id;
+        int32_t partner;
+        /* a partner's marker under its own name: a reader that predates
+         * partner retirements refuses the manifest rather than drop it */
+        int is_partner = segd_retire_key_partner(key, &partner);
+        json_array_append_new(ret, json_pack("{s:I,s:I}",
+                                             is_partner ? "partner_id" : "segment_id",
+                                             (json_int_t)(is_partner ? partner : key),
                                              "retired_before_ms",
                                              (json_int_t)m->retirements[i].retired_before_ms));
+    }
     return ret;
 }
 
@@ -198,10 +205,17 @@ static segd_err_t parse_positions(json_t *o, segd_manifest_t *m)
     }
     json_t *ret = json_object_get(o, "retirements");
     for (size_t i = 0; i < json_array_size(ret); i++) {
-        json_int_t seg, before;
-        if (json_unpack(json_array_get(ret, i), "{s:I,s:I}", "segment_id", &seg,
-                        "retired_before_ms", &before) ||
-            segd_manifest_add_retirement(m, seg, before))
+        json_int_t seg = -1, partner = 0, before;
+        json_t *r = json_array_get(ret, i);
+        int is_partner = json_object_get(r, "partner_id") != NULL;
+        if ((is_partner ? json_unpack(r, "{s:I,s:I}", "partner_id", &partner,
+                                      "retired_before_ms", &before)
+                        : json_unpack(r, "{s:I,s:I}", "segment_id", &seg,
+                                      "retired_before_ms", &before)) ||
+            (is_partner && (partner < INT32_MIN || partner > INT32_MAX)) ||
+            (!is_partner && seg < 0) ||
+            segd_manifest_add_retirement(
+                m, is_partner ? segd_retire_key_of_partner((int32_t)partner) : seg, before))
             return SEGD_ERR_CORRUPT;
     }
     json_t *ch = json_object_get(o, "changes");

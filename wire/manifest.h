@@ -16,6 +16,7 @@
  *               "segments": m, "bytes": b, "sha256": "<hex>"}, ...],
  *    "input_offsets": [{"topic": t, "partition": p, "next_offset": o}],
  *    "retirements": [{"segment_id": s, "retired_before_ms": ms}, ...],
+ *                   (a partner's: {"partner_id": p, "retired_before_ms": ms})
  *    "changes": {"topic": "segments.changes",
  *                "positions": [{"partition": c, "offset": o}, ...]},
  *    "members": {"name": "members-PPPPP-<created_at_ms>.avro", "records": n,
