@@ -1,7 +1,7 @@
-/* The fast JSON parser's scanner: whitespace, strings (escapes, UTF-8
- * checks), numbers and literals, and objects and arrays walked with a
- * callback per known key or element. It accepts and rejects exactly what
- * jansson (the reference parser) does, including its depth limit. */
+/* The fast JSON parser's tokens: failures and the depth limit, strings
+ * (escapes, UTF-8 checks), numbers and literals, each accepted or rejected
+ * exactly as jansson (the reference parser) does. json_walk.c walks objects
+ * and arrays over them. */
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -24,13 +24,6 @@ int segd_jp_fail(jp_t *j, segd_err_t code, const char *fmt, const char *arg)
 int segd_jp_syntax(jp_t *j, const char *what)
 {
     return segd_jp_fail(j, SEGD_ERR_DECODE, "invalid JSON: %s", what);
-}
-
-int segd_jp_enter(jp_t *j)
-{
-    if (++j->depth > JP_MAX_DEPTH)
-        return segd_jp_syntax(j, "maximum parsing depth reached");
-    return 0;
 }
 
 
@@ -274,129 +267,4 @@ int segd_jp_literal(jp_t *j)
         }
     }
     return segd_jp_syntax(j, "invalid token");
-}
-
-int segd_jp_object(jp_t *j, jp_field_fn field, void *ctx)
-{
-    jp_keyset_t ks;
-    char kb[16];
-    int rc = -1;
-    segd_jp_keyset_init(&ks);
-    j->p++; /* '{' */
-    jp_ws(j);
-    if (j->p < j->end && *j->p == '}') {
-        j->p++;
-        rc = 0;
-        goto out_free_keys;
-    }
-    for (;;) {
-        jp_ws(j);
-        if (j->p >= j->end || *j->p != '"') {
-            segd_jp_syntax(j, "string or '}' expected");
-            goto out_free_keys;
-        }
-        jp_key_t k = {0, j->p + 1, 0, 0};
-        jp_out_t o = {kb, sizeof(kb), 0};
-        if (segd_jp_string(j, &o))
-            goto out_free_keys;
-        k.rawlen = (size_t)(j->p - 1 - k.raw);
-        k.len = o.len;
-        jp_ws(j);
-        if (j->p >= j->end || *j->p != ':') {
-            segd_jp_syntax(j, "':' expected");
-            goto out_free_keys;
-        }
-        j->p++;
-        jp_ws(j);
-        int known = field && o.len <= sizeof(kb) ? field(j, kb, o.len, ctx) : 0;
-        if (known < 0)
-            goto out_free_keys;
-        if (!known) {
-            int dup = segd_jp_key_hash(&k);
-            if (!dup)
-                dup = segd_jp_keyset_add(&ks, &k);
-            if (dup) {
-                if (dup > 0)
-                    segd_jp_syntax(j, "duplicate object key");
-                else
-                    segd_jp_fail(j, SEGD_ERR_NOMEM, "out of memory", NULL);
-                goto out_free_keys;
-            }
-            if (segd_jp_skip_value(j))
-                goto out_free_keys;
-        }
-        jp_ws(j);
-        if (j->p < j->end && *j->p == ',') {
-            j->p++;
-            continue;
-        }
-        if (j->p < j->end && *j->p == '}') {
-            j->p++;
-            rc = 0;
-            goto out_free_keys;
-        }
-        segd_jp_syntax(j, "'}' expected");
-        goto out_free_keys;
-    }
-out_free_keys:
-    segd_jp_keyset_free(&ks);
-    return rc;
-}
-
-int segd_jp_array(jp_t *j, jp_elem_fn element, void *ctx)
-{
-    j->p++; /* '[' */
-    jp_ws(j);
-    if (j->p < j->end && *j->p == ']') {
-        j->p++;
-        return 0;
-    }
-    for (;;) {
-        jp_ws(j);
-        if (element(j, ctx))
-            return -1;
-        jp_ws(j);
-        if (j->p < j->end && *j->p == ',') {
-            j->p++;
-            continue;
-        }
-        if (j->p < j->end && *j->p == ']') {
-            j->p++;
-            return 0;
-        }
-        return segd_jp_syntax(j, "']' expected");
-    }
-}
-
-static int skip_elem(jp_t *j, void *ctx)
-{
-    (void)ctx;
-    return segd_jp_skip_value(j);
-}
-
-/* Any value, checked and dropped; p on its first byte. */
-int segd_jp_skip_value(jp_t *j)
-{
-    int is_int, rc;
-    long long v;
-    if (segd_jp_enter(j))
-        return -1;
-    if (j->p >= j->end)
-        return segd_jp_syntax(j, "premature end of input");
-    switch (*j->p) {
-    case '{': rc = segd_jp_object(j, NULL, NULL); break;
-    case '[': rc = segd_jp_array(j, skip_elem, NULL); break;
-    case '"': {
-        jp_out_t o = {NULL, 0, 0};
-        rc = segd_jp_string(j, &o);
-        break;
-    }
-    case '-': case '0': case '1': case '2': case '3': case '4':
-    case '5': case '6': case '7': case '8': case '9':
-        rc = segd_jp_number(j, &is_int, &v);
-        break;
-    default: rc = segd_jp_literal(j); break;
-    }
-    j->depth--;
-    return rc;
 }
