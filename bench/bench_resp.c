@@ -235,6 +235,61 @@ static int parse(int argc, char **argv, resp_args_t *a)
     return optind < argc ? -1 : 0;
 }
 
+/* Asks segd and redis-server the same range query and fails unless both
+ * answer the same bytes, and a full answer: a benchmark of different or
+ * empty replies would compare nothing. */
+static int same_answer(int sport, int rport, int64_t now_s, segd_buf_t *ra, segd_buf_t *rb)
+{
+    char q[128];
+    snprintf(q, sizeof(q), "ZRANGEBYSCORE user:%012d %" PRId64 " +inf WITHSCORES", 1, now_s);
+    if (raw_reply(sport, q, ra) || raw_reply(rport, q, rb) ||
+        ra->len != rb->len || memcmp(ra->data, rb->data, ra->len) || ra->len < 1000) {
+        fprintf(stderr, "segd bench resp: segd and redis-server answer '%s' differently\n", q);
+        return -1;
+    }
+    return 0;
+}
+
+/* Runs redis-benchmark against both servers, with one client and with
+ * a->clients, and prints the table and the ratios. */
+static int run_both(int sport, int rport, pid_t redis, const resp_args_t *a, int64_t now_s,
+                    size_t reply_len)
+{
+    printf("## segd bench resp: %" PRId64 " users x %" PRId64 " segments (%.0f%% live), "
+           "%" PRId64 " requests a run, reply %zu bytes, segd reply cache %" PRId64
+           " MiB a worker\n\n",
+           a->users, a->segments, 90.0, a->requests, reply_len, a->reply_cache_mb);
+    printf("`ZRANGEBYSCORE user:<random> NOW +inf WITHSCORES` by redis-benchmark (%" PRId64
+           " client thread(s)); CPU = the server's CPU seconds over the run\n\n",
+           a->client_threads);
+    printf("| server | threads | clients | reads/s | p50 ms | p99 ms | CPU s | reads per CPU-s |\n"
+           "|---|---|---|---|---|---|---|---|\n");
+    int64_t cl[2] = {1, a->clients};
+    run_result_t res[2][2];
+    for (int k = 0; k < 2; k++) {
+        if (bench_run(sport, 0, a, cl[k], now_s, &res[0][k]) ||
+            bench_run(rport, redis, a, cl[k], now_s, &res[1][k])) {
+            fprintf(stderr, "segd bench resp: redis-benchmark failed\n");
+            return -1;
+        }
+        for (int s = 0; s < 2; s++) {
+            run_result_t *r = &res[s][k];
+            printf("| %s | %d | %" PRId64 " | %.0f | %.3f | %.3f | %.2f | %.0f |\n",
+                   s ? "redis-server 7.0" : "segd cache --resp", s ? 1 : (int)a->threads, cl[k],
+                   r->rps, r->p50_ms, r->p99_ms, r->cpu_s,
+                   r->cpu_s > 0 ? (double)a->requests / r->cpu_s : 0);
+        }
+    }
+    printf("\n");
+    for (int k = 0; k < 2; k++) {
+        double sp = res[0][k].cpu_s > 0 ? a->requests / res[0][k].cpu_s : 0;
+        double rp = res[1][k].cpu_s > 0 ? a->requests / res[1][k].cpu_s : 0;
+        printf("- %" PRId64 " client(s): segd/redis reads/s %.1fx; per CPU-second %.1fx\n", cl[k],
+               res[0][k].rps / res[1][k].rps, rp > 0 ? sp / rp : 0);
+    }
+    return 0;
+}
+
 int segd_bench_resp(int argc, char **argv)
 {
     resp_args_t a;
@@ -266,45 +321,10 @@ int segd_bench_resp(int argc, char **argv)
         fprintf(stderr, "segd bench resp: loading redis-server failed\n");
         goto out;
     }
-    char q[128];
-    snprintf(q, sizeof(q), "ZRANGEBYSCORE user:%012d %" PRId64 " +inf WITHSCORES", 1, now_s);
-    if (raw_reply(segd_resp_port(srv), q, &ra) || raw_reply(rport, q, &rb) ||
-        ra.len != rb.len || memcmp(ra.data, rb.data, ra.len) || ra.len < 1000) {
-        fprintf(stderr, "segd bench resp: segd and redis-server answer '%s' differently\n", q);
+    if (same_answer(segd_resp_port(srv), rport, now_s, &ra, &rb))
         goto out;
-    }
-    printf("## segd bench resp: %" PRId64 " users x %" PRId64 " segments (%.0f%% live), "
-           "%" PRId64 " requests a run, reply %zu bytes, segd reply cache %" PRId64
-           " MiB a worker\n\n",
-           a.users, a.segments, 90.0, a.requests, ra.len, a.reply_cache_mb);
-    printf("`ZRANGEBYSCORE user:<random> NOW +inf WITHSCORES` by redis-benchmark (%" PRId64
-           " client thread(s)); CPU = the server's CPU seconds over the run\n\n",
-           a.client_threads);
-    printf("| server | threads | clients | reads/s | p50 ms | p99 ms | CPU s | reads per CPU-s |\n"
-           "|---|---|---|---|---|---|---|---|\n");
-    int64_t cl[2] = {1, a.clients};
-    run_result_t res[2][2];
-    for (int k = 0; k < 2; k++) {
-        if (bench_run(segd_resp_port(srv), 0, &a, cl[k], now_s, &res[0][k]) ||
-            bench_run(rport, redis, &a, cl[k], now_s, &res[1][k])) {
-            fprintf(stderr, "segd bench resp: redis-benchmark failed\n");
-            goto out;
-        }
-        for (int s = 0; s < 2; s++) {
-            run_result_t *r = &res[s][k];
-            printf("| %s | %d | %" PRId64 " | %.0f | %.3f | %.3f | %.2f | %.0f |\n",
-                   s ? "redis-server 7.0" : "segd cache --resp", s ? 1 : (int)a.threads, cl[k],
-                   r->rps, r->p50_ms, r->p99_ms, r->cpu_s,
-                   r->cpu_s > 0 ? (double)a.requests / r->cpu_s : 0);
-        }
-    }
-    printf("\n");
-    for (int k = 0; k < 2; k++) {
-        double sp = res[0][k].cpu_s > 0 ? a.requests / res[0][k].cpu_s : 0;
-        double rp = res[1][k].cpu_s > 0 ? a.requests / res[1][k].cpu_s : 0;
-        printf("- %" PRId64 " client(s): segd/redis reads/s %.1fx; per CPU-second %.1fx\n", cl[k],
-               res[0][k].rps / res[1][k].rps, rp > 0 ? sp / rp : 0);
-    }
+    if (run_both(segd_resp_port(srv), rport, redis, &a, now_s, ra.len))
+        goto out;
     rc = SEGD_EXIT_OK;
 out:
     segd_resp_stop(srv);

@@ -2,7 +2,7 @@
  * score, then by the member's bytes. Here members are segment ids printed
  * in decimal ("10" sorts before "9") and scores are expires_at seconds as
  * Redis holds them (doubles). Used by the RESP front's range commands
- * (cache/resp_cmd.c); no allocation while sorting: scratch is reserved
+ * (cache/resp_zset.c); no allocation while sorting: scratch is reserved
  * first, and kept for the next answer. One per thread. */
 #ifndef SEGD_RESP_ORDER_H
 #define SEGD_RESP_ORDER_H

@@ -385,6 +385,56 @@ static int start_tail(const cache_args_t *a, cache_state_t *cs)
     return 0;
 }
 
+/* Starts the Redis-protocol front on a->resp; logs why it could not. */
+static int start_resp(const cache_args_t *a, cache_state_t *cs, segd_resp_t **resp)
+{
+    char err[512] = "";
+    segd_resp_opts_t ro;
+    segd_resp_opts_default(&ro);
+    ro.reply_cache_bytes = (size_t)a->resp_reply_cache_mb << 20;
+    ro.max_clients = (int)a->resp_max_clients;
+    ro.idle_timeout_ms = a->resp_idle_timeout_s * 1000;
+    if (segd_resp_start_opts(resp, a->resp, (int)a->resp_threads, &ro, cs->edge, cs->metrics,
+                             err, sizeof(err))) {
+        segd_log(cs->log, SEGD_LOG_ERROR, "cache", "%s", err);
+        return -1;
+    }
+    /* --resp is HOST:PORT. The log line gives the port actually bound,
+     * since PORT may be 0. */
+    const char *colon = strrchr(a->resp, ':');
+    int host_len = colon ? (int)(colon - a->resp) : (int)strlen(a->resp);
+    segd_log_kv(cs->log, SEGD_LOG_INFO, "cache", "listening for Redis clients",
+                "resp=%.*s:%d threads=%" PRId64 " reply_cache_mb=%" PRId64
+                " max_clients=%" PRId64 " idle_timeout_s=%" PRId64, host_len, a->resp,
+                segd_resp_port(*resp), a->resp_threads, a->resp_reply_cache_mb,
+                a->resp_max_clients, a->resp_idle_timeout_s);
+    return 0;
+}
+
+/* Follows the change topic until a signal. The cache turns ready only once
+ * it has caught up with the end offsets seen at start, because until then
+ * lookups would miss deltas the topic already holds. Returns nonzero on a
+ * gap in the topic: the edge table then misses deltas and must never serve
+ * again (the tail has logged why). */
+static int serve(cache_state_t *cs, segd_http_t *http, segd_resp_t *resp,
+                 volatile sig_atomic_t *stop)
+{
+    for (int ready = 0; !*stop;) {
+        if (segd_tail_poll(cs->tail, 200) == SEGD_TAIL_GAP)
+            return -1;
+        segd_tail_stats_t ts;
+        segd_tail_get_stats(cs->tail, &ts);
+        if (!ready && ts.caught_up) {
+            segd_log_kv(cs->log, SEGD_LOG_INFO, "cache", "caught up; serving",
+                        "deltas_joined=%" PRIu64, ts.applied);
+            segd_http_set_ready(http, ready = 1);
+            if (resp)
+                segd_resp_set_ready(resp, 1);
+        }
+    }
+    return 0;
+}
+
 int segd_cmd_cache(int argc, char **argv)
 {
     cache_args_t a;
@@ -420,47 +470,15 @@ int segd_cmd_cache(int argc, char **argv)
     }
     segd_http_set_batch_max(http, (size_t)a.batch_max);
     segd_log_kv(log, SEGD_LOG_INFO, "cache", "listening", "url=http://%s", a.listen);
-    if (a.resp) {
-        segd_resp_opts_t ro;
-        segd_resp_opts_default(&ro);
-        ro.reply_cache_bytes = (size_t)a.resp_reply_cache_mb << 20;
-        ro.max_clients = (int)a.resp_max_clients;
-        ro.idle_timeout_ms = a.resp_idle_timeout_s * 1000;
-        if (segd_resp_start_opts(&resp, a.resp, (int)a.resp_threads, &ro, cs.edge, cs.metrics,
-                                 err, sizeof(err))) {
-            segd_log(log, SEGD_LOG_ERROR, "cache", "%s", err);
-            rc = SEGD_EXIT_USAGE;
-            goto out;
-        }
-        /* --resp is HOST:PORT. The log line gives the port actually bound,
-         * since PORT may be 0. */
-        const char *colon = strrchr(a.resp, ':');
-        int host_len = colon ? (int)(colon - a.resp) : (int)strlen(a.resp);
-        segd_log_kv(log, SEGD_LOG_INFO, "cache", "listening for Redis clients",
-                    "resp=%.*s:%d threads=%" PRId64 " reply_cache_mb=%" PRId64
-                    " max_clients=%" PRId64 " idle_timeout_s=%" PRId64, host_len, a.resp,
-                    segd_resp_port(resp), a.resp_threads, a.resp_reply_cache_mb,
-                    a.resp_max_clients, a.resp_idle_timeout_s);
+    if (a.resp && start_resp(&a, &cs, &resp)) {
+        rc = SEGD_EXIT_USAGE;
+        goto out;
     }
     if (load(&a, &cs) || start_tail(&a, &cs))
         goto out;
     atomic_store(&cs.tailing, 1);
-    /* ready only once caught up with the end offsets seen at start: until
-     * then lookups would miss deltas the topic already holds */
-    for (int ready = 0; !*stop;) {
-        if (segd_tail_poll(cs.tail, 200) == SEGD_TAIL_GAP)
-            goto out; /* logged: the edge table now misses deltas, so it
-                       * must never serve */
-        segd_tail_stats_t ts;
-        segd_tail_get_stats(cs.tail, &ts);
-        if (!ready && ts.caught_up) {
-            segd_log_kv(log, SEGD_LOG_INFO, "cache", "caught up; serving",
-                        "deltas_joined=%" PRIu64, ts.applied);
-            segd_http_set_ready(http, ready = 1);
-            if (resp)
-                segd_resp_set_ready(resp, 1);
-        }
-    }
+    if (serve(&cs, http, resp, stop))
+        goto out;
     rc = SEGD_EXIT_OK;
 out:
     if (log)

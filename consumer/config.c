@@ -254,87 +254,100 @@ segd_err_t segd_config_set_kafka(segd_config_t *c, const char *key, const char *
     return SEGD_OK;
 }
 
+/* A string key's value. An empty name (dlq.topic = "") is refused here
+ * because it would otherwise fail only when first used; an empty
+ * metrics.listen turns the server off as "off" does, and an empty
+ * group.instance.id turns static membership off (DESIGN §4), so those two
+ * may be empty. */
+static segd_err_t set_str(segd_config_t *c, const key_def_t *k, const char *key,
+                          const char *value, char *errstr, size_t n)
+{
+    if (!*value && k->offset != OFF(metrics_listen) && k->offset != OFF(group_instance_id))
+        return segd_errf(SEGD_ERR_CONFIG, errstr, n, "%s: empty value", key);
+    char **f = (char **)((char *)c + k->offset);
+    free(*f);
+    *f = strdup(value);
+    return *f ? SEGD_OK : SEGD_ERR_NOMEM;
+}
+
+static segd_err_t set_store_log(segd_config_t *c, const char *value, char *errstr, size_t n)
+{
+    for (int64_t lv = 0; lv < 5; lv++)
+        if (!strcmp(value, store_log_names[lv])) {
+            c->store_log_level = lv;
+            return SEGD_OK;
+        }
+    return segd_errf(SEGD_ERR_CONFIG, errstr, n,
+                     "store.log.level: '%s' is not off, error, warn, info or debug", value);
+}
+
+/* Parses value as key k's type into c; key is k's name, for messages. */
+static segd_err_t set_key(segd_config_t *c, const key_def_t *k, const char *key,
+                          const char *value, char *errstr, size_t n)
+{
+    switch (k->type) {
+    case K_STR: return set_str(c, k, key, value, errstr, n);
+    case K_INT: {
+        segd_err_t err = set_int(k, (char *)c + k->offset, value, errstr, n);
+        if (!err)
+            note_explicit(c, k->offset);
+        return err;
+    }
+    case K_WEIGHT: return set_weight(k, (double *)((char *)c + k->offset), value, errstr, n);
+    case K_TOPICS: return set_topics(c, value, errstr, n);
+    case K_FRAMING: return set_framing(c, value, errstr, n);
+    case K_RESET:
+        if (strcmp(value, "earliest") && strcmp(value, "latest"))
+            return segd_errf(SEGD_ERR_CONFIG, errstr, n,
+                             "input.offset.reset: '%s' is not earliest or latest", value);
+        free(c->offset_reset);
+        c->offset_reset = strdup(value);
+        return SEGD_OK;
+    case K_PARTITIONER:
+        if (segd_partitioner_parse(value, &c->partitioner))
+            return segd_errf(SEGD_ERR_CONFIG, errstr, n,
+                             "input.partitioner: '%s' is not murmur2_random, "
+                             "consistent_random or fnv1a_random",
+                             value);
+        return SEGD_OK;
+    case K_SNAPFMT:
+        if (!strcmp(value, "avro"))
+            c->snapshot_native = 0;
+        else if (!strcmp(value, "native"))
+            c->snapshot_native = 1;
+        else
+            return segd_errf(SEGD_ERR_CONFIG, errstr, n,
+                             "snapshot.format: '%s' is not avro or native", value);
+        return SEGD_OK;
+    case K_FALLBACK:
+        if (strcmp(value, "replay") && strcmp(value, "wait"))
+            return segd_errf(SEGD_ERR_CONFIG, errstr, n,
+                             "restore.fallback: '%s' is not replay or wait", value);
+        c->restore_fallback_replay = !strcmp(value, "replay");
+        return SEGD_OK;
+    case K_LOGFMT:
+        if (segd_log_format_parse(value, &c->log_format))
+            return segd_errf(SEGD_ERR_CONFIG, errstr, n,
+                             "log.format: '%s' is not logfmt or json", value);
+        return SEGD_OK;
+    case K_LOGLEVEL:
+        if (segd_log_level_parse(value, &c->log_level))
+            return segd_errf(SEGD_ERR_CONFIG, errstr, n,
+                             "log.level: '%s' is not debug, info, warn or error", value);
+        return SEGD_OK;
+    case K_STORELOG: return set_store_log(c, value, errstr, n);
+    }
+    return segd_errf(SEGD_ERR_CONFIG, errstr, n, "unknown configuration key '%s'", key);
+}
+
 segd_err_t segd_config_set(segd_config_t *c, const char *key, const char *value,
                            char *errstr, size_t n)
 {
     if (!strncmp(key, "kafka.", 6) && key[6])
         return segd_config_set_kafka(c, key + 6, value, errstr, n);
-    for (size_t i = 0; i < N_KEYS; i++) {
-        const key_def_t *k = &keys[i];
-        if (strcmp(k->key, key) != 0)
-            continue;
-        switch (k->type) {
-        case K_STR: {
-            /* an empty name (dlq.topic = "") would fail only when first used;
-             * an empty metrics.listen turns the server off, as "off" does, and
-             * an empty group.instance.id static membership (DESIGN §4) */
-            if (!*value && k->offset != OFF(metrics_listen) &&
-                k->offset != OFF(group_instance_id))
-                return segd_errf(SEGD_ERR_CONFIG, errstr, n, "%s: empty value", key);
-            char **f = (char **)((char *)c + k->offset);
-            free(*f);
-            *f = strdup(value);
-            return *f ? SEGD_OK : SEGD_ERR_NOMEM;
-        }
-        case K_INT: {
-            segd_err_t err = set_int(k, (char *)c + k->offset, value, errstr, n);
-            if (!err)
-                note_explicit(c, k->offset);
-            return err;
-        }
-        case K_WEIGHT: return set_weight(k, (double *)((char *)c + k->offset), value, errstr, n);
-        case K_TOPICS: return set_topics(c, value, errstr, n);
-        case K_FRAMING: return set_framing(c, value, errstr, n);
-        case K_RESET:
-            if (strcmp(value, "earliest") && strcmp(value, "latest"))
-                return segd_errf(SEGD_ERR_CONFIG, errstr, n,
-                                 "input.offset.reset: '%s' is not earliest or latest", value);
-            free(c->offset_reset);
-            c->offset_reset = strdup(value);
-            return SEGD_OK;
-        case K_PARTITIONER:
-            if (segd_partitioner_parse(value, &c->partitioner))
-                return segd_errf(SEGD_ERR_CONFIG, errstr, n,
-                                 "input.partitioner: '%s' is not murmur2_random, "
-                                 "consistent_random or fnv1a_random",
-                                 value);
-            return SEGD_OK;
-        case K_SNAPFMT:
-            if (!strcmp(value, "avro"))
-                c->snapshot_native = 0;
-            else if (!strcmp(value, "native"))
-                c->snapshot_native = 1;
-            else
-                return segd_errf(SEGD_ERR_CONFIG, errstr, n,
-                                 "snapshot.format: '%s' is not avro or native", value);
-            return SEGD_OK;
-        case K_FALLBACK:
-            if (strcmp(value, "replay") && strcmp(value, "wait"))
-                return segd_errf(SEGD_ERR_CONFIG, errstr, n,
-                                 "restore.fallback: '%s' is not replay or wait", value);
-            c->restore_fallback_replay = !strcmp(value, "replay");
-            return SEGD_OK;
-        case K_LOGFMT:
-            if (segd_log_format_parse(value, &c->log_format))
-                return segd_errf(SEGD_ERR_CONFIG, errstr, n,
-                                 "log.format: '%s' is not logfmt or json", value);
-            return SEGD_OK;
-        case K_LOGLEVEL:
-            if (segd_log_level_parse(value, &c->log_level))
-                return segd_errf(SEGD_ERR_CONFIG, errstr, n,
-                                 "log.level: '%s' is not debug, info, warn or error", value);
-            return SEGD_OK;
-        case K_STORELOG:
-            for (int64_t lv = 0; lv < 5; lv++)
-                if (!strcmp(value, store_log_names[lv])) {
-                    c->store_log_level = lv;
-                    return SEGD_OK;
-                }
-            return segd_errf(SEGD_ERR_CONFIG, errstr, n,
-                             "store.log.level: '%s' is not off, error, warn, info or debug",
-                             value);
-        }
-    }
+    for (size_t i = 0; i < N_KEYS; i++)
+        if (!strcmp(keys[i].key, key))
+            return set_key(c, &keys[i], key, value, errstr, n);
     return segd_errf(SEGD_ERR_CONFIG, errstr, n, "unknown configuration key '%s'", key);
 }
 

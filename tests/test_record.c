@@ -1,5 +1,6 @@
-/* Tests for core/record.c: codec round trips, rejection of every truncation
- * and corruption, the join's algebra and pruning rules. */
+/* Tests for core/record.c, record_encode.c and profile.c: codec round
+ * trips, rejection of every truncation and corruption, the join's algebra
+ * and pruning rules. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

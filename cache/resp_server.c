@@ -1,0 +1,124 @@
+/* The RESP front's connection and server commands: PING, ECHO, QUIT,
+ * SELECT, HELLO, CLIENT and INFO, answered as redis-server
+ * REDIS_COMPAT_VERSION answers them so that client libraries connect. */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "base/clock.h"
+#include "cache/resp_cmd_int.h"
+
+int segd_resp_cmd_ping(segd_resp_worker_t *w, segd_resp_client_t *c,
+                       const segd_resp_cmd_t *cmd, segd_buf_t *out)
+{
+    (void)w;
+    (void)c;
+    if (cmd->argc > 2)
+        return add_err_raw(out, "ERR wrong number of arguments for 'ping' command");
+    return cmd->argc == 2 ? add_bulk(out, cmd->argv[1], cmd->argl[1]) : add_str(out, "+PONG\r\n");
+}
+
+int segd_resp_cmd_echo(segd_resp_worker_t *w, segd_resp_client_t *c,
+                       const segd_resp_cmd_t *cmd, segd_buf_t *out)
+{
+    (void)w;
+    (void)c;
+    return add_bulk(out, cmd->argv[1], cmd->argl[1]);
+}
+
+int segd_resp_cmd_quit(segd_resp_worker_t *w, segd_resp_client_t *c,
+                       const segd_resp_cmd_t *cmd, segd_buf_t *out)
+{
+    (void)w;
+    (void)c;
+    (void)cmd;
+    return add_str(out, "+OK\r\n") ? RC_NOMEM : RC_QUIT;
+}
+
+int segd_resp_cmd_select(segd_resp_worker_t *w, segd_resp_client_t *c,
+                         const segd_resp_cmd_t *cmd, segd_buf_t *out)
+{
+    (void)w;
+    (void)c;
+    long long db;
+    if (arg_ll(cmd, 1, &db) || db < INT32_MIN || db > INT32_MAX)
+        return add_err_raw(out, "ERR invalid DB index");
+    return db ? add_err_raw(out, "ERR DB index is out of range") : add_str(out, "+OK\r\n");
+}
+
+/* HELLO [protover [AUTH user pass] [SETNAME name]]: RESP2 only. The
+ * default user of a redis-server without requirepass takes any password,
+ * and so does this front. */
+int segd_resp_cmd_hello(segd_resp_worker_t *w, segd_resp_client_t *c,
+                        const segd_resp_cmd_t *cmd, segd_buf_t *out)
+{
+    (void)w;
+    size_t j = 1;
+    if (cmd->argc >= 2) {
+        long long ver;
+        if (arg_ll(cmd, j++, &ver))
+            return add_err_raw(out, "ERR Protocol version is not an integer or out of range");
+        if (ver != 2)
+            return add_err_raw(out, "NOPROTO unsupported protocol version");
+    }
+    for (; j < cmd->argc; j++) {
+        size_t more = cmd->argc - 1 - j;
+        if (arg_is(cmd, j, "auth") && more >= 2)
+            j += 2;
+        else if (arg_is(cmd, j, "setname") && more >= 1)
+            j++;
+        else
+            return add_err(out, "ERR Syntax error in HELLO option '%.*s'", (int)cmd->argl[j],
+                           cmd->argv[j]);
+    }
+    if (add_array(out, 14) || add_bulk_str(out, "server") || add_bulk_str(out, "segd") ||
+        add_bulk_str(out, "version") || add_bulk_str(out, REDIS_COMPAT_VERSION) ||
+        add_bulk_str(out, "proto") || add_int(out, 2) || add_bulk_str(out, "id") ||
+        add_int(out, (int64_t)c->id) || add_bulk_str(out, "mode") ||
+        add_bulk_str(out, "standalone") || add_bulk_str(out, "role") ||
+        add_bulk_str(out, "replica") || add_bulk_str(out, "modules") || add_array(out, 0))
+        return RC_NOMEM;
+    return RC_OK;
+}
+
+int segd_resp_cmd_client(segd_resp_worker_t *w, segd_resp_client_t *c,
+                         const segd_resp_cmd_t *cmd, segd_buf_t *out)
+{
+    (void)w;
+    if (arg_is(cmd, 1, "id") && cmd->argc == 2)
+        return add_int(out, (int64_t)c->id);
+    if (arg_is(cmd, 1, "getname") && cmd->argc == 2)
+        return add_nil(out);
+    if (arg_is(cmd, 1, "setname") && cmd->argc == 3)
+        return add_str(out, "+OK\r\n");
+    if (arg_is(cmd, 1, "setinfo") && cmd->argc == 4)
+        return add_str(out, "+OK\r\n");
+    if (arg_is(cmd, 1, "id") || arg_is(cmd, 1, "getname") || arg_is(cmd, 1, "setname") ||
+        arg_is(cmd, 1, "setinfo"))
+        return add_err(out, "ERR wrong number of arguments for 'client|%.*s' command",
+                       (int)cmd->argl[1], cmd->argv[1]);
+    return add_err(out, "ERR unknown subcommand '%.*s'. Try CLIENT HELP.",
+                   (int)(cmd->argl[1] < 128 ? cmd->argl[1] : 128), cmd->argv[1]);
+}
+
+int segd_resp_cmd_info(segd_resp_worker_t *w, segd_resp_client_t *c,
+                       const segd_resp_cmd_t *cmd, segd_buf_t *out)
+{
+    (void)c;
+    (void)cmd;
+    segd_resp_shared_t *s = w->shared;
+    segd_edge_stats_t st;
+    segd_edge_get_stats(s->edge, &st);
+    char text[1024];
+    int n = snprintf(text, sizeof(text),
+                     "# Server\r\nredis_version:%s\r\nserver_name:segd\r\nredis_mode:standalone\r\n"
+                     "process_id:%ld\r\ntcp_port:%d\r\nuptime_in_seconds:%lld\r\n\r\n"
+                     "# Clients\r\nconnected_clients:%lld\r\n\r\n"
+                     "# Persistence\r\nloading:%d\r\n\r\n"
+                     "# Keyspace\r\ndb0:keys=%llu,expires=0,avg_ttl=0\r\n",
+                     REDIS_COMPAT_VERSION, (long)getpid(), s->port,
+                     (long long)((segd_wall_ms() - s->started_ms) / 1000),
+                     (long long)atomic_load(&s->connections), !atomic_load(&s->serving),
+                     (unsigned long long)st.users);
+    return add_bulk(out, text, (size_t)n);
+}
