@@ -134,18 +134,24 @@ int segd_entry_live(const segd_entry_t *e, int64_t erased_before_ms,
 }
 
 /* Whether a join result may be physically dropped. Entries under an erase
- * marker or a retirement go at once, because the marker outlives them.
- * Other dead entries go only below the GC watermark W, since nothing older
- * than W can still arrive or still sit unmerged above this base (DESIGN
- * §3). Even then they go only when the join saw the key's whole history
- * (rule->complete); otherwise they must stay to beat an older base. */
+ * marker or their segment's retirement go at once: the marker outlives
+ * them, and it covers every older entry of the same user and segment too,
+ * so nothing the dropped entry beat can come back. A partner's retirement
+ * covers only that partner's entries: an entry it covers still beats
+ * another partner's older entry of the segment (in a base this join did not
+ * see, or arriving late), so it is dead like an expired entry. Those go
+ * only below the GC watermark W, since nothing older than W can still
+ * arrive or still sit unmerged above this base (DESIGN §3), and only when
+ * the join saw the key's whole history (rule->complete). */
 static int droppable(const segd_entry_t *e, int64_t erased, const segd_prune_t *rule)
 {
-    if (covered(e, erased, rule))
+    if (e->ts_ms <= erased || e->ts_ms <= retired_before(rule, e->segment_id))
         return 1;
     if (!rule->complete)
         return 0;
-    return e->expiry_s <= rule->now_ms / 1000 && e->ts_ms < rule->gc_before_ms;
+    int dead = e->expiry_s <= rule->now_ms / 1000 ||
+               e->ts_ms <= retired_before(rule, segd_retire_key_of_partner(e->partner_id));
+    return dead && e->ts_ms < rule->gc_before_ms;
 }
 
 static int64_t pruned_marker(int64_t erased, const segd_prune_t *rule)

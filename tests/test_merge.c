@@ -17,6 +17,7 @@
 #include "app/app.h"
 #include "consumer/apply.h"
 #include "core/query.h"
+#include "core/record.h"
 #include "store/merge.h"
 #include "store/store.h"
 
@@ -372,6 +373,50 @@ static void test_no_resurrection_under_unmerged_operand(void **state)
     }
 }
 
+/* Partner 7 retired before 150 in this rule; nothing else is. */
+static int64_t partner7_retired(void *ctx, int64_t key)
+{
+    (void)ctx;
+    return key == segd_retire_key_of_partner(7) ? 150 : 0;
+}
+
+/* A partner's marker covers only that partner's entries: partner 7's entry
+ * at ts 100 beat partner 3's at 90, and once 7 is retired both are dead.
+ * A partial merge of the operand (its base unseen) must keep the covered
+ * entry, or the full merge with the base brings partner 3's entry back; a
+ * full merge keeps it too while it is above W, and drops it below W. */
+static void test_partner_marker_keeps_the_winner(void **state)
+{
+    (void)state;
+    segd_profile_t base, op, out;
+    segd_profile_init(&base);
+    segd_profile_init(&op);
+    segd_profile_init(&out);
+    const segd_entry_t q = {9, 90, 4000000000LL, 0, 3}, pe = {9, 100, 4000000000LL, 0, 7};
+    assert_int_equal(segd_profile_reserve(&base, 1), SEGD_OK);
+    base.entries[0] = q;
+    base.n = 1;
+    assert_int_equal(segd_profile_reserve(&op, 1), SEGD_OK);
+    op.entries[0] = pe;
+    op.n = 1;
+    segd_prune_t rule = {.now_ms = 1000000, .retired_before = partner7_retired};
+    segd_profile_prune(&op, &rule); /* a partial merge: complete = 0 */
+    assert_int_equal(op.n, 1);
+    rule.complete = 1;
+    const segd_profile_t *in[2] = {&base, &op};
+    assert_int_equal(segd_profile_join(&out, in, 2, &rule), SEGD_OK);
+    for (size_t i = 0; i < out.n; i++)
+        assert_false(segd_entry_live(&out.entries[i], out.erased_before_ms, &rule));
+    assert_int_equal(out.n, 1); /* W = 0: the dead winner stays */
+    assert_int_equal(out.entries[0].partner_id, 7);
+    rule.gc_before_ms = 101; /* nothing older than W can arrive any more */
+    assert_int_equal(segd_profile_join(&out, in, 2, &rule), SEGD_OK);
+    assert_int_equal(out.n, 0);
+    segd_profile_free(&base);
+    segd_profile_free(&op);
+    segd_profile_free(&out);
+}
+
 /* A base that does not decode is kept as it is and counted (issue 9, 19):
  * the merge used to rewrite the user from the operands alone, silently
  * dropping the base's entries, tombstones and erase marker. A corrupt operand
@@ -417,6 +462,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_corrupt_base_kept),
         cmocka_unit_test(test_no_resurrection_under_unmerged_operand),
+        cmocka_unit_test(test_partner_marker_keeps_the_winner),
         cmocka_unit_test(test_orders_converge),
         cmocka_unit_test(test_compaction_empties_store),
     };

@@ -325,10 +325,14 @@ static void live_ids(segd_store_t *s, const char *user, char *out, size_t n)
     segd_profile_t p;
     segd_profile_init(&p);
     assert_int_equal(segd_store_get(s, user, strlen(user), &p, err, sizeof(err)), SEGD_OK);
+    segd_prune_t rule; /* what a reader sees: the live entries (dead ones may be kept) */
+    segd_policy_rule(segd_store_policy(s), &rule, 1);
     size_t w = 0;
     out[0] = 0;
     for (size_t i = 0; i < p.n && w < n; i++)
-        w += (size_t)snprintf(out + w, n - w, "%s%" PRId64, i ? "," : "", p.entries[i].segment_id);
+        if (segd_entry_live(&p.entries[i], p.erased_before_ms, &rule))
+            w += (size_t)snprintf(out + w, n - w, "%s%" PRId64, w ? "," : "",
+                                  p.entries[i].segment_id);
     segd_profile_free(&p);
 }
 
@@ -358,7 +362,7 @@ static int count_raw(void *ctx, const char *user, size_t len, const uint8_t *v, 
 /* Partner retirement (DESIGN 3.2): partner 7's entries at or before the
  * marker vanish from reads whatever their segment, other partners' entries
  * of the same users stay, a later entry of partner 7 lives, the marker
- * survives a restart, and compaction drops the covered entries. */
+ * survives a restart, and compaction drops the covered entries below W. */
 static void test_partner_retirement(void **state)
 {
     fixture_t *f = *state;
@@ -400,9 +404,10 @@ static void test_partner_retirement(void **state)
     segd_store_view_close(v);
     assert_int_equal(found, before);
 
-    /* the compaction filter's own decision at the store's rule: a stored
-     * value holding ann's three entries is rewritten without partner 7's
-     * (reads above also prune, so only this tells the filter's part) */
+    /* the compaction filter's own decision: a stored value holding ann's
+     * three entries keeps partner 7's while they are above W (they still
+     * beat other partners' older entries), and drops them below it (reads
+     * above also prune, so only this tells the filter's part) */
     segd_profile_t stored, scratch;
     segd_profile_init(&stored);
     segd_profile_init(&scratch);
@@ -417,6 +422,11 @@ static void test_partner_retirement(void **state)
     segd_prune_t rule;
     segd_policy_rule(segd_store_policy(s), &rule, 1);
     int changed = 0;
+    assert_true(rule.gc_before_ms < NOW_MS - 1000); /* a fresh store: W below them */
+    assert_int_equal(segd_filter_value(segd_store_policy(s), &rule, (const char *)enc.data,
+                                       enc.len, &scratch, &out, &changed), 0);
+    assert_false(changed);
+    rule.gc_before_ms = NOW_MS - 900; /* W past them */
     assert_int_equal(segd_filter_value(segd_store_policy(s), &rule, (const char *)enc.data,
                                        enc.len, &scratch, &out, &changed), 0);
     assert_true(changed);
@@ -434,7 +444,9 @@ static void test_partner_retirement(void **state)
     assert_int_equal(segd_store_view_open(s, &v, err, sizeof(err)), SEGD_OK);
     assert_int_equal(segd_store_view_scan_raw(v, count_raw, &ann, err, sizeof(err)), SEGD_OK);
     segd_store_view_close(v);
-    assert_int_equal(ann.entries, 1); /* segments 1 and 2 are gone from disk */
+    assert_int_equal(ann.entries, 3); /* W = 0: partner 7's stay on disk, dead */
+    live_ids(s, "ann", ids, sizeof(ids));
+    assert_string_equal(ids, "3");
     segd_store_close(s);
 }
 
