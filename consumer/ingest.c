@@ -2,6 +2,7 @@
  * Moved out of pipeline.c unchanged, so both read the input the same way. */
 #define _GNU_SOURCE
 #include "consumer/ingest.h"
+#include "consumer/apply.h"
 
 #include <inttypes.h>
 #include <stdio.h>
@@ -121,6 +122,12 @@ static int check_event_time(segd_ingest_t *g, const char *topic, int32_t partiti
     switch (segd_policy_check_ts_floor(pol, g->ev.ts_ms, g->cfg->limits.max_clock_skew_ms,
                                        imported)) {
     case SEGD_TS_TOO_LATE: {
+        /* A retirement marker only ever removes, so applying it late cannot
+         * bring back what a compaction dropped; refused, it would leave the
+         * retired entries live on the stores of a fleet whose floor is above
+         * the marker's time while the others drop them. */
+        if (segd_event_is_control(&g->ev))
+            return 1;
         char floor[160];
         segd_policy_floor_explain(pol, imported, floor, sizeof(floor));
         snprintf(why, n, "too_late: ts_ms %" PRId64 " is below the ingest floor %s",

@@ -21,6 +21,10 @@
 #include "cache/edge.h"
 #include "cache/edge_load.h"
 #include "consumer/apply.h"
+#include "consumer/config.h"
+#include "consumer/ingest.h"
+#include "wire/avro_codec.h"
+#include <signal.h>
 #include "publisher/snapshot.h"
 #include "store/store.h"
 
@@ -652,6 +656,77 @@ static void test_control_id_only_remove(void **state)
     segd_event_free(&ev);
 }
 
+/* Encodes ev single-object framed, as producers and segd's tools send it. */
+static void encode_event(const segd_event_t *ev, segd_buf_t *out)
+{
+    char err[256];
+    segd_avro_codec_t *c = NULL;
+    assert_int_equal(segd_avro_codec_new(&c, NULL, NULL, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_avro_encode(c, SEGD_FRAMING_SINGLE_OBJECT, 0, ev, out), SEGD_OK);
+    segd_avro_codec_destroy(c);
+}
+
+/* A retirement's control event below the ingest floor is taken: a marker
+ * only removes, and a store of the fleet whose floor is above its time
+ * would otherwise keep live what the others retire. An ordinary event at
+ * the same time is still refused as too_late. */
+static void test_control_event_below_floor_taken(void **state)
+{
+    (void)state;
+    char dir[64], err[256], why[256];
+    make_dir(dir, sizeof(dir), "ctlfloor");
+    segd_store_t *s = open_store(dir, T0);
+    segd_policy_t *pol = segd_store_policy(s);
+    assert_int_equal(segd_store_gc_advance(s, SEGD_GC_CAUGHT_UP, err, sizeof(err)), SEGD_OK);
+    const int64_t late = T0 - 48 * HOUR_MS; /* below the floor T0 - 24 h */
+    assert_int_equal(segd_policy_check_ts(pol, late, SKEW_MS), SEGD_TS_TOO_LATE);
+    segd_config_t cfg;
+    segd_config_init(&cfg);
+    const char *const kv[] = {"db", dir, "brokers", "localhost:9", "topics", "t", "group", "g",
+                              NULL};
+    for (size_t i = 0; kv[i]; i += 2)
+        assert_int_equal(segd_config_set(&cfg, kv[i], kv[i + 1], err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_config_finish(&cfg, err, sizeof(err)), SEGD_OK);
+    volatile sig_atomic_t stop = 0;
+    segd_backoff_t bo = {0};
+    segd_ingest_t *g = NULL;
+    assert_int_equal(segd_ingest_new(&g, &cfg, s, &stop, &bo, err, sizeof(err)), SEGD_OK);
+    segd_event_t ev;
+    segd_event_init(&ev);
+    segd_buf_t buf = {0};
+    const segd_event_t *got = NULL;
+    int reason = 0;
+    const char *const users[2] = {SEGD_CONTROL_RETIRE_USER, SEGD_CONTROL_RETIRE_PARTNER_USER};
+    for (int i = 0; i < 2; i++) {
+        segd_event_reset(&ev);
+        assert_int_equal(segd_event_set_user(&ev, users[i], strlen(users[i])), SEGD_OK);
+        ev.op = SEGD_OP_REMOVE;
+        ev.ts_ms = late;
+        segd_seg_update_t u = {.segment_id = 5, .partner_id = 7};
+        assert_int_equal(segd_event_add_segment(&ev, &u), SEGD_OK);
+        encode_event(&ev, &buf);
+        reason = 0;
+        assert_int_equal(segd_ingest_check(g, NULL, 0, NULL, 0, buf.data, buf.len, &got,
+                                           &reason, why, sizeof(why)), 1);
+    }
+    segd_event_reset(&ev);
+    assert_int_equal(segd_event_set_user(&ev, "u1", 2), SEGD_OK);
+    ev.op = SEGD_OP_REMOVE;
+    ev.ts_ms = late;
+    segd_seg_update_t u = {.segment_id = 5};
+    assert_int_equal(segd_event_add_segment(&ev, &u), SEGD_OK);
+    encode_event(&ev, &buf);
+    assert_int_equal(segd_ingest_check(g, NULL, 0, NULL, 0, buf.data, buf.len, &got, &reason,
+                                       why, sizeof(why)), 0);
+    assert_int_equal(reason, SEGD_DLQ_TOO_LATE);
+    segd_buf_free(&buf);
+    segd_event_free(&ev);
+    segd_ingest_destroy(g);
+    segd_config_free(&cfg);
+    segd_store_close(s);
+    remove_dir(dir);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -662,6 +737,7 @@ int main(void)
         cmocka_unit_test(test_store_snapshot_caches_agree),
         cmocka_unit_test(test_retire_in_batch_keeps_max),
         cmocka_unit_test(test_control_id_only_remove),
+        cmocka_unit_test(test_control_event_below_floor_taken),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
