@@ -254,7 +254,9 @@ static void note_written(segd_pipeline_t *p)
  * flight on a loaded coordinator, which then timed out its heartbeats too. */
 void segd_pipeline_commit_written(segd_pipeline_t *p, int force)
 {
-    if (!p->nwritten || !p->consumer)
+    if (!p->consumer) /* closed after a fatal error: nothing can be sent */
+        p->nwritten = 0;
+    if (!p->nwritten)
         return;
     if (!force && segd_mono_ms() < p->commit_next_ms)
         return;
