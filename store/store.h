@@ -47,7 +47,7 @@ typedef struct segd_store_opts {
                                     * profiles family keeps up to 4, others 2) */
     size_t memtable_mb;            /* all families' memtables together (RocksDB's
                                     * db_write_buffer_size); 0 (default) = no cap */
-    int64_t horizon_ms;            /* default 24 h */
+    int64_t horizon_ms;            /* default 7 days (store.horizon.s) */
     int64_t granularity_s;         /* fixed in meta by the first open; 0 (default) =
                                     * the store's, SEGD_STORE_GRANULARITY_S if new;
                                     * a different explicit value is an error */
