@@ -31,56 +31,8 @@
 #include "consumer/apply.h"
 #include "workload/seed.h"
 
-#define TOPIC "bench.events"
-#define WINDOW_S 10.0
-#define MAX_WINDOWS 720
+#include "bench/bench_ingest_int.h"
 
-extern char **environ;
-
-typedef struct ingest_args {
-    int64_t users, partitions, batch; /* batch 0 = memory.limit.mb's */
-    int64_t memory_mb;                /* memory.limit.mb; 0 = the default */
-    int64_t prefill_users;            /* written straight into the store first */
-    const char *brokers;              /* a running cluster; NULL = the mock */
-    int producer_process;             /* the paced producer as `segd produce` */
-    int compact_during;               /* a full compaction inside the half-peak run */
-    char dir[256];
-} ingest_args_t;
-
-/* One 10 s window of a run: the counters at its end, the latency of the
- * outbox entries acknowledged inside it, and the profiles family's state. */
-typedef struct window {
-    double end_s;                /* since the run's first message */
-    uint64_t messages, segments; /* pipeline totals at the end */
-    int64_t p50, p99, max;       /* ms, entries acknowledged in the window */
-    uint64_t l0, pending_mb, delayed, stopped, compacting;
-    double rss_mib; /* the process's resident set at the window's end */
-} window_t;
-
-/* CPU seconds per kind of thread (/proc/self/task/N/stat's utime + stime),
- * digits dropped from the names ("rdk:broker1" -> "rdk:broker"); the
- * process's own threads are told apart by being the main one or not. */
-#define CPU_GROUPS 16
-typedef struct cpu_use {
-    char name[CPU_GROUPS][64];
-    double s[CPU_GROUPS];
-    size_t n;
-    double total; /* getrusage(RUSAGE_SELF): exited threads included */
-    double main_waited; /* the main thread's seconds runnable but not running */
-} cpu_use_t;
-
-/* What one pipeline run measured. */
-typedef struct run_result {
-    cpu_use_t cpu0, cpu1;       /* at its start and at its end */
-    double seconds;             /* first message -> last delta acknowledged */
-    segd_pipeline_stats_t st;
-    segd_pipeline_stats_t st0; /* at the first message: the join is not the run */
-    segd_publisher_stats_t pub;
-    window_t w[MAX_WINDOWS];
-    size_t nw;
-    uint64_t stall_micros;      /* RocksDB's write stall time, the whole store */
-    double compact_from, compact_to; /* the full compaction, since the first message */
-} run_result_t;
 
 /* Consumes `want` messages in a fresh group, touching each payload byte. */
 static double raw_consume(const char *brokers, int64_t want, uint64_t *checksum)
@@ -680,223 +632,9 @@ static int parse(int argc, char **argv, ingest_args_t *a)
     return have_dir || mkdtemp(a->dir) ? 0 : -1;
 }
 
-/* Peak RSS of the whole process (getrusage's ru_maxrss, KiB on Linux) against
- * memory.limit.mb: the in-process broker, which holds every message produced,
- * and the producer count too, so the figure is an upper bound for segd run. */
-static double peak_rss_mib(void)
-{
-    struct rusage ru;
-    getrusage(RUSAGE_SELF, &ru);
-    return (double)ru.ru_maxrss / 1024;
-}
-
-static double max_window_rss(const run_result_t *r)
-{
-    double m = 0;
-    for (size_t i = 0; i < r->nw; i++)
-        if (r->w[i].rss_mib > m)
-            m = r->w[i].rss_mib;
-    return m;
-}
-
-static void print_memory(const ingest_args_t *a, double harness, double during)
-{
-    segd_memory_split_t m;
-    int64_t limit = a->memory_mb ? a->memory_mb : SEGD_MEMORY_DEFAULT_MB;
-    segd_memory_split(limit, a->batch, &m);
-    double peak = peak_rss_mib();
-    printf("\nmemory: memory.limit.mb = %" PRId64 " (block cache %" PRId64 " MiB, memtables %"
-           PRId64 " MiB in %" PRId64 " MiB buffers, fetch queue %" PRId64 " KiB, fetch.max.bytes %"
-           PRId64 ", batch %" PRId64 " messages, publisher %" PRId64 " entries/cycle and %" PRId64
-           " KiB queue); peak RSS %.0f MiB (getrusage ru_maxrss, the whole process: broker and "
-           "producer included; %.0f MiB before the first pipeline started), %s the budget + 10 %% "
-           "(%.0f MiB)\n",
-           m.limit_mb, m.block_cache_mb, m.memtable_mb, m.write_buffer_mb, m.fetch_queue_kb,
-           m.fetch_max_bytes, a->batch ? a->batch : m.batch_max_messages, m.publisher_entries,
-           m.producer_queue_kb, peak, harness, peak <= (double)limit * 1.1 ? "within" : "OVER",
-           (double)limit * 1.1);
-    printf("\nmemory while the pipelines ran (VmRSS at each window's end, the harness's "
-           "freed memory trimmed before each run; the in-process broker's data included when "
-           "there is one): at most %.0f MiB, %s the budget + 10 %%\n", during,
-           during <= (double)limit * 1.1 ? "within" : "OVER");
-}
-
-static int cmp_i64(const void *x, const void *y)
-{
-    int64_t a = *(const int64_t *)x, b = *(const int64_t *)y;
-    return a < b ? -1 : a > b;
-}
-
-/* The run's windows as a table, and the summary the targets are judged on:
- * the median window's p50 and the worst window's p99 (full windows only
- * when there are any, so a last one of a few entries does not decide). */
-static void print_windows(const char *what, const run_result_t *r)
-{
-    int64_t p50s[MAX_WINDOWS], worst99 = 0, worst = 0;
-    size_t n = 0;
-    printf("\n%s, per %.0f s window (latency of the outbox entries acknowledged in it; "
-           "profiles family's L0 files and pending compaction at its end):\n\n"
-           "| window end s | segments/s | p50 ms | p99 ms | max ms | L0 files | pending "
-           "compaction MiB | delayed write rate | write stopped | compactions running |\n"
-           "|---|---|---|---|---|---|---|---|---|---|\n", what, WINDOW_S);
-    for (size_t i = 0; i < r->nw; i++) {
-        const window_t *w = &r->w[i], *b = i ? &r->w[i - 1] : NULL;
-        double dt = w->end_s - (b ? b->end_s : 0);
-        double segs = (double)(w->segments - (b ? b->segments : 0));
-        printf("| %.1f | %.0f | %" PRId64 " | %" PRId64 " | %" PRId64 " | %" PRIu64 " | %" PRIu64
-               " | %" PRIu64 " | %" PRIu64 " | %" PRIu64 " |\n", w->end_s,
-               dt > 0 ? segs / dt : 0, w->p50, w->p99, w->max, w->l0, w->pending_mb,
-               w->delayed, w->stopped, w->compacting);
-        if (w->max > worst)
-            worst = w->max;
-        if (i + 1 < r->nw || r->nw == 1) {
-            p50s[n++] = w->p50;
-            if (w->p99 > worst99)
-                worst99 = w->p99;
-        }
-    }
-    if (n)
-        qsort(p50s, n, sizeof(*p50s), cmp_i64);
-    printf("\n%s: median window p50 %" PRId64 " ms, worst window p99 %" PRId64 " ms, max %"
-           PRId64 " ms; RocksDB write stalls %.2f s in total\n", what, n ? p50s[n / 2] : 0,
-           worst99, worst, (double)r->stall_micros / 1e6);
-}
-
-/* CPU seconds per kind of thread over a run, and per million segments:
- * on a shared machine the wall clock says how busy the neighbours were,
- * the CPU how much the work cost. */
-static void print_cpu(const char *what, const run_result_t *r)
-{
-    const cpu_use_t *a = &r->cpu0, *b = &r->cpu1;
-    double msegs = (double)r->st.segments / 1e6, listed = 0;
-    if (msegs <= 0)
-        return;
-    printf("\n%s, CPU over %.2f s wall: process %.2f s = %.3f CPU-s per M segments "
-           "(getrusage; %.2f cores busy)", what, r->seconds, b->total - a->total,
-           (b->total - a->total) / msegs, (b->total - a->total) / r->seconds);
-    for (size_t i = 0; i < b->n; i++) {
-        double before = 0;
-        for (size_t j = 0; j < a->n; j++)
-            if (!strcmp(a->name[j], b->name[i]))
-                before = a->s[j];
-        /* a thread started inside the run counts whole; one that ended in it
-         * is only in the process total */
-        double d = b->s[i] - before < 0 ? b->s[i] : b->s[i] - before;
-        listed += d;
-        if (d >= 0.01)
-            printf("; %s %.2f s", b->name[i], d);
-    }
-    printf("; exited threads %.2f s; the main thread waited %.2f s for a CPU\n",
-           (b->total - a->total) - listed, b->main_waited - a->main_waited);
-}
-
-/* The pipeline thread's seconds per stage (segd_pipeline_stats_t). */
-static void print_stages(const char *what, const run_result_t *r)
-{
-    const segd_pipeline_stats_t *s = &r->st, *z = &r->st0;
-    uint64_t dead = 0;
-    for (int i = 0; i < SEGD_DLQ_REASONS; i++)
-        dead += s->dlq[i];
-    printf("\n%s: %" PRIu64 " messages, %" PRIu64 " events applied, %" PRIu64 " segments, %"
-           PRIu64 " dead-lettered (%" PRIu64 " too_late)\n", what, s->messages, s->events,
-           s->segments, dead, s->dlq[SEGD_DLQ_TOO_LATE]);
-    double check = s->check_s - z->check_s, build = s->build_s - z->build_s;
-    double write = s->write_s - z->write_s, commit = s->commit_s - z->commit_s;
-    double upkeep = s->upkeep_s - z->upkeep_s, busy = check + build + write + commit + upkeep;
-    printf("\n%s, the pipeline thread's time from the first message: poll %.2f s (waiting "
-           "on or served by consumer_poll), decode + checks %.2f s, WriteBatch build %.2f s, "
-           "write (outbox entry + RocksDB) %.2f s, commit + kick %.2f s, upkeep %.2f s, held "
-           "for the outbox %.2f s; busy %.2f of %.2f s\n", what, s->poll_s - z->poll_s, check,
-           build, write, commit, upkeep, s->hold_s - z->hold_s, busy, r->seconds);
-}
-
 static const char *const topics[] = {TOPIC,          TOPIC ".dlq",         TOPIC ".changes",
                                      TOPIC ".half",  TOPIC ".half.dlq",    TOPIC ".quarter",
                                      TOPIC ".quarter.dlq"};
-
-typedef struct ingest_run {
-    segd_seed_produce_result_t res;
-    double raw, harness;
-    uint64_t sum;
-    run_result_t prefill, e2e, bare, store, fresh, fresh4;
-} ingest_run_t;
-
-static void print_report(const ingest_args_t *a, const ingest_run_t *x)
-{
-    double segs = (double)x->res.segments, t = x->e2e.seconds;
-    double half = (double)x->res.events / t / 2;
-    printf("## segd bench ingest --users %" PRId64 " --partitions %" PRId64, a->users,
-           a->partitions);
-    if (a->batch)
-        printf(" --batch %" PRId64, a->batch);
-    if (a->memory_mb)
-        printf(" --memory-mb %" PRId64, a->memory_mb);
-    if (a->prefill_users)
-        printf(" --prefill-users %" PRId64, a->prefill_users);
-    if (a->brokers)
-        printf(" --brokers ...");
-    if (a->producer_process)
-        printf(" --producer-process");
-    if (a->compact_during)
-        printf(" --compact-during");
-    printf("\n\n%" PRIu64 " events, %" PRIu64 " segments, %.1f MB Avro (single-object), %s, "
-           "lz4\n\n", x->res.events, x->res.segments, (double)x->res.bytes / 1e6,
-           a->brokers ? "a running Kafka cluster" : "in-process mock broker");
-    if (a->prefill_users)
-        printf("store pre-filled with %" PRIu64 " segments (%" PRId64 " users, the store's own "
-               "write path) in %.1f s: %.0f segments/s\n\n", x->prefill.st.segments,
-               a->prefill_users, x->prefill.seconds,
-               (double)x->prefill.st.segments / x->prefill.seconds);
-    printf("| path | seconds | events/s | segments/s |\n|---|---|---|---|\n");
-    printf("| raw librdkafka consume (no decode, no store) | %.2f | %.0f | %.0f |\n", x->raw,
-           (double)x->res.events / x->raw, segs / x->raw);
-    printf("| segd end to end (decode, merge + offsets + outbox WriteBatch, WAL, deltas "
-           "published and acknowledged) | %.2f | %.0f | %.0f |\n", t, (double)x->res.events / t,
-           segs / t);
-    if (!a->prefill_users)
-        printf("| the same without the change stream (changes.enable = 0) | %.2f | %.0f | %.0f "
-               "|\n", x->bare.seconds, (double)x->res.events / x->bare.seconds,
-               segs / x->bare.seconds);
-    double sw = (double)x->store.st.segments / x->store.seconds;
-    printf("| the store's write path alone, same events, same store afterwards (`segd bench "
-           "store`'s writer: one thread, 1000 events per WriteBatch, WAL, no outbox) | %.2f | "
-           "%.0f | %.0f |\n", x->store.seconds, (double)x->store.st.messages / x->store.seconds,
-           sw);
-    printf("\nratio end-to-end / raw: %.2f; end-to-end / store write: %.2f (target >= 0.9); "
-           "%" PRIu64 " store batches; target >= 3 M segments/s: %s\n", x->raw / t,
-           segs / t / sw, x->e2e.st.batches, segs / t >= 3e6 ? "met" : "missed");
-    printf("\nchange stream: %" PRIu64 " deltas carrying %" PRIu64 " entries, %.2f value bytes "
-           "per ingested segment (before lz4), %" PRIu64 " publish cycles\n", x->e2e.pub.events,
-           x->e2e.pub.segments, (double)x->e2e.pub.bytes / segs, x->e2e.pub.cycles);
-    print_stages("end to end", &x->e2e);
-    print_cpu("end to end", &x->e2e);
-    print_cpu("store write alone", &x->store);
-    if (a->prefill_users)
-        print_cpu("pre-fill", &x->prefill);
-    print_windows("end to end", &x->e2e);
-    if (a->prefill_users)
-        print_windows("pre-fill (store write path)", &x->prefill);
-    printf("\nfreshness, event created -> its delta acknowledged, producer paced %s:\n",
-           a->producer_process ? "in its own process (`segd produce --rate`)"
-                               : "in a thread of this process");
-    printf("\n| load | events/s |\n|---|---|\n| half of peak | %.0f |\n| quarter of peak | "
-           "%.0f |\n", half, half / 2);
-    print_stages("half of peak", &x->fresh);
-    print_cpu("half of peak", &x->fresh);
-    print_cpu("quarter of peak", &x->fresh4);
-    if (a->compact_during)
-        printf("\nhalf of peak: a full compaction of the profiles family (every file through "
-               "the merge operator and filter, as the periodic compaction) ran from %.1f s to "
-               "%.1f s\n", x->fresh.compact_from, x->fresh.compact_to);
-    print_windows("half of peak", &x->fresh);
-    print_windows("quarter of peak", &x->fresh4);
-    double during = max_window_rss(&x->e2e);
-    if (max_window_rss(&x->fresh) > during)
-        during = max_window_rss(&x->fresh);
-    if (max_window_rss(&x->fresh4) > during)
-        during = max_window_rss(&x->fresh4);
-    print_memory(a, x->harness, during);
-}
 
 /* Every measured phase, in order; the db named "db" takes the pre-fill,
  * the end-to-end run, the store pass and (pre-filled) the freshness runs. */
@@ -904,7 +642,7 @@ static int run_phases(const ingest_args_t *a, const char *brokers, ingest_run_t 
 {
     const char *name = a->prefill_users ? "db" : NULL;
     x->raw = raw_consume(brokers, (int64_t)x->res.events, &x->sum);
-    x->harness = peak_rss_mib(); /* broker, producer, raw consumer: not segd run's */
+    x->harness = segd_bench_ingest_peak_rss_mib(); /* broker, producer, raw consumer: not segd run's */
     if (x->raw <= 0) {
         fprintf(stderr, "bench ingest: the raw consume did not read every message\n");
         return -1;
@@ -961,7 +699,7 @@ int segd_bench_ingest(int argc, char **argv)
     }
     if (run_phases(&a, o.brokers, x))
         goto out;
-    print_report(&a, x);
+    segd_bench_ingest_report(&a, x);
     rc = SEGD_EXIT_OK;
 out:
     free(x);
