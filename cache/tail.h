@@ -36,6 +36,9 @@ typedef struct segd_tail_opts {
                                       * (the body's first byte tells, wire/member.h) */
     const char *const *kafka_props;  /* extra librdkafka settings: k, v, ..., NULL */
     const segd_log_t *log;           /* borrowed, outlives the tail; NULL = default */
+    int64_t destroy_wait_ms;         /* how long destroy waits for librdkafka's teardown
+                                      * before leaving it to its own thread; 0 = 10 s,
+                                      * negative = not at all (tests of that path) */
 } segd_tail_opts_t;
 
 typedef struct segd_tail_stats {

@@ -18,6 +18,7 @@
 
 #include <cmocka.h>
 
+#include "base/log.h"
 #include "cache/tail.h" /* the same path before and after the layer moves */
 #include "wire/change_frame.h"
 #include "wire/member.h"
@@ -294,6 +295,43 @@ static void test_gap_on_every_partition_then_destroy(void **state)
     rd_kafka_mock_cluster_destroy(mcl);
 }
 
+/* A destroy that librdkafka does not finish within destroy_wait_ms returns
+ * anyway and leaves the teardown to its own thread, which frees the tail
+ * when it ends (a negative wait takes that path every time). Under ASan a
+ * use after free or a leak there fails the test. */
+static void test_destroy_left_to_its_thread(void **state)
+{
+    fixture_t *f = *state;
+    char *text = NULL;
+    size_t len = 0;
+    FILE *out = open_memstream(&text, &len);
+    assert_non_null(out);
+    segd_log_t *log = NULL;
+    assert_int_equal(segd_log_new(&log, out, SEGD_LOG_WARN, SEGD_LOG_LOGFMT), SEGD_OK);
+    for (int round = 0; round < 3; round++) {
+        segd_tail_opts_t o;
+        segd_tail_opts_default(&o);
+        o.brokers = f->bootstraps;
+        o.topic = TOPIC;
+        o.log = log;
+        o.destroy_wait_ms = -1;
+        segd_tail_t *t = NULL;
+        char err[512] = "";
+        if (segd_tail_new(&t, f->edge, &o, NULL, err, sizeof(err)))
+            fail_msg("segd_tail_new: %s", err);
+        assert_true(segd_tail_poll(t, 100) >= 0);
+        time_t t0 = time(NULL);
+        segd_tail_destroy(t);
+        assert_true(time(NULL) - t0 < 5);
+    }
+    sleep(3); /* the teardowns end and free their tails */
+    fflush(out);
+    assert_non_null(strstr(text, "left to finish on its own thread"));
+    segd_log_destroy(log);
+    fclose(out);
+    free(text);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -302,6 +340,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_gap_while_tailing_is_final, setup, teardown),
         cmocka_unit_test_setup_teardown(test_member_event_commit_time_is_its_own, setup,
                                         teardown),
+        cmocka_unit_test_setup_teardown(test_destroy_left_to_its_thread, setup, teardown),
         cmocka_unit_test_setup_teardown(test_gap_on_every_partition_then_destroy, setup,
                                         teardown),
     };

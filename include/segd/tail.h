@@ -70,7 +70,9 @@ SEGD_CACHE_API int segd_cache_tail_poll(segd_cache_tail_t *t, int timeout_ms,
  * after timeout_ms. */
 SEGD_CACHE_API int segd_cache_tail_catch_up(segd_cache_tail_t *t, int64_t timeout_ms);
 SEGD_CACHE_API void segd_cache_tail_stats(segd_cache_tail_t *t, segd_cache_tail_stats_t *st);
-/* Stops and frees the consumer; t may be NULL. */
+/* Stops and frees the consumer; t may be NULL. Returns within about 10 s:
+ * librdkafka 2.0.2's teardown can take minutes after a gap (out-of-range
+ * fetches), and is then left to finish, and free t, on a thread of its own. */
 SEGD_CACHE_API void segd_cache_tail_destroy(segd_cache_tail_t *t);
 
 #ifdef __cplusplus
