@@ -17,14 +17,21 @@
 
 #define METADATA_TIMEOUT_MS 5000
 
+/* The entry of (topic, partition) among n positions, or NULL. */
+static position_t *find_position(position_t *pos, size_t n, const char *topic,
+                                 int32_t partition)
+{
+    for (size_t i = 0; i < n; i++)
+        if (pos[i].partition == partition && !strcmp(pos[i].topic, topic))
+            return &pos[i];
+    return NULL;
+}
+
 /* events is 0 for a dead letter, 1 for an applied event of segments. */
 static void note_position(segd_pipeline_t *p, const char *topic, int32_t partition,
                           int64_t next, uint64_t events, uint64_t segments)
 {
-    position_t *q = NULL;
-    for (size_t i = 0; !q && i < p->npos; i++)
-        if (p->pos[i].partition == partition && !strcmp(p->pos[i].topic, topic))
-            q = &p->pos[i];
+    position_t *q = find_position(p->pos, p->npos, topic, partition);
     if (!q && p->npos == MAX_POSITIONS)
         return; /* unreachable with sane partition counts; the offset is re-read */
     if (!q) {
@@ -228,15 +235,10 @@ static void note_written(segd_pipeline_t *p)
 {
     for (size_t i = 0; i < p->npos; i++) {
         const position_t *b = &p->pos[i];
-        position_t *w = NULL;
-        for (size_t j = 0; !w && j < p->nwritten; j++)
-            if (p->written[j].partition == b->partition && !strcmp(p->written[j].topic, b->topic))
-                w = &p->written[j];
-        if (!w && p->nwritten == MAX_POSITIONS) {
-            segd_pipeline_commit_written(p, 1); /* no room: what is kept goes now */
-            i--;
-            continue;
-        }
+        position_t *w = find_position(p->written, p->nwritten, b->topic, b->partition);
+        if (!w && p->nwritten == MAX_POSITIONS)
+            segd_pipeline_commit_written(p, 1); /* no room: what is kept goes now (and
+                                                  * leaves the list empty) */
         if (!w) {
             w = &p->written[p->nwritten++];
             *w = *b;
