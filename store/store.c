@@ -11,6 +11,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
+#include <unistd.h>
 
 #include "store/merge.h"
 #include "store/sst.h"
@@ -280,6 +282,36 @@ static void open_read_only(segd_store_t *s, const char *path, const rocksdb_opti
         s->cf[which[k]] = handles[k];
 }
 
+/* A read-only open beside a live writer reads CURRENT and the MANIFEST, then
+ * opens each file that names; a flush or compaction finishing in between
+ * deletes some of them, and RocksDB refuses with "No such file or directory"
+ * (CI saw "Can't access /000022.sst" from `segd stats` beside `segd run`).
+ * The writer installs the newer MANIFEST before it deletes, so the next try
+ * reads a version whose files exist. Once open, every table file is held
+ * open (max_open_files -1), so later deletions do not reach the reader.
+ * The tries are bounded (about 3 s): a store whose file is really gone is
+ * still refused, with RocksDB's message. A path without CURRENT is no store
+ * and is refused at once. */
+#define RO_OPEN_TRIES 60
+
+static void open_read_only_retrying(segd_store_t *s, const char *path,
+                                    const rocksdb_options_t **cfo, char **rerr)
+{
+    char current[4096];
+    snprintf(current, sizeof(current), "%s/CURRENT", path);
+    for (int attempt = 0;; attempt++) {
+        open_read_only(s, path, cfo, rerr);
+        if (!*rerr || attempt + 1 >= RO_OPEN_TRIES ||
+            !strstr(*rerr, "No such file or directory") || access(current, F_OK) != 0)
+            return;
+        rocksdb_free(*rerr);
+        *rerr = NULL;
+        /* 1, 2, 4 ... ms, then 50 ms apart */
+        struct timespec ts = {0, (attempt < 6 ? 1L << attempt : 50L) * 1000000L};
+        nanosleep(&ts, NULL);
+    }
+}
+
 static segd_err_t open_db(segd_store_t *s, const segd_store_opts_t *o, char *errstr,
                           size_t n)
 {
@@ -288,7 +320,7 @@ static segd_err_t open_db(segd_store_t *s, const segd_store_opts_t *o, char *err
     for (int i = 0; i < CF_COUNT; i++)
         cfo[i] = s->cf_opts[i];
     if (o->read_only) {
-        open_read_only(s, o->path, cfo, &rerr);
+        open_read_only_retrying(s, o->path, cfo, &rerr);
         if (!rerr && !s->db) /* a refusal whose message could not be allocated */
             return segd_errf(SEGD_ERR_NOMEM, errstr, n, "%s: out of memory", o->path);
     }

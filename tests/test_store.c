@@ -234,6 +234,86 @@ static void test_reader_beside_writer(void **state)
     segd_store_close(w);
 }
 
+/* The writer of test_reader_beside_compacting_writer: batches, flushes and
+ * full compactions as fast as it can, so that files the readers' MANIFEST
+ * names keep being deleted under them. */
+typedef struct churn {
+    segd_store_t *s;
+    int stop; /* under mu: set once by the test */
+    int rounds;
+    pthread_mutex_t mu;
+} churn_t;
+
+static void *churn_run(void *arg)
+{
+    churn_t *c = arg;
+    char err[512], user[32];
+    for (;;) {
+        pthread_mutex_lock(&c->mu);
+        int stop = c->stop;
+        pthread_mutex_unlock(&c->mu);
+        if (stop)
+            break;
+        segd_applier_t ap;
+        if (segd_applier_init(&ap, c->s) != SEGD_OK)
+            break;
+        for (int i = 0; i < 50; i++) {
+            snprintf(user, sizeof(user), "u%d-%d", c->rounds, i);
+            add_upsert(&ap, user, i + 1);
+        }
+        segd_applier_flush(&ap, err, sizeof(err));
+        segd_applier_free(&ap);
+        segd_store_flush(c->s, err, sizeof(err));
+        if (c->rounds % 4 == 3)
+            segd_store_compact(c->s, err, sizeof(err));
+        c->rounds++;
+    }
+    return NULL;
+}
+
+/* A read-only open reads the MANIFEST, then opens every file it names; a
+ * live writer's flush or compaction can delete one in between, and RocksDB
+ * then refuses the open ("Can't access /000022.sst"). `segd stats`, `get`
+ * and `offsets show` beside `segd run` must not fail on that: the open is
+ * tried again on the newer MANIFEST. (CI's lib_install hit it once.) */
+static void test_reader_beside_compacting_writer(void **state)
+{
+    fixture_t *f = *state;
+    char err[512];
+    churn_t c = {.s = open_store(f->dir, 0, 0)};
+    assert_non_null(c.s);
+    pthread_mutex_init(&c.mu, NULL);
+    pthread_t th;
+    assert_int_equal(pthread_create(&th, NULL, churn_run, &c), 0);
+    int opens = 0, failed = 0;
+    char first[512] = "";
+    for (; opens < 300; opens++) {
+        segd_store_opts_t o;
+        segd_app_store_opts(&o);
+        o.path = f->dir;
+        o.read_only = 1;
+        o.now_ms = NOW_MS;
+        o.block_cache_mb = 8;
+        segd_store_t *r = NULL;
+        if (segd_store_open(&r, &o, err, sizeof(err)) != SEGD_OK) {
+            if (!failed++)
+                snprintf(first, sizeof(first), "%s", err);
+            continue;
+        }
+        segd_store_close(r);
+    }
+    pthread_mutex_lock(&c.mu);
+    c.stop = 1;
+    pthread_mutex_unlock(&c.mu);
+    pthread_join(th, NULL);
+    print_message("%d read-only opens beside %d write/flush rounds, %d refused %s\n", opens,
+                  c.rounds, failed, first);
+    assert_true(c.rounds > 10); /* the writer really churned */
+    assert_int_equal(failed, 0);
+    pthread_mutex_destroy(&c.mu);
+    segd_store_close(c.s);
+}
+
 static void test_granularity_is_fixed(void **state)
 {
     fixture_t *f = *state;
@@ -608,6 +688,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_compactions_yield_the_cpu, setup, teardown),
         cmocka_unit_test_setup_teardown(test_offsets_and_data_fail_together, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reader_beside_writer, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_reader_beside_compacting_writer, setup, teardown),
         cmocka_unit_test_setup_teardown(test_granularity_is_fixed, setup, teardown),
         cmocka_unit_test_setup_teardown(test_granularity_from_store, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retirement_persists, setup, teardown),
