@@ -23,6 +23,7 @@
 #include <cmocka.h>
 
 #include "app/app.h"
+#include "base/clock.h"
 #include "core/partition.h"
 #include "consumer/apply.h"
 #include "workload/dev_broker.h"
@@ -209,17 +210,33 @@ static void consume_framed(const fixture_t *f, joined_t *j, int32_t expected_id)
         rd_kafka_topic_partition_list_add(parts, CHANGES, i)->offset = RD_KAFKA_OFFSET_BEGINNING;
     rd_kafka_assign(rk, parts);
     rd_kafka_topic_partition_list_destroy(parts);
+    /* Read up to each partition's end offset as it is now: everything the
+     * publisher had acknowledged. (Stopping after 2 s without a message, as
+     * this did before, stopped early when the consumer was slow to start.)
+     * A partition that never reaches its end fails the test at the deadline. */
+    int64_t end[PARTITIONS], next[PARTITIONS];
+    for (int i = 0; i < PARTITIONS; i++) {
+        int64_t lo = 0;
+        next[i] = 0;
+        assert_int_equal(rd_kafka_query_watermark_offsets(rk, CHANGES, i, &lo, &end[i], 10000),
+                         RD_KAFKA_RESP_ERR_NO_ERROR);
+    }
     segd_change_t c;
     segd_change_init(&c);
-    int idle = 0;
-    while (idle < 10) {
+    int64_t deadline = segd_wall_ms() + 60000;
+    for (;;) {
+        int behind = 0;
+        for (int i = 0; i < PARTITIONS; i++)
+            behind += next[i] < end[i];
+        if (!behind)
+            break;
+        assert_true(segd_wall_ms() < deadline);
         rd_kafka_message_t *m = rd_kafka_consumer_poll(rk, 200);
-        if (!m) {
-            idle++;
+        if (!m)
             continue;
-        }
         if (!m->err) {
-            idle = 0;
+            if (m->partition >= 0 && m->partition < PARTITIONS)
+                next[m->partition] = m->offset + 1;
             const uint8_t *body;
             size_t blen;
             if (expected_id >= 0)
