@@ -45,7 +45,8 @@ static void usage(FILE *f)
             "  faster; Java, Python with zstandard, Rust, Go) or null (native's default: its\n"
             "  records are already compressed); --level: the codec's level (deflate 1-9,\n"
             "  zstandard 1-19)\n"
-            "  --horizon-s: the store's late-arrival horizon (store.horizon.s of segd run)\n"
+            "  --horizon-s: the store's late-arrival horizon, named in the manifests\n"
+            "  (default: the configuration's store.horizon.s, as segd run uses it)\n"
             "  Units keep the dead entries (tombstones, expired entries) at or above the\n"
             "  store's GC watermark W, which caches need to join older deltas exactly; a\n"
             "  store still taking history (W = 0: backfilled) keeps them all: once it\n"
@@ -92,7 +93,7 @@ typedef struct export_args {
     segd_snapshot_opts_t o;
     const char *db, *to, *partitioner;
     int64_t buckets, partition_count, now_s, level, horizon_s;
-    int buckets_given, codec_given, format_given;
+    int buckets_given, codec_given, format_given, horizon_given;
     int32_t *partitions;
     segd_config_t cfg;
 } export_args_t;
@@ -150,7 +151,10 @@ static int parse_export(int argc, char **argv, export_args_t *a)
         case 'n': bad = segd_arg_int("snapshot", "--now", optarg, 1, INT64_MAX / 1000, &a->now_s); break;
         case 'c': a->o.changes_topic = optarg; break;
         case 'l': bad = segd_arg_int("snapshot", "--level", optarg, 0, 19, &a->level); break;
-        case 'z': bad = segd_arg_int("snapshot", "--horizon-s", optarg, 0, 90 * 86400, &a->horizon_s); break;
+        case 'z':
+            bad = segd_arg_int("snapshot", "--horizon-s", optarg, 0, 90 * 86400, &a->horizon_s);
+            a->horizon_given = 1;
+            break;
         case 'x':
             bad = parse_codec(optarg, &a->o);
             a->codec_given = 1;
@@ -185,6 +189,8 @@ static int resolve_export(export_args_t *a)
     a->o.links_topic = a->cfg.identity_links_topic;
     if (!a->buckets_given)
         a->buckets = a->cfg.snapshot_buckets;
+    if (!a->horizon_given) /* the manifests name the horizon segd run uses */
+        a->horizon_s = a->cfg.horizon_s;
     a->o.dest.max_retries = (int)a->cfg.snapshot_upload_retries;
     a->o.dest.backoff_ms = (long)a->cfg.snapshot_upload_backoff_ms;
     if (!a->format_given)
@@ -278,7 +284,6 @@ static int export_cmd(int argc, char **argv)
     a.o.changes_topic = NULL; /* decided by resolve_export */
     a.buckets = a.o.buckets;
     a.level = a.o.level;
-    a.horizon_s = 7 * 86400;
     segd_config_init(&a.cfg);
     int rc = segd_args_load_config("snapshot export", argc, argv, export_opts, "h", usage,
                                    SEGD_ARGS_ENV, &a.cfg);

@@ -67,6 +67,13 @@ SEGD_TOPICS=events SEGD_SNAPSHOT_BUCKETS=4 SEGD_CHANGES_TOPIC=env.changes \
   "$segd" snapshot export --db "$tmp/db" --to "$tmp/snapenv" --now $now > "$tmp/out" ||
   fail "export from the environment: $(cat "$tmp/out")"
 grep -q "snapshot: 4 units of events" "$tmp/out" || fail "environment's topic and buckets: $(cat "$tmp/out")"
+horizon_of() { /usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["horizon_ms"])' "$1"; }
+[ "$(horizon_of "$tmp/snapenv/events/p-00000/manifest.json")" = 604800000 ] ||
+  fail "default horizon not store.horizon.s's 7 days: $(horizon_of "$tmp/snapenv/events/p-00000/manifest.json")"
+SEGD_STORE_HORIZON_S=86400 "$segd" snapshot export --db "$tmp/db" --to "$tmp/snaphz" --topic events \
+  --buckets 2 --now $now > /dev/null || fail "export with SEGD_STORE_HORIZON_S"
+[ "$(horizon_of "$tmp/snaphz/events/p-00000/manifest.json")" = 86400000 ] ||
+  fail "SEGD_STORE_HORIZON_S not in the manifest: $(horizon_of "$tmp/snaphz/events/p-00000/manifest.json")"
 [ "$(changes_of "$tmp/snapenv/events/p-00000/manifest.json")" = env.changes ] ||
   fail "SEGD_CHANGES_TOPIC not in the manifest: $(cat "$tmp/snapenv/events/p-00000/manifest.json")"
 SEGD_CHANGES_TOPIC=env.changes "$segd" snapshot export --db "$tmp/db" --to "$tmp/snapflag" \
