@@ -604,6 +604,27 @@ segd_err_t segd_edge_put(segd_edge_t *e, const char *user, size_t len, const seg
     return join_into(e, user, len, p, 0);
 }
 
+void segd_edge_drop_partition(segd_edge_t *e, segd_partitioner_t partitioner,
+                              int32_t partitions, int32_t partition)
+{
+    for (size_t k = 0; k < e->nshards; k++) {
+        shard_t *s = &e->shards[k];
+        pthread_rwlock_wrlock(&s->lock);
+        /* remove_slot may shift the next record of the probe chain into
+         * slot i, so slot i is looked at again until it keeps its record */
+        for (size_t i = 0; i < s->cap; i++) {
+            rec_t *r;
+            while ((r = s->slots[i]) &&
+                   segd_partition_of(partitioner, rec_user(r), r->ulen, partitions) == partition) {
+                account(s, r, -1);
+                remove_slot(s, i);
+                free(r);
+            }
+        }
+        pthread_rwlock_unlock(&s->lock);
+    }
+}
+
 segd_err_t segd_edge_apply(segd_edge_t *e, const segd_change_t *c)
 {
     if (c->kind == SEGD_CHANGE_RETIRE) {

@@ -94,6 +94,12 @@ int64_t segd_edge_partition_gc_watermark(const segd_edge_t *e, int32_t partition
  * after some deltas is as correct as before them). */
 segd_err_t segd_edge_put(segd_edge_t *e, const char *user, size_t len,
                          const segd_profile_t *p);
+/* Drops every profile of a user u with segd_partition_of(partitioner, u,
+ * partitions) == partition: what a snapshot load took from a unit that a
+ * newer export replaced while it was read (cache/edge_load.h). Identity
+ * registers stay. Beside puts of other partitions' users and lookups. */
+void segd_edge_drop_partition(segd_edge_t *e, segd_partitioner_t partitioner,
+                              int32_t partitions, int32_t partition);
 /* Applies one change event. A DELTA is joined into its user's profile, except
  * for entries older than the GC watermark W of the user's partition: the unit
  * that carried that W already holds their effect. A RETIRE raises the

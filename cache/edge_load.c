@@ -37,6 +37,13 @@ static int put_cb(void *ctx, int32_t partition, const char *user, size_t len,
     return segd_edge_put(ctx, user, len, p) != SEGD_OK;
 }
 
+/* The unit was replaced mid-read: what the table took from it goes, so that
+ * it holds exactly the new unit (whose store may have dropped users). */
+static void discard_cb(void *ctx, const segd_topology_t *t, int32_t partition)
+{
+    segd_edge_drop_partition(ctx, t->partitioner, t->partitions, partition);
+}
+
 static int member_cb(void *ctx, int32_t partition, const segd_member_t *m)
 {
     (void)partition;
@@ -76,6 +83,7 @@ segd_err_t segd_edge_load_snapshot(segd_edge_t *e, const char *src_url,
     ro.unit_ctx = &u;
     ro.on_member = member_cb; /* a unit's identity registers (DESIGN §10.5) */
     ro.member_ctx = e;
+    ro.on_discard = discard_cb; /* a unit replaced while it was read */
     segd_err_t err = segd_snapshot_read(src_url, &ro, m, put_cb, e, errstr, errstr_size);
     if (err)
         goto out;

@@ -20,7 +20,10 @@
  * unit's gc_watermark_ms and adds the retirements. m (initialised here; the
  * caller frees it, whatever the result) receives the fold of the units, from
  * which a tail starts. On failure no W is raised (the records loaded so far
- * stay: drop the table). */
+ * stay: drop the table). A unit that a newer export replaces while it is
+ * read is loaded again after e dropped every user of its partition
+ * (segd_edge_drop_partition), so e then holds exactly the new unit's users
+ * there, whatever it held for them before the load. */
 segd_err_t segd_edge_load_snapshot(segd_edge_t *e, const char *src_url,
                                    const segd_snapshot_read_opts_t *o, segd_manifest_t *m,
                                    char *errstr, size_t errstr_size);

@@ -108,6 +108,7 @@ static void *read_units(void *arg)
 {
     reader_t *r = arg;
     segd_unit_read_opts_t uo = {.on_profile = r->cb, .ctx = r->ctx,
+                                .on_discard = r->o ? r->o->on_discard : NULL,
                                 .on_member = r->o ? r->o->on_member : NULL,
                                 .member_ctx = r->o ? r->o->member_ctx : NULL};
     char open_msg[512];

@@ -34,6 +34,10 @@ typedef struct segd_snapshot_read_opts {
     const segd_dest_opts_t *dest; /* NULL = defaults */
     segd_snapshot_member_cb on_member; /* NULL = members files are only verified */
     void *member_ctx;
+    /* Drops what cb took from a unit that a newer export replaced while it
+     * was read, which is then read again (snapread/unit.h; called with cb's
+     * ctx). NULL = such a unit fails with SEGD_ERR_UNSORTED. */
+    segd_snapshot_discard_cb on_discard;
     uint32_t threads;             /* units loaded side by side; 0 or 1 = this thread */
     int keep_going;               /* go on after a failed unit (verify reports all) */
     void (*on_unit)(void *ctx, const segd_unit_report_t *r); /* NULL = none */

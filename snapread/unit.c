@@ -35,7 +35,7 @@ typedef struct loader {
     uint64_t records, segments, members;
     segd_profile_t p;
     int wrong_partition, stopped;
-    int fed;           /* on_record has had records: a re-read must start the load anew */
+    int fed;           /* the caller has had records: a re-read must discard them first */
     char bad_user[96]; /* whose record did not decode, when readable */
 } loader_t;
 
@@ -44,7 +44,7 @@ static int deliver(loader_t *l, const char *user, size_t ulen, const uint8_t *re
                    size_t rec_len)
 {
     const segd_unit_read_opts_t *o = l->o;
-    l->fed |= o->on_record != NULL;
+    l->fed |= o->on_profile || o->on_record;
     if ((o->on_profile && o->on_profile(o->ctx, l->partition, user, ulen, &l->p)) ||
         (o->on_record && o->on_record(o->ctx, l->partition, user, ulen, &l->p, rec, rec_len))) {
         l->stopped = 1;
@@ -260,14 +260,19 @@ segd_err_t segd_snapread_unit(segd_dest_t *d, const segd_topology_t *t, int32_t 
             break;
         segd_manifest_free(m);
         segd_manifest_init(m);
-        /* The old unit may hold entries that the new one dropped below its
-         * W, so what on_record took from it must not join the new one. */
-        if (l.fed) {
+        /* The old unit may hold users and entries that the new one no
+         * longer has (dropped below its W, or gone in a rebuilt store), so
+         * what the caller took from it must not join the new one: it drops
+         * them, or starts the load anew. */
+        if (l.fed && !o->on_discard) {
             err = segd_errf(SEGD_ERR_UNSORTED, errstr, n,
                             "unit %d replaced by a newer export while it was read: load it "
                             "anew", (int)p);
             break;
         }
+        if (l.fed)
+            o->on_discard(o->ctx, t, p);
+        l.fed = 0;
     }
     segd_profile_free(&l.p);
     return err;

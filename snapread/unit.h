@@ -39,14 +39,25 @@ typedef int (*segd_snapshot_rec_cb)(void *ctx, int32_t partition, const char *us
  * its checks, as segd_snapshot_cb. */
 typedef int (*segd_snapshot_member_cb)(void *ctx, int32_t partition, const segd_member_t *m);
 
+/* Called when a newer export replaced unit `partition` of t after some of
+ * its records reached the reader's callback: the caller drops everything it
+ * took from that unit (every user u with segd_partition_of(t->partitioner,
+ * u, t->partitions) == partition), and the unit is then read from the new
+ * one. ctx is the records' ctx. */
+typedef void (*segd_snapshot_discard_cb)(void *ctx, const segd_topology_t *t, int32_t partition);
+
 typedef struct segd_unit_read_opts {
     segd_snapshot_cb on_profile;    /* NULL = profiles are only checked */
-    /* Or on_record, which a restore uses. A unit that a newer export
-     * replaces after some of its records reached on_record fails with
-     * SEGD_ERR_UNSORTED instead of being read again: what the caller took
-     * from the old unit must not join the new one, so it starts anew. */
+    /* Or on_record, which a restore uses. */
     segd_snapshot_rec_cb on_record;
     void *ctx;
+    /* A unit that a newer export replaces after some of its records reached
+     * on_profile or on_record is read again only after on_discard dropped
+     * them; without on_discard the read fails with SEGD_ERR_UNSORTED (a
+     * restore then starts anew). What the caller took from the old unit
+     * must never join the new one: a rebuilt store's unit may lack users and
+     * entries the old unit had, and the join would bring them back. */
+    segd_snapshot_discard_cb on_discard;
     segd_snapshot_member_cb on_member; /* NULL = members files are only checked */
     void *member_ctx;
     /* A unit without a manifest is SEGD_ERR_NOTFOUND (a restore replays the
@@ -62,7 +73,8 @@ segd_err_t segd_snapread_topology(segd_dest_t *d, segd_topology_t *t, char *errs
 
 /* Reads and checks unit p of the snapshot whose topology is t, through d
  * (opened at DEST/<topic>). The unit's manifest must match t. A unit that a
- * newer export replaced while it was read is read again, up to 3 times. m
+ * newer export replaced while it was read is read again (as on_discard
+ * says), up to 3 times in all. m
  * is initialised here and receives the unit's manifest; the caller frees it
  * whatever the result. A missing or damaged unit is SEGD_ERR_CORRUPT. */
 segd_err_t segd_snapread_unit(segd_dest_t *d, const segd_topology_t *t, int32_t p,

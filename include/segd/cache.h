@@ -101,8 +101,11 @@ SEGD_CACHE_API void segd_cache_set_now(segd_cache_t *c, int64_t now_ms);
  * manifest (size, SHA-256, each user in its unit's partition) before any of
  * its records count; the units' retirements and GC watermarks are applied.
  * threads: units read side by side (0 = 1). *users (NULL = not wanted)
- * receives the number of records loaded. On failure destroy the table: it
- * may hold part of the snapshot. Beside lookups, not beside another load. */
+ * receives the number of records loaded. A unit replaced by a newer export
+ * while it is read is loaded again from the new one after the table dropped
+ * every user of that unit's partition, deltas applied before the load
+ * included. On failure destroy the table: it may hold part of the
+ * snapshot. Beside lookups, not beside another load. */
 SEGD_CACHE_API int segd_cache_load_snapshot(segd_cache_t *c, const char *dir,
                                             unsigned threads, uint64_t *users);
 
