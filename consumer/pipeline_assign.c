@@ -262,6 +262,9 @@ void segd_pipeline_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
         /* while the partitions are ours: later, a commit of theirs could
          * overwrite the next owner's */
         segd_pipeline_commit_written(p, 1);
+        /* for the same reason, a batch whose write failed (a stop during a
+         * store fault) keeps no offset of theirs for a later commit */
+        segd_pipeline_batch_forget(p, parts);
         segd_pipeline_unread_forget(p, parts);
         rd_kafka_resp_err_t kerr = RD_KAFKA_RESP_ERR_NO_ERROR;
         if (coop)

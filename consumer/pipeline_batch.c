@@ -248,6 +248,24 @@ static void note_written(segd_pipeline_t *p)
     }
 }
 
+/* The pending batch's positions of revoked partitions are dropped, whether
+ * its write before the revoke failed or not: kept, the next write would note
+ * them as written and the next commit would send them to the group, over
+ * what the partition's new owner commits. Their events stay in the
+ * WriteBatch (with their offsets when a write was tried) and reach this
+ * member's store with its next write, data and offset together as always;
+ * without the offset they are applied again should the partition come
+ * back, which changes nothing (DESIGN §3). */
+void segd_pipeline_batch_forget(segd_pipeline_t *p, const rd_kafka_topic_partition_list_t *parts)
+{
+    for (size_t i = 0; i < p->npos;) {
+        if (rd_kafka_topic_partition_list_find(parts, p->pos[i].topic, p->pos[i].partition))
+            p->pos[i] = p->pos[--p->npos];
+        else
+            i++;
+    }
+}
+
 /* Commits the offsets written since the last commit to the group: at once
  * when forced (before partitions are revoked), else at most every
  * commit.interval.ms. The group's offsets are for lag monitors only (a

@@ -128,6 +128,10 @@ int segd_pipeline_batch_take(segd_pipeline_t *p, int *fatal);
 void segd_pipeline_commit_written(segd_pipeline_t *p, int force);
 
 segd_err_t segd_pipeline_batch_flush(segd_pipeline_t *p, char *errstr, size_t n);
+/* Drops revoked partitions from the pending batch (after its write, which
+ * may have failed): no later commit sends their offsets. */
+void segd_pipeline_batch_forget(segd_pipeline_t *p,
+                                const rd_kafka_topic_partition_list_t *parts);
 
 /* The topic's partition count as last read, NULL when never read. */
 topic_parts_t *segd_pipeline_parts_find(segd_pipeline_t *p, const char *topic);

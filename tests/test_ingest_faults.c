@@ -6,12 +6,16 @@
  * exactly while the change registry is down; `segd run` stopped before its
  * first assignment does not abort in the cooperative-sticky assignor; the
  * group.instance.id kept in the store is stable across reopen; a Kafka
- * offset commit the group refused during a rebalance is sent again. */
+ * offset commit the group refused during a rebalance is sent again; a
+ * partition revoked while its batch could not be written is never committed
+ * by the member it left. */
+#define _GNU_SOURCE /* fopencookie */
 #include <inttypes.h>
 #include <librdkafka/rdkafka.h>
 #include <librdkafka/rdkafka_mock.h>
 #include <pthread.h>
 #include <setjmp.h>
+#include <stdatomic.h>
 #include <signal.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -564,9 +568,10 @@ typedef struct commit_state {
     uint64_t total;
 } commit_state_t;
 
-/* The group's committed offsets summed over the topic's partitions, as a
- * lag monitor reads them (OffsetFetch by a client that is not a member). */
-static int64_t committed_sum(const fixture_t *f, const char *group)
+/* The group's committed offset of each partition (0 for none), as a lag
+ * monitor reads them (OffsetFetch by a client that is not a member); 0 when
+ * they could be read. */
+static int committed_each(const fixture_t *f, const char *group, int64_t out[PARTITIONS])
 {
     char err[256];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
@@ -578,14 +583,22 @@ static int64_t committed_sum(const fixture_t *f, const char *group)
     rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(PARTITIONS);
     for (int p = 0; p < PARTITIONS; p++)
         rd_kafka_topic_partition_list_add(l, TOPIC, p);
-    int64_t sum = -1;
-    if (!rd_kafka_committed(rk, l, 5000)) {
-        sum = 0;
-        for (int p = 0; p < PARTITIONS; p++)
-            sum += l->elems[p].offset > 0 ? l->elems[p].offset : 0;
-    }
+    int rc = rd_kafka_committed(rk, l, 5000) ? -1 : 0;
+    for (int p = 0; !rc && p < PARTITIONS; p++)
+        out[p] = l->elems[p].offset > 0 ? l->elems[p].offset : 0;
     rd_kafka_topic_partition_list_destroy(l);
     rd_kafka_destroy(rk);
+    return rc;
+}
+
+/* The same summed over the topic's partitions; -1 when unreadable. */
+static int64_t committed_sum(const fixture_t *f, const char *group)
+{
+    int64_t each[PARTITIONS], sum = 0;
+    if (committed_each(f, group, each))
+        return -1;
+    for (int p = 0; p < PARTITIONS; p++)
+        sum += each[p];
     return sum;
 }
 
@@ -701,6 +714,221 @@ static void test_commits_held_to_interval(void **state)
     segd_config_free(&cfg);
 }
 
+/* ---------- review L2: no commit of a partition that left ---------- */
+
+/* What the revoke test learns from member A's log: its lines go through
+ * here (and on to stderr), because the log is where the pipeline says it
+ * waits on a fault and that partitions are being revoked. */
+typedef struct revoke_watch {
+    volatile sig_atomic_t *stop;   /* A's */
+    atomic_int stop_on_wait;       /* the next "waiting:" line sets *stop */
+    atomic_int stop_on_revoke;     /* the next "partitions revoked" line does */
+    atomic_int revokes, not_written;
+} revoke_watch_t;
+
+static ssize_t watch_write(void *ctx, const char *buf, size_t size)
+{
+    revoke_watch_t *w = ctx;
+    char line[2048];
+    size_t n = size < sizeof(line) - 1 ? size : sizeof(line) - 1;
+    memcpy(line, buf, n);
+    line[n] = 0;
+    fwrite(buf, 1, size, stderr);
+    if (strstr(line, "waiting: ") && atomic_exchange(&w->stop_on_wait, 0))
+        *w->stop = 1; /* a stop came during the write's fault wait */
+    if (strstr(line, "partitions revoked")) {
+        atomic_fetch_add(&w->revokes, 1);
+        if (atomic_exchange(&w->stop_on_revoke, 0))
+            *w->stop = 1;
+    }
+    if (strstr(line, "batch not written before revoke"))
+        atomic_fetch_add(&w->not_written, 1);
+    return (ssize_t)size;
+}
+
+/* Member B: a plain group member on the cooperative protocol that polls
+ * and never commits, so that every committed offset is A's. */
+typedef struct plain_member {
+    rd_kafka_t *rk;
+    atomic_int done;
+    pthread_t thread;
+} plain_member_t;
+
+static void *plain_main(void *arg)
+{
+    plain_member_t *b = arg;
+    while (!atomic_load(&b->done)) {
+        rd_kafka_message_t *m = rd_kafka_consumer_poll(b->rk, 100);
+        if (m)
+            rd_kafka_message_destroy(m);
+    }
+    return NULL;
+}
+
+static void plain_start(plain_member_t *b, const fixture_t *f, const char *group)
+{
+    char err[256];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    const char *const kv[] = {"bootstrap.servers", bootstraps(f), "group.id", group,
+                              "partition.assignment.strategy", "cooperative-sticky",
+                              "enable.auto.commit", "false", "session.timeout.ms", "6000",
+                              "log_level", "3", NULL};
+    for (size_t i = 0; kv[i]; i += 2)
+        assert_int_equal(rd_kafka_conf_set(conf, kv[i], kv[i + 1], err, sizeof(err)),
+                         RD_KAFKA_CONF_OK);
+    b->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof(err));
+    assert_non_null(b->rk);
+    rd_kafka_poll_set_consumer(b->rk);
+    rd_kafka_topic_partition_list_t *t = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(t, TOPIC, RD_KAFKA_PARTITION_UA);
+    assert_int_equal(rd_kafka_subscribe(b->rk, t), 0);
+    rd_kafka_topic_partition_list_destroy(t);
+    atomic_store(&b->done, 0);
+    pthread_create(&b->thread, NULL, plain_main, b);
+}
+
+static int plain_joined(void *ctx)
+{
+    char *id = rd_kafka_memberid(((plain_member_t *)ctx)->rk);
+    int yes = id && *id;
+    if (id)
+        rd_kafka_mem_free(((plain_member_t *)ctx)->rk, id);
+    return yes;
+}
+
+static int plain_has_two(void *ctx)
+{
+    rd_kafka_topic_partition_list_t *l = NULL;
+    if (rd_kafka_assignment(((plain_member_t *)ctx)->rk, &l))
+        return 0;
+    int n = l->cnt;
+    rd_kafka_topic_partition_list_destroy(l);
+    return n == PARTITIONS / 2;
+}
+
+/* The partition's end offset (high watermark). */
+static int64_t high_watermark(const fixture_t *f, int32_t partition)
+{
+    char err[256];
+    int64_t lo = -1, hi = -1;
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_conf_set(conf, "bootstrap.servers", bootstraps(f), err, sizeof(err));
+    rd_kafka_conf_set(conf, "log_level", "3", err, sizeof(err));
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
+    assert_non_null(rk);
+    assert_int_equal(rd_kafka_query_watermark_offsets(rk, TOPIC, partition, &lo, &hi, 5000), 0);
+    rd_kafka_destroy(rk);
+    return hi;
+}
+
+/* Each step of A until its store holds offsets summing to total. */
+static void step_until_stored(segd_pipeline_t *p, segd_store_t *s, uint64_t total)
+{
+    char err[256];
+    int64_t t0 = now_ms();
+    while (stored_offsets_sum(s) < total && now_ms() - t0 < 60000)
+        assert_int_equal(segd_pipeline_step(p, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(stored_offsets_sum(s), total);
+}
+
+/* Member A has every partition and its group commits at their ends (E1).
+ * More messages come to every partition, and A takes them all into a batch
+ * whose store write fails: the batch stays pending, as it does when a
+ * write fails while a revoke comes mid-batch (here a stop came during the
+ * write's fault wait, and A is stepped on afterwards). B joins; A is asked to
+ * revoke two partitions while the write still fails and a stop comes, so
+ * the revoke's write of the batch fails too. Then the store takes writes
+ * again and A closes: the close's revoke of A's other two partitions writes
+ * the batch and commits. The group's offsets of the partitions B now owns
+ * must still be E1 (what A had written while they were its), those of A's
+ * own partitions the new end. Before the fix, the batch's offsets of B's
+ * partitions went to the group with A's commit at close. */
+static void test_revoked_partition_not_committed(void **state)
+{
+    fixture_t *f = *state;
+    const uint64_t users = 40;
+    const char *group = "g-revoked";
+    char db[128], err[256];
+    volatile sig_atomic_t stop = 0;
+    revoke_watch_t w = {.stop = &stop};
+    cookie_io_functions_t io = {.write = watch_write};
+    FILE *out = fopencookie(&w, "w", io);
+    assert_non_null(out);
+    segd_log_t *log = NULL;
+    assert_int_equal(segd_log_new(&log, out, SEGD_LOG_INFO, SEGD_LOG_LOGFMT), SEGD_OK);
+    snprintf(db, sizeof(db), "%s/revoked", f->dir);
+    segd_store_t *s = open_store(f->dir, "revoked");
+    segd_config_t cfg;
+    /* batch.max.ms: the revoke's step polls that long, so it is served there */
+    const char *const kv[] = {"changes.enable", "0", "commit.interval.ms", "0",
+                              "batch.max.messages", "100000", "batch.max.ms", "20000", NULL};
+    make_config(&cfg, f, group, db, kv);
+    cfg.log = log;
+    segd_pipeline_t *p;
+    assert_int_equal(segd_pipeline_new(&p, &cfg, s, &stop, err, sizeof(err)), SEGD_OK);
+
+    produce_seed(f, users, 61);
+    step_until_stored(p, s, users * 50);
+    commit_state_t c = {f, group, s, users * 50};
+    assert_true(wait_for(commit_caught_up, &c, 20000));
+    int64_t e1[PARTITIONS], end[PARTITIONS];
+    assert_int_equal(committed_each(f, group, e1), 0);
+
+    produce_seed(f, users, 62);
+    sleep_ms(3000); /* A's fetcher queues them all */
+    segd_pipeline_stats_t st0, st1;
+    segd_pipeline_get_stats(p, &st0);
+    segd_store_fault_set(s, SEGD_FAULT_WRITE, 1, 1000000);
+    atomic_store(&w.stop_on_wait, 1);
+    assert_int_not_equal(segd_pipeline_step(p, err, sizeof(err)), SEGD_OK);
+    segd_pipeline_get_stats(p, &st1);
+    assert_int_equal(st1.messages, 2 * users * 50); /* all of them pending */
+    assert_int_equal(st1.batches, st0.batches);     /* none written */
+
+    plain_member_t b = {0};
+    plain_start(&b, f, group);
+    assert_true(wait_for(plain_joined, &b, 60000));
+    stop = 0;
+    atomic_store(&w.stop_on_revoke, 1);
+    assert_int_not_equal(segd_pipeline_step(p, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(atomic_load(&w.revokes), 1);
+    assert_int_equal(atomic_load(&w.not_written), 1);
+    assert_int_equal(segd_pipeline_assigned(p), PARTITIONS / 2);
+    assert_true(wait_for(plain_has_two, &b, 60000));
+    rd_kafka_topic_partition_list_t *moved = NULL;
+    assert_int_equal(rd_kafka_assignment(b.rk, &moved), 0);
+
+    segd_store_fault_set(s, SEGD_FAULT_WRITE, 0, 0);
+    segd_pipeline_destroy(p); /* its revoke writes the batch and commits */
+    assert_int_equal(atomic_load(&w.revokes), 2);
+    int64_t hi[PARTITIONS];
+    int theirs[PARTITIONS];
+    int read = committed_each(f, group, end);
+    for (int i = 0; i < PARTITIONS; i++) {
+        theirs[i] = rd_kafka_topic_partition_list_find(moved, TOPIC, i) != NULL;
+        hi[i] = high_watermark(f, i);
+    }
+    rd_kafka_topic_partition_list_destroy(moved);
+    atomic_store(&b.done, 1);
+    pthread_join(b.thread, NULL);
+    rd_kafka_consumer_close(b.rk);
+    rd_kafka_destroy(b.rk);
+    assert_int_equal(read, 0);
+    for (int i = 0; i < PARTITIONS; i++) {
+        fprintf(stderr, "test: partition %d (%s): committed %" PRId64 " before, %" PRId64
+                        " now, end %" PRId64 "\n", i, theirs[i] ? "B's" : "A's", e1[i], end[i],
+                hi[i]);
+        assert_true(hi[i] > e1[i]); /* it had messages in the pending batch */
+        assert_int_equal(end[i], theirs[i] ? e1[i] : hi[i]);
+    }
+    /* A's store took the whole batch at close, data and offsets together */
+    assert_int_equal(stored_offsets_sum(s), 2 * users * 50);
+    segd_store_close(s);
+    segd_config_free(&cfg);
+    segd_log_destroy(log);
+    fclose(out);
+}
+
 /* A static member fenced by another with its group.instance.id gets a fatal
  * error, after which its consumer never fetches again. The step must fail
  * with that error (segd run exits and a restart rejoins) instead of polling
@@ -755,6 +983,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_fenced_member_fails, setup, teardown),
         cmocka_unit_test_setup_teardown(test_assignment_commits_stored, setup, teardown),
         cmocka_unit_test_setup_teardown(test_commits_held_to_interval, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_revoked_partition_not_committed, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
