@@ -60,7 +60,8 @@ static int teardown(void **state)
     return rc;
 }
 
-static segd_store_t *open_store(const char *dir, const char *name)
+/* horizon_ms 0: the default (7 days) */
+static segd_store_t *open_store_horizon(const char *dir, const char *name, int64_t horizon_ms)
 {
     char path[256], err[256];
     snprintf(path, sizeof(path), "%s/%s", dir, name);
@@ -69,9 +70,16 @@ static segd_store_t *open_store(const char *dir, const char *name)
     o.path = path;
     o.now_ms = NOW_S * 1000;
     o.block_cache_mb = 8;
+    if (horizon_ms)
+        o.horizon_ms = horizon_ms;
     segd_store_t *s = NULL;
     assert_int_equal(segd_store_open(&s, &o, err, sizeof(err)), SEGD_OK);
     return s;
+}
+
+static segd_store_t *open_store(const char *dir, const char *name)
+{
+    return open_store_horizon(dir, name, 0);
 }
 
 static void base_config(segd_config_t *cfg, const fixture_t *f, const char *group,
@@ -272,7 +280,11 @@ static void test_two_consumers_split(void **state)
     pthread_t t[2];
     for (int i = 0; i < 2; i++) {
         snprintf(db[i], sizeof(db[i]), "%s/member%d", f->dir, i);
-        s[i] = open_store(f->dir, i ? "member1" : "member0");
+        /* The seed's events are up to 30 days old. With the default 7-day
+         * horizon, a member caught up on its empty partitions for one upkeep
+         * (10 s: a slow join) starts W's phase and refuses the older ones as
+         * too late (DESIGN §3.1), and the stores lacked them. */
+        s[i] = open_store_horizon(f->dir, i ? "member1" : "member0", 40LL * 86400 * 1000);
         base_config(&cfg[i], f, "g-split", db[i]);
         assert_int_equal(segd_pipeline_new(&m[i].p, &cfg[i], s[i], &stop, err, sizeof(err)),
                          SEGD_OK);

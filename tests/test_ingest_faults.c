@@ -82,6 +82,15 @@ static int teardown(void **state)
     return rc;
 }
 
+/* The seed's events are up to 30 days old. With the default 7-day horizon,
+ * a member that sat caught up on empty partitions for one upkeep (10 s: a
+ * slow group join under ASan) starts W's phase and refuses the older ones
+ * as too late (DESIGN §3.1): the stores then lacked them against the
+ * reference whenever the join was slow. The stores the tests open and the
+ * members' configuration both take 40 days. */
+#define HORIZON_S (40 * 86400)
+#define HORIZON_S_TEXT "3456000"
+
 static const char *bootstraps(const fixture_t *f)
 {
     return rd_kafka_mock_cluster_bootstraps(f->mcl);
@@ -95,6 +104,7 @@ static segd_store_t *open_store(const char *dir, const char *name)
     segd_app_store_opts(&o);
     o.path = path;
     o.now_ms = NOW_S * 1000;
+    o.horizon_ms = HORIZON_S * 1000LL; /* as the members' store.horizon.s */
     o.block_cache_mb = 8;
     segd_store_t *s = NULL;
     assert_int_equal(segd_store_open(&s, &o, err, sizeof(err)), SEGD_OK);
@@ -108,7 +118,8 @@ static void make_config(segd_config_t *cfg, const fixture_t *f, const char *grou
     char err[256];
     segd_config_init(cfg);
     const char *const base[] = {"brokers", bootstraps(f), "topics", TOPIC, "group", group,
-                                "db", db, "retry.max.ms", "200", NULL};
+                                "db", db, "retry.max.ms", "200", "store.horizon.s",
+                                HORIZON_S_TEXT, NULL};
     for (size_t i = 0; base[i]; i += 2)
         assert_int_equal(segd_config_set(cfg, base[i], base[i + 1], err, sizeof(err)), SEGD_OK);
     for (size_t i = 0; kv && kv[i]; i += 2)
@@ -159,6 +170,24 @@ static segd_store_t *reference_store(const char *dir, uint64_t users, uint64_t s
     return s;
 }
 
+static void print_entries(const char *what, const segd_profile_t *p)
+{
+    print_message("  %s: %zu entries:", what, p->n);
+    for (size_t i = 0; i < p->n && i < 8; i++)
+        print_message(" %" PRId64 "@%" PRId64 "/%" PRId64, p->entries[i].segment_id,
+                      p->entries[i].ts_ms, p->entries[i].expiry_s);
+    print_message("\n");
+}
+
+static void print_differing(const char *uid, const segd_profile_t *ref,
+                            const segd_profile_t *parts, size_t n)
+{
+    print_message("user %s differs from the reference\n", uid);
+    print_entries("reference", ref);
+    for (size_t i = 0; i < n; i++)
+        print_entries(i ? "store 1" : "store 0", &parts[i]);
+}
+
 /* Users of the reference whose state the union of stores lacks. */
 static uint64_t users_missing(segd_store_t *ref, segd_store_t **got, size_t n, uint64_t users)
 {
@@ -180,7 +209,10 @@ static uint64_t users_missing(segd_store_t *ref, segd_store_t **got, size_t n, u
         }
         assert_int_equal(segd_profile_join(&b, in, n, NULL), SEGD_OK);
         assert_true(a.n > 0);
-        missing += a.n != b.n || memcmp(a.entries, b.entries, a.n * sizeof(a.entries[0]));
+        int differs = a.n != b.n || memcmp(a.entries, b.entries, a.n * sizeof(a.entries[0]));
+        if (differs && missing < 2) /* what a failure looked like, for the log */
+            print_differing(uid, &a, parts, n);
+        missing += differs;
     }
     for (size_t i = 0; i < n; i++)
         segd_profile_free(&parts[i]);
