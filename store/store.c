@@ -5,15 +5,16 @@
  * lives in its own modules, listed in store_impl.h. */
 #include "store/store.h"
 
+#include <dirent.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <rocksdb/c.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "base/clock.h"
 #include "store/merge.h"
 #include "store/sst.h"
 #include "store/store_impl.h"
@@ -282,34 +283,122 @@ static void open_read_only(segd_store_t *s, const char *path, const rocksdb_opti
         s->cf[which[k]] = handles[k];
 }
 
-/* A read-only open beside a live writer reads CURRENT and the MANIFEST, then
- * opens each file that names; a flush or compaction finishing in between
- * deletes some of them, and RocksDB refuses with "No such file or directory"
- * (CI saw "Can't access /000022.sst" from `segd stats` beside `segd run`).
- * The writer installs the newer MANIFEST before it deletes, so the next try
- * reads a version whose files exist. Once open, every table file is held
- * open (max_open_files -1), so later deletions do not reach the reader.
- * The tries are bounded (about 3 s): a store whose file is really gone is
- * still refused, with RocksDB's message. A path without CURRENT is no store
- * and is refused at once. */
-#define RO_OPEN_TRIES 60
+/* The numbers of the write-ahead logs (NNNNNN.log) in the store's
+ * directory, into a malloc'd array; -1 when it cannot be listed. */
+static int list_wals(const char *path, uint64_t **out)
+{
+    DIR *d = opendir(path);
+    struct dirent *e;
+    uint64_t *v = NULL;
+    int n = 0, cap = 0;
+    *out = NULL;
+    if (!d)
+        return -1;
+    while ((e = readdir(d))) {
+        char *end = NULL;
+        unsigned long long num = strtoull(e->d_name, &end, 10);
+        if (end == e->d_name || strcmp(end, ".log"))
+            continue;
+        if (n == cap) {
+            uint64_t *g = realloc(v, (size_t)(cap = cap ? 2 * cap : 16) * sizeof(*v));
+            if (!g) {
+                n = -1;
+                break;
+            }
+            v = g;
+        }
+        v[n++] = num;
+    }
+    closedir(d);
+    if (n < 0)
+        free(v);
+    else
+        *out = v;
+    return n;
+}
+
+/* Whether each of the n logs listed before an open is still there. */
+static int wals_kept(const char *path, const uint64_t *nums, int n)
+{
+    char f[4096];
+    for (int i = 0; i < n; i++) {
+        snprintf(f, sizeof(f), "%s/%06llu.log", path, (unsigned long long)nums[i]);
+        if (access(f, F_OK) != 0)
+            return 0;
+    }
+    return 1;
+}
+
+static void close_read_only(segd_store_t *s)
+{
+    for (int i = 0; i < CF_COUNT; i++)
+        if (s->cf[i]) {
+            rocksdb_column_family_handle_destroy(s->cf[i]);
+            s->cf[i] = NULL;
+        }
+    rocksdb_close(s->db);
+    s->db = NULL;
+}
+
+/* One read-only open, judged: 0 when it holds the store as it was or was
+ * refused for good, 1 when it should be tried again (its handles then
+ * closed; *rerr, if set, says why it failed).
+ *
+ * Beside a live writer an open reads CURRENT and the MANIFEST, then opens
+ * each table file the MANIFEST names, then lists and replays the
+ * write-ahead logs. A flush or compaction finishing in between deletes
+ * files: a table file makes RocksDB refuse with "No such file or
+ * directory" (CI saw "Can't access /000022.sst" from `segd stats` beside
+ * `segd run`); a log the MANIFEST still needed goes unnoticed, and the
+ * reader silently lacks that log's writes while it has later ones (an
+ * export's unit could name offsets past data it lacks). A log is deleted
+ * only once every older one goes too, and a live writer always has one, so
+ * a log of those listed before the open that is gone after it means the
+ * open may have missed one. The writer installs the newer MANIFEST before
+ * it deletes, so the next try reads a version whose files exist. Once
+ * open, every table file is held open (max_open_files -1) and the logs
+ * were read: later deletions do not reach the reader. */
+static int open_read_only_once(segd_store_t *s, const char *path,
+                               const rocksdb_options_t **cfo, char **rerr)
+{
+    char current[4096];
+    uint64_t *wals = NULL;
+    int n = list_wals(path, &wals), again = 0;
+    open_read_only(s, path, cfo, rerr);
+    snprintf(current, sizeof(current), "%s/CURRENT", path);
+    if (*rerr) {
+        /* a path without CURRENT is no store: refused at once */
+        again = strstr(*rerr, "No such file or directory") && access(current, F_OK) == 0;
+    } else if (s->db && n > 0 && !wals_kept(path, wals, n)) {
+        close_read_only(s);
+        again = 1;
+    }
+    free(wals);
+    return again;
+}
+
+/* The tries are bounded by time (RO_OPEN_WAIT_MS, at least 3 tries): a
+ * store whose file is really gone is still refused with RocksDB's message,
+ * and one whose logs keep changing under every open is refused by name. */
+#define RO_OPEN_WAIT_MS 10000
 
 static void open_read_only_retrying(segd_store_t *s, const char *path,
                                     const rocksdb_options_t **cfo, char **rerr)
 {
-    char current[4096];
-    snprintf(current, sizeof(current), "%s/CURRENT", path);
+    int64_t deadline = segd_mono_ms() + RO_OPEN_WAIT_MS;
     for (int attempt = 0;; attempt++) {
-        open_read_only(s, path, cfo, rerr);
-        if (!*rerr || attempt + 1 >= RO_OPEN_TRIES ||
-            !strstr(*rerr, "No such file or directory") || access(current, F_OK) != 0)
+        if (!open_read_only_once(s, path, cfo, rerr))
             return;
+        if (attempt >= 2 && segd_mono_ms() >= deadline)
+            break;
         rocksdb_free(*rerr);
         *rerr = NULL;
         /* 1, 2, 4 ... ms, then 50 ms apart */
-        struct timespec ts = {0, (attempt < 6 ? 1L << attempt : 50L) * 1000000L};
-        nanosleep(&ts, NULL);
+        segd_sleep_ms(attempt < 6 ? 1L << attempt : 50L);
     }
+    if (!*rerr) /* opened each time, but a log went during every open */
+        *rerr = strdup("Busy: the writer's flushes deleted write-ahead logs during every "
+                       "read-only open for 10 s; try again");
 }
 
 static segd_err_t open_db(segd_store_t *s, const segd_store_opts_t *o, char *errstr,
