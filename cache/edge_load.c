@@ -2,6 +2,7 @@
  * segd_snapshot_read's unit reports (the fold keeps only their minimum). */
 #include "cache/edge_load.h"
 
+#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -30,24 +31,51 @@ static void on_unit(void *ctx, const segd_unit_report_t *r)
         u->caller->on_unit(u->caller->unit_ctx, r);
 }
 
+/* The table the records go to, and what it held when the load began. */
+typedef struct load_ctx {
+    segd_edge_t *e;
+    uint64_t users_before;   /* profiles held before the load */
+    uint64_t applied_before; /* changes and member events applied before it */
+    _Atomic uint64_t members; /* member events of this load's units (any thread) */
+} load_ctx_t;
+
+static uint64_t applied(segd_edge_t *e, uint64_t *users)
+{
+    segd_edge_stats_t st;
+    segd_edge_get_stats(e, &st);
+    if (users)
+        *users = st.users;
+    return st.deltas + st.control_events + st.member_events + st.member_stale;
+}
+
 static int put_cb(void *ctx, int32_t partition, const char *user, size_t len,
                   const segd_profile_t *p)
 {
     (void)partition;
-    return segd_edge_put(ctx, user, len, p) != SEGD_OK;
+    return segd_edge_put(((load_ctx_t *)ctx)->e, user, len, p) != SEGD_OK;
 }
 
 /* The unit was replaced mid-read: what the table took from it goes, so that
- * it holds exactly the new unit (whose store may have dropped users). */
-static void discard_cb(void *ctx, const segd_topology_t *t, int32_t partition)
+ * it holds exactly the new unit (whose store may have dropped users). Only
+ * a table that held nothing before the load and applied no change since
+ * holds nothing else of that partition's users: otherwise dropping them
+ * would lose changes that the change topic's follower has gone past, so the
+ * load fails instead (SEGD_ERR_UNSORTED: load it anew). */
+static int discard_cb(void *ctx, const segd_topology_t *t, int32_t partition)
 {
-    segd_edge_drop_partition(ctx, t->partitioner, t->partitions, partition);
+    load_ctx_t *l = ctx;
+    if (l->users_before || applied(l->e, NULL) != l->applied_before + atomic_load(&l->members))
+        return -1;
+    segd_edge_drop_partition(l->e, t->partitioner, t->partitions, partition);
+    return 0;
 }
 
 static int member_cb(void *ctx, int32_t partition, const segd_member_t *m)
 {
+    load_ctx_t *l = ctx;
     (void)partition;
-    return segd_edge_apply_member(ctx, m) != SEGD_OK;
+    atomic_fetch_add(&l->members, 1);
+    return segd_edge_apply_member(l->e, m) != SEGD_OK;
 }
 
 /* After the records: a W raised earlier would only make the load's joins
@@ -76,15 +104,17 @@ segd_err_t segd_edge_load_snapshot(segd_edge_t *e, const char *src_url,
                                    char *errstr, size_t errstr_size)
 {
     unit_marks_t u = {.caller = o};
+    load_ctx_t lc = {.e = e};
+    lc.applied_before = applied(e, &lc.users_before);
     segd_snapshot_read_opts_t ro = {0};
     if (o)
         ro = *o;
     ro.on_unit = on_unit;
     ro.unit_ctx = &u;
     ro.on_member = member_cb; /* a unit's identity registers (DESIGN §10.5) */
-    ro.member_ctx = e;
+    ro.member_ctx = &lc;
     ro.on_discard = discard_cb; /* a unit replaced while it was read */
-    segd_err_t err = segd_snapshot_read(src_url, &ro, m, put_cb, e, errstr, errstr_size);
+    segd_err_t err = segd_snapshot_read(src_url, &ro, m, put_cb, &lc, errstr, errstr_size);
     if (err)
         goto out;
     if (u.nomem || !u.w) {

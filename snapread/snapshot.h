@@ -36,7 +36,8 @@ typedef struct segd_snapshot_read_opts {
     void *member_ctx;
     /* Drops what cb took from a unit that a newer export replaced while it
      * was read, which is then read again (snapread/unit.h; called with cb's
-     * ctx). NULL = such a unit fails with SEGD_ERR_UNSORTED. */
+     * ctx). NULL, or a nonzero return, = such a unit fails with
+     * SEGD_ERR_UNSORTED. */
     segd_snapshot_discard_cb on_discard;
     uint32_t threads;             /* units loaded side by side; 0 or 1 = this thread */
     int keep_going;               /* go on after a failed unit (verify reports all) */

@@ -264,14 +264,12 @@ segd_err_t segd_snapread_unit(segd_dest_t *d, const segd_topology_t *t, int32_t 
          * longer has (dropped below its W, or gone in a rebuilt store), so
          * what the caller took from it must not join the new one: it drops
          * them, or starts the load anew. */
-        if (l.fed && !o->on_discard) {
+        if (l.fed && (!o->on_discard || o->on_discard(o->ctx, t, p))) {
             err = segd_errf(SEGD_ERR_UNSORTED, errstr, n,
                             "unit %d replaced by a newer export while it was read: load it "
                             "anew", (int)p);
             break;
         }
-        if (l.fed)
-            o->on_discard(o->ctx, t, p);
         l.fed = 0;
     }
     segd_profile_free(&l.p);

@@ -42,9 +42,11 @@ typedef int (*segd_snapshot_member_cb)(void *ctx, int32_t partition, const segd_
 /* Called when a newer export replaced unit `partition` of t after some of
  * its records reached the reader's callback: the caller drops everything it
  * took from that unit (every user u with segd_partition_of(t->partitioner,
- * u, t->partitions) == partition), and the unit is then read from the new
- * one. ctx is the records' ctx. */
-typedef void (*segd_snapshot_discard_cb)(void *ctx, const segd_topology_t *t, int32_t partition);
+ * u, t->partitions) == partition) and returns 0, and the unit is then read
+ * from the new one; or it returns nonzero when it cannot drop only that
+ * (it held other data of those users), and the read fails with
+ * SEGD_ERR_UNSORTED. ctx is the records' ctx. */
+typedef int (*segd_snapshot_discard_cb)(void *ctx, const segd_topology_t *t, int32_t partition);
 
 typedef struct segd_unit_read_opts {
     segd_snapshot_cb on_profile;    /* NULL = profiles are only checked */
@@ -53,8 +55,8 @@ typedef struct segd_unit_read_opts {
     void *ctx;
     /* A unit that a newer export replaces after some of its records reached
      * on_profile or on_record is read again only after on_discard dropped
-     * them; without on_discard the read fails with SEGD_ERR_UNSORTED (a
-     * restore then starts anew). What the caller took from the old unit
+     * them; without on_discard, or when it cannot drop them, the read fails
+     * with SEGD_ERR_UNSORTED (a restore then starts anew). What the caller took from the old unit
      * must never join the new one: a rebuilt store's unit may lack users and
      * entries the old unit had, and the join would bring them back. */
     segd_snapshot_discard_cb on_discard;

@@ -26,6 +26,7 @@
 #include "core/partition.h"
 #include "publisher/snapshot.h"
 #include "snapread/snapshot.h"
+#include "wire/change.h"
 #include "wire/manifest.h"
 
 #define NOW_MS 1800000000000LL
@@ -38,6 +39,22 @@
  * of the reader's fetches (publisher/snapshot.c: new files, new manifest,
  * then the old files deleted). */
 static char swap_cmd[2048], swap_before[64];
+/* A table a change is applied to at the swap, as a change topic's follower
+ * beside the load would (NULL = none). */
+static segd_edge_t *apply_at_swap;
+
+static void apply_delta(segd_edge_t *e, const char *user)
+{
+    segd_change_t c;
+    segd_change_init(&c);
+    c.kind = SEGD_CHANGE_DELTA;
+    c.user_id = user;
+    c.user_id_len = strlen(user);
+    segd_entry_t en = {.segment_id = 9, .ts_ms = NOW_MS - 1000, .expiry_s = NOW_MS / 1000 + 3600};
+    assert_int_equal(segd_profile_push(&c.profile, &en), SEGD_OK);
+    assert_int_equal(segd_edge_apply(e, &c), SEGD_OK);
+    segd_change_free(&c);
+}
 segd_err_t __real_segd_dest_get_mem_in(segd_dest_t *d, const char *dir, const char *name,
                                        segd_buf_t *out, char *errstr, size_t n);
 segd_err_t __wrap_segd_dest_get_mem_in(segd_dest_t *d, const char *dir, const char *name,
@@ -48,6 +65,8 @@ segd_err_t __wrap_segd_dest_get_mem_in(segd_dest_t *d, const char *dir, const ch
     if (swap_cmd[0] && !strcmp(name, swap_before)) {
         assert_int_equal(system(swap_cmd), 0);
         swap_cmd[0] = 0;
+        if (apply_at_swap)
+            apply_delta(apply_at_swap, "user-late");
     }
     return __real_segd_dest_get_mem_in(d, dir, name, out, errstr, n);
 }
@@ -251,6 +270,48 @@ static void test_rebuilt_unit_replaces_mid_read(void **state)
     assert_int_equal(seen, USERS / 2); /* a's file only, then the replacement */
 }
 
+/* A table that held something before the load, or took a change during
+ * it, cannot drop only the old unit's users: the load fails and keeps what
+ * the table had (a follower may be past that change; dropping it would lose
+ * it for good). */
+static void test_replaced_unit_keeps_the_tables_own(void **state)
+{
+    test_dir_t *f = *state;
+    char src[256], b_file[64], err[512] = "";
+    export_users(f->dir, "a", 0, USERS / 2, 0);
+    sleep_ms(5);
+    export_users(f->dir, "b", USERS / 2, USERS, 0);
+    sleep_ms(5);
+    export_users(f->dir, "rebuilt", 0, USERS, 1);
+    snprintf(src, sizeof(src), "%s/snap/bk", f->dir);
+    segd_edge_opts_t eo;
+    segd_edge_opts_default(&eo);
+    eo.now_ms = NOW_MS;
+    segd_profile_t p;
+    segd_profile_init(&p);
+    for (int held_before = 1; held_before >= 0; held_before--) {
+        old_unit(f->dir, b_file, sizeof(b_file));
+        arm_swap(f->dir, b_file);
+        segd_edge_t *e = NULL;
+        assert_int_equal(segd_edge_new(&e, &eo), SEGD_OK);
+        if (held_before)
+            apply_delta(e, "user-late");
+        else
+            apply_at_swap = e;
+        segd_manifest_t m;
+        assert_int_equal(segd_edge_load_snapshot(e, src, NULL, &m, err, sizeof(err)),
+                         SEGD_ERR_UNSORTED);
+        segd_manifest_free(&m);
+        apply_at_swap = NULL;
+        assert_int_equal(swap_cmd[0], 0); /* the replacement did happen mid-read */
+        assert_non_null(strstr(err, "replaced"));
+        assert_int_equal(segd_edge_get_profile(e, "user-late", 9, &p), SEGD_OK);
+        assert_int_equal(p.n, 1);
+        segd_edge_destroy(e);
+    }
+    segd_profile_free(&p);
+}
+
 /* segd_edge_drop_partition drops exactly the users of one partition, with
  * enough users per shard that records sit off their home slot (probe chains
  * the removal shifts back) */
@@ -296,6 +357,8 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_edge_drop_partition),
         cmocka_unit_test_setup_teardown(test_rebuilt_unit_replaces_mid_read, test_dir_setup,
+                                        test_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_replaced_unit_keeps_the_tables_own, test_dir_setup,
                                         test_dir_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
