@@ -45,6 +45,7 @@ typedef struct shard {
 typedef struct retired {
     uint64_t version;         /* segd_edge_stamp_t.retirements */
     size_t n;
+    int64_t max_before;       /* the largest retired_before_ms of pairs */
     segd_retirement_t *pairs; /* sorted by segment id */
     struct retired *older;    /* kept alive until destroy */
 } retired_t;
@@ -186,6 +187,10 @@ void segd_edge_destroy(segd_edge_t *e)
 static int64_t retired_before(void *ctx, int64_t segment_id)
 {
     const retired_t *r = ctx;
+    /* keys outside the markers' range (partner keys when there are only
+     * segment markers) need no search: each entry of a read asks twice */
+    if (!r->n || segment_id < r->pairs[0].segment_id || segment_id > r->pairs[r->n - 1].segment_id)
+        return INT64_MIN;
     size_t lo = 0, hi = r->n;
     while (lo < hi) {
         size_t mid = (lo + hi) / 2;
@@ -201,6 +206,8 @@ static int64_t retired_before(void *ctx, int64_t segment_id)
 /* A segment's retirement or its partner's (DESIGN 3.2) covers the tuple. */
 static int retired_entry(const retired_t *r, int64_t segment_id, const tuple_t *t)
 {
+    if (t->ts_ms > r->max_before) /* newer than every marker */
+        return 0;
     return t->ts_ms <= retired_before((void *)r, segment_id) ||
            t->ts_ms <= retired_before((void *)r, segd_retire_key_of_partner(t->partner_id));
 }
@@ -232,6 +239,7 @@ segd_err_t segd_edge_retire(segd_edge_t *e, int64_t segment_id, int64_t before_m
     for (; i < n; i++)
         pairs[w++] = cur->pairs[i];
     next->version = next_version();
+    next->max_before = cur && cur->max_before > before_ms ? cur->max_before : before_ms;
     next->n = w;
     next->pairs = pairs;
     next->older = cur;
@@ -323,6 +331,7 @@ static void prune_rule(segd_edge_t *e, const char *user, size_t len, segd_prune_
     rule->complete = 1; /* the cache holds the key's whole history */
     rule->retired_before = r && r->n ? retired_before : NULL;
     rule->retired_ctx = r;
+    rule->retired_max_ms = r && r->n ? r->max_before : 0;
     /* the W of the store that exported the user's unit, never now - horizon:
      * drops must match that store's */
     rule->gc_before_ms = user_gc_watermark(e, user, len);

@@ -77,14 +77,36 @@ int64_t segd_policy_now_ms(const segd_policy_t *p)
 
 int64_t segd_policy_horizon_ms(const segd_policy_t *p) { return p->horizon_ms; }
 
+/* A key's marker in one set. Keys outside the set's range (partner keys
+ * when it holds only segment markers, and the reverse) are answered without
+ * the search: every entry of a read asks twice. */
+static int64_t set_retired_before(void *set, int64_t key)
+{
+    const retired_set_t *s = set;
+    if (!s->n || key < s->pairs[0].segment_id || key > s->pairs[s->n - 1].segment_id)
+        return 0;
+    size_t lo = 0, hi = s->n;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (s->pairs[mid].segment_id < key)
+            lo = mid + 1;
+        else
+            hi = mid;
+    }
+    return lo < s->n && s->pairs[lo].segment_id == key ? s->pairs[lo].before_ms : 0;
+}
+
 void segd_policy_rule(segd_policy_t *p, segd_prune_t *rule, int complete)
 {
     rule->now_ms = segd_policy_now_ms(p);
     rule->horizon_ms = p->horizon_ms;
     rule->complete = complete;
+    /* The set as it is now, read once: its lookups take no atomic load per
+     * entry, and it stays valid (sets are kept until destroy). A marker
+     * added later is seen by the next rule, as retired_max_ms is. */
     retired_set_t *r = atomic_load(&p->retired);
-    rule->retired_before = r ? segd_policy_retired_before : NULL;
-    rule->retired_ctx = p;
+    rule->retired_before = r && r->n ? set_retired_before : NULL;
+    rule->retired_ctx = r;
     rule->retired_max_ms = r ? r->max_before : 0;
     rule->gc_before_ms = atomic_load(&p->gc_watermark);
 }
@@ -171,17 +193,8 @@ segd_ts_verdict_t segd_policy_check_ts_floor(const segd_policy_t *p, int64_t ts_
 
 int64_t segd_policy_retired_before(void *policy, int64_t segment_id)
 {
-    const retired_set_t *s = atomic_load(&((segd_policy_t *)policy)->retired);
-    size_t lo = 0, hi = s ? s->n : 0;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (s->pairs[mid].segment_id < segment_id)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return s && lo < s->n && s->pairs[lo].segment_id == segment_id ? s->pairs[lo].before_ms
-                                                                   : 0;
+    retired_set_t *s = atomic_load(&((segd_policy_t *)policy)->retired);
+    return s ? set_retired_before(s, segment_id) : 0;
 }
 
 segd_err_t segd_policy_retire(segd_policy_t *p, int64_t segment_id, int64_t before_ms)

@@ -119,11 +119,22 @@ static int64_t retired_before(const segd_prune_t *rule, int64_t seg)
                                         : 0;
 }
 
+/* Whether any marker could cover e: none is later than retired_max_ms (when
+ * known), so most entries of a store whose retirements are old skip both
+ * lookups. */
+static int may_be_retired(const segd_entry_t *e, const segd_prune_t *rule)
+{
+    return rule && rule->retired_before &&
+           (rule->retired_max_ms <= 0 || e->ts_ms <= rule->retired_max_ms);
+}
+
 /* Dead under the erase marker, its segment's retirement or its partner's. */
 static int covered(const segd_entry_t *e, int64_t erased, const segd_prune_t *rule)
 {
-    return e->ts_ms <= erased || e->ts_ms <= retired_before(rule, e->segment_id) ||
-           e->ts_ms <= retired_before(rule, segd_retire_key_of_partner(e->partner_id));
+    return e->ts_ms <= erased ||
+           (may_be_retired(e, rule) &&
+            (e->ts_ms <= retired_before(rule, e->segment_id) ||
+             e->ts_ms <= retired_before(rule, segd_retire_key_of_partner(e->partner_id))));
 }
 
 int segd_entry_live(const segd_entry_t *e, int64_t erased_before_ms,
@@ -145,12 +156,14 @@ int segd_entry_live(const segd_entry_t *e, int64_t erased_before_ms,
  * the join saw the key's whole history (rule->complete). */
 static int droppable(const segd_entry_t *e, int64_t erased, const segd_prune_t *rule)
 {
-    if (e->ts_ms <= erased || e->ts_ms <= retired_before(rule, e->segment_id))
+    int retirable = may_be_retired(e, rule);
+    if (e->ts_ms <= erased || (retirable && e->ts_ms <= retired_before(rule, e->segment_id)))
         return 1;
     if (!rule->complete)
         return 0;
     int dead = e->expiry_s <= rule->now_ms / 1000 ||
-               e->ts_ms <= retired_before(rule, segd_retire_key_of_partner(e->partner_id));
+               (retirable &&
+                e->ts_ms <= retired_before(rule, segd_retire_key_of_partner(e->partner_id)));
     return dead && e->ts_ms < rule->gc_before_ms;
 }
 

@@ -70,9 +70,9 @@ typedef struct segd_prune {
      * markers are dropped only when their ts_ms < W, and 0 drops nothing by
      * age (a fresh store). horizon_ms no longer decides drops; W does. */
     int64_t gc_before_ms;
-    /* With retired_before set: no segment's retired_before exceeds this
-     * (read with the rule), or 0 = unknown. Only segd_record_head_unpruned
-     * reads it. */
+    /* With retired_before set: no key's retired_before exceeds this (read
+     * with the rule, as retired_before's set is), or 0 = unknown. An entry
+     * or a record head newer than it skips the lookups. */
     int64_t retired_max_ms;
 } segd_prune_t;
 

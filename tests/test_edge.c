@@ -186,6 +186,46 @@ static void test_random_deltas_equal_model(void **state)
     }
 }
 
+/* The cache's marker lookups skip entries newer than every marker and keys
+ * outside the markers' range: at each bound an entry at its marker's time
+ * is dead and one a millisecond newer lives (segment and partner keys). */
+static void test_retired_lookup_bounds(void **state)
+{
+    (void)state;
+    segd_edge_t *e;
+    assert_int_equal(segd_edge_new(&e, NULL), SEGD_OK);
+    segd_edge_set_now(e, T_MS);
+    const int64_t t_seg = T_MS - 2 * HOUR_MS, t_partner = T_MS - HOUR_MS;
+    assert_int_equal(segd_edge_retire(e, 4, t_seg - HOUR_MS), SEGD_OK); /* lowest segment key */
+    assert_int_equal(segd_edge_retire(e, 8, t_seg), SEGD_OK);            /* highest key */
+    assert_int_equal(segd_edge_retire(e, segd_retire_key_of_partner(3), t_partner), SEGD_OK);
+    const struct {
+        int64_t seg, ts;
+        int32_t partner;
+        int live;
+    } cases[] = {
+        {4, t_seg - HOUR_MS, 0, 0}, {4, t_seg - HOUR_MS + 1, 0, 1}, {8, t_seg, 0, 0},
+        {8, t_seg + 1, 0, 1},       {6, t_seg - 5 * HOUR_MS, 0, 1}, {9, t_seg - 5 * HOUR_MS, 0, 1},
+        {6, t_partner, 3, 0},       {6, t_partner + 1, 3, 1},       {6, t_partner, 2, 1},
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        char user[16];
+        snprintf(user, sizeof(user), "b%zu", i);
+        segd_profile_t p;
+        segd_profile_init(&p);
+        segd_entry_t en = {cases[i].seg, cases[i].ts, T_MS / 1000 + 3600, 0, cases[i].partner};
+        assert_int_equal(segd_profile_push(&p, &en), SEGD_OK);
+        assert_int_equal(segd_edge_put(e, user, strlen(user), &p), SEGD_OK);
+        segd_profile_free(&p);
+        segd_entry_t got[2];
+        size_t n = 9;
+        assert_int_equal(segd_edge_lookup(e, user, strlen(user), got, 2, &n), SEGD_OK);
+        if ((int)n != cases[i].live)
+            fail_msg("case %zu: %zu live entries, want %d", i, n, cases[i].live);
+    }
+    segd_edge_destroy(e);
+}
+
 static void test_short_buffer_and_profile(void **state)
 {
     (void)state;
@@ -417,6 +457,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_random_deltas_equal_model),
+        cmocka_unit_test(test_retired_lookup_bounds),
         cmocka_unit_test(test_short_buffer_and_profile),
         cmocka_unit_test(test_late_delta_after_prune),
         cmocka_unit_test(test_gc_watermark_per_partition),

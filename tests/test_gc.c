@@ -625,6 +625,53 @@ static void test_retire_in_batch_keeps_max(void **state)
     remove_dir(dir);
 }
 
+/* A rule's lookups are skipped for entries newer than every marker
+ * (retired_max_ms) and for keys outside the markers' range: an entry at a
+ * marker's time is still dead, one a millisecond newer lives; a partner's
+ * marker covers its entries beside segment markers; a rule made before a
+ * marker is added does not see it, the next one does. */
+static void test_retired_lookup_bounds(void **state)
+{
+    (void)state;
+    segd_policy_t *p = NULL;
+    assert_int_equal(segd_policy_new(&p, 7LL * 86400 * 1000), SEGD_OK);
+    segd_policy_set_now(p, T0);
+    const int64_t t_seg = T0 - 2 * HOUR_MS, t_partner = T0 - HOUR_MS;
+    assert_int_equal(segd_policy_retire(p, 5, t_seg), SEGD_OK);
+    assert_int_equal(segd_policy_retire(p, 9, t_seg - HOUR_MS), SEGD_OK);
+    segd_prune_t before_partner;
+    segd_policy_rule(p, &before_partner, 1);
+    assert_int_equal(segd_policy_retire(p, segd_retire_key_of_partner(3), t_partner), SEGD_OK);
+    segd_prune_t rule;
+    segd_policy_rule(p, &rule, 1);
+    assert_int_equal(rule.retired_max_ms, t_partner);
+    const int64_t exp_s = T0 / 1000 + 86400;
+    const struct {
+        int64_t seg, ts;
+        int32_t partner;
+        int live;
+    } cases[] = {
+        {5, t_seg, 0, 0},          /* at the segment's marker */
+        {5, t_seg + 1, 0, 1},      /* after it */
+        {9, t_seg - HOUR_MS, 0, 0}, /* the highest key */
+        {4, t_seg - HOUR_MS, 0, 1}, /* below every segment key */
+        {10, t_seg - HOUR_MS, 0, 1},/* above every segment key */
+        {7, t_partner, 3, 0},      /* at the partner's marker: the newest marker */
+        {7, t_partner + 1, 3, 1},  /* newer than every marker */
+        {7, t_partner, 4, 1},      /* another partner */
+        {5, t_seg + 1, 3, 0},      /* past its segment's marker, under its partner's */
+    };
+    for (size_t i = 0; i < sizeof(cases) / sizeof(cases[0]); i++) {
+        segd_entry_t e = {.segment_id = cases[i].seg, .ts_ms = cases[i].ts,
+                          .expiry_s = exp_s, .partner_id = cases[i].partner};
+        if (segd_entry_live(&e, 0, &rule) != cases[i].live)
+            fail_msg("case %zu: live %d, want %d", i, !cases[i].live, cases[i].live);
+    }
+    segd_entry_t e = {.segment_id = 7, .ts_ms = t_partner, .expiry_s = exp_s, .partner_id = 3};
+    assert_true(segd_entry_live(&e, 0, &before_partner)); /* made before the marker */
+    segd_policy_destroy(p);
+}
+
 /* The reserved control id is valid only as segd produces it (op REMOVE): an
  * ordinary producer's upsert or erase under it would retire segments
  * store-wide, so validation refuses it (it goes to the dead-letter topic). */
@@ -736,6 +783,7 @@ int main(void)
         cmocka_unit_test(test_operand_merged_within_period),
         cmocka_unit_test(test_store_snapshot_caches_agree),
         cmocka_unit_test(test_retire_in_batch_keeps_max),
+        cmocka_unit_test(test_retired_lookup_bounds),
         cmocka_unit_test(test_control_id_only_remove),
         cmocka_unit_test(test_control_event_below_floor_taken),
     };
