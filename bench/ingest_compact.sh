@@ -14,8 +14,9 @@
 # The topics get the partition count of --partitions and replication 1
 # (a one-node cluster); --brokers is added from the cluster's bootstrap.
 # INGEST_FRESH_BROKER=1 restarts the cluster (fresh storage, same node count)
-# before each run instead: on one long-lived broker, runs slowed down one
-# after the other (session 12: end to end 2.45, 2.20, 2.05, 1.94 M segments/s).
+# before each run, so that no run inherits the broker's state from the one
+# before (session 12: runs slowed down one after the other on one broker,
+# and with a fresh broker as well, so that was the machine).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 kafka="$here/scripts/kafka.sh"
