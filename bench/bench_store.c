@@ -30,10 +30,17 @@
 #define TARGET_BYTES_PER_LIVE 2.0
 #define TARGET_SEGMENTS_PER_S 2e6
 #define TARGET_P99_US 50.0
+#define SEED_SEGMENT_IDS 82000 /* the seed's segment ids lie in [0, this) */
+#define DAY_MS (86400 * 1000LL)
+#define RETIRE_PASSES 3 /* timed read passes per marker phase; the median is reported */
+#define RETIRE_PHASES 4
 
 typedef struct store_args {
     int64_t users, baseline_users, reads, batch, seed, cache_mb;
     int64_t horizon_s; /* 0 = the store's default (store.horizon.s) */
+    /* --retire N,M: after the main reads, the marker phases of retire_phases
+     * with N segment and M partner markers; both 0 = no marker phases. */
+    int64_t retire_segments, retire_partners;
     int keep, made_dir;
     char dir[256];
     char cmdline[1024]; /* as typed, for the report */
@@ -255,7 +262,113 @@ static int segd_reads(segd_store_t *s, const store_args_t *a, model_result_t *r)
     return rc;
 }
 
-static int segd_model(const store_args_t *a, int64_t now_ms, model_result_t *r)
+/* ---------- the read cost of retirement markers (--retire N,M) ---------- */
+
+/* One phase of the same store: reads, a full scan and a full compaction
+ * with the markers the phase added. */
+typedef struct retire_phase {
+    const char *name;
+    model_result_t pass[RETIRE_PASSES]; /* sorted by reads/s after the phase */
+    double scan_s, compact_s;
+    uint64_t scan_live;
+} retire_phase_t;
+
+typedef struct scan_ctx {
+    segd_prune_t rule;
+    segd_entry_t *sel;
+    size_t sel_cap;
+    uint64_t live;
+    int failed;
+} scan_ctx_t;
+
+/* What an export does with each record: keep its live entries. */
+static int scan_select(void *ctx, const char *user, size_t user_len, const segd_profile_t *p)
+{
+    scan_ctx_t *c = ctx;
+    (void)user, (void)user_len;
+    if (reserve_entries(&c->sel, &c->sel_cap, p->n)) {
+        c->failed = 1;
+        return 1;
+    }
+    c->live += segd_query_select(p, &c->rule, NULL, c->sel);
+    return 0;
+}
+
+static int cmp_reads(const void *x, const void *y)
+{
+    double a = ((const model_result_t *)x)->reads_per_s, b = ((const model_result_t *)y)->reads_per_s;
+    return (a > b) - (a < b);
+}
+
+static int retire_measure(segd_store_t *s, const store_args_t *a, retire_phase_t *ph)
+{
+    char err[512] = "";
+    scan_ctx_t sc = {0};
+    for (int i = 0; i < RETIRE_PASSES; i++)
+        if (segd_reads(s, a, &ph->pass[i]))
+            return -1;
+    qsort(ph->pass, RETIRE_PASSES, sizeof(ph->pass[0]), cmp_reads);
+    segd_policy_rule(segd_store_policy(s), &sc.rule, 1);
+    double t0 = segd_mono_s();
+    segd_err_t e = segd_store_scan(s, scan_select, &sc, err, sizeof(err));
+    ph->scan_s = segd_mono_s() - t0;
+    ph->scan_live = sc.live;
+    free(sc.sel);
+    if (e || sc.failed)
+        return fail("scan", e ? err : "out of memory");
+    t0 = segd_mono_s();
+    if (segd_store_compact(s, err, sizeof(err)))
+        return fail("compact", err);
+    ph->compact_s = segd_mono_s() - t0;
+    return 0;
+}
+
+/* Sets the phase's markers (each a synced write, as `segd segments retire`).
+ * Segment markers are spread over the seed's ids, so every lookup of one of
+ * them finds it; the seed's entries all have partner 0, the first partner
+ * marker. before_ms = 1 retires nothing; the last phase raises the segment
+ * markers to now - 15 d and partner 0's to now - 25 d (the seed's events
+ * span 30 days), retiring some entries but not most. */
+static int retire_set(segd_store_t *s, const store_args_t *a, int phase, int64_t now_ms)
+{
+    char err[512] = "";
+    int64_t nseg = phase >= 1 ? a->retire_segments : 0, npart = phase >= 2 ? a->retire_partners : 0;
+    int64_t seg_before = phase == 3 ? now_ms - 15 * DAY_MS : 1;
+    for (int64_t i = 0; i < nseg; i++)
+        if (segd_store_retire(s, i * SEED_SEGMENT_IDS / nseg, seg_before, NULL, err, sizeof(err)))
+            return fail("retire", err);
+    for (int64_t j = 0; j < npart; j++) {
+        int64_t before = phase == 3 && j == 0 ? now_ms - 25 * DAY_MS : 1;
+        if (segd_store_retire(s, segd_retire_key_of_partner((int32_t)j), before, NULL, err,
+                              sizeof(err)))
+            return fail("retire", err);
+    }
+    return 0;
+}
+
+static int retire_phases(segd_store_t *s, const store_args_t *a, int64_t now_ms,
+                         retire_phase_t *ph)
+{
+    static const char *names[RETIRE_PHASES] = {
+        "no markers", "N segment markers, retiring nothing",
+        "N segment + M partner markers, retiring nothing",
+        "N segment + M partner markers, retiring some"};
+    for (int p = 0; p < RETIRE_PHASES; p++) {
+        ph[p].name = names[p];
+        fprintf(stderr, "bench store: marker phase %d: %s\n", p, names[p]);
+        if (retire_set(s, a, p, now_ms) || retire_measure(s, a, &ph[p]))
+            return -1;
+    }
+    return 0;
+}
+
+static int retire_on(const store_args_t *a)
+{
+    return a->retire_segments || a->retire_partners;
+}
+
+static int segd_model(const store_args_t *a, int64_t now_ms, model_result_t *r,
+                      retire_phase_t *ph)
 {
     char path[300], err[512] = "";
     segd_store_opts_t o;
@@ -276,6 +389,8 @@ static int segd_model(const store_args_t *a, int64_t now_ms, model_result_t *r)
         rc = segd_size(s, r);
     if (!rc)
         rc = segd_reads(s, a, r);
+    if (!rc && retire_on(a))
+        rc = retire_phases(s, a, now_ms, ph);
     segd_store_close(s);
     return rc ? rc : dir_size(path, r);
 }
@@ -578,6 +693,30 @@ static void print_table(const model_result_t *s, const model_result_t *b)
     row("live segments per read", s->live_per_read, b->live_per_read, "%.1f");
 }
 
+static void retire_report(const store_args_t *a, const retire_phase_t *ph)
+{
+    const model_result_t *base = &ph[0].pass[RETIRE_PASSES / 2];
+    printf("\n### Retirement markers on the same segd store (N = %" PRId64 " segment, M = %" PRId64
+           " partner markers)\n\n"
+           "Phases in this order, each adding to the last: reads (%d timed passes of %" PRId64
+           " warm reads, the median pass shown, min-max reads/s beside), a full scan keeping "
+           "live entries (the export's read path), a full compaction. \"Retiring some\" "
+           "raises the segment markers to now - 15 d and partner 0's (every seed entry's "
+           "partner) to now - 25 d.\n\n",
+           a->retire_segments, a->retire_partners, RETIRE_PASSES, a->reads);
+    printf("| phase | warm reads/s (min-max) | ratio to none | p50 us | p99 us | live per read "
+           "| scan s | scan ratio | compaction s | compaction ratio |\n"
+           "|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int p = 0; p < RETIRE_PHASES; p++) {
+        const model_result_t *m = &ph[p].pass[RETIRE_PASSES / 2];
+        printf("| %s | %.0f (%.0f-%.0f) | %.3f | %.1f | %.1f | %.1f | %.2f | %.3f | %.1f | %.3f |\n",
+               ph[p].name, m->reads_per_s, ph[p].pass[0].reads_per_s,
+               ph[p].pass[RETIRE_PASSES - 1].reads_per_s, m->reads_per_s / base->reads_per_s,
+               m->p50_us, m->p99_us, m->live_per_read, ph[p].scan_s,
+               ph[p].scan_s / ph[0].scan_s, ph[p].compact_s, ph[p].compact_s / ph[0].compact_s);
+    }
+}
+
 /* One target line: met or missed, and by how much (absolute and relative). */
 static void target(const char *what, double v, double goal, int at_least, const char *fmt)
 {
@@ -592,7 +731,8 @@ static void target(const char *what, double v, double goal, int at_least, const 
            met ? " to spare" : "");
 }
 
-static void report(const store_args_t *a, const model_result_t *s, const model_result_t *b)
+static void report(const store_args_t *a, const model_result_t *s, const model_result_t *b,
+                   const retire_phase_t *ph)
 {
     printf("## `%s`\n\n", a->cmdline);
     printf("seed workload (seed %" PRId64 "): segd U = %" PRId64 ", baseline U = %" PRId64
@@ -615,6 +755,8 @@ static void report(const store_args_t *a, const model_result_t *s, const model_r
     target("merged segments/s incl. full compaction, one writer", rate_with_compaction(s),
            TARGET_SEGMENTS_PER_S, 1, "%.0f");
     target("warm read p99, us", s->p99_us, TARGET_P99_US, 0, "%.1f");
+    if (retire_on(a))
+        retire_report(a, ph);
 }
 
 /* ---------- flags and the work directory ---------- */
@@ -623,9 +765,13 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: segd bench store [--users N] [--baseline-users N] [--reads N] [--batch N]\n"
                "                        [--seed S] [--cache-mb MB] [--dir DIR] [--keep]\n"
-               "                        [--horizon-s S]\n"
+               "                        [--horizon-s S] [--retire N,M]\n"
                "  --horizon-s S: segd's store.horizon.s (default 604800); the full compaction\n"
-               "    keeps dead entries at or above W = now - S - store.gc.grace.s\n");
+               "    keeps dead entries at or above W = now - S - store.gc.grace.s\n"
+               "  --retire N,M: then, on the same segd store, reads (3 passes), a full scan and\n"
+               "    a full compaction with no markers, N segment markers, N segment + M partner\n"
+               "    markers (all retiring nothing), and those raised to retire some entries;\n"
+               "    ratios to no markers (the read cost of retirement markers)\n");
 }
 
 static void record_cmdline(int argc, char **argv, store_args_t *a)
@@ -633,6 +779,23 @@ static void record_cmdline(int argc, char **argv, store_args_t *a)
     size_t off = (size_t)snprintf(a->cmdline, sizeof(a->cmdline), "segd bench");
     for (int i = 0; i < argc && off < sizeof(a->cmdline); i++)
         off += (size_t)snprintf(a->cmdline + off, sizeof(a->cmdline) - off, " %s", argv[i]);
+}
+
+/* --retire N,M: N segment markers (at most the seed's ids), M partner markers. */
+static int parse_retire(const char *s, store_args_t *a)
+{
+    char n[32];
+    const char *comma = strchr(s, ',');
+    if (!comma || (size_t)(comma - s) >= sizeof(n))
+        return fail("--retire", "expected N,M");
+    memcpy(n, s, (size_t)(comma - s));
+    n[comma - s] = 0;
+    if (segd_arg_int("bench", "--retire", n, 0, SEED_SEGMENT_IDS, &a->retire_segments) ||
+        segd_arg_int("bench", "--retire", comma + 1, 0, 1000000, &a->retire_partners))
+        return -1;
+    if (!retire_on(a))
+        return fail("--retire", "N or M must be > 0");
+    return 0;
 }
 
 static int parse_one(int c, store_args_t *a)
@@ -645,6 +808,7 @@ static int parse_one(int c, store_args_t *a)
     case 's': return segd_arg_int("bench", "--seed", optarg, 0, INT64_MAX, &a->seed);
     case 'c': return segd_arg_int("bench", "--cache-mb", optarg, 8, 1 << 20, &a->cache_mb);
     case 'H': return segd_arg_int("bench", "--horizon-s", optarg, 1, 90 * 86400, &a->horizon_s);
+    case 'R': return parse_retire(optarg, a);
     case 'k': a->keep = 1; return 0;
     case 'd':
         if (strlen(optarg) >= sizeof(a->dir) - 16)
@@ -662,7 +826,7 @@ static int parse(int argc, char **argv, store_args_t *a)
         {"reads", required_argument, 0, 'r'},   {"batch", required_argument, 0, 'b'},
         {"seed", required_argument, 0, 's'},    {"dir", required_argument, 0, 'd'},
         {"keep", no_argument, 0, 'k'},          {"cache-mb", required_argument, 0, 'c'},
-        {"horizon-s", required_argument, 0, 'H'},
+        {"horizon-s", required_argument, 0, 'H'}, {"retire", required_argument, 0, 'R'},
         {"help", no_argument, 0, 'h'},          {0, 0, 0, 0}};
     int c;
     *a = (store_args_t){.users = 20000, .reads = 20000, .batch = 1000, .seed = 42,
@@ -729,6 +893,7 @@ int segd_bench_store(int argc, char **argv)
 {
     store_args_t a;
     model_result_t s = {0}, b = {0};
+    retire_phase_t ph[RETIRE_PHASES] = {0};
     int rc = SEGD_EXIT_FAIL;
     int pa = parse(argc, argv, &a);
     if (pa)
@@ -738,12 +903,12 @@ int segd_bench_store(int argc, char **argv)
     /* one fixed now for writes, merges, compaction and reads of both models */
     int64_t now_ms = (int64_t)time(NULL) * 1000;
     fprintf(stderr, "bench store: segd model, %" PRId64 " users, in %s\n", a.users, a.dir);
-    if (segd_model(&a, now_ms, &s))
+    if (segd_model(&a, now_ms, &s, ph))
         goto out_remove_dir;
     fprintf(stderr, "bench store: baseline model, %" PRId64 " users\n", a.baseline_users);
     if (baseline_model(&a, now_ms, &b))
         goto out_remove_dir;
-    report(&a, &s, &b);
+    report(&a, &s, &b, ph);
     rc = SEGD_EXIT_OK;
 out_remove_dir:
     if (!a.keep)

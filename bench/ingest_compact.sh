@@ -1,0 +1,72 @@
+#!/usr/bin/env bash
+# Runs of `segd bench ingest` with and without --compact-during, in the order
+# given, on one running Kafka cluster (scripts/kafka.sh start), each on
+# freshly made topics: the bench needs its seven topics to exist and be
+# empty. Each run's report goes to OUTDIR/NN-MODE.md, its stderr beside it;
+# its stores (in OUTDIR/NN-MODE.db) are removed after it.
+#
+#   bench/ingest_compact.sh SEGD OUTDIR MODE... -- BENCH_ARGS...
+#   MODE: with | without    (with = --compact-during)
+#
+# Example (session 12): KAFKA_CLUSTER_DIR=/tmp/kafka-bench bench/ingest_compact.sh \
+#   build/segd /tmp/ic with without with -- --users 40000 --partitions 32 \
+#   --prefill-users 60000 --producer-process --memory-mb 256
+# The topics get the partition count of --partitions and replication 1
+# (a one-node cluster); --brokers is added from the cluster's bootstrap.
+# INGEST_FRESH_BROKER=1 restarts the cluster (fresh storage, same node count)
+# before each run, so that no run inherits the broker's state from the one
+# before (session 12: runs slowed down one after the other on one broker,
+# and with a fresh broker as well, so that was the machine).
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+kafka="$here/scripts/kafka.sh"
+segd=$1 out=$2
+shift 2
+modes=()
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do modes+=("$1"); shift; done
+[ $# -gt 0 ] || { echo "usage: $0 SEGD OUTDIR MODE... -- BENCH_ARGS..." >&2; exit 2; }
+shift
+args=("$@")
+parts=32
+for ((i = 0; i < ${#args[@]}; i++)); do
+  [ "${args[$i]}" = --partitions ] && parts=${args[$((i + 1))]}
+done
+topics=(bench.events bench.events.dlq bench.events.changes bench.events.half
+        bench.events.half.dlq bench.events.quarter bench.events.quarter.dlq)
+mkdir -p "$out"
+
+# Deletion is asynchronous on Kafka: a topic is recreated once its name is free.
+fresh_topics() {
+  bash "$kafka" delete-topic "${topics[@]}" >/dev/null 2>&1 || true
+  local t deadline
+  for t in "${topics[@]}"; do
+    deadline=$((SECONDS + 120))
+    until bash "$kafka" topic "$t" "$parts" 1 >/dev/null 2>&1; do
+      [ $SECONDS -lt $deadline ] || { echo "cannot recreate topic $t" >&2; exit 1; }
+      sleep 2
+    done
+  done
+}
+
+n=0
+for m in "${modes[@]}"; do
+  n=$((n + 1))
+  case $m in
+    with) extra=(--compact-during) ;;
+    without) extra=() ;;
+    *) echo "mode must be with or without: $m" >&2; exit 2 ;;
+  esac
+  if [ "${INGEST_FRESH_BROKER:-0}" = 1 ]; then
+    nodes=$(cat "${KAFKA_CLUSTER_DIR:-/tmp/segd-kafka}/nodes")
+    bash "$kafka" stop >/dev/null 2>&1
+    bash "$kafka" start "$nodes" >/dev/null
+  fi
+  brokers=$(bash "$kafka" bootstrap)
+  fresh_topics
+  f=$(printf '%s/%02d-%s' "$out" "$n" "$m")
+  echo "run $n ($m) -> $f.md ($(date -u +%T))" >&2
+  mkdir "$f.db"
+  "$segd" bench ingest "${args[@]}" "${extra[@]}" --brokers "$brokers" --dir "$f.db" \
+    >"$f.md" 2>"$f.err"
+  rm -rf "$f.db"  # the bench leaves its stores behind
+done
