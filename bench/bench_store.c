@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "bench/bench.h"
+#include "bench/bench_store_int.h"
 #include "workload/seed.h"
 #include "app/app.h"
 #include "base/args.h"
@@ -30,31 +31,8 @@
 #define TARGET_BYTES_PER_LIVE 2.0
 #define TARGET_SEGMENTS_PER_S 2e6
 #define TARGET_P99_US 50.0
-#define SEED_SEGMENT_IDS 82000 /* the seed's segment ids lie in [0, this) */
-#define DAY_MS (86400 * 1000LL)
-#define RETIRE_PASSES 3 /* timed read passes per marker phase; the median is reported */
-#define RETIRE_PHASES 4
 
-typedef struct store_args {
-    int64_t users, baseline_users, reads, batch, seed, cache_mb;
-    int64_t horizon_s; /* 0 = the store's default (store.horizon.s) */
-    /* --retire N,M: after the main reads, the marker phases of retire_phases
-     * with N segment and M partner markers; both 0 = no marker phases. */
-    int64_t retire_segments, retire_partners;
-    int keep, made_dir;
-    char dir[256];
-    char cmdline[1024]; /* as typed, for the report */
-} store_args_t;
-
-typedef struct model_result {
-    uint64_t segments_written;
-    double write_s, compact_s;
-    uint64_t live, stored, disk_bytes; /* after full compaction */
-    uint64_t dir_bytes, wal_bytes;     /* everything left on disk after close */
-    double reads_per_s, p50_us, p99_us, p999_us, live_per_read;
-} model_result_t;
-
-static int fail(const char *what, const char *why)
+int bench_store_fail(const char *what, const char *why)
 {
     fprintf(stderr, "segd bench store: %s: %s\n", what, why);
     return -1;
@@ -69,19 +47,19 @@ static segd_seed_t *seed_gen(const store_args_t *a, int64_t users, int64_t now_m
     so.seed = (uint64_t)a->seed;
     so.now_ms = now_ms;
     if (segd_seed_new(&g, &so) != SEGD_OK)
-        fail("seed generator", "out of memory");
+        bench_store_fail("seed generator", "out of memory");
     return g;
 }
 
 /* Grows a scratch entry array to hold at least n entries. */
-static int reserve_entries(segd_entry_t **e, size_t *cap, size_t n)
+int bench_store_reserve_entries(segd_entry_t **e, size_t *cap, size_t n)
 {
     if (n <= *cap)
         return 0;
     size_t c = n < 4096 ? 4096 : n;
     segd_entry_t *p = realloc(*e, c * sizeof(*p));
     if (!p)
-        return fail("read buffer", "out of memory");
+        return bench_store_fail("read buffer", "out of memory");
     *e = p;
     *cap = c;
     return 0;
@@ -94,7 +72,7 @@ static int dir_size(const char *path, model_result_t *r)
     DIR *d = opendir(path);
     struct dirent *e;
     if (!d)
-        return fail("opendir", path);
+        return bench_store_fail("opendir", path);
     while ((e = readdir(d)) != NULL) {
         struct stat st;
         size_t len = strlen(e->d_name);
@@ -147,7 +125,7 @@ static int timed_reads(const store_args_t *a, int64_t users, read_fn_t fn, void 
     uint64_t warm_live = 0, live = 0;
     double *lat = malloc((size_t)n * sizeof(*lat));
     if (!lat)
-        return fail("latency buffer", "out of memory");
+        return bench_store_fail("latency buffer", "out of memory");
     int rc = read_pass(a, users, fn, ctx, NULL, &warm_live);
     double t0 = segd_mono_s();
     if (!rc)
@@ -180,8 +158,8 @@ static int segd_read(void *ctx, const char *uid, size_t *live)
     segd_reader_t *rd = ctx;
     char err[256];
     if (segd_store_get(rd->s, uid, strlen(uid), &rd->p, err, sizeof(err)))
-        return fail("get", err);
-    if (reserve_entries(&rd->sel, &rd->sel_cap, rd->p.n))
+        return bench_store_fail("get", err);
+    if (bench_store_reserve_entries(&rd->sel, &rd->sel_cap, rd->p.n))
         return -1;
     *live = segd_query_select(&rd->p, &rd->rule, NULL, rd->sel);
     return 0;
@@ -201,24 +179,24 @@ static int segd_write(segd_store_t *s, const store_args_t *a, int64_t now_ms,
         return -1;
     segd_event_init(&ev);
     if (segd_applier_init(&ap, s) != SEGD_OK) {
-        fail("applier", "out of memory");
+        bench_store_fail("applier", "out of memory");
         goto out_free_applier;
     }
     double t0 = segd_mono_s();
     while (segd_seed_next(g, &ev)) {
         segd_err_t e = segd_applier_add(&ap, &ev);
         if (e) {
-            fail("encode event", segd_err_str(e));
+            bench_store_fail("encode event", segd_err_str(e));
             goto out_free_applier;
         }
         if (segd_batch_count(ap.batch) >= (size_t)a->batch &&
             segd_applier_flush(&ap, err, sizeof(err))) {
-            fail("write", err);
+            bench_store_fail("write", err);
             goto out_free_applier;
         }
     }
     if (segd_applier_flush(&ap, err, sizeof(err))) {
-        fail("write", err);
+        bench_store_fail("write", err);
         goto out_free_applier;
     }
     r->write_s = segd_mono_s() - t0;
@@ -239,19 +217,19 @@ static int segd_size(segd_store_t *s, model_result_t *r)
     segd_store_stats_t st;
     double t0 = segd_mono_s();
     if (segd_store_compact(s, err, sizeof(err)))
-        return fail("compact", err);
+        return bench_store_fail("compact", err);
     r->compact_s = segd_mono_s() - t0;
     if (segd_store_stats(s, &st, err, sizeof(err)))
-        return fail("stats", err);
+        return bench_store_fail("stats", err);
     if (st.corrupt)
-        return fail("stats", "corrupt records after compaction");
+        return bench_store_fail("stats", "corrupt records after compaction");
     r->live = st.live_segments;
     r->stored = st.stored_entries;
     r->disk_bytes = st.sst_bytes;
     return 0;
 }
 
-static int segd_reads(segd_store_t *s, const store_args_t *a, model_result_t *r)
+int bench_store_segd_reads(segd_store_t *s, const store_args_t *a, model_result_t *r)
 {
     segd_reader_t rd = {.s = s};
     segd_profile_init(&rd.p);
@@ -260,111 +238,6 @@ static int segd_reads(segd_store_t *s, const store_args_t *a, model_result_t *r)
     free(rd.sel);
     segd_profile_free(&rd.p);
     return rc;
-}
-
-/* ---------- the read cost of retirement markers (--retire N,M) ---------- */
-
-/* One phase of the same store: reads, a full scan and a full compaction
- * with the markers the phase added. */
-typedef struct retire_phase {
-    const char *name;
-    model_result_t pass[RETIRE_PASSES]; /* sorted by reads/s after the phase */
-    double scan_s, compact_s;
-    uint64_t scan_live;
-} retire_phase_t;
-
-typedef struct scan_ctx {
-    segd_prune_t rule;
-    segd_entry_t *sel;
-    size_t sel_cap;
-    uint64_t live;
-    int failed;
-} scan_ctx_t;
-
-/* What an export does with each record: keep its live entries. */
-static int scan_select(void *ctx, const char *user, size_t user_len, const segd_profile_t *p)
-{
-    scan_ctx_t *c = ctx;
-    (void)user, (void)user_len;
-    if (reserve_entries(&c->sel, &c->sel_cap, p->n)) {
-        c->failed = 1;
-        return 1;
-    }
-    c->live += segd_query_select(p, &c->rule, NULL, c->sel);
-    return 0;
-}
-
-static int cmp_reads(const void *x, const void *y)
-{
-    double a = ((const model_result_t *)x)->reads_per_s, b = ((const model_result_t *)y)->reads_per_s;
-    return (a > b) - (a < b);
-}
-
-static int retire_measure(segd_store_t *s, const store_args_t *a, retire_phase_t *ph)
-{
-    char err[512] = "";
-    scan_ctx_t sc = {0};
-    for (int i = 0; i < RETIRE_PASSES; i++)
-        if (segd_reads(s, a, &ph->pass[i]))
-            return -1;
-    qsort(ph->pass, RETIRE_PASSES, sizeof(ph->pass[0]), cmp_reads);
-    segd_policy_rule(segd_store_policy(s), &sc.rule, 1);
-    double t0 = segd_mono_s();
-    segd_err_t e = segd_store_scan(s, scan_select, &sc, err, sizeof(err));
-    ph->scan_s = segd_mono_s() - t0;
-    ph->scan_live = sc.live;
-    free(sc.sel);
-    if (e || sc.failed)
-        return fail("scan", e ? err : "out of memory");
-    t0 = segd_mono_s();
-    if (segd_store_compact(s, err, sizeof(err)))
-        return fail("compact", err);
-    ph->compact_s = segd_mono_s() - t0;
-    return 0;
-}
-
-/* Sets the phase's markers (each a synced write, as `segd segments retire`).
- * Segment markers are spread over the seed's ids, so every lookup of one of
- * them finds it; the seed's entries all have partner 0, the first partner
- * marker. before_ms = 1 retires nothing; the last phase raises the segment
- * markers to now - 15 d and partner 0's to now - 25 d (the seed's events
- * span 30 days), retiring some entries but not most. */
-static int retire_set(segd_store_t *s, const store_args_t *a, int phase, int64_t now_ms)
-{
-    char err[512] = "";
-    int64_t nseg = phase >= 1 ? a->retire_segments : 0, npart = phase >= 2 ? a->retire_partners : 0;
-    int64_t seg_before = phase == 3 ? now_ms - 15 * DAY_MS : 1;
-    for (int64_t i = 0; i < nseg; i++)
-        if (segd_store_retire(s, i * SEED_SEGMENT_IDS / nseg, seg_before, NULL, err, sizeof(err)))
-            return fail("retire", err);
-    for (int64_t j = 0; j < npart; j++) {
-        int64_t before = phase == 3 && j == 0 ? now_ms - 25 * DAY_MS : 1;
-        if (segd_store_retire(s, segd_retire_key_of_partner((int32_t)j), before, NULL, err,
-                              sizeof(err)))
-            return fail("retire", err);
-    }
-    return 0;
-}
-
-static int retire_phases(segd_store_t *s, const store_args_t *a, int64_t now_ms,
-                         retire_phase_t *ph)
-{
-    static const char *names[RETIRE_PHASES] = {
-        "no markers", "N segment markers, retiring nothing",
-        "N segment + M partner markers, retiring nothing",
-        "N segment + M partner markers, retiring some"};
-    for (int p = 0; p < RETIRE_PHASES; p++) {
-        ph[p].name = names[p];
-        fprintf(stderr, "bench store: marker phase %d: %s\n", p, names[p]);
-        if (retire_set(s, a, p, now_ms) || retire_measure(s, a, &ph[p]))
-            return -1;
-    }
-    return 0;
-}
-
-static int retire_on(const store_args_t *a)
-{
-    return a->retire_segments || a->retire_partners;
 }
 
 static int segd_model(const store_args_t *a, int64_t now_ms, model_result_t *r,
@@ -383,14 +256,14 @@ static int segd_model(const store_args_t *a, int64_t now_ms, model_result_t *r,
     if (a->horizon_s)
         o.horizon_ms = a->horizon_s * 1000;
     if (segd_store_open(&s, &o, err, sizeof(err)))
-        return fail("open store", err);
+        return bench_store_fail("open store", err);
     int rc = segd_write(s, a, now_ms, r);
     if (!rc)
         rc = segd_size(s, r);
     if (!rc)
-        rc = segd_reads(s, a, r);
-    if (!rc && retire_on(a))
-        rc = retire_phases(s, a, now_ms, ph);
+        rc = bench_store_segd_reads(s, a, r);
+    if (!rc && bench_store_retire_on(a))
+        rc = bench_store_retire_phases(s, a, now_ms, ph);
     segd_store_close(s);
     return rc ? rc : dir_size(path, r);
 }
@@ -431,7 +304,7 @@ static int rdb_open(rdb_t *d, const char *path, int64_t cache_mb)
     d->w = rocksdb_writeoptions_create();
     d->db = rocksdb_open(d->o, path, &err);
     if (err) {
-        fail("open baseline", err);
+        bench_store_fail("open baseline", err);
         rocksdb_free(err);
     }
     return d->db ? 0 : -1;
@@ -478,7 +351,7 @@ static int rdb_write(rdb_t *d, rocksdb_writebatch_t *wb)
     rocksdb_writebatch_clear(wb);
     if (!err)
         return 0;
-    fail("baseline write", err);
+    bench_store_fail("baseline write", err);
     rocksdb_free(err);
     return -1;
 }
@@ -546,7 +419,7 @@ static int baseline_count(rdb_t *d, int64_t now_s, model_result_t *r)
     rocksdb_readoptions_destroy(ro);
     if (!err)
         return 0;
-    fail("baseline scan", err);
+    bench_store_fail("baseline scan", err);
     rocksdb_free(err);
     return -1;
 }
@@ -579,10 +452,10 @@ static int baseline_keep(baseline_reader_t *br, const char *k, const uint8_t *v,
 {
     segd_entry_t e;
     if (!baseline_decode(v, vl, &e))
-        return fail("baseline read", "value does not decode");
+        return bench_store_fail("baseline read", "value does not decode");
     if (e.expiry_s <= br->now_s)
         return 0;
-    if (reserve_entries(&br->sel, &br->sel_cap, *live + 1))
+    if (bench_store_reserve_entries(&br->sel, &br->sel_cap, *live + 1))
         return -1;
     e.segment_id = 0;
     for (int b = 0; b < 8; b++)
@@ -616,7 +489,7 @@ static int baseline_read(void *ctx, const char *uid, size_t *live)
     rocksdb_iter_get_error(it, &err);
     rocksdb_iter_destroy(it);
     if (err) {
-        rc = fail("baseline read", err);
+        rc = bench_store_fail("baseline read", err);
         rocksdb_free(err);
     }
     return rc;
@@ -693,30 +566,6 @@ static void print_table(const model_result_t *s, const model_result_t *b)
     row("live segments per read", s->live_per_read, b->live_per_read, "%.1f");
 }
 
-static void retire_report(const store_args_t *a, const retire_phase_t *ph)
-{
-    const model_result_t *base = &ph[0].pass[RETIRE_PASSES / 2];
-    printf("\n### Retirement markers on the same segd store (N = %" PRId64 " segment, M = %" PRId64
-           " partner markers)\n\n"
-           "Phases in this order, each adding to the last: reads (%d timed passes of %" PRId64
-           " warm reads, the median pass shown, min-max reads/s beside), a full scan keeping "
-           "live entries (the export's read path), a full compaction. \"Retiring some\" "
-           "raises the segment markers to now - 15 d and partner 0's (every seed entry's "
-           "partner) to now - 25 d.\n\n",
-           a->retire_segments, a->retire_partners, RETIRE_PASSES, a->reads);
-    printf("| phase | warm reads/s (min-max) | ratio to none | p50 us | p99 us | live per read "
-           "| scan s | scan ratio | compaction s | compaction ratio |\n"
-           "|---|---|---|---|---|---|---|---|---|---|\n");
-    for (int p = 0; p < RETIRE_PHASES; p++) {
-        const model_result_t *m = &ph[p].pass[RETIRE_PASSES / 2];
-        printf("| %s | %.0f (%.0f-%.0f) | %.3f | %.1f | %.1f | %.1f | %.2f | %.3f | %.1f | %.3f |\n",
-               ph[p].name, m->reads_per_s, ph[p].pass[0].reads_per_s,
-               ph[p].pass[RETIRE_PASSES - 1].reads_per_s, m->reads_per_s / base->reads_per_s,
-               m->p50_us, m->p99_us, m->live_per_read, ph[p].scan_s,
-               ph[p].scan_s / ph[0].scan_s, ph[p].compact_s, ph[p].compact_s / ph[0].compact_s);
-    }
-}
-
 /* One target line: met or missed, and by how much (absolute and relative). */
 static void target(const char *what, double v, double goal, int at_least, const char *fmt)
 {
@@ -755,8 +604,8 @@ static void report(const store_args_t *a, const model_result_t *s, const model_r
     target("merged segments/s incl. full compaction, one writer", rate_with_compaction(s),
            TARGET_SEGMENTS_PER_S, 1, "%.0f");
     target("warm read p99, us", s->p99_us, TARGET_P99_US, 0, "%.1f");
-    if (retire_on(a))
-        retire_report(a, ph);
+    if (bench_store_retire_on(a))
+        bench_store_retire_report(a, ph);
 }
 
 /* ---------- flags and the work directory ---------- */
@@ -787,14 +636,14 @@ static int parse_retire(const char *s, store_args_t *a)
     char n[32];
     const char *comma = strchr(s, ',');
     if (!comma || (size_t)(comma - s) >= sizeof(n))
-        return fail("--retire", "expected N,M");
+        return bench_store_fail("--retire", "expected N,M");
     memcpy(n, s, (size_t)(comma - s));
     n[comma - s] = 0;
     if (segd_arg_int("bench", "--retire", n, 0, SEED_SEGMENT_IDS, &a->retire_segments) ||
         segd_arg_int("bench", "--retire", comma + 1, 0, 1000000, &a->retire_partners))
         return -1;
-    if (!retire_on(a))
-        return fail("--retire", "N or M must be > 0");
+    if (!bench_store_retire_on(a))
+        return bench_store_fail("--retire", "N or M must be > 0");
     return 0;
 }
 
@@ -812,7 +661,7 @@ static int parse_one(int c, store_args_t *a)
     case 'k': a->keep = 1; return 0;
     case 'd':
         if (strlen(optarg) >= sizeof(a->dir) - 16)
-            return fail("--dir", "path too long");
+            return bench_store_fail("--dir", "path too long");
         snprintf(a->dir, sizeof(a->dir), "%s", optarg);
         return 0;
     default: return -1;
@@ -858,14 +707,14 @@ static int make_dir(store_args_t *a)
     if (!a->dir[0]) {
         snprintf(a->dir, sizeof(a->dir), "/tmp/segd-bench-store-XXXXXX");
         a->made_dir = 1;
-        return mkdtemp(a->dir) ? 0 : fail("mkdtemp", a->dir);
+        return mkdtemp(a->dir) ? 0 : bench_store_fail("mkdtemp", a->dir);
     }
     if (mkdir(a->dir, 0700) == 0)
         a->made_dir = 1;
     for (int i = 0; i < 2; i++) {
         snprintf(sub, sizeof(sub), "%s/%s", a->dir, i ? "baseline" : "segd");
         if (access(sub, F_OK) == 0)
-            return fail(sub, "already exists; give an empty --dir");
+            return bench_store_fail(sub, "already exists; give an empty --dir");
     }
     return 0;
 }
@@ -883,10 +732,10 @@ static void remove_dir(const store_args_t *a)
     for (int i = 0; i < 2; i++) {
         snprintf(sub, sizeof(sub), "%s/%s", a->dir, i ? "baseline" : "segd");
         if (access(sub, F_OK) == 0 && nftw(sub, remove_entry, 16, FTW_DEPTH | FTW_PHYS))
-            fail("could not remove", sub);
+            bench_store_fail("could not remove", sub);
     }
     if (a->made_dir && rmdir(a->dir))
-        fail("could not remove", a->dir);
+        bench_store_fail("could not remove", a->dir);
 }
 
 int segd_bench_store(int argc, char **argv)
