@@ -67,6 +67,7 @@ struct segd_edge {
     _Atomic(retired_t *) retired;
     pthread_mutex_t retire_mu; /* writers of the retirement set */
     _Atomic uint64_t puts, deltas, controls;
+    _Atomic uint64_t deltas_done; /* deltas whose join has finished */
     segd_members_t *members; /* the identity table (cache/members.h) */
 };
 
@@ -647,7 +648,17 @@ segd_err_t segd_edge_apply(segd_edge_t *e, const segd_change_t *c)
         return SEGD_OK;
     }
     atomic_fetch_add(&e->deltas, 1);
-    return join_into(e, c->user_id, c->user_id_len, &c->profile, 1);
+    segd_err_t err = join_into(e, c->user_id, c->user_id_len, &c->profile, 1);
+    atomic_fetch_add(&e->deltas_done, 1);
+    return err;
+}
+
+void segd_edge_delta_counts(segd_edge_t *e, uint64_t *begun, uint64_t *done)
+{
+    /* done first: read the other way, a delta finishing in between would
+     * show as done but not begun */
+    *done = atomic_load(&e->deltas_done);
+    *begun = atomic_load(&e->deltas);
 }
 
 /* ---------- reads ---------- */

@@ -164,6 +164,10 @@ void segd_edge_get_stats(segd_edge_t *e, segd_edge_stats_t *st);
  * members file). SEGD_ERR_INVALID for an empty id or master, or one longer
  * than 256 bytes. */
 segd_err_t segd_edge_apply_member(segd_edge_t *e, const segd_member_t *m);
+/* Deltas (segd_edge_apply) begun and finished so far: they differ while
+ * one is being joined. A loader tells by them whether a delta touched the
+ * table while it could drop profiles (cache/edge_load.c). */
+void segd_edge_delta_counts(segd_edge_t *e, uint64_t *begun, uint64_t *done);
 
 /* Calls cb for the members of id's component, the master first, then the
  * others bytewise; an id the table does not know yields itself alone.

@@ -2,7 +2,6 @@
  * segd_snapshot_read's unit reports (the fold keeps only their minimum). */
 #include "cache/edge_load.h"
 
-#include <stdatomic.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -34,18 +33,17 @@ static void on_unit(void *ctx, const segd_unit_report_t *r)
 /* The table the records go to, and what it held when the load began. */
 typedef struct load_ctx {
     segd_edge_t *e;
-    uint64_t users_before;   /* profiles held before the load */
-    uint64_t applied_before; /* changes and member events applied before it */
-    _Atomic uint64_t members; /* member events of this load's units (any thread) */
+    uint64_t users_before;  /* profiles held before the load */
+    uint64_t deltas_before; /* deltas begun before it */
+    int quiet_start;        /* no delta was being joined when it began */
 } load_ctx_t;
 
-static uint64_t applied(segd_edge_t *e, uint64_t *users)
+/* Whether no delta began since the load did and none is being joined. */
+static int no_delta_since(const load_ctx_t *l)
 {
-    segd_edge_stats_t st;
-    segd_edge_get_stats(e, &st);
-    if (users)
-        *users = st.users;
-    return st.deltas + st.control_events + st.member_events + st.member_stale;
+    uint64_t begun, done;
+    segd_edge_delta_counts(l->e, &begun, &done);
+    return begun == l->deltas_before && done == begun;
 }
 
 static int put_cb(void *ctx, int32_t partition, const char *user, size_t len,
@@ -57,25 +55,26 @@ static int put_cb(void *ctx, int32_t partition, const char *user, size_t len,
 
 /* The unit was replaced mid-read: what the table took from it goes, so that
  * it holds exactly the new unit (whose store may have dropped users). Only
- * a table that held nothing before the load and applied no change since
- * holds nothing else of that partition's users: otherwise dropping them
- * would lose changes that the change topic's follower has gone past, so the
- * load fails instead (SEGD_ERR_UNSORTED: load it anew). */
+ * a table that held nothing before the load and joined no delta since holds
+ * nothing else of that partition's users: otherwise dropping them would
+ * lose changes that the change topic's follower has gone past, so the load
+ * fails instead (SEGD_ERR_UNSORTED: load it anew). A delta that begins
+ * while the drop runs fails the load as well, since the drop may have taken
+ * it; a failed load's table is to be destroyed (edge_load.h). Member and
+ * retirement events touch no profile and do not count. */
 static int discard_cb(void *ctx, const segd_topology_t *t, int32_t partition)
 {
     load_ctx_t *l = ctx;
-    if (l->users_before || applied(l->e, NULL) != l->applied_before + atomic_load(&l->members))
+    if (l->users_before || !l->quiet_start || !no_delta_since(l))
         return -1;
     segd_edge_drop_partition(l->e, t->partitioner, t->partitions, partition);
-    return 0;
+    return no_delta_since(l) ? 0 : -1;
 }
 
 static int member_cb(void *ctx, int32_t partition, const segd_member_t *m)
 {
-    load_ctx_t *l = ctx;
     (void)partition;
-    atomic_fetch_add(&l->members, 1);
-    return segd_edge_apply_member(l->e, m) != SEGD_OK;
+    return segd_edge_apply_member(ctx, m) != SEGD_OK;
 }
 
 /* After the records: a W raised earlier would only make the load's joins
@@ -105,14 +104,19 @@ segd_err_t segd_edge_load_snapshot(segd_edge_t *e, const char *src_url,
 {
     unit_marks_t u = {.caller = o};
     load_ctx_t lc = {.e = e};
-    lc.applied_before = applied(e, &lc.users_before);
+    segd_edge_stats_t st;
+    uint64_t done;
+    segd_edge_delta_counts(e, &lc.deltas_before, &done);
+    segd_edge_get_stats(e, &st);
+    lc.users_before = st.users;
+    lc.quiet_start = done == lc.deltas_before;
     segd_snapshot_read_opts_t ro = {0};
     if (o)
         ro = *o;
     ro.on_unit = on_unit;
     ro.unit_ctx = &u;
     ro.on_member = member_cb; /* a unit's identity registers (DESIGN §10.5) */
-    ro.member_ctx = &lc;
+    ro.member_ctx = e;
     ro.on_discard = discard_cb; /* a unit replaced while it was read */
     segd_err_t err = segd_snapshot_read(src_url, &ro, m, put_cb, &lc, errstr, errstr_size);
     if (err)

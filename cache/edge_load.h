@@ -23,7 +23,7 @@
  * stay: drop the table). A unit that a newer export replaces while it is
  * read is loaded again after e dropped every user of its partition
  * (segd_edge_drop_partition), so e then holds exactly the new unit's users
- * there; only when e was empty before the load and applied no change since,
+ * there; only when e was empty before the load and joined no delta since,
  * else the load fails with SEGD_ERR_UNSORTED (dropping would lose changes
  * the caller's follower has gone past). */
 segd_err_t segd_edge_load_snapshot(segd_edge_t *e, const char *src_url,

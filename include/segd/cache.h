@@ -104,7 +104,7 @@ SEGD_CACHE_API void segd_cache_set_now(segd_cache_t *c, int64_t now_ms);
  * receives the number of records loaded. A unit replaced by a newer export
  * while it is read is loaded again from the new one after the table dropped
  * every user of that unit's partition, when the table was empty before the
- * load and no change was applied since; otherwise the load fails (load it
+ * load and no delta was applied since; otherwise the load fails (load it
  * anew into a new table). On failure destroy the table: it may hold part
  * of the snapshot. Beside lookups, not beside another load. */
 SEGD_CACHE_API int segd_cache_load_snapshot(segd_cache_t *c, const char *dir,
