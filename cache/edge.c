@@ -9,6 +9,7 @@
 #include "cache/edge.h"
 #include "base/clock.h"
 #include "cache/members.h"
+#include "core/markers.h"
 
 #include <pthread.h>
 #include <stdatomic.h>
@@ -45,8 +46,8 @@ typedef struct shard {
 typedef struct retired {
     uint64_t version;         /* segd_edge_stamp_t.retirements */
     size_t n;
-    int64_t max_before;       /* the largest retired_before_ms of pairs */
-    segd_retirement_t *pairs; /* sorted by segment id */
+    int64_t max_before;       /* the largest before_ms of pairs */
+    segd_marker_t *pairs;     /* sorted by key */
     struct retired *older;    /* kept alive until destroy */
 } retired_t;
 
@@ -188,20 +189,8 @@ void segd_edge_destroy(segd_edge_t *e)
 static int64_t retired_before(void *ctx, int64_t segment_id)
 {
     const retired_t *r = ctx;
-    /* keys outside the markers' range (partner keys when there are only
-     * segment markers) need no search: each entry of a read asks twice */
-    if (!r->n || segment_id < r->pairs[0].segment_id || segment_id > r->pairs[r->n - 1].segment_id)
-        return INT64_MIN;
-    size_t lo = 0, hi = r->n;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (r->pairs[mid].segment_id < segment_id)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < r->n && r->pairs[lo].segment_id == segment_id ? r->pairs[lo].retired_before_ms
-                                                             : INT64_MIN;
+    const segd_marker_t *m = segd_markers_find(r->pairs, r->n, segment_id);
+    return m ? m->before_ms : INT64_MIN;
 }
 
 /* A segment's retirement or its partner's (DESIGN 3.2) covers the tuple. */
@@ -219,26 +208,14 @@ segd_err_t segd_edge_retire(segd_edge_t *e, int64_t segment_id, int64_t before_m
     retired_t *cur = atomic_load(&e->retired);
     size_t n = cur ? cur->n : 0;
     retired_t *next = calloc(1, sizeof(*next));
-    segd_retirement_t *pairs = calloc(n + 1, sizeof(*pairs));
+    segd_marker_t *pairs = calloc(n + 1, sizeof(*pairs));
     if (!next || !pairs) {
         free(next);
         free(pairs);
         pthread_mutex_unlock(&e->retire_mu);
         return SEGD_ERR_NOMEM;
     }
-    size_t w = 0, i = 0;
-    for (; i < n && cur->pairs[i].segment_id < segment_id; i++)
-        pairs[w++] = cur->pairs[i];
-    if (i < n && cur->pairs[i].segment_id == segment_id) {
-        pairs[w] = cur->pairs[i++];
-        if (before_ms > pairs[w].retired_before_ms)
-            pairs[w].retired_before_ms = before_ms;
-        w++;
-    } else {
-        pairs[w++] = (segd_retirement_t){segment_id, before_ms};
-    }
-    for (; i < n; i++)
-        pairs[w++] = cur->pairs[i];
+    size_t w = segd_markers_put(pairs, cur ? cur->pairs : NULL, n, segment_id, before_ms);
     next->version = next_version();
     next->max_before = cur && cur->max_before > before_ms ? cur->max_before : before_ms;
     next->n = w;

@@ -1,6 +1,8 @@
 /* Clock, horizon, GC watermark and retirement markers shared by merge and compaction. */
 #include "core/policy.h"
 
+#include "core/markers.h"
+
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdatomic.h>
@@ -8,16 +10,11 @@
 #include <stdlib.h>
 #include <time.h>
 
-typedef struct retired_pair {
-    int64_t segment_id;
-    int64_t before_ms;
-} retired_pair_t;
-
 typedef struct retired_set {
     struct retired_set *older; /* kept until destroy: readers may hold it */
     size_t n;
     int64_t max_before; /* the largest before_ms of pairs */
-    retired_pair_t pairs[]; /* sorted by segment_id */
+    segd_marker_t pairs[]; /* sorted by key */
 } retired_set_t;
 
 struct segd_policy {
@@ -77,23 +74,12 @@ int64_t segd_policy_now_ms(const segd_policy_t *p)
 
 int64_t segd_policy_horizon_ms(const segd_policy_t *p) { return p->horizon_ms; }
 
-/* A key's marker in one set. Keys outside the set's range (partner keys
- * when it holds only segment markers, and the reverse) are answered without
- * the search: every entry of a read asks twice. */
+/* A key's marker in one set, 0 when none. */
 static int64_t set_retired_before(void *set, int64_t key)
 {
     const retired_set_t *s = set;
-    if (!s->n || key < s->pairs[0].segment_id || key > s->pairs[s->n - 1].segment_id)
-        return 0;
-    size_t lo = 0, hi = s->n;
-    while (lo < hi) {
-        size_t mid = (lo + hi) / 2;
-        if (s->pairs[mid].segment_id < key)
-            lo = mid + 1;
-        else
-            hi = mid;
-    }
-    return lo < s->n && s->pairs[lo].segment_id == key ? s->pairs[lo].before_ms : 0;
+    const segd_marker_t *m = segd_markers_find(s->pairs, s->n, key);
+    return m ? m->before_ms : 0;
 }
 
 void segd_policy_rule(segd_policy_t *p, segd_prune_t *rule, int complete)
@@ -207,14 +193,9 @@ segd_err_t segd_policy_retire(segd_policy_t *p, int64_t segment_id, int64_t befo
         pthread_mutex_unlock(&p->retire_lock);
         return SEGD_ERR_NOMEM;
     }
-    size_t w = 0, r = 0;
-    for (; r < n && old->pairs[r].segment_id < segment_id; r++)
-        s->pairs[w++] = old->pairs[r];
-    int64_t prev = r < n && old->pairs[r].segment_id == segment_id ? old->pairs[r++].before_ms : 0;
-    s->pairs[w++] = (retired_pair_t){segment_id, before_ms > prev ? before_ms : prev};
-    for (; r < n; r++)
-        s->pairs[w++] = old->pairs[r];
-    s->n = w;
+    /* a key's marker is never below 0, the lookup's "none" */
+    s->n = segd_markers_put(s->pairs, old ? old->pairs : NULL, n, segment_id,
+                            before_ms > 0 ? before_ms : 0);
     s->max_before = old && old->max_before > before_ms ? old->max_before : before_ms;
     s->older = old;
     atomic_store(&p->retired, s);
