@@ -22,6 +22,7 @@ struct segd_tail {
     segd_tail_opts_t o;
     segd_edge_t *edge;
     rd_kafka_t *rk;
+    segd_klog_t *klog; /* its log route, cut when its destroy is left running */
     int32_t partitions;
     int64_t *position; /* next offset per partition, from the messages seen */
     int64_t *end;      /* high watermarks at start: ready once reached */
@@ -62,7 +63,11 @@ static segd_err_t make_consumer(segd_tail_t *t, char *errstr, size_t n)
         rd_kafka_conf_destroy(conf);
         return err;
     }
-    segd_kconf_set_logger(conf, t->o.log);
+    if (!(t->klog = segd_klog_new(t->o.log, t))) {
+        rd_kafka_conf_destroy(conf);
+        return segd_errf(SEGD_ERR_NOMEM, errstr, n, "tail consumer: out of memory");
+    }
+    segd_klog_attach(t->klog, conf);
     char e[512];
     t->rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, e, sizeof(e));
     if (!t->rk) {
@@ -193,6 +198,7 @@ static void free_tail(segd_tail_t *t)
     free(t->position);
     free(t->end);
     free(t->begin);
+    segd_klog_free(t->klog); /* after the consumer's destroy: nothing logs through it */
     free(t);
 }
 
@@ -261,7 +267,7 @@ static int destroy_bounded(segd_tail_t *t)
         j->abandoned = 1;
         /* its log callback would reach the caller's logger, which may be
          * gone by the time the destroy ends */
-        rd_kafka_set_log_level(t->rk, -1);
+        segd_klog_cut(t->klog);
     }
     pthread_mutex_unlock(&j->mu);
     if (!done) {

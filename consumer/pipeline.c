@@ -250,7 +250,9 @@ static void close_fatal(segd_pipeline_t *p)
     segd_log(LOG(p), SEGD_LOG_WARN, "pipeline",
              "closing after a fatal consumer error: the consumer handle is left to "
              "process exit (librdkafka 2.0.2 would never finish destroying it)");
-    rd_kafka_set_log_level(p->consumer, -1);
+    /* its threads live on and log: the route it keeps outlives p, cut here */
+    segd_klog_cut(p->klog);
+    p->klog = NULL;
     p->consumer = NULL;
     if (p->dlq)
         segd_dlq_close(p->dlq);
@@ -274,10 +276,10 @@ void segd_pipeline_close(segd_pipeline_t *p)
             segd_log(LOG(p), SEGD_LOG_WARN, "pipeline",
                      "closing before the group's first assignment: the consumer "
                      "handle is left to process exit (librdkafka 2.0.2 would abort)");
-            /* The consumer's threads live on, and their log_cb would reach p
-             * (freed by destroy) and the logger. A level below every level keeps
-             * them from logging anything. */
-            rd_kafka_set_log_level(p->consumer, -1);
+            /* The consumer's threads live on and log, also after p and the
+             * logger are gone: the route it keeps is cut, and leaked with it. */
+            segd_klog_cut(p->klog);
+            p->klog = NULL;
         } else
             rd_kafka_destroy(p->consumer);
         p->consumer = NULL;
@@ -291,6 +293,7 @@ void segd_pipeline_destroy(segd_pipeline_t *p)
     if (!p)
         return;
     segd_pipeline_close(p);
+    segd_klog_free(p->klog); /* its consumer is destroyed (or it was never made) */
     segd_links_destroy(p->links);
     segd_dlq_destroy(p->dlq);
     segd_sweep_destroy(p->sweep);

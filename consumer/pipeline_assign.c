@@ -18,8 +18,24 @@
 
 /* A Kafka commit that failed is sent again no sooner than this after the
  * failure: a group rebalancing answers REBALANCE_IN_PROGRESS until it
- * settles, and a resend at every step would only be refused again. */
+ * settles, and a resend at every step would only be refused again. Each
+ * refusal in a row doubles the wait, up to COMMIT_RETRY_MAX_MS: a commit
+ * refused with ILLEGAL_GENERATION or UNKNOWN_MEMBER_ID costs the member its
+ * assignment (librdkafka rejoins), and a member that committed at once on
+ * every new assignment was refused again within milliseconds, so a group
+ * that kept refusing kept it rejoining without consuming (issue 28: a loaded
+ * machine, 4 partitions revoked every 5 s for a minute). */
 #define COMMIT_RETRY_MS 500
+#define COMMIT_RETRY_MAX_MS 8000
+
+/* When a commit may go again after the refusals in a row so far. */
+static int64_t commit_retry_at(const segd_pipeline_t *p)
+{
+    int64_t wait = COMMIT_RETRY_MS;
+    for (uint64_t i = 1; i < p->commit_refusals && wait < COMMIT_RETRY_MAX_MS; i++)
+        wait *= 2;
+    return segd_mono_ms() + (wait < COMMIT_RETRY_MAX_MS ? wait : COMMIT_RETRY_MAX_MS);
+}
 
 /* Where a partition assigned paused "starts" until its seek. A concrete
  * offset, never a logical one: librdkafka (2.0.2) answers a seek made while
@@ -43,11 +59,13 @@ void segd_pipeline_commit_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                              rd_kafka_topic_partition_list_t *offs, void *opaque)
 {
     (void)rk;
-    segd_pipeline_t *p = opaque;
+    segd_pipeline_t *p = segd_klog_owner(opaque);
     rd_kafka_resp_err_t first = err;
     for (int i = 0; !first && offs && i < offs->cnt; i++)
         first = offs->elems[i].err;
     if (!first || first == RD_KAFKA_RESP_ERR__NO_OFFSET) {
+        if (!first)
+            p->commit_refusals = 0;
         if (!first && p->commit_logged) {
             p->commit_logged = 0;
             segd_log(LOG(p), SEGD_LOG_INFO, "pipeline", "offset commit accepted again");
@@ -61,7 +79,8 @@ void segd_pipeline_commit_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     p->commit_logged = 1;
     p->commit_failed = 1;
     p->commits_failed++;
-    p->commit_retry_ms = segd_mono_ms() + COMMIT_RETRY_MS;
+    p->commit_refusals++;
+    p->commit_retry_ms = commit_retry_at(p); /* the batches' commits wait for it too */
 }
 
 /* Sends the store's offsets of every assigned partition to the group again
@@ -85,8 +104,8 @@ void segd_pipeline_commit_resend(segd_pipeline_t *p)
             rd_kafka_topic_partition_list_add(offs, tp->topic, tp->partition)->offset = next;
     }
     /* nothing to send (between a revoke and the next assignment): still
-     * failed, tried again at the assignment, which resets commit_retry_ms */
-    p->commit_retry_ms = segd_mono_ms() + COMMIT_RETRY_MS;
+     * failed, tried again at the assignment */
+    p->commit_retry_ms = commit_retry_at(p);
     if (offs->cnt) {
         p->commit_failed = 0;
         p->commits_resent++;
@@ -222,7 +241,7 @@ static void set_start_offsets(segd_pipeline_t *p, rd_kafka_topic_partition_list_
 void segd_pipeline_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                                 rd_kafka_topic_partition_list_t *parts, void *opaque)
 {
-    segd_pipeline_t *p = opaque;
+    segd_pipeline_t *p = segd_klog_owner(opaque);
     int coop = !strcmp(rd_kafka_rebalance_protocol(rk), "COOPERATIVE");
     rd_kafka_error_t *e = NULL;
     char msg[256];
@@ -243,9 +262,11 @@ void segd_pipeline_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
          * once, to the new generation: a refused commit is sent again, and a
          * partition whose stored offset is already at its end (a restart
          * after a SIGKILL that came between write and commit) would
-         * otherwise never be committed, since commits follow batches. */
+         * otherwise never be committed, since commits follow batches. After
+         * refusals in a row it waits out their backoff, so the member
+         * consumes before a refusal can cost it this assignment too. */
         p->commit_failed = 1;
-        p->commit_retry_ms = 0;
+        p->commit_retry_ms = p->commit_refusals ? commit_retry_at(p) : 0;
         p->lag_next_ms = 0; /* the new partitions' lag at the end of this step */
         set_start_offsets(p, parts);
         if (coop)
@@ -260,8 +281,13 @@ void segd_pipeline_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
         if (segd_pipeline_batch_flush(p, msg, sizeof(msg)) != SEGD_OK)
             segd_log(LOG(p), SEGD_LOG_ERROR, "pipeline", "batch not written before revoke: %s", msg);
         /* while the partitions are ours: later, a commit of theirs could
-         * overwrite the next owner's */
-        segd_pipeline_commit_written(p, 1);
+         * overwrite the next owner's. Lost partitions (a refused generation,
+         * a session timed out) are no longer ours: the commit would be
+         * refused, and cost another rejoin where a refusal does that. */
+        if (rd_kafka_assignment_lost(rk))
+            p->nwritten = 0;
+        else
+            segd_pipeline_commit_written(p, 1);
         /* for the same reason, a batch whose write failed (a stop during a
          * store fault) keeps no offset of theirs for a later commit */
         segd_pipeline_batch_forget(p, parts);

@@ -278,7 +278,9 @@ void segd_pipeline_commit_written(segd_pipeline_t *p, int force)
         p->nwritten = 0;
     if (!p->nwritten)
         return;
-    if (!force && segd_mono_ms() < p->commit_next_ms)
+    int64_t now = segd_mono_ms();
+    /* after refusals in a row, not before their backoff (commit_retry_at) */
+    if (!force && (now < p->commit_next_ms || (p->commit_refusals && now < p->commit_retry_ms)))
         return;
     rd_kafka_topic_partition_list_t *offs = rd_kafka_topic_partition_list_new((int)p->nwritten);
     for (size_t i = 0; i < p->nwritten; i++)

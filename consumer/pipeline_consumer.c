@@ -18,13 +18,6 @@
 #define MOCK_SESSION_TIMEOUT_MS "6000" /* the consumer's default there */
 #define TOPIC_WAIT_MS 10000 /* a topic being auto-created answers "unknown" first */
 
-/* librdkafka's lines, with the pipeline as the client's opaque. */
-static void log_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
-{
-    const segd_pipeline_t *p = rd_kafka_opaque(rk);
-    segd_kconf_log(p ? LOG(p) : NULL, rk, level, fac, buf);
-}
-
 /* Every topic segd run reads or dead-letters to must exist before the group is
  * joined (DESIGN §7.2). They are asked for through the dead-letter producer,
  * whose metadata requests let brokers that auto-create topics (the dev broker)
@@ -131,8 +124,11 @@ static segd_err_t new_consumer(segd_pipeline_t *p, const char *client_id,
                                 : 0;
     rd_kafka_conf_set_rebalance_cb(conf, segd_pipeline_rebalance_cb);
     rd_kafka_conf_set_offset_commit_cb(conf, segd_pipeline_commit_cb);
-    rd_kafka_conf_set_log_cb(conf, log_cb);
-    rd_kafka_conf_set_opaque(conf, p);
+    if (!p->klog && !(p->klog = segd_klog_new(LOG(p), p))) {
+        rd_kafka_conf_destroy(conf);
+        return segd_errf(SEGD_ERR_NOMEM, errstr, n, "consumer: out of memory");
+    }
+    segd_klog_attach(p->klog, conf);
     p->consumer = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errbuf, sizeof(errbuf));
     if (!p->consumer) {
         rd_kafka_conf_destroy(conf);

@@ -13,6 +13,7 @@
 #include "consumer/dlq.h"
 #include "consumer/links.h"
 #include "consumer/pipeline.h"
+#include "transport/kconf.h"
 
 /* The most partitions the batch and the unread table track. */
 #define MAX_POSITIONS 1024
@@ -62,6 +63,9 @@ struct segd_pipeline {
     segd_store_t *store;
     volatile sig_atomic_t *stop;
     rd_kafka_t *consumer;
+    /* the consumer's opaque and log route: a handle left to process exit
+     * keeps it, cut, after p is freed (segd_klog_cut) */
+    segd_klog_t *klog;
     segd_dlq_t *dlq;
     segd_pipeline_hooks_t hooks; /* the change publisher, through its owner */
     segd_sweep_t *sweep;         /* NULL when sweep.after.s = 0 */
@@ -95,6 +99,7 @@ struct segd_pipeline {
     int commit_failed;         /* a Kafka commit was refused: send the store's again */
     int commit_logged;         /* the refusal was logged; reset by an accepted commit */
     int64_t commit_retry_ms;   /* monotonic time of that next send */
+    uint64_t commit_refusals;  /* in a row, reset by an accepted commit: the backoff */
     uint64_t commits_failed;   /* for the log: refusals seen, resends made */
     uint64_t commits_resent;
     int64_t session_timeout_ms; /* the consumer's, for the log of a long wait */

@@ -273,15 +273,19 @@ typedef struct member {
     segd_pipeline_t *p;
     volatile sig_atomic_t stop;
     pthread_t thread;
+    int step_sleep_ms; /* a member on a loaded machine: each step takes this much longer */
 } member_t;
 
 static void *member_main(void *arg)
 {
     member_t *m = arg;
     char err[256];
-    while (!m->stop)
+    while (!m->stop) {
         if (segd_pipeline_step(m->p, err, sizeof(err)) != SEGD_OK)
             fprintf(stderr, "test: step: %s\n", err); /* the caller retries */
+        if (m->step_sleep_ms)
+            usleep((useconds_t)m->step_sleep_ms * 1000);
+    }
     return NULL;
 }
 
@@ -681,6 +685,42 @@ static void test_refused_commit_resent(void **state)
     segd_config_free(&cfg);
 }
 
+/* A group that refuses every commit with ILLEGAL_GENERATION takes the
+ * member's assignment at each refusal (librdkafka rejoins; the mock holds
+ * each rejoin ~5 s). A member that committed at once on each new assignment
+ * lost it again within milliseconds and, when slow (a loaded machine: here
+ * 20 messages a step and 25 ms more per step, ~3 s for the topic), never
+ * consumed the topic: issue 28's storm. Refusals in a row back off, so the
+ * windows between rejoins grow and the member gets through. */
+static void test_refusals_leave_room_to_consume(void **state)
+{
+    fixture_t *f = *state;
+    const uint64_t users = 40;
+    char db[128];
+    segd_config_t cfg;
+    member_t m = {0};
+    snprintf(db, sizeof(db), "%s/refusals", f->dir);
+    segd_store_t *s = open_store(f->dir, "refusals");
+    const char *const kv[] = {"batch.max.messages", "20", NULL};
+    make_config(&cfg, f, "g-refusals", db, kv);
+    commit_state_t c = {f, "g-refusals", s, users * 50};
+    for (int i = 0; i < 200; i++)
+        rd_kafka_mock_push_request_errors(f->mcl, OFFSET_COMMIT_API, 1,
+                                          RD_KAFKA_RESP_ERR_ILLEGAL_GENERATION);
+    produce_seed(f, users, 53);
+    m.step_sleep_ms = 25;
+    member_start(&m, &cfg, s, 0);
+    int stored = wait_for(commit_stored, &c, 90000);
+    fprintf(stderr, "test: %" PRIu64 " of %" PRIu64 " offsets stored while refused\n",
+            stored_offsets_sum(s), c.total);
+    assert_true(stored);
+    rd_kafka_mock_clear_request_errors(f->mcl, OFFSET_COMMIT_API);
+    assert_true(wait_for(commit_caught_up, &c, 30000));
+    member_stop(&m);
+    segd_store_close(s);
+    segd_config_free(&cfg);
+}
+
 /* A member applies the whole topic while every commit is refused, and
  * stops: its store holds every offset, the group none. A member started on
  * that store has nothing to consume, so no batch would carry a commit: the
@@ -1012,6 +1052,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_stop_before_first_assignment, setup, teardown),
         cmocka_unit_test_setup_teardown(test_instance_id_stable, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refused_commit_resent, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_refusals_leave_room_to_consume, setup, teardown),
         cmocka_unit_test_setup_teardown(test_fenced_member_fails, setup, teardown),
         cmocka_unit_test_setup_teardown(test_assignment_commits_stored, setup, teardown),
         cmocka_unit_test_setup_teardown(test_commits_held_to_interval, setup, teardown),

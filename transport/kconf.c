@@ -1,6 +1,9 @@
 /* See kconf.h. */
 #include "transport/kconf.h"
 
+#include <pthread.h>
+#include <stdlib.h>
+
 segd_err_t segd_kconf_set(rd_kafka_conf_t *c, const char *who, const char *key,
                           const char *value, char *errstr, size_t n)
 {
@@ -43,4 +46,59 @@ void segd_kconf_set_logger(rd_kafka_conf_t *c, const segd_log_t *log)
 {
     rd_kafka_conf_set_log_cb(c, log_cb);
     rd_kafka_conf_set_opaque(c, (void *)log);
+}
+
+struct segd_klog {
+    pthread_mutex_t mu; /* held while a line is written, so a cut waits for it */
+    const segd_log_t *log;
+    int cut;
+    void *owner;
+};
+
+segd_klog_t *segd_klog_new(const segd_log_t *log, void *owner)
+{
+    segd_klog_t *k = calloc(1, sizeof(*k));
+    if (!k)
+        return NULL;
+    pthread_mutex_init(&k->mu, NULL);
+    k->log = log;
+    k->owner = owner;
+    return k;
+}
+
+static void klog_cb(const rd_kafka_t *rk, int level, const char *fac, const char *buf)
+{
+    segd_klog_t *k = rd_kafka_opaque(rk);
+    if (!k)
+        return;
+    pthread_mutex_lock(&k->mu);
+    if (!k->cut)
+        segd_kconf_log(k->log, rk, level, fac, buf);
+    pthread_mutex_unlock(&k->mu);
+}
+
+void segd_klog_attach(segd_klog_t *k, rd_kafka_conf_t *c)
+{
+    rd_kafka_conf_set_log_cb(c, klog_cb);
+    rd_kafka_conf_set_opaque(c, k);
+}
+
+void *segd_klog_owner(void *opaque) { return opaque ? ((segd_klog_t *)opaque)->owner : NULL; }
+
+void segd_klog_cut(segd_klog_t *k)
+{
+    if (!k)
+        return;
+    pthread_mutex_lock(&k->mu);
+    k->cut = 1;
+    k->log = NULL;
+    pthread_mutex_unlock(&k->mu);
+}
+
+void segd_klog_free(segd_klog_t *k)
+{
+    if (!k)
+        return;
+    pthread_mutex_destroy(&k->mu);
+    free(k);
 }

@@ -28,4 +28,24 @@ void segd_kconf_log(const segd_log_t *log, const rd_kafka_t *rk, int level, cons
  * the client. */
 void segd_kconf_set_logger(rd_kafka_conf_t *c, const segd_log_t *log);
 
+/* A log route that its owner can cut, for clients that may outlive the owner
+ * or its logger: librdkafka logs from its own threads at any moment, and a
+ * handle segd leaves to process exit (librdkafka 2.0.2 cannot destroy it
+ * after a fatal error or before the first assignment) or destroys on a thread
+ * of its own keeps logging after the owner is gone. The route is the client's
+ * opaque and carries the owner for the client's other callbacks, which
+ * librdkafka serves only on the thread that polls. */
+typedef struct segd_klog segd_klog_t;
+/* NULL when out of memory. log is borrowed until segd_klog_cut. */
+segd_klog_t *segd_klog_new(const segd_log_t *log, void *owner);
+/* Makes k the client's log_cb route and opaque. */
+void segd_klog_attach(segd_klog_t *k, rd_kafka_conf_t *c);
+/* The owner given to segd_klog_new, from a callback's opaque. */
+void *segd_klog_owner(void *opaque);
+/* After it returns, no line reaches the logger and none is being written:
+ * a line in progress on another thread is waited for. */
+void segd_klog_cut(segd_klog_t *k);
+/* Only once the client is destroyed; a leaked client keeps its route. */
+void segd_klog_free(segd_klog_t *k);
+
 #endif
