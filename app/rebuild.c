@@ -144,6 +144,7 @@ static segd_err_t carry_markers(const segd_store_opts_t *so, const char *done, c
     lo.read_only = 1;
     ro.path = done;
     ro.read_only = 0;
+    ro.must_exist = 1; /* never an empty store to swap in */
     segd_err_t err = segd_store_open(&live, &lo, c->errstr, c->n);
     if (!err && (err = segd_store_open(&c->dst, &ro, c->errstr, c->n)))
         goto out;
@@ -205,26 +206,77 @@ static void say_swapped(segd_log_t *log, const char *db, const char *done, const
                 (unsigned long long)c->floors);
 }
 
-segd_err_t segd_rebuild_swap(const segd_store_opts_t *so, segd_log_t *log, int *swapped,
-                             char *errstr, size_t n)
+static int is_dir(const char *path)
+{
+    struct stat st;
+    return stat(path, &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+/* Whether the LOCK that fd holds is still DB's. A start that opened LOCK
+ * just before another start renamed DB away holds the replaced store's
+ * lock, which guards nothing at DB. */
+static int lock_is_current(int fd, const char *db)
+{
+    char path[4200];
+    struct stat held, now;
+    snprintf(path, sizeof(path), "%s/LOCK", db);
+    return fstat(fd, &held) == 0 && stat(path, &now) == 0 && held.st_dev == now.st_dev &&
+           held.st_ino == now.st_ino;
+}
+
+#define LOCK_TRIES 3 /* DB renamed under the lock that many times: give up */
+
+/* Takes DB's lock when DB exists (*lock_fd = -1 when it does not). */
+static segd_err_t lock_current(const char *db, int *lock_fd, char *errstr, size_t n)
+{
+    *lock_fd = -1;
+    for (int i = 0; i < LOCK_TRIES; i++) {
+        if (!is_dir(db))
+            return SEGD_OK;
+        segd_err_t err = lock_store(db, lock_fd, errstr, n);
+        if (err || lock_is_current(*lock_fd, db))
+            return err;
+        close(*lock_fd);
+        *lock_fd = -1;
+    }
+    return segd_errf(SEGD_ERR_BUSY, errstr, n, "rebuild swap refused: the store %s kept "
+                     "being replaced while this start waited for its lock", db);
+}
+
+static void say_raced(segd_log_t *log, const char *db)
+{
+    if (log)
+        segd_log_kv(log, SEGD_LOG_INFO, "store", "rebuilt store already swapped in by "
+                    "another start", "db=%s", db);
+    else
+        fprintf(stderr, "the rebuilt store was already swapped in at %s by another start\n",
+                db);
+}
+
+segd_err_t segd_rebuild_swap_locked(const segd_store_opts_t *so, segd_log_t *log,
+                                    int *swapped, char *errstr, size_t n)
 {
     const char *db = so->path;
     char done[4096], old[4200];
     struct stat st;
     carry_t c = {.errstr = errstr, .n = n};
-    int lock_fd = -1, have_db;
-    segd_err_t err = SEGD_OK;
+    int lock_fd = -1;
     *swapped = 0;
     segd_rebuild_done_path(db, done, sizeof(done));
-    if (stat(done, &st) || !S_ISDIR(st.st_mode))
-        return SEGD_OK;
-    have_db = stat(db, &st) == 0;
-    snprintf(old, sizeof(old), "%s/CURRENT", db);
-    int is_store = have_db && stat(old, &st) == 0; /* not a store: nothing to carry */
     segd_profile_init(&c.marker);
-    if (have_db && ((err = lock_store(db, &lock_fd, errstr, n)) ||
-                    (is_store && (err = carry_markers(so, done, &c)))))
+    segd_err_t err = lock_current(db, &lock_fd, errstr, n);
+    if (err)
         goto out;
+    /* Decided again under the lock: another start may have swapped since
+     * this one saw DB.rebuilt, and DB is then the rebuilt store. */
+    if (!is_dir(done)) {
+        say_raced(log, db);
+        goto out;
+    }
+    int have_db = lock_fd >= 0;
+    snprintf(old, sizeof(old), "%s/CURRENT", db);
+    if (have_db && stat(old, &st) == 0 && (err = carry_markers(so, done, &c)))
+        goto out; /* DB not a store: nothing to carry */
     snprintf(old, sizeof(old), "%s.replaced-%lld", db, (long long)time(NULL));
     if (have_db && rename(db, old)) {
         err = segd_errf(SEGD_ERR_IO, errstr, n, "rebuild swap: rename %s to %s: %s", db, old,
@@ -232,8 +284,12 @@ segd_err_t segd_rebuild_swap(const segd_store_opts_t *so, segd_log_t *log, int *
         goto out;
     }
     if (rename(done, db)) {
+        if (!have_db && errno == ENOENT && !is_dir(done)) { /* no DB to lock: raced */
+            say_raced(log, db);
+            goto out;
+        }
         err = segd_errf(SEGD_ERR_IO, errstr, n, "rebuild swap: rename %s to %s: %s (the old "
-                        "store is at %s)", done, db, strerror(errno), old);
+                        "store is at %s)", done, db, strerror(errno), have_db ? old : "nowhere");
         goto out;
     }
     if ((err = sync_parent(db, errstr, n)))
@@ -246,6 +302,17 @@ out:
     segd_profile_free(&c.marker);
     segd_buf_free(&c.operand);
     return err;
+}
+
+segd_err_t segd_rebuild_swap(const segd_store_opts_t *so, segd_log_t *log, int *swapped,
+                             char *errstr, size_t n)
+{
+    char done[4096];
+    *swapped = 0;
+    segd_rebuild_done_path(so->path, done, sizeof(done));
+    if (!is_dir(done)) /* the common start: nothing to swap, no lock taken */
+        return SEGD_OK;
+    return segd_rebuild_swap_locked(so, log, swapped, errstr, n);
 }
 
 #define LOG_START_TIMEOUT_MS 5000

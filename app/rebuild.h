@@ -27,6 +27,15 @@ void segd_rebuild_done_path(const char *db, char *out, size_t n);
  * says so on log (may be NULL: stderr). *swapped = 1 then. */
 segd_err_t segd_rebuild_swap(const segd_store_opts_t *so, segd_log_t *log, int *swapped,
                              char *errstr, size_t errstr_size);
+/* The swap once a start has seen DB.rebuilt (segd_rebuild_swap checks that
+ * first, without the lock): everything it acts on is decided again under
+ * DB's lock. Two starts at once both see DB.rebuilt; the later one finds it
+ * gone under the lock (the other swapped it in), says so and returns
+ * SEGD_OK with *swapped = 0, and the rebuilt store is opened only if it
+ * exists, so no empty store is ever swapped in. Public so that a test can
+ * run that later start. */
+segd_err_t segd_rebuild_swap_locked(const segd_store_opts_t *so, segd_log_t *log,
+                                    int *swapped, char *errstr, size_t errstr_size);
 
 /* Before a swap (DB.rebuilt exists): each input partition's next offset in
  * the rebuilt store against the log start the brokers report now. Where

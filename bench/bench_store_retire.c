@@ -51,6 +51,7 @@ static int retire_measure(segd_store_t *s, const store_args_t *a, retire_phase_t
     segd_err_t e = segd_store_scan(s, scan_select, &sc, err, sizeof(err));
     ph->scan_s = segd_mono_s() - t0;
     ph->scan_live = sc.live;
+    segd_policy_rule_release(&sc.rule);
     free(sc.sel);
     if (e || sc.failed)
         return bench_store_fail("scan", e ? err : "out of memory");

@@ -166,6 +166,7 @@ static int get_user(segd_store_t *s, const char *user, get_args_t *a, segd_profi
     uint64_t count =
         a->has_range ? segd_query_count_range(p, &rule, a->range_lo, a->range_hi) : 0;
     (a->json ? print_json : print_text)(user, sel, n, a, count, extra);
+    segd_policy_rule_release(&rule);
     json_decref(extra);
     free(sel);
     return 0;

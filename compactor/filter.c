@@ -59,6 +59,7 @@ static unsigned char filter(void *state, int level, const char *key, size_t klen
 static void filter_destroy(void *state)
 {
     filter_state_t *f = state;
+    segd_policy_rule_release(&f->rule);
     segd_profile_free(&f->scratch);
     segd_buf_free(&f->out);
     free(f);

@@ -31,3 +31,25 @@ size_t segd_markers_put(segd_marker_t *dst, const segd_marker_t *src, size_t n, 
         dst[w++] = src[r];
     return w;
 }
+
+size_t segd_markers_join(segd_marker_t *dst, const segd_marker_t *a, size_t na,
+                         const segd_marker_t *b, size_t nb)
+{
+    size_t w = 0, i = 0, j = 0;
+    while (i < na || j < nb) {
+        segd_marker_t m;
+        if (j == nb || (i < na && a[i].key < b[j].key))
+            m = a[i++];
+        else
+            m = b[j++];
+        if (m.before_ms < 0)
+            m.before_ms = 0;
+        if (w && dst[w - 1].key == m.key) {
+            if (m.before_ms > dst[w - 1].before_ms)
+                dst[w - 1].before_ms = m.before_ms;
+        } else {
+            dst[w++] = m;
+        }
+    }
+    return w;
+}

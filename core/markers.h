@@ -25,4 +25,10 @@ const segd_marker_t *segd_markers_find(const segd_marker_t *v, size_t n, int64_t
 size_t segd_markers_put(segd_marker_t *dst, const segd_marker_t *src, size_t n, int64_t key,
                         int64_t before_ms);
 
+/* Joins a[0..na) and b[0..nb) (each sorted by key; b may repeat a key)
+ * into dst, which has room for na + nb: one marker per key, the largest
+ * before_ms, never below 0. Returns dst's count. */
+size_t segd_markers_join(segd_marker_t *dst, const segd_marker_t *a, size_t na,
+                         const segd_marker_t *b, size_t nb);
+
 #endif

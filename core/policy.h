@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "core/markers.h"
 #include "core/record.h"
 
 typedef struct segd_policy segd_policy_t;
@@ -21,8 +22,14 @@ void segd_policy_set_now(segd_policy_t *p, int64_t now_ms);
 int64_t segd_policy_now_ms(const segd_policy_t *p);
 int64_t segd_policy_horizon_ms(const segd_policy_t *p);
 
-/* Fills a prune rule at the policy's current time and GC watermark. */
+/* Fills a prune rule at the policy's current time and GC watermark. The
+ * rule holds the marker set it read (never freed under it) until
+ * segd_policy_rule_release, which every caller that is not about to destroy
+ * the policy must call: a set a rule still holds is kept. Any thread. */
 void segd_policy_rule(segd_policy_t *p, segd_prune_t *rule, int complete);
+/* Lets go of the set a rule from segd_policy_rule holds; the rule then
+ * retires nothing. Harmless on a rule made otherwise, or released already. */
+void segd_policy_rule_release(segd_prune_t *rule);
 
 /* The GC watermark W (DESIGN §3). Dead entries with ts_ms < W may be
  * dropped, and 0 means there is none yet (a fresh store).
@@ -69,10 +76,19 @@ int64_t segd_policy_floor_explain(const segd_policy_t *p, int64_t floor_ms, char
 void segd_policy_raise_import_floor(segd_policy_t *p, int64_t floor_ms);
 int64_t segd_policy_import_floor(const segd_policy_t *p);
 
-/* Raises segment_id's retirement marker to before_ms (copy-on-write; readers
- * on other threads keep using the old set, freed at destroy). */
+/* Raises segment_id's retirement marker to before_ms. A marker already at
+ * or above it changes nothing and makes no set; otherwise a new set is made
+ * (copy-on-write: rules on other threads keep the one they hold), and the
+ * replaced sets no rule holds are freed. */
 segd_err_t segd_policy_retire(segd_policy_t *p, int64_t segment_id, int64_t before_ms);
+/* Joins v[0..n) (any order, keys may repeat; sorted in place) into the
+ * markers as one new set: the load of a store's markers at open. */
+segd_err_t segd_policy_retire_all(segd_policy_t *p, segd_marker_t *v, size_t n);
 int64_t segd_policy_retired_before(void *policy, int64_t segment_id);
+/* How many marker sets were ever made, and how many are allocated now (the
+ * current one and replaced ones a rule still holds): the memory bound,
+ * read by tests. */
+void segd_policy_set_counts(const segd_policy_t *p, uint64_t *made, uint64_t *kept);
 
 /* Counts inputs the merge operator or filter could not decode and skipped. */
 void segd_policy_count_corrupt(segd_policy_t *p);

@@ -417,6 +417,7 @@ static segd_err_t write_all(segd_bulk_t *b, char *errstr, size_t n)
         }
     }
     segd_handoff_stop(h);
+    segd_policy_rule_release(&b->rule);
     return err;
 }
 

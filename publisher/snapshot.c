@@ -211,6 +211,7 @@ static void *lane_main(void *arg)
         segd_snapnat_writer_init(&l->nat, &rule, l->x->o->native_copy);
         err = segd_store_view_scan_raw(l->v, export_native, l, l->errmsg, sizeof(l->errmsg));
         segd_snapnat_writer_free(&l->nat);
+        segd_policy_rule_release(&rule);
     } else {
         err = segd_store_view_scan(l->v, export_record, l, l->errmsg, sizeof(l->errmsg));
     }

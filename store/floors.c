@@ -256,21 +256,44 @@ void segd_store_floors_free(segd_store_t *s)
     free(s->floors);
 }
 
-static segd_err_t load_retirements(segd_store_t *s)
+/* Reads every retirement marker into one set, at open: one set for N
+ * markers rather than N growing copies. A scan that fails fails the open,
+ * since a marker missed would bring retired entries back to life. */
+static segd_err_t load_retirements(segd_store_t *s, char *errstr, size_t n)
 {
     rocksdb_iterator_t *it = rocksdb_create_iterator_cf(s->db, s->ropts, s->cf[CF_META]);
+    segd_marker_t *v = NULL;
+    size_t nv = 0, cap = 0, plen = strlen(RETIRED_PREFIX);
     segd_err_t err = SEGD_OK;
-    size_t plen = strlen(RETIRED_PREFIX);
     for (rocksdb_iter_seek(it, RETIRED_PREFIX, plen); rocksdb_iter_valid(it);
          rocksdb_iter_next(it)) {
         size_t klen, vlen;
-        const char *k = rocksdb_iter_key(it, &klen), *v = rocksdb_iter_value(it, &vlen);
+        const char *k = rocksdb_iter_key(it, &klen), *val = rocksdb_iter_value(it, &vlen);
         if (klen != RETIRED_KEY_LEN || memcmp(k, RETIRED_PREFIX, plen) != 0)
             break;
-        if (vlen == 8 && (err = segd_policy_retire(s->policy, (int64_t)get_be64(k + plen),
-                                                   (int64_t)get_be64(v))))
-            break;
+        if (vlen != 8)
+            continue;
+        if (nv == cap) {
+            segd_marker_t *g = realloc(v, (cap = cap ? 2 * cap : 64) * sizeof(*v));
+            if (!g) {
+                err = segd_errf(SEGD_ERR_NOMEM, errstr, n, "retirement markers: out of memory");
+                goto out_free;
+            }
+            v = g;
+        }
+        v[nv++] = (segd_marker_t){(int64_t)get_be64(k + plen), (int64_t)get_be64(val)};
     }
+    char *rerr = NULL;
+    rocksdb_iter_get_error(it, &rerr);
+    if (rerr) {
+        err = segd_store_rocks_err(rerr, SEGD_ERR_IO, errstr, n,
+                                   "retirement markers unreadable, store not opened");
+        goto out_free;
+    }
+    if ((err = segd_policy_retire_all(s->policy, v, nv)))
+        segd_errf(err, errstr, n, "retirement markers: out of memory");
+out_free:
+    free(v);
     rocksdb_iter_destroy(it);
     return err;
 }
@@ -339,7 +362,7 @@ segd_err_t segd_store_view_retirements(segd_store_view_t *v, segd_retired_cb cb,
  * order segd_store_open has always read them in. */
 segd_err_t segd_store_floors_load(segd_store_t *s, char *errstr, size_t n)
 {
-    segd_err_t err = load_retirements(s);
+    segd_err_t err = load_retirements(s, errstr, n);
     if (!err)
         err = load_gc_watermark(s, errstr, n);
     if (!err)

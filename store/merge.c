@@ -44,6 +44,7 @@ segd_err_t segd_merge_values(segd_policy_t *policy, const char *base, size_t bas
     segd_policy_rule(policy, &rule, complete);
     if ((err = segd_profile_join(&joined, refs, used, &rule)) == SEGD_OK)
         err = segd_record_encode(&joined, out);
+    segd_policy_rule_release(&rule);
 out_free:
     for (size_t i = 0; in && i < k; i++)
         segd_profile_free(&in[i]);

@@ -107,6 +107,7 @@ segd_err_t segd_store_stats(segd_store_t *s, segd_store_stats_t *st, char *errst
     uint64_t before = segd_policy_corrupt_count(s->policy);
     segd_err_t err = segd_store_scan(s, stats_cb, &c, errstr, n);
     st->corrupt = segd_policy_corrupt_count(s->policy) - before;
+    segd_policy_rule_release(&c.rule);
     sst_figures(s, st);
     memtable_figures(s, st);
     return err;

@@ -132,7 +132,7 @@ static segd_err_t make_options(segd_store_t *s, const segd_store_opts_t *o)
     rocksdb_block_based_options_set_cache_index_and_filter_blocks(s->table_opts, 1);
     rocksdb_block_based_options_set_pin_l0_filter_and_index_blocks_in_cache(s->table_opts, 1);
     s->db_opts = rocksdb_options_create();
-    rocksdb_options_set_create_if_missing(s->db_opts, 1);
+    rocksdb_options_set_create_if_missing(s->db_opts, !o->must_exist);
     rocksdb_options_set_create_missing_column_families(s->db_opts, 1);
     rocksdb_options_set_max_open_files(s->db_opts, -1);
     /* Compactions run at the lowest CPU priority, so that on a machine

@@ -42,6 +42,8 @@ typedef struct segd_batch segd_batch_t;
 typedef struct segd_store_opts {
     const char *path;
     int read_only;                 /* no lock: readers beside a running writer */
+    int must_exist;                /* 1: no store at path is an error, never a new
+                                    * empty one (the rebuild swap's DB.rebuilt) */
     size_t block_cache_mb;         /* default 256 */
     size_t write_buffer_mb;        /* one memtable of any family; default 64 (the
                                     * profiles family keeps up to 4, others 2) */

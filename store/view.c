@@ -71,6 +71,7 @@ static segd_err_t get_with(segd_store_t *s, const rocksdb_readoptions_t *ropts,
     segd_prune_t rule;
     segd_policy_rule(s->policy, &rule, 1);
     segd_profile_prune(out, &rule);
+    segd_policy_rule_release(&rule);
     return SEGD_OK;
 }
 
@@ -122,6 +123,7 @@ static segd_err_t scan_with(segd_store_t *s, const rocksdb_readoptions_t *ropts,
             break;
     }
     segd_profile_free(&p);
+    segd_policy_rule_release(&rule);
     return segd_store_iter_close(it, "scan", errstr, n);
 }
 

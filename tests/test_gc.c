@@ -14,7 +14,9 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <pthread.h>
 #include <rocksdb/c.h>
+#include <stdatomic.h>
 #include <unistd.h>
 
 #include "app/app.h"
@@ -672,6 +674,177 @@ static void test_retired_lookup_bounds(void **state)
     segd_policy_destroy(p);
 }
 
+/* Retirements that change no marker make no set; one that does replaces
+ * the set, and the replaced one is freed at once when no rule holds it, or
+ * by the first retirement after the rule that held it lets go. The rule
+ * keeps answering from the set it read. */
+static void test_retire_sets_bounded(void **state)
+{
+    (void)state;
+    segd_policy_t *p = NULL;
+    uint64_t made, kept;
+    assert_int_equal(segd_policy_new(&p, 7LL * 86400 * 1000), SEGD_OK);
+    assert_int_equal(segd_policy_retire(p, 5, T0), SEGD_OK);
+    for (int i = 0; i < 1000; i++) { /* as a replayed control event does */
+        assert_int_equal(segd_policy_retire(p, 5, T0 - (i % 2) * HOUR_MS), SEGD_OK);
+        assert_int_equal(segd_policy_retire(p, 6, 0), SEGD_OK); /* 0 = no marker */
+    }
+    segd_policy_set_counts(p, &made, &kept);
+    assert_int_equal(made, 1);
+    assert_int_equal(kept, 1);
+    for (int64_t id = 100; id < 1100; id++) /* new markers, no rule held */
+        assert_int_equal(segd_policy_retire(p, id, T0), SEGD_OK);
+    segd_policy_set_counts(p, &made, &kept);
+    assert_int_equal(made, 1001);
+    assert_int_equal(kept, 1);
+    segd_prune_t rule;
+    segd_policy_rule(p, &rule, 1);
+    assert_int_equal(segd_policy_retire(p, 5, T0 + 1), SEGD_OK);
+    assert_int_equal(segd_policy_retire(p, 7, T0), SEGD_OK);
+    segd_policy_set_counts(p, &made, &kept);
+    assert_int_equal(kept, 2); /* the current set and the rule's */
+    assert_int_equal(rule.retired_before(rule.retired_ctx, 5), T0);
+    assert_int_equal(rule.retired_before(rule.retired_ctx, 7), 0);
+    assert_int_equal(segd_policy_retired_before(p, 5), T0 + 1);
+    segd_policy_rule_release(&rule);
+    segd_policy_rule_release(&rule); /* twice is harmless */
+    assert_null(rule.retired_before);
+    assert_int_equal(segd_policy_retire(p, 8, T0), SEGD_OK);
+    segd_policy_set_counts(p, &made, &kept);
+    assert_int_equal(kept, 1);
+    segd_policy_destroy(p);
+}
+
+typedef struct rule_reader {
+    segd_policy_t *p;
+    _Atomic int *stop;
+    int bad;
+} rule_reader_t;
+
+/* Takes rules as the merge operator does, while markers are added: a marker
+ * once seen never goes away, and a rule's set is never freed under it
+ * (ASan would see the read). */
+static void *read_rules(void *arg)
+{
+    rule_reader_t *r = arg;
+    while (!atomic_load(r->stop)) {
+        segd_prune_t rule;
+        segd_policy_rule(r->p, &rule, 1);
+        if (rule.retired_before && rule.retired_before(rule.retired_ctx, 1) != T0)
+            r->bad = 1;
+        segd_policy_rule_release(&rule);
+    }
+    return NULL;
+}
+
+static void test_retire_beside_readers(void **state)
+{
+    (void)state;
+    segd_policy_t *p = NULL;
+    _Atomic int stop = 0;
+    pthread_t t[2];
+    rule_reader_t r[2];
+    uint64_t made, kept;
+    assert_int_equal(segd_policy_new(&p, 7LL * 86400 * 1000), SEGD_OK);
+    assert_int_equal(segd_policy_retire(p, 1, T0), SEGD_OK);
+    for (int i = 0; i < 2; i++) {
+        r[i] = (rule_reader_t){.p = p, .stop = &stop};
+        assert_int_equal(pthread_create(&t[i], NULL, read_rules, &r[i]), 0);
+    }
+    for (int64_t id = 2; id < 2002; id++)
+        assert_int_equal(segd_policy_retire(p, id, T0), SEGD_OK);
+    atomic_store(&stop, 1);
+    for (int i = 0; i < 2; i++) {
+        assert_int_equal(pthread_join(t[i], NULL), 0);
+        assert_false(r[i].bad);
+    }
+    assert_int_equal(segd_policy_retire(p, 1, T0 + 1), SEGD_OK);
+    segd_policy_set_counts(p, &made, &kept);
+    assert_int_equal(kept, 1);
+    segd_policy_destroy(p);
+}
+
+#define OPEN_MARKERS 3000
+
+/* The markers a store holds are read at open into one set. */
+static void test_open_loads_markers_once(void **state)
+{
+    (void)state;
+    char dir[64], err[256];
+    uint64_t made, kept;
+    make_dir(dir, sizeof(dir), "markersload");
+    segd_store_t *s = open_store(dir, T0);
+    for (int64_t id = 0; id < OPEN_MARKERS; id++)
+        assert_int_equal(segd_store_retire(s, id * 7 - 100, T0 - id, NULL, err, sizeof(err)),
+                         SEGD_OK);
+    segd_store_close(s);
+    s = open_store(dir, T0);
+    segd_policy_set_counts(segd_store_policy(s), &made, &kept);
+    assert_int_equal(made, 1);
+    assert_int_equal(kept, 1);
+    for (int64_t id = 0; id < OPEN_MARKERS; id++)
+        assert_int_equal(segd_policy_retired_before(segd_store_policy(s), id * 7 - 100),
+                         T0 - id);
+    assert_int_equal(segd_policy_retired_before(segd_store_policy(s), 1), 0);
+    segd_store_close(s);
+    remove_dir(dir);
+}
+
+/* Flips bytes in the middle of the one table file that holds "retired/"
+ * keys: a data block of markers no longer passes its checksum. */
+static void corrupt_marker_table(const char *dir)
+{
+    char cmd[256], path[512];
+    snprintf(cmd, sizeof(cmd), "grep -l -a 'retired/' %s/*.sst", dir);
+    FILE *f = popen(cmd, "r");
+    assert_non_null(f);
+    assert_non_null(fgets(path, sizeof(path), f));
+    char extra[512];
+    assert_null(fgets(extra, sizeof(extra), f)); /* exactly one such file */
+    pclose(f);
+    path[strcspn(path, "\n")] = 0;
+    FILE *t = fopen(path, "r+b");
+    assert_non_null(t);
+    assert_int_equal(fseek(t, 0, SEEK_END), 0);
+    long size = ftell(t);
+    assert_true(size > 16384);
+    assert_int_equal(fseek(t, size / 3, SEEK_SET), 0);
+    char junk[256];
+    memset(junk, 0x5a, sizeof(junk));
+    assert_int_equal(fwrite(junk, 1, sizeof(junk), t), sizeof(junk));
+    fclose(t);
+}
+
+/* A marker scan that fails at open fails the open: a marker dropped
+ * silently would bring retired entries back to life. */
+static void test_open_fails_on_unreadable_markers(void **state)
+{
+    (void)state;
+    char dir[64], err[512];
+    make_dir(dir, sizeof(dir), "markerscorrupt");
+    segd_store_t *s = open_store(dir, T0);
+    for (int64_t id = 0; id < OPEN_MARKERS; id++)
+        assert_int_equal(segd_store_retire(s, id, T0, NULL, err, sizeof(err)), SEGD_OK);
+    segd_store_close(s);
+    segd_store_close(open_store(dir, T0)); /* recovery flushes the markers to a table */
+    corrupt_marker_table(dir);
+    segd_store_opts_t o;
+    segd_app_store_opts(&o);
+    o.path = dir;
+    o.now_ms = T0;
+    o.block_cache_mb = 8;
+    s = NULL;
+    err[0] = 0;
+    segd_err_t e = segd_store_open(&s, &o, err, sizeof(err));
+    if (e == SEGD_OK)
+        segd_store_close(s);
+    assert_int_not_equal(e, SEGD_OK);
+    assert_null(s);
+    if (!strstr(err, "retirement markers unreadable"))
+        fail_msg("open failed, but not on the markers: %s", err);
+    remove_dir(dir);
+}
+
 /* The reserved control id is valid only as segd produces it (op REMOVE): an
  * ordinary producer's upsert or erase under it would retire segments
  * store-wide, so validation refuses it (it goes to the dead-letter topic). */
@@ -784,8 +957,14 @@ int main(void)
         cmocka_unit_test(test_store_snapshot_caches_agree),
         cmocka_unit_test(test_retire_in_batch_keeps_max),
         cmocka_unit_test(test_retired_lookup_bounds),
+        cmocka_unit_test(test_retire_sets_bounded),
+        cmocka_unit_test(test_retire_beside_readers),
+        cmocka_unit_test(test_open_loads_markers_once),
+        cmocka_unit_test(test_open_fails_on_unreadable_markers),
         cmocka_unit_test(test_control_id_only_remove),
         cmocka_unit_test(test_control_event_below_floor_taken),
     };
+    if (getenv("TEST_FILTER")) /* e.g. "test_retire*" */
+        cmocka_set_test_filter(getenv("TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

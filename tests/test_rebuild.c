@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include <cmocka.h>
+#include <pthread.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -195,6 +196,102 @@ static void test_swap_keeps_live_markers(void **state)
     segd_store_close(s);
 }
 
+/* The live store DB (user "old") and a rebuilt store beside it (user
+ * "new"), as segd rebuild leaves them. */
+static void make_stores(const char *db, const char *done)
+{
+    segd_store_t *live = test_store_open(db, T0);
+    put_record(live, "old", 0, T0 - 5000);
+    segd_store_close(live);
+    segd_store_t *re = test_store_open(done, T0);
+    put_record(re, "new", 0, T0 - 5000);
+    segd_store_close(re);
+}
+
+/* DB holds the rebuilt store's data, DB.rebuilt is gone and exactly one
+ * DB.replaced-* exists: one swap happened. */
+static void assert_swapped_once(const test_dir_t *f, const char *db, const char *done)
+{
+    char err[256], cmd[512];
+    struct stat st;
+    assert_int_not_equal(stat(done, &st), 0); /* not made again, empty */
+    segd_store_t *s = test_store_open(db, T0);
+    segd_profile_t p;
+    segd_profile_init(&p);
+    assert_int_equal(segd_store_get(s, "new", 3, &p, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(p.n, 1);
+    assert_int_equal(segd_store_get(s, "old", 3, &p, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(p.n, 0);
+    segd_profile_free(&p);
+    segd_store_close(s);
+    snprintf(cmd, sizeof(cmd), "test $(ls -d %s/db.replaced-* | wc -l) -eq 1", f->dir);
+    assert_int_equal(system(cmd), 0);
+}
+
+/* Two segd run starts at once both see DB.rebuilt before either takes the
+ * lock. The later one, run here after the first swapped, decides again
+ * under the lock: it swaps nothing and reports no error. (It used to open
+ * the missing DB.rebuilt with create_if_missing and swap that empty store
+ * in for the rebuilt one.) */
+static void test_second_start_swaps_nothing(void **state)
+{
+    test_dir_t *f = *state;
+    char db[256], done[256], err[512];
+    path_in(f, "db", db, sizeof(db));
+    path_in(f, "db.rebuilt", done, sizeof(done));
+    make_stores(db, done);
+    segd_store_opts_t o;
+    swap_opts(&o, db);
+    int swapped = 0;
+    assert_int_equal(segd_rebuild_swap(&o, NULL, &swapped, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(swapped, 1);
+    swapped = 1;
+    segd_err_t e = segd_rebuild_swap_locked(&o, NULL, &swapped, err, sizeof(err));
+    if (e != SEGD_OK)
+        fail_msg("second start: %s", err);
+    assert_int_equal(swapped, 0);
+    assert_swapped_once(f, db, done);
+}
+
+typedef struct swap_start {
+    const segd_store_opts_t *o;
+    int swapped;
+    segd_err_t err;
+    char errstr[512];
+} swap_start_t;
+
+static void *start_swap(void *arg)
+{
+    swap_start_t *w = arg;
+    w->err = segd_rebuild_swap(w->o, NULL, &w->swapped, w->errstr, sizeof(w->errstr));
+    return NULL;
+}
+
+/* The same with two starts on two threads: whichever way they interleave,
+ * one swaps, the other swaps nothing (or is refused while the first holds
+ * the lock), and DB keeps the rebuilt store's data. */
+static void test_two_starts_at_once(void **state)
+{
+    test_dir_t *f = *state;
+    char db[256], done[256];
+    path_in(f, "db", db, sizeof(db));
+    path_in(f, "db.rebuilt", done, sizeof(done));
+    make_stores(db, done);
+    segd_store_opts_t o;
+    swap_opts(&o, db);
+    swap_start_t w[2] = {{.o = &o}, {.o = &o}};
+    pthread_t t[2];
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_create(&t[i], NULL, start_swap, &w[i]), 0);
+    for (int i = 0; i < 2; i++)
+        assert_int_equal(pthread_join(t[i], NULL), 0);
+    assert_int_equal(w[0].swapped + w[1].swapped, 1);
+    for (int i = 0; i < 2; i++)
+        if (w[i].err != SEGD_OK && !(w[i].err == SEGD_ERR_BUSY && !w[i].swapped))
+            fail_msg("start %d: %s", i, w[i].errstr);
+    assert_swapped_once(f, db, done);
+}
+
 /* A live store with restored units (import floors) holds data no topic
  * does: segd rebuild refuses before it touches a broker or writes a store. */
 static void test_rebuild_refuses_restored(void **state)
@@ -222,6 +319,12 @@ int main(void)
                                         test_dir_teardown),
         cmocka_unit_test_setup_teardown(test_rebuild_refuses_restored, test_dir_setup,
                                         test_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_second_start_swaps_nothing, test_dir_setup,
+                                        test_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_two_starts_at_once, test_dir_setup,
+                                        test_dir_teardown),
     };
+    if (getenv("TEST_FILTER")) /* e.g. "test_swap*" */
+        cmocka_set_test_filter(getenv("TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
