@@ -63,11 +63,10 @@ def host_of(url):
 # ---------- segd's own view: defaults and the compose service's effective config ----------
 
 def print_config(args, env):
-    """segd run --print-config: {key: value}, or None if this segd lacks it."""
+    """segd run --print-config: {key: value}; {} (and a failure) when it
+    cannot be read."""
     r = run([SEGD, "run", "--print-config"] + args, env=env)
     if r.returncode != 0:
-        if "print-config" in r.stderr or "unrecognized" in r.stderr:
-            return None
         check(False, "segd run --print-config %s: exit %d: %s" % (args, r.returncode,
                                                                   r.stderr.strip()))
         return {}
@@ -76,16 +75,6 @@ def print_config(args, env):
         m = re.match(r"^\s*([A-Za-z0-9_.\-]+)\s*=\s*(.*?)\s*$", line)
         if m:
             conf[m.group(1)] = m.group(2)
-    return conf
-
-
-def read_conf_file(path):
-    conf = {}
-    for line in open(path):
-        line = line.strip()
-        if line and not line.startswith("#") and "=" in line:
-            k, v = line.split("=", 1)
-            conf[k.strip()] = v.strip()
     return conf
 
 
@@ -144,22 +133,14 @@ def service_config(compose, name, env_image, defaults):
     if defaults and "metrics.listen" not in defaults and "SEGD_METRICS_LISTEN" in env:
         # built before the metrics branch: it would refuse the variable; the
         # metrics checks below still hold the image's value to the scrape config
-        notes.append("this segd has no metrics.listen key yet: SEGD_METRICS_LISTEN left out "
-                     "of segd run's environment here (the image needs a segd that has it)")
+        check(False, "segd run --print-config has no metrics.listen key, which the image's "
+              "SEGD_METRICS_LISTEN needs")
         metrics_env = env.pop("SEGD_METRICS_LISTEN")
     else:
         metrics_env = None
-    conf_file = args[args.index("--config") + 1] if "--config" in args else None
     effective = print_config(args, clean_env(env))
     if effective and metrics_env:
         effective["metrics.listen"] = metrics_env
-    if effective is None:  # a segd without --print-config: the file and environment only
-        notes.append("segd run has no --print-config: effective configuration read from "
-                     "the file and environment, defaults not compared")
-        effective = read_conf_file(conf_file) if conf_file else {}
-        for k, v in env.items():
-            if k.startswith("SEGD_"):
-                effective[k[5:].lower().replace("_", ".")] = v
     return effective
 
 
@@ -268,8 +249,9 @@ def check_metrics(compose, eff, defaults, img_env, cache_flag):
     if defaults and "metrics.listen" in defaults:
         check(port == port_of(defaults["metrics.listen"]),
               "metrics port %d is not segd's default %s" % (port, defaults["metrics.listen"]))
-    elif defaults is not None:
-        notes.append("this segd has no metrics.listen key: metrics port taken from the image")
+    else:
+        check(False, "segd run --print-config has no metrics.listen default: the metrics "
+              "port not compared")
     prom = yaml.safe_load(open(os.path.join(DOCKER, "prometheus.yml")))
     targets = {t for job in prom["scrape_configs"] for sc in job.get("static_configs", [])
                for t in sc["targets"]}
@@ -277,8 +259,8 @@ def check_metrics(compose, eff, defaults, img_env, cache_flag):
     cl = cache_flag("--listen")
     cache_port = port_of(cl or ":0")
     if not re.search(r"--listen:.*?/metrics", run([SEGD, "cache", "--help"]).stdout, re.S):
-        notes.append("this segd cache serves no /metrics yet: its scrape target not checked "
-                     "against it")
+        check(False, "segd cache --help does not say --listen serves /metrics: its scrape "
+              "target not checked against it")
     check("segd-run:%d" % port in targets, "prometheus.yml does not scrape segd-run:%d (has %s)"
           % (port, sorted(targets)))
     check("segd-cache:%d" % cache_port in targets, "prometheus.yml does not scrape "
@@ -419,11 +401,15 @@ def check_install_and_man():
             check(r.returncode == 0 and not r.stderr.strip(),
                   "groff warns on segd.1: %s" % r.stderr.strip())
         else:
-            notes.append("groff not installed: man page rendering not checked")
+            check(False, "groff not installed (scripts/install-deps.sh installs groff-base): "
+                  "man page rendering not checked")
         if shutil.which("man"):
             r = run(["man", "--warnings", "-l", man], env=clean_env({"MANWIDTH": "80"}))
             check(r.returncode == 0 and "SYNOPSIS" in r.stdout and not r.stderr.strip(),
                   "man -l segd.1: %s" % r.stderr.strip())
+        else:
+            check(False, "man not installed (scripts/install-deps.sh installs man-db): "
+                  "man -l segd.1 not checked")
         check_unit(binp)
 
 
@@ -442,7 +428,8 @@ def check_unit(installed_segd):
     check(m and m.group(1) == "/usr/local/bin/segd",
           "segd.service ExecStart is not /usr/local/bin/segd run --config FILE")
     if not shutil.which("systemd-analyze"):
-        notes.append("systemd-analyze not installed: segd.service not verified")
+        check(False, "systemd-analyze not installed (scripts/install-deps.sh installs "
+              "systemd): segd.service not verified")
         return
     with tempfile.TemporaryDirectory() as d:
         # verify needs the ExecStart binary: the one cmake --install just put down

@@ -13,12 +13,14 @@ independent model of docs/design.md §3 are tests/chaoslib.py's.
              cache and the whole change topic replayed all equal the model,
              nothing is dead-lettered, and the longest stretch without
              progress in segd's /metrics is printed.
-  outage     the same, but all three nodes SIGSTOPped for 30 s: while they
-             are stopped and segd is idle, its store holds exactly the events
-             below the input offsets it stored (offsets never ahead of data);
-             after SIGCONT the same segd run and cache carry on by themselves
-             to an exact end, and the group's offsets in Kafka never pass the
-             store's.
+  outage     the same, but all three nodes SIGSTOPped for 30 s: while
+             they are stopped and segd is idle, its store holds exactly the
+             events below the input offsets it stored (offsets never ahead of
+             data); after SIGCONT the same segd run and cache carry on by
+             themselves to an exact end; and the group's offsets in Kafka never
+             pass the store's, sampled throughout (OffsetWatch: before the
+             outage, while the nodes are stopped, after SIGCONT until segd
+             run is stopped, and once after its stop).
   logstart   a cache SIGSTOPped while the change topic's log start is moved
              past its position (delete-records) exits 1 naming the gap when
              continued, a cache started on the old snapshot refuses with the
@@ -28,7 +30,9 @@ usage: kafka_faults.py failover|outage|logstart SEGD_BIN
 Exit 0 iff every check held; otherwise "FAIL: <reason>" and exit 1.
 KAFKA_FAULTS_BREAK=<name> breaks one check on purpose (the tests of the test):
 restart, resume, delete (skip that fault step), model, cache, topic (one
-expected value of the store's, the caches' or the whole topic's check off).
+expected value of the store's, the caches' or the whole topic's check off),
+offsets (outage: the store's offsets in every sample of the committed-offsets
+watch read one lower), offsets-read (outage: that watch's store read fails).
 """
 import glob, http.client, io, json, os, shutil, signal, subprocess, sys, tempfile, threading, time
 import urllib.request
@@ -441,13 +445,135 @@ def failover(s):
           "producer_ack_gap_s=%.1f" % (stall_in, stall_out, stall_prod))
 
 
+class OffsetWatch(threading.Thread):
+    """Samples "Kafka's committed offsets never pass the store's" while segd
+    runs, every ~0.3 s: each sample reads the group's committed offsets of
+    events from Kafka, then the store's (`segd offsets show`, a read-only
+    open beside segd run), in that order (the store's only grow, so a store
+    read after Kafka's that is behind it is a real breach), and compares
+    them. Every read must succeed: a Kafka read that gets no answer within
+    60 s (or no committed offset for some partition), or a store read that
+    fails, fails the test; nothing is skipped. The one exception is the
+    phase "down", while all three nodes are stopped: no broker can answer
+    then (and the group's offsets cannot move), so those samples read the
+    store (which must succeed) and compare it with Kafka's offsets as read
+    last, just before the nodes were stopped (no Kafka read is in flight
+    across a phase change). Phases, set by outage(): before (the paced feed
+    running), down, back (after SIGCONT, until just before segd run is
+    stopped: the catch-up, then the exact end)."""
+
+    def __init__(self, s):
+        super().__init__(daemon=True)
+        self.s = s
+        self.phase = "before"
+        self.samples = []  # (phase, Kafka's offsets or None, the store's, time)
+        self.error = None
+        self.kc_last = None
+        self.halt = threading.Event()
+        # held by a Kafka read: the next phase begins between two reads, so
+        # that no read is left hanging on a node stopped under it
+        self.turn = threading.Lock()
+        self.c = Consumer({"bootstrap.servers": s.t.brokers, "group.id": GROUP,
+                           "enable.auto.commit": False, "log_level": 0})
+
+    def kafka_side(self):
+        deadline = time.time() + 60
+        why = "no answer"
+        while time.time() < deadline and not self.halt.is_set():
+            try:
+                got = self.c.committed([TopicPartition("events", p) for p in range(4)],
+                                       timeout=10)
+                errs = [str(tp.error) for tp in got if tp.error is not None]
+                if not errs:
+                    kc = {tp.partition: tp.offset for tp in got}
+                    check(len(kc) == 4 and all(o >= 0 for o in kc.values()),
+                          "Kafka's committed offsets of the group %s: not all 4 partitions "
+                          "committed (%s)" % (GROUP, kc))
+                    return kc
+                why = errs[0]
+            except KafkaException as e:
+                why = str(e)
+            time.sleep(0.5)
+        raise Failed("reading Kafka's committed offsets (phase %s): %s" % (self.phase, why))
+
+    def store_side(self):
+        db = self.s.db if BREAK != "offsets-read" else self.s.db + ".missing"
+        r = subprocess.run([self.s.segd, "offsets", "show", "--db", db, "--json"],
+                           capture_output=True, text=True)
+        check(r.returncode == 0, "segd offsets show (phase %s): exit %d: %s" %
+              (self.phase, r.returncode, r.stderr.strip()[-300:]))
+        st = committed_store_offsets(json.loads(r.stdout))
+        check(sorted(st) == list(range(4)), "the store's offsets list partitions %s" % sorted(st))
+        if BREAK == "offsets":  # the store read one behind: the check must see a breach
+            st = {p: o - 1 for p, o in st.items()}
+        return st
+
+    def sample(self):
+        with self.turn:
+            phase = self.phase
+            kc = self.kafka_side() if phase != "down" else None
+        if phase != "down":
+            self.kc_last = kc
+        st = self.store_side()
+        ref = kc if kc is not None else self.kc_last
+        check(ref is not None, "no Kafka offsets read before the brokers were all stopped")
+        check(all(ref[p] <= st[p] for p in range(4)),
+              "phase %s: Kafka's committed offsets %s%s pass the store's %s" %
+              (phase, ref, "" if kc is not None else " (read last, before the full outage)", st))
+        self.samples.append((phase, kc, st, time.time()))
+
+    def run(self):
+        try:
+            while not self.halt.is_set():
+                self.sample()
+                time.sleep(0.3)
+        except Failed as e:
+            self.error = str(e)
+        except Exception as e:  # anything unexpected fails the test too
+            self.error = "offset watch: %r" % e
+
+    def enter(self, phase, action):
+        """Runs action (stopping or continuing nodes) between two Kafka reads,
+        then starts phase."""
+        with self.turn:
+            action()
+            self.phase = phase
+
+    def count(self, phase):
+        check(self.error is None, self.error or "")
+        return sum(1 for x in self.samples if x[0] == phase)
+
+    def wait_samples(self, s, phase, n, timeout):
+        """Until n more samples of this phase were taken (a failure or a
+        timeout fails the test)."""
+        have = self.count(phase)
+        s.wait("%d samples of the committed offsets (phase %s)" % (n, phase),
+               lambda: self.count(phase) >= have + n, timeout)
+
+    def finish(self):
+        self.halt.set()
+        self.join(120)
+        check(not self.is_alive(), "the offset watch did not stop")
+        self.c.close()
+        counts = {ph: self.count(ph) for ph in ("before", "down", "back")}
+        check(all(n >= 2 for n in counts.values()),
+              "too few samples of the committed offsets per phase: %s" % counts)
+        return counts
+
+
 def outage(s):
     events = workload(2102, 150, 5000)
     want = model(events)
     feed, cache, cport = warm_up(s, events)
+    # Kafka's committed offsets against the store's, sampled throughout
+    watch = OffsetWatch(s)
+    watch.start()
+    watch.wait_samples(s, "before", 2, 60)
+    # (not one node after another: with two nodes stopped and the group's
+    # coordinator running, segd run was fenced (FENCED_INSTANCE_ID) and
+    # stopped, another scenario than this one)
     t_stop = time.time()
-    for n in (1, 2, 3):
-        kafka("pause", n)
+    watch.enter("down", lambda: [kafka("pause", n) for n in (1, 2, 3)])
     check(not feed.done.is_set(), "the producer finished before the outage")
     log("SIGSTOP nodes 1 2 3")
     # segd idle: nothing more to read (what librdkafka had prefetched applied)
@@ -470,9 +596,9 @@ def outage(s):
                 stored[i["partition"]] = max(stored.get(i["partition"], 0), i["next_offset"])
     check(len(stored) == 4, "the snapshot lists input offsets of %d partitions" % len(stored))
     time.sleep(max(0, t_stop + 30 - time.time()))
-    if BREAK != "resume":
-        for n in (1, 2, 3):
-            kafka("resume", n)
+    watch.wait_samples(s, "down", 2, 30)
+    watch.enter("back", lambda: [kafka("resume", n) for n in (1, 2, 3)
+                                 if BREAK != "resume"])
     t_cont = time.time()
     log("SIGCONT nodes 1 2 3 after %.1f s" % (t_cont - t_stop))
     s.wait("segd consuming again", lambda: s.progress.first_move_after(1, t_cont), 120)
@@ -505,7 +631,13 @@ def outage(s):
     del s.procs["cache"]
     s.whole_topic_equals(got)
     s.no_dead_letters()
-    # the group's committed offsets in Kafka never pass the store's
+    # the group's committed offsets in Kafka never passed the store's: the
+    # samples of every phase held (and then once more after the stop, below)
+    watch.wait_samples(s, "back", 2, 60)
+    counts = watch.finish()
+    log("committed offsets <= the store's in every sample: %s (%d after SIGCONT before the "
+        "store was exact)" % (counts, sum(1 for x in watch.samples
+                                          if x[0] == "back" and x[3] < t_exact)))
     run = s.procs.pop("segd run")
     run.send_signal(signal.SIGTERM)
     check(run.wait(60) == 0, "segd run exit %s at SIGTERM" % run.returncode)

@@ -17,11 +17,21 @@
 # why it waits.
 # Prints each restart's seconds to ready (restart_to_ready_s=) for
 # bench/RESULTS.md. usage: kafka_static.sh SEGD_BIN SOURCE_DIR
+# Needs real Kafka: without KAFKA_CLUSTER_DIR it fails, saying so (on the mock
+# every static-membership check above would be off); scripts/test.sh always
+# provides the cluster. The dev-broker form runs only when asked for by hand
+# (KAFKA_STATIC_ON_MOCK=1, for bench/RESULTS.md's comparison).
 set -euo pipefail
 segd=$1
 # shellcheck source=tests/lib.bash
 source "$(dirname "$0")/lib.bash"
 lib_init kafka_static
+if [ "${KAFKA_STATIC_ON_MOCK:-}" = 1 ]; then
+  [ -z "${KAFKA_CLUSTER_DIR:-}" ] || fail "KAFKA_STATIC_ON_MOCK=1 with KAFKA_CLUSTER_DIR set: choose one"
+  echo "kafka_static: on the dev broker (KAFKA_STATIC_ON_MOCK=1): static membership is off there"
+else
+  require_kafka_cluster
+fi
 start_broker 4 events,events.dlq
 BOUND_S=30 # the session timeout is 45 s: a restart that waits for it fails
 

@@ -38,20 +38,25 @@ refused() {
   grep -qF -- "$why" "$tmp/$name.log" || fail "$name: no error saying: $why"
   # nothing consumed: no input offset in the store, none committed
   if [ -d "$tmp/db.$name" ]; then
-    "$segd" offsets show --db "$tmp/db.$name" > "$tmp/$name.offsets" 2>&1 || true
+    "$segd" offsets show --db "$tmp/db.$name" > "$tmp/$name.offsets" 2>&1 ||
+      fail "$name: offsets show of the store it left: $(cat "$tmp/$name.offsets")"
     if grep -q "${tp}events" "$tmp/$name.offsets"; then
       fail "$name: the store holds offsets: $(cat "$tmp/$name.offsets")"
     fi
   fi
   grep -q 'msg="partitions assigned"' "$tmp/$name.log" && fail "$name: joined the group and got partitions"
-  /usr/bin/python3 - "$brokers" "${tp}g-$name" "${tp}events" <<'EOF' || fail "$name: offsets committed for the group"
+  # (a read that fails, whole or for a partition, fails too: not "none committed")
+  /usr/bin/python3 - "$brokers" "${tp}g-$name" "${tp}events" <<'EOF' > "$tmp/$name.committed" 2>&1 ||
 import sys
 from confluent_kafka import Consumer, TopicPartition
 c = Consumer({"bootstrap.servers": sys.argv[1], "group.id": sys.argv[2]})
 got = c.committed([TopicPartition(sys.argv[3], p) for p in range(4)], timeout=10)
 c.close()
-sys.exit(1 if any(tp.offset >= 0 for tp in got) else 0)
+print(" ".join("%d:%d%s" % (tp.partition, tp.offset, "" if tp.error is None else ":" + str(tp.error))
+               for tp in got))
+sys.exit(1 if len(got) != 4 or any(tp.error is not None or tp.offset >= 0 for tp in got) else 0)
 EOF
+    fail "$name: offsets committed for the group, or not read: $(cat "$tmp/$name.committed")"
   echo "$name: refused (exit $rc): $(grep -m1 -oF -- "$why" "$tmp/$name.log")"
 }
 

@@ -70,10 +70,20 @@ EOF
 stored() { # DB TOPIC: "partition next-offset" lines of the store, sorted
   "$segd" offsets show --db "$1" 2>/dev/null | awk -v t="$2" '$2 == t {print $3, $4}' | sort -n
 }
-segments() { # DB USER: live segments segd get shows (0 when none)
-  "$segd" get --db "$1" --now "$now" --json "$2" 2>/dev/null |
-    /usr/bin/python3 -c "import json,sys;print(len(json.load(sys.stdin)['segments']))" 2>/dev/null ||
-    echo 0
+# sets seg to "KNOWN N" for USER in DB: whether the store has a record of
+# the user (JSON "known") and how many live segments `segd get` shows. Run in
+# this shell, not in $(...): a failed read or an answer that is not the
+# user's JSON fails the test (no default count)
+segments() { # DB USER
+  local out
+  out=$("$segd" get --db "$1" --now "$now" --json "$2" 2> "$tmp/get.err") ||
+    fail "segd get --db $1 $2: $(tail -3 "$tmp/get.err")"
+  seg=$(/usr/bin/python3 -c '
+import json, sys
+j = json.loads(sys.stdin.read())
+assert j["user_id"] == sys.argv[1] and isinstance(j["known"], bool), j
+print("known" if j["known"] else "unknown", len(j["segments"]))' "$2" <<< "$out") ||
+    fail "segd get --db $1 $2: not the JSON of one user: $out"
 }
 ends "${tp}a" > "$tmp/a.ends" || fail "watermarks of a"
 ends "${tp}b" > "$tmp/b.ends" || fail "watermarks of b"
@@ -112,7 +122,10 @@ one_case() { # NAME NEW_TOPICS ASSIGNED
   ready && [ "$(metric segd_assigned_partitions)" = 4 ] || fail "$name: the first run not ready on a's 4 partitions"
   grep -q 'msg="group member".*group_instance_id=segd-' "$log" ||
     fail "$name: not a static member on Apache Kafka"
-  [ "$(segments "$db" u0000000079)" = 0 ] || fail "$name: u79 (b's alone) has segments before b"
+  segments "$db" u0000000079
+  [ "$seg" = "unknown 0" ] || fail "$name: u79 (b's alone) is in the store before b: $seg"
+  segments "$db" u0000000039 # the same read knows a's users
+  [ "${seg%% *}" = known ] || fail "$name: u39 (a's) is not in the store after a: $seg"
   stop_run "$log"
   echo "--- restart with topics $topics" >> "$log"
   # restarted on the same store and group with the new topics
@@ -120,17 +133,22 @@ one_case() { # NAME NEW_TOPICS ASSIGNED
   start_run "$topics" "$db" "$log"
   while [ $((SECONDS - t0)) -lt $BOUND_S ]; do
     kill -0 "$run_pid" 2>/dev/null || fail "$name: segd run exited after its restart"
+    segments "$db" u0000000079
     if ready && [ "$(metric segd_assigned_partitions)" = "$want" ] && assigned_topics "$topics" &&
-       [ "$(segments "$db" u0000000079)" -gt 0 ] && [ "$(stored "$db" "${tp}b")" = "$(cat "$tmp/b.ends")" ]; then
+       [ "${seg%% *}" = known ] && [ "${seg#* }" -gt 0 ] &&
+       [ "$(stored "$db" "${tp}b")" = "$(cat "$tmp/b.ends")" ]; then
       ok=1
       break
     fi
     sleep 0.2
   done
-  [ -n "$ok" ] || fail "$name: within $BOUND_S s of the restart with topics $topics: readyz" \
-    "$(curl -s "http://127.0.0.1:$port/readyz")," \
-    "$(metric segd_assigned_partitions) partitions assigned (want $want)," \
-    "u79 has $(segments "$db" u0000000079) segments, stored offsets of b: $(stored "$db" "${tp}b" | tr '\n' ' ')"
+  if [ -z "$ok" ]; then
+    segments "$db" u0000000079
+    fail "$name: within $BOUND_S s of the restart with topics $topics: readyz" \
+      "$(curl -s "http://127.0.0.1:$port/readyz")," \
+      "$(metric segd_assigned_partitions) partitions assigned (want $want)," \
+      "u79: $seg segments, stored offsets of b: $(stored "$db" "${tp}b" | tr '\n' ' ')"
+  fi
   echo "$name: b consumed $((SECONDS - t0)) s after the restart"
   # the group, asked by `segd owner`, names this member (its client id) for every partition of b
   local users client

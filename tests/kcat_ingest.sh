@@ -51,6 +51,7 @@ for _ in $(seq 300); do
   [ $n = 5 ] && break
   sleep 0.2
 done
+[ $n = 5 ] || fail "only $n of the 5 users' last segments readable: $out"
 kill -TERM $run_pid
 wait $run_pid || fail "segd run exited with $?"
 grep -q "msg=final consumed=20 events=20 segments=20 dlq=0" "$tmp/run.log" || fail "run summary"

@@ -49,9 +49,21 @@ require_kafka() {
   fi
   kafka_real || fail "${lib_name:-?} needs Apache Kafka (is it in tests/mock_only.txt?)"
 }
+# For a test that must run on the suite's Apache Kafka cluster and has no
+# mock form that checks the same: fails, saying so, without one (never a
+# fallback to the mock that skips the test's checks and passes).
+require_kafka_cluster() {
+  [ -n "${KAFKA_CLUSTER_DIR:-}" ] ||
+    fail "${lib_name:-?} needs a real Apache Kafka cluster and KAFKA_CLUSTER_DIR is not set:" \
+      "start one (KAFKA_CLUSTER_DIR=DIR bash scripts/kafka.sh start 3; scripts/test.sh starts one" \
+      "for the suite) and export KAFKA_CLUSTER_DIR"
+  [ -f "$KAFKA_CLUSTER_DIR/bootstrap" ] ||
+    fail "${lib_name:-?} needs a real Apache Kafka cluster: none in KAFKA_CLUSTER_DIR=$KAFKA_CLUSTER_DIR (no bootstrap file)"
+  kafka_real || fail "${lib_name:-?} needs Apache Kafka but tests/mock_only.txt keeps it on the mock"
+}
 fail() {
   echo "FAIL: $*" >&2
-  for f in "$tmp"/*.log; do echo "--- $f" >&2; tail -12 "$f" >&2; done
+  for f in "$tmp"/*.log; do [ -e "$f" ] || continue; echo "--- $f" >&2; tail -12 "$f" >&2; done
   exit 1
 }
 start_broker() {

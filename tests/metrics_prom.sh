@@ -7,15 +7,15 @@
 # series, segments applied grow when more events arrive, and the lag is 0
 # once segd caught up with them; the periodic snapshot figures appear;
 # after a restart with nothing new, /readyz is 200 from the stored offsets.
-# Exits 77 (ctest SKIP) only when no
-# prometheus binary can be found (scripts/install-deps.sh installs it).
+# Fails when no prometheus binary can be found (scripts/install-deps.sh
+# installs it): a missing tool is not a pass.
 # usage: metrics_prom.sh SEGD_BIN SOURCE_DIR
 set -euo pipefail
 segd=$1
 prom=$(command -v prometheus || true)
 if [ -z "$prom" ]; then
-  echo "SKIP: no prometheus binary (apt-get install prometheus; scripts/install-deps.sh does)"
-  exit 77
+  echo "FAIL: metrics_prom needs a prometheus binary (apt-get install prometheus; scripts/install-deps.sh does)" >&2
+  exit 1
 fi
 source "$(dirname "$0")/lib.bash"
 lib_init prom

@@ -33,13 +33,16 @@ SEGD_STORE_HORIZON_S=$horizon "$segd" run --brokers "$brokers" --topic "${tp}eve
 run_pid=$!
 pids+=($run_pid)
 last=$(printf 'u%010d' $((users - 1)))
-segs() { "$segd" get --db "$tmp/db" --now $now --json "$last" 2>/dev/null |
-  /usr/bin/python3 -c "import json,sys;print(len(json.load(sys.stdin)['segments']))" 2>/dev/null || echo 0; }
-for _ in $(seq 300); do [ "$(segs)" -ge 50 ] && break; sleep 0.2; done
+# the last user's live segments; empty when segd get fails (no default count)
+segs() { "$segd" get --db "$tmp/db" --now $now --json "$last" 2> "$tmp/get.err" |
+  /usr/bin/python3 -c "import json,sys;print(len(json.load(sys.stdin)['segments']))"; }
+n=""
+for _ in $(seq 300); do n=$(segs 2>/dev/null) && [ "$n" -ge 50 ] && break; sleep 0.2; done
+[ -n "$n" ] && [ "$n" -ge 50 ] || fail "the store never held 50 segments of $last: '$n' $(cat "$tmp/get.err")"
 sleep 1 # let the publisher acknowledge the last batches
 "$segd" snapshot export --db "$tmp/db" --changes-topic "$SEGD_CHANGES_TOPIC" --to "$tmp/snap" --now $now \
   --horizon-s $horizon > "$tmp/export.log" 2>&1 || fail "export"
-before=$(segs)
+before=$(segs) || fail "segd get $last: $(cat "$tmp/get.err")"
 # deltas after the snapshot: the cache must tail them
 "$segd" produce --brokers "$brokers" --topic "${tp}events" --users $users --now $now --seed 2 \
   > /dev/null 2>> "$tmp/produce.log" || fail "second produce"

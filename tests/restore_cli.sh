@@ -26,7 +26,8 @@ produce() { # batch $1
     --seed "$1" --now $now > /dev/null 2> "$tmp/produce$1.log" || fail "produce $1"
 }
 all_users() { for u in $(seq 0 $((users - 1))); do printf 'u%010d\n' "$u"; done; }
-reads() { all_users | xargs "$segd" get --db "$tmp/$1" --now $now --json 2>/dev/null || true; }
+# every user's JSON line from store $1; fails (xargs: 123) when a segd get does
+reads() { all_users | xargs "$segd" get --db "$tmp/$1" --now $now --json 2> "$tmp/reads.err"; }
 # run $1 = name until `$2` succeeds, then stop it; env settings follow
 run_until() {
   local name=$1 done_cmd=$2
@@ -57,7 +58,7 @@ run_until a '[ "$(consumed a)" -ge 1500 ] 2>/dev/null'
 [ "$(ls -d "$tmp"/dest/"${tp}"events/p-* | wc -l)" = 4 ] || fail "not 4 units"
 produce 2
 run_until r '[ "$(consumed r)" -ge 3000 ] 2>/dev/null'
-ref=$(reads r)
+ref=$(reads r) || fail "segd get of r: $(tail -3 "$tmp/reads.err")"
 [ -n "$ref" ] || fail "no reads"
 run_until b '[ "$(consumed b)" -ge 1500 ] 2>/dev/null' SEGD_RESTORE_FROM="$tmp/dest"
 # only batch 2: the units carried batch 1 and the offsets after it
@@ -66,7 +67,8 @@ for p in 0 1 2 3; do
   grep -q "restored p=$p users=[1-9][0-9]* segments=[1-9]" "$tmp/b.log" || fail "b: no restore of $p"
 done
 grep -q "replaying" "$tmp/b.log" && fail "b replayed a partition"
-[ "$(reads b)" = "$ref" ] || fail "b differs from the replayed store"
+got=$(reads b) || fail "segd get of b: $(tail -3 "$tmp/reads.err")"
+[ "$got" = "$ref" ] || fail "b differs from the replayed store"
 
 # a corrupt unit (one byte flipped in its file) and a missing one
 f=$(ls "$tmp"/dest/"${tp}"events/p-00001/*.avro | head -1)
@@ -77,7 +79,7 @@ b[len(b) // 2] ^= 0xFF
 open(sys.argv[1], "wb").write(b)
 PY
 rm "$tmp"/dest/"${tp}"events/p-00002/manifest.json
-run_until c '[ "$(reads c)" = "$ref" ]' SEGD_RESTORE_FROM="$tmp/dest" SEGD_RESTORE_RETRIES=2
+run_until c 'got=$(reads c) && [ "$got" = "$ref" ]' SEGD_RESTORE_FROM="$tmp/dest" SEGD_RESTORE_RETRIES=2
 grep -q "restore of ${tp}events \[1\] failed (attempt 2).*SHA-256.*replaying it" "$tmp/c.log" ||
   fail "c: no fallback for the corrupt unit"
 grep -q "no snapshot unit for ${tp}events \[2\]" "$tmp/c.log" || fail "c: missing unit not replayed"

@@ -18,7 +18,8 @@ export SEGD_CHANGES_TOPIC="${tp}segments.changes"
 "$segd" produce --brokers "$brokers" --topic "${tp}events" --users $users --events 1500 \
   --seed 1 --now $now > /dev/null 2> "$tmp/produce.log" || fail "produce"
 all_users() { for u in $(seq 0 $((users - 1))); do printf 'u%010d\n' "$u"; done; }
-reads() { all_users | xargs "$segd" get --db "$tmp/$1" --now $now --json 2>/dev/null || true; }
+# every user's JSON line from store $1; fails (xargs: 123) when a segd get does
+reads() { all_users | xargs "$segd" get --db "$tmp/$1" --now $now --json 2> "$tmp/reads.err"; }
 consumed() { grep -o 'consumed=[0-9]*' "$tmp/$1.log" 2>/dev/null | tail -1 | cut -d= -f2 || true; }
 start() { # name group, env settings follow
   local name=$1 group=$2
@@ -39,7 +40,7 @@ mport=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); 
 start a g-f SEGD_SWEEP_AFTER_S=1 SEGD_SWEEP_RECORDS_PER_S=1000000 $units \
   SEGD_METRICS_LISTEN=127.0.0.1:$mport
 wait_for "a consumed all" '[ "$(consumed a)" -ge 1500 ] 2>/dev/null'
-before=$(reads a) # everything, consumed once
+before=$(reads a) || fail "segd get of a: $(tail -3 "$tmp/reads.err")" # everything, consumed once
 [ -n "$before" ] || fail "no reads"
 wait_for "a exported 4 units" '[ "$(ls -d "$tmp"/dest/"${tp}"events/p-* 2>/dev/null | wc -l)" = 4 ]'
 start b g-f SEGD_SWEEP_AFTER_S=0 $units
@@ -48,7 +49,7 @@ swept=$(grep -o "swept ${tp}events[^:]*" "$tmp/a.log" | head -1)
 # and /metrics says so
 wait_for "a's sweep metrics" 'curl -sf "http://127.0.0.1:$mport/metrics" | grep -Eq "^segd_sweep_users_deleted_total [1-9]"'
 # the users A still owns are untouched; the others are gone
-after=$(reads a)
+after=$(reads a) || fail "segd get of a after its sweep: $(tail -3 "$tmp/reads.err")"
 n_before=$(echo "$before" | grep -c '"segments":\[{' || true)
 n_after=$(echo "$after" | grep -c '"segments":\[{' || true)
 [ "$n_after" -gt 0 ] && [ "$n_after" -lt "$n_before" ] ||
