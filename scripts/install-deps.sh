@@ -27,16 +27,26 @@ for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 # s3rver (an S3-compatible server from npm) for the s3:// round trip in
-# tests/s3_cli.sh; optional: without npm that part of the test is skipped.
+# tests/s3_cli.sh and tests/test_dest.c, which fail without it (fail closed):
+# npm comes from Debian when the machine has none, and a failed install of
+# s3rver fails this script. Installed after the packages, below.
 s3rver_dir=/opt/segd-test-tools
-if [ "${SEGD_DEPS:-all}" != build ] && command -v npm >/dev/null 2>&1 && [ ! -x "$s3rver_dir/node_modules/.bin/s3rver" ] &&
-   [ "$(id -u)" -eq 0 ]; then
-  npm install --prefix "$s3rver_dir" --no-audit --no-fund s3rver@3 >/dev/null 2>&1 ||
-    echo "install-deps: s3rver not installed (npm failed)" >&2
+want_s3rver=0
+if [ "${SEGD_DEPS:-all}" != build ] && [ ! -x "$s3rver_dir/node_modules/.bin/s3rver" ]; then
+  want_s3rver=1
+  command -v npm >/dev/null 2>&1 || missing+=(npm)
 fi
-[ ${#missing[@]} -eq 0 ] && exit 0
+install_s3rver() {
+  [ "$want_s3rver" = 1 ] || return 0
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo npm install --prefix "$s3rver_dir" --no-audit --no-fund s3rver@3 >/dev/null 2>&1 ||
+    { echo "install-deps: s3rver not installed (npm install s3rver@3 failed)" >&2; exit 1; }
+}
+[ ${#missing[@]} -eq 0 ] && { install_s3rver; exit 0; }
 sudo=""
 [ "$(id -u)" -ne 0 ] && sudo="sudo"
 echo "installing: ${missing[*]}" >&2
 $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
 $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+install_s3rver
