@@ -23,24 +23,50 @@
  * initial rebalance delay (3 s on Kafka) included. */
 #define UNASSIGNED_NOTE_MS 8000
 
-/* Whether every assigned partition has been read to within a few batches of
- * the end offset librdkafka last saw (cached, no broker round trip): under
- * steady load the position never sits exactly at the end. */
+/* W's history phase begins once the store was found caught up at this many
+ * upkeeps in a row (10 s apart, so for 20 s at least): a consumer briefly at
+ * the end of a topic still being filled with history is not the end of it. */
+#define HISTORY_SETTLE_UPKEEPS 3
+
+/* Where the store will read a partition next: the consumer's position, or
+ * the store's offset when nothing was consumed from it since the assignment
+ * (an idle partition of a rebuilt or restarted store has no position). */
+static int64_t next_offset(segd_pipeline_t *p, const rd_kafka_topic_partition_t *tp)
+{
+    char err[256];
+    int64_t stored = -1;
+    if (segd_store_offset_get(p->store, tp->topic, tp->partition, &stored, err, sizeof(err)))
+        stored = -1;
+    return tp->offset > stored ? tp->offset : stored;
+}
+
+/* Whether the store has caught up with its input's history: every assigned
+ * partition that holds messages read to within a few batches of the end
+ * offset librdkafka last saw (cached, no broker round trip; under steady load
+ * the position never sits exactly at the end), and at least one such
+ * partition. Partitions that hold nothing neither count nor block: a member
+ * on empty topics has no history yet, and took it for caught up (issue 29:
+ * history produced later was then refused as too late). */
 static int caught_up(segd_pipeline_t *p)
 {
     rd_kafka_topic_partition_list_t *parts = NULL;
     if (rd_kafka_assignment(p->consumer, &parts))
         return 0;
     int64_t slack = 10 * p->cfg->batch_max_messages;
-    int ok = parts->cnt > 0 && !rd_kafka_position(p->consumer, parts);
+    int with_data = 0, ok = parts->cnt > 0 && !rd_kafka_position(p->consumer, parts);
     for (int i = 0; ok && i < parts->cnt; i++) {
         rd_kafka_topic_partition_t *tp = &parts->elems[i];
         int64_t lo, hi;
         ok = !rd_kafka_get_watermark_offsets(p->consumer, tp->topic, tp->partition, &lo, &hi) &&
-             hi >= 0 && (tp->offset >= 0 ? hi - tp->offset <= slack : hi == lo);
+             hi >= 0;
+        if (!ok || hi == lo)
+            continue;
+        int64_t next = next_offset(p, tp);
+        ok = next >= 0 && hi - next <= slack;
+        with_data = 1;
     }
     rd_kafka_topic_partition_list_destroy(parts);
-    return ok;
+    return ok && with_data;
 }
 
 /* Moves the GC watermark at most every 10 s, and only here: between the
@@ -54,9 +80,9 @@ static void advance_gc(segd_pipeline_t *p)
     if (segd_mono_ms() < p->gc_next_ms)
         return;
     p->gc_next_ms = segd_mono_ms() + 10000;
-    int flags = segd_policy_ts_floor(segd_store_policy(p->store)) == 0 && caught_up(p)
-                    ? SEGD_GC_CAUGHT_UP
-                    : 0;
+    int history = segd_policy_ts_floor(segd_store_policy(p->store)) == 0;
+    p->caught_up_streak = history && caught_up(p) ? p->caught_up_streak + 1 : 0;
+    int flags = p->caught_up_streak >= HISTORY_SETTLE_UPKEEPS ? SEGD_GC_CAUGHT_UP : 0;
     if (segd_store_gc_advance(p->store, flags, err, sizeof(err)) != SEGD_OK)
         segd_log(LOG(p), SEGD_LOG_WARN, "store", "GC watermark not advanced: %s", err);
     /* RocksDB only looks for files due for periodic compaction after a flush

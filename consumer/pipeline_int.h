@@ -85,6 +85,7 @@ struct segd_pipeline {
     segd_pipeline_stats_t st;
     segd_backoff_t bo; /* shared with ingest and dlq: one fault report at a time */
     int64_t gc_next_ms;    /* monotonic time of the next GC watermark advance */
+    int caught_up_streak;  /* upkeeps in a row that found the store caught up */
     int64_t flush_next_ms; /* and of the next forced flush of the profiles */
     topic_parts_t parts[SEGD_MAX_TOPICS];
     size_t nparts;

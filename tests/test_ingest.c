@@ -644,6 +644,107 @@ static void test_time_refusals(void **state)
     segd_event_free(&ev);
 }
 
+/* Produces n events of users PREFIX00.., 10 to 10 + n - 1 days old. */
+static void produce_history(const fixture_t *f, const char *prefix, int n)
+{
+    const int64_t now = NOW_S * 1000, day = 86400 * 1000LL;
+    char err[256];
+    segd_avro_codec_t *codec;
+    segd_event_t ev;
+    segd_buf_t buf = {0};
+    segd_event_init(&ev);
+    assert_int_equal(segd_avro_codec_new(&codec, NULL, NULL, err, sizeof(err)), SEGD_OK);
+    rd_kafka_t *rk = plain_producer(f);
+    for (int i = 0; i < n; i++) {
+        char user[32];
+        snprintf(user, sizeof(user), "%s%02d", prefix, i);
+        make_event(&ev, user, 2, 60 * 86400);
+        ev.ts_ms = now - (10 + i) * day;
+        assert_int_equal(segd_avro_encode(codec, SEGD_FRAMING_SINGLE_OBJECT, 0, &ev, &buf),
+                         SEGD_OK);
+        produce_raw(rk, user, buf.data, buf.len);
+    }
+    rd_kafka_flush(rk, 10000);
+    rd_kafka_destroy(rk);
+    segd_avro_codec_destroy(codec);
+    segd_buf_free(&buf);
+    segd_event_free(&ev);
+}
+
+/* Steps p for s seconds. */
+static void step_for(segd_pipeline_t *p, int s)
+{
+    char err[256];
+    time_t end = time(NULL) + s;
+    while (time(NULL) < end)
+        assert_int_equal(segd_pipeline_step(p, err, sizeof(err)), SEGD_OK);
+}
+
+/* Trap 1 of issue 29 #8: a member on empty partitions took itself for caught
+ * up at its first upkeep and began W's phase, so history produced later (the
+ * DMP's first load) was refused as too late. Partitions that hold nothing
+ * are no history caught up with: after 32 s (four upkeeps) on an empty topic
+ * the store has no floor and takes the history. */
+static void test_idle_topic_keeps_history(void **state)
+{
+    fixture_t *f = *state;
+    volatile sig_atomic_t stop = 0;
+    char db[128], err[256];
+    segd_store_t *s = open_store(f->dir, "idle");
+    snprintf(db, sizeof(db), "%s/idle", f->dir);
+    segd_config_t cfg;
+    base_config(&cfg, f, "g-idle", db);
+    segd_pipeline_t *p;
+    assert_int_equal(segd_pipeline_new(&p, &cfg, s, &stop, err, sizeof(err)), SEGD_OK);
+    step_for(p, 32);
+    assert_true(segd_pipeline_assigned(p) > 0); /* it was a member on the empty topic */
+    assert_int_equal(segd_policy_ts_floor(segd_store_policy(s)), 0);
+    produce_history(f, "late", 20);
+    run_until(p, 20, 60);
+    segd_pipeline_stats_t st;
+    segd_pipeline_get_stats(p, &st);
+    segd_pipeline_destroy(p);
+    assert_int_equal(st.dlq[SEGD_DLQ_TOO_LATE], 0);
+    assert_int_equal(st.events, 20);
+    segd_store_close(s);
+    segd_config_free(&cfg);
+}
+
+/* Trap 2 of issue 29 #8: a store whose partitions are all read to their end
+ * before this process (a rebuilt store, a restart) has nothing to consume, so
+ * librdkafka has no position for them, and the member was never caught up:
+ * W never began. The store's own offsets say where it is. */
+static void test_idle_partitions_start_history_end(void **state)
+{
+    fixture_t *f = *state;
+    volatile sig_atomic_t stop = 0;
+    char db[128], err[256];
+    produce_history(f, "done", 20);
+    segd_store_t *s = open_store(f->dir, "restart");
+    snprintf(db, sizeof(db), "%s/restart", f->dir);
+    segd_config_t cfg;
+    base_config(&cfg, f, "g-restart", db);
+    segd_pipeline_t *p;
+    assert_int_equal(segd_pipeline_new(&p, &cfg, s, &stop, err, sizeof(err)), SEGD_OK);
+    run_until(p, 20, 60); /* the first process reads everything and stops */
+    segd_pipeline_stats_t st;
+    segd_pipeline_get_stats(p, &st);
+    segd_pipeline_destroy(p);
+    assert_int_equal(st.events, 20);
+    segd_policy_t *pol = segd_store_policy(s);
+    assert_int_equal(segd_policy_ts_floor(pol), 0); /* still in its history phase */
+    assert_int_equal(segd_pipeline_new(&p, &cfg, s, &stop, err, sizeof(err)), SEGD_OK);
+    time_t end = time(NULL) + 90;
+    while (segd_policy_ts_floor(pol) == 0 && time(NULL) < end)
+        assert_int_equal(segd_pipeline_step(p, err, sizeof(err)), SEGD_OK);
+    segd_pipeline_get_stats(p, &st);
+    segd_pipeline_destroy(p);
+    assert_int_equal(st.messages, 0); /* nothing was left to consume */
+    assert_true(segd_policy_ts_floor(pol) > 0);
+    segd_store_close(s);
+    segd_config_free(&cfg);
+}
+
 /* A fresh store takes history of any age (a replica replaying its input, a
  * bulk load); once the consumer has caught up, the start phase of W begins:
  * from then on events older than now - horizon are too_late. */
@@ -680,7 +781,9 @@ static void test_history_then_floor(void **state)
     segd_pipeline_get_stats(p, &st);
     assert_int_equal(st.events, 20);
     segd_policy_t *pol = segd_store_policy(s);
-    time_t end = time(NULL) + 30; /* W's bookkeeping runs every 10 s */
+    /* W's bookkeeping runs every 10 s and starts the phase at the third in a
+     * row that found the store caught up */
+    time_t end = time(NULL) + 60;
     while (segd_policy_ts_floor(pol) == 0 && time(NULL) < end)
         assert_int_equal(segd_pipeline_step(p, err, sizeof(err)), SEGD_OK);
     assert_int_equal(segd_policy_ts_floor(pol), now - 7 * day); /* the default horizon */
@@ -817,8 +920,12 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_bad_utf8_dead_letter, setup, teardown),
         cmocka_unit_test_setup_teardown(test_time_refusals, setup, teardown),
         cmocka_unit_test_setup_teardown(test_history_then_floor, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_idle_topic_keeps_history, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_idle_partitions_start_history_end, setup, teardown),
         cmocka_unit_test_setup_teardown(test_broker_outage_stalls_then_resumes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sigkill_and_restart, setup, teardown),
     };
+    if (getenv("TEST_FILTER")) /* e.g. "test_idle*" */
+        cmocka_set_test_filter(getenv("TEST_FILTER"));
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
