@@ -14,7 +14,7 @@ segd=$1
 . "$2/tests/lib.bash"
 lib_init rebuild_history
 require_kafka
-export SEGD_CHANGES_ENABLE=0
+export SEGD_CHANGES_ENABLE=0 SEGD_METRICS_LISTEN=${SEGD_METRICS_LISTEN:-off}
 start_broker 2 events,events.dlq,other
 now=$(date +%s)
 "$segd" produce --brokers "$brokers" --topic "${tp}events" --users 80 --events 400 --seed 1 \
@@ -109,11 +109,25 @@ wait $run_pid || fail "segd run exit $?"
 "$segd" get --db "$tmp/db" --now "$now" --json $users | cmp -s - "$tmp/live.json" ||
   fail "the swapped store lost users whose events retention deleted"
 
-# 5. --accept-history-loss: renamed, the loss said
-sed -e "s|^db = .*|db = $tmp/db3|" "$tmp/segd.conf" > "$tmp/three.conf"
+# 5. --accept-history-loss: renamed, the loss said, also at the swap; the
+# empty topic "other" has its offsets too (nothing to read stores them all)
+sed -e "s|^db = .*|db = $tmp/db3|" -e "s|^topics = .*|topics = ${tp}events,${tp}other|" \
+  "$tmp/segd.conf" > "$tmp/three.conf"
 "$segd" rebuild --config "$tmp/three.conf" --accept-history-loss > "$tmp/accept.out" \
   2> "$tmp/accept.log" || fail "rebuild --accept-history-loss: exit $?: $(cat "$tmp/accept.out")"
 grep -q "^  lost: ${tp}events \[0\]: offsets \[0, $cut) are gone ($cut messages" "$tmp/accept.out" ||
   fail "accepted loss not said: $(cat "$tmp/accept.out")"
 [ -d "$tmp/db3.rebuilt" ] || fail "an accepted rebuild was not renamed"
+"$segd" run --config "$tmp/three.conf" 2> "$tmp/run3.log" &
+run_pid=$!
+pids+=($run_pid)
+for _ in $(seq 150); do
+  grep -q "rebuilt store swapped in\|level=error" "$tmp/run3.log" && break
+  sleep 0.2
+done
+kill -TERM $run_pid 2>/dev/null || true
+wait $run_pid || true
+grep -q "rebuilt store swapped in" "$tmp/run3.log" || fail "no swap of db3: $(tail -3 "$tmp/run3.log")"
+grep -q "rebuild swap: the rebuilt store lacks ${tp}events \[0\] offsets \[0, $cut), deleted by retention before the rebuild" \
+  "$tmp/run3.log" || fail "the swap did not say what was lost: $(tail -3 "$tmp/run3.log")"
 echo "rebuild_history: [0, $cut) of partition 0 named and refused (exit 5), covered by a base and swapped in exactly, a swap lacking a topic refused, a loss accepted"
