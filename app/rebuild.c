@@ -366,6 +366,74 @@ static segd_err_t make_probe(const segd_config_t *cfg, rd_kafka_t **rk, char *er
     return err;
 }
 
+/* " T [p]" (or " T (none)") appended to a list of what is missing. */
+static void note_missing(char *list, size_t cap, size_t *len, const char *topic, int32_t p)
+{
+    if (*len >= cap)
+        return;
+    int w = p < 0 ? snprintf(list + *len, cap - *len, "%s%s (no offsets at all)",
+                             *len ? ", " : "", topic)
+                  : snprintf(list + *len, cap - *len, "%s%s [%d]", *len ? ", " : "", topic,
+                             (int)p);
+    *len += w > 0 ? (size_t)w : 0;
+}
+
+/* Every partition of every topic segd run is about to consume (cfg->topics:
+ * its config's and --topic's) has an offset in the rebuilt store: one
+ * without would start from input.offset.reset after the swap and, with
+ * `latest`, lose its history without a word. The partitions are counted as
+ * the rebuild stored them with its offsets (meta partitions/<topic>): no
+ * broker is needed to tell a topic the rebuild never read. */
+static segd_err_t check_coverage(const segd_config_t *cfg, segd_store_t *s, const char *done,
+                                 char *errstr, size_t n)
+{
+    char missing[1024] = "";
+    size_t len = 0;
+    for (size_t t = 0; t < cfg->n_topics; t++) {
+        const char *topic = cfg->topics[t];
+        int32_t parts = 0;
+        int64_t next;
+        segd_err_t err = segd_store_partition_count(s, topic, &parts, errstr, n);
+        if (err == SEGD_ERR_NOTFOUND)
+            note_missing(missing, sizeof(missing), &len, topic, -1);
+        else if (err)
+            return err;
+        for (int32_t p = 0; !err && p < parts; p++) {
+            segd_err_t e = segd_store_offset_get(s, topic, p, &next, errstr, n);
+            if (e == SEGD_ERR_NOTFOUND)
+                note_missing(missing, sizeof(missing), &len, topic, p);
+            else if (e)
+                return e;
+        }
+    }
+    if (!len)
+        return SEGD_OK;
+    return segd_errf(SEGD_ERR_CONFIG, errstr, n, "rebuild swap refused: the rebuilt store %s "
+                     "has no offsets of %s, which segd run consumes (after the swap they would "
+                     "start from input.offset.reset, without their history); run segd rebuild "
+                     "with every topic segd run consumes (remove %s first), or start segd run "
+                     "with the topics the rebuild covers", done, missing, done);
+}
+
+typedef struct gone_walk {
+    segd_store_t *s;
+    segd_log_t *log;
+} gone_walk_t;
+
+static int say_gone(void *ctx, const char *topic, int32_t partition, int64_t from)
+{
+    gone_walk_t *g = ctx;
+    int64_t start = -1;
+    char err[256];
+    segd_store_position_get(g->s, SEGD_POS_REBUILD_LOG_START, topic, partition, &start, err,
+                            sizeof(err));
+    segd_log(g->log, SEGD_LOG_WARN, "store", "rebuild swap: the rebuilt store lacks %s [%d] "
+             "offsets [%lld, %lld), deleted by retention before the rebuild (swapped in with "
+             "--accept-history-loss)", topic, (int)partition, (long long)from,
+             (long long)start);
+    return 0;
+}
+
 segd_err_t segd_rebuild_check_log_start(const segd_config_t *cfg, char *errstr, size_t n)
 {
     char done[4096];
@@ -382,9 +450,14 @@ segd_err_t segd_rebuild_check_log_start(const segd_config_t *cfg, char *errstr, 
     log_start_t l = {.log = cfg->log, .errstr = errstr, .n = n};
     segd_err_t err = segd_store_open(&s, &so, errstr, n);
     if (!err)
-        err = make_probe(cfg, &l.rk, errstr, n);
+        err = check_coverage(cfg, s, done, errstr, n);
     if (!err)
         err = segd_store_view_open(s, &v, errstr, n);
+    gone_walk_t g = {.s = s, .log = cfg->log};
+    if (!err)
+        err = segd_store_view_positions(v, SEGD_POS_REBUILD_GONE_FROM, say_gone, &g, errstr, n);
+    if (!err)
+        err = make_probe(cfg, &l.rk, errstr, n);
     if (!err)
         err = segd_store_view_positions(v, "offset", check_partition, &l, errstr, n);
     if (!err && l.behind)

@@ -37,8 +37,13 @@ segd_err_t segd_rebuild_swap(const segd_store_opts_t *so, segd_log_t *log, int *
 segd_err_t segd_rebuild_swap_locked(const segd_store_opts_t *so, segd_log_t *log,
                                     int *swapped, char *errstr, size_t errstr_size);
 
-/* Before a swap (DB.rebuilt exists): each input partition's next offset in
- * the rebuilt store against the log start the brokers report now. Where
+/* Before a swap (DB.rebuilt exists): every partition of every topic segd
+ * run consumes (cfg->topics) must have an offset in the rebuilt store, as
+ * the rebuild stored them (SEGD_ERR_CONFIG naming the missing ones, no
+ * broker asked); the history the rebuild began without and was told to
+ * accept (--accept-history-loss) is logged. Then each input partition's
+ * next offset in the rebuilt store against the log start the brokers
+ * report now. Where
  * retention passed it, the swapped store would skip messages without a
  * word: SEGD_ERR_TOO_LATE naming the partition (the rebuilt store stays;
  * rebuild again). A broker that does not answer in a few seconds is logged

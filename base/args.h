@@ -11,6 +11,9 @@ enum {
     SEGD_EXIT_USAGE = 2,   /* bad flags or config */
     SEGD_EXIT_PARTIAL = 3, /* done, but some input was skipped */
     SEGD_EXIT_REFUSED = 4, /* nothing done: it would not be exact (--force goes on) */
+    SEGD_EXIT_HISTORY = 5, /* done, but the input's history is incomplete: retention
+                            * deleted part of it (segd rebuild; --accept-history-loss
+                            * or --base goes on) */
 };
 
 /* Parses a decimal integer in [lo, hi]; prints "segd CMD: bad FLAG ..." to

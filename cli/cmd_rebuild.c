@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include "app/rebuild.h"
+#include "app/rebuild_history.h"
 #include "cli/cli.h"
 #include "cli/cmd_args.h"
 #include "consumer/links.h"
@@ -21,7 +22,8 @@ static void usage(FILE *f)
 {
     fprintf(f,
         "usage: segd rebuild --config FILE [--brokers B] [--topic T[,T...]] [--db DIR]\n"
-        "                    [--force] [-X kafka.prop=value ...]\n"
+        "                    [--base DEST] [--accept-history-loss] [--force]\n"
+        "                    [-X kafka.prop=value ...]\n"
         "  Rebuilds the store DIR (segd run's db) from its input topics into a fresh\n"
         "  store beside it, DIR.rebuild.tmp: every partition from the log start to\n"
         "  its end now, through segd run's checks, with the input offsets segd run\n"
@@ -45,19 +47,34 @@ static void usage(FILE *f)
         "  Only what the input topics hold is rebuilt: data loaded by `segd backfill`\n"
         "  or a snapshot restore is not in them and is lost by the swap. A live store\n"
         "  with restored snapshot units (import floors) is refused unless --force.\n"
+        "  History retention already deleted is not in the topics: a partition whose\n"
+        "  log start is above 0 when the rebuild begins lacks [0, log start). Unless\n"
+        "  a base covers it, the rebuild names each such partition, its gone range,\n"
+        "  how many messages that is and the timestamp of the first message still\n"
+        "  held, and is not renamed DIR.rebuilt (exit 5).\n"
+        "  --base DEST: snapshot units (a directory, http(s):// or s3://, as\n"
+        "  restore.from) loaded into the fresh store first; each partition is then\n"
+        "  replayed from its unit's offset, and a unit at or past the log start\n"
+        "  covers what is gone. Export them with `segd snapshot export` before\n"
+        "  retention passes.\n"
+        "  --accept-history-loss: rename it DIR.rebuilt anyway, saying what is lost.\n"
         "  Not renamed DIR.rebuilt (DIR.rebuild.tmp stays, exit 3) when messages\n"
         "  were lost to retention during the rebuild, or --topic named only some of\n"
         "  the config's input topics (run again with all of them to finish).\n"
-        "  segd run refuses the swap (exit 1) when retention deleted messages past\n"
-        "  the rebuilt offsets meanwhile (a broker silent for 5 s is not waited for:\n"
-        "  swap soon after the rebuild).\n"
+        "  segd run refuses the swap (exit 1) when the rebuilt store lacks an offset\n"
+        "  of a partition of a topic it consumes (its config and --topic), or\n"
+        "  retention deleted messages past the rebuilt offsets meanwhile (a broker\n"
+        "  silent for 5 s is not waited for: swap soon after the rebuild).\n"
         "  --config FILE, -X, SEGD_* variables: as `segd run`.\n"
         "  Exit: 0 rebuilt, 3 dead-lettered messages or not complete (see above),\n"
+        "  5 history gone before the rebuild and no base covering it (not renamed),\n"
         "  4 refused (restored data; --force goes on), 1 failure, 2 usage.\n");
 }
 
 typedef struct rebuild_args {
     int force;
+    int accept_loss;  /* --accept-history-loss */
+    const char *base; /* --base DEST, borrowed from argv; NULL = none */
     char missing[1024]; /* the config's input topics --topic left out, comma-separated */
 } rebuild_args_t;
 
@@ -85,6 +102,8 @@ static int parse(int argc, char **argv, segd_config_t *cfg, rebuild_args_t *a)
                                          {"topic", required_argument, 0, 't'},
                                          {"db", required_argument, 0, 'd'},
                                          {"force", no_argument, 0, 'f'},
+                                         {"base", required_argument, 0, 'B'},
+                                         {"accept-history-loss", no_argument, 0, 'L'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     char err[512], *all[SEGD_MAX_TOPICS];
@@ -111,6 +130,10 @@ static int parse(int argc, char **argv, segd_config_t *cfg, rebuild_args_t *a)
             e = segd_config_set_x(cfg, optarg, err, sizeof(err));
         else if (c == 'f')
             a->force = 1;
+        else if (c == 'B')
+            a->base = optarg;
+        else if (c == 'L')
+            a->accept_loss = 1;
         if (e)
             goto bad;
     }
@@ -131,43 +154,67 @@ bad:
     return rc;
 }
 
-/* Each input topic from its log start to its end, offsets stored. */
-static int rebuild_topics(segd_config_t *cfg, segd_store_t *s, const char *dlq,
-                          segd_replay_stats_t *sum)
+/* One input topic: the history it starts with (log starts, first messages
+ * held), the base's units, that history recorded in the store, then each
+ * partition from its unit's offset or its log start to its end, offsets
+ * stored. h is the caller's to destroy. */
+static int rebuild_topic(segd_config_t *one, const rebuild_args_t *a, segd_store_t *s,
+                         const char *dlq, segd_history_t *h, segd_replay_stats_t *st)
 {
-    volatile sig_atomic_t *stop = segd_app_stop_on_signals();
-    char *const *topics = cfg->topics;
-    size_t n_topics = cfg->n_topics;
+    const char *topic = one->topics[0];
+    char err[512] = "";
+    size_t units = 0;
+    segd_replay_pos_t *from = NULL;
+    memset(st, 0, sizeof(*st));
+    segd_err_t e = segd_history_probe(one, topic, h, err, sizeof(err));
+    if (!e && a->base)
+        e = segd_history_load_base(one, a->base, s, h, &units, err, sizeof(err));
+    if (!e)
+        e = segd_history_record(s, h, err, sizeof(err));
+    if (!e && !(from = calloc((size_t)h->partitions + 1, sizeof(*from))))
+        e = segd_errf(SEGD_ERR_NOMEM, err, sizeof(err), "out of memory");
+    for (int32_t i = 0; !e && i < h->partitions; i++) {
+        from[i].partition = h->p[i].partition;
+        from[i].offset = segd_history_replay_from(h, (size_t)i);
+    }
+    if (!e) {
+        volatile sig_atomic_t *stop = segd_app_stop_on_signals();
+        segd_replay_opts_t o = {.cfg = one, .from = SEGD_REPLAY_OFFSETS, .from_offsets = from,
+                                .n_from = (size_t)h->partitions, .to = SEGD_REPLAY_END,
+                                .dlq_file = dlq, .no_changes = 1, .write_offsets = 1};
+        e = segd_replay_run(&o, s, stop, st, err, sizeof(err));
+        fprintf(stderr, "segd rebuild: %s: %" PRIu64 " messages (%" PRIu64 " events, %" PRIu64
+                " dead-lettered) from %" PRIu64 " partitions%s\n", topic, st->messages,
+                st->events, st->dead, st->partitions, units ? " after the base's units" : "");
+    }
+    free(from);
+    if (e)
+        fprintf(stderr, "segd rebuild: %s: %s\n", topic, err);
+    return e ? -1 : 0;
+}
+
+/* Each input topic (rebuild_topic); hist[i] is topic i's history, destroyed
+ * by the caller. */
+static int rebuild_topics(segd_config_t *cfg, const rebuild_args_t *a, segd_store_t *s,
+                          const char *dlq, segd_history_t *hist, segd_replay_stats_t *sum)
+{
     segd_config_t *one = malloc(sizeof(*one)); /* a shallow copy: nothing of it is freed */
-    if (!one)
-        return -1;
+    int bad = !one;
     memset(sum, 0, sizeof(*sum));
-    for (size_t i = 0; i < n_topics; i++) {
+    for (size_t i = 0; !bad && i < cfg->n_topics; i++) {
         /* replay reads the config's first topic */
         *one = *cfg;
-        one->topics[0] = topics[i];
+        one->topics[0] = cfg->topics[i];
         one->n_topics = 1;
-        segd_replay_opts_t o = {.cfg = one, .from = SEGD_REPLAY_BEGINNING,
-                                .to = SEGD_REPLAY_END, .dlq_file = dlq, .no_changes = 1,
-                                .write_offsets = 1};
         segd_replay_stats_t st;
-        char err[512] = "";
-        segd_err_t e = segd_replay_run(&o, s, stop, &st, err, sizeof(err));
-        fprintf(stderr, "segd rebuild: %s: %" PRIu64 " messages (%" PRIu64 " events, %" PRIu64
-                " dead-lettered) from %" PRIu64 " partitions\n", topics[i], st.messages,
-                st.events, st.dead, st.partitions);
-        if (e) {
-            fprintf(stderr, "segd rebuild: %s: %s\n", topics[i], err);
-            free(one);
-            return -1;
-        }
+        bad = rebuild_topic(one, a, s, dlq, &hist[i], &st);
         sum->messages += st.messages;
         sum->events += st.events;
         sum->dead += st.dead;
-        sum->lost += st.lost;
+        sum->lost += st.lost + st.clamped;
     }
     free(one);
-    return 0;
+    return bad ? -1 : 0;
 }
 
 /* The identity graph (identity.enable): the links topic from its start to
@@ -244,6 +291,39 @@ static int check_restored(const segd_config_t *cfg, int force)
     return force ? 0 : SEGD_EXIT_REFUSED;
 }
 
+/* History retention deleted before the rebuild began and no base unit
+ * covers (rebuild_history.h): said per partition on stdout. 1 = not
+ * complete: the store stays DIR.rebuild.tmp. With --accept-history-loss it
+ * is said as lost and the rebuild goes on to be renamed (0). */
+static int history_gone(const segd_config_t *cfg, const rebuild_args_t *a,
+                        const segd_history_t *hist, const char *tmp, const char *done,
+                        const segd_replay_stats_t *sum)
+{
+    size_t gone = 0;
+    for (size_t i = 0; i < cfg->n_topics; i++)
+        for (int32_t j = 0; j < hist[i].partitions; j++) {
+            int64_t from;
+            gone += (size_t)segd_history_gone(&hist[i], (size_t)j, &from);
+        }
+    if (!gone)
+        return 0;
+    if (a->accept_loss) {
+        printf("history lost (--accept-history-loss) in %zu partitions:\n", gone);
+        for (size_t i = 0; i < cfg->n_topics; i++)
+            segd_history_say(stdout, "  lost: ", &hist[i]);
+        return 0;
+    }
+    printf("rebuilt %" PRIu64 " messages into %s, not renamed %s: the topics no longer hold "
+           "the whole history of %zu partitions, and no base covers it:\n", sum->messages,
+           tmp, done, gone);
+    for (size_t i = 0; i < cfg->n_topics; i++)
+        segd_history_say(stdout, "  gone: ", &hist[i]);
+    printf("  to finish: run segd rebuild again with --base DEST (snapshot units exported "
+           "before retention passed, their offsets at or past each log start), or with "
+           "--accept-history-loss to swap in a store without that history\n");
+    return 1;
+}
+
 int segd_cmd_rebuild(int argc, char **argv)
 {
     segd_config_t cfg;
@@ -255,6 +335,7 @@ int segd_cmd_rebuild(int argc, char **argv)
         return rc == 1 ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
     }
     char tmp[4096], done[4096], dlq[4200], err[512];
+    segd_history_t hist[SEGD_MAX_TOPICS] = {0};
     segd_rebuild_tmp_path(cfg.db, tmp, sizeof(tmp));
     segd_rebuild_done_path(cfg.db, done, sizeof(done));
     snprintf(dlq, sizeof(dlq), "%s.rebuild-dlq.jsonl", cfg.db);
@@ -283,12 +364,16 @@ int segd_cmd_rebuild(int argc, char **argv)
     }
     segd_replay_stats_t sum;
     segd_links_stats_t links = {0};
-    int bad = rebuild_topics(&cfg, s, dlq, &sum);
+    int bad = rebuild_topics(&cfg, &a, s, dlq, hist, &sum);
     if (!bad && cfg.identity_enable)
         bad = rebuild_links(&cfg, s, dlq, &links);
     segd_store_close(s);
     if (bad)
         goto out; /* DIR.rebuild.tmp stays: a second run continues into it */
+    if (!sum.lost && !a.missing[0] && history_gone(&cfg, &a, hist, tmp, done, &sum)) {
+        rc = SEGD_EXIT_HISTORY;
+        goto out;
+    }
     if (sum.lost || a.missing[0]) {
         /* not the topics' whole history: swapped in, it would drop what it lacks */
         printf("rebuilt %" PRIu64 " messages into %s, not renamed %s: ", sum.messages, tmp, done);
@@ -314,6 +399,8 @@ int segd_cmd_rebuild(int argc, char **argv)
     printf("into %s: it replaces %s when segd run next starts\n", done, cfg.db);
     rc = sum.dead || links.dlq ? SEGD_EXIT_PARTIAL : SEGD_EXIT_OK;
 out:
+    for (size_t i = 0; i < SEGD_MAX_TOPICS; i++)
+        segd_history_destroy(&hist[i]);
     segd_config_free(&cfg);
     return rc;
 }

@@ -239,6 +239,7 @@ static void clamp_range(replay_t *r, part_t *pt, int64_t lo, int64_t hi)
         fprintf(stderr, "segd replay: %s [%" PRId32 "]: offset %" PRId64 " is below the log "
                 "start %" PRId64 " (deleted or compacted away): starting at %" PRId64 "\n",
                 r->topic, pt->partition, pt->start, lo, lo);
+        r->st->clamped += (uint64_t)((pt->end < lo ? pt->end : lo) - pt->start);
         pt->start = lo;
     }
     if (pt->end > hi) {
@@ -638,7 +639,9 @@ static segd_err_t outbox_full(replay_t *r, char *errstr, size_t n)
 
 static segd_err_t replay_loop(replay_t *r, char *errstr, size_t n)
 {
-    segd_err_t err = SEGD_OK;
+    /* the offsets alone first (write_offsets): also those of partitions
+     * with nothing to read, which no batch would otherwise store */
+    segd_err_t err = r->o->write_offsets ? flush_batch(r, errstr, n) : SEGD_OK;
     report(r);
     while (!err && r->active && !*r->stop && !(err = outbox_full(r, errstr, n))) {
         int rc = read_batch(r, errstr, n);

@@ -46,6 +46,8 @@ typedef struct segd_replay_stats {
     uint64_t retries;    /* fault waits */
     uint64_t lost;       /* offsets of the ranges deleted (retention) or truncated
                           * away while replaying: never applied */
+    uint64_t clamped;    /* offsets of the asked starts below the log start when the
+                          * replay began (deleted or compacted away): never applied */
 } segd_replay_stats_t;
 
 typedef struct segd_replay_opts {
@@ -66,7 +68,10 @@ typedef struct segd_replay_opts {
     int no_changes;       /* no outbox entries */
     /* every batch also stores each replayed partition's next offset and the
      * topic's partition count, as segd run does: for `segd rebuild`, whose
-     * fresh store segd run then continues from where the replay ended */
+     * fresh store segd run then continues from where the replay ended. They
+     * are written once before the first batch too, so a partition with
+     * nothing to read (empty, or its whole log deleted) has its offset:
+     * segd run never falls back to input.offset.reset on it */
     int write_offsets;
     /* count only: read the ranges and check every message as a replay
      * would, but apply, dead-letter and write nothing: st then says what a

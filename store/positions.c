@@ -1,7 +1,8 @@
 /* Positions and counters in the meta family, written in the same batch as
  * the data they describe so that they stay exact across crashes. Per
  * (topic, partition): the input offset (offset/), the change topic's
- * position (changes/) and the sweep's mark (sweep/). Per name: counters
+ * position (changes/), the sweep's mark (sweep/) and what history a rebuild
+ * began with (rebuild_log_start/, rebuild_gone_from/). Per name: counters
  * (count/). Per input topic: its partition count (partitions/). Values are
  * 8-byte big-endian. The pipeline, the publisher, the sweep and the CLI's
  * offline readers use them. */
@@ -76,6 +77,29 @@ segd_err_t segd_store_offset_get(segd_store_t *s, const char *topic, int32_t par
     segd_err_t err = segd_store_meta_get_be64(s, s->ropts, key, klen, next_offset, errstr, n);
     if (err == SEGD_ERR_CORRUPT)
         segd_errf(err, errstr, n, "bad stored offset for %s", key);
+    return err;
+}
+
+void segd_batch_set_position(segd_batch_t *b, const char *kind, const char *topic,
+                             int32_t partition, int64_t value)
+{
+    batch_set_position(b, kind, topic, partition, value);
+}
+
+void segd_batch_delete_position(segd_batch_t *b, const char *kind, const char *topic,
+                                int32_t partition)
+{
+    batch_delete_position(b, kind, topic, partition);
+}
+
+segd_err_t segd_store_position_get(segd_store_t *s, const char *kind, const char *topic,
+                                   int32_t partition, int64_t *value, char *errstr, size_t n)
+{
+    char key[512];
+    size_t klen = position_key(key, sizeof(key), kind, topic, partition);
+    segd_err_t err = segd_store_meta_get_be64(s, s->ropts, key, klen, value, errstr, n);
+    if (err == SEGD_ERR_CORRUPT)
+        segd_errf(err, errstr, n, "bad stored position %s", key);
     return err;
 }
 

@@ -169,6 +169,24 @@ void segd_batch_set_partition_count(segd_batch_t *b, const char *topic, int32_t 
 segd_err_t segd_store_partition_count(segd_store_t *s, const char *topic, int32_t *count,
                                       char *errstr, size_t errstr_size);
 
+/* What history `segd rebuild` began each input partition with (DESIGN
+ * §3.2), kept in the rebuilt store so that the swap sees it too: meta
+ * `rebuild_log_start/<topic>/<partition>`, the partition's log start when
+ * the rebuild began, and `rebuild_gone_from/<topic>/<partition>`, present
+ * only when the store lacks [gone_from, log start): offsets neither the
+ * topic nor a base unit held. 8-byte big-endian positions like the offsets:
+ * read with segd_store_view_positions (these kinds) or segd_store_position_get. */
+#define SEGD_POS_REBUILD_LOG_START "rebuild_log_start"
+#define SEGD_POS_REBUILD_GONE_FROM "rebuild_gone_from"
+void segd_batch_set_position(segd_batch_t *b, const char *kind, const char *topic,
+                             int32_t partition, int64_t value);
+void segd_batch_delete_position(segd_batch_t *b, const char *kind, const char *topic,
+                                int32_t partition);
+/* SEGD_ERR_NOTFOUND when the store holds no such position. */
+segd_err_t segd_store_position_get(segd_store_t *s, const char *kind, const char *topic,
+                                   int32_t partition, int64_t *value, char *errstr,
+                                   size_t errstr_size);
+
 /* SEGD_ERR_NOTFOUND when the partition has no stored offset. */
 segd_err_t segd_store_offset_get(segd_store_t *s, const char *topic, int32_t partition,
                                  int64_t *next_offset, char *errstr, size_t errstr_size);
