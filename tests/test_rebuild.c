@@ -196,6 +196,58 @@ static void test_swap_keeps_live_markers(void **state)
     segd_store_close(s);
 }
 
+#define DAY_MS (86400LL * 1000)
+
+/* Issue 29 finding 4: an offline erasure whose time W has passed. The live
+ * store's compactions keep the marker (nothing older than W can come back
+ * into that store, but the topic's older events come back into a rebuilt
+ * one), so the swap carries it and the user stays erased. */
+static void test_erasure_below_w_survives_swap(void **state)
+{
+    test_dir_t *f = *state;
+    char db[256], done[256], err[512];
+    path_in(f, "db", db, sizeof(db));
+    path_in(f, "db.rebuilt", done, sizeof(done));
+    segd_store_t *live = test_store_open(db, T0);
+    put_record(live, "u1", 0, T0 - 5000); /* the topic's event */
+    put_record(live, "u1", T0 - 1000, 0); /* segd erase --db u1 */
+    put_record(live, "u2", T0 - 1000, 0); /* erased with nothing stored */
+    segd_store_close(live);
+    /* a month on, compacted: W (now - horizon - grace) far past the erasure */
+    const int64_t later = T0 + 30 * DAY_MS;
+    live = test_store_open(db, later);
+    assert_int_equal(segd_store_compact(live, err, sizeof(err)), SEGD_OK);
+    assert_true(segd_store_gc_watermark(live) > T0);
+    segd_profile_t p;
+    segd_profile_init(&p);
+    assert_int_equal(segd_store_get(live, "u2", 2, &p, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(p.erased_before_ms, T0 - 1000); /* the marker-only record stays */
+    segd_store_close(live);
+    /* the rebuild replays the topic from its start: u1's event is back */
+    segd_store_t *re = test_store_open(done, T0);
+    put_record(re, "u1", 0, T0 - 5000);
+    put_record(re, "u2", 0, T0 - 4000);
+    segd_store_close(re);
+
+    segd_store_opts_t o;
+    swap_opts(&o, db);
+    o.now_ms = later;
+    int swapped = 0;
+    assert_int_equal(segd_rebuild_swap(&o, NULL, &swapped, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(swapped, 1);
+    segd_store_t *s = test_store_open(db, T0);
+    const segd_prune_t rule = {.now_ms = T0};
+    const char *users[] = {"u1", "u2"};
+    for (size_t u = 0; u < 2; u++) {
+        assert_int_equal(segd_store_get(s, users[u], 2, &p, err, sizeof(err)), SEGD_OK);
+        assert_int_equal(p.erased_before_ms, T0 - 1000);
+        for (size_t i = 0; i < p.n; i++)
+            assert_false(segd_entry_live(&p.entries[i], p.erased_before_ms, &rule));
+    }
+    segd_profile_free(&p);
+    segd_store_close(s);
+}
+
 /* The live store DB (user "old") and a rebuilt store beside it (user
  * "new"), as segd rebuild leaves them. */
 static void make_stores(const char *db, const char *done)
@@ -316,6 +368,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_swap_refused_while_held, test_dir_setup,
                                         test_dir_teardown),
         cmocka_unit_test_setup_teardown(test_swap_keeps_live_markers, test_dir_setup,
+                                        test_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_erasure_below_w_survives_swap, test_dir_setup,
                                         test_dir_teardown),
         cmocka_unit_test_setup_teardown(test_rebuild_refuses_restored, test_dir_setup,
                                         test_dir_teardown),
