@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "app/app.h"
+#include "app/swap_changes.h"
 #include "consumer/pipeline.h"
 #include "transport/kconf.h"
 #include "core/record.h"
@@ -66,7 +67,7 @@ typedef struct carry {
     segd_buf_t operand;
     segd_profile_t marker;
     size_t pending;
-    uint64_t erasures, retirements, floors;
+    uint64_t erasures, retirements, floors, replaced;
     segd_err_t err;
     char *errstr;
     size_t n;
@@ -135,7 +136,8 @@ static segd_err_t carry_counter(carry_t *c, segd_store_view_t *v, const char *na
  * (`segd erase --db`), offline retirements, the import floors of restored
  * snapshot units, and the misrouting counters that keep the sweep off. All
  * are max-joins, so raising the rebuilt store's to the live store's is
- * exact; written synced before any rename. */
+ * exact; written synced before any rename. Then the replacing deltas that
+ * bring running caches to the rebuilt store (app/swap_changes.h). */
 static segd_err_t carry_markers(const segd_store_opts_t *so, const char *done, carry_t *c)
 {
     segd_store_opts_t lo = *so, ro = *so;
@@ -159,7 +161,8 @@ static segd_err_t carry_markers(const segd_store_opts_t *so, const char *done, c
     if (c->err || (err = carry_counter(c, v, SEGD_COUNTER_MISROUTED)) ||
         (err = carry_counter(c, v, SEGD_COUNTER_UNCHECKED)))
         goto out;
-    err = segd_store_write_sync(c->dst, c->b, c->errstr, c->n);
+    if (!(err = segd_store_write_sync(c->dst, c->b, c->errstr, c->n)))
+        err = segd_swap_replace_deltas(live, v, c->dst, &c->replaced, c->errstr, c->n);
 out:
     if (!err && c->err)
         err = c->err;
@@ -197,13 +200,15 @@ static void say_swapped(segd_log_t *log, const char *db, const char *done, const
     if (log)
         segd_log_kv(log, SEGD_LOG_INFO, "store", "rebuilt store swapped in",
                     "db=%s rebuilt=%s replaced=%s erasures_kept=%llu retirements_kept=%llu "
-                    "import_floors_kept=%llu", db, done, old, (unsigned long long)c->erasures,
-                    (unsigned long long)c->retirements, (unsigned long long)c->floors);
+                    "import_floors_kept=%llu replacing_deltas=%llu", db, done, old,
+                    (unsigned long long)c->erasures, (unsigned long long)c->retirements,
+                    (unsigned long long)c->floors, (unsigned long long)c->replaced);
     else
         fprintf(stderr, "rebuilt store %s swapped in at %s; the old one is %s (%llu erasures, "
-                "%llu retirements, %llu import floors kept)\n", done, db, old,
-                (unsigned long long)c->erasures, (unsigned long long)c->retirements,
-                (unsigned long long)c->floors);
+                "%llu retirements, %llu import floors kept; %llu replacing deltas for caches)\n",
+                done, db, old, (unsigned long long)c->erasures,
+                (unsigned long long)c->retirements, (unsigned long long)c->floors,
+                (unsigned long long)c->replaced);
 }
 
 static int is_dir(const char *path)
