@@ -120,6 +120,18 @@ static int carry_floor(void *ctx, const char *topic, int32_t partition, int64_t 
     return c->err != SEGD_OK;
 }
 
+/* The live store's change positions: the rebuilt store published nothing,
+ * and a unit it exports without them would send a cache to the change
+ * topic's start (refused once retention passed it). The swap's replacing
+ * deltas are published after these positions, so a unit of the rebuilt
+ * store plus the deltas after them is exact. */
+static int carry_position(void *ctx, const char *topic, int32_t partition, int64_t next)
+{
+    carry_t *c = ctx;
+    segd_batch_set_change_position(c->b, topic, partition, next);
+    return 0;
+}
+
 /* The larger of the two stores' totals of a counter into c->b. */
 static segd_err_t carry_counter(carry_t *c, segd_store_view_t *v, const char *name)
 {
@@ -158,7 +170,9 @@ static segd_err_t carry_markers(const segd_store_opts_t *so, const char *done, c
         c->err)
         goto out;
     segd_store_import_floors(live, carry_floor, c);
-    if (c->err || (err = carry_counter(c, v, SEGD_COUNTER_MISROUTED)) ||
+    if (c->err ||
+        (err = segd_store_view_positions(v, "changes", carry_position, c, c->errstr, c->n)) ||
+        (err = carry_counter(c, v, SEGD_COUNTER_MISROUTED)) ||
         (err = carry_counter(c, v, SEGD_COUNTER_UNCHECKED)))
         goto out;
     if (!(err = segd_store_write_sync(c->dst, c->b, c->errstr, c->n)))

@@ -291,6 +291,13 @@ static int cache_apply(void *ctx, uint64_t seq, const uint8_t *value, size_t vle
     return 0;
 }
 
+static int change_position(void *ctx, const char *topic, int32_t partition, int64_t next)
+{
+    if (!strcmp(topic, "changes") && partition == 0)
+        *(int64_t *)ctx = next;
+    return 0;
+}
+
 typedef struct cmp_ctx {
     segd_edge_t *edge;
     int users;
@@ -365,6 +372,13 @@ static void test_swap_brings_caches_along(void **state)
     segd_edge_get_stats(edge, &st);
     assert_int_equal(st.users, 3); /* "gone" is gone from the cache too */
     assert_int_equal(segd_store_outbox_depth(s), 1); /* one entry: gone, late, new */
+    int64_t pos = 0; /* units of the swapped-in store tail from the live store's positions */
+    segd_store_view_t *v = NULL;
+    assert_int_equal(segd_store_view_open(s, &v, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_store_view_positions(v, "changes", change_position, &pos, err,
+                                               sizeof(err)), SEGD_OK);
+    segd_store_view_close(v);
+    assert_int_equal(pos, 42);
     segd_store_close(s);
     segd_edge_destroy(edge);
 }
