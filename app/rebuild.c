@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "app/app.h"
+#include "app/swap_changes.h"
 #include "consumer/pipeline.h"
 #include "transport/kconf.h"
 #include "core/record.h"
@@ -66,7 +67,7 @@ typedef struct carry {
     segd_buf_t operand;
     segd_profile_t marker;
     size_t pending;
-    uint64_t erasures, retirements, floors;
+    uint64_t erasures, retirements, floors, replaced;
     segd_err_t err;
     char *errstr;
     size_t n;
@@ -119,6 +120,18 @@ static int carry_floor(void *ctx, const char *topic, int32_t partition, int64_t 
     return c->err != SEGD_OK;
 }
 
+/* The live store's change positions: the rebuilt store published nothing,
+ * and a unit it exports without them would send a cache to the change
+ * topic's start (refused once retention passed it). The swap's replacing
+ * deltas are published after these positions, so a unit of the rebuilt
+ * store plus the deltas after them is exact. */
+static int carry_position(void *ctx, const char *topic, int32_t partition, int64_t next)
+{
+    carry_t *c = ctx;
+    segd_batch_set_change_position(c->b, topic, partition, next);
+    return 0;
+}
+
 /* The larger of the two stores' totals of a counter into c->b. */
 static segd_err_t carry_counter(carry_t *c, segd_store_view_t *v, const char *name)
 {
@@ -135,7 +148,8 @@ static segd_err_t carry_counter(carry_t *c, segd_store_view_t *v, const char *na
  * (`segd erase --db`), offline retirements, the import floors of restored
  * snapshot units, and the misrouting counters that keep the sweep off. All
  * are max-joins, so raising the rebuilt store's to the live store's is
- * exact; written synced before any rename. */
+ * exact; written synced before any rename. Then the replacing deltas that
+ * bring running caches to the rebuilt store (app/swap_changes.h). */
 static segd_err_t carry_markers(const segd_store_opts_t *so, const char *done, carry_t *c)
 {
     segd_store_opts_t lo = *so, ro = *so;
@@ -156,10 +170,13 @@ static segd_err_t carry_markers(const segd_store_opts_t *so, const char *done, c
         c->err)
         goto out;
     segd_store_import_floors(live, carry_floor, c);
-    if (c->err || (err = carry_counter(c, v, SEGD_COUNTER_MISROUTED)) ||
+    if (c->err ||
+        (err = segd_store_view_positions(v, "changes", carry_position, c, c->errstr, c->n)) ||
+        (err = carry_counter(c, v, SEGD_COUNTER_MISROUTED)) ||
         (err = carry_counter(c, v, SEGD_COUNTER_UNCHECKED)))
         goto out;
-    err = segd_store_write_sync(c->dst, c->b, c->errstr, c->n);
+    if (!(err = segd_store_write_sync(c->dst, c->b, c->errstr, c->n)))
+        err = segd_swap_replace_deltas(live, v, c->dst, &c->replaced, c->errstr, c->n);
 out:
     if (!err && c->err)
         err = c->err;
@@ -197,13 +214,15 @@ static void say_swapped(segd_log_t *log, const char *db, const char *done, const
     if (log)
         segd_log_kv(log, SEGD_LOG_INFO, "store", "rebuilt store swapped in",
                     "db=%s rebuilt=%s replaced=%s erasures_kept=%llu retirements_kept=%llu "
-                    "import_floors_kept=%llu", db, done, old, (unsigned long long)c->erasures,
-                    (unsigned long long)c->retirements, (unsigned long long)c->floors);
+                    "import_floors_kept=%llu replacing_deltas=%llu", db, done, old,
+                    (unsigned long long)c->erasures, (unsigned long long)c->retirements,
+                    (unsigned long long)c->floors, (unsigned long long)c->replaced);
     else
         fprintf(stderr, "rebuilt store %s swapped in at %s; the old one is %s (%llu erasures, "
-                "%llu retirements, %llu import floors kept)\n", done, db, old,
-                (unsigned long long)c->erasures, (unsigned long long)c->retirements,
-                (unsigned long long)c->floors);
+                "%llu retirements, %llu import floors kept; %llu replacing deltas for caches)\n",
+                done, db, old, (unsigned long long)c->erasures,
+                (unsigned long long)c->retirements, (unsigned long long)c->floors,
+                (unsigned long long)c->replaced);
 }
 
 static int is_dir(const char *path)

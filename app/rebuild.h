@@ -22,7 +22,9 @@ void segd_rebuild_done_path(const char *db, char *out, size_t n);
  * opens DB with): takes DB's lock (SEGD_ERR_BUSY, nothing changed, while
  * another process holds the store), raises the rebuilt store's erase
  * markers, retirement markers, import floors and misrouting counters to the
- * live store's (what the input topics do not hold), renames DB to
+ * live store's (what the input topics do not hold), carries its change
+ * positions, writes replacing deltas for the users whose records differ
+ * (app/swap_changes.h: running caches follow the swap), renames DB to
  * DB.replaced-<now> and DB.rebuilt to DB, syncs the parent directory, and
  * says so on log (may be NULL: stderr). *swapped = 1 then. */
 segd_err_t segd_rebuild_swap(const segd_store_opts_t *so, segd_log_t *log, int *swapped,

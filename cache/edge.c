@@ -527,10 +527,15 @@ static const segd_profile_t *recent_part(const segd_profile_t *p, int64_t w,
     return recent;
 }
 
+enum { JOIN_PUT, JOIN_DELTA, JOIN_REPLACE };
+
 /* Joins p into the user's profile under the shard's write lock; a delta
- * (not a snapshot record) loses its entries older than W first. */
+ * (not a snapshot record) loses its entries older than W first. A replacing
+ * delta (a rebuild swap's, wire/change.h) takes the user's place whole: it
+ * is the swapped-in store's record, so nothing of the old one may stay, and
+ * none of its entries is skipped (only pruned, as a snapshot record is). */
 static segd_err_t join_into(segd_edge_t *e, const char *user, size_t len,
-                            const segd_profile_t *p, int delta)
+                            const segd_profile_t *p, int mode)
 {
     if (len == 0 || len > UINT32_MAX)
         return SEGD_ERR_INVALID;
@@ -548,17 +553,18 @@ static segd_err_t join_into(segd_edge_t *e, const char *user, size_t len,
     join_scratch_t *js = s->js;
     if ((s->count + 1) * 10 > s->cap * 7 && (err = grow(s)))
         goto out;
-    if (delta && !(p = recent_part(p, rule.gc_before_ms, &js->recent))) {
+    if (mode == JOIN_DELTA && !(p = recent_part(p, rule.gc_before_ms, &js->recent))) {
         err = SEGD_ERR_NOMEM;
         goto out;
     }
     size_t i = find_slot(s, h, user, len);
     rec_t *old = s->slots[i];
-    if (old && (err = rec_expand(old, &js->cur)))
+    int join = old && mode != JOIN_REPLACE;
+    if (join && (err = rec_expand(old, &js->cur)))
         goto out;
     const segd_profile_t *in[2] = {&js->cur, p};
-    /* a new user (a snapshot load) needs only the prune: one run */
-    if ((err = old ? segd_profile_join(&js->out, in, 2, &rule)
+    /* a new user (a snapshot load) or a replacement needs only the prune: one run */
+    if ((err = join ? segd_profile_join(&js->out, in, 2, &rule)
                    : segd_profile_join(&js->out, in + 1, 1, &rule)))
         goto out;
     if (!js->out.n && !js->out.erased_before_ms) { /* nothing left: no such user */
@@ -588,7 +594,7 @@ out:
 segd_err_t segd_edge_put(segd_edge_t *e, const char *user, size_t len, const segd_profile_t *p)
 {
     atomic_fetch_add(&e->puts, 1);
-    return join_into(e, user, len, p, 0);
+    return join_into(e, user, len, p, JOIN_PUT);
 }
 
 void segd_edge_drop_partition(segd_edge_t *e, segd_partitioner_t partitioner,
@@ -625,7 +631,8 @@ segd_err_t segd_edge_apply(segd_edge_t *e, const segd_change_t *c)
         return SEGD_OK;
     }
     atomic_fetch_add(&e->deltas, 1);
-    segd_err_t err = join_into(e, c->user_id, c->user_id_len, &c->profile, 1);
+    segd_err_t err = join_into(e, c->user_id, c->user_id_len, &c->profile,
+                               segd_change_is_replace(c) ? JOIN_REPLACE : JOIN_DELTA);
     atomic_fetch_add(&e->deltas_done, 1);
     return err;
 }

@@ -102,7 +102,9 @@ void segd_edge_drop_partition(segd_edge_t *e, segd_partitioner_t partitioner,
                               int32_t partitions, int32_t partition);
 /* Applies one change event. A DELTA is joined into its user's profile, except
  * for entries older than the GC watermark W of the user's partition: the unit
- * that carried that W already holds their effect. A RETIRE raises the
+ * that carried that W already holds their effect. A replacing DELTA (a
+ * rebuild swap's, wire/change.h segd_change_is_replace) replaces the user's
+ * profile with its own (none left: the user is removed). A RETIRE raises the
  * retirement markers. */
 segd_err_t segd_edge_apply(segd_edge_t *e, const segd_change_t *c);
 /* Raises one retirement marker (entries with ts_ms <= before_ms are dead). */

@@ -167,10 +167,15 @@ static int droppable(const segd_entry_t *e, int64_t erased, const segd_prune_t *
     return dead && e->ts_ms < rule->gc_before_ms;
 }
 
+/* An erase marker is never dropped, whatever W: W bounds what ingest still
+ * accepts into this store, not what may come back into some store from the
+ * topic (a rebuild replays it from its start with W = 0), an older snapshot
+ * unit or a backfill file. Dropped, the marker let a rebuild or restore
+ * bring erased personal data back (issue 29 finding 4). It is a key and a
+ * time: keeping it costs a few bytes per erased user. */
 static int64_t pruned_marker(int64_t erased, const segd_prune_t *rule)
 {
-    if (rule && rule->complete && erased < rule->gc_before_ms)
-        return 0;
+    (void)rule;
     return erased;
 }
 

@@ -178,9 +178,7 @@ segd_err_t segd_record_head(const uint8_t *data, size_t len, segd_record_head_t 
 
 int segd_record_head_unpruned(const segd_record_head_t *h, const segd_prune_t *rule)
 {
-    int64_t erased = h->erased_before_ms;
-    if (rule->complete && erased && erased < rule->gc_before_ms)
-        return 0; /* the marker goes */
+    int64_t erased = h->erased_before_ms; /* kept whatever W (core/profile.c) */
     if (h->n == 0)
         return 1;
     /* covered() needs ts <= erased (0 without a marker) or <= a retirement */

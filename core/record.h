@@ -123,7 +123,7 @@ segd_err_t segd_record_head(const uint8_t *data, size_t len, segd_record_head_t 
 
 /* 1 when segd_profile_prune(p, rule) leaves unchanged every profile p with
  * this head: no entry at or below the erase marker or a retirement, none
- * below the GC watermark, and a marker that stays. 0 says nothing (decode
+ * below the GC watermark (an erase marker always stays). 0 says nothing (decode
  * and prune to know). */
 int segd_record_head_unpruned(const segd_record_head_t *h, const segd_prune_t *rule);
 

@@ -68,7 +68,11 @@ static segd_err_t note_source(segd_change_t *c, const segd_outbox_entry_t *e,
                                   it->offset);
 }
 
-/* Joins refs[from, to) (one user, one source partition) into p->change. */
+/* Joins refs[from, to) (one user, one source partition) into p->change. A
+ * group holding a replace item (a rebuild swap's, always sourceless and
+ * written before anything else of the swapped-in store, so it precedes
+ * every other item of its group) is sent as a replacing delta: the record
+ * joined with the items after it. */
 static segd_err_t build_delta(segd_publisher_t *p, size_t from, size_t to)
 {
     segd_change_t *c = &p->change;
@@ -80,9 +84,11 @@ static segd_err_t build_delta(segd_publisher_t *p, size_t from, size_t to)
     c->bucket = segd_partition_of(p->o.partitioner, first->user, first->user_len, p->partitions);
     c->committed_at_ms = INT64_MAX;
     segd_profile_clear(&p->acc);
+    int replace = 0;
     for (size_t i = from; i < to; i++) {
         const segd_outbox_item_t *it = p->refs[i].item;
         const segd_outbox_entry_t *e = p->refs[i].entry;
+        replace |= e->kind == SEGD_OUTBOX_REPLACE;
         segd_err_t derr = segd_record_decode(it->operand, it->operand_len, &p->tmp);
         if (derr == SEGD_ERR_CORRUPT)
             continue; /* written by us, so only a disk fault gets here */
@@ -104,7 +110,7 @@ static segd_err_t build_delta(segd_publisher_t *p, size_t from, size_t to)
     segd_profile_t t = c->profile;
     c->profile = p->acc;
     p->acc = t;
-    return SEGD_OK;
+    return replace ? segd_change_mark_replace(c) : SEGD_OK;
 }
 
 static segd_err_t build_retire(segd_publisher_t *p)
@@ -187,6 +193,7 @@ static segd_err_t produce_change(segd_publisher_t *p, int32_t partition, uint64_
 {
     const segd_change_t *c = &p->change;
     size_t max = p->o.max_delta_entries, off = 0, fixed;
+    int replace = segd_change_is_replace(c);
     segd_err_t err = fixed_bytes(p, c, &fixed);
     if (err)
         return segd_errf(err, errstr, n, "encode change event: %s", segd_err_str(err));
@@ -202,6 +209,8 @@ static segd_err_t produce_change(segd_publisher_t *p, int32_t partition, uint64_
             k++;
         }
         part.profile.n = k;
+        if (off && replace) /* later parts join: only the first replaces */
+            part.n_sources = 0;
         err = produce_one(p, &part, partition, errstr, n);
         off += part.profile.n;
         (*events)++;

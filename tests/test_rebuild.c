@@ -18,6 +18,9 @@
 #include <unistd.h>
 
 #include "app/rebuild.h"
+#include "cache/edge.h"
+#include "wire/change.h"
+#include "wire/outbox.h"
 #include "base/args.h"
 #include "cli/cli.h"
 #include "consumer/pipeline.h"
@@ -196,6 +199,190 @@ static void test_swap_keeps_live_markers(void **state)
     segd_store_close(s);
 }
 
+#define DAY_MS (86400LL * 1000)
+
+/* Issue 29 finding 4: an offline erasure whose time W has passed. The live
+ * store's compactions keep the marker (nothing older than W can come back
+ * into that store, but the topic's older events come back into a rebuilt
+ * one), so the swap carries it and the user stays erased. */
+static void test_erasure_below_w_survives_swap(void **state)
+{
+    test_dir_t *f = *state;
+    char db[256], done[256], err[512];
+    path_in(f, "db", db, sizeof(db));
+    path_in(f, "db.rebuilt", done, sizeof(done));
+    segd_store_t *live = test_store_open(db, T0);
+    put_record(live, "u1", 0, T0 - 5000); /* the topic's event */
+    put_record(live, "u1", T0 - 1000, 0); /* segd erase --db u1 */
+    put_record(live, "u2", T0 - 1000, 0); /* erased with nothing stored */
+    segd_store_close(live);
+    /* a month on, compacted: W (now - horizon - grace) far past the erasure */
+    const int64_t later = T0 + 30 * DAY_MS;
+    live = test_store_open(db, later);
+    assert_int_equal(segd_store_compact(live, err, sizeof(err)), SEGD_OK);
+    assert_true(segd_store_gc_watermark(live) > T0);
+    segd_profile_t p;
+    segd_profile_init(&p);
+    assert_int_equal(segd_store_get(live, "u2", 2, &p, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(p.erased_before_ms, T0 - 1000); /* the marker-only record stays */
+    segd_store_close(live);
+    /* the rebuild replays the topic from its start: u1's event is back */
+    segd_store_t *re = test_store_open(done, T0);
+    put_record(re, "u1", 0, T0 - 5000);
+    put_record(re, "u2", 0, T0 - 4000);
+    segd_store_close(re);
+
+    segd_store_opts_t o;
+    swap_opts(&o, db);
+    o.now_ms = later;
+    int swapped = 0;
+    assert_int_equal(segd_rebuild_swap(&o, NULL, &swapped, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(swapped, 1);
+    segd_store_t *s = test_store_open(db, T0);
+    const segd_prune_t rule = {.now_ms = T0};
+    const char *users[] = {"u1", "u2"};
+    for (size_t u = 0; u < 2; u++) {
+        assert_int_equal(segd_store_get(s, users[u], 2, &p, err, sizeof(err)), SEGD_OK);
+        assert_int_equal(p.erased_before_ms, T0 - 1000);
+        for (size_t i = 0; i < p.n; i++)
+            assert_false(segd_entry_live(&p.entries[i], p.erased_before_ms, &rule));
+    }
+    segd_profile_free(&p);
+    segd_store_close(s);
+}
+
+/* A cache following the change stream, as the live store's deltas left it. */
+static int cache_put(void *ctx, const char *user, size_t len, const segd_profile_t *p)
+{
+    assert_int_equal(segd_edge_put(ctx, user, len, p), SEGD_OK);
+    return 0;
+}
+
+/* The swap's replacing deltas, through the wire, into the cache. */
+static int cache_apply(void *ctx, uint64_t seq, const uint8_t *value, size_t vlen)
+{
+    segd_outbox_entry_t e;
+    segd_change_t c, back;
+    segd_buf_t wire = {0};
+    (void)seq;
+    segd_outbox_entry_init(&e);
+    segd_change_init(&c);
+    segd_change_init(&back);
+    assert_int_equal(segd_outbox_decode(value, vlen, &e), SEGD_OK);
+    assert_int_equal(e.kind, SEGD_OUTBOX_REPLACE);
+    assert_int_equal(e.n_items, 3); /* gone, late, new: not "same" */
+    for (size_t i = 0; i < e.n_items; i++) {
+        segd_change_reset(&c);
+        c.user_id = e.items[i].user;
+        c.user_id_len = e.items[i].user_len;
+        assert_int_equal(segd_record_decode(e.items[i].operand, e.items[i].operand_len,
+                                            &c.profile), SEGD_OK);
+        assert_int_equal(segd_change_mark_replace(&c), SEGD_OK);
+        wire.len = 0;
+        assert_int_equal(segd_change_encode(&c, &wire), SEGD_OK);
+        assert_int_equal(segd_change_decode(wire.data, wire.len, &back), SEGD_OK);
+        assert_true(segd_change_is_replace(&back));
+        assert_int_equal(segd_edge_apply(ctx, &back), SEGD_OK);
+    }
+    segd_buf_free(&wire);
+    segd_change_free(&c);
+    segd_change_free(&back);
+    segd_outbox_entry_free(&e);
+    return 0;
+}
+
+static int change_position(void *ctx, const char *topic, int32_t partition, int64_t next)
+{
+    if (!strcmp(topic, "changes") && partition == 0)
+        *(int64_t *)ctx = next;
+    return 0;
+}
+
+typedef struct cmp_ctx {
+    segd_edge_t *edge;
+    int users;
+} cmp_ctx_t;
+
+/* Every user of the store as the cache holds it. */
+static int cache_equals(void *ctx, const char *user, size_t len, const segd_profile_t *p)
+{
+    cmp_ctx_t *c = ctx;
+    segd_profile_t got;
+    segd_profile_init(&got);
+    assert_int_equal(segd_edge_get_profile(c->edge, user, len, &got), SEGD_OK);
+    assert_int_equal(got.erased_before_ms, p->erased_before_ms);
+    assert_int_equal(got.n, p->n);
+    for (size_t i = 0; i < p->n; i++) {
+        assert_int_equal(got.entries[i].segment_id, p->entries[i].segment_id);
+        assert_int_equal(got.entries[i].ts_ms, p->entries[i].ts_ms);
+        assert_int_equal(got.entries[i].expiry_s, p->entries[i].expiry_s);
+    }
+    segd_profile_free(&got);
+    c->users++;
+    return 0;
+}
+
+/* Issue 29 finding 5: a running cache equals the store after a swap. The
+ * cache holds the live store's state; the rebuilt store lost a backfilled
+ * user ("gone"), took an event the live store refused ("late"), has a user
+ * the live store never saw ("new") and agrees on "same". The swap leaves
+ * replacing deltas in the swapped-in store's outbox for exactly the users
+ * that differ; applied, the cache equals the store, "gone" removed. */
+static void test_swap_brings_caches_along(void **state)
+{
+    test_dir_t *f = *state;
+    char db[256], done[256], err[512];
+    path_in(f, "db", db, sizeof(db));
+    path_in(f, "db.rebuilt", done, sizeof(done));
+    segd_store_t *live = test_store_open(db, T0);
+    put_record(live, "same", 0, T0 - 5000);
+    put_record(live, "gone", 0, T0 - 4000);
+    put_record(live, "late", 0, T0 - 3000);
+    segd_batch_t *b = NULL;
+    assert_int_equal(segd_batch_new(live, &b), SEGD_OK);
+    segd_batch_set_change_position(b, "changes", 0, 42); /* it publishes a change stream */
+    assert_int_equal(segd_store_write(live, b, err, sizeof(err)), SEGD_OK);
+    segd_batch_destroy(b);
+    segd_edge_opts_t eo;
+    segd_edge_opts_default(&eo);
+    eo.now_ms = T0;
+    segd_edge_t *edge = NULL;
+    assert_int_equal(segd_edge_new(&edge, &eo), SEGD_OK);
+    assert_int_equal(segd_store_scan(live, cache_put, edge, err, sizeof(err)), SEGD_OK);
+    segd_store_close(live);
+    segd_store_t *re = test_store_open(done, T0);
+    put_record(re, "same", 0, T0 - 5000);
+    put_record(re, "late", 0, T0 - 3000);
+    put_record(re, "late", 0, T0 - 2000); /* refused as too late by the live store */
+    put_record(re, "new", 0, T0 - 1000);
+    segd_store_close(re);
+
+    segd_store_opts_t o;
+    swap_opts(&o, db);
+    int swapped = 0;
+    assert_int_equal(segd_rebuild_swap(&o, NULL, &swapped, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(swapped, 1);
+    segd_store_t *s = test_store_open(db, T0);
+    assert_int_equal(segd_store_outbox_scan(s, 0, 1000, cache_apply, edge, err, sizeof(err)),
+                     SEGD_OK);
+    cmp_ctx_t cmp = {edge, 0};
+    assert_int_equal(segd_store_scan(s, cache_equals, &cmp, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(cmp.users, 3);
+    segd_edge_stats_t st;
+    segd_edge_get_stats(edge, &st);
+    assert_int_equal(st.users, 3); /* "gone" is gone from the cache too */
+    assert_int_equal(segd_store_outbox_depth(s), 1); /* one entry: gone, late, new */
+    int64_t pos = 0; /* units of the swapped-in store tail from the live store's positions */
+    segd_store_view_t *v = NULL;
+    assert_int_equal(segd_store_view_open(s, &v, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_store_view_positions(v, "changes", change_position, &pos, err,
+                                               sizeof(err)), SEGD_OK);
+    segd_store_view_close(v);
+    assert_int_equal(pos, 42);
+    segd_store_close(s);
+    segd_edge_destroy(edge);
+}
+
 /* The live store DB (user "old") and a rebuilt store beside it (user
  * "new"), as segd rebuild leaves them. */
 static void make_stores(const char *db, const char *done)
@@ -316,6 +503,10 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_swap_refused_while_held, test_dir_setup,
                                         test_dir_teardown),
         cmocka_unit_test_setup_teardown(test_swap_keeps_live_markers, test_dir_setup,
+                                        test_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_erasure_below_w_survives_swap, test_dir_setup,
+                                        test_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_swap_brings_caches_along, test_dir_setup,
                                         test_dir_teardown),
         cmocka_unit_test_setup_teardown(test_rebuild_refuses_restored, test_dir_setup,
                                         test_dir_teardown),

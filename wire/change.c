@@ -64,6 +64,24 @@ segd_err_t segd_change_add_source(segd_change_t *c, const char *topic, size_t to
     return SEGD_OK;
 }
 
+segd_err_t segd_change_mark_replace(segd_change_t *c)
+{
+    return segd_change_add_source(c, SEGD_CHANGE_REPLACE_TOPIC,
+                                  sizeof(SEGD_CHANGE_REPLACE_TOPIC) - 1, -1, 0, 0);
+}
+
+int segd_change_is_replace(const segd_change_t *c)
+{
+    const size_t len = sizeof(SEGD_CHANGE_REPLACE_TOPIC) - 1;
+    if (c->kind != SEGD_CHANGE_DELTA)
+        return 0;
+    for (size_t i = 0; i < c->n_sources; i++)
+        if (c->sources[i].topic_len == len &&
+            !memcmp(c->sources[i].topic, SEGD_CHANGE_REPLACE_TOPIC, len))
+            return 1;
+    return 0;
+}
+
 segd_err_t segd_change_add_retirement(segd_change_t *c, int64_t segment_id, int64_t before_ms)
 {
     segd_retirement_t *a =

@@ -45,6 +45,22 @@ typedef struct segd_change {
 } segd_change_t;
 
 
+/* A DELTA that replaces the user's cached profile instead of joining into
+ * it (DESIGN §5, "Replacing deltas"): written for every user a rebuild swap
+ * changed, since a join can add to a cache but never take away what the
+ * swapped-in store no longer holds. It is marked by a source range of this
+ * topic, which no Kafka topic can be named (':' is not allowed there), and
+ * not by a new ChangeKind: a new enum symbol would change
+ * change_event.avsc's fingerprint and make every deployed cache skip every
+ * delta, while a cache that does not know the marker joins the delta as
+ * before. Only the first part of a delta cut into parts carries it. */
+#define SEGD_CHANGE_REPLACE_TOPIC "segd.control:replace"
+
+/* Adds the replace marker to c (a DELTA). */
+segd_err_t segd_change_mark_replace(segd_change_t *c);
+/* 1 when c is a replacing DELTA. */
+int segd_change_is_replace(const segd_change_t *c);
+
 /* bucket = xxh64(user_id, seed 0) & (buckets - 1); buckets a power of two. */
 uint32_t segd_bucket_of(const char *user, size_t len, uint32_t buckets);
 

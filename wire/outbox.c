@@ -78,13 +78,13 @@ static segd_err_t put_header(segd_buf_t *out, int kind, int64_t committed_at_ms,
     return SEGD_OK;
 }
 
-segd_err_t segd_outbox_finish(const segd_outbox_builder_t *b, int64_t committed_at_ms,
-                              segd_buf_t *out)
+static segd_err_t finish_items(const segd_outbox_builder_t *b, int kind,
+                               int64_t committed_at_ms, segd_buf_t *out)
 {
     size_t extra = b->items.len + SEGD_ZZ_MAX * (2 + 2 * b->n_sources);
     for (size_t i = 0; i < b->n_sources; i++)
         extra += strlen(b->sources[i].topic);
-    if (put_header(out, SEGD_OUTBOX_DATA, committed_at_ms, b->event_ms, extra))
+    if (put_header(out, kind, committed_at_ms, b->event_ms, extra))
         return SEGD_ERR_NOMEM;
     put(out, (int64_t)b->n_sources);
     for (size_t i = 0; i < b->n_sources; i++) {
@@ -96,6 +96,18 @@ segd_err_t segd_outbox_finish(const segd_outbox_builder_t *b, int64_t committed_
         memcpy(out->data + out->len, b->items.data, b->items.len);
     out->len += b->items.len;
     return SEGD_OK;
+}
+
+segd_err_t segd_outbox_finish(const segd_outbox_builder_t *b, int64_t committed_at_ms,
+                              segd_buf_t *out)
+{
+    return finish_items(b, SEGD_OUTBOX_DATA, committed_at_ms, out);
+}
+
+segd_err_t segd_outbox_finish_replace(const segd_outbox_builder_t *b, int64_t committed_at_ms,
+                                      segd_buf_t *out)
+{
+    return finish_items(b, SEGD_OUTBOX_REPLACE, committed_at_ms, out);
 }
 
 segd_err_t segd_outbox_retire_value(const segd_retirement_t *r, size_t n,
@@ -267,7 +279,8 @@ segd_err_t segd_outbox_decode(const uint8_t *data, size_t len, segd_outbox_entry
     e->event_ms = get(&c);
     if (c.bad)
         return SEGD_ERR_CORRUPT;
-    segd_err_t err = e->kind == SEGD_OUTBOX_DATA     ? decode_data(&c, e)
+    segd_err_t err = e->kind == SEGD_OUTBOX_DATA || e->kind == SEGD_OUTBOX_REPLACE
+                         ? decode_data(&c, e)
                      : e->kind == SEGD_OUTBOX_RETIRE ? decode_retire(&c, e)
                      : e->kind == SEGD_OUTBOX_MEMBER ? decode_member(&c, e)
                                                      : SEGD_ERR_CORRUPT;

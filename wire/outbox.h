@@ -28,7 +28,12 @@
 #define SEGD_OUTBOX_VERSION 1
 #define SEGD_OUTBOX_MAX_SOURCES 256
 
-enum { SEGD_OUTBOX_DATA = 0, SEGD_OUTBOX_RETIRE = 1, SEGD_OUTBOX_MEMBER = 2 };
+/* SEGD_OUTBOX_REPLACE: laid out as a data entry, each item (no source) the
+ * user's whole record after a rebuild swap (app/rebuild.h), or an empty
+ * operand for a user the swapped-in store does not hold; the publisher
+ * sends it as a replacing delta (wire/change.h). */
+enum { SEGD_OUTBOX_DATA = 0, SEGD_OUTBOX_RETIRE = 1, SEGD_OUTBOX_MEMBER = 2,
+       SEGD_OUTBOX_REPLACE = 3 };
 
 typedef struct segd_outbox_source {
     char topic[256];
@@ -54,6 +59,9 @@ segd_err_t segd_outbox_add(segd_outbox_builder_t *b, const char *user, size_t us
 /* Writes the entry's value into out (replacing its contents). */
 segd_err_t segd_outbox_finish(const segd_outbox_builder_t *b, int64_t committed_at_ms,
                               segd_buf_t *out);
+/* The same as a SEGD_OUTBOX_REPLACE entry. */
+segd_err_t segd_outbox_finish_replace(const segd_outbox_builder_t *b, int64_t committed_at_ms,
+                                      segd_buf_t *out);
 segd_err_t segd_outbox_retire_value(const segd_retirement_t *r, size_t n,
                                     int64_t committed_at_ms, segd_buf_t *out);
 /* A member entry is built in the same builder, but never mixed with data
