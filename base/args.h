@@ -11,6 +11,7 @@ enum {
     SEGD_EXIT_USAGE = 2,   /* bad flags or config */
     SEGD_EXIT_PARTIAL = 3, /* done, but some input was skipped */
     SEGD_EXIT_REFUSED = 4, /* nothing done: it would not be exact (--force goes on) */
+    SEGD_EXIT_UNCHECKED = 5, /* sent, but its effect was not checked (nothing to wait on) */
 };
 
 /* Parses a decimal integer in [lo, hi]; prints "segd CMD: bad FLAG ..." to
