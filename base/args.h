@@ -14,6 +14,7 @@ enum {
     SEGD_EXIT_HISTORY = 5, /* done, but the input's history is incomplete: retention
                             * deleted part of it (segd rebuild; --accept-history-loss
                             * or --base goes on) */
+    SEGD_EXIT_UNCHECKED = 6, /* sent, but its effect was not checked (nothing to wait on) */
 };
 
 /* Parses a decimal integer in [lo, hi]; prints "segd CMD: bad FLAG ..." to

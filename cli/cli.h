@@ -36,6 +36,9 @@ int segd_cmd_offsets(int argc, char **argv);
 int segd_cmd_owner(int argc, char **argv);
 int segd_cmd_identity(int argc, char **argv);
 int segd_cmd_rebuild(int argc, char **argv);
+int segd_cmd_version(int argc, char **argv);
+/* segd's and its libraries' versions on f (cmd_version.c); an exit code */
+int segd_version_print(FILE *f);
 
 
 #endif

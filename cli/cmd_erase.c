@@ -27,8 +27,8 @@ typedef struct erase_job {
 static void usage(FILE *f)
 {
     fprintf(f, "usage: segd erase --db DIR [--at-ms MS] [--now UNIX_SECONDS] [--file F] USER...\n"
-               "       segd erase --brokers B [--topic T] [--config FILE] [--db DIR]\n"
-               "                  [--wait-s N] [--at-ms MS] USER...\n"
+               "       segd erase --brokers B [--topic T] (--config FILE | --framing F)\n"
+               "                  [--db DIR] [--wait-s N] [--at-ms MS] USER...\n"
                "  Erases each USER as an ERASE_USER event at MS (default: now) would:\n"
                "  entries with ts_ms <= MS are dead at once, later events recreate the\n"
                "  user.\n"
@@ -38,11 +38,16 @@ static void usage(FILE *f)
                "  one per line.\n"
                "  Live (--brokers, or a --config with brokers): one ERASE_USER event per\n"
                "  user is produced to the input topic T (default: the config's first\n"
-               "  topic), in the partition input.partitioner gives the user and in\n"
-               "  input.format's framing, so the running segd run applies it like any\n"
-               "  event (ordering, outbox, caches). With --db (the store segd run writes,\n"
-               "  read-only here) it waits up to --wait-s (default 60) until the store\n"
-               "  shows every erasure, and says so (exit 0) or why not (exit 1).\n"
+               "  topic), in the partition input.partitioner gives the user and in the\n"
+               "  framing segd run reads, so the running segd run applies it like any\n"
+               "  event (ordering, outbox, caches). The framing is --framing F (raw,\n"
+               "  single-object, confluent, auto), else input.format of --config (segd\n"
+               "  run's configuration file) or SEGD_INPUT_FORMAT; with none of them\n"
+               "  nothing is sent (exit 2): an event framed otherwise is dead-lettered.\n"
+               "  With --db (the store segd run writes, read-only here) it waits up to\n"
+               "  --wait-s (default 60) until the store shows every erasure, and says so\n"
+               "  (exit 0) or why not (exit 1). Without --db the effect is not checked:\n"
+               "  it says \"sent; not checked\" and exits 6.\n"
                "  MS below the store's ingest floor (too_late) or more than\n"
                "  10 min after now (from_future) is refused: exit 2, nothing written.\n");
 }
@@ -142,6 +147,7 @@ int segd_cmd_erase(int argc, char **argv)
                                          {"brokers", required_argument, 0, 'b'},
                                          {"topic", required_argument, 0, 't'},
                                          {"config", required_argument, 0, 'c'},
+                                         {"framing", required_argument, 0, 'F'},
                                          {"wait-s", required_argument, 0, 'w'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
@@ -157,6 +163,7 @@ int segd_cmd_erase(int argc, char **argv)
         case 'b': live.brokers = optarg; break;
         case 't': live.topic = optarg; break;
         case 'c': live.config = optarg; break;
+        case 'F': live.framing = optarg; break;
         case 'w':
             if (segd_arg_int("erase", "--wait-s", optarg, 0, 86400, &live.wait_s))
                 return SEGD_EXIT_USAGE;
@@ -173,7 +180,7 @@ int segd_cmd_erase(int argc, char **argv)
         default: usage(stderr); return SEGD_EXIT_USAGE;
         }
     }
-    if (live.brokers || live.config) {
+    if (live.brokers || live.config || live.framing) {
         if (file || optind >= argc) {
             fprintf(stderr, "segd erase: live: give the users as arguments (no --file)\n");
             return SEGD_EXIT_USAGE;

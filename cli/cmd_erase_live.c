@@ -40,19 +40,39 @@ typedef struct live {
 static void on_delivery(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
 {
     (void)rk;
+    live_t *l = opaque;
     if (m->err) {
-        ((live_t *)opaque)->failed++;
-        fprintf(stderr, "segd erase: delivery failed: %s\n", rd_kafka_err2str(m->err));
+        l->failed++;
+        fprintf(stderr, "segd %s: delivery failed: %s\n", l->cmd, rd_kafka_err2str(m->err));
     }
+}
+
+/* segd run dead-letters an event framed otherwise than its input.format
+ * says (issue 29 #6), and the default differs from what a deployment may
+ * set: the framing must come from --framing, segd run's --config or
+ * SEGD_INPUT_FORMAT, never from a guess. */
+static int known_framing(const live_t *l, char *err, size_t n)
+{
+    const segd_erase_live_t *a = l->a;
+    if (a->framing || a->config || getenv("SEGD_INPUT_FORMAT"))
+        return 0;
+    return snprintf(err, n, "which framing does segd run read? give --config FILE (segd "
+                    "run's configuration, its input.format) or --framing "
+                    "raw|single-object|confluent; nothing produced"), -1;
 }
 
 static int load_config(live_t *l, char *err, size_t n)
 {
     const segd_erase_live_t *a = l->a;
+    if (known_framing(l, err, n))
+        return -1;
     if ((a->config && segd_config_load_file(&l->cfg, a->config, err, n)) ||
         segd_config_load_env(&l->cfg, environ, err, n) ||
         (a->brokers && segd_config_set(&l->cfg, "brokers", a->brokers, err, n)))
         return -1;
+    if (a->framing && segd_config_set(&l->cfg, "input.format", a->framing, err, n))
+        return snprintf(err, n, "bad --framing '%.100s': raw, single-object, confluent or "
+                        "auto", a->framing), -1;
     l->topic = a->topic ? a->topic : l->cfg.n_topics ? l->cfg.topics[0] : NULL;
     if (!l->cfg.brokers || !l->topic)
         return snprintf(err, n, "need --brokers and --topic (or a --config naming them)"), -1;
@@ -274,6 +294,15 @@ static int live_open(live_t *l, char *err, size_t n)
     return 0;
 }
 
+/* Without a store to watch, delivery is all that is known: whether segd run
+ * applied the events (or dead-lettered them) is not, so this is no success. */
+static int not_checked(const live_t *l)
+{
+    fprintf(stderr, "segd %s: sent; not checked: pass --db DIR (the store segd run writes) "
+            "and --wait-s N to wait for the effect (exit %d)\n", l->cmd, SEGD_EXIT_UNCHECKED);
+    return SEGD_EXIT_UNCHECKED;
+}
+
 int segd_erase_live(const segd_erase_live_t *a, char *const *users, int n)
 {
     live_t l = {.a = a, .cmd = "erase"};
@@ -289,13 +318,7 @@ int segd_erase_live(const segd_erase_live_t *a, char *const *users, int n)
         goto out;
     }
     printf("produced %d ERASE_USER events at ts_ms %" PRId64 " to %s\n", n, a->at_ms, l.topic);
-    if (a->db)
-        rc = wait_applied(&l, users, n);
-    else {
-        printf("not waited: give --db (the store segd run writes) to wait until it applies "
-               "them\n");
-        rc = SEGD_EXIT_OK;
-    }
+    rc = a->db ? wait_applied(&l, users, n) : not_checked(&l);
 out:
     if (l.rk)
         rd_kafka_destroy(l.rk);
@@ -415,13 +438,7 @@ int segd_retire_live(const segd_erase_live_t *a, const int64_t *ids, int n)
     printf("produced a retirement of %d %s before ts_ms %" PRId64 " to all %" PRId32
            " partitions of %s\n", n, segd_retire_key_partner(ids[0], &partner) ? "partners"
            : "segments", a->at_ms, l.partitions, l.topic);
-    if (a->db)
-        rc = wait_retired(&l, ids, n);
-    else {
-        printf("not waited: give --db (the store segd run writes) to wait until it applies "
-               "it\n");
-        rc = SEGD_EXIT_OK;
-    }
+    rc = a->db ? wait_retired(&l, ids, n) : not_checked(&l);
 out:
     if (l.rk)
         rd_kafka_destroy(l.rk);

@@ -1,4 +1,7 @@
-/* `segd produce`: a synthetic DMP producing the seed workload to Kafka. */
+/* `segd produce`: a synthetic DMP producing the seed workload to Kafka. It
+ * reports only what a broker acknowledged: an event not delivered within
+ * --timeout-s, or cut short by SIGINT/SIGTERM, makes it fail (exit 1) and
+ * say how many of how many were delivered, to which brokers, and why. */
 #include <getopt.h>
 #include <signal.h>
 #include <string.h>
@@ -15,7 +18,15 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: segd produce --brokers B --topic T [--users N] [--events N]\n"
                "                    [--format confluent|single-object|raw] [--rate R]\n"
-               "                    [--registry URL] [--seed S] [--now S] [-X prop=value]\n");
+               "                    [--registry URL] [--seed S] [--now S] [--timeout-s N]\n"
+               "                    [-X prop=value]\n"
+               "  Prints \"produced N events ... delivered N of N\" and exits 0 only when a\n"
+               "  broker acknowledged every event. An event not acknowledged within\n"
+               "  --timeout-s (default 30; librdkafka's message.timeout.ms) is not\n"
+               "  delivered: the command then says how many of how many were, to which\n"
+               "  brokers, and the last broker error (\"no broker answered at B: ...\"),\n"
+               "  and exits 1. SIGINT/SIGTERM stop it: what is still queued is dropped\n"
+               "  and counted as not delivered (exit 1).\n");
 }
 
 static int parse_framing(const char *s, segd_framing_t *f)
@@ -38,7 +49,8 @@ int segd_cmd_produce(int argc, char **argv)
         {"users", required_argument, 0, 'u'},   {"events", required_argument, 0, 'e'},
         {"format", required_argument, 0, 'f'},  {"rate", required_argument, 0, 'r'},
         {"registry", required_argument, 0, 'R'}, {"seed", required_argument, 0, 's'},
-        {"now", required_argument, 0, 'n'},     {"help", no_argument, 0, 'h'},
+        {"now", required_argument, 0, 'n'},     {"timeout-s", required_argument, 0, 'T'},
+        {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     segd_seed_produce_opts_t o = {0};
     const char *props[2 * 32 + 1] = {0};
@@ -47,6 +59,7 @@ int segd_cmd_produce(int argc, char **argv)
     int64_t v, now_s = (int64_t)time(NULL);
     segd_seed_opts_default(&o.seed);
     o.framing = SEGD_FRAMING_SINGLE_OBJECT;
+    o.delivery_timeout_ms = 30000;
     o.progress = isatty(STDERR_FILENO);
     int c, bad = 0;
     optind = 1;
@@ -63,6 +76,8 @@ int segd_cmd_produce(int argc, char **argv)
         case 's': bad = segd_arg_int("produce", "--seed", optarg, 0, INT64_MAX, &v);
             o.seed.seed = (uint64_t)v; break;
         case 'n': bad = segd_arg_int("produce", "--now", optarg, 1, INT64_MAX / 1000, &now_s); break;
+        case 'T': bad = segd_arg_int("produce", "--timeout-s", optarg, 1, 86400, &v);
+            o.delivery_timeout_ms = (int)v * 1000; break;
         case 'R': o.registry_url = optarg; break;
         case 'f':
             if ((bad = parse_framing(optarg, &o.framing)))
@@ -102,8 +117,9 @@ int segd_cmd_produce(int argc, char **argv)
         fprintf(stderr, "segd produce: %s\n", err);
         return SEGD_EXIT_FAIL;
     }
-    printf("produced %llu events (%llu segments, %llu bytes) to %s in %.2f s\n",
-           (unsigned long long)res.events, (unsigned long long)res.segments,
-           (unsigned long long)res.bytes, o.topic, res.seconds);
+    printf("produced %llu events (%llu segments, %llu bytes) to %s in %.2f s: delivered %llu "
+           "of %llu\n", (unsigned long long)res.delivered, (unsigned long long)res.segments,
+           (unsigned long long)res.bytes, o.topic, res.seconds,
+           (unsigned long long)res.delivered, (unsigned long long)res.events);
     return SEGD_EXIT_OK;
 }

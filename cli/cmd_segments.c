@@ -17,7 +17,8 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: segd segments retire --db DIR [--before-ms MS] [--partner] ID...\n"
-               "       segd segments retire --brokers B [--topic T] [--config FILE] [--db DIR]\n"
+               "       segd segments retire --brokers B [--topic T]\n"
+               "                            (--config FILE | --framing F) [--db DIR]\n"
                "                            [--wait-s N] [--before-ms MS] [--partner] ID...\n"
                "       segd segments list-retired --db DIR [--json]\n"
                "  retire: entries of each ID with ts_ms <= MS (default: now) are dead at\n"
@@ -26,8 +27,12 @@ static void usage(FILE *f)
                "    stop segd run first. Live (--brokers, or a --config with brokers): a\n"
                "    control event (user id segd.control:retire) is produced to every\n"
                "    partition of the input topic T and the running segd run applies it\n"
-               "    with its batch; with --db it waits up to --wait-s (default 60) until\n"
-               "    the store lists every retirement (exit 0) or says why not (exit 1).\n"
+               "    with its batch. It is framed as segd run reads: --framing F, else\n"
+               "    input.format of --config or SEGD_INPUT_FORMAT; with none of them\n"
+               "    nothing is sent (exit 2). With --db it waits up to --wait-s (default\n"
+               "    60) until the store lists every retirement (exit 0) or says why not\n"
+               "    (exit 1); without --db the effect is not checked (\"sent; not\n"
+               "    checked\", exit 6).\n"
                "  --partner: each ID is a partner id (int32, an entry's partner_id): every\n"
                "    entry of that partner with ts_ms <= MS is dead, whatever its segment\n"
                "    (a partner's contract ended); live, the control event's user id is\n"
@@ -151,6 +156,7 @@ int segd_cmd_segments(int argc, char **argv)
                                          {"brokers", required_argument, 0, 'B'},
                                          {"topic", required_argument, 0, 't'},
                                          {"config", required_argument, 0, 'c'},
+                                         {"framing", required_argument, 0, 'F'},
                                          {"wait-s", required_argument, 0, 'w'},
                                          {"partner", no_argument, 0, 'p'},
                                          {"help", no_argument, 0, 'h'},
@@ -183,6 +189,8 @@ int segd_cmd_segments(int argc, char **argv)
             live.topic = optarg;
         else if (c == 'c')
             live.config = optarg;
+        else if (c == 'F')
+            live.framing = optarg;
         else if (c == 'w') {
             if (segd_arg_int("segments", "--wait-s", optarg, 0, 86400, &live.wait_s))
                 return SEGD_EXIT_USAGE;
@@ -195,7 +203,7 @@ int segd_cmd_segments(int argc, char **argv)
             return c == 'h' ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
         }
     }
-    int is_live = live.brokers || live.config;
+    int is_live = live.brokers || live.config || live.framing;
     if ((!db && !(retire && is_live)) || (retire && (optind >= argc || json)) ||
         (list && (optind != argc || before_ms || is_live || partner))) {
         usage(stderr);

@@ -27,6 +27,7 @@ static const segd_cmd_t commands[] = {
     {"bench", segd_cmd_bench, "benchmarks, one per part; `segd bench --help` lists them"},
     {"identity", segd_cmd_identity,
      "identity graph: rebuild, check, members, stats, produce, backfill"},
+    {"version", segd_cmd_version, "segd's version and its libraries' (also segd --version)"},
 };
 
 static void usage(FILE *f)
@@ -52,6 +53,8 @@ int main(int argc, char **argv)
         usage(stdout);
         return SEGD_EXIT_OK;
     }
+    if (!strcmp(argv[1], "--version") && argc == 2)
+        return segd_version_print(stdout);
     /* `segd CMD -h` asks for CMD's help whatever CMD's own parser knows: a
      * command's first argument can only be an option or a subcommand, never
      * an option's value, so reading it as --help changes nothing else. */

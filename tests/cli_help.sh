@@ -159,4 +159,19 @@ for family in $(grep '\.' "$tmp/keys" | sed 's/\..*//' | sort -u); do
     || fail "segd run --help says nothing of the $family.* keys"
 done
 
+# segd version and segd --version (issue 30 item 4): segd's version, then one
+# "NAME VERSION" line per library it links; a library missing fails.
+"$segd" version > "$tmp/version" 2> "$tmp/version.err" || fail "segd version exited $?"
+"$segd" --version > "$tmp/version2" || fail "segd --version exited $?"
+cmp -s "$tmp/version" "$tmp/version2" || fail "segd version and segd --version differ"
+[ ! -s "$tmp/version.err" ] || fail "segd version wrote to stderr: $(cat "$tmp/version.err")"
+ver='[0-9]+\.[0-9]+(\.[0-9]+)?'
+head -1 "$tmp/version" | grep -Eq "^segd $ver( \(git [^ )]+\))?$" ||
+  fail "segd version's first line: $(head -1 "$tmp/version")"
+for lib in librdkafka rocksdb avro-c libcurl jansson zstd zlib openssl libmicrohttpd xxhash; do
+  grep -Eq "^$lib $ver( \(built against\))?$" "$tmp/version" ||
+    fail "segd version gives no version of $lib: $(cat "$tmp/version")"
+done
+[ "$(wc -l < "$tmp/version")" -eq 11 ] || fail "segd version printed other lines: $(cat "$tmp/version")"
+
 echo "cli_help: $checked help pages of $(wc -l < "$tmp/cmds") commands match docs/cli.md and $parsers option tables"
