@@ -68,6 +68,7 @@ typedef struct carry {
     segd_profile_t marker;
     size_t pending;
     uint64_t erasures, retirements, floors, replaced;
+    segd_partitioner_t partitioner; /* input.partitioner: which users are the live store's */
     segd_err_t err;
     char *errstr;
     size_t n;
@@ -176,7 +177,8 @@ static segd_err_t carry_markers(const segd_store_opts_t *so, const char *done, c
         (err = carry_counter(c, v, SEGD_COUNTER_UNCHECKED)))
         goto out;
     if (!(err = segd_store_write_sync(c->dst, c->b, c->errstr, c->n)))
-        err = segd_swap_replace_deltas(live, v, c->dst, &c->replaced, c->errstr, c->n);
+        err = segd_swap_replace_deltas(live, v, c->dst, c->partitioner, &c->replaced,
+                                       c->errstr, c->n);
 out:
     if (!err && c->err)
         err = c->err;
@@ -272,13 +274,13 @@ static void say_raced(segd_log_t *log, const char *db)
                 db);
 }
 
-segd_err_t segd_rebuild_swap_locked(const segd_store_opts_t *so, segd_log_t *log,
-                                    int *swapped, char *errstr, size_t n)
+segd_err_t segd_rebuild_swap_locked(const segd_store_opts_t *so, segd_partitioner_t partitioner,
+                                    segd_log_t *log, int *swapped, char *errstr, size_t n)
 {
     const char *db = so->path;
     char done[4096], old[4200];
     struct stat st;
-    carry_t c = {.errstr = errstr, .n = n};
+    carry_t c = {.errstr = errstr, .n = n, .partitioner = partitioner};
     int lock_fd = -1;
     *swapped = 0;
     segd_rebuild_done_path(db, done, sizeof(done));
@@ -323,15 +325,15 @@ out:
     return err;
 }
 
-segd_err_t segd_rebuild_swap(const segd_store_opts_t *so, segd_log_t *log, int *swapped,
-                             char *errstr, size_t n)
+segd_err_t segd_rebuild_swap(const segd_store_opts_t *so, segd_partitioner_t partitioner,
+                             segd_log_t *log, int *swapped, char *errstr, size_t n)
 {
     char done[4096];
     *swapped = 0;
     segd_rebuild_done_path(so->path, done, sizeof(done));
     if (!is_dir(done)) /* the common start: nothing to swap, no lock taken */
         return SEGD_OK;
-    return segd_rebuild_swap_locked(so, log, swapped, errstr, n);
+    return segd_rebuild_swap_locked(so, partitioner, log, swapped, errstr, n);
 }
 
 #define LOG_START_TIMEOUT_MS 5000

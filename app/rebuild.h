@@ -24,11 +24,12 @@ void segd_rebuild_done_path(const char *db, char *out, size_t n);
  * markers, retirement markers, import floors and misrouting counters to the
  * live store's (what the input topics do not hold), carries its change
  * positions, writes replacing deltas for the users whose records differ
- * (app/swap_changes.h: running caches follow the swap), renames DB to
+ * (app/swap_changes.h: running caches follow the swap; users placed with
+ * partitioner, input.partitioner), renames DB to
  * DB.replaced-<now> and DB.rebuilt to DB, syncs the parent directory, and
  * says so on log (may be NULL: stderr). *swapped = 1 then. */
-segd_err_t segd_rebuild_swap(const segd_store_opts_t *so, segd_log_t *log, int *swapped,
-                             char *errstr, size_t errstr_size);
+segd_err_t segd_rebuild_swap(const segd_store_opts_t *so, segd_partitioner_t partitioner,
+                             segd_log_t *log, int *swapped, char *errstr, size_t errstr_size);
 /* The swap once a start has seen DB.rebuilt (segd_rebuild_swap checks that
  * first, without the lock): everything it acts on is decided again under
  * DB's lock. Two starts at once both see DB.rebuilt; the later one finds it
@@ -36,8 +37,8 @@ segd_err_t segd_rebuild_swap(const segd_store_opts_t *so, segd_log_t *log, int *
  * SEGD_OK with *swapped = 0, and the rebuilt store is opened only if it
  * exists, so no empty store is ever swapped in. Public so that a test can
  * run that later start. */
-segd_err_t segd_rebuild_swap_locked(const segd_store_opts_t *so, segd_log_t *log,
-                                    int *swapped, char *errstr, size_t errstr_size);
+segd_err_t segd_rebuild_swap_locked(const segd_store_opts_t *so, segd_partitioner_t partitioner,
+                                    segd_log_t *log, int *swapped, char *errstr, size_t errstr_size);
 
 /* Before a swap (DB.rebuilt exists): every partition of every topic segd
  * run consumes (cfg->topics) must have an offset in the rebuilt store, as

@@ -16,14 +16,19 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "core/partition.h"
 #include "store/store.h"
 
 /* Writes the replacing deltas into rebuilt's outbox (batched writes, the
  * last one synced), live being the replaced store (read-only) and v a view
  * of it. A live store with no change stream (no change positions and an
- * empty outbox: changes.enable = 0) gets none. *users = the deltas written. */
+ * empty outbox: changes.enable = 0) gets none. Only users of partitions
+ * the live store holds offsets of (placed with partitioner, input.partitioner)
+ * get one: in a fleet the others are another member's, whose caches' state
+ * must not be overwritten. Unpublished retirement and member entries of the
+ * live store are carried as they are. *users = the deltas written. */
 segd_err_t segd_swap_replace_deltas(segd_store_t *live, segd_store_view_t *v,
-                                    segd_store_t *rebuilt, uint64_t *users, char *errstr,
-                                    size_t errstr_size);
+                                    segd_store_t *rebuilt, segd_partitioner_t partitioner,
+                                    uint64_t *users, char *errstr, size_t errstr_size);
 
 #endif

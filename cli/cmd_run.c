@@ -444,7 +444,7 @@ int segd_cmd_run(int argc, char **argv)
     segd_store_opts_t so;
     segd_app_config_store_opts(&cfg, &so);
     if (segd_rebuild_check_log_start(&cfg, err, sizeof(err)) ||
-        segd_rebuild_swap(&so, log, &swapped, err, sizeof(err))) {
+        segd_rebuild_swap(&so, cfg.partitioner, log, &swapped, err, sizeof(err))) {
         segd_log(log, SEGD_LOG_ERROR, "store", "%s", err);
         goto out_log;
     }

@@ -7,6 +7,8 @@
  * consumer/pipeline.h for the contract. */
 #include "consumer/pipeline_int.h"
 
+#include <string.h>
+
 #include <inttypes.h>
 #include <stdlib.h>
 
@@ -40,33 +42,48 @@ static int64_t next_offset(segd_pipeline_t *p, const rd_kafka_topic_partition_t 
     return tp->offset > stored ? tp->offset : stored;
 }
 
+/* Whether some assigned partition of tp's topic holds messages
+ * (rd_kafka_topic_partition_t.opaque marks them in caught_up). */
+static int topic_has_data(const rd_kafka_topic_partition_list_t *parts, const char *topic)
+{
+    for (int i = 0; i < parts->cnt; i++)
+        if (parts->elems[i].opaque && !strcmp(parts->elems[i].topic, topic))
+            return 1;
+    return 0;
+}
+
 /* Whether the store has caught up with its input's history: every assigned
  * partition that holds messages read to within a few batches of the end
  * offset librdkafka last saw (cached, no broker round trip; under steady load
- * the position never sits exactly at the end), and at least one such
- * partition. Partitions that hold nothing neither count nor block: a member
- * on empty topics has no history yet, and took it for caught up (issue 29:
- * history produced later was then refused as too late). */
+ * the position never sits exactly at the end), and every assigned topic
+ * holding messages in some partition. Empty partitions of a topic with data
+ * do not block; an empty topic does: a member on empty topics has no history
+ * yet, and took it for caught up (issue 29: history produced later was then
+ * refused as too late), and a topic of live traffic beside an empty one meant
+ * for the DMP's history load is no end of history either. */
 static int caught_up(segd_pipeline_t *p)
 {
     rd_kafka_topic_partition_list_t *parts = NULL;
     if (rd_kafka_assignment(p->consumer, &parts))
         return 0;
     int64_t slack = 10 * p->cfg->batch_max_messages;
-    int with_data = 0, ok = parts->cnt > 0 && !rd_kafka_position(p->consumer, parts);
+    int ok = parts->cnt > 0 && !rd_kafka_position(p->consumer, parts);
     for (int i = 0; ok && i < parts->cnt; i++) {
         rd_kafka_topic_partition_t *tp = &parts->elems[i];
         int64_t lo, hi;
+        tp->opaque = NULL;
         ok = !rd_kafka_get_watermark_offsets(p->consumer, tp->topic, tp->partition, &lo, &hi) &&
              hi >= 0;
         if (!ok || hi == lo)
             continue;
         int64_t next = next_offset(p, tp);
         ok = next >= 0 && hi - next <= slack;
-        with_data = 1;
+        tp->opaque = tp; /* holds messages */
     }
+    for (int i = 0; ok && i < parts->cnt; i++)
+        ok = topic_has_data(parts, parts->elems[i].topic);
     rd_kafka_topic_partition_list_destroy(parts);
-    return ok && with_data;
+    return ok;
 }
 
 /* Moves the GC watermark at most every 10 s, and only here: between the

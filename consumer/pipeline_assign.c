@@ -284,10 +284,7 @@ void segd_pipeline_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
          * overwrite the next owner's. Lost partitions (a refused generation,
          * a session timed out) are no longer ours: the commit would be
          * refused, and cost another rejoin where a refusal does that. */
-        if (rd_kafka_assignment_lost(rk))
-            p->nwritten = 0;
-        else
-            segd_pipeline_commit_written(p, 1);
+        segd_pipeline_commit_written(p, 1); /* drops them when lost */
         /* for the same reason, a batch whose write failed (a stop during a
          * store fault) keeps no offset of theirs for a later commit */
         segd_pipeline_batch_forget(p, parts);

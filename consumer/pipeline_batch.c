@@ -274,7 +274,10 @@ void segd_pipeline_batch_forget(segd_pipeline_t *p, const rd_kafka_topic_partiti
  * flight on a loaded coordinator, which then timed out its heartbeats too. */
 void segd_pipeline_commit_written(segd_pipeline_t *p, int force)
 {
-    if (!p->consumer) /* closed after a fatal error: nothing can be sent */
+    /* closed after a fatal error: nothing can be sent; a lost assignment (a
+     * refused generation, a session timed out): its partitions are no longer
+     * ours, and the next assignment commits the store's offsets anyway */
+    if (!p->consumer || rd_kafka_assignment_lost(p->consumer))
         p->nwritten = 0;
     if (!p->nwritten)
         return;

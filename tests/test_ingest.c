@@ -710,6 +710,35 @@ static void test_idle_topic_keeps_history(void **state)
     segd_config_free(&cfg);
 }
 
+/* An input topic of live traffic caught up beside one that is still empty
+ * (meant for the DMP's history load, not yet produced) is no end of the
+ * history either (review of issue 29 #8): after 32 s the store has no floor. */
+static void test_empty_topic_keeps_history(void **state)
+{
+    fixture_t *f = *state;
+    volatile sig_atomic_t stop = 0;
+    char db[128], err[256];
+    produce_history(f, "live", 20);
+    segd_store_t *s = open_store(f->dir, "twotopics");
+    snprintf(db, sizeof(db), "%s/twotopics", f->dir);
+    segd_config_t cfg;
+    base_config(&cfg, f, "g-twotopics", db);
+    assert_int_equal(segd_config_set(&cfg, "topics", TOPIC "," TOPIC ".dlq", err, sizeof(err)),
+                     SEGD_OK);
+    segd_pipeline_t *p;
+    assert_int_equal(segd_pipeline_new(&p, &cfg, s, &stop, err, sizeof(err)), SEGD_OK);
+    run_until(p, 20, 60);
+    step_for(p, 32);
+    segd_pipeline_stats_t st;
+    segd_pipeline_get_stats(p, &st);
+    assert_int_equal(segd_pipeline_assigned(p), 2 * PARTITIONS);
+    segd_pipeline_destroy(p);
+    assert_int_equal(st.events, 20);
+    assert_int_equal(segd_policy_ts_floor(segd_store_policy(s)), 0);
+    segd_store_close(s);
+    segd_config_free(&cfg);
+}
+
 /* Trap 2 of issue 29 #8: a store whose partitions are all read to their end
  * before this process (a rebuilt store, a restart) has nothing to consume, so
  * librdkafka has no position for them, and the member was never caught up:
@@ -922,6 +951,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_history_then_floor, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idle_topic_keeps_history, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idle_partitions_start_history_end, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_empty_topic_keeps_history, setup, teardown),
         cmocka_unit_test_setup_teardown(test_broker_outage_stalls_then_resumes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sigkill_and_restart, setup, teardown),
     };

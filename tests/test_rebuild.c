@@ -24,6 +24,7 @@
 #include "base/args.h"
 #include "cli/cli.h"
 #include "consumer/pipeline.h"
+#include "core/partition.h"
 #include "core/record.h"
 #include "store_util.h"
 
@@ -122,7 +123,7 @@ static void test_swap_refused_while_held(void **state)
     segd_store_opts_t o;
     swap_opts(&o, db);
     int swapped = 1;
-    assert_int_equal(segd_rebuild_swap(&o, NULL, &swapped, err, sizeof(err)), SEGD_ERR_BUSY);
+    assert_int_equal(segd_rebuild_swap(&o, SEGD_PARTITIONER_MURMUR2, NULL, &swapped, err, sizeof(err)), SEGD_ERR_BUSY);
     assert_int_equal(swapped, 0);
     assert_non_null(strstr(err, "in use by another process"));
     struct stat st;
@@ -134,7 +135,7 @@ static void test_swap_refused_while_held(void **state)
     assert_int_equal(waitpid(pid, &status, 0), pid);
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
     /* once the holder is gone the swap goes through */
-    assert_int_equal(segd_rebuild_swap(&o, NULL, &swapped, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_rebuild_swap(&o, SEGD_PARTITIONER_MURMUR2, NULL, &swapped, err, sizeof(err)), SEGD_OK);
     assert_int_equal(swapped, 1);
     assert_int_not_equal(stat(done, &st), 0);
     assert_int_equal(stat(cur, &st), 0);
@@ -168,7 +169,7 @@ static void test_swap_keeps_live_markers(void **state)
     segd_store_opts_t o;
     swap_opts(&o, db);
     int swapped = 0;
-    assert_int_equal(segd_rebuild_swap(&o, NULL, &swapped, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_rebuild_swap(&o, SEGD_PARTITIONER_MURMUR2, NULL, &swapped, err, sizeof(err)), SEGD_OK);
     assert_int_equal(swapped, 1);
 
     segd_store_t *s = test_store_open(db, T0);
@@ -236,7 +237,7 @@ static void test_erasure_below_w_survives_swap(void **state)
     swap_opts(&o, db);
     o.now_ms = later;
     int swapped = 0;
-    assert_int_equal(segd_rebuild_swap(&o, NULL, &swapped, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_rebuild_swap(&o, SEGD_PARTITIONER_MURMUR2, NULL, &swapped, err, sizeof(err)), SEGD_OK);
     assert_int_equal(swapped, 1);
     segd_store_t *s = test_store_open(db, T0);
     const segd_prune_t rule = {.now_ms = T0};
@@ -360,7 +361,7 @@ static void test_swap_brings_caches_along(void **state)
     segd_store_opts_t o;
     swap_opts(&o, db);
     int swapped = 0;
-    assert_int_equal(segd_rebuild_swap(&o, NULL, &swapped, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_rebuild_swap(&o, SEGD_PARTITIONER_MURMUR2, NULL, &swapped, err, sizeof(err)), SEGD_OK);
     assert_int_equal(swapped, 1);
     segd_store_t *s = test_store_open(db, T0);
     assert_int_equal(segd_store_outbox_scan(s, 0, 1000, cache_apply, edge, err, sizeof(err)),
@@ -381,6 +382,79 @@ static void test_swap_brings_caches_along(void **state)
     assert_int_equal(pos, 42);
     segd_store_close(s);
     segd_edge_destroy(edge);
+}
+
+/* The first of u0, u1, ... whose partition among 4 is (mine) or is not
+ * (!mine) partition 1. */
+static void user_in(int mine, char *out, size_t size)
+{
+    for (int i = 0;; i++) {
+        snprintf(out, size, "u%d", i);
+        if ((segd_partition_of(SEGD_PARTITIONER_MURMUR2, out, strlen(out), 4) == 1) == mine)
+            return;
+    }
+}
+
+static int count_kind(void *ctx, uint64_t seq, const uint8_t *value, size_t vlen)
+{
+    int *kinds = ctx;
+    segd_outbox_entry_t e;
+    (void)seq;
+    segd_outbox_entry_init(&e);
+    assert_int_equal(segd_outbox_decode(value, vlen, &e), SEGD_OK);
+    kinds[e.kind]++;
+    if (e.kind == SEGD_OUTBOX_REPLACE)
+        kinds[4] += (int)e.n_items;
+    segd_outbox_entry_free(&e);
+    return 0;
+}
+
+/* In a fleet each member's store holds the offsets of the partitions it
+ * owns, and a rebuild replays every partition. A replacing delta for a user
+ * of another member's partition would overwrite, in that partition's
+ * caches, what its owner published since (review: and bring back what it
+ * erased offline). Only the live store's users get one; and its unpublished
+ * retirement goes on to the caches, carried as it is. */
+static void test_swap_replaces_only_owned_users(void **state)
+{
+    test_dir_t *f = *state;
+    char db[256], done[256], err[512], mine[16], theirs[16];
+    user_in(1, mine, sizeof(mine));
+    user_in(0, theirs, sizeof(theirs));
+    path_in(f, "db", db, sizeof(db));
+    path_in(f, "db.rebuilt", done, sizeof(done));
+    segd_store_t *live = test_store_open(db, T0);
+    segd_batch_t *b = NULL;
+    segd_buf_t retire = {0};
+    segd_retirement_t r = {.segment_id = 9, .retired_before_ms = T0 - 100};
+    assert_int_equal(segd_outbox_retire_value(&r, 1, T0, &retire), SEGD_OK);
+    assert_int_equal(segd_batch_new(live, &b), SEGD_OK);
+    segd_batch_set_change_position(b, "changes", 0, 42);
+    segd_batch_set_partition_count(b, "in", 4);
+    segd_batch_set_offset(b, "in", 1, 100); /* this member owns partition 1 only */
+    segd_batch_outbox_append(b, retire.data, retire.len);
+    assert_int_equal(segd_store_write(live, b, err, sizeof(err)), SEGD_OK);
+    segd_batch_destroy(b);
+    segd_buf_free(&retire);
+    segd_store_close(live);
+    segd_store_t *re = test_store_open(done, T0);
+    put_record(re, mine, 0, T0 - 1000);
+    put_record(re, theirs, 0, T0 - 1000);
+    segd_store_close(re);
+    segd_store_opts_t o;
+    swap_opts(&o, db);
+    int swapped = 0;
+    assert_int_equal(segd_rebuild_swap(&o, SEGD_PARTITIONER_MURMUR2, NULL, &swapped, err,
+                                       sizeof(err)), SEGD_OK);
+    assert_int_equal(swapped, 1);
+    segd_store_t *s = test_store_open(db, T0);
+    int kinds[5] = {0};
+    assert_int_equal(segd_store_outbox_scan(s, 0, 1000, count_kind, kinds, err, sizeof(err)),
+                     SEGD_OK);
+    assert_int_equal(kinds[SEGD_OUTBOX_REPLACE], 1);
+    assert_int_equal(kinds[4], 1); /* mine, not theirs */
+    assert_int_equal(kinds[SEGD_OUTBOX_RETIRE], 1);
+    segd_store_close(s);
 }
 
 /* The live store DB (user "old") and a rebuilt store beside it (user
@@ -430,10 +504,10 @@ static void test_second_start_swaps_nothing(void **state)
     segd_store_opts_t o;
     swap_opts(&o, db);
     int swapped = 0;
-    assert_int_equal(segd_rebuild_swap(&o, NULL, &swapped, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_rebuild_swap(&o, SEGD_PARTITIONER_MURMUR2, NULL, &swapped, err, sizeof(err)), SEGD_OK);
     assert_int_equal(swapped, 1);
     swapped = 1;
-    segd_err_t e = segd_rebuild_swap_locked(&o, NULL, &swapped, err, sizeof(err));
+    segd_err_t e = segd_rebuild_swap_locked(&o, SEGD_PARTITIONER_MURMUR2, NULL, &swapped, err, sizeof(err));
     if (e != SEGD_OK)
         fail_msg("second start: %s", err);
     assert_int_equal(swapped, 0);
@@ -450,7 +524,7 @@ typedef struct swap_start {
 static void *start_swap(void *arg)
 {
     swap_start_t *w = arg;
-    w->err = segd_rebuild_swap(w->o, NULL, &w->swapped, w->errstr, sizeof(w->errstr));
+    w->err = segd_rebuild_swap(w->o, SEGD_PARTITIONER_MURMUR2, NULL, &w->swapped, w->errstr, sizeof(w->errstr));
     return NULL;
 }
 
@@ -507,6 +581,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_erasure_below_w_survives_swap, test_dir_setup,
                                         test_dir_teardown),
         cmocka_unit_test_setup_teardown(test_swap_brings_caches_along, test_dir_setup,
+                                        test_dir_teardown),
+        cmocka_unit_test_setup_teardown(test_swap_replaces_only_owned_users, test_dir_setup,
                                         test_dir_teardown),
         cmocka_unit_test_setup_teardown(test_rebuild_refuses_restored, test_dir_setup,
                                         test_dir_teardown),
