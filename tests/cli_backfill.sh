@@ -87,10 +87,16 @@ rc=$?
 set -e
 [ $rc = 3 ] && grep -q "adir: not a regular file" "$tmp/err" || fail "directory: exit $rc, $(cat "$tmp/err")"
 
-# 4. compaction past every expiry and the horizon leaves no keys
+# 4. compaction past every expiry and the horizon leaves no entry, only bob's
+# erase marker (a record with no entries): W never drops an erasure, since an
+# older event of bob's can come back from a topic, unit or file (DESIGN §3.1)
 "$segd" compact --db "$tmp/db" --now 1900000000 --allow-future-now --end-history >/dev/null
 "$segd" stats --db "$tmp/db" --json > "$tmp/stats"
-grep -q '"records":0,' "$tmp/stats" || fail "records left after compaction: $(cat "$tmp/stats")"
+grep -q '"records":1,' "$tmp/stats" && grep -q '"stored_entries":0,' "$tmp/stats" ||
+  fail "after compaction, want bob's erase marker alone: $(cat "$tmp/stats")"
+out=$("$segd" get --db "$tmp/db" --now $now --json bob)
+echo "$out" | grep -q '"known":true' && echo "$out" | grep -q '"segments":\[\]' ||
+  fail "bob's erase marker is not bob's record: $out"
 
 # 4b. issue 9: the compaction started the GC watermark W (now - 216 h, the
 # default horizon 7 d + grace 2 d): events older than W + grace (now - 168 h)
