@@ -39,3 +39,25 @@ int segd_args_load_config(const char *cmd, int argc, char **argv, const struct o
     }
     return 0;
 }
+
+int segd_args_kafka_props(const char *cmd, const char *config, segd_config_t *cfg,
+                          const char *const *xprops, const char **out, size_t cap)
+{
+    char err[512];
+    /* the environment only with a file: these commands ran without either,
+     * and a SEGD_* variable meant for segd run would now refuse them */
+    if (config && (segd_config_load_file(cfg, config, err, sizeof(err)) ||
+                   segd_config_load_env(cfg, environ, err, sizeof(err)))) {
+        fprintf(stderr, "segd %s: %s\n", cmd, err);
+        return -1;
+    }
+    const char *conn[2 * SEGD_MAX_KAFKA_PROPS + 1];
+    segd_config_connection_props(cfg, conn);
+    size_t n = 0;
+    for (size_t i = 0; conn[i] && n + 2 < cap; i += 2, n += 2)
+        out[n] = conn[i], out[n + 1] = conn[i + 1];
+    for (size_t i = 0; xprops && xprops[i] && n + 2 < cap; i += 2, n += 2)
+        out[n] = xprops[i], out[n + 1] = xprops[i + 1];
+    out[n] = NULL;
+    return 0;
+}

@@ -23,4 +23,15 @@ int segd_args_load_config(const char *cmd, int argc, char **argv, const struct o
                           const char *shortopts, void (*usage)(FILE *), int what,
                           segd_config_t *cfg);
 
+/* For the commands that open a Kafka client beside their own -X k=v list
+ * (produce, cache): when config is not NULL, loads that segd run
+ * configuration file into cfg, then the SEGD_* environment (so a password
+ * can stay out of the file too: SEGD_KAFKA_SASL_PASSWORD); fills out (room for cap entries)
+ * with cfg's connection settings (segd_config_connection_props: security.*,
+ * sasl.*, ssl.*, client.id) followed by xprops (key, value, ..., NULL; may be
+ * NULL), which win. 0, or -1 after printing "segd CMD: why". The strings
+ * are cfg's and xprops', borrowed. */
+int segd_args_kafka_props(const char *cmd, const char *config, segd_config_t *cfg,
+                          const char *const *xprops, const char **out, size_t cap);
+
 #endif

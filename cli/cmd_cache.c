@@ -22,6 +22,7 @@
 #include "cache/resp_cmd.h"
 #include "cache/tail.h"
 #include "cli/cli.h"
+#include "cli/cmd_args.h"
 #include "metrics/process.h"
 #include "metrics/registry.h"
 #include "snapread/snapshot.h"
@@ -37,7 +38,7 @@ static void usage(FILE *f)
             "                  [--resp HOST:PORT] [--resp-threads N] [--resp-reply-cache-mb N]\n"
             "                  [--resp-max-clients N] [--resp-idle-timeout-s N]\n"
             "                  [--horizon-s N] [--load-threads N] [--ready-max-lag N]\n"
-            "                  [-X kafka.prop=value ...]\n"
+            "                  [-X kafka.prop=value ...] [--config FILE]\n"
             "                  [--log-format logfmt|json] [--log-level debug|info|warn|error]\n"
             "                  [--batch-max N]\n"
             "  SRC: DEST/<topic> of segd snapshot export (or DEST holding one topic), a\n"
@@ -61,6 +62,9 @@ static void usage(FILE *f)
             "  --now: a fixed clock instead of the wall clock (tests, replays)\n"
             "  --log-format, --log-level: as segd run's log.format and log.level\n"
             "  (default logfmt, info); every option: docs/configuration.md\n"
+            "  --config: a segd run configuration file: its brokers (unless --brokers)\n"
+            "  and kafka.* connection settings (security.*, sasl.*, ssl.*) for the tail,\n"
+            "  then the SEGD_* environment; -X wins over both\n"
             "  --from-beginning: tail every partition from its start, not from the\n"
             "  units' positions (slower, equally correct)\n"
             "  /healthz answers 200 once every unit is loaded and the tail reached\n"
@@ -80,6 +84,9 @@ typedef struct cache_args {
     segd_log_level_t log_level;
     const char *props[2 * 32 + 1];
     size_t nprops;
+    const char *config; /* --config */
+    segd_config_t cfg;  /* its settings; a's strings may point into it */
+    const char *tail_props[2 * (SEGD_MAX_KAFKA_PROPS + 32) + 1]; /* cfg's, then props */
 } cache_args_t;
 
 typedef struct cache_state {
@@ -127,6 +134,7 @@ static int parse(int argc, char **argv, cache_args_t *a)
                                          {"resp-max-clients", required_argument, 0, 'C'},
                                          {"resp-idle-timeout-s", required_argument, 0, 'I'},
                                          {"batch-max", required_argument, 0, 'B'},
+                                         {"config", required_argument, 0, 'K'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     a->listen = "127.0.0.1:8080";
@@ -156,6 +164,7 @@ static int parse(int argc, char **argv, cache_args_t *a)
         case 'r': bad = segd_arg_int("cache", "--ready-max-lag", optarg, 0, INT64_MAX / 2, &a->ready_max_lag); break;
         case 'B': bad = segd_arg_int("cache", "--batch-max", optarg, 1, 1000000, &a->batch_max); break;
         case 'X': bad = add_prop(a, optarg); break;
+        case 'K': a->config = optarg; break;
         case 'R': a->resp = optarg; break;
         case 'T': bad = segd_arg_int("cache", "--resp-threads", optarg, 1, 256, &a->resp_threads); break;
         case 'M': bad = segd_arg_int("cache", "--resp-reply-cache-mb", optarg, 0, 1 << 20, &a->resp_reply_cache_mb); break;
@@ -176,6 +185,11 @@ static int parse(int argc, char **argv, cache_args_t *a)
         if (bad)
             return 2;
     }
+    if (segd_args_kafka_props("cache", a->config, &a->cfg, a->nprops ? a->props : NULL,
+                              a->tail_props, sizeof(a->tail_props) / sizeof(a->tail_props[0])))
+        return 2;
+    if (!a->brokers)
+        a->brokers = a->cfg.brokers;
     if (!a->snapshot || !a->brokers || !a->changes || optind < argc) {
         usage(stderr);
         return 2;
@@ -376,7 +390,7 @@ static int start_tail(const cache_args_t *a, cache_state_t *cs)
     o.brokers = a->brokers;
     o.topic = a->changes;
     o.from_beginning = a->from_beginning;
-    o.kafka_props = a->nprops ? a->props : NULL;
+    o.kafka_props = a->tail_props[0] ? a->tail_props : NULL;
     o.log = cs->log;
     if (segd_tail_new(&cs->tail, cs->edge, &o, &cs->manifest, err, sizeof(err))) {
         segd_log(cs->log, SEGD_LOG_ERROR, "cache", "%s", err);
@@ -435,13 +449,11 @@ static int serve(cache_state_t *cs, segd_http_t *http, segd_resp_t *resp,
     return 0;
 }
 
-int segd_cmd_cache(int argc, char **argv)
+/* The cache's life once parsed; a is the parsed copy (its strings are
+ * argv's and --config's, which segd_cmd_cache frees after). */
+static int cache_run(cache_args_t a)
 {
-    cache_args_t a;
-    memset(&a, 0, sizeof(a));
-    int rc = parse(argc, argv, &a);
-    if (rc)
-        return rc == 1 ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
+    int rc;
     volatile sig_atomic_t *stop = segd_app_stop_on_signals();
     cache_state_t cs;
     memset(&cs, 0, sizeof(cs));
@@ -491,5 +503,18 @@ out:
     segd_manifest_free(&cs.manifest);
     disarm_exit_watchdog();
     segd_log_destroy(log);
+    return rc;
+}
+
+int segd_cmd_cache(int argc, char **argv)
+{
+    cache_args_t *a = calloc(1, sizeof(*a)); /* the props arrays: too large for a stack */
+    if (!a)
+        return SEGD_EXIT_FAIL;
+    segd_config_init(&a->cfg);
+    int rc = parse(argc, argv, a);
+    rc = rc ? (rc == 1 ? SEGD_EXIT_OK : SEGD_EXIT_USAGE) : cache_run(*a);
+    segd_config_free(&a->cfg);
+    free(a);
     return rc;
 }

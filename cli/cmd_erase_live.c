@@ -16,6 +16,7 @@
 #include "consumer/apply.h"
 #include "consumer/config.h"
 #include "core/partition.h"
+#include "transport/kconf.h"
 #include "transport/registry.h"
 #include "wire/avro_codec.h"
 
@@ -84,13 +85,12 @@ static int load_config(live_t *l, char *err, size_t n)
 
 static int make_producer(live_t *l, char *err, size_t n)
 {
+    const char *const defaults[] = {"bootstrap.servers", l->cfg.brokers, "enable.idempotence",
+                                    "true", NULL};
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    int bad = rd_kafka_conf_set(conf, "bootstrap.servers", l->cfg.brokers, err, n) ||
-              rd_kafka_conf_set(conf, "enable.idempotence", "true", err, n);
-    for (size_t i = 0; !bad && i < l->cfg.n_kafka; i++)
-        bad = rd_kafka_conf_set(conf, l->cfg.kafka[i].key, l->cfg.kafka[i].value, err, n) !=
-              RD_KAFKA_CONF_OK;
-    if (bad) {
+    /* the config's connection settings (TLS, SASL), not its consumer ones */
+    if (segd_kconf_apply(conf, "marker producer", defaults, err, n) ||
+        segd_config_apply_connection(&l->cfg, conf, "marker producer", err, n)) {
         rd_kafka_conf_destroy(conf);
         return -1;
     }

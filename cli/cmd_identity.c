@@ -8,10 +8,11 @@
  *     events to the links topic as Avro, keyed by the smaller id
  *   backfill --db DIR [--no-changes] FILE...: JSON-lines link events applied
  *     straight into the store (as segd run applies the links topic)
- * --config FILE (every subcommand but produce): segd run's configuration
- * gives db, identity.min.weight, identity.max.component, identity.max.links
- * and identity.links.topic, so an offline command applies the guard segd
- * run applies; explicit flags win over the file. */
+ * --config FILE: segd run's configuration gives db, identity.min.weight,
+ * identity.max.component, identity.max.links and identity.links.topic, so an
+ * offline command applies the guard segd run applies; explicit flags win
+ * over the file. produce takes brokers, the links topic and the kafka.*
+ * connection settings (TLS, SASL) from it. */
 #include <errno.h>
 #include <getopt.h>
 #include <librdkafka/rdkafka.h>
@@ -24,6 +25,7 @@
 #include "consumer/config.h"
 #include "consumer/member_outbox.h"
 #include "store/identity.h"
+#include "transport/kconf.h"
 #include "wire/link_event.h"
 
 typedef struct id_args {
@@ -42,14 +44,15 @@ static void usage(FILE *f)
             "       segd identity check --db DIR A B\n"
             "       segd identity members --db DIR ID\n"
             "       segd identity stats --db DIR [--topic T]\n"
-            "       segd identity produce --brokers HOST:PORT [--topic T]\n"
+            "       segd identity produce --brokers HOST:PORT|--config FILE [--topic T]\n"
             "                             [--framing raw|single-object] FILE|-\n"
             "       segd identity backfill --db DIR [--min-weight W] [--max-component N]\n"
             "                              [--max-links N] [--no-changes] FILE...\n"
-            "  --config FILE (all but produce): segd run's configuration: db, and\n"
+            "  --config FILE: segd run's configuration: db, and\n"
             "    identity.min.weight, identity.max.component, identity.max.links,\n"
             "    identity.links.topic as defaults (the same guard as segd run);\n"
-            "    --db, --min-weight, --max-component, --max-links, --topic win over it\n"
+            "    --db, --min-weight, --max-component, --max-links, --topic win over it;\n"
+            "    produce takes brokers and the kafka.* connection settings (TLS, SASL)\n"
             "  rebuild: connected components over the linked edges of weight >= W\n"
             "    (default 0.5, identity.min.weight), master = the oldest first-seen;\n"
             "    where UNLINKs split components. Offline: stop segd run first.\n"
@@ -317,10 +320,14 @@ static int cmd_produce(const id_args_t *a, const char *path)
     if (!f)
         return perror(path), SEGD_EXIT_FAIL;
     char errbuf[512];
+    const char *const defaults[] = {"bootstrap.servers", a->brokers, "enable.idempotence",
+                                    "true", NULL};
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    rd_kafka_conf_set(conf, "bootstrap.servers", a->brokers, errbuf, sizeof(errbuf));
-    rd_kafka_conf_set(conf, "enable.idempotence", "true", errbuf, sizeof(errbuf));
-    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errbuf, sizeof(errbuf));
+    rd_kafka_t *rk = NULL;
+    /* --config's connection settings: a secured cluster's TLS and SASL */
+    if (!segd_kconf_apply(conf, "links producer", defaults, errbuf, sizeof(errbuf)) &&
+        !segd_config_apply_connection(&a->cfg, conf, "links producer", errbuf, sizeof(errbuf)))
+        rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errbuf, sizeof(errbuf));
     segd_link_codec_t *codec = NULL;
     if (!rk || segd_link_codec_new(&codec, NULL, errbuf, sizeof(errbuf))) {
         fprintf(stderr, "segd identity produce: %s\n", errbuf);
@@ -483,10 +490,12 @@ static int cmd_backfill(const id_args_t *a, char **files, int nfiles)
 
 static int run_sub(id_args_t *a, const char *sub, int topic_given, char **args, int nargs)
 {
-    if (!strcmp(sub, "produce") && a->brokers && nargs == 1)
-        return cmd_produce(a, args[0]);
     if (resolve_config(a, topic_given))
         return SEGD_EXIT_USAGE;
+    if (!a->brokers)
+        a->brokers = a->cfg.brokers;
+    if (!strcmp(sub, "produce") && a->brokers && nargs == 1)
+        return cmd_produce(a, args[0]);
     if (!a->db) {
         usage(stderr);
         return SEGD_EXIT_USAGE;

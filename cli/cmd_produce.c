@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "cli/cli.h"
+#include "cli/cmd_args.h"
 #include "workload/seed_producer.h"
 
 static volatile sig_atomic_t stop_requested;
@@ -19,7 +20,10 @@ static void usage(FILE *f)
     fprintf(f, "usage: segd produce --brokers B --topic T [--users N] [--events N]\n"
                "                    [--format confluent|single-object|raw] [--rate R]\n"
                "                    [--registry URL] [--seed S] [--now S] [--timeout-s N]\n"
-               "                    [-X prop=value]\n"
+               "                    [-X prop=value] [--config FILE]\n"
+               "  --config: a segd run configuration file: its brokers (unless --brokers)\n"
+               "  and kafka.* connection settings (security.*, sasl.*, ssl.*), then the\n"
+               "  SEGD_* environment; -X wins over both\n"
                "  Prints \"produced N events ... delivered N of N\" and exits 0 only when a\n"
                "  broker acknowledged every event. An event not acknowledged within\n"
                "  --timeout-s (default 30; librdkafka's message.timeout.ms) is not\n"
@@ -42,6 +46,9 @@ static int parse_framing(const char *s, segd_framing_t *f)
     return 0;
 }
 
+static int produce(segd_seed_produce_opts_t *op, const char *config, segd_config_t *cfg,
+                   const char **props, const char **all, int64_t now_s);
+
 int segd_cmd_produce(int argc, char **argv)
 {
     static const struct option opts[] = {
@@ -50,10 +57,12 @@ int segd_cmd_produce(int argc, char **argv)
         {"format", required_argument, 0, 'f'},  {"rate", required_argument, 0, 'r'},
         {"registry", required_argument, 0, 'R'}, {"seed", required_argument, 0, 's'},
         {"now", required_argument, 0, 'n'},     {"timeout-s", required_argument, 0, 'T'},
-        {"help", no_argument, 0, 'h'},
+        {"config", required_argument, 0, 'C'}, {"help", no_argument, 0, 'h'},
         {0, 0, 0, 0}};
     segd_seed_produce_opts_t o = {0};
     const char *props[2 * 32 + 1] = {0};
+    const char *all[2 * (SEGD_MAX_KAFKA_PROPS + 32) + 1];
+    const char *config = NULL;
     char xbuf[32][256];
     size_t nprops = 0;
     int64_t v, now_s = (int64_t)time(NULL);
@@ -79,6 +88,7 @@ int segd_cmd_produce(int argc, char **argv)
         case 'T': bad = segd_arg_int("produce", "--timeout-s", optarg, 1, 86400, &v);
             o.delivery_timeout_ms = (int)v * 1000; break;
         case 'R': o.registry_url = optarg; break;
+        case 'C': config = optarg; break;
         case 'f':
             if ((bad = parse_framing(optarg, &o.framing)))
                 fprintf(stderr, "segd produce: bad --format '%s'\n", optarg);
@@ -100,13 +110,30 @@ int segd_cmd_produce(int argc, char **argv)
         default: bad = 1; usage(stderr);
         }
     }
-    if (bad || !o.brokers || !o.topic) {
-        if (!bad)
-            usage(stderr);
+    segd_config_t cfg;
+    segd_config_init(&cfg);
+    int rc = bad ? SEGD_EXIT_USAGE : produce(&o, config, &cfg, props, all, now_s);
+    segd_config_free(&cfg); /* after: o's strings may point into it */
+    return rc;
+}
+
+/* The second half of segd_cmd_produce, with the options parsed: --config's
+ * connection settings under -X's (props), then the producer. */
+static int produce(segd_seed_produce_opts_t *op, const char *config, segd_config_t *cfg,
+                   const char **props, const char **all, int64_t now_s)
+{
+    segd_seed_produce_opts_t o = *op;
+    if (segd_args_kafka_props("produce", config, cfg, props, all,
+                              2 * (SEGD_MAX_KAFKA_PROPS + 32) + 1))
+        return SEGD_EXIT_USAGE;
+    if (!o.brokers)
+        o.brokers = cfg->brokers;
+    if (!o.brokers || !o.topic) {
+        usage(stderr);
         return SEGD_EXIT_USAGE;
     }
     o.seed.now_ms = now_s * 1000;
-    o.kafka_props = props;
+    o.kafka_props = all;
     struct sigaction sa = {0};
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, NULL);

@@ -8,6 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "transport/kconf.h"
+
 typedef enum { K_STR, K_INT, K_TOPICS, K_FRAMING, K_RESET, K_PARTITIONER, K_SNAPFMT,
                K_FALLBACK, K_LOGFMT, K_LOGLEVEL, K_STORELOG, K_WEIGHT } key_type_t;
 
@@ -533,6 +535,14 @@ void segd_config_connection_props(const segd_config_t *c, const char **props)
             props[np++] = c->kafka[i].value;
         }
     props[np] = NULL;
+}
+
+segd_err_t segd_config_apply_connection(const segd_config_t *c, rd_kafka_conf_t *conf,
+                                        const char *who, char *errstr, size_t n)
+{
+    const char *props[2 * SEGD_MAX_KAFKA_PROPS + 1];
+    segd_config_connection_props(c, props);
+    return segd_kconf_apply(conf, who, props, errstr, n);
 }
 
 segd_err_t segd_config_default_dlq(segd_config_t *c)

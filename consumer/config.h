@@ -9,6 +9,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include <librdkafka/rdkafka.h>
+
 #include "base/log.h"
 #include "wire/avro_codec.h"
 #include "core/event.h"
@@ -156,6 +158,13 @@ segd_err_t segd_config_default_dlq(segd_config_t *c);
  * props (room for 2 * SEGD_MAX_KAFKA_PROPS + 1) with key, value, ..., NULL;
  * the strings are cfg's, borrowed for as long as cfg is unchanged. */
 void segd_config_connection_props(const segd_config_t *c, const char **props);
+/* Applies those connection settings of c to conf, after the client's own
+ * defaults, so that every Kafka client segd opens (producers, consumers,
+ * admin-only clients) reaches a secured cluster the same way. who names the
+ * client in a refused setting's error; nothing is logged, as sasl.password
+ * and ssl.key.password are among the values. */
+segd_err_t segd_config_apply_connection(const segd_config_t *c, rd_kafka_conf_t *conf,
+                                        const char *who, char *errstr, size_t errstr_size);
 /* Final checks (required keys, derived defaults). */
 segd_err_t segd_config_finish(segd_config_t *c, char *errstr, size_t errstr_size);
 

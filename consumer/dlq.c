@@ -63,15 +63,13 @@ static segd_err_t make_producer(segd_dlq_t *d, char *errstr, size_t n)
 {
     const char *const defaults[] = {"bootstrap.servers", d->cfg->brokers, "enable.idempotence",
                                     "true", "linger.ms", "5", "compression.codec", "lz4", NULL};
-    const char *props[2 * SEGD_MAX_KAFKA_PROPS + 1];
     char errbuf[512];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     /* ours, then the consumer's connection settings (TLS, SASL): its
      * consumer-only ones would make the producer warn */
-    segd_config_connection_props(d->cfg, props);
     segd_err_t err = segd_kconf_apply(conf, "dead-letter producer", defaults, errstr, n);
     if (!err)
-        err = segd_kconf_apply(conf, "dead-letter producer", props, errstr, n);
+        err = segd_config_apply_connection(d->cfg, conf, "dead-letter producer", errstr, n);
     if (err) {
         rd_kafka_conf_destroy(conf);
         return err;

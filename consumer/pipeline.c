@@ -189,6 +189,8 @@ segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
      * came only once while the consumer's fatal state stays. */
     if (!err && (fatal || rd_kafka_fatal_error(p->consumer, NULL, 0)))
         return fatal_error(p, errstr, n);
+    if (!err && p->refused[0]) /* error_cb: credentials or certificate refused */
+        return segd_errf(SEGD_ERR_KAFKA, errstr, n, "%s", p->refused);
     if (!err) {
         segd_pipeline_commit_written(p, 0); /* a quiet step sends what the interval held */
         segd_pipeline_commit_resend(p);

@@ -88,6 +88,40 @@ static void fetch_sizes(const segd_config_t *cfg, char queued[24], char fetch[24
     snprintf(partition, 24, "%" PRId64, cfg->memory.partition_fetch_bytes);
 }
 
+/* librdkafka's errors for the group consumer, on the polling thread (its
+ * opaque is the klog route, whose owner is p). A refused login (wrong
+ * sasl.username/password or mechanism) or a failed TLS handshake (a broker
+ * certificate that ssl.ca.location does not trust) is said once, as an
+ * error naming the settings to check, and stops segd run at the next step:
+ * librdkafka would retry it forever with the same settings, which never
+ * succeeds, while a restart with fixed ones does. Everything else is
+ * transient, retried by librdkafka, and only logged. reason never holds a
+ * password: librdkafka does not put credentials in its messages. */
+static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
+{
+    (void)rk;
+    segd_pipeline_t *p = segd_klog_owner(opaque);
+    if (!p)
+        return;
+    const char *check = err == RD_KAFKA_RESP_ERR__AUTHENTICATION
+                            ? "SASL authentication failed: check kafka.sasl.mechanism, "
+                              "kafka.sasl.username and kafka.sasl.password"
+                        : err == RD_KAFKA_RESP_ERR__SSL
+                            ? "TLS failed (a certificate verify failed means the broker's "
+                              "certificate is not signed by a CA in kafka.ssl.ca.location)"
+                            : NULL;
+    if (!check) {
+        segd_log(LOG(p), SEGD_LOG_WARN, "pipeline", "consumer: %s: %s",
+                 rd_kafka_err2name(err), reason);
+        return;
+    }
+    if (p->refused[0])
+        return;
+    snprintf(p->refused, sizeof(p->refused), "kafka: %s: %s", check, reason);
+    segd_log(LOG(p), SEGD_LOG_ERROR, "pipeline", "%s; segd run stops: retrying with the same "
+             "settings never succeeds", p->refused);
+}
+
 /* Makes the group consumer. It is a static member when static_id is not empty,
  * and it gets a short session timeout on librdkafka's mock (mock_brokers). Its
  * names (client_id, static_id) and session timeout are only defaults, because
@@ -124,6 +158,7 @@ static segd_err_t new_consumer(segd_pipeline_t *p, const char *client_id,
                                 : 0;
     rd_kafka_conf_set_rebalance_cb(conf, segd_pipeline_rebalance_cb);
     rd_kafka_conf_set_offset_commit_cb(conf, segd_pipeline_commit_cb);
+    rd_kafka_conf_set_error_cb(conf, error_cb);
     if (!p->klog && !(p->klog = segd_klog_new(LOG(p), p))) {
         rd_kafka_conf_destroy(conf);
         return segd_errf(SEGD_ERR_NOMEM, errstr, n, "consumer: out of memory");

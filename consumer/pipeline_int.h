@@ -66,6 +66,9 @@ struct segd_pipeline {
     /* the consumer's opaque and log route: a handle left to process exit
      * keeps it, cut, after p is freed (segd_klog_cut) */
     segd_klog_t *klog;
+    /* why the brokers refused the consumer's login or TLS handshake (its
+     * error_cb); not empty: the next step fails and segd run stops */
+    char refused[640];
     segd_dlq_t *dlq;
     segd_pipeline_hooks_t hooks; /* the change publisher, through its owner */
     segd_sweep_t *sweep;         /* NULL when sweep.after.s = 0 */
