@@ -180,7 +180,12 @@ int segd_pipeline_batch_take(segd_pipeline_t *p, int *fatal)
             break;
         double tp = segd_mono_s();
         rd_kafka_message_t *m = rd_kafka_consumer_poll(p->consumer, taken ? 0 : (int)left);
-        p->st.poll_s += segd_mono_s() - tp;
+        double dt = segd_mono_s() - tp;
+        p->st.poll_s += dt;
+        if (!m) {
+            p->st.poll_idle_s += dt;
+            p->st.batches_short += taken > 0;
+        }
         if (!m && taken)
             break;
         if (!m)
