@@ -24,6 +24,7 @@ typedef struct ingest_args {
     const char *brokers;              /* a running cluster; NULL = the mock */
     int producer_process;             /* the paced producer as `segd produce` */
     int compact_during;               /* a full compaction inside the half-peak run */
+    int ratio_only; /* --ratio-only: end to end and the store pass, nothing else */
     char dir[256];
 } ingest_args_t;
 

@@ -138,6 +138,11 @@ static void print_stages(const char *what, const run_result_t *r)
            "write (outbox entry + RocksDB) %.2f s, commit + kick %.2f s, upkeep %.2f s, held "
            "for the outbox %.2f s; busy %.2f of %.2f s\n", what, s->poll_s - z->poll_s, check,
            build, write, commit, upkeep, s->hold_s - z->hold_s, busy, r->seconds);
+    uint64_t batches = s->batches - z->batches, short_ = s->batches_short - z->batches_short;
+    printf("%s: of the poll time, %.2f s in polls that returned nothing (the local queue "
+           "empty); %" PRIu64 " batches, %.0f messages each, %" PRIu64 " of them closed "
+           "because nothing more was fetched\n", what, s->poll_idle_s - z->poll_idle_s, batches,
+           batches ? (double)(s->messages - z->messages) / (double)batches : 0.0, short_);
 }
 
 void segd_bench_ingest_report(const ingest_args_t *a, const ingest_run_t *x)
@@ -172,7 +177,7 @@ void segd_bench_ingest_report(const ingest_args_t *a, const ingest_run_t *x)
     printf("| segd end to end (decode, merge + offsets + outbox WriteBatch, WAL, deltas "
            "published and acknowledged) | %.2f | %.0f | %.0f |\n", t, (double)x->res.events / t,
            segs / t);
-    if (!a->prefill_users)
+    if (!a->prefill_users && !a->ratio_only)
         printf("| the same without the change stream (changes.enable = 0) | %.2f | %.0f | %.0f "
                "|\n", x->bare.seconds, (double)x->res.events / x->bare.seconds,
                segs / x->bare.seconds);
@@ -195,6 +200,10 @@ void segd_bench_ingest_report(const ingest_args_t *a, const ingest_run_t *x)
     print_windows("end to end", &x->e2e);
     if (a->prefill_users)
         print_windows("pre-fill (store write path)", &x->prefill);
+    if (a->ratio_only) {
+        print_memory(a, x->harness, max_window_rss(&x->e2e));
+        return;
+    }
     printf("\nfreshness, event created -> its delta acknowledged, producer paced %s:\n",
            a->producer_process ? "in its own process (`segd produce --rate`)"
                                : "in a thread of this process");

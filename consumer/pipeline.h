@@ -60,6 +60,11 @@ typedef struct segd_pipeline_stats {
      * while the outbox is over changes.max.outbox, and upkeep (GC
      * watermark, sweep, unread partitions, dead letters, lag table) */
     double poll_s, check_s, build_s, write_s, commit_s, hold_s, upkeep_s;
+    /* of poll_s, the polls that waited and returned nothing (the local
+     * queue empty: the thread waited for a fetch), and the batches closed
+     * because nothing more was fetched before batch.max.messages */
+    double poll_idle_s;
+    uint64_t batches_short;
 } segd_pipeline_stats_t;
 
 /* store and stop are borrowed and must outlive the pipeline. stop is polled

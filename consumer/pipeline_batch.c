@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "consumer/ingest_step.h"
 #include "core/partition.h"
 #include "transport/kmeta.h"
 
@@ -126,20 +127,14 @@ static int handle_message(segd_pipeline_t *p, const rd_kafka_message_t *m)
     const segd_event_t *ev = NULL;
     if (!p->st.messages++)
         p->st.first_message_s = segd_mono_s();
-    double t0 = segd_mono_s();
-    int ok = segd_ingest_check(p->ingest, rd_kafka_topic_name(m->rkt), m->partition, m->key, m->key_len, m->payload, m->len, &ev,
-                               &reason, why, sizeof(why));
-    double t1 = segd_mono_s();
-    p->st.check_s += t1 - t0;
+    segd_ingest_step_times_t t = {0};
+    int ok = segd_ingest_step(p->ingest, &p->ap, p->dlq, 0, m, &ev, &reason, why, sizeof(why),
+                              &t);
+    p->st.check_s += t.check_s;
+    p->st.build_s += t.build_s;
     if (ok < 0)
-        return -1;
+        return ok;
     if (ok) {
-        rd_kafka_timestamp_type_t tstype;
-        int64_t ts = rd_kafka_message_timestamp(m, &tstype);
-        if (segd_applier_add_from(&p->ap, ev, rd_kafka_topic_name(m->rkt), m->partition,
-                                  m->offset, ts > 0 ? ts : 0) != SEGD_OK)
-            return -2;
-        p->st.build_s += segd_mono_s() - t1;
         p->st.events++;
         p->st.segments += ev->n_segments;
         /* a control event goes to every partition on purpose */
@@ -147,14 +142,8 @@ static int handle_message(segd_pipeline_t *p, const rd_kafka_message_t *m)
             p->st.misrouted++;
             p->misrouted_pending++;
         }
-    } else {
-        /* an empty key or value goes out as none, as it always has */
-        if (segd_dlq_add(p->dlq, rd_kafka_topic_name(m->rkt), m->partition, m->offset,
-                         m->key_len ? m->key : NULL, m->key_len, m->len ? m->payload : NULL,
-                         m->len, segd_dlq_reason_name(reason), why) != SEGD_OK)
-            return -2;
+    } else
         p->st.dlq[reason]++;
-    }
     note_position(p, rd_kafka_topic_name(m->rkt), m->partition, m->offset + 1, ok ? 1 : 0,
                   ok ? ev->n_segments : 0);
     return 0;
@@ -180,7 +169,12 @@ int segd_pipeline_batch_take(segd_pipeline_t *p, int *fatal)
             break;
         double tp = segd_mono_s();
         rd_kafka_message_t *m = rd_kafka_consumer_poll(p->consumer, taken ? 0 : (int)left);
-        p->st.poll_s += segd_mono_s() - tp;
+        double dt = segd_mono_s() - tp;
+        p->st.poll_s += dt;
+        if (!m) {
+            p->st.poll_idle_s += dt;
+            p->st.batches_short += taken > 0;
+        }
         if (!m && taken)
             break;
         if (!m)

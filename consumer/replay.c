@@ -17,6 +17,7 @@
 #include "core/partition.h"
 #include "consumer/backoff.h"
 #include "consumer/dlq.h"
+#include "consumer/ingest_step.h"
 #include "transport/kconf.h"
 
 #define QUERY_TIMEOUT_MS 10000
@@ -406,18 +407,15 @@ static int handle_message(replay_t *r, const rd_kafka_message_t *m)
     char why[256];
     int reason = 0;
     const segd_event_t *ev = NULL;
-    int ok = segd_ingest_check(r->ingest, rd_kafka_topic_name(m->rkt), m->partition, m->key, m->key_len, m->payload, m->len, &ev, &reason,
-                               why, sizeof(why));
+    /* the DLQ topic gets an empty key or value as none, as segd run sends it;
+     * the file tells null from empty */
+    int ok = segd_ingest_step(r->ingest, r->o->count_only ? NULL : &r->ap, r->dlq,
+                              r->o->dlq_file != NULL, m, &ev, &reason, why, sizeof(why), NULL);
     if (ok < 0)
-        return -1;
+        return ok;
     if (r->o->count_only)
-        return count_message(r, m, ok ? ev : NULL, reason);
+        return count_message(r, m, ev, reason);
     if (ok) {
-        rd_kafka_timestamp_type_t tstype;
-        int64_t ts = rd_kafka_message_timestamp(m, &tstype);
-        if (segd_applier_add_from(&r->ap, ev, r->topic, m->partition, m->offset,
-                                  ts > 0 ? ts : 0) != SEGD_OK)
-            return -2;
         r->pend.events++;
         r->pend.segments += ev->n_segments;
         /* counted for the summary only: the store's counter is segd run's
@@ -427,14 +425,6 @@ static int handle_message(replay_t *r, const rd_kafka_message_t *m)
                               r->topic_partitions) != m->partition)
             r->pend.misrouted++;
     } else {
-        /* the DLQ topic gets an empty key or value as none, as segd run sends it;
-         * the file tells null from empty */
-        int exact = r->o->dlq_file != NULL;
-        if (segd_dlq_add(r->dlq, r->topic, m->partition, m->offset,
-                         exact || m->key_len ? m->key : NULL, m->key_len,
-                         exact || m->len ? m->payload : NULL, m->len,
-                         segd_dlq_reason_name(reason), why) != SEGD_OK)
-            return -2;
         r->pend.dead++;
         r->pend.dlq[reason]++;
     }
