@@ -125,7 +125,7 @@ int segd_resp_cmd_hello(segd_resp_worker_t *w, segd_resp_client_t *c,
         return rc;
     if (!auth && !segd_resp_authenticated(w, c))
         return add_err_raw(out, "NOAUTH HELLO must be called with the client already "
-                                "authenticated, otherwise the HELLO <proto> AUTH <user> "
+                                "authenticated, otherwise the HELLO AUTH <user> "
                                 "<pass> option can be used to authenticate the client and "
                                 "select the RESP protocol version at the same time");
     if (auth && !check_user(w, cmd, auth, auth + 1))

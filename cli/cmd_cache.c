@@ -403,28 +403,33 @@ static int start_tail(const cache_args_t *a, cache_state_t *cs)
 
 /* The fronts' secrets, from their files or the environment (never argv:
  * `ps` shows it to every user of the host). Logs why one cannot be read. */
+static int read_secret(const char *flag, const char *file, const char *env, char **out,
+                       const segd_log_t *log)
+{
+    char err[512] = "", what[300];
+    const char *v = getenv(env);
+    if (!file && !(v && *v))
+        return 0;
+    snprintf(what, sizeof(what), "%s%s%s", file ? flag : env, file ? " " : "", file ? file : "");
+    if (!segd_secret_read(what, file, env, out, err, sizeof(err)))
+        return 0;
+    segd_log(log, SEGD_LOG_ERROR, "cache", "%s", err);
+    return -1;
+}
+
+/* The fronts' secrets, from their files or else the environment (never
+ * argv: `ps` shows it to every user of the host). Logs why one cannot be
+ * read. */
 static int read_secrets(const cache_args_t *a, cache_state_t *cs)
 {
-    char err[512] = "";
-    const char *env = getenv("SEGD_CACHE_RESP_PASSWORD");
-    if ((a->resp_password_file || (env && *env)) &&
-        segd_secret_read(a->resp_password_file ? "--resp-password-file"
-                                               : "SEGD_CACHE_RESP_PASSWORD",
-                         a->resp_password_file, "SEGD_CACHE_RESP_PASSWORD", &cs->resp_password,
-                         err, sizeof(err)))
-        goto out_fail;
-    env = getenv("SEGD_CACHE_HTTP_TOKEN");
-    if ((a->http_token_file || (env && *env)) &&
-        segd_secret_read(a->http_token_file ? "--http-token-file" : "SEGD_CACHE_HTTP_TOKEN",
-                         a->http_token_file, "SEGD_CACHE_HTTP_TOKEN", &cs->http_token, err,
-                         sizeof(err)))
-        goto out_fail;
+    if (read_secret("--resp-password-file", a->resp_password_file, "SEGD_CACHE_RESP_PASSWORD",
+                    &cs->resp_password, cs->log) ||
+        read_secret("--http-token-file", a->http_token_file, "SEGD_CACHE_HTTP_TOKEN",
+                    &cs->http_token, cs->log))
+        return -1;
     if (cs->resp_password && !a->resp)
         segd_log(cs->log, SEGD_LOG_WARN, "cache", "a RESP password without --resp: unused");
     return 0;
-out_fail:
-    segd_log(cs->log, SEGD_LOG_ERROR, "cache", "%s", err);
-    return -1;
 }
 
 /* A front anyone on the network can reach, and no secret asked of them:

@@ -372,7 +372,7 @@ static void test_auth_required(void **state)
                         "-ERR wrong number of arguments for 'zcard' command\r\n");
     assert_string_equal(run(f, "HELLO 2\r\n"),
                         "-NOAUTH HELLO must be called with the client already authenticated, "
-                        "otherwise the HELLO <proto> AUTH <user> <pass> option can be used to "
+                        "otherwise the HELLO AUTH <user> <pass> option can be used to "
                         "authenticate the client and select the RESP protocol version at the "
                         "same time\r\n");
     assert_string_equal(run(f, "AUTH wrong\r\n"), WRONGPASS);
