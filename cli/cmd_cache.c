@@ -401,8 +401,9 @@ static int start_tail(const cache_args_t *a, cache_state_t *cs)
     return 0;
 }
 
-/* The fronts' secrets, from their files or the environment (never argv:
- * `ps` shows it to every user of the host). Logs why one cannot be read. */
+/* One secret: file's when given, else env's when set and not empty, else
+ * none (*out stays NULL). Logs why it cannot be read, naming the file or
+ * the variable but never the secret. */
 static int read_secret(const char *flag, const char *file, const char *env, char **out,
                        const segd_log_t *log)
 {
