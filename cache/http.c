@@ -10,9 +10,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/socket.h>
 
 #include "base/clock.h"
+#include "base/secret.h"
 #include "base/utf8.h"
 #include "core/query.h"
 #include "metrics/listen.h"
@@ -34,6 +36,8 @@ struct segd_http {
     void *ctx;
     _Atomic int ready;
     _Atomic size_t batch_max;
+    char *token; /* the bearer token every route but the probes needs; NULL = none */
+    size_t token_len;
 };
 
 /* One request's state across libmicrohttpd's calls: the route, its start
@@ -44,6 +48,8 @@ typedef struct request {
     double t0;
     segd_buf_t body;
     int too_big;
+    int authorized; /* the right bearer token, or none needed */
+    int credentials; /* an Authorization header came (a wrong token, not none) */
 } request_t;
 
 /* The bidder's filters, as `segd get` takes them (core/query.h). */
@@ -420,16 +426,72 @@ static enum MHD_Result healthz(segd_http_t *h, struct MHD_Connection *c, request
 static void take_body(segd_http_t *h, request_t *rq, const char *upload, size_t *size)
 {
     size_t cap = BODY_BYTES(atomic_load(&h->batch_max));
-    if (rq->too_big || rq->body.len + *size > cap)
+    if (!rq->authorized) /* answered 401: nothing of it is kept */
+        rq->too_big = 1;
+    else if (rq->too_big || rq->body.len + *size > cap)
         rq->too_big = 1;
     else if (segd_buf_append(&rq->body, upload, *size))
         rq->too_big = 1; /* out of memory: refused as too large */
     *size = 0;
 }
 
+/* The headers' bearer token against h's; sets rq->authorized and
+ * rq->credentials. The scheme's name is case-insensitive (RFC 7235). */
+static void check_token(const segd_http_t *h, struct MHD_Connection *c, request_t *rq)
+{
+    rq->authorized = !h->token;
+    if (!h->token)
+        return;
+    const char *v =
+        MHD_lookup_connection_value(c, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    rq->credentials = v != NULL;
+    if (!v || strncasecmp(v, "Bearer ", 7))
+        return;
+    for (v += 7; *v == ' '; v++)
+        ;
+    size_t n = strlen(v);
+    while (n && v[n - 1] == ' ')
+        n--;
+    rq->authorized = segd_secret_equal(h->token, h->token_len, v, n);
+}
+
+/* 401 with the challenge of RFC 6750: error="invalid_token" when a token
+ * came and was wrong, none when no credentials came at all. */
+static enum MHD_Result unauthorized(struct MHD_Connection *c, request_t *rq)
+{
+    rq->route = "unauthorized";
+    rq->status = MHD_HTTP_UNAUTHORIZED;
+    const char *msg = rq->credentials ? "invalid bearer token" : "bearer token required";
+    char *text = json_dumps(message("error", msg), JSON_COMPACT);
+    if (!text)
+        return MHD_NO;
+    struct MHD_Response *r =
+        MHD_create_response_from_buffer(strlen(text), text, MHD_RESPMEM_MUST_FREE);
+    if (!r) {
+        free(text);
+        return MHD_NO;
+    }
+    MHD_add_response_header(r, "Content-Type", "application/json");
+    MHD_add_response_header(r, MHD_HTTP_HEADER_WWW_AUTHENTICATE,
+                            rq->credentials ? "Bearer realm=\"segd\", error=\"invalid_token\""
+                                            : "Bearer realm=\"segd\"");
+    enum MHD_Result ret = MHD_queue_response(c, MHD_HTTP_UNAUTHORIZED, r);
+    MHD_destroy_response(r);
+    return ret;
+}
+
+/* Load balancers probe these without credentials: they say whether the
+ * cache serves, never a user's data. */
+static int open_route(const char *url)
+{
+    return !strcmp(url, "/healthz") || !strcmp(url, "/readyz");
+}
+
 static enum MHD_Result route(segd_http_t *h, struct MHD_Connection *c, request_t *rq,
                              const char *url, const char *method)
 {
+    if (!rq->authorized && !open_route(url))
+        return unauthorized(c, rq);
     int post = !strcmp(method, "POST");
     if (!strcmp(url, BATCH_PATH)) {
         rq->route = "batch";
@@ -473,6 +535,7 @@ static enum MHD_Result handle(void *cls, struct MHD_Connection *c, const char *u
             return MHD_NO;
         rq->t0 = segd_mono_s();
         rq->route = "other";
+        check_token(h, c, rq);
         *req_cls = rq;
         return MHD_YES;
     }
@@ -506,6 +569,14 @@ segd_err_t segd_http_start(segd_http_t **out, const char *listen, segd_edge_t *e
                            segd_health_cb health, segd_metrics_t *metrics, segd_ready_cb ready,
                            void *ctx, char *errstr, size_t n)
 {
+    return segd_http_start_auth(out, listen, edge, health, metrics, ready, ctx, NULL, errstr, n);
+}
+
+segd_err_t segd_http_start_auth(segd_http_t **out, const char *listen, segd_edge_t *edge,
+                                segd_health_cb health, segd_metrics_t *metrics,
+                                segd_ready_cb ready, void *ctx, const char *bearer_token,
+                                char *errstr, size_t n)
+{
     struct sockaddr_storage sa;
     socklen_t salen;
     segd_err_t err = segd_listen_parse("--listen", listen, &sa, &salen, errstr, n);
@@ -519,6 +590,11 @@ segd_err_t segd_http_start(segd_http_t **out, const char *listen, segd_edge_t *e
     h->metrics = metrics;
     h->ready_cb = ready;
     h->ctx = ctx;
+    if (bearer_token && !(h->token = strdup(bearer_token))) {
+        free(h);
+        return SEGD_ERR_NOMEM;
+    }
+    h->token_len = bearer_token ? strlen(bearer_token) : 0;
     h->lookups = segd_metrics_counter(metrics, "segd_cache_lookups_total",
                                       "User lookups over HTTP, by result (hit: live segments).",
                                       "result");
@@ -543,6 +619,7 @@ segd_err_t segd_http_start(segd_http_t **out, const char *listen, segd_edge_t *e
                             MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)30,
                             MHD_OPTION_NOTIFY_COMPLETED, completed, h, MHD_OPTION_END);
     if (!h->d) {
+        segd_secret_free(h->token);
         free(h);
         return segd_errf(SEGD_ERR_IO, errstr, n, "cannot listen on %s", listen);
     }
@@ -559,5 +636,6 @@ void segd_http_stop(segd_http_t *h)
     if (!h)
         return;
     MHD_stop_daemon(h->d);
+    segd_secret_free(h->token);
     free(h);
 }

@@ -43,7 +43,9 @@
  *                          segd_cache_http_requests_total{route,code},
  *                          segd_cache_http_request_seconds{route},
  *                          segd_cache_http_batch_users
- * Anything else is 404 (405 for a method a route does not take). */
+ * Anything else is 404 (405 for a method a route does not take). With a
+ * bearer token (segd_http_start_auth) every route but /healthz and /readyz
+ * is 401 without it, before any of the above. */
 #ifndef SEGD_HTTP_H
 #define SEGD_HTTP_H
 
@@ -69,6 +71,16 @@ segd_err_t segd_http_start(segd_http_t **out, const char *listen, segd_edge_t *e
                            segd_health_cb health, segd_metrics_t *metrics,
                            segd_ready_cb ready, void *ctx, char *errstr,
                            size_t errstr_size);
+/* segd_http_start with access control: with a bearer_token (copied;
+ * NULL = none) every request but GET /healthz and GET /readyz needs the
+ * header "Authorization: Bearer <token>" (compared in constant time), and
+ * without it, or with another token, is 401 {"error"} with
+ * "WWW-Authenticate: Bearer realm=\"segd\"" (plus error="invalid_token"
+ * for a wrong one, RFC 6750); a refused request's body is not kept. */
+segd_err_t segd_http_start_auth(segd_http_t **out, const char *listen, segd_edge_t *edge,
+                                segd_health_cb health, segd_metrics_t *metrics,
+                                segd_ready_cb ready, void *ctx, const char *bearer_token,
+                                char *errstr, size_t errstr_size);
 /* Flips /healthz and lookups from 503 to serving. */
 void segd_http_set_ready(segd_http_t *h, int ready);
 /* Users one POST /v1/users:batch may ask for (and so its body cap). */

@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "base/secret.h"
 #include "cache/resp_cmd.h"
 #include "metrics/listen.h"
 
@@ -70,6 +71,7 @@ struct segd_resp {
     segd_metrics_t *metrics;
     segd_metric_t *commands, *connections, *accepted, *proto_errors, *reply_lookups;
     segd_metric_t *refused, *idle_closed;
+    char *password; /* shared.password's memory; NULL = none */
 };
 
 /* ---- connections ------------------------------------------------------- */
@@ -507,6 +509,14 @@ segd_err_t segd_resp_start_opts(segd_resp_t **out, const char *listen, int threa
     r->shared.started_ms = segd_wall_ms();
     r->shared.port = segd_listen_port(&sa);
     r->metrics = metrics;
+    if (o->password && !(r->password = strdup(o->password))) {
+        free(r->workers);
+        free(r);
+        return SEGD_ERR_NOMEM;
+    }
+    r->shared.password = r->password;
+    r->o.password = r->password; /* the caller's copy is only borrowed */
+    r->shared.password_len = o->password ? strlen(o->password) : 0;
     for (; r->nworkers < threads; r->nworkers++) {
         err = worker_open(r, &r->workers[r->nworkers], &sa, salen, errstr, errstr_size, listen);
         if (err) {
@@ -553,5 +563,6 @@ void segd_resp_stop(segd_resp_t *r)
         segd_resp_worker_free(&w->exec);
     }
     free(r->workers);
+    segd_secret_free(r->password);
     free(r);
 }

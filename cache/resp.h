@@ -47,6 +47,8 @@ typedef struct segd_resp_opts {
     int max_clients;          /* open connections at most, over all workers; >= 1 */
     int64_t idle_timeout_ms;  /* a connection with neither input nor output progress
                                * this long is closed; 0 = never (Redis's default) */
+    const char *password;     /* Redis's requirepass (cache/resp_cmd.h says what it
+                               * guards); NULL = none. Copied: borrowed for the call */
 } segd_resp_opts_t;
 
 /* SEGD_RESP_REPLY_CACHE_DEFAULT_MB, SEGD_RESP_MAX_CLIENTS_DEFAULT, no idle timeout. */

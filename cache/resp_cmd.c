@@ -23,6 +23,7 @@ typedef struct cmd_def {
     const char *name; /* lowercase, as Redis names it in errors */
     int arity;        /* Redis's: n exact, -n at least n */
     int data;         /* reads the cache: -LOADING until it serves */
+    int no_auth;      /* runs before authentication (Redis's no_auth flag) */
     handler_t fn;
     const char *flags; /* COMMAND's flags and ACL categories, blank-separated */
     const char *acl;
@@ -34,27 +35,29 @@ static int cmd_command(segd_resp_worker_t *w, segd_resp_client_t *c, const segd_
 
 /* Every command this front runs; the first ones are the hot ones. */
 static const cmd_def_t commands[] = {
-    {"zrangebyscore", -4, 1, segd_resp_cmd_zrangebyscore,
+    {"zrangebyscore", -4, 1, 0, segd_resp_cmd_zrangebyscore,
      "readonly", "@read @sortedset @slow", 1, 1, 1},
-    {"zrange", -4, 1, segd_resp_cmd_zrange, "readonly", "@read @sortedset @slow", 1, 1, 1},
-    {"zrevrangebyscore", -4, 1, segd_resp_cmd_zrevrangebyscore,
+    {"zrange", -4, 1, 0, segd_resp_cmd_zrange, "readonly", "@read @sortedset @slow", 1, 1, 1},
+    {"zrevrangebyscore", -4, 1, 0, segd_resp_cmd_zrevrangebyscore,
      "readonly", "@read @sortedset @slow", 1, 1,
      1},
-    {"zrevrange", -4, 1, segd_resp_cmd_zrevrange, "readonly", "@read @sortedset @slow", 1, 1, 1},
-    {"zcount", 4, 1, segd_resp_cmd_zcount, "readonly fast", "@read @sortedset @fast", 1, 1, 1},
-    {"zscore", 3, 1, segd_resp_cmd_zscore, "readonly fast", "@read @sortedset @fast", 1, 1, 1},
-    {"zcard", 2, 1, segd_resp_cmd_zcard, "readonly fast", "@read @sortedset @fast", 1, 1, 1},
-    {"exists", -2, 1, segd_resp_cmd_exists, "readonly fast", "@keyspace @read @fast", 1, -1, 1},
-    {"ping", -1, 1, segd_resp_cmd_ping, "fast", "@fast @connection", 0, 0, 0},
-    {"echo", 2, 0, segd_resp_cmd_echo, "fast", "@fast @connection", 0, 0, 0},
-    {"hello", -1, 0, segd_resp_cmd_hello,
+    {"zrevrange", -4, 1, 0, segd_resp_cmd_zrevrange, "readonly", "@read @sortedset @slow", 1, 1, 1},
+    {"zcount", 4, 1, 0, segd_resp_cmd_zcount, "readonly fast", "@read @sortedset @fast", 1, 1, 1},
+    {"zscore", 3, 1, 0, segd_resp_cmd_zscore, "readonly fast", "@read @sortedset @fast", 1, 1, 1},
+    {"zcard", 2, 1, 0, segd_resp_cmd_zcard, "readonly fast", "@read @sortedset @fast", 1, 1, 1},
+    {"exists", -2, 1, 0, segd_resp_cmd_exists, "readonly fast", "@keyspace @read @fast", 1, -1, 1},
+    {"ping", -1, 1, 0, segd_resp_cmd_ping, "fast", "@fast @connection", 0, 0, 0},
+    {"echo", 2, 0, 0, segd_resp_cmd_echo, "fast", "@fast @connection", 0, 0, 0},
+    {"hello", -1, 0, 1, segd_resp_cmd_hello,
      "noscript loading stale fast no_auth", "@fast @connection", 0,
      0, 0},
-    {"command", -1, 0, cmd_command, "loading stale", "@slow @connection", 0, 0, 0},
-    {"client", -2, 0, segd_resp_cmd_client, "loading stale", "@slow @connection", 0, 0, 0},
-    {"select", 2, 0, segd_resp_cmd_select, "loading stale fast", "@keyspace @fast", 0, 0, 0},
-    {"info", -1, 0, segd_resp_cmd_info, "loading stale", "@slow @dangerous", 0, 0, 0},
-    {"quit", -1, 0, segd_resp_cmd_quit, "loading stale fast no_auth", "@fast @connection", 0, 0, 0},
+    {"command", -1, 0, 0, cmd_command, "loading stale", "@slow @connection", 0, 0, 0},
+    {"client", -2, 0, 0, segd_resp_cmd_client, "loading stale", "@slow @connection", 0, 0, 0},
+    {"select", 2, 0, 0, segd_resp_cmd_select, "loading stale fast", "@keyspace @fast", 0, 0, 0},
+    {"info", -1, 0, 0, segd_resp_cmd_info, "loading stale", "@slow @dangerous", 0, 0, 0},
+    {"auth", -2, 0, 1, segd_resp_cmd_auth,
+     "noscript loading stale fast no_auth allow_busy", "@fast @connection", 0, 0, 0},
+    {"quit", -1, 0, 1, segd_resp_cmd_quit, "loading stale fast no_auth", "@fast @connection", 0, 0, 0},
 };
 #define NCOMMANDS (sizeof(commands) / sizeof(commands[0]))
 #define LABEL_WRITE NCOMMANDS
@@ -205,12 +208,17 @@ int segd_resp_exec(segd_resp_worker_t *w, segd_resp_client_t *c, const segd_resp
     int rc;
     size_t label = d ? (size_t)(d - commands) : LABEL_UNKNOWN;
     if (!d && is_write(cmd->argv[0], cmd->argl[0])) {
+        /* Redis knows the write commands: before AUTH they are refused as
+         * any other, saying nothing about what this server is */
         label = LABEL_WRITE;
-        rc = add_err_raw(out, "ERR read-only replica");
+        rc = add_err_raw(out, segd_resp_authenticated(w, c) ? "ERR read-only replica"
+                                                             : "NOAUTH Authentication required.");
     } else if (!d) {
         rc = unknown(cmd, out);
     } else if (!arity_ok(d, cmd->argc)) {
         rc = add_err(out, "ERR wrong number of arguments for '%s' command", d->name);
+    } else if (!d->no_auth && !segd_resp_authenticated(w, c)) {
+        rc = add_err_raw(out, "NOAUTH Authentication required.");
     } else if (d->data && !atomic_load_explicit(&w->shared->serving, memory_order_acquire)) {
         rc = add_err_raw(out, "LOADING segd is loading the snapshot in memory");
     } else {

@@ -10,6 +10,14 @@
  * member as a byte string), scores printed as Redis prints doubles, Redis's
  * error messages. Writes answer "-ERR read-only replica".
  *
+ * Authentication (shared->password set): as redis-server with requirepass,
+ * a connection runs nothing but AUTH, HELLO and QUIT until `AUTH password`,
+ * `AUTH default password` or `HELLO 2 AUTH default password` succeeds;
+ * anything else known answers "-NOAUTH Authentication required." (unknown
+ * commands and wrong arities are answered first, as Redis 7.0 does), a
+ * wrong password or another user name "-WRONGPASS ...". The only user is
+ * "default".
+ *
  * Threads: a worker (segd_resp_worker_t) belongs to one thread; any number
  * of workers share one segd_resp_shared_t. */
 #ifndef SEGD_RESP_CMD_H
@@ -33,6 +41,11 @@ typedef struct segd_resp_shared {
     int64_t started_ms;            /* wall clock, for INFO uptime */
     int port;                      /* for INFO */
     size_t reply_cache_bytes;      /* each worker's reply cache; 0 = none */
+    /* Redis's requirepass: the default user's password, NULL for none (every
+     * connection then starts authenticated, as with a nopass default user).
+     * Owned by the server (cache/resp.c), read-only while it runs. */
+    const char *password;
+    size_t password_len;
 } segd_resp_shared_t;
 
 /* The default of reply_cache_bytes (`segd cache --resp-reply-cache-mb`). */
@@ -65,7 +78,8 @@ segd_err_t segd_resp_worker_init(segd_resp_worker_t *w, segd_resp_shared_t *shar
 void segd_resp_worker_free(segd_resp_worker_t *w);
 
 typedef struct segd_resp_client {
-    uint64_t id; /* CLIENT ID, HELLO */
+    uint64_t id;       /* CLIENT ID, HELLO */
+    int authenticated; /* AUTH or HELLO AUTH succeeded (with a password set) */
 } segd_resp_client_t;
 
 /* Appends cmd's reply to out. Returns 0, 1 when the connection is to be

@@ -127,6 +127,16 @@ __attribute__((format(printf, 2, 3))) static inline int add_err(segd_buf_t *out,
     return add_err_raw(out, text);
 }
 
+/* ---- authentication ------------------------------------------------------ */
+
+/* Without a password every connection is authenticated, as with Redis's
+ * nopass default user. */
+static inline int segd_resp_authenticated(const segd_resp_worker_t *w,
+                                          const segd_resp_client_t *c)
+{
+    return !w->shared->password || c->authenticated;
+}
+
 /* ---- arguments ----------------------------------------------------------- */
 
 static inline int arg_is(const segd_resp_cmd_t *cmd, size_t i, const char *word)
@@ -230,6 +240,8 @@ int segd_resp_cmd_quit(segd_resp_worker_t *w, segd_resp_client_t *c,
 int segd_resp_cmd_select(segd_resp_worker_t *w, segd_resp_client_t *c,
                          const segd_resp_cmd_t *cmd, segd_buf_t *out);
 
+int segd_resp_cmd_auth(segd_resp_worker_t *w, segd_resp_client_t *c,
+                       const segd_resp_cmd_t *cmd, segd_buf_t *out);
 int segd_resp_cmd_hello(segd_resp_worker_t *w, segd_resp_client_t *c,
                         const segd_resp_cmd_t *cmd, segd_buf_t *out);
 int segd_resp_cmd_client(segd_resp_worker_t *w, segd_resp_client_t *c,

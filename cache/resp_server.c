@@ -1,12 +1,15 @@
 /* The RESP front's connection and server commands: PING, ECHO, QUIT,
- * SELECT, HELLO, CLIENT and INFO, answered as redis-server
+ * SELECT, AUTH, HELLO, CLIENT and INFO, answered as redis-server
  * REDIS_COMPAT_VERSION answers them so that client libraries connect. */
 #include <stdio.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "base/clock.h"
+#include "base/secret.h"
 #include "cache/resp_cmd_int.h"
+
+#define WRONGPASS "WRONGPASS invalid username-password pair or user is disabled."
 
 int segd_resp_cmd_ping(segd_resp_worker_t *w, segd_resp_client_t *c,
                        const segd_resp_cmd_t *cmd, segd_buf_t *out)
@@ -46,31 +49,89 @@ int segd_resp_cmd_select(segd_resp_worker_t *w, segd_resp_client_t *c,
     return db ? add_err_raw(out, "ERR DB index is out of range") : add_str(out, "+OK\r\n");
 }
 
-/* HELLO [protover [AUTH user pass] [SETNAME name]]: RESP2 only. The
- * default user of a redis-server without requirepass takes any password,
- * and so does this front. */
+/* ACLAuthenticateUser's answer for the one user, "default": any password
+ * without requirepass (a nopass user), else the password, compared in
+ * constant time. Another user name never matches, as on a server that
+ * has no such user. */
+static int check_user(const segd_resp_worker_t *w, const segd_resp_cmd_t *cmd, size_t iuser,
+                      size_t ipass)
+{
+    const segd_resp_shared_t *s = w->shared;
+    int ok = s->password ? segd_secret_equal(s->password, s->password_len, cmd->argv[ipass],
+                                             cmd->argl[ipass])
+                         : 1;
+    return arg_is(cmd, iuser, "default") && ok;
+}
+
+/* AUTH [username] password, as Redis 7.0's authCommand. A failed AUTH
+ * leaves an authenticated connection authenticated, as Redis does. */
+int segd_resp_cmd_auth(segd_resp_worker_t *w, segd_resp_client_t *c,
+                       const segd_resp_cmd_t *cmd, segd_buf_t *out)
+{
+    if (cmd->argc > 3)
+        return add_err_raw(out, "ERR syntax error");
+    if (cmd->argc == 2 && !w->shared->password)
+        return add_err_raw(out, "ERR AUTH <password> called without any password configured "
+                                "for the default user. Are you sure your configuration is "
+                                "correct?");
+    /* AUTH password is AUTH default password (a password is set here) */
+    int ok = cmd->argc == 2 ? segd_secret_equal(w->shared->password, w->shared->password_len,
+                                                cmd->argv[1], cmd->argl[1])
+                            : check_user(w, cmd, 1, 2);
+    if (!ok)
+        return add_err_raw(out, WRONGPASS);
+    c->authenticated = 1;
+    return add_str(out, "+OK\r\n");
+}
+
+/* HELLO's options after protover: *auth the index of AUTH's user name (0:
+ * none). RC_OK, or the syntax error's reply. */
+static int hello_options(const segd_resp_cmd_t *cmd, size_t *auth, segd_buf_t *out)
+{
+    *auth = 0;
+    for (size_t j = 2; j < cmd->argc; j++) {
+        size_t more = cmd->argc - 1 - j;
+        if (arg_is(cmd, j, "auth") && more >= 2) {
+            *auth = j + 1;
+            j += 2;
+        } else if (arg_is(cmd, j, "setname") && more >= 1) {
+            j++;
+        } else {
+            return add_err(out, "ERR Syntax error in HELLO option '%.*s'", (int)cmd->argl[j],
+                           cmd->argv[j]);
+        }
+    }
+    return RC_OK;
+}
+
+/* HELLO [protover [AUTH user pass] [SETNAME name]]: RESP2 only, so HELLO 3
+ * is -NOPROTO before any AUTH in it is looked at (clients then fall back
+ * to RESP2 and AUTH, as they do with a Redis older than 6). Authentication
+ * as Redis 7.0's helloCommand: an unauthenticated connection must carry
+ * AUTH, and a wrong one is -WRONGPASS. */
 int segd_resp_cmd_hello(segd_resp_worker_t *w, segd_resp_client_t *c,
                         const segd_resp_cmd_t *cmd, segd_buf_t *out)
 {
-    (void)w;
-    size_t j = 1;
     if (cmd->argc >= 2) {
         long long ver;
-        if (arg_ll(cmd, j++, &ver))
+        if (arg_ll(cmd, 1, &ver))
             return add_err_raw(out, "ERR Protocol version is not an integer or out of range");
         if (ver != 2)
             return add_err_raw(out, "NOPROTO unsupported protocol version");
     }
-    for (; j < cmd->argc; j++) {
-        size_t more = cmd->argc - 1 - j;
-        if (arg_is(cmd, j, "auth") && more >= 2)
-            j += 2;
-        else if (arg_is(cmd, j, "setname") && more >= 1)
-            j++;
-        else
-            return add_err(out, "ERR Syntax error in HELLO option '%.*s'", (int)cmd->argl[j],
-                           cmd->argv[j]);
-    }
+    size_t auth;
+    int rc = hello_options(cmd, &auth, out);
+    if (rc != RC_OK)
+        return rc;
+    if (!auth && !segd_resp_authenticated(w, c))
+        return add_err_raw(out, "NOAUTH HELLO must be called with the client already "
+                                "authenticated, otherwise the HELLO AUTH <user> "
+                                "<pass> option can be used to authenticate the client and "
+                                "select the RESP protocol version at the same time");
+    if (auth && !check_user(w, cmd, auth, auth + 1))
+        return add_err_raw(out, WRONGPASS);
+    if (auth)
+        c->authenticated = 1;
     if (add_array(out, 14) || add_bulk_str(out, "server") || add_bulk_str(out, "segd") ||
         add_bulk_str(out, "version") || add_bulk_str(out, REDIS_COMPAT_VERSION) ||
         add_bulk_str(out, "proto") || add_int(out, 2) || add_bulk_str(out, "id") ||

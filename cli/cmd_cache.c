@@ -28,6 +28,8 @@
 #include "snapread/snapshot.h"
 #include "publisher/snapshot.h"
 #include "base/clock.h"
+#include "base/secret.h"
+#include "metrics/listen.h"
 
 
 static void usage(FILE *f)
@@ -37,6 +39,7 @@ static void usage(FILE *f)
             "                  [--listen HOST:PORT] [--now S] [--from-beginning]\n"
             "                  [--resp HOST:PORT] [--resp-threads N] [--resp-reply-cache-mb N]\n"
             "                  [--resp-max-clients N] [--resp-idle-timeout-s N]\n"
+            "                  [--resp-password-file F] [--http-token-file F]\n"
             "                  [--horizon-s N] [--load-threads N] [--ready-max-lag N]\n"
             "                  [-X kafka.prop=value ...] [--config FILE]\n"
             "                  [--log-format logfmt|json] [--log-level debug|info|warn|error]\n"
@@ -58,6 +61,13 @@ static void usage(FILE *f)
             "  -ERR max number of clients reached and closed (default 10000, as Redis)\n"
             "  --resp-idle-timeout-s: close a connection idle this long (default 0:\n"
             "  never, as Redis: client pools keep idle connections)\n"
+            "  --resp-password-file: Redis's requirepass: clients must AUTH [default] PW\n"
+            "  (or HELLO 2 AUTH default PW) first; the file's first line, or the\n"
+            "  SEGD_CACHE_RESP_PASSWORD environment variable (default: no password)\n"
+            "  --http-token-file: every HTTP request but /healthz and /readyz needs\n"
+            "  Authorization: Bearer TOKEN, else 401; the file's first line, or the\n"
+            "  SEGD_CACHE_HTTP_TOKEN environment variable (default: no token)\n"
+            "  A front on a non-loopback address without either is warned about at start.\n"
             "  --batch-max: users per POST /v1/users:batch (default 1000; more: 413)\n"
             "  --now: a fixed clock instead of the wall clock (tests, replays)\n"
             "  --log-format, --log-level: as segd run's log.format and log.level\n"
@@ -77,6 +87,7 @@ static void usage(FILE *f)
 
 typedef struct cache_args {
     const char *snapshot, *brokers, *changes, *listen, *resp;
+    const char *resp_password_file, *http_token_file;
     int64_t now_s, horizon_s, load_threads, ready_max_lag, resp_threads, batch_max;
     int64_t resp_reply_cache_mb, resp_max_clients, resp_idle_timeout_s;
     int from_beginning;
@@ -91,6 +102,7 @@ typedef struct cache_args {
 
 typedef struct cache_state {
     const segd_log_t *log;
+    char *resp_password, *http_token; /* segd_secret_read's; NULL = none */
     segd_edge_t *edge;
     segd_tail_t *tail;
     _Atomic int tailing; /* tail is set: the server's threads may read it */
@@ -135,6 +147,8 @@ static int parse(int argc, char **argv, cache_args_t *a)
                                          {"resp-idle-timeout-s", required_argument, 0, 'I'},
                                          {"batch-max", required_argument, 0, 'B'},
                                          {"config", required_argument, 0, 'K'},
+                                         {"resp-password-file", required_argument, 0, 'P'},
+                                         {"http-token-file", required_argument, 0, 'H'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     a->listen = "127.0.0.1:8080";
@@ -166,6 +180,8 @@ static int parse(int argc, char **argv, cache_args_t *a)
         case 'X': bad = add_prop(a, optarg); break;
         case 'K': a->config = optarg; break;
         case 'R': a->resp = optarg; break;
+        case 'P': a->resp_password_file = optarg; break;
+        case 'H': a->http_token_file = optarg; break;
         case 'T': bad = segd_arg_int("cache", "--resp-threads", optarg, 1, 256, &a->resp_threads); break;
         case 'M': bad = segd_arg_int("cache", "--resp-reply-cache-mb", optarg, 0, 1 << 20, &a->resp_reply_cache_mb); break;
         case 'C': bad = segd_arg_int("cache", "--resp-max-clients", optarg, 1, 1000000, &a->resp_max_clients); break;
@@ -399,6 +415,55 @@ static int start_tail(const cache_args_t *a, cache_state_t *cs)
     return 0;
 }
 
+/* One secret: file's when given, else env's when set and not empty, else
+ * none (*out stays NULL). Logs why it cannot be read, naming the file or
+ * the variable but never the secret. */
+static int read_secret(const char *flag, const char *file, const char *env, char **out,
+                       const segd_log_t *log)
+{
+    char err[512] = "", what[300];
+    const char *v = getenv(env);
+    if (!file && !(v && *v))
+        return 0;
+    snprintf(what, sizeof(what), "%s%s%s", file ? flag : env, file ? " " : "", file ? file : "");
+    if (!segd_secret_read(what, file, env, out, err, sizeof(err)))
+        return 0;
+    segd_log(log, SEGD_LOG_ERROR, "cache", "%s", err);
+    return -1;
+}
+
+/* The fronts' secrets, from their files or else the environment (never
+ * argv: `ps` shows it to every user of the host). Logs why one cannot be
+ * read. */
+static int read_secrets(const cache_args_t *a, cache_state_t *cs)
+{
+    if (read_secret("--resp-password-file", a->resp_password_file, "SEGD_CACHE_RESP_PASSWORD",
+                    &cs->resp_password, cs->log) ||
+        read_secret("--http-token-file", a->http_token_file, "SEGD_CACHE_HTTP_TOKEN",
+                    &cs->http_token, cs->log))
+        return -1;
+    if (cs->resp_password && !a->resp)
+        segd_log(cs->log, SEGD_LOG_WARN, "cache", "a RESP password without --resp: unused");
+    return 0;
+}
+
+/* A front anyone on the network can reach, and no secret asked of them:
+ * every bidder (and anything else there) reads every user's segments. Not
+ * refused, as a private network may be the protection meant, but said. */
+static void warn_open(const char *what, const char *listen, int has_auth, const segd_log_t *log)
+{
+    struct sockaddr_storage sa;
+    socklen_t len;
+    char err[256];
+    if (has_auth || segd_listen_parse(what, listen, &sa, &len, err, sizeof(err)) ||
+        segd_listen_is_loopback(&sa))
+        return;
+    segd_log_kv(log, SEGD_LOG_WARN, "cache",
+                "listening beyond loopback without authentication",
+                "front=%s listen=%s hint=%s", what, listen,
+                !strcmp(what, "--resp") ? "--resp-password-file" : "--http-token-file");
+}
+
 /* Starts the Redis-protocol front on a->resp; logs why it could not. */
 static int start_resp(const cache_args_t *a, cache_state_t *cs, segd_resp_t **resp)
 {
@@ -408,6 +473,7 @@ static int start_resp(const cache_args_t *a, cache_state_t *cs, segd_resp_t **re
     ro.reply_cache_bytes = (size_t)a->resp_reply_cache_mb << 20;
     ro.max_clients = (int)a->resp_max_clients;
     ro.idle_timeout_ms = a->resp_idle_timeout_s * 1000;
+    ro.password = cs->resp_password;
     if (segd_resp_start_opts(resp, a->resp, (int)a->resp_threads, &ro, cs->edge, cs->metrics,
                              err, sizeof(err))) {
         segd_log(cs->log, SEGD_LOG_ERROR, "cache", "%s", err);
@@ -419,9 +485,11 @@ static int start_resp(const cache_args_t *a, cache_state_t *cs, segd_resp_t **re
     int host_len = colon ? (int)(colon - a->resp) : (int)strlen(a->resp);
     segd_log_kv(cs->log, SEGD_LOG_INFO, "cache", "listening for Redis clients",
                 "resp=%.*s:%d threads=%" PRId64 " reply_cache_mb=%" PRId64
-                " max_clients=%" PRId64 " idle_timeout_s=%" PRId64, host_len, a->resp,
+                " max_clients=%" PRId64 " idle_timeout_s=%" PRId64 " auth=%s", host_len, a->resp,
                 segd_resp_port(*resp), a->resp_threads, a->resp_reply_cache_mb,
-                a->resp_max_clients, a->resp_idle_timeout_s);
+                a->resp_max_clients, a->resp_idle_timeout_s,
+                cs->resp_password ? "password" : "none");
+    warn_open("--resp", a->resp, cs->resp_password != NULL, cs->log);
     return 0;
 }
 
@@ -474,14 +542,20 @@ static int cache_run(cache_args_t a)
         goto out;
     cs.log = log;
     register_metrics(&cs);
-    if (segd_http_start(&http, a.listen, cs.edge, health, cs.metrics, ready, &cs, err,
-                        sizeof(err))) {
+    if (read_secrets(&a, &cs)) {
+        rc = SEGD_EXIT_USAGE;
+        goto out;
+    }
+    if (segd_http_start_auth(&http, a.listen, cs.edge, health, cs.metrics, ready, &cs,
+                             cs.http_token, err, sizeof(err))) {
         segd_log(log, SEGD_LOG_ERROR, "cache", "%s", err);
         rc = SEGD_EXIT_USAGE;
         goto out;
     }
     segd_http_set_batch_max(http, (size_t)a.batch_max);
-    segd_log_kv(log, SEGD_LOG_INFO, "cache", "listening", "url=http://%s", a.listen);
+    segd_log_kv(log, SEGD_LOG_INFO, "cache", "listening", "url=http://%s auth=%s", a.listen,
+                cs.http_token ? "bearer" : "none");
+    warn_open("--listen", a.listen, cs.http_token != NULL, log);
     if (a.resp && start_resp(&a, &cs, &resp)) {
         rc = SEGD_EXIT_USAGE;
         goto out;
@@ -501,6 +575,8 @@ out:
     segd_tail_destroy(cs.tail);
     segd_edge_destroy(cs.edge);
     segd_manifest_free(&cs.manifest);
+    segd_secret_free(cs.resp_password);
+    segd_secret_free(cs.http_token);
     disarm_exit_watchdog();
     segd_log_destroy(log);
     return rc;

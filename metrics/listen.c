@@ -69,3 +69,14 @@ int segd_listen_port(const struct sockaddr_storage *sa)
     return ntohs(sa->ss_family == AF_INET6 ? ((const struct sockaddr_in6 *)sa)->sin6_port
                                            : ((const struct sockaddr_in *)sa)->sin_port);
 }
+
+int segd_listen_is_loopback(const struct sockaddr_storage *sa)
+{
+    if (sa->ss_family == AF_INET6) {
+        const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+        if (IN6_IS_ADDR_V4MAPPED(a)) /* ::ffff:127.x.y.z */
+            return a->s6_addr[12] == 127;
+        return IN6_IS_ADDR_LOOPBACK(a);
+    }
+    return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+}

@@ -16,6 +16,9 @@
  * (what, e.g. "--listen") and the text given. */
 segd_err_t segd_listen_parse(const char *what, const char *listen, struct sockaddr_storage *sa,
                              socklen_t *len, char *errstr, size_t errstr_size);
+/* 1 when sa is a loopback address (127.0.0.0/8, ::1): only this host's
+ * processes can reach it. ":PORT" (every interface) is not. */
+int segd_listen_is_loopback(const struct sockaddr_storage *sa);
 /* The port of sa (either family). */
 int segd_listen_port(const struct sockaddr_storage *sa);
 

@@ -232,11 +232,11 @@ static void test_registry_answers(void **state)
     assert_int_equal(id, 7);
     assert_int_equal(segd_registry_register(r, "no-such-subject", WRITER_EXTRA, &id, err,
                                             sizeof(err)), SEGD_ERR_HTTP);
-    assert_string_equal(err, "register no-such-subject: HTTP 404, refused");
+    assert_string_equal(err, "register no-such-subject: HTTP 404 Not Found, refused");
     /* a refusal names its meaning and the registry's reason */
     assert_int_equal(segd_registry_register(r, "segd-refused-value", WRITER_EXTRA, &id, err,
                                             sizeof(err)), SEGD_ERR_HTTP);
-    assert_string_equal(err, "register segd-refused-value: HTTP 409, schema incompatible with "
+    assert_string_equal(err, "register segd-refused-value: HTTP 409 Conflict, schema incompatible with "
                              "the subject's earlier versions under its compatibility level: "
                              "Schema being registered is incompatible with an earlier schema");
     segd_registry_destroy(r);
@@ -253,7 +253,28 @@ static void test_basic_auth(void **state)
     segd_registry_destroy(r);
     r = registry_with(n->port, "/auth", 0, 10, "u:wrong");
     assert_int_equal(segd_registry_get_schema(r, 3, &json, err, sizeof(err)), SEGD_ERR_HTTP);
-    assert_non_null(strstr(err, "HTTP 401"));
+    /* the status in words and what it means here: the credentials */
+    assert_string_equal(err, "schema registry: HTTP 401 Unauthorized for id 3 (not authorized: "
+                             "check input.schema.registry.auth)");
+    segd_registry_destroy(r);
+}
+
+/* Credentials in the URL never reach a message (and so a log). */
+static void test_url_credentials_redacted(void **state)
+{
+    (void)state;
+    char url[128], err[256];
+    snprintf(url, sizeof(url), "http://alice:sekrit@127.0.0.1:%d/", free_port());
+    segd_registry_opts_t o;
+    segd_registry_opts_default(&o);
+    o.max_retries = 0;
+    segd_registry_t *r = NULL;
+    assert_int_equal(segd_registry_new(&r, url, &o, err, sizeof(err)), SEGD_OK);
+    const char *json;
+    assert_int_equal(segd_registry_get_schema(r, 1, &json, err, sizeof(err)), SEGD_ERR_HTTP);
+    assert_non_null(strstr(err, "schema registry http://127.0.0.1:"));
+    assert_null(strstr(err, "sekrit"));
+    assert_null(strstr(err, "alice"));
     segd_registry_destroy(r);
 }
 
@@ -288,6 +309,7 @@ int main(void)
         cmocka_unit_test(test_registry_answers),
         cmocka_unit_test(test_basic_auth),
         cmocka_unit_test(test_unreachable_registry),
+        cmocka_unit_test(test_url_credentials_redacted),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

@@ -26,6 +26,7 @@
 
 #include <cmocka.h>
 
+#include "base/secret.h"
 #include "cache/resp.h"
 #include "cache/resp_cmd.h"
 #include "cache/resp_parse.h"
@@ -334,7 +335,7 @@ static void test_connection_commands(void **state)
                         "$4\r\nrole\r\n$7\r\nreplica\r\n$7\r\nmodules\r\n*0\r\n");
     assert_string_equal(run(f, "HELLO 3\r\n"), "-NOPROTO unsupported protocol version\r\n");
     assert_string_equal(run(f, "HELLO 2 FOO\r\n"), "-ERR Syntax error in HELLO option 'FOO'\r\n");
-    assert_string_equal(run(f, "COMMAND COUNT\r\n"), ":16\r\n");
+    assert_string_equal(run(f, "COMMAND COUNT\r\n"), ":17\r\n");
     assert_string_equal(run(f, "COMMAND DOCS\r\n"), "*0\r\n");
     const char *info = "*2\r\n*10\r\n$5\r\nzcard\r\n:2\r\n*2\r\n+readonly\r\n+fast\r\n"
                        ":1\r\n:1\r\n:1\r\n*3\r\n+@read\r\n";
@@ -345,6 +346,86 @@ static void test_connection_commands(void **state)
     int rc;
     assert_string_equal(run_rc(f, "QUIT\r\n", &rc), "+OK\r\n");
     assert_int_equal(rc, 1);
+}
+
+
+#define NOAUTH "-NOAUTH Authentication required.\r\n"
+#define WRONGPASS "-WRONGPASS invalid username-password pair or user is disabled.\r\n"
+
+/* requirepass: before AUTH only AUTH, HELLO and QUIT run (unknown commands
+ * and bad arities answered first, as Redis 7.0); each AUTH form, a wrong
+ * password, another user, HELLO AUTH; all per connection. */
+static void test_auth_required(void **state)
+{
+    fixture_t *f = *state;
+    f->shared.password = "s3cretpw";
+    f->shared.password_len = strlen(f->shared.password);
+    assert_string_equal(run(f, "PING\r\n"), NOAUTH);
+    assert_string_equal(run(f, "ZCARD u\r\n"), NOAUTH);
+    assert_string_equal(run(f, "ZRANGEBYSCORE u -inf +inf\r\n"), NOAUTH);
+    assert_string_equal(run(f, "INFO\r\n"), NOAUTH);
+    assert_string_equal(run(f, "CLIENT ID\r\n"), NOAUTH);
+    assert_string_equal(run(f, "ZADD u 1 2\r\n"), NOAUTH); /* not "read-only replica" */
+    assert_string_equal(run(f, "FOO\r\n"),
+                        "-ERR unknown command 'FOO', with args beginning with: \r\n");
+    assert_string_equal(run(f, "ZCARD\r\n"),
+                        "-ERR wrong number of arguments for 'zcard' command\r\n");
+    assert_string_equal(run(f, "HELLO 2\r\n"),
+                        "-NOAUTH HELLO must be called with the client already authenticated, "
+                        "otherwise the HELLO AUTH <user> <pass> option can be used to "
+                        "authenticate the client and select the RESP protocol version at the "
+                        "same time\r\n");
+    assert_string_equal(run(f, "AUTH wrong\r\n"), WRONGPASS);
+    assert_string_equal(run(f, "AUTH s3cret\r\n"), WRONGPASS); /* a prefix */
+    assert_string_equal(run(f, "AUTH s3cretpwx\r\n"), WRONGPASS);
+    assert_string_equal(run(f, "AUTH alice s3cretpw\r\n"), WRONGPASS);
+    assert_string_equal(run(f, "AUTH a b c\r\n"), "-ERR syntax error\r\n");
+    assert_string_equal(run(f, "HELLO 2 AUTH default nope\r\n"), WRONGPASS);
+    assert_string_equal(run(f, "HELLO 3 AUTH default s3cretpw\r\n"),
+                        "-NOPROTO unsupported protocol version\r\n");
+    assert_string_equal(run(f, "ZCARD u\r\n"), NOAUTH); /* still not in */
+    assert_string_equal(run(f, "AUTH s3cretpw\r\n"), "+OK\r\n");
+    assert_string_equal(run(f, "ZCARD u\r\n"), ":4\r\n");
+    assert_string_equal(run(f, "AUTH wrong\r\n"), WRONGPASS);
+    assert_string_equal(run(f, "ZCARD u\r\n"), ":4\r\n"); /* a failed AUTH keeps it in */
+    assert_string_equal(run(f, "ZADD u 1 2\r\n"), "-ERR read-only replica\r\n");
+    /* another connection: its own state; the ACL form and HELLO AUTH */
+    f->client.authenticated = 0;
+    assert_string_equal(run(f, "AUTH default s3cretpw\r\n"), "+OK\r\n");
+    assert_string_equal(run(f, "PING\r\n"), "+PONG\r\n");
+    f->client.authenticated = 0;
+    assert_non_null(strstr(run(f, "HELLO 2 AUTH default s3cretpw SETNAME b\r\n"),
+                           "$5\r\nproto\r\n:2\r\n"));
+    assert_string_equal(run(f, "PING\r\n"), "+PONG\r\n");
+    f->client.authenticated = 0;
+    int rc;
+    assert_string_equal(run_rc(f, "QUIT\r\n", &rc), "+OK\r\n");
+    assert_int_equal(rc, 1);
+}
+
+/* Without a password: Redis's nopass default user. */
+static void test_auth_none(void **state)
+{
+    fixture_t *f = *state;
+    assert_string_equal(run(f, "AUTH x\r\n"),
+                        "-ERR AUTH <password> called without any password configured for the "
+                        "default user. Are you sure your configuration is correct?\r\n");
+    assert_string_equal(run(f, "AUTH default anything\r\n"), "+OK\r\n");
+    assert_string_equal(run(f, "AUTH bob anything\r\n"), WRONGPASS);
+    assert_string_equal(run(f, "HELLO 2 AUTH bob x\r\n"), WRONGPASS);
+    assert_non_null(strstr(run(f, "HELLO 2 AUTH default x\r\n"), "$6\r\nserver\r\n"));
+    assert_string_equal(run(f, "ZCARD u\r\n"), ":4\r\n");
+}
+
+static void test_secret_equal(void **state)
+{
+    (void)state;
+    assert_true(segd_secret_equal("abc", 3, "abc", 3));
+    assert_false(segd_secret_equal("abc", 3, "abd", 3));
+    assert_false(segd_secret_equal("abc", 3, "ab", 2));
+    assert_false(segd_secret_equal("abc", 3, "abcabc", 6)); /* wraps, still unequal */
+    assert_false(segd_secret_equal("", 0, "", 0));
+    assert_false(segd_secret_equal("a\0b", 3, "a\0c", 3));
 }
 
 static void test_refused(void **state)
@@ -905,6 +986,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_point_reads, setup, teardown),
         cmocka_unit_test_setup_teardown(test_connection_commands, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_auth_required, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_auth_none, setup, teardown),
+        cmocka_unit_test(test_secret_equal),
         cmocka_unit_test_setup_teardown(test_large_user, setup, teardown),
         cmocka_unit_test_setup_teardown(test_general_sort, setup, teardown),
         cmocka_unit_test_setup_teardown(test_reply_cache_hit, setup, teardown),

@@ -29,6 +29,7 @@ struct segd_registry {
 typedef struct body {
     char *data;
     size_t len;
+    char reason[64]; /* the final status line's reason phrase ("Unauthorized") */
 } body_t;
 
 void segd_registry_opts_default(segd_registry_opts_t *o)
@@ -95,6 +96,39 @@ static size_t on_body(char *ptr, size_t size, size_t nmemb, void *ctx)
     return add;
 }
 
+/* Keeps the reason phrase of each status line; the last one is the final
+ * answer's (after a 100 Continue). An error message then says what the
+ * server (a registry, or a proxy in front of it) answered in words. */
+static size_t on_header(char *ptr, size_t size, size_t nmemb, void *ctx)
+{
+    body_t *b = ctx;
+    size_t n = size * nmemb;
+    if (n > 5 && !memcmp(ptr, "HTTP/", 5)) {
+        const char *sp = memchr(ptr, ' ', n);
+        const char *sp2 = sp ? memchr(sp + 1, ' ', n - (size_t)(sp + 1 - ptr)) : NULL;
+        size_t k = 0;
+        for (const char *p = sp2 ? sp2 + 1 : ptr + n; p < ptr + n && k + 1 < sizeof(b->reason);
+             p++)
+            if (*p != '\r' && *p != '\n')
+                b->reason[k++] = (*p >= 0x20 && *p < 0x7f) ? *p : '?';
+        b->reason[k] = 0;
+    }
+    return n;
+}
+
+/* url without its user information ("https://u:p@h/" -> "https://h/"),
+ * for messages: a URL may carry the registry's credentials, and those
+ * must not reach a log. */
+static void redact_url(const char *url, char *out, size_t n)
+{
+    const char *scheme = strstr(url, "://");
+    const char *host = scheme ? scheme + 3 : url;
+    const char *at = strchr(host, '@'), *slash = strchr(host, '/');
+    if (at && (!slash || at < slash))
+        snprintf(out, n, "%.*s%s", (int)(host - url), url, at + 1);
+    else
+        snprintf(out, n, "%s", url);
+}
 
 typedef struct attempt_ctx {
     segd_registry_t *r;
@@ -113,7 +147,10 @@ static segd_curl_result_t attempt(void *ctx)
     free(ac->resp->data);
     ac->resp->data = NULL;
     ac->resp->len = 0;
+    ac->resp->reason[0] = 0;
     curl_easy_setopt(c, CURLOPT_URL, ac->url);
+    curl_easy_setopt(c, CURLOPT_HEADERFUNCTION, on_header);
+    curl_easy_setopt(c, CURLOPT_HEADERDATA, ac->resp);
     curl_easy_setopt(c, CURLOPT_HTTPHEADER, ac->hdr);
     curl_easy_setopt(c, CURLOPT_WRITEFUNCTION, on_body);
     curl_easy_setopt(c, CURLOPT_WRITEDATA, ac->resp);
@@ -155,8 +192,13 @@ static segd_err_t request(segd_registry_t *r, const char *path, const char *post
     *status = res.status;
     if (res.rc == CURLE_OK && res.status < 500)
         return SEGD_OK;
-    return segd_errf(SEGD_ERR_HTTP, errstr, n, "schema registry %s: %s", url,
-                     res.rc != CURLE_OK ? curl_easy_strerror(res.rc) : "server error");
+    char shown[2048];
+    redact_url(url, shown, sizeof(shown));
+    if (res.rc != CURLE_OK)
+        return segd_errf(SEGD_ERR_HTTP, errstr, n, "schema registry %s: %s", shown,
+                         curl_easy_strerror(res.rc));
+    return segd_errf(SEGD_ERR_HTTP, errstr, n, "schema registry %s: server error (HTTP %ld %s)",
+                     shown, res.status, resp->reason);
 }
 
 static const char *cache_find(const segd_registry_t *r, int32_t id)
@@ -178,6 +220,31 @@ static segd_err_t cache_add(segd_registry_t *r, int32_t id, const char *json)
     return r->cache[r->ncache++].json ? SEGD_OK : SEGD_ERR_NOMEM;
 }
 
+/* The registry's own reason: "message" of its JSON error body. */
+static const char *json_message(const body_t *resp, json_t **root)
+{
+    *root = json_loadb(resp->data ? resp->data : "", resp->len, 0, NULL);
+    return json_string_value(json_object_get(*root, "message"));
+}
+
+/* A schema fetch answered with neither 200 nor 404, in words an operator can
+ * act on: the status and its reason phrase, what 401/403 mean here, and
+ * the registry's own message when its body has one. A bare "HTTP 401"
+ * did not say that the credentials were the problem. */
+static segd_err_t answered(int32_t id, long status, const body_t *resp, char *errstr, size_t n)
+{
+    json_t *root;
+    const char *msg = json_message(resp, &root);
+    const char *why = status == 401   ? " (not authorized: check input.schema.registry.auth)"
+                      : status == 403 ? " (forbidden: the user may not read schemas)"
+                                      : "";
+    segd_err_t err = segd_errf(SEGD_ERR_HTTP, errstr, n,
+                               "schema registry: HTTP %ld %s for id %d%s%s%.300s", status,
+                               resp->reason, id, why, msg ? ": " : "", msg ? msg : "");
+    json_decref(root);
+    return err;
+}
+
 segd_err_t segd_registry_get_schema(segd_registry_t *r, int32_t id, const char **json,
                                     char *errstr, size_t n)
 {
@@ -191,8 +258,7 @@ segd_err_t segd_registry_get_schema(segd_registry_t *r, int32_t id, const char *
     if (!err && status == 404)
         err = segd_errf(SEGD_ERR_NOTFOUND, errstr, n, "unknown schema id %d", id);
     else if (!err && status != 200)
-        err = segd_errf(SEGD_ERR_HTTP, errstr, n, "schema registry: HTTP %ld for id %d",
-                        status, id);
+        err = answered(id, status, &resp, errstr, n);
     json_t *root = NULL;
     if (!err) {
         root = json_loadb(resp.data ? resp.data : "", resp.len, 0, NULL);
@@ -217,12 +283,14 @@ static segd_err_t refused(const char *subject, long status, const body_t *resp, 
     const char *why = status == 409   ? "schema incompatible with the subject's earlier "
                                         "versions under its compatibility level"
                       : status == 422 ? "schema invalid"
-                      : status == 401 || status == 403 ? "not authorized"
-                                                       : "refused";
+                      : status == 401 ? "not authorized (check input.schema.registry.auth)"
+                      : status == 403 ? "forbidden"
+                                      : "refused";
     json_t *root = json_loadb(resp->data ? resp->data : "", resp->len, 0, NULL);
     const char *msg = json_string_value(json_object_get(root, "message"));
-    segd_err_t err = segd_errf(SEGD_ERR_HTTP, errstr, n, "register %s: HTTP %ld, %s%s%.300s",
-                               subject, status, why, msg ? ": " : "", msg ? msg : "");
+    segd_err_t err = segd_errf(SEGD_ERR_HTTP, errstr, n, "register %s: HTTP %ld %s, %s%s%.300s",
+                               subject, status, resp->reason, why, msg ? ": " : "",
+                               msg ? msg : "");
     json_decref(root);
     return err;
 }
