@@ -23,13 +23,16 @@
  * whose metadata requests let brokers that auto-create topics (the dev broker)
  * create them. Where brokers do not create topics (production Kafka), a missing
  * topic stops segd run at start, named, with nothing consumed. Brokers that do
- * not answer are no reason to refuse, because ingest waits for them. */
+ * not answer are no reason to refuse, because ingest waits for them: a short
+ * probe says so first (pipeline_brokers.c), and the topics go unchecked. */
 segd_err_t segd_pipeline_check_topics(segd_pipeline_t *p, char *errstr, size_t n)
 {
     const segd_config_t *cfg = p->cfg;
     rd_kafka_t *rk = segd_dlq_producer(p->dlq);
     char why[512];
     int32_t count;
+    if (segd_pipeline_brokers_probe(p)) /* said, and no use waiting for each topic */
+        return SEGD_OK;
     for (size_t i = 0; rk && i <= cfg->n_topics; i++) {
         const char *topic = i < cfg->n_topics ? cfg->topics[i] : cfg->dlq_topic;
         if (!topic || !*topic)
@@ -124,6 +127,7 @@ static segd_err_t new_consumer(segd_pipeline_t *p, const char *client_id,
                                 : 0;
     rd_kafka_conf_set_rebalance_cb(conf, segd_pipeline_rebalance_cb);
     rd_kafka_conf_set_offset_commit_cb(conf, segd_pipeline_commit_cb);
+    rd_kafka_conf_set_error_cb(conf, segd_pipeline_error_cb);
     if (!p->klog && !(p->klog = segd_klog_new(LOG(p), p))) {
         rd_kafka_conf_destroy(conf);
         return segd_errf(SEGD_ERR_NOMEM, errstr, n, "consumer: out of memory");
@@ -145,8 +149,8 @@ static segd_err_t new_consumer(segd_pipeline_t *p, const char *client_id,
  * its session times out. It also holds every rebalance of a group that has
  * members for session.timeout.ms less 1 s (rd_kafka_mock_cgrp_rebalance),
  * restarts included, which with the default 45 s means 44 s of /readyz
- * "unassigned". Brokers that do not answer within the wait are taken for real
- * ones. */
+ * "unassigned". Brokers that do not answer within the wait, or that did not
+ * answer the start's probe (not waited for), are taken for real ones. */
 static int mock_brokers(rd_kafka_t *rk)
 {
     char *id = rd_kafka_clusterid(rk, CLUSTER_ID_WAIT_MS);
@@ -168,7 +172,7 @@ segd_err_t segd_pipeline_subscribe(segd_pipeline_t *p, char *errstr, size_t n)
         snprintf(client_id, sizeof(client_id), "segd");
     if (!err)
         err = new_consumer(p, client_id, member, 0, errstr, n);
-    if (!err && mock_brokers(p->consumer)) {
+    if (!err && !segd_pipeline_brokers_are_down(p) && mock_brokers(p->consumer)) {
         rd_kafka_destroy(p->consumer); /* never subscribed: nothing to leave */
         p->consumer = NULL;
         member[0] = 0;
