@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "app/restorer.h"
+#include "transport/kprobe.h"
 
 struct segd_daemon {
     segd_pipeline_t *pipeline;
@@ -45,11 +46,23 @@ static uint64_t outbox_backlog(void *ctx)
     return st.depth;
 }
 
+/* A short probe first: unreachable brokers would make the publisher's start
+ * and check_partitions wait 10 s per topic before /readyz even serves. The
+ * pipeline's own probe says it in the log. */
+static int brokers_answer(const segd_config_t *cfg)
+{
+    const char *props[2 * SEGD_MAX_KAFKA_PROPS + 1];
+    char why[512];
+    segd_config_connection_props(cfg, props);
+    return segd_kprobe_brokers(cfg->brokers, props, 2000, why, sizeof(why)) != SEGD_ERR_KAFKA;
+}
+
 static segd_err_t new_publisher(segd_daemon_t *d, const segd_config_t *cfg,
-                                segd_store_t *store, char *errstr, size_t n)
+                                segd_store_t *store, int brokers_down, char *errstr, size_t n)
 {
     segd_publisher_opts_t o;
     segd_daemon_publisher_opts(cfg, &o, d->props);
+    o.brokers_down = brokers_down;
     return segd_publisher_new(&d->publisher, store, &o, errstr, n);
 }
 
@@ -139,13 +152,14 @@ segd_err_t segd_daemon_new(segd_daemon_t **out, const segd_config_t *cfg, segd_s
     if (!d)
         return SEGD_ERR_NOMEM;
     segd_err_t err = SEGD_OK;
+    int down = cfg->changes_enable && !brokers_answer(cfg);
     if (cfg->changes_enable)
-        err = new_publisher(d, cfg, store, errstr, n);
+        err = new_publisher(d, cfg, store, down, errstr, n);
     if (!err && cfg->restore_from)
         err = start_restorer(d, cfg, store, errstr, n);
     /* before the consumer subscribes: a refused start must not have joined
      * the group (closing a consumer that joined serves its assignment) */
-    if (!err && d->publisher)
+    if (!err && d->publisher && !down)
         err = check_partitions(d, cfg, errstr, n);
     if (!err) /* subscribes only: the group is joined by the first step */
         err = segd_pipeline_new(&d->pipeline, cfg, store, stop, errstr, n);

@@ -201,7 +201,8 @@ int segd_health_ready(void *ctx, segd_buf_t *body)
     segd_partition_lag_t *lags = NULL;
     size_t n = 0, behind = 0;
     int assigned = 0;
-    char why[256] = "";
+    char why[256] = "", brokers[512];
+    int down = segd_pipeline_brokers_down(segd_daemon_pipeline(h->d), brokers, sizeof(brokers));
     int writable = segd_store_writable(h->store, why, sizeof(why)) == SEGD_OK;
     int64_t age_ms = 0;
     segd_err_t err =
@@ -210,11 +211,13 @@ int segd_health_ready(void *ctx, segd_buf_t *body)
     free(lags);
     /* a table this old: the pipeline is stuck in a fault wait (registry or
      * broker down, change stream behind), and its lag is what it was */
-    const char *reason = err ? "memory" : !writable ? "store" : !assigned ? "unassigned"
+    const char *reason = err ? "memory" : !writable ? "store" : down ? "brokers"
+                         : !assigned ? "unassigned"
                          : age_ms > STALLED_MS ? "stalled" : behind ? "lag" : NULL;
     if (body) {
-        json_t *o = json_pack("{s:b,s:s?,s:s,s:I,s:I,s:o}", "ready", !reason, "reason", reason,
-                              "store", writable ? "writable" : why, "max_lag",
+        json_t *o = json_pack("{s:b,s:s?,s:s,s:s,s:I,s:I,s:o}", "ready", !reason, "reason",
+                              reason, "store", writable ? "writable" : why, "brokers",
+                              down ? brokers : "answering", "max_lag",
                               (json_int_t)h->cfg->ready_max_lag, "lag_age_ms",
                               (json_int_t)age_ms, "partitions", parts);
         char *text = o ? json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER) : NULL;

@@ -398,6 +398,23 @@ static void disarm_exit_watchdog(void)
     pthread_mutex_unlock(&exit_watchdog.mu);
 }
 
+/* The units' deltas go to the change topic their manifests name ("changes":
+ * {"topic": ...}). A cache following another topic would serve the snapshot
+ * as it was for ever and say it had caught up (issue 30), so that is refused
+ * before the tail starts. Units that recorded no change topic (a backfilled
+ * store's) are not checked. */
+static int check_changes_topic(const cache_args_t *a, cache_state_t *cs)
+{
+    const char *named = cs->manifest.changes_topic;
+    if (!named || !strcmp(named, a->changes))
+        return 0;
+    segd_log(cs->log, SEGD_LOG_ERROR, "cache",
+             "--changes %s is not the change topic the snapshot's units were taken beside "
+             "(%s, named in their manifests): following it, the cache would never see their "
+             "changes; pass --changes %s", a->changes, named, named);
+    return -1;
+}
+
 static int start_tail(const cache_args_t *a, cache_state_t *cs)
 {
     segd_tail_opts_t o;
@@ -560,7 +577,13 @@ static int cache_run(cache_args_t a)
         rc = SEGD_EXIT_USAGE;
         goto out;
     }
-    if (load(&a, &cs) || start_tail(&a, &cs))
+    if (load(&a, &cs))
+        goto out;
+    if (check_changes_topic(&a, &cs)) {
+        rc = SEGD_EXIT_USAGE;
+        goto out;
+    }
+    if (start_tail(&a, &cs))
         goto out;
     atomic_store(&cs.tailing, 1);
     if (serve(&cs, http, resp, stop))

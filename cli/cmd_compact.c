@@ -88,8 +88,11 @@ static void print_stats(const segd_store_stats_t *st, const outbox_figures_t *ob
                st->sst_entries, st->corrupt, ob->entries, age, misrouted);
         return;
     }
-    printf("users                  %" PRIu64 "\n"
-           "records                %" PRIu64 "\n"
+    /* Two counts of users, named apart: a cache's "users" (its /healthz,
+     * segd_cache_users) counts every record it loaded, users whose segments
+     * have all expired or were erased included, which is "records" here. */
+    printf("users (live segments)  %" PRIu64 "\n"
+           "records (known users)  %" PRIu64 "\n"
            "live segments          %" PRIu64 "\n"
            "stored entries         %" PRIu64 "\n"
            "on-disk bytes (sst)    %" PRIu64 "\n"

@@ -435,9 +435,9 @@ int segd_retire_live(const segd_erase_live_t *a, const int64_t *ids, int n)
         goto out;
     }
     int32_t partner;
-    printf("produced a retirement of %d %s before ts_ms %" PRId64 " to all %" PRId32
-           " partitions of %s\n", n, segd_retire_key_partner(ids[0], &partner) ? "partners"
-           : "segments", a->at_ms, l.partitions, l.topic);
+    printf("produced a retirement of %d %s%s before ts_ms %" PRId64 " to all %" PRId32
+           " partitions of %s\n", n, segd_retire_key_partner(ids[0], &partner) ? "partner"
+           : "segment", n == 1 ? "" : "s", a->at_ms, l.partitions, l.topic);
     rc = a->db ? wait_retired(&l, ids, n) : not_checked(&l);
 out:
     if (l.rk)

@@ -81,7 +81,12 @@ static void print_json(const char *user, const segd_entry_t *e, size_t n,
 static void print_text(const char *user, const segd_entry_t *e, size_t n,
                        const get_args_t *a, uint64_t count, json_t *extra)
 {
-    printf("%s: %zu live segments\n", user, n);
+    /* JSON's "known": false, said in words (a user with no record is not a
+     * user whose segments all expired) */
+    if (!a->known && !n && !extra)
+        printf("%s: unknown (no record in this store), 0 live segments\n", user);
+    else
+        printf("%s: %zu live segment%s\n", user, n, n == 1 ? "" : "s");
     if (extra) {
         char *members = json_dumps(json_object_get(extra, "members"), JSON_COMPACT);
         char *missing = json_dumps(json_object_get(extra, "missing_partitions"), JSON_COMPACT);

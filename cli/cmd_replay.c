@@ -289,31 +289,29 @@ int segd_cmd_replay(int argc, char **argv)
     /* as segd run opens it (the config's store.* settings), read-write: a
      * store another process holds is refused by RocksDB's LOCK */
     segd_store_t *store = segd_app_open_config_store("replay", &a->cfg, a->now_s);
-    segd_err_t e = SEGD_ERR_STORE; /* said by segd_app_open_config_store */
-    /* the check first: a refused replay applies nothing and prints no summary */
-    int check = store ? segd_repair_check("replay", &a->o, store, stop, a->force) : 0;
-    if (check) {
-        rc = check;
+    if (!store) { /* said; a summary of nothing would read as a replay that ran */
+        rc = SEGD_EXIT_FAIL;
         goto out_store;
     }
-    if (store) {
-        bar_t bar = {0};
-        a->o.progress = on_progress;
-        a->o.progress_ctx = &bar;
-        char err[512] = "";
-        e = segd_replay_run(&a->o, store, stop, &st, err, sizeof(err));
-        if (bar.started)
-            segd_progress_end(&bar.p);
-        if (e)
-            fprintf(stderr, "segd replay: %s\n", err);
-    }
-    /* the summary also when nothing could start: scripts read it */
+    /* the check first: a refused replay applies nothing and prints no summary */
+    rc = segd_repair_check("replay", &a->o, store, stop, a->force);
+    if (rc)
+        goto out_store;
+    bar_t bar = {0};
+    a->o.progress = on_progress;
+    a->o.progress_ctx = &bar;
+    char err[512] = "";
+    segd_err_t e = segd_replay_run(&a->o, store, stop, &st, err, sizeof(err));
+    if (bar.started)
+        segd_progress_end(&bar.p);
+    if (e)
+        fprintf(stderr, "segd replay: %s\n", err);
+    /* the summary also after a failure midway: scripts read it */
     fprintf(stderr, "replayed %" PRIu64 " messages (%" PRIu64 " events, %" PRIu64
             " segments, %" PRIu64 " dead-lettered, %" PRIu64 " misrouted) from %" PRIu64
             " partitions in %.2f s\n", st.messages, st.events, st.segments, st.dead,
             st.misrouted, st.partitions, segd_mono_s() - t0);
-    if (store)
-        fprintf(stderr, "outbox: %" PRIu64 " entries not yet published (segd run publishes "
+    fprintf(stderr, "outbox: %" PRIu64 " entries not yet published (segd run publishes "
                 "them)\n", segd_store_outbox_depth(store));
     if (st.lost)
         fprintf(stderr, "lost: %" PRIu64 " offsets of the ranges were deleted by retention or "

@@ -122,14 +122,15 @@ static int joined(segd_pipeline_t *p)
 }
 
 /* While the group has given this member nothing, /readyz says "unassigned", and
- * this log line (once per run) says why that can last. The coordinator hands out
+ * this log line (once per run) says why that can last. Not while no broker
+ * answers: that is the reason then, said by pipeline_brokers.c. The coordinator hands out
  * partitions only once every member it knows has rejoined or timed out. A member
  * that stopped without leaving the group (killed, or a static member's earlier
  * run on brokers without static membership) is waited for up to its session
  * timeout. */
 static void log_unassigned(segd_pipeline_t *p)
 {
-    if (p->rebalanced || p->unassigned_logged ||
+    if (p->rebalanced || p->unassigned_logged || segd_pipeline_brokers_are_down(p) ||
         segd_mono_s() - p->st.created_s < UNASSIGNED_NOTE_MS / 1000.0)
         return;
     p->unassigned_logged = 1;
@@ -171,6 +172,7 @@ static segd_err_t step_links(segd_pipeline_t *p, char *errstr, size_t n)
 segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
 {
     double t0 = segd_mono_s();
+    segd_pipeline_brokers_step(p);
     log_unassigned(p);
     advance_gc(p);
     segd_pipeline_unread_retry(p);
@@ -218,6 +220,7 @@ segd_err_t segd_pipeline_new(segd_pipeline_t **out, const segd_config_t *cfg,
     segd_pipeline_t *p = calloc(1, sizeof(*p));
     if (!p)
         return SEGD_ERR_NOMEM;
+    pthread_mutex_init(&p->brokers_mu, NULL);
     p->cfg = cfg;
     p->store = store;
     p->stop = stop;
@@ -345,6 +348,7 @@ void segd_pipeline_destroy(segd_pipeline_t *p)
     segd_ingest_destroy(p->ingest);
     segd_applier_free(&p->ap);
     segd_lag_destroy(p->lag);
+    pthread_mutex_destroy(&p->brokers_mu);
     free(p);
 }
 

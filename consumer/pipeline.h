@@ -123,6 +123,10 @@ void segd_pipeline_set_metrics(segd_pipeline_t *p, segd_metrics_t *m);
 segd_err_t segd_pipeline_lags(segd_pipeline_t *p, segd_partition_lag_t **out, size_t *n,
                               int *assigned, int64_t *age_ms);
 
+/* Why no broker answers (for /readyz), copied to out; returns 0 and leaves
+ * out empty while one does. Thread-safe. */
+int segd_pipeline_brokers_down(segd_pipeline_t *p, char *out, size_t size);
+
 /* The input topic's partition count from the brokers (SEGD_ERR_NOTFOUND
  * for a topic they do not know); remembered for the misrouted check. */
 segd_err_t segd_pipeline_partitions(segd_pipeline_t *p, const char *topic, int32_t *count,

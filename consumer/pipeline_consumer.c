@@ -23,13 +23,16 @@
  * whose metadata requests let brokers that auto-create topics (the dev broker)
  * create them. Where brokers do not create topics (production Kafka), a missing
  * topic stops segd run at start, named, with nothing consumed. Brokers that do
- * not answer are no reason to refuse, because ingest waits for them. */
+ * not answer are no reason to refuse, because ingest waits for them: a short
+ * probe says so first (pipeline_brokers.c), and the topics go unchecked. */
 segd_err_t segd_pipeline_check_topics(segd_pipeline_t *p, char *errstr, size_t n)
 {
     const segd_config_t *cfg = p->cfg;
     rd_kafka_t *rk = segd_dlq_producer(p->dlq);
     char why[512];
     int32_t count;
+    if (segd_pipeline_brokers_probe(p)) /* said, and no use waiting for each topic */
+        return SEGD_OK;
     for (size_t i = 0; rk && i <= cfg->n_topics; i++) {
         const char *topic = i < cfg->n_topics ? cfg->topics[i] : cfg->dlq_topic;
         if (!topic || !*topic)
@@ -99,7 +102,6 @@ static void fetch_sizes(const segd_config_t *cfg, char queued[24], char fetch[24
  * password: librdkafka does not put credentials in its messages. */
 static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
 {
-    (void)rk;
     segd_pipeline_t *p = segd_klog_owner(opaque);
     if (!p)
         return;
@@ -110,11 +112,8 @@ static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
                             ? "TLS failed (a certificate verify failed means the broker's "
                               "certificate is not signed by a CA in kafka.ssl.ca.location)"
                             : NULL;
-    if (!check) {
-        segd_log(LOG(p), SEGD_LOG_WARN, "pipeline", "consumer: %s: %s",
-                 rd_kafka_err2name(err), reason);
-        return;
-    }
+    if (!check) /* unreachable brokers and the rest (consumer/pipeline_brokers.c) */
+        return segd_pipeline_error_cb(rk, err, reason, opaque);
     if (p->refused[0])
         return;
     snprintf(p->refused, sizeof(p->refused), "kafka: %s: %s", check, reason);
@@ -180,8 +179,8 @@ static segd_err_t new_consumer(segd_pipeline_t *p, const char *client_id,
  * its session times out. It also holds every rebalance of a group that has
  * members for session.timeout.ms less 1 s (rd_kafka_mock_cgrp_rebalance),
  * restarts included, which with the default 45 s means 44 s of /readyz
- * "unassigned". Brokers that do not answer within the wait are taken for real
- * ones. */
+ * "unassigned". Brokers that do not answer within the wait, or that did not
+ * answer the start's probe (not waited for), are taken for real ones. */
 static int mock_brokers(rd_kafka_t *rk)
 {
     char *id = rd_kafka_clusterid(rk, CLUSTER_ID_WAIT_MS);
@@ -203,7 +202,7 @@ segd_err_t segd_pipeline_subscribe(segd_pipeline_t *p, char *errstr, size_t n)
         snprintf(client_id, sizeof(client_id), "segd");
     if (!err)
         err = new_consumer(p, client_id, member, 0, errstr, n);
-    if (!err && mock_brokers(p->consumer)) {
+    if (!err && !segd_pipeline_brokers_are_down(p) && mock_brokers(p->consumer)) {
         rd_kafka_destroy(p->consumer); /* never subscribed: nothing to leave */
         p->consumer = NULL;
         member[0] = 0;

@@ -6,6 +6,7 @@
 #define SEGD_PIPELINE_INT_H
 
 #include <librdkafka/rdkafka.h>
+#include <pthread.h>
 #include <stdint.h>
 
 #include "consumer/apply.h"
@@ -108,6 +109,11 @@ struct segd_pipeline {
     uint64_t commits_resent;
     int64_t session_timeout_ms; /* the consumer's, for the log of a long wait */
     int unassigned_logged;      /* that wait was explained */
+    /* reachability of the brokers (consumer/pipeline_brokers.c) */
+    pthread_mutex_t brokers_mu; /* guards brokers_down: /readyz reads it */
+    char brokers_down[512];     /* why no broker answers; empty while one does */
+    char broker_cause[256];     /* librdkafka's last connection failure, in short */
+    int64_t brokers_check_ms;   /* monotonic time of the next check while down */
     pipeline_metrics_t mx;
 };
 
@@ -193,6 +199,20 @@ void segd_pipeline_wait_for_publisher(segd_pipeline_t *p);
 segd_err_t segd_pipeline_check_topics(segd_pipeline_t *p, char *errstr, size_t n);
 /* Makes p->consumer and subscribes it to the input topics. */
 segd_err_t segd_pipeline_subscribe(segd_pipeline_t *p, char *errstr, size_t n);
+
+/* ---------- broker reachability (consumer/pipeline_brokers.c) ---------- */
+
+/* At start: 1 when no broker answers (said in the log and kept for /readyz),
+ * so that the start's topic checks do not wait for them. */
+int segd_pipeline_brokers_probe(segd_pipeline_t *p);
+/* The consumer's error_cb (served by consumer_poll on the pipeline's thread);
+ * opaque is its segd_klog_t. */
+void segd_pipeline_error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque);
+/* Each step while no broker answers: asks again, at most every second, and
+ * says when one does. */
+void segd_pipeline_brokers_step(segd_pipeline_t *p);
+/* 1 while no broker answers. Pipeline thread. */
+int segd_pipeline_brokers_are_down(segd_pipeline_t *p);
 
 /* ---------- metrics (consumer/pipeline_metrics.c) ---------- */
 

@@ -145,8 +145,9 @@ segd_err_t segd_publisher_new(segd_publisher_t **out, segd_store_t *store,
         p->max_message = message_budget(p);
     /* A missing change topic is refused now. Unreachable brokers are not an
      * error yet, because every cycle asks again and the outbox keeps the
-     * deltas meanwhile. */
-    if (!err && segd_publisher_ensure_partitions(p, 0, errstr, n) == SEGD_ERR_NOTFOUND)
+     * deltas meanwhile, and brokers known not to answer are not waited for. */
+    if (!err && !o->brokers_down &&
+        segd_publisher_ensure_partitions(p, 0, errstr, n) == SEGD_ERR_NOTFOUND)
         err = SEGD_ERR_NOTFOUND;
     if (err) {
         segd_publisher_destroy(p);

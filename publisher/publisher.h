@@ -56,6 +56,9 @@ typedef struct segd_publisher_opts {
     int64_t ack_timeout_ms;         /* wait for acks per cycle, default 30000 */
     const char *const *kafka_props; /* extra librdkafka producer settings: k, v, ..., NULL */
     const segd_log_t *log;          /* borrowed, outlives the publisher; NULL = default */
+    int brokers_down;               /* the caller found no broker answering: new does
+                                     * not wait for the change topic's metadata (the
+                                     * first cycle asks); default 0 */
 } segd_publisher_opts_t;
 
 typedef struct segd_publisher_stats {

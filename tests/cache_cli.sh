@@ -205,6 +205,32 @@ grep -q "msg=\"snapshot: 4 units of ${tp}events\" units=4 topic=${tp}events user
   fail "run did not log its snapshots"
 [ "$(grep -l '"records_format": "native"' "$tmp/periodic/${tp}events"/p-*/manifest.json | wc -l)" = 4 ] ||
   fail "snapshot.format = native did not reach segd run's units"
+# A cache pointed at another change topic than its units' manifests name
+# would serve the snapshot unchanged for ever (issue 30): refused at start,
+# exit 2, naming both, whether the topic exists or not.
+for wrong in "${tp}events" "${tp}nosuch4"; do
+  rc=0
+  timeout 60 "$segd" cache --snapshot "$tmp/snap" --brokers "$brokers" --changes "$wrong" \
+    --listen 127.0.0.1:$(free_port) --now $now --horizon-s $horizon 2> "$tmp/wrong.log" || rc=$?
+  [ $rc = 2 ] || fail "cache --changes $wrong: exit $rc, want 2: $(cat "$tmp/wrong.log")"
+  grep -q -- "--changes $wrong is not the change topic the snapshot's units were taken beside (${tp}segments.changes, named in their manifests)" "$tmp/wrong.log" ||
+    fail "cache --changes $wrong: $(cat "$tmp/wrong.log")"
+  if grep -q "serving" "$tmp/wrong.log"; then fail "cache --changes $wrong served"; fi
+done
+# units that name a change topic the brokers do not have: refused too
+mkdir -p "$tmp/snap2"
+cp -r "$tmp/snap/${tp}events" "$tmp/snap2/"
+sed -i "s/\"${tp}segments.changes\"/\"${tp}nosuch5\"/" "$tmp/snap2/${tp}events"/p-*/manifest.json
+grep -q "\"${tp}nosuch5\"" "$tmp/snap2/${tp}events/p-00000/manifest.json" || fail "manifest not edited"
+rc=0
+timeout 60 "$segd" cache --snapshot "$tmp/snap2" --brokers "$brokers" --changes "${tp}nosuch5" \
+  --listen 127.0.0.1:$(free_port) --now $now --horizon-s $horizon 2> "$tmp/wrong.log" || rc=$?
+[ $rc != 0 ] || fail "cache on a change topic that does not exist: exit 0"
+# Kafka answers "unknown topic"; the mock creates it on the tail's metadata
+# request, empty, which falls short of the units' positions
+grep -Eq "change topic ${tp}nosuch5: .*Unknown topic|${tp}nosuch5/[0-9]+ ends at offset 0 but the snapshot's position is" "$tmp/wrong.log" ||
+  fail "cache on a missing change topic: $(cat "$tmp/wrong.log")"
+if grep -q "serving" "$tmp/wrong.log"; then fail "cache on a missing change topic served"; fi
 kill -TERM $run_pid
 wait $run_pid || fail "segd run exit $?"
 echo "cache_cli: ok"

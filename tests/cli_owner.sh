@@ -103,12 +103,12 @@ grep -q "misrouted=0" "$tmp/run.log" || fail "run log: no misrouted=0"
 "$segd" get --db "$tmp/db" --now 1800000000 --config "$tmp/segd.conf" "$mine1" "$mine2" \
   > "$tmp/get.out" 2> "$tmp/get.err" || fail "get of owned users"
 [ ! -s "$tmp/get.err" ] || fail "note for owned users: $(cat "$tmp/get.err")"
-grep -q "^$mine1: 1 live segments" "$tmp/get.out" || fail "get: $(cat "$tmp/get.out")"
+grep -q "^$mine1: 1 live segment$" "$tmp/get.out" || fail "get: $(cat "$tmp/get.out")"
 "$segd" get --db "$tmp/db" --now 1800000000 --config "$tmp/segd.conf" "$other" \
   > "$tmp/get.out" 2> "$tmp/get.err" || fail "get of a user of another instance: exit $?"
 po=$(part "$other")
 grep -qx "user $other is in partition $po, owned by another instance: this store may be stale" \
   "$tmp/get.err" || fail "no stale note: $(cat "$tmp/get.err")"
-grep -q "^$other: 0 live segments" "$tmp/get.out" || fail "not answered: $(cat "$tmp/get.out")"
+grep -q "^$other: unknown (no record in this store), 0 live segments" "$tmp/get.out" || fail "not answered: $(cat "$tmp/get.out")"
 "$segd" stats --db "$tmp/db" | grep -q "^misrouted events       0$" || fail "stats: no misrouted line"
 echo "ok"

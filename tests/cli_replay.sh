@@ -103,8 +103,8 @@ set +e
 set -e
 [ $rc = 1 ] || fail "replay into a locked store: exit $rc"
 grep -q "LOCK" "$tmp/lock.log" || fail "lock message: $(cat "$tmp/lock.log")"
-summary "$tmp/lock.log" | grep -q "^replayed 0 messages (0 events, 0 segments, 0 dead-lettered, 0 misrouted) from 0 partitions in " \
-  || fail "no summary when the store is locked: $(cat "$tmp/lock.log")"
+# only the error: a summary of 0 messages would read as a replay that ran (issue 30)
+if grep -q "^replayed " "$tmp/lock.log"; then fail "a summary after the lock error: $(cat "$tmp/lock.log")"; fi
 # show only reads (read-only open, issue 23): it works beside segd run
 set +e; "$segd" offsets show --db "$tmp/r" > /dev/null 2>&1; rc=$?; set -e
 [ $rc = 0 ] || fail "offsets show beside segd run: exit $rc"

@@ -2,7 +2,9 @@
 # `segd stats` says when "bytes per live segment" means nothing: before a
 # flush (the data sits in memtables, outside the SST bytes it divides) and
 # on a store so small that per-file overheads, not records, make the figure
-# (issue 23). On a store of some size it is SST bytes / live segments.
+# (issue 23). On a store of some size it is SST bytes / live segments. Its
+# users (live segments) and records (known users), and `segd get` of an
+# unknown user (issue 30).
 # usage: cli_stats_figure.sh SEGD_BIN SOURCE_DIR
 set -euo pipefail
 segd=$1
@@ -23,6 +25,18 @@ field() { /usr/bin/python3 -c 'import json,sys; print(json.load(open(sys.argv[1]
 "$segd" stats --db "$tmp/tiny" --now $now > "$tmp/s1.txt"
 grep -q '^bytes per live segment n/a (not flushed: 150 writes in memtables' "$tmp/s1.txt" ||
     fail "text stats before a flush: $(grep 'per live' "$tmp/s1.txt")"
+
+# 1b. the words match what is counted (issue 30): an erased user keeps its
+# record (a cache counts it among its users) but has no live segment; a user
+# without a record is said to be unknown, not to have 0 live segments
+"$segd" erase --db "$tmp/tiny" u0000000001 >/dev/null
+"$segd" stats --db "$tmp/tiny" --now $now > "$tmp/s1b.txt"
+grep -qx 'users (live segments)  2' "$tmp/s1b.txt" && grep -qx 'records (known users)  3' "$tmp/s1b.txt" ||
+    fail "stats' users and records: $(head -2 "$tmp/s1b.txt")"
+"$segd" get --db "$tmp/tiny" --now $now nobody u0000000001 > "$tmp/get.txt"
+grep -qx 'nobody: unknown (no record in this store), 0 live segments' "$tmp/get.txt" ||
+    fail "get of an unknown user: $(cat "$tmp/get.txt")"
+grep -qx 'u0000000001: 0 live segments' "$tmp/get.txt" || fail "get of an erased user: $(cat "$tmp/get.txt")"
 
 # 2. flushed and compacted, but three users: the files' fixed parts dominate
 "$segd" compact --db "$tmp/tiny" --now $now >/dev/null

@@ -66,7 +66,7 @@ import json,sys; print(sum(any(s['id'] == $seg for s in json.loads(l)['segments'
 [ "$(holders)" -gt 0 ] || fail "nobody holds segment $seg"
 "$segd" segments retire --config "$tmp/segd.conf" --brokers "$brokers" --topic "${tp}events" \
   --db "$tmp/db" --wait-s 120 "$seg" > "$tmp/retire.out" 2> "$tmp/retire.log" || fail "retire --brokers exit $?: $(cat "$tmp/retire.log")"
-grep -q "^produced a retirement of 1 segments before ts_ms [0-9]* to all 2 partitions of ${tp}events$" \
+grep -q "^produced a retirement of 1 segment before ts_ms [0-9]* to all 2 partitions of ${tp}events$" \
   "$tmp/retire.out" || fail "retire said: $(cat "$tmp/retire.out")"
 grep -q "^applied: $tmp/db lists all 1 retirements$" "$tmp/retire.out" || fail "$(cat "$tmp/retire.out")"
 "$segd" segments list-retired --db "$tmp/db" | grep -Eq "^$seg +[0-9]+$" || fail "not listed"

@@ -116,7 +116,7 @@ wait_cache "$full" "after load"
 "$segd" segments retire --config "$tmp/segd.conf" --brokers "$brokers" --topic "${tp}events" \
   --db "$tmp/db" --wait-s 120 --partner 7 > "$tmp/retire.out" 2> "$tmp/retire.log" ||
   fail "retire --partner exit $?: $(cat "$tmp/retire.log")"
-grep -q "^produced a retirement of 1 partners before ts_ms [0-9]* to all 2 partitions of ${tp}events$" \
+grep -q "^produced a retirement of 1 partner before ts_ms [0-9]* to all 2 partitions of ${tp}events$" \
   "$tmp/retire.out" || fail "retire said: $(cat "$tmp/retire.out")"
 grep -q "^applied: $tmp/db lists all 1 retirements$" "$tmp/retire.out" || fail "$(cat "$tmp/retire.out")"
 at=$(sed -n 's/^produced .* before ts_ms \([0-9]*\) .*/\1/p' "$tmp/retire.out")
