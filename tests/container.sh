@@ -32,8 +32,10 @@ ct_cleanup() {
     podman logs "$n" > "$tmp/$n.log" 2>&1 || true
     podman rm -f -t 5 "$n" >/dev/null 2>&1 || true
   done
-  # the layers stay in podman's cache (the next build reuses them); the tag goes
-  [ -n "${SEGD_CONTAINER_KEEP_IMAGE:-}" ] || podman rmi "$image" >/dev/null 2>&1 || true
+  # The tag goes, the image stays: `podman rmi` would delete the runtime
+  # stage's cached layers with it (its parents), and the next build would
+  # install the runtime packages again. `podman image prune` frees them.
+  [ -n "${SEGD_CONTAINER_KEEP_IMAGE:-}" ] || podman untag "$image" "$image" >/dev/null 2>&1 || true
   lib_cleanup
   [ $own_kafka = 0 ] || bash "$lib_root/scripts/kafka.sh" stop >/dev/null 2>&1 || true
 }
