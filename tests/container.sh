@@ -121,7 +121,7 @@ chown 10001:10001 "$vol" 2>/dev/null || chmod 0777 "$vol"
 mport=$(free_port)
 run_name="segd-container-run-$$"
 names+=("$run_name")
-pm run -d --name "$run_name" --network host -v "$vol:/var/lib/segd" \
+pm run -d --name "$run_name" --health-interval disable --network host -v "$vol:/var/lib/segd" \
   -e SEGD_METRICS_LISTEN=127.0.0.1:$mport -e SEGD_CHANGES_TOPIC="$changes" \
   -e SEGD_STORE_HORIZON_S=$horizon -e SEGD_STORE_MIN_FREE_MB=8 \
   "$image" run --brokers "$brokers" --topic "${tp}events" --group "${tp}g" \
@@ -160,7 +160,7 @@ sleep 1 # let the publisher acknowledge the last batches
 # --- units from the image's segd snapshot export, into the volume --------------
 export_name="segd-container-export-$$"
 names+=("$export_name")
-pm run --name "$export_name" --network host -v "$vol:/var/lib/segd" -e SEGD_METRICS_LISTEN=off \
+pm run --name "$export_name" --no-healthcheck --network host -v "$vol:/var/lib/segd" -e SEGD_METRICS_LISTEN=off \
   "$image" snapshot export --db /var/lib/segd/db --changes-topic "$changes" \
   --to /var/lib/segd/snap --now $now --horizon-s $horizon --format native > "$tmp/export.log" 2>&1 ||
   cfail "snapshot export in the image: $(tail -5 "$tmp/export.log")"
@@ -171,7 +171,7 @@ grep -q "snapshot: 4 units of ${tp}events (4 partitions" "$tmp/export.log" ||
 port=$(free_port)
 cache_name="segd-container-cache-$$"
 names+=("$cache_name")
-pm run -d --name "$cache_name" --network host -v "$vol:/var/lib/segd:ro" -e SEGD_METRICS_LISTEN=off \
+pm run -d --name "$cache_name" --no-healthcheck --network host -v "$vol:/var/lib/segd:ro" -e SEGD_METRICS_LISTEN=off \
   "$image" cache --snapshot /var/lib/segd/snap --brokers "$brokers" --changes "$changes" \
   --listen 127.0.0.1:$port --now $now --horizon-s $horizon > "$tmp/cache-id.out" 2>&1 ||
   cfail "podman run segd cache: $(cat "$tmp/cache-id.out")"
