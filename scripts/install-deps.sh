@@ -21,6 +21,10 @@ if [ "${SEGD_DEPS:-all}" != build ]; then
   # the real schema registry of tests/schema_registry.sh (scripts/registry.sh)
   # runs from Maven Central's jars too; curl asks it whether it is up
   pkgs+=(curl)
+  # tests/container.sh: docker/Dockerfile built and run with podman (runc as
+  # its runtime: crun cannot use hybrid cgroups), on a base image made with
+  # debootstrap where no image registry is reachable
+  pkgs+=(podman runc debootstrap)
 fi
 missing=()
 for p in "${pkgs[@]}"; do

@@ -2,7 +2,9 @@
 # The test command: installs dependencies if missing, builds (warnings are
 # errors), runs the suite under ctest (but the slow ones of twice_slow), then the
 # whole suite under ASan+UBSan (but the chaos and fleet trials: processes killed at
-# random, already run above), then the threaded tests under ThreadSanitizer.
+# random, already run above; and container, whose segd is the image's, built
+# from source in it, not the sanitized one), then the threaded tests under
+# ThreadSanitizer.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/install-deps.sh
@@ -48,7 +50,7 @@ cmake --build build-asan -j"$jobs"
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
    LSAN_OPTIONS=suppressions="$PWD/../tests/lsan.supp" \
    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-   ctest --output-on-failure -j"$test_jobs" -E '^(chaos|fleet)$')
+   ctest --output-on-failure -j"$test_jobs" -E '^(chaos|fleet|container)$')
 # ThreadSanitizer: the unit tests (edge cache shards, RocksDB's threads in the
 # merge operator and filter, the publisher thread, the HTTP and RESP servers,
 # the restorer, the change tail) and snapshot_cli (the exporter's lanes).

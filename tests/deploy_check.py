@@ -82,18 +82,28 @@ def dockerfile_stages():
     """[(base image, alias, [(instruction, args)])] of docker/Dockerfile."""
     text = re.sub(r"\\\n", " ", open(os.path.join(DOCKER, "Dockerfile")).read())
     stages = []
+    args = {}  # ARGs before the first FROM, with their defaults (FROM ${BASE})
     for line in text.splitlines():
         line = line.strip()
         if not line or line.startswith("#"):
             continue
         instr, _, rest = line.partition(" ")
         instr = instr.upper()
-        if instr == "FROM":
+        if instr == "ARG" and not stages:
+            name, _, default = rest.strip().partition("=")
+            args[name] = re.sub(r"\$\{(\w+)\}", lambda m: args.get(m.group(1), ""), default)
+        elif instr == "FROM":
             m = re.match(r"(\S+)(?:\s+AS\s+(\S+))?", rest, re.I)
-            stages.append((m.group(1), m.group(2), []))
+            image = re.sub(r"\$\{(\w+)\}", lambda m: args.get(m.group(1), "?"), m.group(1))
+            stages.append((image, m.group(2), []))
         else:
             stages[-1][2].append((instr, rest.strip()))
     return stages
+
+
+def debian12(image):
+    """debian:12, debian:12-slim, or one imported as .../debian:12 (localhost/debian:12)."""
+    return re.fullmatch(r"(?:[\w.\-:]+/)?debian:12(?:-slim)?", image) is not None
 
 
 def image_env(stage):
@@ -315,8 +325,8 @@ def check_dockerfile():
     stages = dockerfile_stages()
     check(len(stages) >= 2, "Dockerfile is not multi-stage")
     build, final = stages[0], stages[-1]
-    check(build[0] == "debian:12" and build[1], "build stage is not debian:12 AS name")
-    check(final[0].startswith("debian:12"), "runtime stage is not Debian 12: %s" % final[0])
+    check(debian12(build[0]) and build[1], "build stage is not debian:12 AS name: %s" % build[0])
+    check(debian12(final[0]), "runtime stage is not Debian 12: %s" % final[0])
     instrs = final[2]
     users = [a for i, a in instrs if i == "USER"]
     check(users and users[-1] not in ("root", "0"), "runtime stage runs as root")
@@ -344,9 +354,10 @@ def check_dockerfile():
     if prefix and copy:
         dest = copy[0].split()[-1].rstrip("/")
         check('"%s/bin/segd"' % dest in entry, "ENTRYPOINT %s is not %s/bin/segd" % (entry, dest))
-    for i, a in build[2]:
-        if i == "COPY":
-            check(a.split()[0] == ".", "build stage copies %s, not the whole context" % a)
+    # the whole context, last (before it only files the package layer needs)
+    copies = [a for i, a in build[2] if i == "COPY"]
+    check(copies and copies[-1].split()[0] == ".",
+          "build stage does not copy the whole context last: %s" % copies)
     # COPY . . must not bring a local build tree (its CMakeCache.txt names another path)
     ignore = os.path.join(SRC, ".dockerignore")
     patterns = [l.strip() for l in open(ignore) if l.strip() and not l.startswith("#")] \
@@ -450,6 +461,13 @@ def main():
     check(compose["services"]["kafka"]["image"].startswith("apache/kafka:") and
           "broker,controller" in compose["services"]["kafka"]["environment"][
               "KAFKA_PROCESS_ROLES"], "kafka is not apache/kafka in KRaft mode")
+    # the Kafka the tests run (scripts/kafka.sh's KAFKA_VERSION, README's "tested against")
+    tested = re.search(r"^KAFKA_VERSION=(\S+)", open(os.path.join(SRC, "scripts", "kafka.sh")).read(),
+                       re.M)
+    for s in ("kafka", "kafka-init"):
+        check(tested and compose["services"][s]["image"] == "apache/kafka:" + tested.group(1),
+              "%s: image %s is not the tested Apache Kafka %s" % (
+                  s, compose["services"][s]["image"], tested and tested.group(1)))
     check(compose["services"]["snapshots"]["image"].startswith("nginx"), "snapshots: not nginx")
     check(compose["services"]["segd-cache"]["command"][0] == "cache", "segd-cache: not segd cache")
     check_files(compose)
