@@ -739,6 +739,37 @@ static void test_empty_topic_keeps_history(void **state)
     segd_config_free(&cfg);
 }
 
+/* A store that starts at the end on purpose (input.offset.reset = latest)
+ * consumes nothing of partitions that hold only older messages, so it has no
+ * position and no stored offset there: it skips that history by choice and
+ * must not wait for it (review: W never began). */
+static void test_latest_start_ends_history(void **state)
+{
+    fixture_t *f = *state;
+    volatile sig_atomic_t stop = 0;
+    char db[128], err[256];
+    produce_history(f, "before", 20);
+    segd_store_t *s = open_store(f->dir, "latest");
+    snprintf(db, sizeof(db), "%s/latest", f->dir);
+    segd_config_t cfg;
+    base_config(&cfg, f, "g-latest", db);
+    assert_int_equal(segd_config_set(&cfg, "input.offset.reset", "latest", err, sizeof(err)),
+                     SEGD_OK);
+    segd_pipeline_t *p;
+    assert_int_equal(segd_pipeline_new(&p, &cfg, s, &stop, err, sizeof(err)), SEGD_OK);
+    segd_policy_t *pol = segd_store_policy(s);
+    time_t end = time(NULL) + 90;
+    while (segd_policy_ts_floor(pol) == 0 && time(NULL) < end)
+        assert_int_equal(segd_pipeline_step(p, err, sizeof(err)), SEGD_OK);
+    segd_pipeline_stats_t st;
+    segd_pipeline_get_stats(p, &st);
+    segd_pipeline_destroy(p);
+    assert_int_equal(st.messages, 0);
+    assert_true(segd_policy_ts_floor(pol) > 0);
+    segd_store_close(s);
+    segd_config_free(&cfg);
+}
+
 /* Trap 2 of issue 29 #8: a store whose partitions are all read to their end
  * before this process (a rebuilt store, a restart) has nothing to consume, so
  * librdkafka has no position for them, and the member was never caught up:
@@ -952,6 +983,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_idle_topic_keeps_history, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idle_partitions_start_history_end, setup, teardown),
         cmocka_unit_test_setup_teardown(test_empty_topic_keeps_history, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_latest_start_ends_history, setup, teardown),
         cmocka_unit_test_setup_teardown(test_broker_outage_stalls_then_resumes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_sigkill_and_restart, setup, teardown),
     };
