@@ -401,12 +401,14 @@ static void disarm_exit_watchdog(void)
 /* The units' deltas go to the change topic their manifests name ("changes":
  * {"topic": ...}). A cache following another topic would serve the snapshot
  * as it was for ever and say it had caught up (issue 30), so that is refused
- * before the tail starts. Units that recorded no change topic (a backfilled
- * store's) are not checked. */
+ * before the tail starts. Units that recorded no change topic, or no position
+ * on it (a store that never published a delta: a backfilled or empty one,
+ * whose export names only its configuration's default topic), have no
+ * changes to miss there and are not checked. */
 static int check_changes_topic(const cache_args_t *a, cache_state_t *cs)
 {
     const char *named = cs->manifest.changes_topic;
-    if (!named || !strcmp(named, a->changes))
+    if (!named || !cs->manifest.n_changes || !strcmp(named, a->changes))
         return 0;
     segd_log(cs->log, SEGD_LOG_ERROR, "cache",
              "--changes %s is not the change topic the snapshot's units were taken beside "
