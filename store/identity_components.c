@@ -55,10 +55,10 @@ static uint32_t be32(const uint8_t *p)
 
 static segd_err_t corrupt_list(const char *k, size_t kl, char *errstr, size_t n)
 {
-    char bad[80];
-    segd_ident_printable(bad, sizeof(bad), (const uint8_t *)k, kl);
+    char bad[80]; /* the master: the key without its 'm' */
+    segd_ident_printable(bad, sizeof(bad), (const uint8_t *)k + 1, kl - 1);
     return segd_errf(SEGD_ERR_CORRUPT, errstr, n,
-                     "bad member list %s (segd identity rebuild rewrites it)", bad);
+                     "bad member list of %s (segd identity rebuild rewrites it)", bad);
 }
 
 /* One `m` record: its head says the size; kept when at least min_size. */
