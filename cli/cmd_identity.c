@@ -2,6 +2,8 @@
  *   rebuild --db DIR [--min-weight W] [--max-component N]: offline components
  *   check --db DIR A B: "connected master=M" (exit 0) or "not connected" (1)
  *   members --db DIR ID: the component, the master first
+ *   components --db DIR [--min-size N] [--limit N] [--json]: every component
+ *     of N ids or more, largest first (store/identity_components.h)
  *   stats --db DIR [--topic T]: links the super-node guard refused
  *     (count/identity_supernode) and the sum of the links topic's stored offsets
  *   produce --brokers B [--topic T] [--framing F] FILE|-: JSON-lines link
@@ -25,14 +27,17 @@
 #include "consumer/config.h"
 #include "consumer/member_outbox.h"
 #include "store/identity.h"
+#include "store/identity_components.h"
 #include "transport/kconf.h"
 #include "wire/link_event.h"
+#include "wire/profile_json.h"
 
 typedef struct id_args {
     const char *db, *brokers, *topic, *config;
     double min_weight;
     int64_t max_component, max_links; /* 0: not given */
-    int weight_given, no_changes;
+    int64_t min_size, limit;          /* components */
+    int weight_given, no_changes, json;
     segd_framing_t framing;
     segd_config_t cfg; /* --config's, when given */
 } id_args_t;
@@ -43,6 +48,7 @@ static void usage(FILE *f)
             "usage: segd identity rebuild --db DIR [--min-weight W] [--max-component N]\n"
             "       segd identity check --db DIR A B\n"
             "       segd identity members --db DIR ID\n"
+            "       segd identity components --db DIR [--min-size N] [--limit N] [--json]\n"
             "       segd identity stats --db DIR [--topic T]\n"
             "       segd identity produce --brokers HOST:PORT|--config FILE [--topic T]\n"
             "                             [--framing raw|single-object] FILE|-\n"
@@ -57,9 +63,20 @@ static void usage(FILE *f)
             "    (default 0.5, identity.min.weight), master = the oldest first-seen;\n"
             "    where UNLINKs split components. Offline: stop segd run first.\n"
             "  check: exit 0 and \"connected master=M\", or exit 1 \"not connected\"\n"
-            "  check, members, stats: read-only, they work beside a running segd run\n"
+            "  check, members, components, stats: read-only, they work beside a running\n"
+            "    segd run (one consistent view of the store)\n"
+            "  components: each component of at least --min-size ids (default 2; one id\n"
+            "    alone is never listed), largest first, ties by master id, at most\n"
+            "    --limit (default all): \"MASTER size=N members=M,A,B\" (the master\n"
+            "    first; beyond 20 members \"\u2026+K more\"), --json: one\n"
+            "    {\"master\",\"size\",\"members\"} a line, every member. Cost on a large\n"
+            "    graph: one scan of the member lists (one key per component of 2+ ids),\n"
+            "    memory for each matching (master, size) pair, and one read per\n"
+            "    component printed\n"
             "  produce: JSON lines {\"id_a\",\"id_b\",\"op\",\"ts_ms\",\"weight\"?,\"source\"?}\n"
-            "    to the links topic (default segments.links)\n"
+            "    to the links topic (default segments.links); prints \"produced N link\n"
+            "    events (L links, U unlinks) to TOPIC: delivered D of N\" and exits 1\n"
+            "    unless a broker acknowledged every one\n"
             "  backfill: the same JSON lines applied to the store in file order, as\n"
             "    segd run applies the links topic (guard included); membership changes\n"
             "    go to the outbox for the next segd run to publish (--no-changes: not;\n"
@@ -79,6 +96,9 @@ static int parse(int argc, char **argv, id_args_t *a)
                                          {"max-links", required_argument, 0, 'L'},
                                          {"config", required_argument, 0, 'C'},
                                          {"no-changes", no_argument, 0, 'n'},
+                                         {"min-size", required_argument, 0, 's'},
+                                         {"limit", required_argument, 0, 'l'},
+                                         {"json", no_argument, 0, 'j'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     int c;
@@ -114,6 +134,15 @@ static int parse(int argc, char **argv, id_args_t *a)
                 return -1;
             break;
         case 'n': a->no_changes = 1; break;
+        case 's':
+            if (segd_arg_int("identity", "--min-size", optarg, 2, 100000000, &a->min_size))
+                return -1;
+            break;
+        case 'l':
+            if (segd_arg_int("identity", "--limit", optarg, 1, INT64_MAX, &a->limit))
+                return -1;
+            break;
+        case 'j': a->json = 1; break;
         case 'h': usage(stdout); return 1;
         default: usage(stderr); return -1;
         }
@@ -245,6 +274,74 @@ static int cmd_members(const id_args_t *a, const char *x)
     return e ? SEGD_EXIT_FAIL : SEGD_EXIT_OK;
 }
 
+/* ---------- components ---------- */
+
+#define COMPONENT_TEXT_MEMBERS 20 /* a line stays readable; --json has them all */
+
+static int print_component_text(const segd_ident_component_t *c)
+{
+    printf("%.*s size=%zu members=", (int)c->master_len, c->master, c->size);
+    size_t shown = c->size > COMPONENT_TEXT_MEMBERS ? COMPONENT_TEXT_MEMBERS : c->size;
+    for (size_t i = 0; i < shown; i++)
+        printf("%s%.*s", i ? "," : "", (int)c->members[i].len, c->members[i].s);
+    if (shown < c->size)
+        printf(" \u2026+%zu more", c->size - shown);
+    return putchar('\n') == EOF;
+}
+
+static int print_component_json(segd_buf_t *out, const segd_ident_component_t *c)
+{
+    out->len = 0;
+    segd_err_t e = segd_buf_append(out, "{\"master\":", 10);
+    if (!e)
+        e = segd_json_string_text(out, c->master, c->master_len);
+    char mid[48];
+    int k = snprintf(mid, sizeof(mid), ",\"size\":%zu,\"members\":[", c->size);
+    if (!e)
+        e = segd_buf_append(out, mid, (size_t)k);
+    for (size_t i = 0; !e && i < c->size; i++) {
+        if (i)
+            e = segd_buf_append(out, ",", 1);
+        if (!e)
+            e = segd_json_string_text(out, c->members[i].s, c->members[i].len);
+    }
+    if (!e)
+        e = segd_buf_append(out, "]}\n", 3);
+    return e || fwrite(out->data, 1, out->len, stdout) != out->len;
+}
+
+typedef struct comp_print {
+    int json;
+    segd_buf_t line;
+    int failed; /* stdout refused a line (a closed pipe): stop */
+} comp_print_t;
+
+static int print_component(void *ctx, const segd_ident_component_t *c)
+{
+    comp_print_t *p = ctx;
+    p->failed = p->json ? print_component_json(&p->line, c) : print_component_text(c);
+    return p->failed;
+}
+
+static int cmd_components(const id_args_t *a)
+{
+    segd_store_t *s = segd_app_open_reader("identity", a->db, 0);
+    if (!s)
+        return SEGD_EXIT_FAIL;
+    segd_ident_list_opts_t o = {.min_size = a->min_size ? (uint32_t)a->min_size : 2,
+                                .limit = (uint64_t)a->limit};
+    comp_print_t p = {.json = a->json};
+    char err[512] = "";
+    segd_err_t e = segd_ident_components(s, &o, print_component, &p, NULL, err, sizeof(err));
+    segd_buf_free(&p.line);
+    segd_store_close(s);
+    if (e)
+        fprintf(stderr, "segd identity components: %s\n", err);
+    else if (p.failed || fflush(stdout))
+        fprintf(stderr, "segd identity components: cannot write the listing\n");
+    return e || p.failed ? SEGD_EXIT_FAIL : SEGD_EXIT_OK;
+}
+
 typedef struct sum_ctx {
     const char *topic;
     int64_t sum;
@@ -287,8 +384,27 @@ static int cmd_stats(const id_args_t *a)
 
 /* ---------- produce ---------- */
 
+/* What was queued and what the delivery reports said. Only a broker's
+ * acknowledgement counts as delivered (as segd produce reports). dr_cb runs
+ * in rd_kafka_poll/flush, on this thread. */
+typedef struct link_produced {
+    unsigned long long links, unlinks, delivered, failed;
+    char first_err[160]; /* the first failed report's error */
+} link_produced_t;
+
+static void produce_dr(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
+{
+    link_produced_t *p = opaque;
+    (void)rk;
+    if (!m->err)
+        p->delivered++;
+    else if (!p->failed++)
+        snprintf(p->first_err, sizeof(p->first_err), "%s", rd_kafka_err2str(m->err));
+}
+
 static int produce_line(rd_kafka_t *rk, const id_args_t *a, segd_link_codec_t *codec,
-                        const char *line, size_t len, segd_buf_t *out, long line_no)
+                        const char *line, size_t len, segd_buf_t *out, long line_no,
+                        link_produced_t *p)
 {
     segd_wire_link_t w;
     char err[512];
@@ -311,7 +427,26 @@ static int produce_line(rd_kafka_t *rk, const id_args_t *a, segd_link_codec_t *c
         fprintf(stderr, "segd identity produce: %s\n", rd_kafka_err2str(kerr));
         return -1;
     }
+    if (w.op == SEGD_WIRE_LINK)
+        p->links++;
+    else
+        p->unlinks++;
+    rd_kafka_poll(rk, 0);
     return 0;
+}
+
+/* The summary line, and whether every queued event was acknowledged. */
+static int produce_report(const id_args_t *a, const link_produced_t *p)
+{
+    unsigned long long n = p->links + p->unlinks;
+    printf("produced %llu link events (%llu links, %llu unlinks) to %s: delivered %llu of %llu\n",
+           n, p->links, p->unlinks, a->topic, p->delivered, n);
+    if (p->delivered == n)
+        return 0;
+    fprintf(stderr, "segd identity produce: delivered %llu of %llu to %s: %s (brokers %s)\n",
+            p->delivered, n, a->topic, p->first_err[0] ? p->first_err : "not acknowledged",
+            a->brokers);
+    return -1;
 }
 
 static int cmd_produce(const id_args_t *a, const char *path)
@@ -320,9 +455,14 @@ static int cmd_produce(const id_args_t *a, const char *path)
     if (!f)
         return perror(path), SEGD_EXIT_FAIL;
     char errbuf[512];
+    /* message.timeout.ms bounds the wait for acknowledgements, after which
+     * librdkafka fails what is left: every event then has its report. */
     const char *const defaults[] = {"bootstrap.servers", a->brokers, "enable.idempotence",
-                                    "true", NULL};
+                                    "true", "message.timeout.ms", "30000", NULL};
+    link_produced_t p = {0};
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    rd_kafka_conf_set_dr_msg_cb(conf, produce_dr);
+    rd_kafka_conf_set_opaque(conf, &p);
     rd_kafka_t *rk = NULL;
     /* --config's connection settings: a secured cluster's TLS and SASL */
     if (!segd_kconf_apply(conf, "links producer", defaults, errbuf, sizeof(errbuf)) &&
@@ -346,12 +486,12 @@ static int cmd_produce(const id_args_t *a, const char *path)
         no++;
         while (len && (line[len - 1] == '\n' || line[len - 1] == '\r'))
             len--;
-        if (len && (rc = produce_line(rk, a, codec, line, (size_t)len, &out, no)) > 0)
+        if (len && (rc = produce_line(rk, a, codec, line, (size_t)len, &out, no, &p)) > 0)
             bad++;
     }
-    int left = rd_kafka_flush(rk, 30000) ? rd_kafka_outq_len(rk) : 0;
-    if (left)
-        fprintf(stderr, "segd identity produce: %d messages not delivered\n", left);
+    while (rd_kafka_outq_len(rk) > 0)
+        rd_kafka_flush(rk, 1000);
+    int left = produce_report(a, &p);
     free(line);
     segd_buf_free(&out);
     segd_link_codec_destroy(codec);
@@ -508,6 +648,8 @@ static int run_sub(id_args_t *a, const char *sub, int topic_given, char **args, 
         return cmd_stats(a);
     if (!strcmp(sub, "members") && nargs == 1)
         return cmd_members(a, args[0]);
+    if (!strcmp(sub, "components") && nargs == 0)
+        return cmd_components(a);
     if (!strcmp(sub, "backfill") && nargs >= 1)
         return cmd_backfill(a, args, nargs);
     usage(stderr);

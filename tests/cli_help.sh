@@ -26,7 +26,7 @@ declare -A subs=(
   [segments]="list-retired retire"
   [snapshot]="export verify"
   [bench]="backfill cache identity ingest resp restore serve snapshot store"
-  [identity]="backfill check members produce rebuild stats"
+  [identity]="backfill check components members produce rebuild stats"
 )
 
 longopts() { grep -o -- '--[a-z][a-z0-9-]*' | grep -vx -- '--help' | sort -u || true; }

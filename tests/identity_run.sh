@@ -67,9 +67,13 @@ json.dump({"events": events, "segs": segs, "ids": ids}, open(f"{tmp}/model_in.js
 PY
 
 "$segd" backfill --db "$tmp/db" "$tmp/segs.jsonl" > "$tmp/backfill.log" 2>&1 || fail "backfill"
-"$segd" identity produce --brokers "$brokers" --topic "${tp}segments.links" "$tmp/links1.jsonl" 2> "$tmp/produce.log" \
-  || fail "produce"
+"$segd" identity produce --brokers "$brokers" --topic "${tp}segments.links" "$tmp/links1.jsonl" \
+  > "$tmp/produce.out" 2> "$tmp/produce.log" || fail "produce"
 n1=$(wc -l < "$tmp/links1.jsonl")
+u1=$(grep -c '"op": "UNLINK"' "$tmp/links1.jsonl" || true)
+# what a broker acknowledged, counted by the delivery reports
+grep -qx "produced $n1 link events ($((n1 - u1)) links, $u1 unlinks) to ${tp}segments.links: delivered $n1 of $n1" \
+  "$tmp/produce.out" || fail "produce's report: $(cat "$tmp/produce.out")"
 
 cat > "$tmp/segd.conf" <<CONF
 changes.enable = 0
@@ -92,6 +96,27 @@ for _ in $(seq 150); do
   sleep 0.1
 done
 links_done "$n1" || fail "links not consumed"
+# beside the running writer (idle now: every link applied): a read-only
+# listing that agrees with `identity members` for every id of the model
+"$segd" identity components --db "$tmp/db" --json > "$tmp/comp.json" 2> "$tmp/comp.err" ||
+  fail "identity components beside segd run: $(cat "$tmp/comp.err")"
+python3 - "$segd" "$tmp/db" "$tmp/comp.json" "$tmp/model_in.json" <<'PY' ||
+import json, subprocess, sys
+segd, db = sys.argv[1], sys.argv[2]
+rows = [json.loads(l) for l in open(sys.argv[3])]
+ids = json.load(open(sys.argv[4]))["ids"]
+keys = [(-r["size"], r["master"]) for r in rows]
+assert keys == sorted(keys), keys
+listed = {r["master"]: r["members"] for r in rows}
+for i in ids:
+    m = subprocess.run([segd, "identity", "members", "--db", db, i], check=True,
+                       capture_output=True, text=True).stdout.split()
+    if len(m) >= 2:
+        assert listed.get(m[0]) == m, (i, m, listed.get(m[0]))
+assert sum(len(v) for v in listed.values()) <= len(ids), rows
+assert all(r["size"] == len(r["members"]) >= 2 for r in rows), rows
+PY
+  fail "components beside segd run: $(cat "$tmp/comp.json")"
 "$segd" identity produce --brokers "$brokers" --topic "${tp}segments.links" "$tmp/links2.jsonl" 2>> "$tmp/produce.log" \
   || fail "produce 2"
 for _ in $(seq 150); do

@@ -19,6 +19,7 @@
 
 #include "consumer/apply.h"
 #include "store/identity.h"
+#include "store/identity_components.h"
 #include "store/store_int.h" /* writing junk into the graph's families */
 #include "store_util.h"
 
@@ -711,6 +712,24 @@ static void expect_refused(segd_store_t *s)
     segd_profile_free(&p);
 }
 
+/* Collects a listing as "MASTER:SIZE:M,A,B " (ids of up to 16 bytes). */
+typedef struct comp_text {
+    char s[512];
+    size_t len;
+} comp_text_t;
+
+static int comp_collect(void *ctx, const segd_ident_component_t *c)
+{
+    comp_text_t *t = ctx;
+    t->len += (size_t)snprintf(t->s + t->len, sizeof(t->s) - t->len, "%.*s:%zu:",
+                               (int)c->master_len, c->master, c->size);
+    for (size_t i = 0; i < c->size; i++)
+        t->len += (size_t)snprintf(t->s + t->len, sizeof(t->s) - t->len, "%s%.*s",
+                                   i ? "," : "", (int)c->members[i].len, c->members[i].s);
+    t->len += (size_t)snprintf(t->s + t->len, sizeof(t->s) - t->len, " ");
+    return 0;
+}
+
 /* A rebuild cut short after its first batch (the second write fails)
  * leaves the mark: segd run's handle (segd_ident_new, also backfill's) and
  * every read refuse with the message; a second rebuild completes, clears
@@ -747,6 +766,12 @@ static void test_rebuild_interrupted(void **state)
                      SEGD_OK);
     assert_true(mark > 0);
     expect_refused(s);
+    segd_ident_list_opts_t lo = {.min_size = 2};
+    comp_text_t ct = {0};
+    assert_int_equal(segd_ident_components(s, &lo, comp_collect, &ct, NULL, err, sizeof(err)),
+                     SEGD_ERR_INVALID);
+    assert_string_equal(err, SEGD_IDENT_REBUILD_MSG);
+    assert_int_equal(ct.len, 0);
     segd_store_close(s);
     s = test_store_open(f->dir, NOW_MS); /* a restart does not clear it */
     expect_refused(s);
@@ -826,6 +851,11 @@ static void test_corrupt_graph(void **state)
     assert_int_equal(segd_ident_get_linked(s, name(4), 3, &p, NULL, NULL, err, sizeof(err)),
                      SEGD_ERR_CORRUPT);
     assert_non_null(strstr(err, "bad member list of u04"));
+    segd_ident_list_opts_t lo = {.min_size = 2};
+    comp_text_t ct = {0};
+    assert_int_equal(segd_ident_components(s, &lo, comp_collect, &ct, NULL, err, sizeof(err)),
+                     SEGD_ERR_CORRUPT);
+    assert_non_null(strstr(err, "bad member list of u04"));
     /* the online apply (segd run, backfill): an error, nothing to write */
     segd_ident_t *id = NULL;
     segd_batch_t *b = NULL;
@@ -870,6 +900,22 @@ static void test_corrupt_graph(void **state)
                      SEGD_OK);
     assert_int_equal(st.repaired, 0);
     assert_int_equal(st.repointed, 0);
+    /* the repaired graph lists: largest first, the master first */
+    segd_ident_list_stats_t ls;
+    memset(&ct, 0, sizeof(ct));
+    assert_int_equal(segd_ident_components(s, &lo, comp_collect, &ct, &ls, err, sizeof(err)),
+                     SEGD_OK);
+    assert_string_equal(ct.s, "u02:3:u02,u01,u03 u04:2:u04,u05 ");
+    assert_int_equal(ls.linked_components, 2);
+    assert_int_equal(ls.reported, 2);
+    lo.min_size = 3;
+    memset(&ct, 0, sizeof(ct));
+    assert_int_equal(segd_ident_components(s, &lo, comp_collect, &ct, &ls, err, sizeof(err)),
+                     SEGD_OK);
+    assert_string_equal(ct.s, "u02:3:u02,u01,u03 ");
+    lo.min_size = 1;
+    assert_int_equal(segd_ident_components(s, &lo, comp_collect, &ct, NULL, err, sizeof(err)),
+                     SEGD_ERR_INVALID);
 
     /* a links value is the graph's source: named, not guessed */
     put_junk(s, 'L', 6, 7);
