@@ -1,6 +1,7 @@
 /* Event -> operand -> batch (+ outbox entry); see apply.h. */
 #include "consumer/apply.h"
 #include "base/clock.h"
+#include "core/record.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -59,7 +60,7 @@ int segd_event_is_control(const segd_event_t *ev)
 }
 
 /* The marker key a control event's i-th segment entry retires: the segment
- * id, or for a partner retirement the partner's key (core/record.h). */
+ * id, or for a partner retirement the partner's key (core/profile.h). */
 static int64_t control_key(const segd_event_t *ev, size_t i)
 {
     return is_user(ev, SEGD_CONTROL_RETIRE_PARTNER_USER)
