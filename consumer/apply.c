@@ -1,4 +1,11 @@
-/* Event -> operand -> batch (+ outbox entry); see apply.h. */
+/* The applier: every writer of input events (segd run, replay, rebuild,
+ * backfill, the benchmarks) turns each event into one merge operand in one
+ * store batch. Operands rather than a read and a put, because the DESIGN §3
+ * join is order-free and idempotent: ingest never reads the store, and a
+ * replayed or duplicated event changes nothing. The batch's outbox entry and
+ * any retirement markers go into the same batch as the data and the offsets,
+ * so the change stream and the policy learn exactly what was stored, and only
+ * once it is. See apply.h. */
 #include "consumer/apply.h"
 #include "base/clock.h"
 #include "core/record.h"
