@@ -60,7 +60,7 @@ typedef struct jp_out {
     size_t len; /* decoded length, even past cap */
 } jp_out_t;
 
-static inline void out_byte(jp_out_t *o, uint8_t c)
+static inline void jp_out_byte(jp_out_t *o, uint8_t c)
 {
     if (o->len < o->cap)
         o->buf[o->len] = (char)c;
