@@ -22,7 +22,7 @@
 
 #include "base/progress.h"
 #include "cli/cli.h"
-#include "consumer/config.h"
+#include "config/config.h"
 #include "consumer/member_outbox.h"
 #include "store/identity.h"
 #include "transport/kconf.h"
