@@ -8,7 +8,7 @@
 #include <signal.h>
 #include <stdint.h>
 
-#include "consumer/config.h"
+#include "config/config.h"
 #include "store/store.h"
 
 /* Fills o with the store defaults plus segd's compaction filter: what every

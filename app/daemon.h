@@ -11,7 +11,7 @@
 
 #include <signal.h>
 
-#include "consumer/config.h"
+#include "config/config.h"
 #include "consumer/pipeline.h"
 #include "publisher/publisher.h"
 #include "store/store.h"

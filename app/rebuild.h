@@ -11,7 +11,7 @@
 
 #include "base/err.h"
 #include "base/log.h"
-#include "consumer/config.h"
+#include "config/config.h"
 #include "store/store.h"
 
 /* DB.rebuild.tmp and DB.rebuilt, in out (at least 4096 bytes). */

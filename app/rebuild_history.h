@@ -15,7 +15,7 @@
 #include <stdio.h>
 
 #include "base/err.h"
-#include "consumer/config.h"
+#include "config/config.h"
 #include "store/store.h"
 
 typedef struct segd_history_part {

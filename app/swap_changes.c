@@ -6,6 +6,7 @@
 
 #include "base/clock.h"
 #include "core/partition.h"
+#include "core/record.h"
 #include "wire/outbox.h"
 
 #define REPLACE_BATCH_USERS 1024 /* users per outbox entry and per store write */

@@ -11,6 +11,7 @@
 #include <time.h>
 
 #include "bench/bench.h"
+#include "core/record.h"
 #include "workload/seed.h"
 #include "cache/edge.h"
 #include "app/app.h"

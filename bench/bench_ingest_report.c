@@ -8,7 +8,7 @@
 #include <sys/resource.h>
 
 #include "bench/bench_ingest_int.h"
-#include "consumer/memory.h"
+#include "config/memory.h"
 
 /* Peak RSS of the whole process (getrusage's ru_maxrss, KiB on Linux) against
  * memory.limit.mb: the in-process broker, which holds every message produced,

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "bench/bench.h"
+#include "core/record.h"
 #include "workload/seed.h"
 #include "cache/edge.h"
 #include "app/app.h"

@@ -8,7 +8,7 @@
 #include <sys/types.h>
 
 #include "cache/edge.h"
-#include "core/record.h"
+#include "core/profile.h"
 
 /* User i's entries: S distinct ids in id order, expiries from now - 1 day
  * to now + 30 days (a tenth in the past). Deterministic in i. */

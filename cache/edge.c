@@ -657,6 +657,15 @@ segd_err_t segd_edge_lookup(segd_edge_t *e, const char *user, size_t len, segd_e
  * expiry_s > now_s (segd_edge_stamp_t relies on this being the only use). */
 static int64_t now_s_of(const segd_edge_t *e) { return segd_edge_now_ms(e) / 1000; }
 
+/* The one read path behind segd_edge_find, _lookup and _lookup_stamped. A
+ * record stores its entries as ids pointing into a dictionary of distinct
+ * (ts, expiry, flags, partner) tuples, and a user's entries share few of
+ * them, so expiry and the erase marker are judged once per tuple rather than
+ * once per entry. Only retirements depend on the segment id, so they are
+ * checked per entry. The stamp is taken under the same read lock as the
+ * entries, with the same retirement set and clock second, so a reply cached
+ * under that stamp (cache/resp_reply_cache.h) always matches these entries.
+ * Entries are counted past cap so the caller learns the room it needs. */
 static segd_err_t find_stamped(segd_edge_t *e, const char *user, size_t len, segd_entry_t *out,
                                size_t cap, size_t *n, int *known, segd_edge_stamp_t *st)
 {

@@ -1,6 +1,6 @@
 /* The edge cache's table: user id -> profile in memory, kept equal to the
  * store by joining snapshot records and change-stream deltas with the
- * DESIGN §3 join (core/record.h), and read by bidders at their own clock.
+ * DESIGN §3 join (core/profile.h), and read by bidders at their own clock.
  * No RocksDB and no Kafka here: a bidder can embed this module (with
  * base/, core/ and wire/; installed as libsegd-cache, include/segd/cache.h)
  * and feed it however it likes.
@@ -24,7 +24,7 @@
 #include "wire/change.h"
 #include "base/err.h"
 #include "core/partition.h"
-#include "core/record.h"
+#include "core/profile.h"
 #include "wire/member.h"
 
 typedef struct segd_edge segd_edge_t;

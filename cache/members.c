@@ -237,6 +237,15 @@ static segd_member_t reg_view(const reg_t *r)
     return v;
 }
 
+/* Member events reach a cache in any order and with duplicates (a tail
+ * re-reads what a snapshot already holds), so a register is replaced only
+ * when the event wins (segd_member_wins: the newer epoch, then the older
+ * master). That is what makes every cache converge on the store's masters
+ * whatever order it reads (DESIGN §10.6); a losing event is counted as stale
+ * and changes nothing. A move to another master builds the new register and
+ * adds it to its group before the old one leaves its group, so a failed
+ * allocation leaves the table as it was. The whole step holds the write
+ * lock, so a reader never sees an id in two groups or in none. */
 segd_err_t segd_members_apply(segd_members_t *t, const segd_member_t *m, int *applied)
 {
     if (applied)

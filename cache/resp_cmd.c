@@ -16,7 +16,7 @@ segd_err_t segd_resp_error(segd_buf_t *out, const char *msg)
 {
     char text[512];
     snprintf(text, sizeof(text), "ERR %s", msg);
-    return add_err_raw(out, text) == RC_NOMEM ? SEGD_ERR_NOMEM : SEGD_OK;
+    return resp_add_err_raw(out, text) == RC_NOMEM ? SEGD_ERR_NOMEM : SEGD_OK;
 }
 
 typedef struct cmd_def {
@@ -97,12 +97,13 @@ static int add_words(segd_buf_t *out, const char *words, char type)
         n += l > 0;
         p += l + (p[l] == ' ');
     }
-    if (add_array(out, (int64_t)n))
+    if (resp_add_array(out, (int64_t)n))
         return RC_NOMEM;
     for (const char *p = words; *p;) {
         size_t l = strcspn(p, " ");
-        if (l && ((type == '+' && (add(out, "+", 1) || add(out, p, l) || add(out, "\r\n", 2))) ||
-                  (type == '$' && add_bulk(out, p, l))))
+        if (l && ((type == '+' &&
+                   (resp_add(out, "+", 1) || resp_add(out, p, l) || resp_add(out, "\r\n", 2))) ||
+                  (type == '$' && resp_add_bulk(out, p, l))))
             return RC_NOMEM;
         p += l + (p[l] == ' ');
     }
@@ -112,10 +113,11 @@ static int add_words(segd_buf_t *out, const char *words, char type)
 /* One command as Redis 7's COMMAND INFO shows it in RESP2. */
 static int add_command_info(segd_buf_t *out, const cmd_def_t *d)
 {
-    if (add_array(out, 10) || add_bulk_str(out, d->name) || add_int(out, d->arity) ||
-        add_words(out, d->flags, '+') || add_int(out, d->first_key) ||
-        add_int(out, d->last_key) || add_int(out, d->step) || add_words(out, d->acl, '+') ||
-        add_array(out, 0) || add_array(out, 0) || add_array(out, 0))
+    if (resp_add_array(out, 10) || resp_add_bulk_str(out, d->name) || resp_add_int(out, d->arity) ||
+        add_words(out, d->flags, '+') || resp_add_int(out, d->first_key) ||
+        resp_add_int(out, d->last_key) || resp_add_int(out, d->step) ||
+        add_words(out, d->acl, '+') || resp_add_array(out, 0) || resp_add_array(out, 0) ||
+        resp_add_array(out, 0))
         return RC_NOMEM;
     return RC_OK;
 }
@@ -135,25 +137,26 @@ static int cmd_command(segd_resp_worker_t *w, segd_resp_client_t *c, const segd_
 {
     (void)w;
     (void)c;
-    if (cmd->argc == 1 || (cmd->argc == 2 && arg_is(cmd, 1, "list"))) {
+    if (cmd->argc == 1 || (cmd->argc == 2 && resp_arg_is(cmd, 1, "list"))) {
         int list = cmd->argc == 2;
-        if (add_array(out, (int64_t)NCOMMANDS))
+        if (resp_add_array(out, (int64_t)NCOMMANDS))
             return RC_NOMEM;
         for (size_t i = 0; i < NCOMMANDS; i++)
-            if (list ? add_bulk_str(out, commands[i].name) : add_command_info(out, &commands[i]))
+            if (list ? resp_add_bulk_str(out, commands[i].name)
+                     : add_command_info(out, &commands[i]))
                 return RC_NOMEM;
         return RC_OK;
     }
-    if (arg_is(cmd, 1, "count") && cmd->argc == 2)
-        return add_int(out, (int64_t)NCOMMANDS);
-    if (arg_is(cmd, 1, "docs"))
-        return add_array(out, 0);
-    if (arg_is(cmd, 1, "info")) {
-        if (add_array(out, (int64_t)cmd->argc - 2))
+    if (resp_arg_is(cmd, 1, "count") && cmd->argc == 2)
+        return resp_add_int(out, (int64_t)NCOMMANDS);
+    if (resp_arg_is(cmd, 1, "docs"))
+        return resp_add_array(out, 0);
+    if (resp_arg_is(cmd, 1, "info")) {
+        if (resp_add_array(out, (int64_t)cmd->argc - 2))
             return RC_NOMEM;
         for (size_t i = 2; i < cmd->argc; i++) {
             const cmd_def_t *d = find_command(cmd->argv[i], cmd->argl[i]);
-            if (d ? add_command_info(out, d) : add(out, "*-1\r\n", 5))
+            if (d ? add_command_info(out, d) : resp_add(out, "*-1\r\n", 5))
                 return RC_NOMEM;
         }
         return RC_OK;
@@ -211,16 +214,16 @@ int segd_resp_exec(segd_resp_worker_t *w, segd_resp_client_t *c, const segd_resp
         /* Redis knows the write commands: before AUTH they are refused as
          * any other, saying nothing about what this server is */
         label = LABEL_WRITE;
-        rc = add_err_raw(out, segd_resp_authenticated(w, c) ? "ERR read-only replica"
+        rc = resp_add_err_raw(out, segd_resp_authenticated(w, c) ? "ERR read-only replica"
                                                              : "NOAUTH Authentication required.");
     } else if (!d) {
         rc = unknown(cmd, out);
     } else if (!arity_ok(d, cmd->argc)) {
         rc = add_err(out, "ERR wrong number of arguments for '%s' command", d->name);
     } else if (!d->no_auth && !segd_resp_authenticated(w, c)) {
-        rc = add_err_raw(out, "NOAUTH Authentication required.");
+        rc = resp_add_err_raw(out, "NOAUTH Authentication required.");
     } else if (d->data && !atomic_load_explicit(&w->shared->serving, memory_order_acquire)) {
-        rc = add_err_raw(out, "LOADING segd is loading the snapshot in memory");
+        rc = resp_add_err_raw(out, "LOADING segd is loading the snapshot in memory");
     } else {
         rc = d->fn(w, c, cmd, out);
     }

@@ -27,15 +27,18 @@ typedef int (*handler_t)(segd_resp_worker_t *w, segd_resp_client_t *c,
 
 /* ---- reply encoding ---------------------------------------------------- */
 
-static inline int add(segd_buf_t *out, const void *s, size_t n)
+static inline int resp_add(segd_buf_t *out, const void *s, size_t n)
 {
     return segd_buf_append(out, s, n) ? RC_NOMEM : RC_OK;
 }
 
-static inline int add_str(segd_buf_t *out, const char *s) { return add(out, s, strlen(s)); }
+static inline int resp_add_str(segd_buf_t *out, const char *s)
+{
+    return resp_add(out, s, strlen(s));
+}
 
 /* Decimal digits of v into end-backwards; returns the start. */
-static inline char *fmt_u64(char *end, uint64_t v)
+static inline char *resp_fmt_u64(char *end, uint64_t v)
 {
     do {
         *--end = (char)('0' + v % 10);
@@ -44,10 +47,10 @@ static inline char *fmt_u64(char *end, uint64_t v)
     return end;
 }
 
-static inline size_t fmt_i64(char *dst, int64_t v)
+static inline size_t resp_fmt_i64(char *dst, int64_t v)
 {
     char tmp[24], *e = tmp + sizeof(tmp);
-    char *s = fmt_u64(e, v < 0 ? 0 - (uint64_t)v : (uint64_t)v);
+    char *s = resp_fmt_u64(e, v < 0 ? 0 - (uint64_t)v : (uint64_t)v);
     if (v < 0)
         *--s = '-';
     memcpy(dst, s, (size_t)(e - s));
@@ -56,52 +59,58 @@ static inline size_t fmt_i64(char *dst, int64_t v)
 
 /* A score as Redis 7.0 prints a double in RESP2 ("%.17g"); integers below
  * 1e17 print the same digits, without the cost of snprintf. */
-static inline size_t fmt_score(char *dst, double d)
+static inline size_t resp_fmt_score(char *dst, double d)
 {
     if (isinf(d)) {
         memcpy(dst, d > 0 ? "inf" : "-inf", d > 0 ? 3 : 4);
         return d > 0 ? 3 : 4;
     }
     if (fabs(d) < 1e17 && d == (double)(int64_t)d && !(d == 0 && signbit(d)))
-        return fmt_i64(dst, (int64_t)d);
+        return resp_fmt_i64(dst, (int64_t)d);
     return (size_t)snprintf(dst, 32, "%.17g", d);
 }
 
-static inline int add_prefixed(segd_buf_t *out, char type, int64_t v)
+static inline int resp_add_prefixed(segd_buf_t *out, char type, int64_t v)
 {
     char b[32];
     b[0] = type;
-    size_t n = 1 + fmt_i64(b + 1, v);
+    size_t n = 1 + resp_fmt_i64(b + 1, v);
     b[n++] = '\r';
     b[n++] = '\n';
-    return add(out, b, n);
+    return resp_add(out, b, n);
 }
 
-static inline int add_int(segd_buf_t *out, int64_t v) { return add_prefixed(out, ':', v); }
-static inline int add_array(segd_buf_t *out, int64_t n) { return add_prefixed(out, '*', n); }
-
-static inline int add_bulk(segd_buf_t *out, const char *s, size_t n)
+static inline int resp_add_int(segd_buf_t *out, int64_t v)
 {
-    if (add_prefixed(out, '$', (int64_t)n) || add(out, s, n) || add(out, "\r\n", 2))
+    return resp_add_prefixed(out, ':', v);
+}
+static inline int resp_add_array(segd_buf_t *out, int64_t n)
+{
+    return resp_add_prefixed(out, '*', n);
+}
+
+static inline int resp_add_bulk(segd_buf_t *out, const char *s, size_t n)
+{
+    if (resp_add_prefixed(out, '$', (int64_t)n) || resp_add(out, s, n) || resp_add(out, "\r\n", 2))
         return RC_NOMEM;
     return RC_OK;
 }
 
-static inline int add_bulk_str(segd_buf_t *out, const char *s)
+static inline int resp_add_bulk_str(segd_buf_t *out, const char *s)
 {
-    return add_bulk(out, s, strlen(s));
+    return resp_add_bulk(out, s, strlen(s));
 }
 
-static inline int add_nil(segd_buf_t *out) { return add(out, "$-1\r\n", 5); }
+static inline int resp_add_nil(segd_buf_t *out) { return resp_add(out, "$-1\r\n", 5); }
 
-static inline int add_double(segd_buf_t *out, double d)
+static inline int resp_add_double(segd_buf_t *out, double d)
 {
     char b[40];
-    return add_bulk(out, b, fmt_score(b, d));
+    return resp_add_bulk(out, b, resp_fmt_score(b, d));
 }
 
 /* "-<text>\r\n" with CR/LF made blanks; RC_ERR (an error reply) or RC_NOMEM. */
-static inline int add_err_raw(segd_buf_t *out, const char *text)
+static inline int resp_add_err_raw(segd_buf_t *out, const char *text)
 {
     size_t n = strlen(text);
     if (segd_buf_reserve(out, n + 3))
@@ -124,7 +133,7 @@ __attribute__((format(printf, 2, 3))) static inline int add_err(segd_buf_t *out,
     va_start(ap, fmt);
     vsnprintf(text, sizeof(text), fmt, ap);
     va_end(ap);
-    return add_err_raw(out, text);
+    return resp_add_err_raw(out, text);
 }
 
 /* ---- authentication ------------------------------------------------------ */
@@ -139,14 +148,14 @@ static inline int segd_resp_authenticated(const segd_resp_worker_t *w,
 
 /* ---- arguments ----------------------------------------------------------- */
 
-static inline int arg_is(const segd_resp_cmd_t *cmd, size_t i, const char *word)
+static inline int resp_arg_is(const segd_resp_cmd_t *cmd, size_t i, const char *word)
 {
     size_t n = strlen(word);
     return cmd->argl[i] == n && !strncasecmp(cmd->argv[i], word, n);
 }
 
 /* Redis's string2ll: the integers getLongLongFromObject accepts. */
-static inline int arg_ll(const segd_resp_cmd_t *cmd, size_t i, long long *v)
+static inline int resp_arg_ll(const segd_resp_cmd_t *cmd, size_t i, long long *v)
 {
     const char *s = cmd->argv[i];
     size_t n = cmd->argl[i];
@@ -166,19 +175,19 @@ static inline int arg_ll(const segd_resp_cmd_t *cmd, size_t i, long long *v)
     return 0;
 }
 
-static inline int not_integer(segd_buf_t *out)
+static inline int resp_not_integer(segd_buf_t *out)
 {
-    return add_err_raw(out, "ERR value is not an integer or out of range");
+    return resp_add_err_raw(out, "ERR value is not an integer or out of range");
 }
 
-typedef struct range {
+typedef struct resp_range {
     double min, max;
     int minex, maxex;
-} range_t;
+} resp_range_t;
 
 /* One bound as Redis's zslParseRange reads it: strtod over the argument
  * up to its first NUL, "(" for exclusive, NaN refused. */
-static inline int parse_bound(const char *s, size_t n, double *v, int *ex)
+static inline int resp_parse_bound(const char *s, size_t n, double *v, int *ex)
 {
     char small[128], *copy = n < sizeof(small) ? small : malloc(n + 1);
     if (!copy)
@@ -196,15 +205,16 @@ static inline int parse_bound(const char *s, size_t n, double *v, int *ex)
     return bad ? -1 : 0;
 }
 
-static inline int parse_range(const segd_resp_cmd_t *cmd, size_t imin, size_t imax, range_t *r)
+static inline int resp_parse_range(const segd_resp_cmd_t *cmd, size_t imin, size_t imax,
+                                   resp_range_t *r)
 {
-    return parse_bound(cmd->argv[imin], cmd->argl[imin], &r->min, &r->minex) ||
-                   parse_bound(cmd->argv[imax], cmd->argl[imax], &r->max, &r->maxex)
+    return resp_parse_bound(cmd->argv[imin], cmd->argl[imin], &r->min, &r->minex) ||
+                   resp_parse_bound(cmd->argv[imax], cmd->argl[imax], &r->max, &r->maxex)
                ? -1
                : 0;
 }
 
-static inline int in_range(const range_t *r, double v)
+static inline int resp_in_range(const resp_range_t *r, double v)
 {
     return (r->minex ? v > r->min : v >= r->min) && (r->maxex ? v < r->max : v <= r->max);
 }

@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
-#include "core/record.h"
+#include "core/profile.h"
 
 typedef struct segd_resp_order {
     uint32_t *order; /* in holds entry indices in id order; out receives them in Redis's order. */

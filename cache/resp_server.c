@@ -17,8 +17,9 @@ int segd_resp_cmd_ping(segd_resp_worker_t *w, segd_resp_client_t *c,
     (void)w;
     (void)c;
     if (cmd->argc > 2)
-        return add_err_raw(out, "ERR wrong number of arguments for 'ping' command");
-    return cmd->argc == 2 ? add_bulk(out, cmd->argv[1], cmd->argl[1]) : add_str(out, "+PONG\r\n");
+        return resp_add_err_raw(out, "ERR wrong number of arguments for 'ping' command");
+    return cmd->argc == 2 ? resp_add_bulk(out, cmd->argv[1], cmd->argl[1])
+                          : resp_add_str(out, "+PONG\r\n");
 }
 
 int segd_resp_cmd_echo(segd_resp_worker_t *w, segd_resp_client_t *c,
@@ -26,7 +27,7 @@ int segd_resp_cmd_echo(segd_resp_worker_t *w, segd_resp_client_t *c,
 {
     (void)w;
     (void)c;
-    return add_bulk(out, cmd->argv[1], cmd->argl[1]);
+    return resp_add_bulk(out, cmd->argv[1], cmd->argl[1]);
 }
 
 int segd_resp_cmd_quit(segd_resp_worker_t *w, segd_resp_client_t *c,
@@ -35,7 +36,7 @@ int segd_resp_cmd_quit(segd_resp_worker_t *w, segd_resp_client_t *c,
     (void)w;
     (void)c;
     (void)cmd;
-    return add_str(out, "+OK\r\n") ? RC_NOMEM : RC_QUIT;
+    return resp_add_str(out, "+OK\r\n") ? RC_NOMEM : RC_QUIT;
 }
 
 int segd_resp_cmd_select(segd_resp_worker_t *w, segd_resp_client_t *c,
@@ -44,9 +45,10 @@ int segd_resp_cmd_select(segd_resp_worker_t *w, segd_resp_client_t *c,
     (void)w;
     (void)c;
     long long db;
-    if (arg_ll(cmd, 1, &db) || db < INT32_MIN || db > INT32_MAX)
-        return add_err_raw(out, "ERR invalid DB index");
-    return db ? add_err_raw(out, "ERR DB index is out of range") : add_str(out, "+OK\r\n");
+    if (resp_arg_ll(cmd, 1, &db) || db < INT32_MIN || db > INT32_MAX)
+        return resp_add_err_raw(out, "ERR invalid DB index");
+    return db ? resp_add_err_raw(out, "ERR DB index is out of range")
+              : resp_add_str(out, "+OK\r\n");
 }
 
 /* ACLAuthenticateUser's answer for the one user, "default": any password
@@ -60,7 +62,7 @@ static int check_user(const segd_resp_worker_t *w, const segd_resp_cmd_t *cmd, s
     int ok = s->password ? segd_secret_equal(s->password, s->password_len, cmd->argv[ipass],
                                              cmd->argl[ipass])
                          : 1;
-    return arg_is(cmd, iuser, "default") && ok;
+    return resp_arg_is(cmd, iuser, "default") && ok;
 }
 
 /* AUTH [username] password, as Redis 7.0's authCommand. A failed AUTH
@@ -69,9 +71,9 @@ int segd_resp_cmd_auth(segd_resp_worker_t *w, segd_resp_client_t *c,
                        const segd_resp_cmd_t *cmd, segd_buf_t *out)
 {
     if (cmd->argc > 3)
-        return add_err_raw(out, "ERR syntax error");
+        return resp_add_err_raw(out, "ERR syntax error");
     if (cmd->argc == 2 && !w->shared->password)
-        return add_err_raw(out, "ERR AUTH <password> called without any password configured "
+        return resp_add_err_raw(out, "ERR AUTH <password> called without any password configured "
                                 "for the default user. Are you sure your configuration is "
                                 "correct?");
     /* AUTH password is AUTH default password (a password is set here) */
@@ -79,9 +81,9 @@ int segd_resp_cmd_auth(segd_resp_worker_t *w, segd_resp_client_t *c,
                                                 cmd->argv[1], cmd->argl[1])
                             : check_user(w, cmd, 1, 2);
     if (!ok)
-        return add_err_raw(out, WRONGPASS);
+        return resp_add_err_raw(out, WRONGPASS);
     c->authenticated = 1;
-    return add_str(out, "+OK\r\n");
+    return resp_add_str(out, "+OK\r\n");
 }
 
 /* HELLO's options after protover: *auth the index of AUTH's user name (0:
@@ -91,10 +93,10 @@ static int hello_options(const segd_resp_cmd_t *cmd, size_t *auth, segd_buf_t *o
     *auth = 0;
     for (size_t j = 2; j < cmd->argc; j++) {
         size_t more = cmd->argc - 1 - j;
-        if (arg_is(cmd, j, "auth") && more >= 2) {
+        if (resp_arg_is(cmd, j, "auth") && more >= 2) {
             *auth = j + 1;
             j += 2;
-        } else if (arg_is(cmd, j, "setname") && more >= 1) {
+        } else if (resp_arg_is(cmd, j, "setname") && more >= 1) {
             j++;
         } else {
             return add_err(out, "ERR Syntax error in HELLO option '%.*s'", (int)cmd->argl[j],
@@ -114,30 +116,32 @@ int segd_resp_cmd_hello(segd_resp_worker_t *w, segd_resp_client_t *c,
 {
     if (cmd->argc >= 2) {
         long long ver;
-        if (arg_ll(cmd, 1, &ver))
-            return add_err_raw(out, "ERR Protocol version is not an integer or out of range");
+        if (resp_arg_ll(cmd, 1, &ver))
+            return resp_add_err_raw(out, "ERR Protocol version is not an integer or out of range");
         if (ver != 2)
-            return add_err_raw(out, "NOPROTO unsupported protocol version");
+            return resp_add_err_raw(out, "NOPROTO unsupported protocol version");
     }
     size_t auth;
     int rc = hello_options(cmd, &auth, out);
     if (rc != RC_OK)
         return rc;
     if (!auth && !segd_resp_authenticated(w, c))
-        return add_err_raw(out, "NOAUTH HELLO must be called with the client already "
+        return resp_add_err_raw(out, "NOAUTH HELLO must be called with the client already "
                                 "authenticated, otherwise the HELLO AUTH <user> "
                                 "<pass> option can be used to authenticate the client and "
                                 "select the RESP protocol version at the same time");
     if (auth && !check_user(w, cmd, auth, auth + 1))
-        return add_err_raw(out, WRONGPASS);
+        return resp_add_err_raw(out, WRONGPASS);
     if (auth)
         c->authenticated = 1;
-    if (add_array(out, 14) || add_bulk_str(out, "server") || add_bulk_str(out, "segd") ||
-        add_bulk_str(out, "version") || add_bulk_str(out, REDIS_COMPAT_VERSION) ||
-        add_bulk_str(out, "proto") || add_int(out, 2) || add_bulk_str(out, "id") ||
-        add_int(out, (int64_t)c->id) || add_bulk_str(out, "mode") ||
-        add_bulk_str(out, "standalone") || add_bulk_str(out, "role") ||
-        add_bulk_str(out, "replica") || add_bulk_str(out, "modules") || add_array(out, 0))
+    if (resp_add_array(out, 14) || resp_add_bulk_str(out, "server") ||
+        resp_add_bulk_str(out, "segd") || resp_add_bulk_str(out, "version") ||
+        resp_add_bulk_str(out, REDIS_COMPAT_VERSION) ||
+        resp_add_bulk_str(out, "proto") || resp_add_int(out, 2) || resp_add_bulk_str(out, "id") ||
+        resp_add_int(out, (int64_t)c->id) || resp_add_bulk_str(out, "mode") ||
+        resp_add_bulk_str(out, "standalone") || resp_add_bulk_str(out, "role") ||
+        resp_add_bulk_str(out, "replica") || resp_add_bulk_str(out, "modules") ||
+        resp_add_array(out, 0))
         return RC_NOMEM;
     return RC_OK;
 }
@@ -146,16 +150,16 @@ int segd_resp_cmd_client(segd_resp_worker_t *w, segd_resp_client_t *c,
                          const segd_resp_cmd_t *cmd, segd_buf_t *out)
 {
     (void)w;
-    if (arg_is(cmd, 1, "id") && cmd->argc == 2)
-        return add_int(out, (int64_t)c->id);
-    if (arg_is(cmd, 1, "getname") && cmd->argc == 2)
-        return add_nil(out);
-    if (arg_is(cmd, 1, "setname") && cmd->argc == 3)
-        return add_str(out, "+OK\r\n");
-    if (arg_is(cmd, 1, "setinfo") && cmd->argc == 4)
-        return add_str(out, "+OK\r\n");
-    if (arg_is(cmd, 1, "id") || arg_is(cmd, 1, "getname") || arg_is(cmd, 1, "setname") ||
-        arg_is(cmd, 1, "setinfo"))
+    if (resp_arg_is(cmd, 1, "id") && cmd->argc == 2)
+        return resp_add_int(out, (int64_t)c->id);
+    if (resp_arg_is(cmd, 1, "getname") && cmd->argc == 2)
+        return resp_add_nil(out);
+    if (resp_arg_is(cmd, 1, "setname") && cmd->argc == 3)
+        return resp_add_str(out, "+OK\r\n");
+    if (resp_arg_is(cmd, 1, "setinfo") && cmd->argc == 4)
+        return resp_add_str(out, "+OK\r\n");
+    if (resp_arg_is(cmd, 1, "id") || resp_arg_is(cmd, 1, "getname") ||
+        resp_arg_is(cmd, 1, "setname") || resp_arg_is(cmd, 1, "setinfo"))
         return add_err(out, "ERR wrong number of arguments for 'client|%.*s' command",
                        (int)cmd->argl[1], cmd->argv[1]);
     return add_err(out, "ERR unknown subcommand '%.*s'. Try CLIENT HELP.",
@@ -181,5 +185,5 @@ int segd_resp_cmd_info(segd_resp_worker_t *w, segd_resp_client_t *c,
                      (long long)((segd_wall_ms() - s->started_ms) / 1000),
                      (long long)atomic_load(&s->connections), !atomic_load(&s->serving),
                      (unsigned long long)st.users);
-    return add_bulk(out, text, (size_t)n);
+    return resp_add_bulk(out, text, (size_t)n);
 }

@@ -39,14 +39,14 @@ static int lookup(segd_resp_worker_t *w, const segd_resp_cmd_t *cmd, size_t i, s
  * entries alone, so it stays right until the first of them expires, which
  * is what w->until_s records (INT64_MAX if none). Entries outside r that
  * leave the live set do not change it. */
-static int collect_sorted(segd_resp_worker_t *w, size_t nents, const range_t *r, size_t *n)
+static int collect_sorted(segd_resp_worker_t *w, size_t nents, const resp_range_t *r, size_t *n)
 {
     if (segd_resp_order_reserve(&w->sort, nents))
         return RC_NOMEM;
     size_t k = 0;
     int64_t until = INT64_MAX;
     for (size_t i = 0; i < nents; i++)
-        if (!r || in_range(r, (double)w->ents[i].expiry_s)) {
+        if (!r || resp_in_range(r, (double)w->ents[i].expiry_s)) {
             w->sort.order[k++] = (uint32_t)i;
             until = w->ents[i].expiry_s < until ? w->ents[i].expiry_s : until;
         }
@@ -103,7 +103,7 @@ static char *put_bulk_score(char *p, double d, score_cache_t *c)
     if (d >= 1e6 && d < 1e17 && d == (double)(uint64_t)d) {
         uint64_t v = (uint64_t)d, h = v / 1000000, l = v % 1000000;
         if (!c->valid || c->high != h) {
-            char *e = c->digits + sizeof(c->digits), *s = fmt_u64(e, h);
+            char *e = c->digits + sizeof(c->digits), *s = resp_fmt_u64(e, h);
             c->n = (size_t)(e - s);
             memmove(c->digits, s, c->n);
             c->high = h;
@@ -126,9 +126,9 @@ static char *put_bulk_score(char *p, double d, score_cache_t *c)
     if (d >= 0 && d < 1e6 && d == (double)(uint64_t)d && !(d == 0 && signbit(d)))
         return put_bulk_u64(p, (uint64_t)d);
     char num[40];
-    size_t n = fmt_score(num, d);
+    size_t n = resp_fmt_score(num, d);
     *p++ = '$';
-    p += fmt_i64(p, (int64_t)n);
+    p += resp_fmt_i64(p, (int64_t)n);
     memcpy(p, "\r\n", 2);
     memcpy(p + 2, num, n);
     memcpy(p + 2 + n, "\r\n", 2);
@@ -140,7 +140,7 @@ static char *put_bulk_score(char *p, double d, score_cache_t *c)
 static int emit_items(segd_buf_t *out, const segd_entry_t *ents, const uint32_t *order,
                       size_t first, long step, size_t count, int withscores)
 {
-    if (add_array(out, (int64_t)(count * (withscores ? 2 : 1))))
+    if (resp_add_array(out, (int64_t)(count * (withscores ? 2 : 1))))
         return RC_NOMEM;
     if (segd_buf_reserve(out, count * 72))
         return RC_NOMEM;
@@ -165,7 +165,7 @@ typedef struct zrange_req {
     int by, dir, withscores;
     long long offset, limit; /* limit -1: all */
     long long start, end;    /* BY_RANK */
-    range_t r;               /* BY_SCORE */
+    resp_range_t r;               /* BY_SCORE */
 } zrange_req_t;
 
 /* Redis 7.0's zrangeGenericCommand option loop and checks, in its order. */
@@ -175,20 +175,20 @@ static int zrange_parse(const segd_resp_cmd_t *cmd, zrange_req_t *q, segd_buf_t 
     q->limit = -1;
     for (size_t j = 4; j < cmd->argc; j++) {
         size_t left = cmd->argc - j - 1;
-        if (arg_is(cmd, j, "withscores")) {
+        if (resp_arg_is(cmd, j, "withscores")) {
             q->withscores = 1;
-        } else if (arg_is(cmd, j, "limit") && left >= 2) {
-            if (arg_ll(cmd, j + 1, &q->offset) || arg_ll(cmd, j + 2, &q->limit))
-                return not_integer(out);
+        } else if (resp_arg_is(cmd, j, "limit") && left >= 2) {
+            if (resp_arg_ll(cmd, j + 1, &q->offset) || resp_arg_ll(cmd, j + 2, &q->limit))
+                return resp_not_integer(out);
             j += 2;
-        } else if (q->dir == DIR_AUTO && arg_is(cmd, j, "rev")) {
+        } else if (q->dir == DIR_AUTO && resp_arg_is(cmd, j, "rev")) {
             q->dir = DIR_REV;
-        } else if (q->by == BY_AUTO && arg_is(cmd, j, "bylex")) {
+        } else if (q->by == BY_AUTO && resp_arg_is(cmd, j, "bylex")) {
             q->by = BY_LEX;
-        } else if (q->by == BY_AUTO && arg_is(cmd, j, "byscore")) {
+        } else if (q->by == BY_AUTO && resp_arg_is(cmd, j, "byscore")) {
             q->by = BY_SCORE;
         } else {
-            return add_err_raw(out, "ERR syntax error");
+            return resp_add_err_raw(out, "ERR syntax error");
         }
     }
     if (q->dir == DIR_AUTO)
@@ -196,23 +196,23 @@ static int zrange_parse(const segd_resp_cmd_t *cmd, zrange_req_t *q, segd_buf_t 
     if (q->by == BY_AUTO)
         q->by = BY_RANK;
     if (q->limit != -1 && q->by == BY_RANK)
-        return add_err_raw(out, "ERR syntax error, LIMIT is only supported in combination "
+        return resp_add_err_raw(out, "ERR syntax error, LIMIT is only supported in combination "
                                 "with either BYSCORE or BYLEX");
     if (q->withscores && q->by == BY_LEX)
-        return add_err_raw(out, "ERR syntax error, WITHSCORES not supported in combination "
+        return resp_add_err_raw(out, "ERR syntax error, WITHSCORES not supported in combination "
                                 "with BYLEX");
     if (q->by == BY_LEX)
-        return add_err_raw(out, "ERR BYLEX is not supported by segd");
+        return resp_add_err_raw(out, "ERR BYLEX is not supported by segd");
     size_t imin = 2, imax = 3;
     if (q->dir == DIR_REV && q->by == BY_SCORE) { /* given as max min */
         imin = 3;
         imax = 2;
     }
     if (q->by == BY_RANK) {
-        if (arg_ll(cmd, 2, &q->start) || arg_ll(cmd, 3, &q->end))
-            return not_integer(out);
-    } else if (parse_range(cmd, imin, imax, &q->r)) {
-        return add_err_raw(out, "ERR min or max is not a float");
+        if (resp_arg_ll(cmd, 2, &q->start) || resp_arg_ll(cmd, 3, &q->end))
+            return resp_not_integer(out);
+    } else if (resp_parse_range(cmd, imin, imax, &q->r)) {
+        return resp_add_err_raw(out, "ERR min or max is not a float");
     }
     return RC_OK;
 }
@@ -231,7 +231,7 @@ static int zrange_rank(segd_resp_worker_t *w, const zrange_req_t *q, size_t nent
     if (start < 0)
         start = 0;
     if (start > end || start >= len)
-        return add_array(out, 0);
+        return resp_add_array(out, 0);
     if (end >= len)
         end = len - 1;
     size_t count = (size_t)(end - start + 1);
@@ -249,11 +249,11 @@ static int zrange_score(segd_resp_worker_t *w, const zrange_req_t *q, size_t nen
 {
     size_t n;
     if (q->offset > 0 && (size_t)q->offset >= nents)
-        return add_array(out, 0);
+        return resp_add_array(out, 0);
     if (collect_sorted(w, nents, &q->r, &n))
         return RC_NOMEM;
     if (q->offset < 0 || (size_t)q->offset >= n)
-        return add_array(out, 0);
+        return resp_add_array(out, 0);
     size_t count = n - (size_t)q->offset;
     if (q->limit >= 0 && (size_t)q->limit < count)
         count = (size_t)q->limit;
@@ -303,14 +303,14 @@ static int zrange_generic(segd_resp_worker_t *w, const segd_resp_cmd_t *cmd, seg
         atomic_fetch_add_explicit(hit ? &w->reply_hits : &w->reply_misses, 1,
                                   memory_order_relaxed);
         if (hit)
-            return add(out, hit, len);
+            return resp_add(out, hit, len);
     }
     size_t nents;
     segd_edge_stamp_t st;
     if (lookup_stamped(w, cmd, 1, &nents, &st))
         return RC_NOMEM;
     if (!nents) /* as cheap as the cache */
-        return add_array(out, 0);
+        return resp_add_array(out, 0);
     size_t start = out->len;
     w->until_s = INT64_MIN; /* set by collect_sorted: only its answers are kept */
     rc = q.by == BY_RANK ? zrange_rank(w, &q, nents, out) : zrange_score(w, &q, nents, out);
@@ -352,16 +352,16 @@ int segd_resp_cmd_zcount(segd_resp_worker_t *w, segd_resp_client_t *c,
                          const segd_resp_cmd_t *cmd, segd_buf_t *out)
 {
     (void)c;
-    range_t r;
-    if (parse_range(cmd, 2, 3, &r))
-        return add_err_raw(out, "ERR min or max is not a float");
+    resp_range_t r;
+    if (resp_parse_range(cmd, 2, 3, &r))
+        return resp_add_err_raw(out, "ERR min or max is not a float");
     size_t n;
     if (lookup(w, cmd, 1, &n))
         return RC_NOMEM;
     int64_t k = 0;
     for (size_t i = 0; i < n; i++)
-        k += in_range(&r, (double)w->ents[i].expiry_s);
-    return add_int(out, k);
+        k += resp_in_range(&r, (double)w->ents[i].expiry_s);
+    return resp_add_int(out, k);
 }
 
 int segd_resp_cmd_zcard(segd_resp_worker_t *w, segd_resp_client_t *c,
@@ -371,7 +371,7 @@ int segd_resp_cmd_zcard(segd_resp_worker_t *w, segd_resp_client_t *c,
     size_t n;
     if (lookup(w, cmd, 1, &n))
         return RC_NOMEM;
-    return add_int(out, (int64_t)n);
+    return resp_add_int(out, (int64_t)n);
 }
 
 /* A member names a segment only in the form segd prints ids: canonical
@@ -379,7 +379,7 @@ int segd_resp_cmd_zcard(segd_resp_worker_t *w, segd_resp_client_t *c,
 static int member_id(const segd_resp_cmd_t *cmd, size_t i, int64_t *id)
 {
     long long v;
-    if (arg_ll(cmd, i, &v) || v < 0)
+    if (resp_arg_ll(cmd, i, &v) || v < 0)
         return -1;
     *id = v;
     return 0;
@@ -394,7 +394,7 @@ int segd_resp_cmd_zscore(segd_resp_worker_t *w, segd_resp_client_t *c,
     if (lookup(w, cmd, 1, &n))
         return RC_NOMEM;
     if (member_id(cmd, 2, &id))
-        return add_nil(out);
+        return resp_add_nil(out);
     size_t lo = 0, hi = n; /* entries are sorted by id */
     while (lo < hi) {
         size_t mid = lo + (hi - lo) / 2;
@@ -404,8 +404,8 @@ int segd_resp_cmd_zscore(segd_resp_worker_t *w, segd_resp_client_t *c,
             hi = mid;
     }
     if (lo < n && w->ents[lo].segment_id == id)
-        return add_double(out, (double)w->ents[lo].expiry_s);
-    return add_nil(out);
+        return resp_add_double(out, (double)w->ents[lo].expiry_s);
+    return resp_add_nil(out);
 }
 
 int segd_resp_cmd_exists(segd_resp_worker_t *w, segd_resp_client_t *c,
@@ -419,5 +419,5 @@ int segd_resp_cmd_exists(segd_resp_worker_t *w, segd_resp_client_t *c,
             return RC_NOMEM;
         k += n > 0;
     }
-    return add_int(out, k);
+    return resp_add_int(out, k);
 }

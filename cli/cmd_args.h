@@ -8,7 +8,7 @@
 #include <getopt.h>
 #include <stdio.h>
 
-#include "consumer/config.h"
+#include "config/config.h"
 
 /* What the first pass loads besides --config FILE. */
 enum { SEGD_ARGS_FILE_ONLY = 0, SEGD_ARGS_ENV = 1 };

@@ -14,7 +14,7 @@
 #include "base/clock.h"
 #include "cli/cli.h"
 #include "consumer/apply.h"
-#include "consumer/config.h"
+#include "config/config.h"
 #include "core/partition.h"
 #include "transport/kconf.h"
 #include "transport/registry.h"

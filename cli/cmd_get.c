@@ -11,7 +11,7 @@
 
 #include "wire/profile_json.h"
 #include "cli/cli.h"
-#include "consumer/config.h"
+#include "config/config.h"
 #include "core/partition.h"
 #include "core/query.h"
 #include "store/identity.h"

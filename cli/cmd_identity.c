@@ -24,7 +24,7 @@
 
 #include "base/progress.h"
 #include "cli/cli.h"
-#include "consumer/config.h"
+#include "config/config.h"
 #include "consumer/member_outbox.h"
 #include "store/identity.h"
 #include "store/identity_components.h"

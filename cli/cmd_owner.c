@@ -10,7 +10,7 @@
 
 #include "cli/cli.h"
 #include "cli/cmd_args.h"
-#include "consumer/config.h"
+#include "config/config.h"
 #include "core/partition.h"
 #include "transport/kconf.h"
 #include "transport/kmeta.h"

@@ -12,7 +12,7 @@
 #include "snapread/snapshot.h"
 #include "publisher/snapshot.h"
 #include "base/clock.h"
-#include "consumer/config.h"
+#include "config/config.h"
 
 static void usage(FILE *f)
 {

@@ -5,6 +5,8 @@
 
 #include <stdlib.h>
 
+#include "core/record.h"
+
 typedef struct filter_state {
     segd_policy_t *policy;
     segd_prune_t rule;

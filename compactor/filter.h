@@ -7,6 +7,7 @@
 
 #include <rocksdb/c.h>
 
+#include "base/buf.h"
 #include "core/policy.h"
 #include "store/store.h"
 

@@ -1,6 +1,14 @@
-/* Event -> operand -> batch (+ outbox entry); see apply.h. */
+/* The applier: every writer of input events (segd run, replay, rebuild,
+ * backfill, the benchmarks) turns each event into one merge operand in one
+ * store batch. Operands rather than a read and a put, because the DESIGN §3
+ * join is order-free and idempotent: ingest never reads the store, and a
+ * replayed or duplicated event changes nothing. The batch's outbox entry and
+ * any retirement markers go into the same batch as the data and the offsets,
+ * so the change stream and the policy learn exactly what was stored, and only
+ * once it is. See apply.h. */
 #include "consumer/apply.h"
 #include "base/clock.h"
+#include "core/record.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -59,7 +67,7 @@ int segd_event_is_control(const segd_event_t *ev)
 }
 
 /* The marker key a control event's i-th segment entry retires: the segment
- * id, or for a partner retirement the partner's key (core/record.h). */
+ * id, or for a partner retirement the partner's key (core/profile.h). */
 static int64_t control_key(const segd_event_t *ev, size_t i)
 {
     return is_user(ev, SEGD_CONTROL_RETIRE_PARTNER_USER)

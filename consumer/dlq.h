@@ -14,7 +14,7 @@
 #include <stdint.h>
 
 #include "consumer/backoff.h"
-#include "consumer/config.h"
+#include "config/config.h"
 
 typedef struct segd_dlq segd_dlq_t;
 

@@ -13,7 +13,7 @@
 #include <stddef.h>
 
 #include "consumer/backoff.h"
-#include "consumer/config.h"
+#include "config/config.h"
 #include "store/store.h"
 
 enum segd_dlq_reason {

@@ -309,7 +309,11 @@ static segd_err_t write_batch(segd_links_t *l, char *errstr, size_t n)
     if (!any)
         return SEGD_OK;
     segd_err_t err;
-    /* once: a retried write keeps the batch, entries included */
+    /* The membership changes still gathered become this batch's last outbox
+     * entry, so the publisher sends their MemberEvents only once the links
+     * they follow from are stored. It happens once, before the retry loop,
+     * because a failed write leaves the batch as it was, that entry included:
+     * the retry writes the same batch again. */
     if ((err = segd_member_outbox_flush(&l->members, l->batch)))
         return err;
     int64_t wait = 100;

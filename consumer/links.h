@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #include "consumer/backoff.h"
-#include "consumer/config.h"
+#include "config/config.h"
 #include "store/identity.h"
 #include "store/store.h"
 

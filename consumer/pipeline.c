@@ -106,14 +106,14 @@ static void advance_gc(segd_pipeline_t *p)
     p->caught_up_streak = history && caught_up(p) ? p->caught_up_streak + 1 : 0;
     int flags = p->caught_up_streak >= HISTORY_SETTLE_UPKEEPS ? SEGD_GC_CAUGHT_UP : 0;
     if (segd_store_gc_advance(p->store, flags, err, sizeof(err)) != SEGD_OK)
-        segd_log(LOG(p), SEGD_LOG_WARN, "store", "GC watermark not advanced: %s", err);
+        segd_log(pipeline_log(p), SEGD_LOG_WARN, "store", "GC watermark not advanced: %s", err);
     /* RocksDB only looks for files due for periodic compaction after a flush
      * or compaction: on a quiet store an operand would stay in the memtable,
      * unmerged, for ever. An hourly flush keeps the grace bound (§3.1). */
     if (segd_mono_ms() >= p->flush_next_ms) {
         p->flush_next_ms = segd_mono_ms() + 3600 * 1000;
         if (segd_store_flush(p->store, err, sizeof(err)) != SEGD_OK)
-            segd_log(LOG(p), SEGD_LOG_WARN, "store", "flush: %s", err);
+            segd_log(pipeline_log(p), SEGD_LOG_WARN, "store", "flush: %s", err);
     }
 }
 
@@ -139,7 +139,7 @@ static void log_unassigned(segd_pipeline_t *p)
         segd_mono_s() - p->st.created_s < UNASSIGNED_NOTE_MS / 1000.0)
         return;
     p->unassigned_logged = 1;
-    segd_log(LOG(p), SEGD_LOG_INFO, "pipeline",
+    segd_log(pipeline_log(p), SEGD_LOG_INFO, "pipeline",
              "waiting for the group's assignment (%.1f s so far, %s): the coordinator "
              "assigns once every member it knows has rejoined or timed out, and a member "
              "that stopped without leaving the group (killed) is waited for up to its "
@@ -299,8 +299,8 @@ static void close_fatal(segd_pipeline_t *p)
 {
     char err[256];
     if (segd_pipeline_batch_flush(p, err, sizeof(err)) != SEGD_OK)
-        segd_log(LOG(p), SEGD_LOG_ERROR, "pipeline", "last batch not written: %s", err);
-    segd_log(LOG(p), SEGD_LOG_WARN, "pipeline",
+        segd_log(pipeline_log(p), SEGD_LOG_ERROR, "pipeline", "last batch not written: %s", err);
+    segd_log(pipeline_log(p), SEGD_LOG_WARN, "pipeline",
              "closing after a fatal consumer error: the consumer handle is left to "
              "process exit (librdkafka 2.0.2 would never finish destroying it)");
     /* its threads live on and log: the route it keeps outlives p, cut here */
@@ -324,9 +324,10 @@ void segd_pipeline_close(segd_pipeline_t *p)
         segd_pipeline_commit_written(p, 1); /* the group's lag shows where this member ended */
         rd_kafka_consumer_close(p->consumer); /* revokes: the batch is written */
         if (segd_pipeline_batch_flush(p, err, sizeof(err)) != SEGD_OK)
-            segd_log(LOG(p), SEGD_LOG_ERROR, "pipeline", "last batch not written: %s", err);
+            segd_log(pipeline_log(p), SEGD_LOG_ERROR, "pipeline",
+                     "last batch not written: %s", err);
         if (unassigned) { /* the last resort: a leak instead of an abort */
-            segd_log(LOG(p), SEGD_LOG_WARN, "pipeline",
+            segd_log(pipeline_log(p), SEGD_LOG_WARN, "pipeline",
                      "closing before the group's first assignment: the consumer "
                      "handle is left to process exit (librdkafka 2.0.2 would abort)");
             /* The consumer's threads live on and log, also after p and the

@@ -22,7 +22,7 @@
 #include <signal.h>
 #include <stdint.h>
 
-#include "consumer/config.h"
+#include "config/config.h"
 #include "consumer/ingest.h" /* the dead-letter reasons */
 #include "consumer/sweep.h"
 #include "consumer/lag.h"

@@ -68,12 +68,12 @@ void segd_pipeline_commit_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
             p->commit_refusals = 0;
         if (!first && p->commit_logged) {
             p->commit_logged = 0;
-            segd_log(LOG(p), SEGD_LOG_INFO, "pipeline", "offset commit accepted again");
+            segd_log(pipeline_log(p), SEGD_LOG_INFO, "pipeline", "offset commit accepted again");
         }
         return;
     }
     if (!p->commit_logged) /* once until a commit is accepted: a rebalance may refuse many */
-        segd_log(LOG(p), SEGD_LOG_INFO, "pipeline",
+        segd_log(pipeline_log(p), SEGD_LOG_INFO, "pipeline",
                  "offset commit refused (%s): sending the stored offsets again once the "
                  "group settles", rd_kafka_err2str(first));
     p->commit_logged = 1;
@@ -111,7 +111,7 @@ void segd_pipeline_commit_resend(segd_pipeline_t *p)
         p->commits_resent++;
         /* a refusal comes back to segd_pipeline_commit_cb */
         rd_kafka_commit(p->consumer, offs, 1);
-        segd_log_kv(LOG(p), SEGD_LOG_DEBUG, "pipeline", "offsets committed again",
+        segd_log_kv(pipeline_log(p), SEGD_LOG_DEBUG, "pipeline", "offsets committed again",
                     "partitions=%d refused=%" PRIu64 " resent=%" PRIu64, offs->cnt,
                     p->commits_failed, p->commits_resent);
     }
@@ -187,9 +187,9 @@ void segd_pipeline_wait_for_publisher(segd_pipeline_t *p)
             hold_message(p, m);
         if (m)
             rd_kafka_message_destroy(m);
-        wait = backoff(p, wait, "change stream behind: outbox over changes.max.outbox");
+        wait = pipeline_backoff(p, wait, "change stream behind: outbox over changes.max.outbox");
     }
-    fault_cleared(p);
+    pipeline_fault_cleared(p);
     p->held = 0;
     resume_assignment(p);
 }
@@ -217,7 +217,7 @@ static void set_start_offsets(segd_pipeline_t *p, rd_kafka_topic_partition_list_
         } else if (e == SEGD_ERR_NOTFOUND) {
             tp->offset = segd_pipeline_reset_offset(p);
         } else {
-            segd_log(LOG(p), SEGD_LOG_WARN, "pipeline",
+            segd_log(pipeline_log(p), SEGD_LOG_WARN, "pipeline",
                      "waiting: %s [%" PRId32 "]: stored offset unreadable: %s "
                      "(partition paused, retrying)", tp->topic, tp->partition, err);
             unread_t *u = segd_pipeline_unread_note(p, tp->topic, tp->partition, -1);
@@ -250,11 +250,11 @@ void segd_pipeline_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
         const char *proto = coop ? "cooperative" : "eager";
         if (!p->st.assigned_s) { /* the group join, timed once */
             p->st.assigned_s = segd_mono_s();
-            segd_log_kv(LOG(p), SEGD_LOG_INFO, "pipeline", "partitions assigned",
+            segd_log_kv(pipeline_log(p), SEGD_LOG_INFO, "pipeline", "partitions assigned",
                         "count=%d protocol=%s join_s=%.3f", parts->cnt, proto,
                         p->st.assigned_s - p->st.created_s);
         } else {
-            segd_log_kv(LOG(p), SEGD_LOG_INFO, "pipeline", "partitions assigned",
+            segd_log_kv(pipeline_log(p), SEGD_LOG_INFO, "pipeline", "partitions assigned",
                         "count=%d protocol=%s", parts->cnt, proto);
         }
         segd_lag_assigned(p->lag);
@@ -275,11 +275,12 @@ void segd_pipeline_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
             rd_kafka_assign(rk, parts);
         pause_or_resume(p, parts);
     } else {
-        segd_log_kv(LOG(p), SEGD_LOG_INFO, "pipeline", "partitions revoked", "count=%d",
+        segd_log_kv(pipeline_log(p), SEGD_LOG_INFO, "pipeline", "partitions revoked", "count=%d",
                     parts->cnt);
         /* write what was read from these partitions while they are ours */
         if (segd_pipeline_batch_flush(p, msg, sizeof(msg)) != SEGD_OK)
-            segd_log(LOG(p), SEGD_LOG_ERROR, "pipeline", "batch not written before revoke: %s", msg);
+            segd_log(pipeline_log(p), SEGD_LOG_ERROR, "pipeline",
+                     "batch not written before revoke: %s", msg);
         /* while the partitions are ours: later, a commit of theirs could
          * overwrite the next owner's. Lost partitions (a refused generation,
          * a session timed out) are no longer ours: the commit would be
@@ -300,7 +301,8 @@ void segd_pipeline_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                              segd_mono_ms());
     }
     if (e) {
-        segd_log(LOG(p), SEGD_LOG_ERROR, "pipeline", "rebalance: %s", rd_kafka_error_string(e));
+        segd_log(pipeline_log(p), SEGD_LOG_ERROR, "pipeline",
+                 "rebalance: %s", rd_kafka_error_string(e));
         rd_kafka_error_destroy(e);
     }
 }

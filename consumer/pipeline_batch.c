@@ -19,7 +19,7 @@
 #define METADATA_TIMEOUT_MS 5000
 
 /* The entry of (topic, partition) among n positions, or NULL. */
-static position_t *find_position(position_t *pos, size_t n, const char *topic,
+static pipeline_position_t *find_position(pipeline_position_t *pos, size_t n, const char *topic,
                                  int32_t partition)
 {
     for (size_t i = 0; i < n; i++)
@@ -32,7 +32,7 @@ static position_t *find_position(position_t *pos, size_t n, const char *topic,
 static void note_position(segd_pipeline_t *p, const char *topic, int32_t partition,
                           int64_t next, uint64_t events, uint64_t segments)
 {
-    position_t *q = find_position(p->pos, p->npos, topic, partition);
+    pipeline_position_t *q = find_position(p->pos, p->npos, topic, partition);
     if (!q && p->npos == MAX_POSITIONS)
         return; /* unreachable with sane partition counts; the offset is re-read */
     if (!q) {
@@ -70,7 +70,7 @@ int32_t segd_pipeline_parts_refresh(segd_pipeline_t *p, const char *topic)
     if (segd_kmeta_partitions(p->consumer, topic, METADATA_TIMEOUT_MS, &count, err,
                               sizeof(err)) != SEGD_OK) {
         if (!p->metadata_logged++)
-            segd_log(LOG(p), SEGD_LOG_WARN, "pipeline",
+            segd_log(pipeline_log(p), SEGD_LOG_WARN, "pipeline",
                      "%s (misrouted events not counted meanwhile)", err);
         p->metadata_next_ms = segd_mono_ms() + 10000;
         return 0;
@@ -187,7 +187,7 @@ int segd_pipeline_batch_take(segd_pipeline_t *p, int *fatal)
              * segd run exits and a restart joins the group anew. */
             *fatal = m->err == RD_KAFKA_RESP_ERR__FATAL;
             if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF && !*fatal)
-                segd_log(LOG(p), SEGD_LOG_WARN, "pipeline", "consumer: %s",
+                segd_log(pipeline_log(p), SEGD_LOG_WARN, "pipeline", "consumer: %s",
                          rd_kafka_message_errstr(m));
             rd_kafka_message_destroy(m);
             if (*fatal)
@@ -228,8 +228,8 @@ static void record_counts(segd_pipeline_t *p)
 static void note_written(segd_pipeline_t *p)
 {
     for (size_t i = 0; i < p->npos; i++) {
-        const position_t *b = &p->pos[i];
-        position_t *w = find_position(p->written, p->nwritten, b->topic, b->partition);
+        const pipeline_position_t *b = &p->pos[i];
+        pipeline_position_t *w = find_position(p->written, p->nwritten, b->topic, b->partition);
         if (!w && p->nwritten == MAX_POSITIONS)
             segd_pipeline_commit_written(p, 1); /* no room: what is kept goes now (and
                                                   * leaves the list empty) */
@@ -310,7 +310,7 @@ segd_err_t segd_pipeline_batch_flush(segd_pipeline_t *p, char *errstr, size_t n)
     while ((err = segd_applier_flush(&p->ap, errstr, n)) != SEGD_OK) {
         if (*p->stop || err == SEGD_ERR_ABORTED) /* a stopped store needs a restart */
             return err;
-        wait = backoff(p, wait, errstr);
+        wait = pipeline_backoff(p, wait, errstr);
     }
     double tc = segd_mono_s();
     p->st.write_s += tc - tw;
@@ -329,9 +329,9 @@ segd_err_t segd_pipeline_batch_flush(segd_pipeline_t *p, char *errstr, size_t n)
     segd_dlq_clear(p->dlq);
     p->st.batches++;
     /* per batch, never per message; at debug only (tests wait on it) */
-    segd_log_kv(LOG(p), SEGD_LOG_DEBUG, "pipeline", "batch written",
+    segd_log_kv(pipeline_log(p), SEGD_LOG_DEBUG, "pipeline", "batch written",
                 "batch=%" PRIu64 " consumed=%" PRIu64 " events=%" PRIu64 " segments=%" PRIu64,
                 p->st.batches, p->st.messages, p->st.events, p->st.segments);
-    fault_cleared(p);
+    pipeline_fault_cleared(p);
     return SEGD_OK;
 }

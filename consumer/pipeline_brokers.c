@@ -49,7 +49,7 @@ static void went_down(segd_pipeline_t *p, const char *why)
     set_down(p, why);
     p->brokers_check_ms = segd_mono_ms() + RECHECK_MS;
     if (!was)
-        segd_log(LOG(p), SEGD_LOG_WARN, "pipeline",
+        segd_log(pipeline_log(p), SEGD_LOG_WARN, "pipeline",
                  "%s; retrying: nothing is consumed until a broker answers, and /readyz "
                  "says why it is not ready", why);
 }
@@ -81,7 +81,7 @@ void segd_pipeline_error_cb(rd_kafka_t *rk, int err, const char *reason, void *o
         return;
     }
     /* what librdkafka logs itself when a client has no error_cb */
-    segd_log(LOG(p), SEGD_LOG_ERROR, "kafka", "%s: %s", rd_kafka_err2name(err), reason);
+    segd_log(pipeline_log(p), SEGD_LOG_ERROR, "kafka", "%s: %s", rd_kafka_err2name(err), reason);
 }
 
 void segd_pipeline_brokers_step(segd_pipeline_t *p)
@@ -98,6 +98,6 @@ void segd_pipeline_brokers_step(segd_pipeline_t *p)
     rd_kafka_metadata_destroy(md);
     set_down(p, "");
     p->broker_cause[0] = 0;
-    segd_log_kv(LOG(p), SEGD_LOG_INFO, "pipeline", "brokers answer again: consuming",
+    segd_log_kv(pipeline_log(p), SEGD_LOG_INFO, "pipeline", "brokers answer again: consuming",
                 "bootstrap=%s brokers=%s", p->cfg->brokers, brokers);
 }

@@ -45,7 +45,8 @@ segd_err_t segd_pipeline_check_topics(segd_pipeline_t *p, char *errstr, size_t n
                              "before starting segd run", i < cfg->n_topics ? "input" : "dead-letter",
                              topic, i < cfg->n_topics ? "" : " (dlq.topic)");
         if (err) { /* unreachable: the consumer and the DLQ's deliveries wait for them */
-            segd_log(LOG(p), SEGD_LOG_WARN, "pipeline", "topics not checked at start: %s", why);
+            segd_log(pipeline_log(p), SEGD_LOG_WARN, "pipeline",
+                     "topics not checked at start: %s", why);
             return SEGD_OK;
         }
     }
@@ -117,7 +118,8 @@ static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
     if (p->refused[0])
         return;
     snprintf(p->refused, sizeof(p->refused), "kafka: %s: %s", check, reason);
-    segd_log(LOG(p), SEGD_LOG_ERROR, "pipeline", "%s; segd run stops: retrying with the same "
+    segd_log(pipeline_log(p), SEGD_LOG_ERROR, "pipeline",
+             "%s; segd run stops: retrying with the same "
              "settings never succeeds", p->refused);
 }
 
@@ -158,7 +160,7 @@ static segd_err_t new_consumer(segd_pipeline_t *p, const char *client_id,
     rd_kafka_conf_set_rebalance_cb(conf, segd_pipeline_rebalance_cb);
     rd_kafka_conf_set_offset_commit_cb(conf, segd_pipeline_commit_cb);
     rd_kafka_conf_set_error_cb(conf, error_cb);
-    if (!p->klog && !(p->klog = segd_klog_new(LOG(p), p))) {
+    if (!p->klog && !(p->klog = segd_klog_new(pipeline_log(p), p))) {
         rd_kafka_conf_destroy(conf);
         return segd_errf(SEGD_ERR_NOMEM, errstr, n, "consumer: out of memory");
     }
@@ -208,7 +210,7 @@ segd_err_t segd_pipeline_subscribe(segd_pipeline_t *p, char *errstr, size_t n)
         member[0] = 0;
         err = new_consumer(p, client_id, member, 1, errstr, n);
         if (!err)
-            segd_log(LOG(p), SEGD_LOG_INFO, "pipeline",
+            segd_log(pipeline_log(p), SEGD_LOG_INFO, "pipeline",
                      "the brokers are librdkafka's mock cluster (segd dev-broker): it "
                      "ignores group.instance.id, so static membership is off and this member "
                      "leaves the group when it stops, and it holds every rebalance for "
@@ -224,7 +226,7 @@ segd_err_t segd_pipeline_subscribe(segd_pipeline_t *p, char *errstr, size_t n)
         RD_KAFKA_CONF_OK)
         snprintf(client, sizeof(client), "?");
     /* the names `segd owner` and the brokers' group tools show for this member */
-    segd_log_kv(LOG(p), SEGD_LOG_INFO, "pipeline", "group member",
+    segd_log_kv(pipeline_log(p), SEGD_LOG_INFO, "pipeline", "group member",
                 "group=%s client_id=%s group_instance_id=%s session_timeout_ms=%" PRId64,
                 cfg->group, client, member[0] ? member : "(none)", p->session_timeout_ms);
     rd_kafka_topic_partition_list_t *topics =

@@ -21,12 +21,12 @@
 
 /* A partition in the pending batch: the offset after its last message, and
  * what the batch took from it. */
-typedef struct position {
+typedef struct pipeline_position {
     char topic[256];
     int32_t partition;
     int64_t next;
     uint64_t messages, events, segments; /* of this batch, for the metrics */
-} position_t;
+} pipeline_position_t;
 
 /* The families the pipeline reports into (segd_pipeline_set_metrics); all
  * NULL without a registry, which makes every update a no-op. */
@@ -76,10 +76,10 @@ struct segd_pipeline {
     int64_t sweep_logged_ms;     /* a failed sweep step was reported then */
     segd_ingest_t *ingest;
     segd_applier_t ap;
-    position_t pos[MAX_POSITIONS];
+    pipeline_position_t pos[MAX_POSITIONS];
     size_t npos;
     /* offsets written to the store and not yet committed to the group */
-    position_t written[MAX_POSITIONS];
+    pipeline_position_t written[MAX_POSITIONS];
     size_t nwritten;
     int64_t commit_next_ms; /* monotonic time the next commit may be sent */
     unread_t unread[MAX_POSITIONS];
@@ -117,15 +117,16 @@ struct segd_pipeline {
     pipeline_metrics_t mx;
 };
 
-#define LOG(p) ((p)->cfg->log)
+/* The pipeline's log, borrowed from its configuration. */
+static inline segd_log_t *pipeline_log(const segd_pipeline_t *p) { return p->cfg->log; }
 
 /* Exponential backoff for fault waits; logs the fault once per change. */
-static inline int64_t backoff(segd_pipeline_t *p, int64_t wait_ms, const char *fault)
+static inline int64_t pipeline_backoff(segd_pipeline_t *p, int64_t wait_ms, const char *fault)
 {
     return segd_backoff_wait(&p->bo, wait_ms, p->cfg->retry_max_ms, fault);
 }
 
-static inline void fault_cleared(segd_pipeline_t *p)
+static inline void pipeline_fault_cleared(segd_pipeline_t *p)
 {
     segd_backoff_cleared(&p->bo);
 }

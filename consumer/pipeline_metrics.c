@@ -68,7 +68,7 @@ void segd_pipeline_metrics_batch(segd_pipeline_t *p, double apply_s)
     const char *v[2] = {NULL, part};
     uint64_t messages = 0;
     for (size_t i = 0; i < p->npos; i++) {
-        const position_t *q = &p->pos[i];
+        const pipeline_position_t *q = &p->pos[i];
         snprintf(part, sizeof(part), "%" PRId32, q->partition);
         v[0] = q->topic;
         segd_metric_add(p->mx.consumed, v, (double)q->messages);

@@ -97,7 +97,7 @@ void segd_pipeline_rewind(segd_pipeline_t *p, const rd_kafka_message_t *m)
     const char *topic = rd_kafka_topic_name(m->rkt);
     if (seek_to(p, topic, m->partition, m->offset))
         return;
-    segd_log(LOG(p), SEGD_LOG_WARN, "pipeline",
+    segd_log(pipeline_log(p), SEGD_LOG_WARN, "pipeline",
              "cannot rewind %s [%" PRId32 "] to %" PRId64 "; it restarts from its stored offset",
              topic, m->partition, m->offset);
     rd_kafka_topic_partition_list_t *l = segd_pipeline_one_partition(topic, m->partition, 0);
@@ -133,7 +133,8 @@ static int hand_to_restore(segd_pipeline_t *p, unread_t *u)
     int32_t count = t ? t->count : 0;
     /* a unit routes users by the partition count it was made with */
     if (count <= 0 && segd_pipeline_partitions(p, u->topic, &count, err, sizeof(err))) {
-        segd_log(LOG(p), SEGD_LOG_WARN, "pipeline", "%s [%" PRId32 "]: no restore (%s): replaying it",
+        segd_log(pipeline_log(p), SEGD_LOG_WARN, "pipeline",
+                 "%s [%" PRId32 "]: no restore (%s): replaying it",
                  u->topic, u->partition, err);
         return 0;
     }
@@ -141,7 +142,7 @@ static int hand_to_restore(segd_pipeline_t *p, unread_t *u)
         return 0;
     u->restoring = 1;
     u->logged = 1;
-    segd_log(LOG(p), SEGD_LOG_INFO, "pipeline",
+    segd_log(pipeline_log(p), SEGD_LOG_INFO, "pipeline",
              "%s [%" PRId32 "] has no stored offset: restoring it from a snapshot unit "
              "(partition paused)", u->topic, u->partition);
     return 1;
@@ -181,7 +182,7 @@ void segd_pipeline_unread_retry(segd_pipeline_t *p)
         }
         if (e || !seek_to(p, u->topic, u->partition, next)) {
             if (e && !u->logged)
-                segd_log(LOG(p), SEGD_LOG_WARN, "pipeline",
+                segd_log(pipeline_log(p), SEGD_LOG_WARN, "pipeline",
                          "waiting: %s [%" PRId32 "]: stored offset unreadable: "
                          "%s (partition paused, retrying)", u->topic, u->partition, err);
             u->logged |= e != SEGD_OK;
@@ -189,7 +190,8 @@ void segd_pipeline_unread_retry(segd_pipeline_t *p)
             continue;
         }
         if (u->logged)
-            segd_log(LOG(p), SEGD_LOG_INFO, "pipeline", "resumed %s [%" PRId32 "] at its stored offset",
+            segd_log(pipeline_log(p), SEGD_LOG_INFO, "pipeline",
+                     "resumed %s [%" PRId32 "] at its stored offset",
                      u->topic, u->partition);
         segd_lag_start(p->lag, u->topic, u->partition, next);
         if (!p->held) {
@@ -220,7 +222,7 @@ int segd_pipeline_restore_start(segd_pipeline_t *p, const rd_kafka_topic_partiti
     if (purging) {
         u->purging = 1;
         u->logged = 1;
-        segd_log(LOG(p), SEGD_LOG_INFO, "pipeline",
+        segd_log(pipeline_log(p), SEGD_LOG_INFO, "pipeline",
                  "%s [%" PRId32 "] came back while the sweep was deleting its users: the rest "
                  "go first (partition paused)", tp->topic, tp->partition);
         return 1;
@@ -278,6 +280,6 @@ void segd_pipeline_sweep_step(segd_pipeline_t *p)
     if (segd_sweep_step(p->sweep, segd_mono_ms(), err, sizeof(err)) != SEGD_OK &&
         segd_mono_ms() - p->sweep_logged_ms >= 10000) {
         p->sweep_logged_ms = segd_mono_ms();
-        segd_log(LOG(p), SEGD_LOG_WARN, "sweep", "%s (retrying)", err);
+        segd_log(pipeline_log(p), SEGD_LOG_WARN, "sweep", "%s (retrying)", err);
     }
 }

@@ -17,7 +17,7 @@
 #include <signal.h>
 #include <stdint.h>
 
-#include "consumer/config.h"
+#include "config/config.h"
 #include "consumer/ingest.h"
 #include "store/store.h"
 

@@ -17,16 +17,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#define MAX_TOPICS 64
+#include "base/hash.h"
 
-static uint64_t fnv1a(uint64_t h, const char *s, size_t n)
-{
-    for (size_t i = 0; i < n; i++) {
-        h ^= (unsigned char)s[i];
-        h *= 0x100000001b3ULL;
-    }
-    return h;
-}
+#define MAX_TOPICS 64
 
 static void sort_names(const char **v, size_t n)
 {
@@ -48,9 +41,9 @@ segd_err_t segd_static_member_id(const char *store_id, char *const *topics, size
     for (size_t i = 0; i < n_topics; i++)
         sorted[i] = topics[i];
     sort_names(sorted, n_topics);
-    uint64_t h = 0xcbf29ce484222325ULL;
+    uint64_t h = SEGD_FNV64_OFFSET;
     for (size_t i = 0; i < n_topics; i++) /* each name with its NUL: "ab","c" != "a","bc" */
-        h = fnv1a(h, sorted[i], strlen(sorted[i]) + 1);
+        h = segd_fnv1a64_more(h, sorted[i], strlen(sorted[i]) + 1);
     int len = snprintf(out, size, "%s-t%016" PRIx64, store_id, h);
     if (len < 0 || (size_t)len >= size)
         return segd_errf(SEGD_ERR_INVALID, errstr, errstr_size,

@@ -9,7 +9,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
-#include "core/record.h"
+#include "core/profile.h"
 
 #define SEGD_MAX_USER_ID 256
 

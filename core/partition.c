@@ -4,6 +4,8 @@
 #include <string.h>
 #include <zlib.h>
 
+#include "base/hash.h"
+
 static const struct {
     const char *name;
     segd_partitioner_t p;
@@ -78,13 +80,9 @@ uint32_t segd_murmur2(const void *key, size_t len)
 
 /* FNV-1a 32 with librdkafka's (and Sarama's NewHashPartitioner's) twist:
  * the absolute value of the hash read as a signed 32-bit integer. */
-static uint32_t fnv1a(const uint8_t *d, size_t len)
+static uint32_t fnv1a_abs(const void *d, size_t len)
 {
-    uint32_t h = 0x811c9dc5;
-    for (size_t i = 0; i < len; i++) {
-        h ^= d[i];
-        h *= 0x01000193;
-    }
+    uint32_t h = segd_fnv1a32(d, len);
     return h & 0x80000000u ? (uint32_t)(-(int64_t)(int32_t)h) : h;
 }
 
@@ -99,7 +97,7 @@ int32_t segd_partition_of(segd_partitioner_t p, const void *key, size_t len,
         h = (uint32_t)crc32(crc32(0, NULL, 0), key, (uInt)len);
         break;
     case SEGD_PARTITIONER_FNV1A:
-        h = fnv1a(key, len);
+        h = fnv1a_abs(key, len);
         break;
     default:
         h = segd_murmur2(key, len) & 0x7fffffff;

@@ -10,7 +10,7 @@
 
 #include "base/err.h"
 #include "core/markers.h"
-#include "core/record.h"
+#include "core/profile.h"
 
 typedef struct segd_policy segd_policy_t;
 

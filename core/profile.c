@@ -1,9 +1,8 @@
 /* Profiles in memory (segd_profile_t): growth, normalisation (sorted by
  * segment id), the DESIGN §3 join of several profiles into one, liveness
  * and pruning against the erase marker and the retirement rules. The
- * record codec (record.c) stores what this module builds. */
-#include "core/record.h"
-#include "core/record_int.h"
+ * record codec (record.c) stores what this module builds; see profile.h. */
+#include "core/profile.h"
 
 #include <assert.h>
 #include <stdlib.h>
@@ -94,7 +93,7 @@ void segd_profile_normalize(segd_profile_t *p)
 
 /* ---------- join and liveness ---------- */
 
-/* tuple_cmp orders the codec's dictionary (by ts first, which its deltas
+/* segd_entry_tuple_cmp orders the codec's dictionary (by ts first, which its deltas
  * need); the join ranks a removal above an upsert of the same ts_ms, as
  * Cassandra's tombstones win ties. Still a total order, so the join (its
  * max) stays commutative, associative and idempotent. */
@@ -105,7 +104,7 @@ static int join_cmp(const segd_entry_t *a, const segd_entry_t *b)
     int ra = a->expiry_s <= 0, rb = b->expiry_s <= 0;
     if (ra != rb)
         return ra < rb ? -1 : 1;
-    return tuple_cmp(a, b);
+    return segd_entry_tuple_cmp(a, b);
 }
 
 const segd_entry_t *segd_entry_join(const segd_entry_t *a, const segd_entry_t *b)

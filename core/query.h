@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "core/record.h"
+#include "core/profile.h"
 
 typedef struct segd_query {
     int64_t expiring_after_s; /* keep expiry_s > this; 0 = no filter */

@@ -54,7 +54,7 @@ static uint64_t tuple_hash(const segd_entry_t *e)
 static int cmp_tuple_idx(const void *a, const void *b, void *ctx)
 {
     const segd_entry_t *t = ctx;
-    return tuple_cmp(&t[*(const uint32_t *)a], &t[*(const uint32_t *)b]);
+    return segd_entry_tuple_cmp(&t[*(const uint32_t *)a], &t[*(const uint32_t *)b]);
 }
 
 /* Distinct tuples via an open-addressing hash (provisional slots), then
@@ -76,7 +76,7 @@ static segd_err_t dict_build(dict_t *d, const segd_profile_t *p)
     for (size_t i = 0; i < p->n; i++) {
         const segd_entry_t *e = &p->entries[i];
         size_t h = tuple_hash(e) & (cap - 1);
-        while (table[h] != UINT32_MAX && tuple_cmp(&d->tuples[table[h]], e) != 0)
+        while (table[h] != UINT32_MAX && segd_entry_tuple_cmp(&d->tuples[table[h]], e) != 0)
             h = (h + 1) & (cap - 1);
         if (table[h] == UINT32_MAX) {
             table[h] = d->n;

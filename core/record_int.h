@@ -15,21 +15,6 @@
 #define RICE_ESCAPE_Q 24 /* quotients >= this are written raw (64 bits) */
 #define MAX_RICE_K 56
 
-/* The order of (ts, expiry, flags, partner) tuples: the dictionary is
- * sorted by it, and profile.c's join ranks entries with it. */
-static inline int tuple_cmp(const segd_entry_t *a, const segd_entry_t *b)
-{
-    if (a->ts_ms != b->ts_ms)
-        return a->ts_ms < b->ts_ms ? -1 : 1;
-    if (a->expiry_s != b->expiry_s)
-        return a->expiry_s < b->expiry_s ? -1 : 1;
-    if (a->flags != b->flags)
-        return a->flags < b->flags ? -1 : 1;
-    if (a->partner_id != b->partner_id)
-        return a->partner_id < b->partner_id ? -1 : 1;
-    return 0;
-}
-
 /* ---------- varints and bits ---------- */
 
 static inline void put_varint(segd_buf_t *b, uint64_t v) { b->len += segd_uv_put(b->data + b->len, v); }

@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "consumer/config.h"
+#include "config/config.h"
 #include "wire/json_event.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -14,6 +14,7 @@
 #include "base/clock.h"
 #include "core/event.h"
 #include "core/policy.h"
+#include "core/record.h"
 #include "load/extsort.h"
 #include "load/handoff.h"
 #include "store/sst.h"

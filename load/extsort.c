@@ -13,6 +13,7 @@
 #include <unistd.h>
 
 #include "base/varint.h"
+#include "core/record.h"
 #include "store/sst.h"
 
 #define MIN_MEMORY (64u << 10)

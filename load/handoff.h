@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
-#include "core/record.h"
+#include "core/profile.h"
 #include "load/extsort.h"
 
 typedef struct segd_handoff segd_handoff_t;

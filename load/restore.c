@@ -10,6 +10,7 @@
 
 #include "base/buf.h"
 #include "base/clock.h"
+#include "core/record.h"
 #include "snapread/unit.h"
 #include "store/identity.h"
 

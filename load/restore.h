@@ -31,7 +31,7 @@
 
 #include "base/err.h"
 #include "core/partition.h"
-#include "core/record.h"
+#include "core/profile.h"
 #include "load/bulk.h"
 #include "store/store.h"
 #include "transport/dest.h"

@@ -9,6 +9,7 @@
 
 #include "base/clock.h"
 #include "core/partition.h"
+#include "core/record.h"
 #include "publisher/publisher_int.h"
 
 static int cmp_ref(const void *a, const void *b)

@@ -206,7 +206,12 @@ static void *lane_main(void *arg)
     lane_t *l = arg;
     segd_err_t err;
     if (l->x->o->format == SEGD_SNAPFMT_NATIVE) {
-        segd_prune_t rule; /* as the avro scan's: read once, complete */
+        /* The same rule the Avro scan takes (store/view.c), so both formats
+         * drop exactly the same entries. It is read once per lane, so every
+         * record is judged at one time and one W, and it is complete because
+         * a value read through the view is the key's whole history (every
+         * operand merged), which is what allows a drop below W. */
+        segd_prune_t rule;
         segd_policy_rule(segd_store_policy(l->x->store), &rule, 1);
         segd_snapnat_writer_init(&l->nat, &rule, l->x->o->native_copy);
         err = segd_store_view_scan_raw(l->v, export_native, l, l->errmsg, sizeof(l->errmsg));

@@ -14,7 +14,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/record.h"
+#include "core/profile.h"
 #include "transport/dest.h"
 #include "wire/manifest.h"
 #include "wire/member.h"

@@ -6,6 +6,7 @@
  * rewriting the user without it would silently drop its entries, tombstones
  * and erase marker. */
 #include "store/merge.h"
+#include "core/record.h"
 
 #include <stdlib.h>
 

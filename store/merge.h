@@ -6,6 +6,7 @@
 
 #include <rocksdb/c.h>
 
+#include "base/buf.h"
 #include "core/policy.h"
 
 /* policy is borrowed and must outlive the returned operator; the operator is

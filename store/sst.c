@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/buf.h"
 #include "store/store_int.h"
 
 struct segd_sst_writer {

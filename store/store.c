@@ -28,7 +28,7 @@ void segd_store_opts_default(segd_store_opts_t *o)
     memset(o, 0, sizeof(*o));
     o->block_cache_mb = 256;
     o->write_buffer_mb = 64;
-    o->horizon_ms = 7LL * 86400 * 1000; /* store.horizon.s's default (consumer/config.c) */
+    o->horizon_ms = 7LL * 86400 * 1000; /* store.horizon.s's default (config/config.c) */
     o->granularity_s = 0; /* the store's; SEGD_STORE_GRANULARITY_S for a new one */
     o->periodic_compaction_s = 86400;
     o->min_free_mb = 256;

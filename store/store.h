@@ -27,7 +27,7 @@
 #include "base/err.h"
 #include "base/log.h"
 #include "core/policy.h"
-#include "core/record.h"
+#include "core/profile.h"
 
 #define SEGD_STORE_FORMAT 1
 #define SEGD_STORE_GRANULARITY_S 3600 /* a new store's when none is given */

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/record.h"
 #include "store/store.h"
 #include "store/store_impl.h"
 #include "store/store_int.h"

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# docs/configuration.md against the code: every key of consumer/config.c's
+# docs/configuration.md against the code: every key of config/config.c's
 # table (as `segd run --print-config` lists it) is in the document's segd run
 # table and every key there is known; a default in backticks is the one the
 # code fills in; every `segd cache` option of its --help is documented and

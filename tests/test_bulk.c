@@ -23,6 +23,7 @@
 #include "app/app.h"
 #include "consumer/apply.h"
 #include "core/query.h"
+#include "core/record.h"
 #include "load/bulk.h"
 #include "store/sst.h"
 #include "store/store.h"

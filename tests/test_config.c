@@ -1,4 +1,4 @@
-/* Tests for consumer/config.c: file, environment and flag precedence, kafka
+/* Tests for config/config.c: file, environment and flag precedence, kafka
  * pass-through, and errors that name the offending key. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -11,7 +11,7 @@
 
 #include <cmocka.h>
 
-#include "consumer/config.h"
+#include "config/config.h"
 
 static char *write_conf(const char *body)
 {

@@ -23,7 +23,7 @@
 #include "cache/edge.h"
 #include "cache/edge_load.h"
 #include "consumer/apply.h"
-#include "consumer/config.h"
+#include "config/config.h"
 #include "consumer/ingest.h"
 #include "wire/avro_codec.h"
 #include <signal.h>

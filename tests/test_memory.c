@@ -1,5 +1,5 @@
-/* Tests for consumer/memory.c (the split of memory.limit.mb) and its use by
- * consumer/config.c: the shares add up to no more than the budget, each is
+/* Tests for config/memory.c (the split of memory.limit.mb) and its use by
+ * config/config.c: the shares add up to no more than the budget, each is
  * within what its consumer accepts (librdkafka takes them, RocksDB opens
  * with them), they scale with the budget, and explicit keys keep their value. */
 #include <setjmp.h>
@@ -14,8 +14,8 @@
 #include <librdkafka/rdkafka.h>
 
 #include "app/app.h"
-#include "consumer/config.h"
-#include "consumer/memory.h"
+#include "config/config.h"
+#include "config/memory.h"
 
 #define MIB (1LL << 20)
 

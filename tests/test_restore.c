@@ -23,6 +23,7 @@
 #include "app/app.h"
 #include "consumer/apply.h"
 #include "core/policy.h"
+#include "core/record.h"
 #include "load/restore.h"
 #include "publisher/snapshot.h"
 #include "store/store.h"

@@ -26,6 +26,7 @@
 #include "app/app.h"
 #include "app/restorer.h"
 #include "consumer/apply.h"
+#include "core/record.h"
 #include "load/restore.h"
 #include "publisher/snapshot.h"
 #include "store/store.h"

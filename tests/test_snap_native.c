@@ -20,6 +20,7 @@
 
 #include "app/app.h"
 #include "cache/edge.h"
+#include "core/record.h"
 #include "snapread/snapshot.h"
 #include "consumer/apply.h"
 #include "publisher/snapshot.h"

@@ -24,6 +24,7 @@
 #include "cache/edge.h"
 #include "cache/edge_load.h"
 #include "core/partition.h"
+#include "core/record.h"
 #include "publisher/snapshot.h"
 #include "snapread/snapshot.h"
 #include "wire/change.h"

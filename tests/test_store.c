@@ -20,6 +20,7 @@
 #include "app/app.h"
 #include "compactor/filter.h"
 #include "consumer/apply.h"
+#include "core/record.h"
 #include "publisher/snapshot.h"
 #include "store/store.h"
 

@@ -21,6 +21,7 @@
 #include "consumer/apply.h"
 #include "consumer/pipeline.h"
 #include "consumer/sweep.h"
+#include "core/record.h"
 #include "store/store.h"
 
 #define NOW 1800000000000LL

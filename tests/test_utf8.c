@@ -18,6 +18,7 @@
 #include "app/app.h"
 #include "base/utf8.h"
 #include "consumer/apply.h"
+#include "core/record.h"
 #include "publisher/snapshot.h"
 #include "core/partition.h"
 #include "store/store.h"

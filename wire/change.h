@@ -11,8 +11,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "base/buf.h"
 #include "base/err.h"
-#include "core/record.h"
+#include "core/profile.h"
 
 #define SEGD_DEFAULT_BUCKETS 32
 
@@ -26,7 +27,7 @@ typedef struct segd_source_range {
 } segd_source_range_t;
 
 typedef struct segd_retirement {
-    int64_t segment_id; /* or a partner's key, < 0 (core/record.h) */
+    int64_t segment_id; /* or a partner's key, < 0 (core/profile.h) */
     int64_t retired_before_ms;
 } segd_retirement_t;
 

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
+#include "base/hash.h"
 
 /* One pass over the bytes, no tree: known fields are decoded straight into
  * ev, everything else is checked as jansson checks it (the accept/reject
@@ -53,29 +54,17 @@ static inline void jp_ws(jp_t *j)
         j->p++;
 }
 
-#define FNV_OFFSET 14695981039346656037ull
-#define FNV_PRIME 1099511628211ull
-
 typedef struct jp_out {
     char *buf;  /* may be NULL: nothing kept */
     size_t cap; /* bytes of buf */
     size_t len; /* decoded length, even past cap */
 } jp_out_t;
 
-static inline void out_byte(jp_out_t *o, uint8_t c)
+static inline void jp_out_byte(jp_out_t *o, uint8_t c)
 {
     if (o->len < o->cap)
         o->buf[o->len] = (char)c;
     o->len++;
-}
-
-static inline uint64_t fnv1a(const void *p, size_t n)
-{
-    const uint8_t *b = p;
-    uint64_t h = FNV_OFFSET;
-    for (size_t i = 0; i < n; i++)
-        h = (h ^ b[i]) * FNV_PRIME;
-    return h;
 }
 
 /* Objects: field() consumes the value of a key it knows and returns 1, or returns 0

@@ -30,19 +30,19 @@ int segd_jp_syntax(jp_t *j, const char *what)
 static void out_utf8(jp_out_t *o, uint32_t cp)
 {
     if (cp < 0x80) {
-        out_byte(o, (uint8_t)cp);
+        jp_out_byte(o, (uint8_t)cp);
     } else if (cp < 0x800) {
-        out_byte(o, (uint8_t)(0xC0 | cp >> 6));
-        out_byte(o, (uint8_t)(0x80 | (cp & 0x3F)));
+        jp_out_byte(o, (uint8_t)(0xC0 | cp >> 6));
+        jp_out_byte(o, (uint8_t)(0x80 | (cp & 0x3F)));
     } else if (cp < 0x10000) {
-        out_byte(o, (uint8_t)(0xE0 | cp >> 12));
-        out_byte(o, (uint8_t)(0x80 | (cp >> 6 & 0x3F)));
-        out_byte(o, (uint8_t)(0x80 | (cp & 0x3F)));
+        jp_out_byte(o, (uint8_t)(0xE0 | cp >> 12));
+        jp_out_byte(o, (uint8_t)(0x80 | (cp >> 6 & 0x3F)));
+        jp_out_byte(o, (uint8_t)(0x80 | (cp & 0x3F)));
     } else {
-        out_byte(o, (uint8_t)(0xF0 | cp >> 18));
-        out_byte(o, (uint8_t)(0x80 | (cp >> 12 & 0x3F)));
-        out_byte(o, (uint8_t)(0x80 | (cp >> 6 & 0x3F)));
-        out_byte(o, (uint8_t)(0x80 | (cp & 0x3F)));
+        jp_out_byte(o, (uint8_t)(0xF0 | cp >> 18));
+        jp_out_byte(o, (uint8_t)(0x80 | (cp >> 12 & 0x3F)));
+        jp_out_byte(o, (uint8_t)(0x80 | (cp >> 6 & 0x3F)));
+        jp_out_byte(o, (uint8_t)(0x80 | (cp & 0x3F)));
     }
 }
 
@@ -117,7 +117,7 @@ static int jp_utf8(jp_t *j, jp_out_t *o)
         (k == 4 && cp < 0x10000))
         return segd_jp_syntax(j, "invalid UTF-8");
     for (size_t i = 0; i < k; i++)
-        out_byte(o, j->p[i]);
+        jp_out_byte(o, j->p[i]);
     j->p += k;
     return 0;
 }
@@ -155,19 +155,19 @@ int segd_jp_string(jp_t *j, jp_out_t *o)
         }
         j->p++;
         if (c != '\\') {
-            out_byte(o, c);
+            jp_out_byte(o, c);
             continue;
         }
         if (j->p >= j->end)
             return segd_jp_syntax(j, "premature end of input in string");
         c = *j->p++;
         switch (c) {
-        case '"': case '\\': case '/': out_byte(o, c); break;
-        case 'b': out_byte(o, '\b'); break;
-        case 'f': out_byte(o, '\f'); break;
-        case 'n': out_byte(o, '\n'); break;
-        case 'r': out_byte(o, '\r'); break;
-        case 't': out_byte(o, '\t'); break;
+        case '"': case '\\': case '/': jp_out_byte(o, c); break;
+        case 'b': jp_out_byte(o, '\b'); break;
+        case 'f': jp_out_byte(o, '\f'); break;
+        case 'n': jp_out_byte(o, '\n'); break;
+        case 'r': jp_out_byte(o, '\r'); break;
+        case 't': jp_out_byte(o, '\t'); break;
         case 'u':
             if (jp_unicode(j, o))
                 return -1;

@@ -43,13 +43,13 @@ static char *key_decode(const jp_key_t *k)
 static int key_hash(jp_key_t *k)
 {
     if (k->rawlen == k->len) { /* no escape: the raw bytes are the key */
-        k->hash = fnv1a(k->raw, k->len);
+        k->hash = segd_fnv1a64(k->raw, k->len);
         return 0;
     }
     char *d = key_decode(k);
     if (!d)
         return -1;
-    k->hash = fnv1a(d, k->len);
+    k->hash = segd_fnv1a64(d, k->len);
     free(d);
     return 0;
 }

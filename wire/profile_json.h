@@ -9,7 +9,7 @@
 
 #include "base/buf.h"
 #include "base/err.h"
-#include "core/record.h"
+#include "core/profile.h"
 
 /* A new JSON array (owned by the caller, json_decref) of e[0..n). */
 json_t *segd_entries_json(const segd_entry_t *e, size_t n);

@@ -11,7 +11,7 @@
 #include <stdint.h>
 
 #include "base/err.h"
-#include "core/record.h"
+#include "core/profile.h"
 
 typedef enum segd_snapfmt { SEGD_SNAPFMT_AVRO = 0, SEGD_SNAPFMT_NATIVE = 1 } segd_snapfmt_t;
 

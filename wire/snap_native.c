@@ -6,6 +6,7 @@
 
 #include "base/utf8.h"
 #include "base/varint.h"
+#include "core/record.h"
 
 static void put_bytes(segd_buf_t *b, const void *p, size_t n)
 {

@@ -1,6 +1,6 @@
 /* Configuration parsing and validation; see config.h. The key table is the
  * documented surface: each entry names its key, type and bounds. */
-#include "consumer/config.h"
+#include "config/config.h"
 
 #include <ctype.h>
 #include <errno.h>

@@ -1,6 +1,6 @@
 /* The memory budget's split; see memory.h. The shares and why they are what
  * they are are in DESIGN §4.1 (the table there is this function in prose). */
-#include "consumer/memory.h"
+#include "config/memory.h"
 
 #define MIB (1LL << 20)
 

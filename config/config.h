@@ -15,7 +15,7 @@
 #include "wire/avro_codec.h"
 #include "core/event.h"
 #include "core/partition.h"
-#include "consumer/memory.h"
+#include "config/memory.h"
 
 #define SEGD_MAX_TOPICS 16
 #define SEGD_MAX_KAFKA_PROPS 64
@@ -68,7 +68,7 @@ typedef struct segd_config {
                                   * from DEST/<topic>/p-PPPPP (DESIGN §7); NULL = off */
     int64_t restore_fallback_replay; /* restore.fallback: replay (1, default) | wait */
     int64_t restore_retries;     /* failed attempts before the fallback; default 5 */
-    int64_t memory_limit_mb;     /* memory.limit.mb: the one budget (consumer/memory.h) */
+    int64_t memory_limit_mb;     /* memory.limit.mb: the one budget (config/memory.h) */
     unsigned explicit_keys;      /* budgeted keys the operator set (config.c) */
     segd_memory_split_t memory;  /* the budget's split, as init/finish left it */
     int64_t sweep_after_s;       /* a revoked partition's users are deleted after it

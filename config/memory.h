@@ -1,7 +1,7 @@
 /* The one memory budget (memory.limit.mb, DESIGN §4.1): how one number is
  * split among RocksDB's block cache and memtables, librdkafka's fetch queue,
  * the change publisher's cycle, the ingest batches and a restore's sort.
- * Pure arithmetic, no state: consumer/config.c applies the split to the keys
+ * Pure arithmetic, no state: config/config.c applies the split to the keys
  * an operator did not set, store/, the pipeline, the publisher and the
  * restorer are sized from the shares (app/app.c, app/daemon.c). */
 #ifndef SEGD_MEMORY_H
