@@ -335,14 +335,16 @@ int segd_cmd_offsets(int argc, char **argv)
                                          {0, 0, 0, 0}};
     set_args_t a = {0};
     int json = 0, c;
-    /* the verb may follow flags: a first pass over every flag of both
+    /* the verb may follow flags: then a first pass over every flag of both
      * (refusing any other) leaves the operands, the verb first, behind them */
     optind = 1;
-    while ((c = segd_args_next("offsets", argc, argv, "h", opts)) != -1)
-        if (c == 'h')
-            return usage(stdout), SEGD_EXIT_OK;
-        else if (c == '?')
-            return SEGD_EXIT_USAGE;
+    if (argc < 2 || (strcmp(argv[1], "show") && strcmp(argv[1], "set"))) {
+        while ((c = segd_args_next("offsets", argc, argv, "h", opts)) != -1)
+            if (c == 'h')
+                return usage(stdout), SEGD_EXIT_OK;
+            else if (c == '?')
+                return SEGD_EXIT_USAGE;
+    }
     const char *verb = optind < argc ? argv[optind] : "";
     int show = !strcmp(verb, "show"), set = !strcmp(verb, "set");
     if (!show && !set) {
@@ -363,6 +365,7 @@ int segd_cmd_offsets(int argc, char **argv)
         else if (c == 'f') a.force = 1;
         else if (c == 'b') a.brokers = optarg;
         else if (c == 'c') a.config = optarg;
+        else if (c == 'h') return usage(stdout), SEGD_EXIT_OK;
         else return SEGD_EXIT_USAGE; /* said by segd_args_next */
     }
     optind++; /* the verb */
