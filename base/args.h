@@ -3,6 +3,8 @@
 #ifndef SEGD_ARGS_H
 #define SEGD_ARGS_H
 
+#include <getopt.h>
+#include <stddef.h>
 #include <stdint.h>
 
 enum {
@@ -21,5 +23,24 @@ enum {
  * stderr and returns -1 on error. */
 int segd_arg_int(const char *cmd, const char *flag, const char *s, int64_t lo, int64_t hi,
                  int64_t *out);
+
+/* getopt_long for one segd (sub)command, cmd being its name after "segd "
+ * ("identity check"). opts and shortopts are exactly the flags it takes:
+ * anything else is refused here, never passed over and never left to
+ * getopt's own message (opterr is cleared), with one line on stderr naming
+ * it, e.g. "segd identity check: unknown option --framing (see segd identity
+ * check --help)". A long flag must be spelled whole: getopt's unique-prefix
+ * match would take another command's --topic for this one's --topics.
+ * Returns getopt's value, -1 after the last flag (optind at the first
+ * operand), or '?' after the message: the caller exits SEGD_EXIT_USAGE. */
+int segd_args_next(const char *cmd, int argc, char **argv, const char *shortopts,
+                   const struct option *opts);
+
+/* Copies into out (room for cap entries, the terminator included) the
+ * entries of all whose val is in vals, so each subcommand sharing its
+ * siblings' table takes only its own flags. The strings stay all's. Returns
+ * out, or NULL when cap is too small (a programming error). */
+const struct option *segd_args_pick(const struct option *all, const char *vals,
+                                    struct option *out, size_t cap);
 
 #endif

@@ -333,7 +333,7 @@ static int parse_args(int argc, char **argv, bf_args_t *a)
     a->users = 10000;
     snprintf(a->dir, sizeof(a->dir), "/tmp/segd-bench-backfill-XXXXXX");
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = segd_args_next("bench backfill", argc, argv, "h", opts)) != -1) {
         switch (c) {
         case 'u':
             if (segd_arg_int("bench backfill", "--users", optarg, 1, 10000000, &a->users))
@@ -345,7 +345,9 @@ static int parse_args(int argc, char **argv, bf_args_t *a)
             break;
         case 'k': a->keep = 1; break;
         default:
-            fprintf(c == 'h' ? stdout : stderr,
+            if (c != 'h')
+                return -1; /* said by segd_args_next */
+            fprintf(stdout,
                     "usage: segd bench backfill [--users N] [--dir DIR] [--keep]\n"
                     "  the seed workload for N users (default 10000: 10^7 segment facts) as\n"
                     "  JSON lines and OCF; parse only, merge path, merge + compact and bulk\n"

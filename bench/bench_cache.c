@@ -92,10 +92,12 @@ static int parse_args(int argc, char **argv, cache_args_t *a)
                                          {0, 0, 0, 0}};
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1)
-        if ((c != 'u' || segd_arg_int("bench", "--users", optarg, 1, 10000000, &a->users)) &&
-            (c != 'l' || segd_arg_int("bench", "--lookups", optarg, 1, 100000000, &a->lookups))) {
-            fprintf(c == 'h' ? stdout : stderr,
+    while ((c = segd_args_next("bench cache", argc, argv, "h", opts)) != -1)
+        if ((c != 'u' || segd_arg_int("bench cache", "--users", optarg, 1, 10000000, &a->users)) &&
+            (c != 'l' || segd_arg_int("bench cache", "--lookups", optarg, 1, 100000000, &a->lookups))) {
+            if (c != 'h')
+                return SEGD_EXIT_USAGE; /* said */
+            fprintf(stdout,
                     "usage: segd bench cache [--users N] [--lookups N]\n");
             return c == 'h' ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
         }

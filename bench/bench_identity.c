@@ -287,19 +287,21 @@ static int parse(int argc, char **argv, id_bench_args_t *a)
                                          {0, 0, 0, 0}};
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = segd_args_next("bench identity", argc, argv, "h", opts)) != -1) {
         int bad = 0;
         switch (c) {
-        case 'p': bad = segd_arg_int("bench", "--persons", optarg, 1, 1000000, &a->persons); break;
-        case 'l': bad = segd_arg_int("bench", "--lookups", optarg, 1, 100000000, &a->lookups); break;
+        case 'p': bad = segd_arg_int("bench identity", "--persons", optarg, 1, 1000000, &a->persons); break;
+        case 'l': bad = segd_arg_int("bench identity", "--lookups", optarg, 1, 100000000, &a->lookups); break;
         case 'e':
-            bad = segd_arg_int("bench", "--link-events", optarg, 1, 100000000, &a->link_events);
+            bad = segd_arg_int("bench identity", "--link-events", optarg, 1, 100000000, &a->link_events);
             break;
         case 'd': snprintf(a->dir, sizeof(a->dir), "%s", optarg); break;
         default: bad = 1;
         }
         if (bad) {
-            fprintf(c == 'h' ? stdout : stderr, "usage: segd bench identity [--persons N] "
+            if (c != 'h')
+                return -1; /* said */
+            fprintf(stdout, "usage: segd bench identity [--persons N] "
                     "[--lookups N] [--link-events N] [--dir DIR]\n");
             return c == 'h' ? 1 : -1;
         }

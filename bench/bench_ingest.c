@@ -593,22 +593,22 @@ static int parse(int argc, char **argv, ingest_args_t *a)
     a->partitions = 32;
     snprintf(a->dir, sizeof(a->dir), "/tmp/segd-bench-ingest-XXXXXX");
     int have_dir = 0;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = segd_args_next("bench ingest", argc, argv, "h", opts)) != -1) {
         if (c == 'h') {
             usage(stdout);
             return 1;
         }
-        if (c == 'u' && !segd_arg_int("bench", "--users", optarg, 1, 10000000, &a->users))
+        if (c == 'u' && !segd_arg_int("bench ingest", "--users", optarg, 1, 10000000, &a->users))
             continue;
-        if (c == 'p' && !segd_arg_int("bench", "--partitions", optarg, 1, 256, &a->partitions))
+        if (c == 'p' && !segd_arg_int("bench ingest", "--partitions", optarg, 1, 256, &a->partitions))
             continue;
-        if (c == 'b' && !segd_arg_int("bench", "--batch", optarg, 1, 1000000, &a->batch))
+        if (c == 'b' && !segd_arg_int("bench ingest", "--batch", optarg, 1, 1000000, &a->batch))
             continue;
-        if (c == 'm' && !segd_arg_int("bench", "--memory-mb", optarg, SEGD_MEMORY_MIN_MB,
+        if (c == 'm' && !segd_arg_int("bench ingest", "--memory-mb", optarg, SEGD_MEMORY_MIN_MB,
                                       SEGD_MEMORY_MAX_MB, &a->memory_mb))
             continue;
         if (c == 'f' &&
-            !segd_arg_int("bench", "--prefill-users", optarg, 1, 100000000, &a->prefill_users))
+            !segd_arg_int("bench ingest", "--prefill-users", optarg, 1, 100000000, &a->prefill_users))
             continue;
         if (c == 'k') {
             a->brokers = optarg;
@@ -631,8 +631,7 @@ static int parse(int argc, char **argv, ingest_args_t *a)
             have_dir = 1;
             continue;
         }
-        usage(stderr);
-        return -1;
+        return -1; /* said by segd_args_next or segd_arg_int */
     }
     return have_dir || mkdtemp(a->dir) ? 0 : -1;
 }

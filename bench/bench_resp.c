@@ -216,23 +216,27 @@ static int parse(int argc, char **argv, resp_args_t *a)
                        .reply_cache_mb = SEGD_RESP_REPLY_CACHE_DEFAULT_MB};
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = segd_args_next("bench resp", argc, argv, "h", opts)) != -1) {
         int bad = c == '?';
         if (c == 'h')
             return usage(stdout), 1;
-        if (c == 'u') bad = segd_arg_int("bench", "--users", optarg, 1, 10000000, &a->users);
-        if (c == 's') bad = segd_arg_int("bench", "--segments", optarg, 1, 100000, &a->segments);
-        if (c == 'n') bad = segd_arg_int("bench", "--requests", optarg, 1, 100000000, &a->requests);
-        if (c == 'c') bad = segd_arg_int("bench", "--clients", optarg, 1, 10000, &a->clients);
-        if (c == 't') bad = segd_arg_int("bench", "--threads", optarg, 1, 256, &a->threads);
+        if (c == 'u') bad = segd_arg_int("bench resp", "--users", optarg, 1, 10000000, &a->users);
+        if (c == 's') bad = segd_arg_int("bench resp", "--segments", optarg, 1, 100000, &a->segments);
+        if (c == 'n') bad = segd_arg_int("bench resp", "--requests", optarg, 1, 100000000, &a->requests);
+        if (c == 'c') bad = segd_arg_int("bench resp", "--clients", optarg, 1, 10000, &a->clients);
+        if (c == 't') bad = segd_arg_int("bench resp", "--threads", optarg, 1, 256, &a->threads);
         if (c == 'k')
-            bad = segd_arg_int("bench", "--client-threads", optarg, 1, 64, &a->client_threads);
+            bad = segd_arg_int("bench resp", "--client-threads", optarg, 1, 64, &a->client_threads);
         if (c == 'm')
-            bad = segd_arg_int("bench", "--reply-cache-mb", optarg, 0, 1 << 20, &a->reply_cache_mb);
+            bad = segd_arg_int("bench resp", "--reply-cache-mb", optarg, 0, 1 << 20, &a->reply_cache_mb);
         if (bad)
             return -1;
     }
-    return optind < argc ? -1 : 0;
+    if (optind < argc) {
+        fprintf(stderr, "segd bench resp: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    return 0;
 }
 
 /* Asks segd and redis-server the same range query and fails unless both
@@ -296,10 +300,8 @@ int segd_bench_resp(int argc, char **argv)
     int pa = parse(argc, argv, &a);
     if (pa > 0)
         return SEGD_EXIT_OK;
-    if (pa) {
-        usage(stderr);
-        return SEGD_EXIT_USAGE;
-    }
+    if (pa)
+        return SEGD_EXIT_USAGE; /* said */
     int64_t now_s = segd_wall_ms() / 1000;
     char dir[] = "/tmp/segd-bench-resp-XXXXXX", err[256];
     int rc = SEGD_EXIT_FAIL, rport = segd_bench_free_port();

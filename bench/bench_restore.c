@@ -44,17 +44,19 @@ static int parse(int argc, char **argv, restore_args_t *a)
                                          {0, 0, 0, 0}};
     int c, have_dir = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
-        if (c == 'u' && !segd_arg_int("bench", "--users", optarg, 1, 10000000, &a->users))
+    while ((c = segd_args_next("bench restore", argc, argv, "h", opts)) != -1) {
+        if (c == 'u' && !segd_arg_int("bench restore", "--users", optarg, 1, 10000000, &a->users))
             continue;
-        if (c == 'p' && !segd_arg_int("bench", "--partitions", optarg, 1, 256, &a->partitions))
+        if (c == 'p' && !segd_arg_int("bench restore", "--partitions", optarg, 1, 256, &a->partitions))
             continue;
         if (c == 'd') {
             snprintf(a->dir, sizeof(a->dir), "%s", optarg);
             have_dir = 1;
             continue;
         }
-        fprintf(c == 'h' ? stdout : stderr,
+        if (c != 'h')
+            return -1; /* said */
+        fprintf(stdout,
                 "usage: segd bench restore [--users N] [--partitions P] [--dir DIR]\n");
         return c == 'h' ? 1 : -1;
     }

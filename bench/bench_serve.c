@@ -52,21 +52,25 @@ static int parse(int argc, char **argv, serve_args_t *a)
                         .wrk_threads = 1};
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = segd_args_next("bench serve", argc, argv, "h", opts)) != -1) {
         int bad = c == '?';
         if (c == 'h')
             return usage(stdout), 1;
-        if (c == 'u') bad = segd_arg_int("bench", "--users", optarg, 1, 10000000, &a->users);
-        if (c == 's') bad = segd_arg_int("bench", "--segments", optarg, 1, 100000, &a->segments);
-        if (c == 'd') bad = segd_arg_int("bench", "--duration", optarg, 1, 3600, &a->duration);
+        if (c == 'u') bad = segd_arg_int("bench serve", "--users", optarg, 1, 10000000, &a->users);
+        if (c == 's') bad = segd_arg_int("bench serve", "--segments", optarg, 1, 100000, &a->segments);
+        if (c == 'd') bad = segd_arg_int("bench serve", "--duration", optarg, 1, 3600, &a->duration);
         if (c == 'c')
-            bad = segd_arg_int("bench", "--connections", optarg, 1, 10000, &a->connections);
+            bad = segd_arg_int("bench serve", "--connections", optarg, 1, 10000, &a->connections);
         if (c == 't')
-            bad = segd_arg_int("bench", "--wrk-threads", optarg, 1, 64, &a->wrk_threads);
+            bad = segd_arg_int("bench serve", "--wrk-threads", optarg, 1, 64, &a->wrk_threads);
         if (bad)
             return -1;
     }
-    return optind < argc ? -1 : 0;
+    if (optind < argc) {
+        fprintf(stderr, "segd bench serve: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    return 0;
 }
 
 /* wrk's Lua: a random user per request, or a body of BATCH_USERS of them. */
@@ -252,10 +256,8 @@ int segd_bench_serve(int argc, char **argv)
     int pa = parse(argc, argv, &a);
     if (pa > 0)
         return SEGD_EXIT_OK;
-    if (pa) {
-        usage(stderr);
-        return SEGD_EXIT_USAGE;
-    }
+    if (pa)
+        return SEGD_EXIT_USAGE; /* said */
     int64_t now_s = segd_wall_ms() / 1000;
     int rc = SEGD_EXIT_FAIL, port = segd_bench_free_port();
     char listen[64], err[256], single[] = "/tmp/segd-bench-serve-XXXXXX";

@@ -404,15 +404,16 @@ static int parse(int argc, char **argv, snap_args_t *a)
     a->rounds = 3;
     a->buckets = 32;
     snprintf(a->dir, sizeof(a->dir), "/tmp/segd-bench-snapshot-XXXXXX");
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = segd_args_next("bench snapshot", argc, argv, "h", opts)) != -1) {
         int bad = 1;
         if (c == 'u')
-            bad = segd_arg_int("bench", "--users", optarg, 1, 100000000, &a->users);
+            bad = segd_arg_int("bench snapshot", "--users", optarg, 1, 100000000, &a->users);
         else if (c == 'r')
-            bad = segd_arg_int("bench", "--rounds", optarg, 1, 100, &a->rounds);
+            bad = segd_arg_int("bench snapshot", "--rounds", optarg, 1, 100, &a->rounds);
         else if (c == 'b')
-            bad = segd_arg_int("bench", "--buckets", optarg, 1, 65536, &a->buckets) ||
-                  (a->buckets & (a->buckets - 1));
+            bad = segd_arg_int("bench snapshot", "--buckets", optarg, 1, 65536, &a->buckets) ||
+                  ((a->buckets & (a->buckets - 1)) &&
+                   fprintf(stderr, "segd bench snapshot: --buckets: a power of two\n"));
         else if (c == 'd') {
             snprintf(a->dir, sizeof(a->dir), "%s", optarg);
             have_dir = 1;
@@ -422,7 +423,9 @@ static int parse(int argc, char **argv, snap_args_t *a)
             bad = 0;
         }
         if (bad) {
-            fprintf(c == 'h' ? stdout : stderr, "usage: segd bench snapshot [--users N] "
+            if (c != 'h')
+                return -1; /* said */
+            fprintf(stdout, "usage: segd bench snapshot [--users N] "
                     "[--rounds R] [--buckets B] [--dir DIR] [--keep]\n");
             return c == 'h' ? 1 : -1;
         }

@@ -639,8 +639,8 @@ static int parse_retire(const char *s, store_args_t *a)
         return bench_store_fail("--retire", "expected N,M");
     memcpy(n, s, (size_t)(comma - s));
     n[comma - s] = 0;
-    if (segd_arg_int("bench", "--retire", n, 0, SEED_SEGMENT_IDS, &a->retire_segments) ||
-        segd_arg_int("bench", "--retire", comma + 1, 0, 1000000, &a->retire_partners))
+    if (segd_arg_int("bench store", "--retire", n, 0, SEED_SEGMENT_IDS, &a->retire_segments) ||
+        segd_arg_int("bench store", "--retire", comma + 1, 0, 1000000, &a->retire_partners))
         return -1;
     if (!bench_store_retire_on(a))
         return bench_store_fail("--retire", "N or M must be > 0");
@@ -650,13 +650,13 @@ static int parse_retire(const char *s, store_args_t *a)
 static int parse_one(int c, store_args_t *a)
 {
     switch (c) {
-    case 'u': return segd_arg_int("bench", "--users", optarg, 1, 100000000, &a->users);
-    case 'B': return segd_arg_int("bench", "--baseline-users", optarg, 1, 100000000, &a->baseline_users);
-    case 'r': return segd_arg_int("bench", "--reads", optarg, 1, 100000000, &a->reads);
-    case 'b': return segd_arg_int("bench", "--batch", optarg, 1, 1000000, &a->batch);
-    case 's': return segd_arg_int("bench", "--seed", optarg, 0, INT64_MAX, &a->seed);
-    case 'c': return segd_arg_int("bench", "--cache-mb", optarg, 8, 1 << 20, &a->cache_mb);
-    case 'H': return segd_arg_int("bench", "--horizon-s", optarg, 1, 90 * 86400, &a->horizon_s);
+    case 'u': return segd_arg_int("bench store", "--users", optarg, 1, 100000000, &a->users);
+    case 'B': return segd_arg_int("bench store", "--baseline-users", optarg, 1, 100000000, &a->baseline_users);
+    case 'r': return segd_arg_int("bench store", "--reads", optarg, 1, 100000000, &a->reads);
+    case 'b': return segd_arg_int("bench store", "--batch", optarg, 1, 1000000, &a->batch);
+    case 's': return segd_arg_int("bench store", "--seed", optarg, 0, INT64_MAX, &a->seed);
+    case 'c': return segd_arg_int("bench store", "--cache-mb", optarg, 8, 1 << 20, &a->cache_mb);
+    case 'H': return segd_arg_int("bench store", "--horizon-s", optarg, 1, 90 * 86400, &a->horizon_s);
     case 'R': return parse_retire(optarg, a);
     case 'k': a->keep = 1; return 0;
     case 'd':
@@ -682,16 +682,14 @@ static int parse(int argc, char **argv, store_args_t *a)
                         .cache_mb = 256};
     record_cmdline(argc, argv, a);
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1)
+    while ((c = segd_args_next("bench store", argc, argv, "h", opts)) != -1)
         if (c == 'h') {
             usage(stdout);
             return 1;
-        } else if (parse_one(c, a)) {
-            usage(stderr);
-            return -1;
-        }
+        } else if (parse_one(c, a))
+            return -1; /* said */
     if (optind < argc) {
-        usage(stderr);
+        fprintf(stderr, "segd bench store: unexpected argument '%s'\n", argv[optind]);
         return -1;
     }
     if (!a->baseline_users)

@@ -1,6 +1,7 @@
-/* The first pass over a command's flags; see cmd_args.h. Not a command:
+/* The flags of the commands that take a configuration; see cmd_args.h. Not a command:
  * named cmd_ so that the CLI library's source list takes it. */
 #include "cli/cmd_args.h"
+#include "base/args.h"
 
 #include <string.h>
 
@@ -15,29 +16,48 @@ static int option_val(const struct option *opts, const char *name)
     return -1;
 }
 
-int segd_args_load_config(const char *cmd, int argc, char **argv, const struct option *opts,
-                          const char *shortopts, void (*usage)(FILE *), int what,
-                          segd_config_t *cfg)
+/* The first pass: 0 with *file the last --config (or NULL), 1 after the
+ * usage for --help, 2 after naming a flag the command does not take. */
+static int find_config(const segd_args_spec_t *spec, int argc, char **argv, const char **file)
 {
-    const int config = option_val(opts, "config"), help = option_val(opts, "help");
-    const char *file = NULL;
-    char err[512];
+    const int config = option_val(spec->opts, "config"), help = option_val(spec->opts, "help");
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, shortopts, opts, NULL)) != -1)
-        if (c == config)
-            file = optarg;
+    while ((c = segd_args_next(spec->cmd, argc, argv, spec->shortopts, spec->opts)) != -1)
+        if (c == '?')
+            return 2;
         else if (c == help)
-            return usage(stdout), 1;
-        else if (c == '?')
-            return usage(stderr), 2;
-    optind = 1;
+            return spec->usage(stdout), 1;
+        else if (c == config)
+            *file = optarg;
+    return 0;
+}
+
+int segd_args_parse_config(const segd_args_spec_t *spec, int argc, char **argv,
+                           segd_config_t *cfg, void *ctx)
+{
+    const int config = option_val(spec->opts, "config");
+    const char *file = NULL;
+    char err[512];
+    int c = find_config(spec, argc, argv, &file);
+    if (c)
+        return c;
     if ((file && segd_config_load_file(cfg, file, err, sizeof(err))) ||
-        ((what & SEGD_ARGS_ENV) && segd_config_load_env(cfg, environ, err, sizeof(err)))) {
-        fprintf(stderr, "segd %s: %s\n", cmd, err);
-        return 2;
+        ((spec->what & SEGD_ARGS_ENV) && segd_config_load_env(cfg, environ, err, sizeof(err))) ||
+        (spec->loaded && spec->loaded(ctx, cfg, err, sizeof(err))))
+        goto bad;
+    optind = 1;
+    while ((c = segd_args_next(spec->cmd, argc, argv, spec->shortopts, spec->opts)) != -1) {
+        int rc = c == config ? 0 : spec->apply(ctx, cfg, c, optarg, err, sizeof(err));
+        if (rc == -2)
+            return 2;
+        if (rc)
+            goto bad;
     }
     return 0;
+bad:
+    fprintf(stderr, "segd %s: %s\n", spec->cmd, err);
+    return 2;
 }
 
 int segd_args_kafka_props(const char *cmd, const char *config, segd_config_t *cfg,

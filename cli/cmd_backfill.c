@@ -208,7 +208,7 @@ static int parse_args(int argc, char **argv, backfill_args_t *a)
     int c;
     *a = (backfill_args_t){.changes = 1};
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = segd_args_next("backfill", argc, argv, "h", opts)) != -1) {
         switch (c) {
         case 'd': a->db = optarg; break;
         case 'n':
@@ -227,7 +227,7 @@ static int parse_args(int argc, char **argv, backfill_args_t *a)
                 return 2;
             break;
         case 'h': usage(stdout); return 1;
-        default: usage(stderr); return 2;
+        default: return 2; /* said by segd_args_next */
         }
     }
     if (!a->db || optind >= argc) {

@@ -31,7 +31,16 @@ int segd_cmd_bench(int argc, char **argv)
     for (size_t i = 0; argc >= 2 && i < sizeof(benches) / sizeof(benches[0]); i++)
         if (!strcmp(argv[1], benches[i].name))
             return benches[i].run(argc - 1, argv + 1);
-    int help = argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"));
-    usage(help ? stdout : stderr);
-    return help ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
+    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        usage(stdout);
+        return SEGD_EXIT_OK;
+    }
+    if (argc < 2) {
+        usage(stderr);
+        return SEGD_EXIT_USAGE;
+    }
+    /* a flag before WHAT belongs to no benchmark */
+    fprintf(stderr, "segd bench: unknown %s %s (see segd bench --help)\n",
+            argv[1][0] == '-' ? "option" : "benchmark", argv[1]);
+    return SEGD_EXIT_USAGE;
 }

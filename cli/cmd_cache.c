@@ -164,7 +164,7 @@ static int parse(int argc, char **argv, cache_args_t *a)
     a->resp_max_clients = SEGD_RESP_MAX_CLIENTS_DEFAULT;
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "hX:", opts, NULL)) != -1) {
+    while ((c = segd_args_next("cache", argc, argv, "hX:", opts)) != -1) {
         int bad = 0;
         switch (c) {
         case 's': a->snapshot = optarg; break;
@@ -196,7 +196,7 @@ static int parse(int argc, char **argv, cache_args_t *a)
                         optarg);
             break;
         case 'h': usage(stdout); return 1;
-        default: usage(stderr); return 2;
+        default: return 2; /* said by segd_args_next */
         }
         if (bad)
             return 2;

@@ -21,19 +21,19 @@ static int parse_db_now(const char *cmd, int argc, char **argv, const char **db,
                                          {0, 0, 0, 0}};
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = segd_args_next(cmd, argc, argv, "h", opts)) != -1) {
         if (c == 'd')
             *db = optarg;
-        else if (c == 'j' && json)
+        else if (c == 'j')
             *json = 1;
         else if (c == 'n') {
             if (segd_arg_int(cmd, "--now", optarg, 1, INT64_MAX / 1000, now_s))
                 return SEGD_EXIT_USAGE;
-        } else {
-            fprintf(c == 'h' ? stdout : stderr, "usage: segd %s --db DIR [--now S]%s\n", cmd,
-                    json ? " [--json]" : "");
-            return c == 'h' ? -1 : SEGD_EXIT_USAGE;
-        }
+        } else if (c == 'h') {
+            printf("usage: segd %s --db DIR [--now S]%s\n", cmd, json ? " [--json]" : "");
+            return -1;
+        } else
+            return SEGD_EXIT_USAGE;
     }
     if (!*db) {
         fprintf(stderr, "segd %s: --db is required\n", cmd);
@@ -140,7 +140,7 @@ static int parse_compact(int argc, char **argv, compact_args_t *a)
                                          {0, 0, 0, 0}};
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = segd_args_next("compact", argc, argv, "h", opts)) != -1) {
         if (c == 'd')
             a->db = optarg;
         else if (c == 'F')
@@ -150,10 +150,11 @@ static int parse_compact(int argc, char **argv, compact_args_t *a)
         else if (c == 'n') {
             if (segd_arg_int("compact", "--now", optarg, 1, INT64_MAX / 1000, &a->now_s))
                 return 2;
-        } else {
-            compact_usage(c == 'h' ? stdout : stderr);
-            return c == 'h' ? 1 : 2;
-        }
+        } else if (c == 'h') {
+            compact_usage(stdout);
+            return 1;
+        } else
+            return 2;
     }
     if (!a->db || optind != argc) {
         compact_usage(stderr);

@@ -299,14 +299,17 @@ int segd_cmd_demo(int argc, char **argv)
     int64_t users = 2000;
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = segd_args_next("demo", argc, argv, "h", opts)) != -1) {
         if (c == 'd')
             snprintf(dir, sizeof(dir), "%s", optarg);
-        else if (c != 'u' || segd_arg_int("demo", "--users", optarg, 1, 1000000, &users)) {
-            fprintf(c == 'h' ? stdout : stderr,
-                    "usage: segd demo [--dir DIR] [--users N]   (default ./segd-demo, 2000)\n");
-            return c == 'h' ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
-        }
+        else if (c == 'u') {
+            if (segd_arg_int("demo", "--users", optarg, 1, 1000000, &users))
+                return SEGD_EXIT_USAGE;
+        } else if (c == 'h') {
+            printf("usage: segd demo [--dir DIR] [--users N]   (default ./segd-demo, 2000)\n");
+            return SEGD_EXIT_OK;
+        } else
+            return SEGD_EXIT_USAGE;
     }
     int64_t now_s = (int64_t)time(NULL);
     mkdir(dir, 0755);

@@ -24,7 +24,7 @@ int segd_cmd_dev_broker(int argc, char **argv)
     char topics_arg[4096] = "segments.events,segments.events.dlq,segments.changes";
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = segd_args_next("dev-broker", argc, argv, "h", opts)) != -1) {
         if (c == 'p' && !segd_arg_int("dev-broker", "--partitions", optarg, 1, 1024, &partitions))
             continue;
         if (c == 'b' && !segd_arg_int("dev-broker", "--brokers", optarg, 1, 16, &brokers))
@@ -33,10 +33,11 @@ int segd_cmd_dev_broker(int argc, char **argv)
             snprintf(topics_arg, sizeof(topics_arg), "%s", optarg);
             continue;
         }
-        fprintf(c == 'h' ? stdout : stderr,
-                "usage: segd dev-broker [--partitions N] [--topics T,...] [--brokers N]\n"
-                "  prints bootstrap=HOST:PORT first, serves until SIGINT/SIGTERM\n");
-        return c == 'h' ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
+        if (c != 'h') /* refused, said by segd_args_next or segd_arg_int */
+            return SEGD_EXIT_USAGE;
+        printf("usage: segd dev-broker [--partitions N] [--topics T,...] [--brokers N]\n"
+               "  prints bootstrap=HOST:PORT first, serves until SIGINT/SIGTERM\n");
+        return SEGD_EXIT_OK;
     }
     const char *topics[64];
     size_t n = 0;

@@ -156,7 +156,7 @@ int segd_cmd_erase(int argc, char **argv)
     segd_erase_live_t live = {.wait_s = 60};
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = segd_args_next("erase", argc, argv, "h", opts)) != -1) {
         switch (c) {
         case 'd': db = optarg; break;
         case 'f': file = optarg; break;
@@ -177,7 +177,7 @@ int segd_cmd_erase(int argc, char **argv)
                 return SEGD_EXIT_USAGE;
             break;
         case 'h': usage(stdout); return SEGD_EXIT_OK;
-        default: usage(stderr); return SEGD_EXIT_USAGE;
+        default: return SEGD_EXIT_USAGE; /* said by segd_args_next */
         }
     }
     if (live.brokers || live.config || live.framing) {

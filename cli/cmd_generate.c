@@ -28,7 +28,7 @@ int segd_cmd_generate(int argc, char **argv)
     int64_t v, now_s = (int64_t)time(NULL);
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = segd_args_next("generate", argc, argv, "h", opts)) != -1) {
         switch (c) {
         case 'o': out = optarg; break;
         case 'u':
@@ -46,7 +46,7 @@ int segd_cmd_generate(int argc, char **argv)
                 return SEGD_EXIT_USAGE;
             break;
         case 'h': usage(stdout); return SEGD_EXIT_OK;
-        default: usage(stderr); return SEGD_EXIT_USAGE;
+        default: return SEGD_EXIT_USAGE; /* said by segd_args_next */
         }
     }
     if (!out) {

@@ -282,7 +282,7 @@ int segd_cmd_get(int argc, char **argv)
     const char *db = NULL;
     int c;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = segd_args_next("get", argc, argv, "h", opts)) != -1) {
         int bad = 0;
         switch (c) {
         case 'd': db = optarg; break;
@@ -301,7 +301,7 @@ int segd_cmd_get(int argc, char **argv)
         case 'c': bad = load_partitioner(optarg, &a); break;
         case 'L': a.linked = 1; break;
         case 'h': usage(stdout); return SEGD_EXIT_OK;
-        default: bad = 1; usage(stderr);
+        default: bad = 1; /* said by segd_args_next */
         }
         if (bad)
             return SEGD_EXIT_USAGE;

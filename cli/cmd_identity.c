@@ -40,6 +40,7 @@ typedef struct id_args {
     int weight_given, no_changes, json;
     segd_framing_t framing;
     segd_config_t cfg; /* --config's, when given */
+    const char *cmd;   /* "identity SUB", for messages */
 } id_args_t;
 
 static void usage(FILE *f)
@@ -85,7 +86,27 @@ static void usage(FILE *f)
             "    FILE:LINE and exit 3. Offline: stop segd run first.\n");
 }
 
-static int parse(int argc, char **argv, id_args_t *a)
+/* Each subcommand's flags, as the vals of parse's table: a flag of a
+ * sibling is refused, not taken and ignored. */
+static const struct {
+    const char *name, *flags;
+} subs[] = {
+    {"rebuild", "dwmCh"}, {"check", "dCh"},    {"members", "dCh"},
+    {"stats", "dtCh"},    {"produce", "btfCh"}, {"backfill", "dwmLnCh"},
+    {"components", "dsljCh"},
+};
+
+/* The flags of the subcommand sub; NULL when there is no such one. */
+static const char *sub_flags(const char *sub)
+{
+    for (size_t i = 0; i < sizeof(subs) / sizeof(subs[0]); i++)
+        if (!strcmp(sub, subs[i].name))
+            return subs[i].flags;
+    return NULL;
+}
+
+/* argv[0] is the subcommand; cmd ("identity SUB") names it in messages. */
+static int parse(const char *cmd, int argc, char **argv, id_args_t *a)
 {
     static const struct option opts[] = {{"db", required_argument, 0, 'd'},
                                          {"brokers", required_argument, 0, 'b'},
@@ -101,9 +122,11 @@ static int parse(int argc, char **argv, id_args_t *a)
                                          {"json", no_argument, 0, 'j'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
+    struct option mine[sizeof(opts) / sizeof(opts[0])];
     int c;
+    segd_args_pick(opts, sub_flags(argv[0]), mine, sizeof(opts) / sizeof(opts[0]));
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = segd_args_next(cmd, argc, argv, "h", mine)) != -1) {
         char *end;
         switch (c) {
         case 'd': a->db = optarg; break;
@@ -115,36 +138,36 @@ static int parse(int argc, char **argv, id_args_t *a)
             else if (!strcmp(optarg, "single-object"))
                 a->framing = SEGD_FRAMING_SINGLE_OBJECT;
             else
-                return fprintf(stderr, "segd identity: --framing raw|single-object\n"), -1;
+                return fprintf(stderr, "segd %s: --framing raw|single-object\n", cmd), -1;
             break;
         case 'w':
             a->min_weight = strtod(optarg, &end);
             if (*end || !(a->min_weight >= 0 && a->min_weight <= 1))
-                return fprintf(stderr, "segd identity: --min-weight: a number in [0, 1]\n"), -1;
+                return fprintf(stderr, "segd %s: --min-weight: a number in [0, 1]\n", cmd), -1;
             a->weight_given = 1;
             break;
         case 'L':
-            if (segd_arg_int("identity", "--max-links", optarg, 1, 100000000, &a->max_links))
+            if (segd_arg_int(cmd, "--max-links", optarg, 1, 100000000, &a->max_links))
                 return -1;
             break;
         case 'C': a->config = optarg; break;
         case 'm':
-            if (segd_arg_int("identity", "--max-component", optarg, 2, 1000000,
+            if (segd_arg_int(cmd, "--max-component", optarg, 2, 1000000,
                              &a->max_component))
                 return -1;
             break;
         case 'n': a->no_changes = 1; break;
         case 's':
-            if (segd_arg_int("identity", "--min-size", optarg, 2, 100000000, &a->min_size))
+            if (segd_arg_int(cmd, "--min-size", optarg, 2, 100000000, &a->min_size))
                 return -1;
             break;
         case 'l':
-            if (segd_arg_int("identity", "--limit", optarg, 1, INT64_MAX, &a->limit))
+            if (segd_arg_int(cmd, "--limit", optarg, 1, INT64_MAX, &a->limit))
                 return -1;
             break;
         case 'j': a->json = 1; break;
         case 'h': usage(stdout); return 1;
-        default: usage(stderr); return -1;
+        default: return -1; /* said by segd_args_next */
         }
     }
     return 0;
@@ -158,7 +181,7 @@ static int resolve_config(id_args_t *a, int topic_given)
         return 0;
     char err[512];
     if (segd_config_load_file(&a->cfg, a->config, err, sizeof(err))) {
-        fprintf(stderr, "segd identity: %s\n", err);
+        fprintf(stderr, "segd %s: %s\n", a->cmd, err);
         return -1;
     }
     if (!a->db)
@@ -203,7 +226,7 @@ static int rebuild_change(void *ctx, segd_batch_t *b, const segd_ident_change_t 
 
 static int cmd_rebuild(const id_args_t *a)
 {
-    segd_store_t *s = segd_app_open_store("identity", a->db, 0, 0);
+    segd_store_t *s = segd_app_open_store(a->cmd, a->db, 0, 0);
     if (!s)
         return SEGD_EXIT_FAIL;
     segd_ident_opts_t o;
@@ -234,7 +257,7 @@ static int cmd_rebuild(const id_args_t *a)
 
 static int cmd_check(const id_args_t *a, const char *x, const char *y)
 {
-    segd_store_t *s = segd_app_open_reader("identity", a->db, 0);
+    segd_store_t *s = segd_app_open_reader(a->cmd, a->db, 0);
     if (!s)
         return SEGD_EXIT_FAIL;
     int connected = 0;
@@ -263,7 +286,7 @@ static int print_member(void *ctx, const char *m, size_t len)
 
 static int cmd_members(const id_args_t *a, const char *x)
 {
-    segd_store_t *s = segd_app_open_reader("identity", a->db, 0);
+    segd_store_t *s = segd_app_open_reader(a->cmd, a->db, 0);
     if (!s)
         return SEGD_EXIT_FAIL;
     char err[512] = "";
@@ -358,7 +381,7 @@ static int sum_offsets(void *ctx, const char *topic, int32_t partition, int64_t 
 
 static int cmd_stats(const id_args_t *a)
 {
-    segd_store_t *s = segd_app_open_reader("identity", a->db, 0);
+    segd_store_t *s = segd_app_open_reader(a->cmd, a->db, 0);
     if (!s)
         return SEGD_EXIT_FAIL;
     int64_t refused = 0;
@@ -597,7 +620,7 @@ static int backfill_file(link_backfill_t *lb, const char *path, char *err, size_
 
 static int cmd_backfill(const id_args_t *a, char **files, int nfiles)
 {
-    segd_store_t *s = segd_app_open_store("identity", a->db, 0, 0);
+    segd_store_t *s = segd_app_open_store(a->cmd, a->db, 0, 0);
     if (!s)
         return SEGD_EXIT_FAIL;
     segd_ident_opts_t o;
@@ -668,7 +691,15 @@ int segd_cmd_identity(int argc, char **argv)
         usage(stdout);
         return SEGD_EXIT_OK;
     }
-    int rc = parse(argc - 1, argv + 1, &a);
+    if (!sub_flags(sub)) {
+        fprintf(stderr, "segd identity: unknown subcommand '%s' (see segd identity --help)\n",
+                sub);
+        return SEGD_EXIT_USAGE;
+    }
+    char cmd[64];
+    snprintf(cmd, sizeof(cmd), "identity %s", sub);
+    a.cmd = cmd;
+    int rc = parse(cmd, argc - 1, argv + 1, &a);
     if (rc)
         return rc > 0 ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
     int topic_given = a.topic != NULL;

@@ -151,12 +151,12 @@ static int cmd_show(segd_store_t *s, int json)
     char err[512];
     int rc = SEGD_EXIT_OK;
     if (read_positions(s, &ps, err, sizeof(err))) {
-        fprintf(stderr, "segd offsets: %s\n", err);
+        fprintf(stderr, "segd offsets show: %s\n", err);
         rc = SEGD_EXIT_FAIL;
     } else if (json) {
         if (print_json(&ps, segd_store_gc_watermark(s),
                        segd_policy_ts_floor(segd_store_policy(s)))) {
-            fprintf(stderr, "segd offsets: out of memory\n");
+            fprintf(stderr, "segd offsets show: out of memory\n");
             rc = SEGD_EXIT_FAIL;
         }
     } else {
@@ -244,12 +244,12 @@ static int rewind_check(segd_store_t *s, const set_args_t *a, const int32_t *par
     int rc = SEGD_EXIT_OK;
     segd_config_init(&cfg);
     if (range_config(a, &cfg, err, sizeof(err))) {
-        fprintf(stderr, "segd offsets: %s\n", err);
+        fprintf(stderr, "segd offsets set: %s\n", err);
         rc = SEGD_EXIT_USAGE;
     } else if (!cfg.brokers) {
         char why[160];
         segd_policy_floor_explain(pol, segd_policy_import_floor(pol), why, sizeof(why));
-        fprintf(stderr, "segd offsets: a rewind re-consumes events that may be below the "
+        fprintf(stderr, "segd offsets set: a rewind re-consumes events that may be below the "
                 "store's ingest floor %s, which are dead-lettered, not applied; give "
                 "--brokers (or --config) so that they can be counted first%s\n", why,
                 a->force ? "; --force: writing anyway" : ", or --force");
@@ -260,7 +260,7 @@ static int rewind_check(segd_store_t *s, const set_args_t *a, const int32_t *par
         segd_replay_opts_t o = {.cfg = &cfg, .partitions = ids, .n_partitions = k,
                                 .from = SEGD_REPLAY_OFFSETS, .from_offsets = from, .n_from = k,
                                 .to = SEGD_REPLAY_TO_OFFSETS, .to_offsets = to, .n_to = k};
-        rc = segd_repair_check("offsets", &o, s, segd_app_stop_on_signals(), a->force);
+        rc = segd_repair_check("offsets set", &o, s, segd_app_stop_on_signals(), a->force);
     }
     segd_config_free(&cfg);
     return rc;
@@ -276,7 +276,7 @@ static int cmd_set(segd_store_t *s, const set_args_t *a, const int32_t *parts,
     char err[512];
     segd_batch_t *b = NULL;
     if (segd_batch_new(s, &b)) {
-        fprintf(stderr, "segd offsets: out of memory\n");
+        fprintf(stderr, "segd offsets set: out of memory\n");
         return SEGD_EXIT_FAIL;
     }
     int64_t *old = calloc(n, sizeof(*old));
@@ -288,12 +288,12 @@ static int cmd_set(segd_store_t *s, const set_args_t *a, const int32_t *parts,
         if (e == SEGD_ERR_NOTFOUND) {
             old[i] = -1;
         } else if (e) {
-            fprintf(stderr, "segd offsets: %s\n", err);
+            fprintf(stderr, "segd offsets set: %s\n", err);
             rc = SEGD_EXIT_FAIL; /* not a usage error, whatever came before */
             goto out_old;
         }
         if (old[i] < 0 && !a->force) {
-            fprintf(stderr, "segd offsets: no stored offset for %s [%" PRId32 "]: the daemon "
+            fprintf(stderr, "segd offsets set: no stored offset for %s [%" PRId32 "]: the daemon "
                     "never consumed it; --force to set it anyway\n", topic, parts[i]);
             rc = SEGD_EXIT_USAGE;
         }
@@ -305,7 +305,7 @@ static int cmd_set(segd_store_t *s, const set_args_t *a, const int32_t *parts,
         goto out_old;
     rc = SEGD_EXIT_FAIL;
     if (segd_store_write_sync(s, b, err, sizeof(err))) {
-        fprintf(stderr, "segd offsets: nothing written: %s\n", err);
+        fprintf(stderr, "segd offsets set: nothing written: %s\n", err);
         goto out_old;
     }
     for (size_t i = 0; i < n; i++) {
@@ -335,8 +335,30 @@ int segd_cmd_offsets(int argc, char **argv)
                                          {0, 0, 0, 0}};
     set_args_t a = {0};
     int json = 0, c;
+    /* the verb may follow flags: then a first pass over every flag of both
+     * (refusing any other) leaves the operands, the verb first, behind them */
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    if (argc < 2 || (strcmp(argv[1], "show") && strcmp(argv[1], "set"))) {
+        while ((c = segd_args_next("offsets", argc, argv, "h", opts)) != -1)
+            if (c == 'h')
+                return usage(stdout), SEGD_EXIT_OK;
+            else if (c == '?')
+                return SEGD_EXIT_USAGE;
+    }
+    const char *verb = optind < argc ? argv[optind] : "";
+    int show = !strcmp(verb, "show"), set = !strcmp(verb, "set");
+    if (!show && !set) {
+        fprintf(stderr, "segd offsets: %s%s%s (see segd offsets --help)\n",
+                *verb ? "unknown subcommand '" : "give a subcommand: show or set", verb,
+                *verb ? "'" : "");
+        return SEGD_EXIT_USAGE;
+    }
+    /* then only the verb's own flags */
+    const char *cmd = show ? "offsets show" : "offsets set";
+    struct option mine[sizeof(opts) / sizeof(opts[0])];
+    segd_args_pick(opts, show ? "djh" : "dtfbch", mine, sizeof(mine) / sizeof(mine[0]));
+    optind = 1;
+    while ((c = segd_args_next(cmd, argc, argv, "h", mine)) != -1) {
         if (c == 'd') a.db = optarg;
         else if (c == 'j') json = 1;
         else if (c == 't') a.topic = optarg;
@@ -344,34 +366,36 @@ int segd_cmd_offsets(int argc, char **argv)
         else if (c == 'b') a.brokers = optarg;
         else if (c == 'c') a.config = optarg;
         else if (c == 'h') return usage(stdout), SEGD_EXIT_OK;
-        else return usage(stderr), SEGD_EXIT_USAGE;
+        else return SEGD_EXIT_USAGE; /* said by segd_args_next */
     }
-    const char *verb = optind < argc ? argv[optind++] : "";
-    int show = !strcmp(verb, "show"), set = !strcmp(verb, "set");
+    optind++; /* the verb */
     enum { MAXP = 1024 };
     int32_t parts[MAXP];
     int64_t offs[MAXP];
     size_t n = 0;
     const char *db = a.db, *topic = a.topic;
-    if (!db || (!show && !set) ||
-        (show && (topic || a.force || a.brokers || a.config || optind != argc)) ||
-        (set && (json || !topic || !*topic || optind + 1 != argc))) {
-        usage(stderr);
+    const char *why = !db                                   ? "--db DIR is required"
+                      : set && (!topic || !*topic)          ? "--topic T is required"
+                      : show && optind != argc              ? "show takes no operand"
+                      : set && optind + 1 != argc           ? "give one P:O[,P:O...]"
+                                                            : NULL;
+    if (why) {
+        fprintf(stderr, "segd %s: %s (see segd offsets --help)\n", cmd, why);
         return SEGD_EXIT_USAGE;
     }
     if (set && !valid_topic(topic)) {
-        fprintf(stderr, "segd offsets: bad topic name '%s' (Kafka's: 1 to 249 of "
+        fprintf(stderr, "segd offsets set: bad topic name '%s' (Kafka's: 1 to 249 of "
                         "a-z A-Z 0-9 . _ -)\n", topic);
         return SEGD_EXIT_USAGE;
     }
     if (set && parse_positions(argv[optind], parts, offs, MAXP, &n)) {
-        fprintf(stderr, "segd offsets: bad positions '%s' (want P:O[,P:O...], each "
+        fprintf(stderr, "segd offsets set: bad positions '%s' (want P:O[,P:O...], each "
                         "partition once)\n", argv[optind]);
         return SEGD_EXIT_USAGE;
     }
     /* show only reads: a read-only open works beside a running segd run */
-    segd_store_t *s = show ? segd_app_open_reader("offsets", db, 0)
-                           : segd_app_open_existing_store("offsets", db, 0);
+    segd_store_t *s = show ? segd_app_open_reader("offsets show", db, 0)
+                           : segd_app_open_existing_store("offsets set", db, 0);
     if (!s)
         return SEGD_EXIT_FAIL;
     int rc = show ? cmd_show(s, json) : cmd_set(s, &a, parts, offs, n);

@@ -30,6 +30,18 @@ static void usage(FILE *f)
                "  (said on stderr)\n");
 }
 
+static int apply_flag(void *ctx, segd_config_t *cfg, int c, char *arg, char *err, size_t n)
+{
+    (void)ctx;
+    switch (c) {
+    case 'b': return segd_config_set(cfg, "brokers", arg, err, n) ? -1 : 0;
+    case 't': return segd_config_set(cfg, "topics", arg, err, n) ? -1 : 0;
+    case 'g': return segd_config_set(cfg, "group", arg, err, n) ? -1 : 0;
+    case 'X': return segd_config_set_x(cfg, arg, err, n) ? -1 : 0;
+    }
+    return 0;
+}
+
 /* 0 ok, 1 --help, 2 usage error (said). Flags win over the file. */
 static int parse_args(int argc, char **argv, segd_config_t *cfg)
 {
@@ -39,23 +51,12 @@ static int parse_args(int argc, char **argv, segd_config_t *cfg)
                                          {"config", required_argument, 0, 'c'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
+    static const segd_args_spec_t spec = {"owner", opts, "hX:", usage, SEGD_ARGS_FILE_ONLY,
+                                          NULL, apply_flag};
     char err[512];
-    int c = segd_args_load_config("owner", argc, argv, opts, "hX:", usage, SEGD_ARGS_FILE_ONLY,
-                                  cfg);
+    int c = segd_args_parse_config(&spec, argc, argv, cfg, NULL);
     if (c)
         return c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "X:", opts, NULL)) != -1) {
-        segd_err_t e = SEGD_OK;
-        switch (c) {
-        case 'b': e = segd_config_set(cfg, "brokers", optarg, err, sizeof(err)); break;
-        case 't': e = segd_config_set(cfg, "topics", optarg, err, sizeof(err)); break;
-        case 'g': e = segd_config_set(cfg, "group", optarg, err, sizeof(err)); break;
-        case 'X': e = segd_config_set_x(cfg, optarg, err, sizeof(err)); break;
-        }
-        if (e)
-            goto bad;
-    }
     if (!cfg->brokers || !cfg->n_topics || optind >= argc) {
         snprintf(err, sizeof(err), "--brokers, --topic and at least one USER are required");
         goto bad;

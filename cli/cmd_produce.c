@@ -72,7 +72,7 @@ int segd_cmd_produce(int argc, char **argv)
     o.progress = isatty(STDERR_FILENO);
     int c, bad = 0;
     optind = 1;
-    while (!bad && (c = getopt_long(argc, argv, "hX:", opts, NULL)) != -1) {
+    while (!bad && (c = segd_args_next("produce", argc, argv, "hX:", opts)) != -1) {
         switch (c) {
         case 'b': o.brokers = optarg; break;
         case 't': o.topic = optarg; break;
@@ -107,7 +107,7 @@ int segd_cmd_produce(int argc, char **argv)
             break;
         }
         case 'h': usage(stdout); return SEGD_EXIT_OK;
-        default: bad = 1; usage(stderr);
+        default: bad = 1; /* said by segd_args_next */
         }
     }
     segd_config_t cfg;

@@ -94,6 +94,38 @@ static void note_missing(const segd_config_t *cfg, char *const *all, size_t n_al
     }
 }
 
+/* What parse's passes share: the args, and the config's topics as the file
+ * and environment gave them, before --topic. */
+typedef struct parse_ctx {
+    rebuild_args_t *a;
+    char *all[SEGD_MAX_TOPICS];
+    size_t n_all;
+} parse_ctx_t;
+
+static int keep_topics(void *ctx, segd_config_t *cfg, char *err, size_t n)
+{
+    parse_ctx_t *p = ctx;
+    for (; p->n_all < cfg->n_topics; p->n_all++)
+        if (!(p->all[p->n_all] = strdup(cfg->topics[p->n_all])))
+            return snprintf(err, n, "out of memory"), -1;
+    return 0;
+}
+
+static int apply_flag(void *ctx, segd_config_t *cfg, int c, char *arg, char *err, size_t n)
+{
+    rebuild_args_t *a = ((parse_ctx_t *)ctx)->a;
+    switch (c) {
+    case 'b': return segd_config_set(cfg, "brokers", arg, err, n) ? -1 : 0;
+    case 't': return segd_config_set(cfg, "topics", arg, err, n) ? -1 : 0;
+    case 'd': return segd_config_set(cfg, "db", arg, err, n) ? -1 : 0;
+    case 'X': return segd_config_set_x(cfg, arg, err, n) ? -1 : 0;
+    case 'f': a->force = 1; return 0;
+    case 'B': a->base = arg; return 0;
+    case 'L': a->accept_loss = 1; return 0;
+    }
+    return 0;
+}
+
 /* 0 ok, 1 --help, 2 usage error (said). Flags over the file and environment. */
 static int parse(int argc, char **argv, segd_config_t *cfg, rebuild_args_t *a)
 {
@@ -106,37 +138,14 @@ static int parse(int argc, char **argv, segd_config_t *cfg, rebuild_args_t *a)
                                          {"accept-history-loss", no_argument, 0, 'L'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
-    char err[512], *all[SEGD_MAX_TOPICS];
-    size_t n_all = 0;
-    int c = segd_args_load_config("rebuild", argc, argv, opts, "hX:", usage, SEGD_ARGS_ENV, cfg);
-    int rc = 2;
-    if (c)
-        return c;
-    for (; n_all < cfg->n_topics; n_all++)
-        if (!(all[n_all] = strdup(cfg->topics[n_all]))) {
-            snprintf(err, sizeof(err), "out of memory");
-            goto bad;
-        }
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "X:", opts, NULL)) != -1) {
-        segd_err_t e = SEGD_OK;
-        if (c == 'b')
-            e = segd_config_set(cfg, "brokers", optarg, err, sizeof(err));
-        else if (c == 't')
-            e = segd_config_set(cfg, "topics", optarg, err, sizeof(err));
-        else if (c == 'd')
-            e = segd_config_set(cfg, "db", optarg, err, sizeof(err));
-        else if (c == 'X')
-            e = segd_config_set_x(cfg, optarg, err, sizeof(err));
-        else if (c == 'f')
-            a->force = 1;
-        else if (c == 'B')
-            a->base = optarg;
-        else if (c == 'L')
-            a->accept_loss = 1;
-        if (e)
-            goto bad;
-    }
+    static const segd_args_spec_t spec = {"rebuild", opts, "hX:", usage, SEGD_ARGS_ENV,
+                                          keep_topics, apply_flag};
+    parse_ctx_t p = {.a = a};
+    char err[512];
+    int rc = segd_args_parse_config(&spec, argc, argv, cfg, &p);
+    if (rc)
+        goto out;
+    rc = 2;
     if (optind < argc) {
         snprintf(err, sizeof(err), "unexpected argument '%s'", argv[optind]);
         goto bad;
@@ -144,13 +153,14 @@ static int parse(int argc, char **argv, segd_config_t *cfg, rebuild_args_t *a)
     if ((!cfg->group && segd_config_set(cfg, "group", "segd-rebuild", err, sizeof(err))) ||
         segd_config_finish(cfg, err, sizeof(err)))
         goto bad;
-    note_missing(cfg, all, n_all, a);
+    note_missing(cfg, p.all, p.n_all, a);
     rc = 0;
 bad:
     if (rc)
         fprintf(stderr, "segd rebuild: %s\n", err);
-    while (n_all)
-        free(all[--n_all]);
+out:
+    while (p.n_all)
+        free(p.all[--p.n_all]);
     return rc;
 }
 

@@ -145,9 +145,11 @@ static const struct option opts[] = {
     {"force", no_argument, 0, 'F'},             {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0}};
 
-/* One flag; 0 ok, -1 bad (err says why). */
-static int apply_flag(args_t *a, int c, char *err, size_t n)
+/* One flag (its value also in optarg); 0 ok, -1 bad (err says why), -2 said. */
+static int apply_flag(void *ctx, segd_config_t *cfg, int c, char *arg, char *err, size_t n)
 {
+    args_t *a = ctx;
+    (void)cfg, (void)arg;
     segd_replay_opts_t *o = &a->o;
     switch (c) {
     case 'b': return segd_config_set(&a->cfg, "brokers", optarg, err, n) ? -1 : 0;
@@ -198,33 +200,28 @@ static int apply_flag(args_t *a, int c, char *err, size_t n)
     case 'F': a->force = 1; return 0;
     case 'n':
         return segd_arg_int("replay", "--now", optarg, 1, INT64_MAX / 1000, &a->now_s) ? -2 : 0;
-    default: return 0; /* --config: read first */
     }
+    return 0;
+}
+
+/* Dead letters go where segd run's would: fixed before --topic replaces
+ * the topic list. */
+static int default_dlq(void *ctx, segd_config_t *cfg, char *err, size_t n)
+{
+    (void)ctx;
+    return segd_config_default_dlq(cfg) ? snprintf(err, n, "out of memory"), -1 : 0;
 }
 
 /* 0 ok, 1 --help, 2 usage error (said). Flags win over the file and the
  * environment, as for segd run. */
 static int parse_args(int argc, char **argv, args_t *a)
 {
+    static const segd_args_spec_t spec = {"replay", opts, "hX:", usage, SEGD_ARGS_ENV,
+                                          default_dlq, apply_flag};
     char err[512];
-    int c = segd_args_load_config("replay", argc, argv, opts, "hX:", usage, SEGD_ARGS_ENV,
-                                  &a->cfg);
+    int c = segd_args_parse_config(&spec, argc, argv, &a->cfg, a);
     if (c)
         return c;
-    /* dead letters go where segd run's would: fixed before --topic replaces
-     * the topic list */
-    if (segd_config_default_dlq(&a->cfg)) {
-        snprintf(err, sizeof(err), "out of memory");
-        goto bad;
-    }
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "X:", opts, NULL)) != -1) {
-        int rc = apply_flag(a, c, err, sizeof(err));
-        if (rc == -2)
-            return 2;
-        if (rc)
-            goto bad;
-    }
     if (optind < argc) {
         snprintf(err, sizeof(err), "unexpected argument '%s'", argv[optind]);
         goto bad;

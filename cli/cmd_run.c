@@ -21,6 +21,7 @@
 #include "publisher/publisher.h"
 #include "publisher/snapshot.h"
 #include "base/clock.h"
+#include "transport/kconf.h"
 
 
 static void usage(FILE *f)
@@ -53,7 +54,34 @@ static void usage(FILE *f)
             "  retries to http(s) and s3), restore.*, sweep.*, identity.*.\n");
 }
 
-/* Flags are applied after the file and environment, so they win. */
+static int apply_flag(void *ctx, segd_config_t *cfg, int c, char *arg, char *err, size_t n)
+{
+    switch (c) {
+    case 'b': return segd_config_set(cfg, "brokers", arg, err, n) ? -1 : 0;
+    case 't': return segd_config_set(cfg, "topics", arg, err, n) ? -1 : 0;
+    case 'g': return segd_config_set(cfg, "group", arg, err, n) ? -1 : 0;
+    case 'd': return segd_config_set(cfg, "db", arg, err, n) ? -1 : 0;
+    case 'X': return segd_config_set_x(cfg, arg, err, n) ? -1 : 0;
+    case 'p': *(int *)ctx = 1; return 0;
+    }
+    return 0;
+}
+
+/* Every kafka.* setting through librdkafka's own check, as the consumer's
+ * configuration will take them: --print-config must refuse what segd run
+ * would, and segd run refuses it before opening the store. */
+static int check_kafka(const segd_config_t *cfg, char *err, size_t n)
+{
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    segd_err_t e = SEGD_OK;
+    for (size_t i = 0; !e && i < cfg->n_kafka; i++)
+        e = segd_kconf_set(conf, "consumer", cfg->kafka[i].key, cfg->kafka[i].value, err, n);
+    rd_kafka_conf_destroy(conf);
+    return e ? -1 : 0;
+}
+
+/* 0 to run, 1 done (--help, --print-config), 2 usage error (said). Flags
+ * are applied after the file and environment, so they win. */
 static int parse_args(int argc, char **argv, segd_config_t *cfg)
 {
     static const struct option opts[] = {{"brokers", required_argument, 0, 'b'},
@@ -64,30 +92,18 @@ static int parse_args(int argc, char **argv, segd_config_t *cfg)
                                          {"help", no_argument, 0, 'h'},
                                          {"print-config", no_argument, 0, 'p'},
                                          {0, 0, 0, 0}};
+    static const segd_args_spec_t spec = {"run", opts, "hX:", usage, SEGD_ARGS_ENV, NULL,
+                                          apply_flag};
     int print = 0;
     char err[512];
-    int c = segd_args_load_config("run", argc, argv, opts, "hX:", usage, SEGD_ARGS_ENV, cfg);
+    int c = segd_args_parse_config(&spec, argc, argv, cfg, &print);
     if (c)
         return c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "X:", opts, NULL)) != -1) {
-        segd_err_t e = SEGD_OK;
-        switch (c) {
-        case 'b': e = segd_config_set(cfg, "brokers", optarg, err, sizeof(err)); break;
-        case 't': e = segd_config_set(cfg, "topics", optarg, err, sizeof(err)); break;
-        case 'g': e = segd_config_set(cfg, "group", optarg, err, sizeof(err)); break;
-        case 'd': e = segd_config_set(cfg, "db", optarg, err, sizeof(err)); break;
-        case 'X': e = segd_config_set_x(cfg, optarg, err, sizeof(err)); break;
-        case 'p': print = 1; break;
-        }
-        if (e)
-            goto bad;
-    }
     if (optind < argc) {
         snprintf(err, sizeof(err), "unexpected argument '%s'", argv[optind]);
         goto bad;
     }
-    if (segd_config_finish(cfg, err, sizeof(err)))
+    if (segd_config_finish(cfg, err, sizeof(err)) || check_kafka(cfg, err, sizeof(err)))
         goto bad;
     if (print) {
         segd_config_print(cfg, stdout);

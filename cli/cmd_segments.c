@@ -64,7 +64,7 @@ static int print_retired(void *ctx, int64_t segment_id, int64_t before_ms)
 
 static int cmd_list(const char *db, int json)
 {
-    segd_store_t *s = segd_app_open_reader("segments", db, 0);
+    segd_store_t *s = segd_app_open_reader("segments list-retired", db, 0);
     if (!s)
         return SEGD_EXIT_FAIL;
     char err[512];
@@ -87,8 +87,8 @@ static int64_t *parse_keys(char **args, int n, int partner)
 {
     int64_t *keys = calloc((size_t)n, sizeof(*keys)), v;
     for (int i = 0; keys && i < n; i++) {
-        if (partner ? segd_arg_int("segments", "partner id", args[i], INT32_MIN, INT32_MAX, &v)
-                    : segd_arg_int("segments", "ID", args[i], 0, INT64_MAX, &v)) {
+        if (partner ? segd_arg_int("segments retire", "partner id", args[i], INT32_MIN, INT32_MAX, &v)
+                    : segd_arg_int("segments retire", "ID", args[i], 0, INT64_MAX, &v)) {
             free(keys);
             return NULL;
         }
@@ -108,7 +108,7 @@ static void say_retired(int64_t key, int64_t before_ms)
 
 static int cmd_retire(const char *db, int64_t before_ms, const int64_t *keys, int n)
 {
-    segd_store_t *s = segd_app_open_store("segments", db, 0, 0); /* may make one: retire, then load */
+    segd_store_t *s = segd_app_open_store("segments retire", db, 0, 0); /* may make one: retire, then load */
     if (!s)
         return SEGD_EXIT_FAIL;
     if (!before_ms)
@@ -172,11 +172,16 @@ int segd_cmd_segments(int argc, char **argv)
     }
     int retire = !strcmp(sub, "retire"), list = !strcmp(sub, "list-retired");
     if (!retire && !list) {
-        usage(stderr);
+        fprintf(stderr, "segd segments: unknown subcommand '%s' (see segd segments --help)\n",
+                sub);
         return SEGD_EXIT_USAGE;
     }
+    /* each subcommand its own flags: list-retired refuses retire's */
+    struct option mine[sizeof(opts) / sizeof(opts[0])];
+    segd_args_pick(opts, retire ? "dbBtcFwph" : "djh", mine, sizeof(mine) / sizeof(mine[0]));
+    const char *cmd = retire ? "segments retire" : "segments list-retired";
     optind = 2;
-    while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    while ((c = segd_args_next(cmd, argc, argv, "h", mine)) != -1) {
         if (c == 'd')
             db = optarg;
         else if (c == 'j')
@@ -192,21 +197,27 @@ int segd_cmd_segments(int argc, char **argv)
         else if (c == 'F')
             live.framing = optarg;
         else if (c == 'w') {
-            if (segd_arg_int("segments", "--wait-s", optarg, 0, 86400, &live.wait_s))
+            if (segd_arg_int(cmd, "--wait-s", optarg, 0, 86400, &live.wait_s))
                 return SEGD_EXIT_USAGE;
         }
         else if (c == 'b') {
-            if (segd_arg_int("segments", "--before-ms", optarg, 1, INT64_MAX, &before_ms))
+            if (segd_arg_int(cmd, "--before-ms", optarg, 1, INT64_MAX, &before_ms))
                 return SEGD_EXIT_USAGE;
-        } else {
-            usage(c == 'h' ? stdout : stderr);
-            return c == 'h' ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
-        }
+        } else if (c == 'h') {
+            usage(stdout);
+            return SEGD_EXIT_OK;
+        } else
+            return SEGD_EXIT_USAGE; /* said by segd_args_next */
     }
     int is_live = live.brokers || live.config || live.framing;
-    if ((!db && !(retire && is_live)) || (retire && (optind >= argc || json)) ||
-        (list && (optind != argc || before_ms || is_live || partner))) {
-        usage(stderr);
+    const char *why = !db && !(retire && is_live)
+                          ? retire ? "--db DIR or --brokers B (or a --config) is required"
+                                   : "--db DIR is required"
+                      : retire && optind >= argc ? "give at least one ID"
+                      : list && optind != argc   ? "list-retired takes no operand"
+                                                 : NULL;
+    if (why) {
+        fprintf(stderr, "segd %s: %s (see segd %s --help)\n", cmd, why, cmd);
         return SEGD_EXIT_USAGE;
     }
     if (list)

@@ -128,48 +128,61 @@ static const struct option export_opts[] = {{"db", required_argument, 0, 'd'},
                                             {"help", no_argument, 0, 'h'},
                                             {0, 0, 0, 0}};
 
-/* The flags, after the file and environment (segd_args_load_config): 0 =
- * parsed, 2 = usage error. */
+/* The long name of export's flag c, for a message. */
+static const char *export_flag(int c)
+{
+    for (const struct option *o = export_opts; o->name; o++)
+        if (o->val == c)
+            return o->name;
+    return "?";
+}
+
+/* One flag, after the file and environment (segd_args_parse_config): 0,
+ * -1 with err set, -2 said. */
+static int apply_export(void *ctx, segd_config_t *cfg, int c, char *arg, char *err, size_t n)
+{
+    export_args_t *a = ctx;
+    const char *cmd = "snapshot export";
+    int bad = 0;
+    (void)cfg;
+    switch (c) {
+    case 'd': a->db = arg; break;
+    case 't': a->to = arg; break;
+    case 'T': a->o.topic = arg; break;
+    case 'p': bad = parse_partitions(arg, &a->partitions, &a->o.n_partitions); break;
+    case 'P': return segd_arg_int(cmd, "--partition-count", arg, 1, 100000, &a->partition_count) ? -2 : 0;
+    case 'r': a->partitioner = arg; break;
+    case 'b':
+        a->buckets_given = 1;
+        return segd_arg_int(cmd, "--buckets", arg, 1, 65536, &a->buckets) ? -2 : 0;
+    case 'n': return segd_arg_int(cmd, "--now", arg, 1, INT64_MAX / 1000, &a->now_s) ? -2 : 0;
+    case 'c': a->o.changes_topic = arg; break;
+    case 'l': return segd_arg_int(cmd, "--level", arg, 0, 19, &a->level) ? -2 : 0;
+    case 'z':
+        a->horizon_given = 1;
+        return segd_arg_int(cmd, "--horizon-s", arg, 0, 90 * 86400, &a->horizon_s) ? -2 : 0;
+    case 'x':
+        bad = parse_codec(arg, &a->o);
+        a->codec_given = 1;
+        break;
+    case 'f':
+        bad = segd_snapfmt_parse(arg, &a->o.format) != 0;
+        a->format_given = 1;
+        break;
+    }
+    if (bad)
+        return snprintf(err, n, "bad --%s '%s'", export_flag(c), arg), -1;
+    return 0;
+}
+
+/* 0 = parsed, 1 = --help, 2 = usage error (said). */
 static int parse_export(int argc, char **argv, export_args_t *a)
 {
-    int c;
-    optind = 1;
-    while ((c = getopt_long(argc, argv, "h", export_opts, NULL)) != -1) {
-        int bad = 0;
-        switch (c) {
-        case 'd': a->db = optarg; break;
-        case 't': a->to = optarg; break;
-        case 'T': a->o.topic = optarg; break;
-        case 'p': bad = parse_partitions(optarg, &a->partitions, &a->o.n_partitions); break;
-        case 'P': bad = segd_arg_int("snapshot", "--partition-count", optarg, 1, 100000, &a->partition_count); break;
-        case 'r': a->partitioner = optarg; break;
-        case 'C': break; /* read first */
-        case 'b':
-            bad = segd_arg_int("snapshot", "--buckets", optarg, 1, 65536, &a->buckets);
-            a->buckets_given = 1;
-            break;
-        case 'n': bad = segd_arg_int("snapshot", "--now", optarg, 1, INT64_MAX / 1000, &a->now_s); break;
-        case 'c': a->o.changes_topic = optarg; break;
-        case 'l': bad = segd_arg_int("snapshot", "--level", optarg, 0, 19, &a->level); break;
-        case 'z':
-            bad = segd_arg_int("snapshot", "--horizon-s", optarg, 0, 90 * 86400, &a->horizon_s);
-            a->horizon_given = 1;
-            break;
-        case 'x':
-            bad = parse_codec(optarg, &a->o);
-            a->codec_given = 1;
-            break;
-        case 'f':
-            bad = segd_snapfmt_parse(optarg, &a->o.format) != 0;
-            a->format_given = 1;
-            break;
-        default: usage(stderr); return 2;
-        }
-        if (bad) {
-            fprintf(stderr, "segd snapshot export: bad %s\n", argv[optind - 1]);
-            return 2;
-        }
-    }
+    static const segd_args_spec_t spec = {"snapshot export", export_opts, "h", usage,
+                                          SEGD_ARGS_ENV, NULL, apply_export};
+    int rc = segd_args_parse_config(&spec, argc, argv, &a->cfg, a);
+    if (rc)
+        return rc;
     if (!a->db || !a->to || optind < argc) {
         fprintf(stderr, "segd snapshot export: --db and --to are required\n");
         return 2;
@@ -285,10 +298,7 @@ static int export_cmd(int argc, char **argv)
     a.buckets = a.o.buckets;
     a.level = a.o.level;
     segd_config_init(&a.cfg);
-    int rc = segd_args_load_config("snapshot export", argc, argv, export_opts, "h", usage,
-                                   SEGD_ARGS_ENV, &a.cfg);
-    if (!rc)
-        rc = parse_export(argc, argv, &a);
+    int rc = parse_export(argc, argv, &a);
     if (!rc)
         rc = resolve_export(&a);
     rc = rc == 1 ? SEGD_EXIT_OK : rc ? SEGD_EXIT_USAGE : run_export(&a);
@@ -310,10 +320,20 @@ static void verify_unit(void *ctx, const segd_unit_report_t *r)
 
 static int verify_cmd(int argc, char **argv)
 {
-    if (argc != 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        usage(argc == 2 ? stdout : stderr);
-        return argc == 2 ? SEGD_EXIT_OK : SEGD_EXIT_USAGE;
+    static const struct option opts[] = {{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    int c;
+    optind = 1;
+    while ((c = segd_args_next("snapshot verify", argc, argv, "h", opts)) != -1)
+        if (c == 'h')
+            return usage(stdout), SEGD_EXIT_OK;
+        else
+            return SEGD_EXIT_USAGE;
+    if (optind + 1 != argc) {
+        fprintf(stderr, "segd snapshot verify: give one SRC (see segd snapshot verify "
+                        "--help)\n");
+        return SEGD_EXIT_USAGE;
     }
+    argv += optind - 1;
     segd_manifest_t m;
     char err[512] = "";
     segd_dest_opts_t d;
@@ -349,6 +369,7 @@ int segd_cmd_snapshot(int argc, char **argv)
         usage(stdout);
         return SEGD_EXIT_OK;
     }
-    usage(stderr);
+    fprintf(stderr, "segd snapshot: unknown subcommand '%s' (see segd snapshot --help)\n",
+            argv[1]);
     return SEGD_EXIT_USAGE;
 }

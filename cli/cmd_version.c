@@ -56,12 +56,16 @@ int segd_version_print(FILE *f)
 
 int segd_cmd_version(int argc, char **argv)
 {
-    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        usage(stdout);
-        return SEGD_EXIT_OK;
-    }
-    if (argc > 1) {
-        usage(stderr);
+    static const struct option opts[] = {{"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    int c;
+    optind = 1;
+    while ((c = segd_args_next("version", argc, argv, "h", opts)) != -1)
+        if (c == 'h')
+            return usage(stdout), SEGD_EXIT_OK;
+        else
+            return SEGD_EXIT_USAGE;
+    if (optind < argc) {
+        fprintf(stderr, "segd version: unexpected argument '%s'\n", argv[optind]);
         return SEGD_EXIT_USAGE;
     }
     return segd_version_print(stdout);

@@ -83,7 +83,7 @@ set +e
   > /dev/null 2> "$tmp/set-refused.log"; rc=$?
 set -e
 [ $rc -eq 4 ] || fail "offsets set below the floor: exit $rc: $(cat "$tmp/set-refused.log")"
-grep -q "^segd offsets: $below of the $total events in the range are below the store's ingest floor" \
+grep -q "^segd offsets set: $below of the $total events in the range are below the store's ingest floor" \
   "$tmp/set-refused.log" || fail "offsets set count: $(cat "$tmp/set-refused.log")"
 grep -q "below the floor $f (the horizon" "$tmp/set-refused.log" || fail "offsets set floor"
 [ "$(offsets)" = "$before" ] || fail "a refused offsets set moved the offsets: $(offsets)"
