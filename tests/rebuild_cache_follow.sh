@@ -147,6 +147,18 @@ compare "after tailing" > "$tmp/cmp.out" || fail "cache != store after tailing"
 curl -sf "http://127.0.0.1:$port/healthz" | grep -q '"changes_applied":[1-9]' ||
   fail "the cache applied no change: $(curl -s "http://127.0.0.1:$port/healthz")"
 
+# segd run ends the store's history phase (three upkeeps 10 s apart caught
+# up, DESIGN §3): from then on its floor refuses events older than now - horizon
+floor=0
+for _ in $(seq 600); do
+  kill -0 $run_pid 2>/dev/null || fail "segd run exited"
+  floor=$("$segd" offsets show --db "$tmp/db" --json 2>/dev/null |
+    /usr/bin/python3 -c "import json,sys; print(json.load(sys.stdin)['ingest_floor_ms'])" 2>/dev/null || echo 0)
+  [ "$floor" -gt 0 ] && break
+  sleep 0.2
+done
+[ "$floor" -gt $(( (now - horizon - 3600) * 1000 )) ] || fail "no ingest floor after catching up: $floor"
+
 # differences a rebuild corrects. Offline: a backfill of users the topic
 # lacks and of a segment the topic never gave u0000000005.
 stop_run
