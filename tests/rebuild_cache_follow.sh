@@ -128,9 +128,15 @@ while True:
     if not bad or time.time() > deadline:
         break
     time.sleep(0.5)
+def brief(w, st, body):
+    ws = {x["id"] for x in w["segments"]}
+    bs = {x["id"] for x in body.get("segments", [])}
+    return (f"{w['user_id']}: store known={w['known']} {len(ws)} segments, cache {st} "
+            f"known={body.get('known')} {len(bs)} segments, only in the store "
+            f"{sorted(ws - bs)[:4]}, only in the cache {sorted(bs - ws)[:4]}")
 if bad:
-    w, st, body = bad[0]
-    sys.exit(f"{phase}: {len(bad)} of {len(ids)} users differ, e.g. store {w} cache {st} {body}")
+    sys.exit(f"{phase}: {len(bad)} of {len(ids)} users differ, e.g.\n  " +
+             "\n  ".join(brief(*b) for b in bad[:3]))
 print(f"{phase}: {len(ids)} users equal, {sum(w['known'] for w in want)} known")
 PY
 }
