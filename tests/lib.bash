@@ -31,6 +31,17 @@ lib_cleanup() {
   fi
   [ -n "${KEEP:-}" ] || rm -rf "$tmp"
 }
+# A test's own cluster (require_kafka) lives in $tmp: the test's processes
+# end first, then the cluster, then lib_cleanup removes $tmp (a node still
+# writing its data there made rm fail, and the test with it); its topics went
+# with the cluster.
+lib_cleanup_own_cluster() {
+  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+  bash "$lib_root/scripts/kafka.sh" stop >/dev/null 2>&1 || true
+  lib_topics=()
+  lib_cleanup
+}
 # true when this test runs against the real cluster
 kafka_real() {
   [ -n "${KAFKA_CLUSTER_DIR:-}" ] || return 1
@@ -42,7 +53,7 @@ kafka_real() {
 require_kafka() {
   if [ -z "${KAFKA_CLUSTER_DIR:-}" ]; then
     export KAFKA_CLUSTER_DIR="$tmp/kafka"
-    trap 'lib_cleanup; bash "$lib_root/scripts/kafka.sh" stop >/dev/null 2>&1 || true' EXIT
+    trap lib_cleanup_own_cluster EXIT
     echo "${lib_name:-?}: no KAFKA_CLUSTER_DIR: starting a Kafka cluster of its own"
     bash "$lib_root/scripts/kafka.sh" start 3 > "$tmp/kafka.out" 2>&1 ||
       fail "cannot start a Kafka cluster: $(tail -5 "$tmp/kafka.out")"
