@@ -31,6 +31,11 @@ model, and so must a `segd cache` loaded from the units in DEST tailing the
 change topic. Units must always carry their partition's input offset.
 
 usage: fleet.py SEGD_BIN [--trials N] [--users U] [--events E] [--seed S] [--keep]
+                [--kafka mock|real] [--cluster-dir DIR]
+--kafka mock (default): a `segd dev-broker` per trial. --kafka real: the
+Apache Kafka cluster in --cluster-dir (scripts/kafka.sh; started there and
+stopped at the end when none runs, else shared), each trial's topics made
+there (auto-create is off) with a unique prefix: RF 3, min.insync.replicas 2.
 Prints one line per trial: EXACT, MISMATCH (users a complete read found
 different), FAILED (segd did not take a step it must) or HARNESS FAILURE (a
 check could not be made: an unreachable cache, a store that cannot be read,
@@ -42,7 +47,7 @@ import threading, time
 
 from confluent_kafka import Consumer, TopicPartition
 
-from chaoslib import NOW_S, HarnessError, Trial, model, workload
+from chaoslib import NOW_S, HarnessError, RealCluster, Trial, model, workload
 
 PARTITIONS = 12
 RETIRED_IDS = (3, 7)
@@ -65,7 +70,7 @@ class Fleet:
     def __init__(self, t, rnd):
         self.t, self.rnd = t, rnd
         self.dest = os.path.join(t.dir, "dest")
-        self.units = os.path.join(self.dest, "events")
+        self.units = os.path.join(self.dest, t.topic)
         self.live = {}  # name -> (Popen, db)
         self.producing = None
         self.stopping = False
@@ -146,9 +151,9 @@ class Fleet:
         raise Failed("timed out waiting for " + what)
 
 
-def unit_offset(m):
+def unit_offset(m, topic):
     for i in m.get("input_offsets", []):
-        if i.get("topic") == "events" and i.get("partition") == m["partition"]:
+        if i.get("topic") == topic and i.get("partition") == m["partition"]:
             return i["next_offset"]
     return None
 
@@ -156,23 +161,19 @@ def unit_offset(m):
 def check_units_have_offsets(fl):
     """A unit without its partition's input offset (a partition exported
     while it was still being restored) would hide the partition's data."""
-    bad = [p for p, m in fl.manifests().items() if unit_offset(m) is None]
+    bad = [p for p, m in fl.manifests().items() if unit_offset(m, fl.t.topic) is None]
     if bad:
         raise Failed("units without their input offset: %s" % bad)
 
 
-def end_offsets(brokers):
-    c = Consumer({"bootstrap.servers": brokers, "group.id": "fleet-check"})
-    try:
-        return {p: c.get_watermark_offsets(TopicPartition("events", p), timeout=10)[1]
-                for p in range(PARTITIONS)}
-    finally:
-        c.close()
+def end_offsets(t):
+    """The input's end offsets (a broker error retried for 60 s)."""
+    return {p: hi for p, (_, hi) in t.end_offsets().items()}
 
 
-def partition_of(segd, brokers, users):
+def partition_of(segd, brokers, topic, users):
     """user -> partition, as segd computes it (`segd owner`)."""
-    out = subprocess.run([segd, "owner", "--brokers", brokers, "--topic", "events"] +
+    out = subprocess.run([segd, "owner", "--brokers", brokers, "--topic", topic] +
                          sorted(users), capture_output=True, text=True, check=True)
     parts = {}
     for line in out.stdout.splitlines():
@@ -263,18 +264,19 @@ def phases_and_checks(t, fl, rnd, phases, want):
     time.sleep(rnd.uniform(0.2, 1.0))
     fl.kill("a")
     fl.kill("c")
-    free = sorted(set(range(PARTITIONS)) - held_partitions(fl.log("b2")))
+    free = sorted(set(range(PARTITIONS)) - held_partitions(fl.log("b2"), t.topic))
     if not free:
         raise Failed("b2 has held every partition: nothing to corrupt")
     bad_p = rnd.choice(free)
     corrupt_one(fl, bad_p)
     t.fault("corrupt unit")
     fl.start("c2", dbs["c2"])
-    fallback = re.compile(r"restore of events \[%d\] failed \(attempt 2\): .*; replaying it "
-                          r"from input.offset.reset" % bad_p)
+    fallback = re.compile(r"restore of " + re.escape(t.topic) + r" \[%d\] failed \(attempt 2\): .*; "
+                          r"replaying it from input.offset.reset" % bad_p)
     fl.wait_for("the fallback for corrupt unit %d" % bad_p,
                 lambda: any(fallback.search(fl.log(n)) for n in fl.live), 60)
-    if not any(re.search(r"restore of events \[%d\] failed \(attempt 1\)" % bad_p, fl.log(n))
+    if not any(re.search(r"restore of " + re.escape(t.topic) +
+                             r" \[%d\] failed \(attempt 1\)" % bad_p, fl.log(n))
                for n in fl.live):
         raise Failed("no first failed attempt for unit %d" % bad_p)
     fl.start("a", dbs["a"])
@@ -282,9 +284,10 @@ def phases_and_checks(t, fl, rnd, phases, want):
     fl.phase("corrupt unit")
 
     # 5. everything caught up: every unit carries its partition's end offset
-    ends = end_offsets(t.brokers)
+    ends = end_offsets(t)
     fl.wait_for("every unit at its end offset",
-                lambda: {p: unit_offset(m) for p, m in fl.manifests().items()} == ends, 90)
+                lambda: {p: unit_offset(m, t.topic)
+                         for p, m in fl.manifests().items()} == ends, 90)
     check_units_have_offsets(fl)
     if re.search(r"restored p=\d+ .*offset=-1\b", "".join(fl.log(n) for n in dbs)):
         raise Failed("a unit without its offset was restored")
@@ -305,22 +308,23 @@ def phases_and_checks(t, fl, rnd, phases, want):
     return stores, cache
 
 
-def held_partitions(log):
+def held_partitions(log, topic):
     """Partitions a store that began empty holds offsets for (or will)."""
-    return {int(m) for m in re.findall(r"events \[(\d+)\](?: has no stored offset|: no restore)",
+    return {int(m) for m in re.findall(re.escape(topic) +
+                                       r" \[(\d+)\](?: has no stored offset|: no restore)",
                                        log)}
 
 
 def check_stores(t, final, ends, want):
     """Users whose owner's store (every final store at the partition's end
     offset) differs from the model."""
-    parts = partition_of(t.segd, t.brokers, want)
+    parts = partition_of(t.segd, t.brokers, t.topic, want)
     at_end = {p: [] for p in range(PARTITIONS)}
     for name, (_, db) in final.items():
         out = subprocess.run([t.segd, "offsets", "show", "--db", db, "--json"],
                              capture_output=True, text=True, check=True)
         for o in json.loads(out.stdout)["offsets"]:
-            if o["topic"] == "events" and o["next_offset"] == ends[o["partition"]]:
+            if o["topic"] == t.topic and o["next_offset"] == ends[o["partition"]]:
                 at_end[o["partition"]].append(db)
     if any(not v for v in at_end.values()):
         raise Failed("partitions no final store holds at their end offset: %s" %
@@ -344,9 +348,9 @@ def dump_topics(t, users):
     src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "schemas")
     dec = {n: avro.io.DatumReader(avro.schema.parse(open(os.path.join(src, n + ".avsc")).read()))
            for n in ("change_event", "segment_event")}
-    c = Consumer({"bootstrap.servers": t.brokers, "group.id": "fleet-dump",
+    c = Consumer({"bootstrap.servers": t.brokers, "group.id": t.prefix + "fleet-dump",
                   "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    c.subscribe(["events", "segments.changes"])
+    c.subscribe([t.topic, t.changes])
     out, quiet = [], time.time() + 5
     while time.time() < quiet:
         m = c.poll(0.5)
@@ -354,7 +358,7 @@ def dump_topics(t, users):
             continue
         quiet = time.time() + 3
         v = m.value()
-        name = "change_event" if m.topic() == "segments.changes" else "segment_event"
+        name = "change_event" if m.topic() == t.changes else "segment_event"
         try:
             body = v[10:] if v[:2] == b"\xc3\x01" else v
             d = dec[name].read(avro.io.BinaryDecoder(io.BytesIO(body)))
@@ -385,12 +389,39 @@ def main():
     ap.add_argument("--events", type=int, default=300, help="events per phase")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--keep", action="store_true", help="keep trial directories")
+    ap.add_argument("--kafka", default="mock", choices=["mock", "real"])
+    ap.add_argument("--cluster-dir",
+                    default=os.environ.get("KAFKA_CLUSTER_DIR") or "/tmp/kafka-chaos")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="segd-fleet-")
+    cluster = None
+    if args.kafka == "real":
+        try:
+            cluster = RealCluster(args.cluster_dir)
+        except HarnessError as e:
+            print("fleet: HARNESS FAILURE: %s" % e)
+            sys.exit(1)
+        print("fleet: Apache Kafka in %s (%s, %d nodes)" %
+              (args.cluster_dir, "started here" if cluster.started else "shared",
+               cluster.nodes), flush=True)
+    try:
+        exact = run_trials(args, work, cluster)
+    finally:
+        if cluster:
+            cluster.stop()
+    print("fleet: %d of %d trials exact" % (exact, args.trials))
+    if exact == args.trials and not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    sys.exit(0 if exact == args.trials else 1)
+
+
+def run_trials(args, work, cluster):
     exact = 0
     for i in range(args.trials):
         seed = args.seed * 1000 + i
-        t = Trial(args.segd, work, args, "fleet")
+        # a real cluster: the trial's topics and groups uniquely named
+        prefix = "" if cluster is None else "fleet-%d-%d-" % (os.getpid(), i)
+        t = Trial(args.segd, work, args, "fleet", cluster, prefix)
         t0 = time.time()
         try:
             store_diff, cache_diff = trial(t, args, seed)
@@ -411,10 +442,7 @@ def main():
                "" if ok else ": %s dir=%s" % (why, t.dir)), flush=True)
         if ok and not args.keep:
             shutil.rmtree(t.dir, ignore_errors=True)
-    print("fleet: %d of %d trials exact" % (exact, args.trials))
-    if exact == args.trials and not args.keep:
-        shutil.rmtree(work, ignore_errors=True)
-    sys.exit(0 if exact == args.trials else 1)
+    return exact
 
 
 if __name__ == "__main__":
