@@ -194,8 +194,11 @@ def trial_broker(t, rnd, events, kills):
                 peak = watch_stall(t, down)
                 for n in (lead, other):
                     cl.must("restart" if sig == "SIGKILL" else "resume", n)
+                t.alive(a, "a", "after a broker fault")
+                wait_isr(t, 300)
                 t.stall_notes.append(
-                    "two down (%s %s+%s, %.1f s): outbox peak %d, publish retries +%d" %
+                    "two down (%s %s+%s, %.1f s): outbox peak %d while down, publish retries "
+                    "+%d until every replica was back" %
                     (sig, lead, other, down, peak,
                      metrics_or_empty(t).get("segd_publish_retries_total", 0) -
                      before.get("segd_publish_retries_total", 0)))
