@@ -6,7 +6,8 @@ snapshot units to one destination DEST and restoring from it on assignment
 REMOVEs and ERASE_USERs with colliding ids and equal timestamps, plus exact
 duplicates) is produced keyed by user id with murmur2_random, as segd routes:
 
-  1. a, b, c start on empty stores (nothing to restore: they replay);
+  1. a starts alone (it takes every partition), then b and c join, all on
+     empty stores (nothing to restore: they replay): 1 -> 3 members;
   2. the fleet crashes: all three SIGKILLed one after the other, each store
      gets a segment retirement while stopped (`segd segments retire` is
      offline; a store-wide marker every store of the fleet needs, §3), all
@@ -18,8 +19,11 @@ duplicates) is produced keyed by user id with murmur2_random, as segd routes:
      everywhere): whoever gets the partition must refuse the unit ("failed
      (attempt 2)") and replay it (restore.fallback = replay); then a
      restarts with its store;
-  5. everything catches up (every unit carries its partition's end offset),
-     all stop.
+  5. everything catches up (every unit carries its partition's end offset);
+  6. 3 -> 1 members: all but a leave (SIGTERM, exit 0); a alone takes every
+     partition back and must catch up (the group's committed offsets at the
+     end, lag 0 everywhere, an empty outbox; a stuck commit FAILS the
+     trial), then stops (exit 0) with its store at every end offset.
 
 Every instance runs the revocation sweep with sweep.after.s = 2, so
 partitions that move away are swept (offsets deleted, users deleted) and
@@ -215,10 +219,15 @@ def trial(t, args, seed):
 def phases_and_checks(t, fl, rnd, phases, want):
     dbs = {n: os.path.join(t.dir, "db-" + n) for n in ("a", "b", "c", "b2", "c2")}
 
-    # 1. three instances on empty stores
-    for n in ("a", "b", "c"):
-        fl.start(n, dbs[n])
+    # 1. scale 1 -> 3: a alone on an empty store takes every partition, then
+    # b and c join on empty stores while the events are produced (nothing to
+    # restore yet: they replay)
+    fl.start("a", dbs["a"])
+    t.wait_joined(fl.live["a"][0], "a", 90)
     fl.produce_in_background(phases[0], 2)
+    time.sleep(rnd.uniform(0.3, 1.5))
+    for n in ("b", "c"):
+        fl.start(n, dbs[n])
     fl.wait_produced()
     fl.phase("start")
 
@@ -289,16 +298,34 @@ def phases_and_checks(t, fl, rnd, phases, want):
                 lambda: {p: unit_offset(m, t.topic)
                          for p, m in fl.manifests().items()} == ends, 90)
     check_units_have_offsets(fl)
+    fl.phase("catch up")
+
+    # 6. scale 3 -> 1: every member but a leaves (SIGTERM, exit 0); a alone
+    # takes every partition back (resuming from its own offsets, or restoring
+    # the partitions it never held or has swept from the units) and must
+    # catch up: the group's committed offsets at the end, a's lag 0 on all
+    # 12 partitions and its outbox empty; then a stops and its store must be
+    # at every end offset
+    final = dict(fl.live)
+    leaving = [n for n in final if n != "a"]
+    for name in leaving:
+        fl.live.pop(name)[0].send_signal(signal.SIGTERM)
+    for name in leaving:
+        p = final[name][0]
+        if p.wait(timeout=60) != 0:
+            raise Failed("%s exited with %d on SIGTERM" % (name, p.returncode))
+        t.fault("leave")
+    got = t.wait_caught_up({"a": fl.live["a"][0]}, "a", group="fleet")
+    if t.segd_faults:
+        raise Failed("; ".join(t.segd_faults))
+    if got != ends:
+        raise HarnessError("end offsets moved: %s, then %s" % (ends, got))
+    time.sleep(1.5)  # one more periodic export after the last batch
+    t.stop(fl.live.pop("a")[0], "a")
+    t.check_offsets(dbs["a"], ends)
     if re.search(r"restored p=\d+ .*offset=-1\b", "".join(fl.log(n) for n in dbs)):
         raise Failed("a unit without its offset was restored")
-    final = dict(fl.live)
-    for name, (p, _) in final.items():
-        p.send_signal(signal.SIGTERM)
-    for name, (p, _) in final.items():
-        if p.wait(timeout=60) != 0:
-            raise Failed("%s exited with %d" % (name, p.returncode))
-    fl.live.clear()
-    fl.phase("catch up")
+    fl.phase("scale to 1")
     stores = check_stores(t, final, ends, want)
     fl.phase("stores")
     if stores:
