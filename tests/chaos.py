@@ -191,17 +191,28 @@ def trial_broker(t, rnd, events, kills):
                 if busy:
                     t.fault("broker two down: while producing")
                 down = rnd.uniform(3.0, 8.0)
-                peak = watch_stall(t, down)
+                t_down = time.time()
+                time.sleep(1.0)  # acks of writes replicated before the fault may still come
+                during = metrics_or_empty(t)
+                peak = watch_stall(t, down - 1.0)
+                t_up = time.time()
+                after = metrics_or_empty(t)
                 for n in (lead, other):
                     cl.must("restart" if sig == "SIGKILL" else "resume", n)
                 t.alive(a, "a", "after a broker fault")
                 wait_isr(t, 300)
+
+                def delta(m0, m1, k):
+                    return int(m1.get(k, 0) - m0.get(k, 0)) if m0 and m1 else -1
                 t.stall_notes.append(
-                    "two down (%s %s+%s, %.1f s): outbox peak %d while down, publish retries "
-                    "+%d until every replica was back" %
-                    (sig, lead, other, down, peak,
-                     metrics_or_empty(t).get("segd_publish_retries_total", 0) -
-                     before.get("segd_publish_retries_total", 0)))
+                    "two down (%s %s+%s, %.1f s): input writes acked while down %d (%d after "
+                    "the nodes were back), outbox peak %d while down, deltas acked while down "
+                    "%d, publish retries +%d until every replica was back" %
+                    (sig, lead, other, down,
+                     sum(1 for x in t.acked_at if t_down + 1.0 <= x <= t_up),
+                     sum(1 for x in t.acked_at if x > t_up), peak,
+                     delta(during, after, "segd_outbox_acked_entries_total"),
+                     delta(before, metrics_or_empty(t), "segd_publish_retries_total")))
             else:  # controller-kill: the active KRaft controller (a broker too)
                 node = cl.must("controller", timeout=180)
                 cl.must("kill", node)
