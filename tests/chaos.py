@@ -182,14 +182,14 @@ def trial_broker(t, rnd, events, kills):
                 # stall (not lose) and resume.
                 lead = cl.must("leader", topic, str(part))
                 other = rnd.choice([n for n in nodes if n != lead])
-                busy = th.is_alive()
+                busy = len(t.acked_at) < len(events)  # input not all written yet
                 before = metrics_or_empty(t)
                 sig = "SIGKILL" if rnd.random() < 0.5 else "SIGSTOP"
                 for n in (lead, other):
                     cl.must("kill" if sig == "SIGKILL" else "pause", n)
                 t.fault("broker two down (%s)" % sig)
                 if busy:
-                    t.fault("broker two down: while producing")
+                    t.fault("broker two down: input not all written")
                 down = rnd.uniform(3.0, 8.0)
                 t_down = time.time()
                 time.sleep(1.0)  # acks of writes replicated before the fault may still come
