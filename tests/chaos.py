@@ -130,6 +130,8 @@ def trial_rebalance(t, rnd, events, kills):
 
 
 BROKER_FAULTS = ("leader-kill", "leader-stop", "two-down", "controller-kill")
+# --broker-fault only: two-down with its signal fixed
+TWO_DOWN = {"two-down-kill": "SIGKILL", "two-down-stop": "SIGSTOP"}
 
 
 def trial_broker(t, rnd, events, kills):
@@ -174,7 +176,7 @@ def trial_broker(t, rnd, events, kills):
                     t.fault("broker SIGSTOP")
                     time.sleep(rnd.uniform(2.0, 8.0))
                     cl.must("resume", node)
-            elif kind == "two-down":
+            elif kind.startswith("two-down"):
                 # the leader of a partition and one more node: one replica
                 # is left, below min.insync.replicas = 2, and two of the
                 # three KRaft voters are gone: no write can complete until
@@ -185,6 +187,7 @@ def trial_broker(t, rnd, events, kills):
                 busy = len(t.acked_at) < len(events)  # input not all written yet
                 before = metrics_or_empty(t)
                 sig = "SIGKILL" if rnd.random() < 0.5 else "SIGSTOP"
+                sig = TWO_DOWN.get(kind, sig)
                 for n in (lead, other):
                     cl.must("kill" if sig == "SIGKILL" else "pause", n)
                 t.fault("broker two down (%s)" % sig)
@@ -413,7 +416,7 @@ def main():
     ap.add_argument("--first", type=int, default=0,
                     help="index of the first trial (trial i has seed SEED*1000+i)")
     ap.add_argument("--kills", type=int, default=3)
-    ap.add_argument("--broker-fault", default="any", choices=("any",) + BROKER_FAULTS,
+    ap.add_argument("--broker-fault", default="any", choices=("any",) + BROKER_FAULTS + tuple(TWO_DOWN),
                     help="the broker kind's faults: one of them, or any (each fault drawn "
                     "at random)")
     ap.add_argument("--self-test", action="store_true")
