@@ -208,8 +208,8 @@ def trial_broker(t, rnd, events, kills):
                 def delta(m0, m1, k):
                     return int(m1.get(k, 0) - m0.get(k, 0)) if m0 and m1 else -1
                 t.stall_notes.append(
-                    "two down (%s %s+%s, %.1f s): input writes acked while down %d (%d after "
-                    "the nodes were back), outbox peak %d while down, deltas acked while down "
+                    "two down (%s %s+%s, %.1f s): input writes acked while down %d (%d from "
+                    "their restart until every replica was in sync), outbox peak %d while down, deltas acked while down "
                     "%d, publish retries +%d until every replica was back" %
                     (sig, lead, other, down,
                      sum(1 for x in t.acked_at if t_down + 1.0 <= x <= t_up),
