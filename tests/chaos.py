@@ -37,6 +37,9 @@ Trial kinds:
                controller-kill  the active KRaft controller (the metadata
                                 quorum's leader, `kafka.sh controller`)
                                 SIGKILLed, restarted
+             (two-down-kill and two-down-stop: two-down with that signal only)
+             Notes beside the verdict: for two-down, the input's and the change
+             publisher's acks while the nodes were down (0 when writes stall).
 
 A trial is EXACT, a MISMATCH (users a complete read found different), a
 HARNESS FAILURE (a check could not be made: an unreachable cache, a process
@@ -209,8 +212,9 @@ def trial_broker(t, rnd, events, kills):
                     return int(m1.get(k, 0) - m0.get(k, 0)) if m0 and m1 else -1
                 t.stall_notes.append(
                     "two down (%s %s+%s, %.1f s): input writes acked while down %d (%d from "
-                    "their restart until every replica was in sync), outbox peak %d while down, deltas acked while down "
-                    "%d, publish retries +%d until every replica was back" %
+                    "their restart until every replica was in sync), outbox peak %d while "
+                    "down, deltas acked while down %d, publish retries +%d until every "
+                    "replica was back" %
                     (sig, lead, other, down,
                      sum(1 for x in t.acked_at if t_down + 1.0 <= x <= t_up),
                      sum(1 for x in t.acked_at if x > t_up), peak,
