@@ -194,6 +194,11 @@ void segd_pipeline_unread_retry(segd_pipeline_t *p)
                      "resumed %s [%" PRId32 "] at its stored offset",
                      u->topic, u->partition);
         segd_lag_start(p->lag, u->topic, u->partition, next);
+        /* The assignment's commit left this partition out (it had no offset
+         * yet), and a partition restored or resumed at its end gets no batch
+         * to commit after: the store's offsets of the assignment go to the
+         * group once more, or its committed lag stays stale for good. */
+        p->commit_failed = 1;
         if (!p->held) {
             rd_kafka_topic_partition_list_t *l =
                 segd_pipeline_one_partition(u->topic, u->partition, next);

@@ -10,6 +10,7 @@
 #   scripts/kafka.sh delete-topic NAME...
 #   scripts/kafka.sh leader TOPIC PARTITION     the node id leading a partition
 #   scripts/kafka.sh isr TOPIC PARTITION        its in-sync replicas (node ids, comma-separated)
+#   scripts/kafka.sh controller        the node id of the active KRaft controller (the quorum leader)
 #   scripts/kafka.sh kill|term|pause|resume NODE   SIGKILL/SIGTERM/SIGSTOP/SIGCONT one node
 #   scripts/kafka.sh restart NODE      start a stopped node again on its own storage
 #   scripts/kafka.sh delete-records TOPIC PARTITION OFFSET   move a partition's log start
@@ -203,6 +204,17 @@ restart() {
   java_node "$1"
 }
 
+controller() {  # the quorum's leader, from Kafka's own metadata-quorum tool
+  local out id
+  out=$(java -cp "$cache/lib/*" -Dlog4j2.configurationFile="$here/kafka/log4j2.properties" \
+    -Dsegd.kafka.log="$dir/tools.log" org.apache.kafka.tools.MetadataQuorumCommand \
+    --bootstrap-server "$(cat "$dir/bootstrap")" describe --status 2>&1) ||
+    die "metadata-quorum describe --status: $(echo "$out" | tail -2)"
+  id=$(echo "$out" | sed -n 's/^LeaderId:[[:space:]]*\([0-9][0-9]*\)$/\1/p')
+  [ -n "$id" ] || die "no LeaderId in metadata-quorum's answer: $(echo "$out" | head -3)"
+  echo "$id"
+}
+
 delete_records() {  # TOPIC PARTITION OFFSET
   local f; f=$(mktemp "$dir/delete-records-XXXXXX.json")  # tests may call it side by side
   printf '{"partitions":[{"topic":"%s","partition":%d,"offset":%d}],"version":1}\n' "$1" "$2" "$3" > "$f"
@@ -228,6 +240,7 @@ case "$cmd" in
   delete-topic) admin delete "$@" ;;
   leader) admin leader "$1" "$2" ;;
   isr) admin isr "$1" "$2" ;;
+  controller) controller ;;
   kill) signal KILL "$1" ;;
   term) signal TERM "$1" ;;
   pause) signal STOP "$1" ;;

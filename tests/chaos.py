@@ -24,10 +24,22 @@ Trial kinds:
              partition and its store (which re-reads from its own stored
              offsets what the other consumed) must equal the model.
   broker     (--kafka real, a cluster of its own) one `segd run` while the
-             events are produced: the leader broker of a random partition of
-             the input or the change topic is SIGKILLed and restarted, or
-             SIGSTOPped for some seconds and SIGCONTed, during ingest and
-             publish.
+             events are produced, during ingest and publish, each fault drawn
+             from (--broker-fault, default any):
+               leader-kill      the leader broker of a random partition of the
+                                input or the change topic SIGKILLed, restarted
+               leader-stop      that leader SIGSTOPped for 2-8 s, SIGCONTed
+               two-down         that leader and one more node SIGKILLed (or
+                                both SIGSTOPped) for 3-8 s: one replica left,
+                                below min.insync.replicas = 2, and no KRaft
+                                quorum: produce and the change publisher
+                                must stall, not lose, and resume
+               controller-kill  the active KRaft controller (the metadata
+                                quorum's leader, `kafka.sh controller`)
+                                SIGKILLed, restarted
+             (two-down-kill and two-down-stop: two-down with that signal only)
+             Notes beside the verdict: for two-down, the input's and the change
+             publisher's acks while the nodes were down (0 when writes stall).
 
 A trial is EXACT, a MISMATCH (users a complete read found different), a
 HARNESS FAILURE (a check could not be made: an unreachable cache, a process
@@ -54,7 +66,7 @@ min.insync.replicas 2.
 usage: chaos.py SEGD_BIN [--trials N] [--kind kill|rebalance|broker|both]
                 [--kafka mock|real] [--cluster-dir DIR] [--users U]
                 [--events E] [--seed S] [--first I] [--kills K] [--self-test]
-                [--own-cluster] [--keep]
+                [--own-cluster] [--broker-fault F] [--keep]
 Trial i (from --first) has seed S*1000+i: one trial is rerun alone with
 --seed S --first i --trials 1.
 Prints one line per trial and a summary; exit 0 iff every trial was exact
@@ -120,6 +132,11 @@ def trial_rebalance(t, rnd, events, kills):
     return dba, os.path.join(t.dir, "snap-a")
 
 
+BROKER_FAULTS = ("leader-kill", "leader-stop", "two-down", "controller-kill")
+# --broker-fault only: two-down with its signal fixed
+TWO_DOWN = {"two-down-kill": "SIGKILL", "two-down-stop": "SIGSTOP"}
+
+
 def trial_broker(t, rnd, events, kills):
     cl = t.cluster
     if cl is None or not cl.owned:
@@ -128,45 +145,118 @@ def trial_broker(t, rnd, events, kills):
     db = os.path.join(t.dir, "db")
     a = t.run(db, "a", {"SEGD_CHANGES_MAX_OUTBOX": "200"})
     t.wait_joined(a, "a", 90)
-    err = []
+    err, stalls = [], []
 
     def producing():  # the events spread over about 8 s
         try:
             step = max(1, len(events) // 32)
             for i in range(0, len(events), step):
+                t0 = time.time()
                 t.produce(events[i:i + step])
+                stalls.append(time.time() - t0)
                 time.sleep(0.25)
         except Exception as e:  # noqa: BLE001 (raised below)
             err.append(e)
     th = threading.Thread(target=producing)
     th.start()
+    nodes = [str(n) for n in range(1, cl.nodes + 1)]
+    kinds = BROKER_FAULTS if t.args.broker_fault == "any" else (t.args.broker_fault,)
     try:
         for _ in range(kills):
             time.sleep(rnd.uniform(0.5, 3.0))
             topic = rnd.choice([t.topic, t.changes])
             part = rnd.randrange(t.partitions)
-            node = cl.must("leader", topic, str(part))
-            if rnd.random() < 0.5:
+            kind = rnd.choice(kinds)
+            if kind in ("leader-kill", "leader-stop"):
+                node = cl.must("leader", topic, str(part))
+                if kind == "leader-kill":
+                    cl.must("kill", node)
+                    t.fault("broker SIGKILL")
+                    time.sleep(rnd.uniform(1.0, 5.0))
+                    cl.must("restart", node)
+                else:
+                    cl.must("pause", node)
+                    t.fault("broker SIGSTOP")
+                    time.sleep(rnd.uniform(2.0, 8.0))
+                    cl.must("resume", node)
+            elif kind.startswith("two-down"):
+                # the leader of a partition and one more node: one replica
+                # is left, below min.insync.replicas = 2, and two of the
+                # three KRaft voters are gone: no write can complete until
+                # they are back. Produce and the change publisher must
+                # stall (not lose) and resume.
+                lead = cl.must("leader", topic, str(part))
+                other = rnd.choice([n for n in nodes if n != lead])
+                busy = len(t.acked_at) < len(events)  # input not all written yet
+                before = metrics_or_empty(t)
+                sig = "SIGKILL" if rnd.random() < 0.5 else "SIGSTOP"
+                sig = TWO_DOWN.get(kind, sig)
+                for n in (lead, other):
+                    cl.must("kill" if sig == "SIGKILL" else "pause", n)
+                t.fault("broker two down (%s)" % sig)
+                if busy:
+                    t.fault("broker two down: input not all written")
+                down = rnd.uniform(3.0, 8.0)
+                t_down = time.time()
+                time.sleep(1.0)  # acks of writes replicated before the fault may still come
+                during = metrics_or_empty(t)
+                peak = watch_stall(t, down - 1.0)
+                t_up = time.time()
+                after = metrics_or_empty(t)
+                for n in (lead, other):
+                    cl.must("restart" if sig == "SIGKILL" else "resume", n)
+                t.alive(a, "a", "after a broker fault")
+                wait_isr(t, 300)
+
+                def delta(m0, m1, k):
+                    return int(m1.get(k, 0) - m0.get(k, 0)) if m0 and m1 else -1
+                t.stall_notes.append(
+                    "two down (%s %s+%s, %.1f s): input writes acked while down %d (%d from "
+                    "their restart until every replica was in sync), outbox peak %d while "
+                    "down, deltas acked while down %d, publish retries +%d until every "
+                    "replica was back" %
+                    (sig, lead, other, down,
+                     sum(1 for x in t.acked_at if t_down + 1.0 <= x <= t_up),
+                     sum(1 for x in t.acked_at if x > t_up), peak,
+                     delta(during, after, "segd_outbox_acked_entries_total"),
+                     delta(before, metrics_or_empty(t), "segd_publish_retries_total")))
+            else:  # controller-kill: the active KRaft controller (a broker too)
+                node = cl.must("controller", timeout=180)
                 cl.must("kill", node)
-                t.fault("broker SIGKILL")
+                t.fault("controller SIGKILL")
                 time.sleep(rnd.uniform(1.0, 5.0))
                 cl.must("restart", node)
-            else:
-                cl.must("pause", node)
-                t.fault("broker SIGSTOP")
-                time.sleep(rnd.uniform(2.0, 8.0))
-                cl.must("resume", node)
+                t.stall_notes.append("controller %s killed" % node)
             t.alive(a, "a", "after a broker fault")
             wait_isr(t, 300)  # the next fault must not take a partition below 2 replicas
     finally:
         th.join()
     if err:
         raise HarnessError("produce during broker faults: %s" % err[0])
+    if stalls:
+        t.stall_notes.append("longest produce chunk %.1f s" % max(stalls))
     ends = t.wait_caught_up({"a": a}, "a")
     time.sleep(1.5)
     t.stop(a, "a")
     t.check_offsets(db, ends)
     return db, os.path.join(t.dir, "snap-a")
+
+
+def metrics_or_empty(t):
+    """Member a's /metrics for a note beside the verdict (not a check)."""
+    try:
+        return t.metrics("a")
+    except Exception:  # noqa: BLE001 (a note, not a check)
+        return {}
+
+
+def watch_stall(t, seconds):
+    """Sleeps `seconds` while sampling member a's outbox: its peak."""
+    peak, deadline = 0, time.time() + seconds
+    while time.time() < deadline:
+        peak = max(peak, int(metrics_or_empty(t).get("segd_outbox_entries", 0)))
+        time.sleep(0.5)
+    return peak
 
 
 def wait_isr(t, seconds):
@@ -196,6 +286,7 @@ def one_trial(args, work, cluster, kind, seed, label, after=None):
     want = model(events)
     prefix = "" if cluster is None else "chaos-%d-%s-%s-" % (os.getpid(), label, kind)
     t = Trial(args.segd, work, args, kind, cluster, prefix)
+    t.stall_notes = []
     try:
         t.broker()
         db, snap = KINDS[kind](t, rnd, events, args.kills)
@@ -212,6 +303,8 @@ def one_trial(args, work, cluster, kind, seed, label, after=None):
             detail += " e.g. " + str([u for d in diffs.values() for u in d][:3])
         if t.segd_faults:
             detail += "; " + "; ".join(t.segd_faults)
+        if t.stall_notes:
+            detail += "; " + "; ".join(t.stall_notes)
         t.diffs = diffs
         if after:
             after(t, want, snap)
@@ -327,6 +420,9 @@ def main():
     ap.add_argument("--first", type=int, default=0,
                     help="index of the first trial (trial i has seed SEED*1000+i)")
     ap.add_argument("--kills", type=int, default=3)
+    ap.add_argument("--broker-fault", default="any", choices=("any",) + BROKER_FAULTS + tuple(TWO_DOWN),
+                    help="the broker kind's faults: one of them, or any (each fault drawn "
+                    "at random)")
     ap.add_argument("--self-test", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep trial directories")
     args = ap.parse_args()

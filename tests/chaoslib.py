@@ -227,6 +227,7 @@ class Trial:
         self.kafka = None
         self.ports = {}  # member tag -> its metrics port
         self.segd_faults = []  # segd misbehaving beside the data (not a harness failure)
+        self.acked_at = []  # the times of the input's delivery reports
         # a self-test shortens the waits that are expected to run out
         self.cache_s = getattr(args, "cache_s", 90)
         self.wait_s = getattr(args, "wait_s", 180)
@@ -298,6 +299,8 @@ class Trial:
         def ack(err, _msg):
             if err is not None:
                 errors.append(err)
+            else:
+                self.acked_at.append(time.time())  # when writes went through (a note)
         for ev in events:
             buf = io.BytesIO()
             writer.write(dict(ev, source=None), avro.io.BinaryEncoder(buf))

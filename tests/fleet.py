@@ -6,7 +6,8 @@ snapshot units to one destination DEST and restoring from it on assignment
 REMOVEs and ERASE_USERs with colliding ids and equal timestamps, plus exact
 duplicates) is produced keyed by user id with murmur2_random, as segd routes:
 
-  1. a, b, c start on empty stores (nothing to restore: they replay);
+  1. a starts alone (it takes every partition), then b and c join, all on
+     empty stores (nothing to restore: they replay): 1 -> 3 members;
   2. the fleet crashes: all three SIGKILLed one after the other, each store
      gets a segment retirement while stopped (`segd segments retire` is
      offline; a store-wide marker every store of the fleet needs, §3), all
@@ -18,8 +19,12 @@ duplicates) is produced keyed by user id with murmur2_random, as segd routes:
      everywhere): whoever gets the partition must refuse the unit ("failed
      (attempt 2)") and replay it (restore.fallback = replay); then a
      restarts with its store;
-  5. everything catches up (every unit carries its partition's end offset),
-     all stop.
+  5. everything catches up (every unit carries its partition's end offset);
+  6. 3 -> 1 members: all but a leave (SIGTERM, exit 0); a alone takes every
+     partition back and must catch up (the group's committed offsets at the
+     end, lag 0 everywhere, an empty outbox; commits stuck below the end
+     for 30 s after a is done are a SEGD FAULT, reported beside the data's
+     verdict), then stops (exit 0) with its store at every end offset.
 
 Every instance runs the revocation sweep with sweep.after.s = 2, so
 partitions that move away are swept (offsets deleted, users deleted) and
@@ -31,8 +36,14 @@ model, and so must a `segd cache` loaded from the units in DEST tailing the
 change topic. Units must always carry their partition's input offset.
 
 usage: fleet.py SEGD_BIN [--trials N] [--users U] [--events E] [--seed S] [--keep]
+                [--kafka mock|real] [--cluster-dir DIR]
+--kafka mock (default): a `segd dev-broker` per trial. --kafka real: the
+Apache Kafka cluster in --cluster-dir (scripts/kafka.sh; started there and
+stopped at the end when none runs, else shared), each trial's topics made
+there (auto-create is off) with a unique prefix: RF 3, min.insync.replicas 2.
 Prints one line per trial: EXACT, MISMATCH (users a complete read found
-different), FAILED (segd did not take a step it must) or HARNESS FAILURE (a
+different), SEGD FAULT (data EXACT|MISMATCH) (the group's commits stuck below
+the end), FAILED (segd did not take a step it must) or HARNESS FAILURE (a
 check could not be made: an unreachable cache, a store that cannot be read,
 a process that exited); exit 0 iff every trial was exact. Every member has
 its own metrics port (tests/chaoslib.py).
@@ -42,7 +53,7 @@ import threading, time
 
 from confluent_kafka import Consumer, TopicPartition
 
-from chaoslib import NOW_S, HarnessError, Trial, model, workload
+from chaoslib import NOW_S, HarnessError, RealCluster, Trial, model, workload
 
 PARTITIONS = 12
 RETIRED_IDS = (3, 7)
@@ -65,7 +76,7 @@ class Fleet:
     def __init__(self, t, rnd):
         self.t, self.rnd = t, rnd
         self.dest = os.path.join(t.dir, "dest")
-        self.units = os.path.join(self.dest, "events")
+        self.units = os.path.join(self.dest, t.topic)
         self.live = {}  # name -> (Popen, db)
         self.producing = None
         self.stopping = False
@@ -146,9 +157,9 @@ class Fleet:
         raise Failed("timed out waiting for " + what)
 
 
-def unit_offset(m):
+def unit_offset(m, topic):
     for i in m.get("input_offsets", []):
-        if i.get("topic") == "events" and i.get("partition") == m["partition"]:
+        if i.get("topic") == topic and i.get("partition") == m["partition"]:
             return i["next_offset"]
     return None
 
@@ -156,23 +167,19 @@ def unit_offset(m):
 def check_units_have_offsets(fl):
     """A unit without its partition's input offset (a partition exported
     while it was still being restored) would hide the partition's data."""
-    bad = [p for p, m in fl.manifests().items() if unit_offset(m) is None]
+    bad = [p for p, m in fl.manifests().items() if unit_offset(m, fl.t.topic) is None]
     if bad:
         raise Failed("units without their input offset: %s" % bad)
 
 
-def end_offsets(brokers):
-    c = Consumer({"bootstrap.servers": brokers, "group.id": "fleet-check"})
-    try:
-        return {p: c.get_watermark_offsets(TopicPartition("events", p), timeout=10)[1]
-                for p in range(PARTITIONS)}
-    finally:
-        c.close()
+def end_offsets(t):
+    """The input's end offsets (a broker error retried for 60 s)."""
+    return {p: hi for p, (_, hi) in t.end_offsets().items()}
 
 
-def partition_of(segd, brokers, users):
+def partition_of(segd, brokers, topic, users):
     """user -> partition, as segd computes it (`segd owner`)."""
-    out = subprocess.run([segd, "owner", "--brokers", brokers, "--topic", "events"] +
+    out = subprocess.run([segd, "owner", "--brokers", brokers, "--topic", topic] +
                          sorted(users), capture_output=True, text=True, check=True)
     parts = {}
     for line in out.stdout.splitlines():
@@ -214,10 +221,15 @@ def trial(t, args, seed):
 def phases_and_checks(t, fl, rnd, phases, want):
     dbs = {n: os.path.join(t.dir, "db-" + n) for n in ("a", "b", "c", "b2", "c2")}
 
-    # 1. three instances on empty stores
-    for n in ("a", "b", "c"):
-        fl.start(n, dbs[n])
+    # 1. scale 1 -> 3: a alone on an empty store takes every partition, then
+    # b and c join on empty stores while the events are produced (nothing to
+    # restore yet: they replay)
+    fl.start("a", dbs["a"])
+    t.wait_joined(fl.live["a"][0], "a", 90)
     fl.produce_in_background(phases[0], 2)
+    time.sleep(rnd.uniform(0.3, 1.5))
+    for n in ("b", "c"):
+        fl.start(n, dbs[n])
     fl.wait_produced()
     fl.phase("start")
 
@@ -263,18 +275,19 @@ def phases_and_checks(t, fl, rnd, phases, want):
     time.sleep(rnd.uniform(0.2, 1.0))
     fl.kill("a")
     fl.kill("c")
-    free = sorted(set(range(PARTITIONS)) - held_partitions(fl.log("b2")))
+    free = sorted(set(range(PARTITIONS)) - held_partitions(fl.log("b2"), t.topic))
     if not free:
         raise Failed("b2 has held every partition: nothing to corrupt")
     bad_p = rnd.choice(free)
     corrupt_one(fl, bad_p)
     t.fault("corrupt unit")
     fl.start("c2", dbs["c2"])
-    fallback = re.compile(r"restore of events \[%d\] failed \(attempt 2\): .*; replaying it "
-                          r"from input.offset.reset" % bad_p)
+    fallback = re.compile(r"restore of " + re.escape(t.topic) + r" \[%d\] failed \(attempt 2\): .*; "
+                          r"replaying it from input.offset.reset" % bad_p)
     fl.wait_for("the fallback for corrupt unit %d" % bad_p,
                 lambda: any(fallback.search(fl.log(n)) for n in fl.live), 60)
-    if not any(re.search(r"restore of events \[%d\] failed \(attempt 1\)" % bad_p, fl.log(n))
+    if not any(re.search(r"restore of " + re.escape(t.topic) +
+                             r" \[%d\] failed \(attempt 1\)" % bad_p, fl.log(n))
                for n in fl.live):
         raise Failed("no first failed attempt for unit %d" % bad_p)
     fl.start("a", dbs["a"])
@@ -282,20 +295,40 @@ def phases_and_checks(t, fl, rnd, phases, want):
     fl.phase("corrupt unit")
 
     # 5. everything caught up: every unit carries its partition's end offset
-    ends = end_offsets(t.brokers)
+    ends = end_offsets(t)
     fl.wait_for("every unit at its end offset",
-                lambda: {p: unit_offset(m) for p, m in fl.manifests().items()} == ends, 90)
+                lambda: {p: unit_offset(m, t.topic)
+                         for p, m in fl.manifests().items()} == ends, 90)
     check_units_have_offsets(fl)
+    fl.phase("catch up")
+
+    # 6. scale 3 -> 1: every member but a leaves (SIGTERM, exit 0); a alone
+    # takes every partition back (resuming from its own offsets, or restoring
+    # the partitions it never held or has swept from the units) and must
+    # catch up: the group's committed offsets at the end, a's lag 0 on all
+    # 12 partitions and its outbox empty; then a stops and its store must be
+    # at every end offset
+    final = dict(fl.live)
+    leaving = [n for n in final if n != "a"]
+    for name in leaving:
+        fl.live.pop(name)[0].send_signal(signal.SIGTERM)
+    for name in leaving:
+        p = final[name][0]
+        if p.wait(timeout=60) != 0:
+            raise Failed("%s exited with %d on SIGTERM" % (name, p.returncode))
+        t.fault("leave")
+    # a stuck commit (the group's offsets below the end 30 s after a is
+    # done) is noted in t.segd_faults: the trial fails as a SEGD FAULT,
+    # beside the verdict of its data, which is still judged
+    got = t.wait_caught_up({"a": fl.live["a"][0]}, "a", group="fleet")
+    if got != ends:
+        raise HarnessError("end offsets moved: %s, then %s" % (ends, got))
+    time.sleep(1.5)  # one more periodic export after the last batch
+    t.stop(fl.live.pop("a")[0], "a")
+    t.check_offsets(dbs["a"], ends)
     if re.search(r"restored p=\d+ .*offset=-1\b", "".join(fl.log(n) for n in dbs)):
         raise Failed("a unit without its offset was restored")
-    final = dict(fl.live)
-    for name, (p, _) in final.items():
-        p.send_signal(signal.SIGTERM)
-    for name, (p, _) in final.items():
-        if p.wait(timeout=60) != 0:
-            raise Failed("%s exited with %d" % (name, p.returncode))
-    fl.live.clear()
-    fl.phase("catch up")
+    fl.phase("scale to 1")
     stores = check_stores(t, final, ends, want)
     fl.phase("stores")
     if stores:
@@ -305,22 +338,23 @@ def phases_and_checks(t, fl, rnd, phases, want):
     return stores, cache
 
 
-def held_partitions(log):
+def held_partitions(log, topic):
     """Partitions a store that began empty holds offsets for (or will)."""
-    return {int(m) for m in re.findall(r"events \[(\d+)\](?: has no stored offset|: no restore)",
+    return {int(m) for m in re.findall(re.escape(topic) +
+                                       r" \[(\d+)\](?: has no stored offset|: no restore)",
                                        log)}
 
 
 def check_stores(t, final, ends, want):
     """Users whose owner's store (every final store at the partition's end
     offset) differs from the model."""
-    parts = partition_of(t.segd, t.brokers, want)
+    parts = partition_of(t.segd, t.brokers, t.topic, want)
     at_end = {p: [] for p in range(PARTITIONS)}
     for name, (_, db) in final.items():
         out = subprocess.run([t.segd, "offsets", "show", "--db", db, "--json"],
                              capture_output=True, text=True, check=True)
         for o in json.loads(out.stdout)["offsets"]:
-            if o["topic"] == "events" and o["next_offset"] == ends[o["partition"]]:
+            if o["topic"] == t.topic and o["next_offset"] == ends[o["partition"]]:
                 at_end[o["partition"]].append(db)
     if any(not v for v in at_end.values()):
         raise Failed("partitions no final store holds at their end offset: %s" %
@@ -344,9 +378,9 @@ def dump_topics(t, users):
     src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "schemas")
     dec = {n: avro.io.DatumReader(avro.schema.parse(open(os.path.join(src, n + ".avsc")).read()))
            for n in ("change_event", "segment_event")}
-    c = Consumer({"bootstrap.servers": t.brokers, "group.id": "fleet-dump",
+    c = Consumer({"bootstrap.servers": t.brokers, "group.id": t.prefix + "fleet-dump",
                   "auto.offset.reset": "earliest", "enable.auto.commit": False})
-    c.subscribe(["events", "segments.changes"])
+    c.subscribe([t.topic, t.changes])
     out, quiet = [], time.time() + 5
     while time.time() < quiet:
         m = c.poll(0.5)
@@ -354,7 +388,7 @@ def dump_topics(t, users):
             continue
         quiet = time.time() + 3
         v = m.value()
-        name = "change_event" if m.topic() == "segments.changes" else "segment_event"
+        name = "change_event" if m.topic() == t.changes else "segment_event"
         try:
             body = v[10:] if v[:2] == b"\xc3\x01" else v
             d = dec[name].read(avro.io.BinaryDecoder(io.BytesIO(body)))
@@ -385,12 +419,39 @@ def main():
     ap.add_argument("--events", type=int, default=300, help="events per phase")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--keep", action="store_true", help="keep trial directories")
+    ap.add_argument("--kafka", default="mock", choices=["mock", "real"])
+    ap.add_argument("--cluster-dir",
+                    default=os.environ.get("KAFKA_CLUSTER_DIR") or "/tmp/kafka-chaos")
     args = ap.parse_args()
     work = tempfile.mkdtemp(prefix="segd-fleet-")
+    cluster = None
+    if args.kafka == "real":
+        try:
+            cluster = RealCluster(args.cluster_dir)
+        except HarnessError as e:
+            print("fleet: HARNESS FAILURE: %s" % e)
+            sys.exit(1)
+        print("fleet: Apache Kafka in %s (%s, %d nodes)" %
+              (args.cluster_dir, "started here" if cluster.started else "shared",
+               cluster.nodes), flush=True)
+    try:
+        exact = run_trials(args, work, cluster)
+    finally:
+        if cluster:
+            cluster.stop()
+    print("fleet: %d of %d trials exact" % (exact, args.trials))
+    if exact == args.trials and not args.keep:
+        shutil.rmtree(work, ignore_errors=True)
+    sys.exit(0 if exact == args.trials else 1)
+
+
+def run_trials(args, work, cluster):
     exact = 0
     for i in range(args.trials):
         seed = args.seed * 1000 + i
-        t = Trial(args.segd, work, args, "fleet")
+        # a real cluster: the trial's topics and groups uniquely named
+        prefix = "" if cluster is None else "fleet-%d-%d-" % (os.getpid(), i)
+        t = Trial(args.segd, work, args, "fleet", cluster, prefix)
         t0 = time.time()
         try:
             store_diff, cache_diff = trial(t, args, seed)
@@ -398,6 +459,9 @@ def main():
             verdict = "EXACT" if ok else "MISMATCH"
             why = "store diff %d users %s, cache diff %d users %s" % (
                 len(store_diff), store_diff[:3], len(cache_diff), cache_diff[:3])
+            if t.segd_faults:  # beside the data's verdict; never exact
+                ok, verdict = False, "SEGD FAULT (data %s)" % verdict
+                why += "; " + "; ".join(t.segd_faults)
         except Failed as e:  # segd did not do a step it must (a fault of segd)
             ok, verdict, why = False, "FAILED", str(e)
         except HarnessError as e:  # a check that could not be made
@@ -411,10 +475,7 @@ def main():
                "" if ok else ": %s dir=%s" % (why, t.dir)), flush=True)
         if ok and not args.keep:
             shutil.rmtree(t.dir, ignore_errors=True)
-    print("fleet: %d of %d trials exact" % (exact, args.trials))
-    if exact == args.trials and not args.keep:
-        shutil.rmtree(work, ignore_errors=True)
-    sys.exit(0 if exact == args.trials else 1)
+    return exact
 
 
 if __name__ == "__main__":
