@@ -28,7 +28,8 @@ static void put(segd_buf_t *b, int64_t v) { b->len += segd_zz_put(b->data + b->l
 static void put_bytes(segd_buf_t *b, const void *p, size_t n)
 {
     put(b, (int64_t)n);
-    memcpy(b->data + b->len, p, n);
+    if (n) /* a replacing delta of a user who is gone: an empty record, p may be NULL */
+        memcpy(b->data + b->len, p, n);
     b->len += n;
 }
 
