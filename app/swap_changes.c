@@ -30,7 +30,7 @@ typedef struct diff {
     segd_partitioner_t partitioner;
     owned_t own;
     uint64_t not_owned; /* users skipped: another member's */
-    uint64_t carried;   /* retirement and member entries carried */
+    uint64_t carried;   /* unpublished entries carried as they are */
     segd_store_view_t *v;
     segd_batch_t *b;
     segd_outbox_builder_t ob;
@@ -198,6 +198,15 @@ static int diff_outbox(void *ctx, uint64_t seq, const uint8_t *value, size_t vle
     segd_outbox_entry_init(&e);
     int decoded = segd_outbox_decode(value, vlen, &e) == SEGD_OK; /* else never publishable */
     if (decoded && (e.kind == SEGD_OUTBOX_RETIRE || e.kind == SEGD_OUTBOX_MEMBER)) {
+        if (!(d->err = flush(d, 0)))
+            segd_batch_outbox_append(d->b, value, vlen);
+        d->carried++;
+    }
+    if (decoded && e.kind == SEGD_OUTBOX_DATA && !d->err) {
+        /* joins of this store's own events the group has committed past:
+         * a user of a partition swept away meanwhile gets no replacement
+         * below, and its new owner never reads them again (review); a
+         * join is idempotent, so carrying them is always safe */
         if (!(d->err = flush(d, 0)))
             segd_batch_outbox_append(d->b, value, vlen);
         d->carried++;

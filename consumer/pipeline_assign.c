@@ -91,6 +91,11 @@ void segd_pipeline_commit_resend(segd_pipeline_t *p)
     char err[256];
     if (!p->commit_failed || segd_mono_ms() < p->commit_retry_ms)
         return;
+    /* a lost assignment is listed until its revoke is served: those
+     * partitions are not ours, and a commit of theirs can be refused as
+     * FENCED_INSTANCE_ID, which librdkafka makes fatal (review) */
+    if (rd_kafka_assignment_lost(p->consumer))
+        return;
     rd_kafka_topic_partition_list_t *parts = NULL;
     if (rd_kafka_assignment(p->consumer, &parts))
         return;

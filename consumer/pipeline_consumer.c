@@ -113,6 +113,14 @@ static void error_cb(rd_kafka_t *rk, int err, const char *reason, void *opaque)
                             ? "TLS failed (a certificate verify failed means the broker's "
                               "certificate is not signed by a CA in kafka.ssl.ca.location)"
                             : NULL;
+    /* librdkafka 2.0.2 also reports a broker that went away in the middle of
+     * the SASL handshake ("... Local: Broker transport failure") as an
+     * authentication error, and an unclean TLS close as an SSL one: those
+     * are transient, and only a refusal or a certificate that does not
+     * verify stops segd run (review) */
+    if (check && (strstr(reason, "Local: ") ||
+                  (err == RD_KAFKA_RESP_ERR__SSL && !strstr(reason, "verify failed"))))
+        check = NULL;
     if (!check) /* unreachable brokers and the rest (consumer/pipeline_brokers.c) */
         return segd_pipeline_error_cb(rk, err, reason, opaque);
     if (p->refused[0])

@@ -433,6 +433,16 @@ static void test_swap_replaces_only_owned_users(void **state)
     segd_batch_set_partition_count(b, "in", 4);
     segd_batch_set_offset(b, "in", 1, 100); /* this member owns partition 1 only */
     segd_batch_outbox_append(b, retire.data, retire.len);
+    /* an unpublished delta of a user whose partition left this member (its
+     * sweep ran): nobody else will read that event again, so it is carried */
+    segd_outbox_builder_t ob;
+    segd_outbox_builder_init(&ob);
+    const uint8_t operand[] = {0};
+    assert_int_equal(segd_outbox_add(&ob, theirs, strlen(theirs), operand, 0, "in", 2, 7,
+                                     T0 - 500), SEGD_OK);
+    assert_int_equal(segd_outbox_finish(&ob, T0, &retire), SEGD_OK);
+    segd_batch_outbox_append(b, retire.data, retire.len);
+    segd_outbox_builder_free(&ob);
     assert_int_equal(segd_store_write(live, b, err, sizeof(err)), SEGD_OK);
     segd_batch_destroy(b);
     segd_buf_free(&retire);
@@ -454,6 +464,7 @@ static void test_swap_replaces_only_owned_users(void **state)
     assert_int_equal(kinds[SEGD_OUTBOX_REPLACE], 1);
     assert_int_equal(kinds[4], 1); /* mine, not theirs */
     assert_int_equal(kinds[SEGD_OUTBOX_RETIRE], 1);
+    assert_int_equal(kinds[SEGD_OUTBOX_DATA], 1); /* theirs' delta, carried */
     segd_store_close(s);
 }
 
