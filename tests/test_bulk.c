@@ -389,14 +389,21 @@ static void run_round(const round_t *r)
             live_now = live;
     }
     assert_true(live_now > 0);
-    /* a full compaction of both at one clock: the same again */
+    /* a full compaction of both at one clock: the same again. At the last
+     * clock read, not an earlier one: a background compaction during the
+     * open at NOW + 45 days may already have dropped, in one store and not
+     * the other, an entry dead then and below W that is live at NOW + 8
+     * days, and a clock that runs backwards would read that as a difference
+     * (seen: 1 run in 25, the same user every time, on main before and
+     * after session 13). */
     segd_store_close(a);
     segd_store_close(b);
-    a = open_store(da, NOW + 8 * DAY_MS);
-    b = open_store(db, NOW + 8 * DAY_MS);
+    const int64_t last = clocks[sizeof(clocks) / sizeof(clocks[0]) - 1];
+    a = open_store(da, last);
+    b = open_store(db, last);
     assert_int_equal(segd_store_compact(a, err, sizeof(err)), SEGD_OK);
     assert_int_equal(segd_store_compact(b, err, sizeof(err)), SEGD_OK);
-    compare_reads(a, b, NOW + 8 * DAY_MS);
+    compare_reads(a, b, last);
     segd_store_close(a);
     segd_store_close(b);
     for (int i = 0; i < total; i++)
