@@ -680,6 +680,16 @@ static void step_for(segd_pipeline_t *p, int s)
         assert_int_equal(segd_pipeline_step(p, err, sizeof(err)), SEGD_OK);
 }
 
+/* Steps p until W's history phase has begun (pol has a floor) or s seconds
+ * passed; the caller asserts which. */
+static void step_until_floor(segd_pipeline_t *p, const segd_policy_t *pol, int s)
+{
+    char err[256];
+    time_t end = time(NULL) + s;
+    while (segd_policy_ts_floor(pol) == 0 && time(NULL) < end)
+        assert_int_equal(segd_pipeline_step(p, err, sizeof(err)), SEGD_OK);
+}
+
 /* Trap 1 of issue 29 #8: a member on empty partitions took itself for caught
  * up at its first upkeep and began W's phase, so history produced later (the
  * DMP's first load) was refused as too late. Partitions that hold nothing
@@ -758,9 +768,7 @@ static void test_latest_start_ends_history(void **state)
     segd_pipeline_t *p;
     assert_int_equal(segd_pipeline_new(&p, &cfg, s, &stop, err, sizeof(err)), SEGD_OK);
     segd_policy_t *pol = segd_store_policy(s);
-    time_t end = time(NULL) + 90;
-    while (segd_policy_ts_floor(pol) == 0 && time(NULL) < end)
-        assert_int_equal(segd_pipeline_step(p, err, sizeof(err)), SEGD_OK);
+    step_until_floor(p, pol, 90);
     segd_pipeline_stats_t st;
     segd_pipeline_get_stats(p, &st);
     segd_pipeline_destroy(p);
@@ -794,9 +802,7 @@ static void test_idle_partitions_start_history_end(void **state)
     segd_policy_t *pol = segd_store_policy(s);
     assert_int_equal(segd_policy_ts_floor(pol), 0); /* still in its history phase */
     assert_int_equal(segd_pipeline_new(&p, &cfg, s, &stop, err, sizeof(err)), SEGD_OK);
-    time_t end = time(NULL) + 90;
-    while (segd_policy_ts_floor(pol) == 0 && time(NULL) < end)
-        assert_int_equal(segd_pipeline_step(p, err, sizeof(err)), SEGD_OK);
+    step_until_floor(p, pol, 90);
     segd_pipeline_get_stats(p, &st);
     segd_pipeline_destroy(p);
     assert_int_equal(st.messages, 0); /* nothing was left to consume */
@@ -843,9 +849,7 @@ static void test_history_then_floor(void **state)
     segd_policy_t *pol = segd_store_policy(s);
     /* W's bookkeeping runs every 10 s and starts the phase at the third in a
      * row that found the store caught up */
-    time_t end = time(NULL) + 60;
-    while (segd_policy_ts_floor(pol) == 0 && time(NULL) < end)
-        assert_int_equal(segd_pipeline_step(p, err, sizeof(err)), SEGD_OK);
+    step_until_floor(p, pol, 60);
     assert_int_equal(segd_policy_ts_floor(pol), now - 7 * day); /* the default horizon */
     assert_int_equal(segd_store_gc_watermark(s), 0); /* drops wait for grace */
     make_event(&ev, "old-again", 2, 60 * 86400);
