@@ -31,18 +31,15 @@ cache=${KAFKA_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/segd-kafka}/$KAFKA_VERS
 py=/usr/bin/python3
 admin() { "$py" "$here/kafka/admin.py" "$(cat "$dir/bootstrap")" "$@"; }
 die() { echo "kafka.sh: $*" >&2; exit 1; }
+# shellcheck source=scripts/lib.sh
+. "$here/lib.sh"
 
 ensure_tools() {
   local missing=()
   command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
   command -v mvn >/dev/null 2>&1 || missing+=(maven)
   "$py" -c 'import confluent_kafka' 2>/dev/null || missing+=(python3-confluent-kafka)
-  [ ${#missing[@]} -eq 0 ] && return 0
-  local sudo=""
-  [ "$(id -u)" -ne 0 ] && sudo=sudo
-  echo "kafka.sh: installing ${missing[*]}" >&2
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  apt_install_missing kafka.sh "${missing[@]}"
 }
 
 fetch() {
@@ -57,32 +54,9 @@ fetch() {
   rm -rf "$cache/lib" && mv "$cache/lib.part" "$cache/lib"
 }
 
-# n free loopback ports, distinct, printed one per line
-free_ports() {
-  "$py" - "$1" <<'EOF'
-import socket, sys
-socks = []
-for _ in range(int(sys.argv[1])):
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    socks.append(s)
-for s in socks:
-    print(s.getsockname()[1])
-EOF
-}
-
 java_node() {  # NODE: run one node in the background, record its pid
-  local n=$1
-  # heap capped: three nodes share a 2-core test machine with the suite.
-  # SerialGC: the brokers here are small and mostly idle; G1's threads
-  # would compete with segd for the cores.
-  nohup java -Xms128m -Xmx512m -XX:+UseSerialGC -XX:+ExitOnOutOfMemoryError \
-    -Djava.awt.headless=true \
-    -Dlog4j2.configurationFile="$here/kafka/log4j2.properties" \
-    -Dsegd.kafka.log="$dir/node-$n/server.log" \
-    -cp "$cache/lib/*" kafka.Kafka "$dir/node-$n/server.properties" \
-    > "$dir/node-$n/stdout.log" 2>&1 < /dev/null &
-  echo $! > "$dir/node-$n/pid"
+  local d=$dir/node-$1
+  kafka_java "$d/server.properties" "$d/server.log" "$d/stdout.log" "$d/pid"
 }
 
 start() {

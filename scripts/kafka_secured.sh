@@ -33,19 +33,8 @@ KAFKA_VERSION=$(sed -n 's/^KAFKA_VERSION=\([^ ]*\).*/\1/p' "$here/kafka.sh")
 cache=${KAFKA_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/segd-kafka}/$KAFKA_VERSION
 py=/usr/bin/python3
 die() { echo "kafka_secured.sh: $*" >&2; exit 1; }
-
-free_ports() {
-  "$py" - "$1" <<'EOF'
-import socket, sys
-socks = []
-for _ in range(int(sys.argv[1])):
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    socks.append(s)
-for s in socks:
-    print(s.getsockname()[1])
-EOF
-}
+# shellcheck source=scripts/lib.sh
+. "$here/lib.sh"
 
 # A CA, a second CA that signs nothing, the broker's key and certificate
 # (SAN 127.0.0.1 and localhost: librdkafka checks the name by default) in a
@@ -135,13 +124,7 @@ while True:
   echo PLAIN > "$dir/mechanism"
   echo "$password" > "$dir/password"
   chmod 600 "$dir/password" "$dir/server.properties"
-  nohup java -Xms128m -Xmx512m -XX:+UseSerialGC -XX:+ExitOnOutOfMemoryError \
-    -Djava.awt.headless=true \
-    -Dlog4j2.configurationFile="$here/kafka/log4j2.properties" \
-    -Dsegd.kafka.log="$dir/server.log" \
-    -cp "$cache/lib/*" kafka.Kafka "$dir/server.properties" \
-    > "$dir/stdout.log" 2>&1 < /dev/null &
-  echo $! > "$dir/pid"
+  kafka_java "$dir/server.properties" "$dir/server.log" "$dir/stdout.log" "$dir/pid"
   if ! "$py" "$here/kafka/admin.py" "127.0.0.1:$plain" wait 1 "${KAFKA_START_TIMEOUT_S:-90}"; then
     tail -n 8 "$dir/stdout.log" "$dir/server.log" >&2 || true
     stop

@@ -24,18 +24,15 @@ dir=${REGISTRY_DIR:-/tmp/segd-registry}
 cache=${REGISTRY_CACHE_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/segd-registry}/$APICURIO_VERSION
 py=/usr/bin/python3
 die() { echo "registry.sh: $*" >&2; exit 1; }
+# shellcheck source=scripts/lib.sh
+. "$here/lib.sh"
 
 ensure_tools() {
   local missing=()
   command -v java >/dev/null 2>&1 || missing+=(default-jre-headless)
   command -v mvn >/dev/null 2>&1 || missing+=(maven)
   command -v curl >/dev/null 2>&1 || missing+=(curl)
-  [ ${#missing[@]} -eq 0 ] && return 0
-  local sudo=""
-  [ "$(id -u)" -ne 0 ] && sudo=sudo
-  echo "registry.sh: installing ${missing[*]}" >&2
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get update -qq
-  $sudo env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  apt_install_missing registry.sh "${missing[@]}"
 }
 
 # Builds the wrapper project in a copy under the cache (the source tree stays
