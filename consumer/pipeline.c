@@ -15,6 +15,7 @@
 #include "base/clock.h"
 #include "consumer/lag.h"
 #include "consumer/sweep.h"
+#include "transport/kmeta.h"
 
 /* librdkafka 2.0.2's cooperative-sticky assignor aborts in rd_kafka_destroy
  * when a member that joined stops before its first assignment (upstream
@@ -42,25 +43,41 @@ static int64_t next_offset(segd_pipeline_t *p, const rd_kafka_topic_partition_t 
     return tp->offset > stored ? tp->offset : stored;
 }
 
-/* Whether some assigned partition of tp's topic holds messages
- * (rd_kafka_topic_partition_t.opaque marks them in caught_up). */
-static int topic_has_data(const rd_kafka_topic_partition_list_t *parts, const char *topic)
+/* Whether tp's topic was ever written: some assigned partition of it has
+ * (rd_kafka_topic_partition_t.opaque marks them in caught_up), or, when this
+ * member holds only empty ones, some other partition has, as the brokers
+ * say. A broker that cannot answer leaves the topic unwritten, which keeps
+ * W's history phase: the safe side. */
+static int topic_written(segd_pipeline_t *p, rd_kafka_topic_partition_list_t *parts,
+                         const char *topic)
 {
     for (int i = 0; i < parts->cnt; i++)
         if (parts->elems[i].opaque && !strcmp(parts->elems[i].topic, topic))
             return 1;
-    return 0;
+    char err[256];
+    int written = 0;
+    if (segd_kmeta_topic_written(p->consumer, topic, 500, &written, err, sizeof(err)))
+        segd_log(pipeline_log(p), SEGD_LOG_DEBUG, "store",
+                 "history phase: cannot tell whether %s was written: %s", topic, err);
+    /* marked, so the topic's other partitions in parts ask no broker again */
+    for (int i = 0; written && i < parts->cnt; i++)
+        if (!strcmp(parts->elems[i].topic, topic))
+            parts->elems[i].opaque = &parts->elems[i];
+    return written;
 }
 
 /* Whether the store has caught up with its input's history: every assigned
  * partition that holds messages read to within a few batches of the end
  * offset librdkafka last saw (cached, no broker round trip; under steady load
  * the position never sits exactly at the end), and every assigned topic
- * holding messages in some partition. Empty partitions of a topic with data
- * do not block; an empty topic does: a member on empty topics has no history
- * yet, and took it for caught up (issue 29: history produced later was then
- * refused as too late), and a topic of live traffic beside an empty one meant
- * for the DMP's history load is no end of history either. */
+ * written to at some time. Empty partitions of a written topic do not block,
+ * nor does a topic that retention emptied or of which this member holds only
+ * empty partitions (they have no history left to read; review of issue 29:
+ * such a member never began W). A topic never written does: a member on
+ * empty topics has no history yet, and took it for caught up (issue 29:
+ * history produced later was then refused as too late), and a topic of live
+ * traffic beside an empty one meant for the DMP's history load is no end of
+ * history either. */
 static int caught_up(segd_pipeline_t *p)
 {
     rd_kafka_topic_partition_list_t *parts = NULL;
@@ -74,9 +91,10 @@ static int caught_up(segd_pipeline_t *p)
         tp->opaque = NULL;
         ok = !rd_kafka_get_watermark_offsets(p->consumer, tp->topic, tp->partition, &lo, &hi) &&
              hi >= 0;
+        if (ok && hi > 0)
+            tp->opaque = tp; /* written to */
         if (!ok || hi == lo)
             continue;
-        tp->opaque = tp; /* holds messages */
         int64_t next = next_offset(p, tp);
         /* Nothing consumed from it and no offset stored: with
          * input.offset.reset = latest the store skips its history on
@@ -86,7 +104,7 @@ static int caught_up(segd_pipeline_t *p)
         ok = next >= 0 && hi - next <= slack;
     }
     for (int i = 0; ok && i < parts->cnt; i++)
-        ok = topic_has_data(parts, parts->elems[i].topic);
+        ok = topic_written(p, parts, parts->elems[i].topic);
     rd_kafka_topic_partition_list_destroy(parts);
     return ok;
 }

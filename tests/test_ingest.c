@@ -332,14 +332,21 @@ static void test_two_consumers_split(void **state)
 
 /* ---------- dead letters ---------- */
 
-static void produce_raw(rd_kafka_t *rk, const char *key, const void *val, size_t len)
+/* To partition part, or by the key's hash when part is RD_KAFKA_PARTITION_UA. */
+static void produce_raw_to(rd_kafka_t *rk, int32_t part, const char *key, const void *val,
+                           size_t len)
 {
-    assert_int_equal(rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(TOPIC),
+    assert_int_equal(rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(TOPIC), RD_KAFKA_V_PARTITION(part),
                                        RD_KAFKA_V_KEY(key, key ? strlen(key) : 0),
                                        RD_KAFKA_V_VALUE((void *)val, len),
                                        RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
                                        RD_KAFKA_V_END),
                      0);
+}
+
+static void produce_raw(rd_kafka_t *rk, const char *key, const void *val, size_t len)
+{
+    produce_raw_to(rk, RD_KAFKA_PARTITION_UA, key, val, len);
 }
 
 static void make_event(segd_event_t *ev, const char *user, int nseg, int32_t ttl)
@@ -644,8 +651,9 @@ static void test_time_refusals(void **state)
     segd_event_free(&ev);
 }
 
-/* Produces n events of users PREFIX00.., 10 to 10 + n - 1 days old. */
-static void produce_history(const fixture_t *f, const char *prefix, int n)
+/* Produces n events of users PREFIX00.., 10 to 10 + n - 1 days old, to
+ * partition part (RD_KAFKA_PARTITION_UA: by key). */
+static void produce_history_to(const fixture_t *f, const char *prefix, int n, int32_t part)
 {
     const int64_t now = NOW_S * 1000, day = 86400 * 1000LL;
     char err[256];
@@ -662,13 +670,18 @@ static void produce_history(const fixture_t *f, const char *prefix, int n)
         ev.ts_ms = now - (10 + i) * day;
         assert_int_equal(segd_avro_encode(codec, SEGD_FRAMING_SINGLE_OBJECT, 0, &ev, &buf),
                          SEGD_OK);
-        produce_raw(rk, user, buf.data, buf.len);
+        produce_raw_to(rk, part, user, buf.data, buf.len);
     }
     rd_kafka_flush(rk, 10000);
     rd_kafka_destroy(rk);
     segd_avro_codec_destroy(codec);
     segd_buf_free(&buf);
     segd_event_free(&ev);
+}
+
+static void produce_history(const fixture_t *f, const char *prefix, int n)
+{
+    produce_history_to(f, prefix, n, RD_KAFKA_PARTITION_UA);
 }
 
 /* Steps p for s seconds. */
@@ -809,6 +822,55 @@ static void test_idle_partitions_start_history_end(void **state)
     assert_true(segd_policy_ts_floor(pol) > 0);
     segd_store_close(s);
     segd_config_free(&cfg);
+}
+
+/* A member whose partitions are all empty while the topic's others hold
+ * history has no history of its own to wait for, as the brokers' watermarks
+ * of the whole topic say (review of issue 29: it never began W). Two members
+ * split the 4 partitions; the history is in partition 0 only, so one member
+ * holds nothing but empty partitions of a written topic. Both begin W. */
+static void test_sparse_topic_starts_history_end(void **state)
+{
+    fixture_t *f = *state;
+    volatile sig_atomic_t stop = 0;
+    char db[2][128], err[256];
+    segd_store_t *s[2];
+    segd_config_t cfg[2];
+    member_t m[2];
+    pthread_t t[2];
+    produce_history_to(f, "sparse", 20, 0);
+    for (int i = 0; i < 2; i++) {
+        snprintf(db[i], sizeof(db[i]), "%s/sparse%d", f->dir, i);
+        s[i] = open_store(f->dir, i ? "sparse1" : "sparse0");
+        base_config(&cfg[i], f, "g-sparse", db[i]);
+        assert_int_equal(segd_pipeline_new(&m[i].p, &cfg[i], s[i], &stop, err, sizeof(err)),
+                         SEGD_OK);
+        m[i].stop = &stop;
+        pthread_create(&t[i], NULL, member_main, &m[i]);
+    }
+    /* a bound, not a timing: three upkeeps (30 s) after the join, under load */
+    time_t end = time(NULL) + 150;
+    int floors = 0, split = 0;
+    while (time(NULL) < end && floors < 2) {
+        int a = segd_pipeline_assigned(m[0].p), b = segd_pipeline_assigned(m[1].p);
+        split |= a > 0 && b > 0 && a + b == PARTITIONS;
+        floors = (segd_policy_ts_floor(segd_store_policy(s[0])) > 0) +
+                 (segd_policy_ts_floor(segd_store_policy(s[1])) > 0);
+        usleep(100000);
+    }
+    stop = 1;
+    segd_pipeline_stats_t st[2];
+    for (int i = 0; i < 2; i++) {
+        pthread_join(t[i], NULL);
+        segd_pipeline_get_stats(m[i].p, &st[i]);
+        segd_pipeline_destroy(m[i].p);
+        segd_store_close(s[i]);
+        segd_config_free(&cfg[i]);
+    }
+    assert_true(split); /* each member held partitions, so one held only empty ones */
+    assert_int_equal(st[0].events + st[1].events, 20);
+    assert_true(st[0].events == 0 || st[1].events == 0); /* all history in one member */
+    assert_int_equal(floors, 2);
 }
 
 /* A fresh store takes history of any age (a replica replaying its input, a
@@ -986,6 +1048,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_history_then_floor, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idle_topic_keeps_history, setup, teardown),
         cmocka_unit_test_setup_teardown(test_idle_partitions_start_history_end, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_sparse_topic_starts_history_end, setup, teardown),
         cmocka_unit_test_setup_teardown(test_empty_topic_keeps_history, setup, teardown),
         cmocka_unit_test_setup_teardown(test_latest_start_ends_history, setup, teardown),
         cmocka_unit_test_setup_teardown(test_broker_outage_stalls_then_resumes, setup, teardown),

@@ -51,6 +51,25 @@ segd_err_t segd_kmeta_partitions_wait(rd_kafka_t *rk, const char *topic, int wai
     }
 }
 
+segd_err_t segd_kmeta_topic_written(rd_kafka_t *rk, const char *topic, int timeout_ms,
+                                    int *written, char *errstr, size_t n)
+{
+    *written = 0;
+    int32_t count;
+    segd_err_t err = segd_kmeta_partitions(rk, topic, timeout_ms, &count, errstr, n);
+    for (int32_t p = 0; !err && !*written && p < count; p++) {
+        int64_t lo, hi;
+        rd_kafka_resp_err_t kerr =
+            rd_kafka_query_watermark_offsets(rk, topic, p, &lo, &hi, timeout_ms);
+        if (kerr)
+            err = segd_errf(SEGD_ERR_KAFKA, errstr, n, "watermarks of %s [%d]: %s", topic,
+                            (int)p, rd_kafka_err2str(kerr));
+        else
+            *written = hi > 0;
+    }
+    return err;
+}
+
 /* A big-endian reader over untrusted bytes: every read is bounds-checked,
  * a short read sets bad. */
 typedef struct rd {

@@ -26,6 +26,16 @@ segd_err_t segd_kmeta_partitions(rd_kafka_t *rk, const char *topic, int timeout_
 segd_err_t segd_kmeta_partitions_wait(rd_kafka_t *rk, const char *topic, int wait_ms,
                                       int32_t *count, char *errstr, size_t errstr_size);
 
+/* Sets *written when some partition of `topic` ever held a message (its high
+ * watermark is above 0), whoever consumes it: a topic of which this member
+ * holds only empty partitions, or which retention emptied, has been written
+ * all the same. Asks the brokers for the partition count, then each
+ * partition's watermarks, and stops at the first partition written or the
+ * first failure (SEGD_ERR_KAFKA or SEGD_ERR_NOTFOUND, *written 0). Each
+ * request blocks for at most timeout_ms. */
+segd_err_t segd_kmeta_topic_written(rd_kafka_t *rk, const char *topic, int timeout_ms,
+                                    int *written, char *errstr, size_t errstr_size);
+
 /* Finds the member of `group` that holds each partition of `topic` now,
  * from the group's description (its members' assignments). owners[p], for
  * p < partitions, is set to "<client id> host=<client host>", or left empty
