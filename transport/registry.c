@@ -118,13 +118,18 @@ static size_t on_header(char *ptr, size_t size, size_t nmemb, void *ctx)
 
 /* url without its user information ("https://u:p@h/" -> "https://h/"),
  * for messages: a URL may carry the registry's credentials, and those
- * must not reach a log. */
+ * must not reach a log. The user information ends at the authority's last
+ * '@': a password typed with a raw '@' in it ("u:p@ss@h") is cut whole. */
 static void redact_url(const char *url, char *out, size_t n)
 {
     const char *scheme = strstr(url, "://");
     const char *host = scheme ? scheme + 3 : url;
-    const char *at = strchr(host, '@'), *slash = strchr(host, '/');
-    if (at && (!slash || at < slash))
+    size_t authority = strcspn(host, "/?#");
+    const char *at = NULL;
+    for (const char *c = host; c < host + authority; c++)
+        if (*c == '@')
+            at = c;
+    if (at)
         snprintf(out, n, "%.*s%s", (int)(host - url), url, at + 1);
     else
         snprintf(out, n, "%s", url);
