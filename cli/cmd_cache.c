@@ -434,15 +434,17 @@ static int start_tail(const cache_args_t *a, cache_state_t *cs)
     return 0;
 }
 
-/* One secret: file's when given, else env's when set and not empty, else
- * none (*out stays NULL). Logs why it cannot be read, naming the file or
- * the variable but never the secret. */
+/* One secret: file's when given, else env's when set, else none (*out
+ * stays NULL). A variable set but empty is refused like an empty file, not
+ * taken for "no secret": a deployment whose secret failed to reach the
+ * variable would otherwise serve every user's segments to anyone. Logs why
+ * it cannot be read, naming the file or the variable but never the
+ * secret. */
 static int read_secret(const char *flag, const char *file, const char *env, char **out,
                        const segd_log_t *log)
 {
     char err[512] = "", what[300];
-    const char *v = getenv(env);
-    if (!file && !(v && *v))
+    if (!file && !getenv(env))
         return 0;
     snprintf(what, sizeof(what), "%s%s%s", file ? flag : env, file ? " " : "", file ? file : "");
     if (!segd_secret_read(what, file, env, out, err, sizeof(err)))

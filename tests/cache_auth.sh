@@ -177,6 +177,14 @@ redis-cli -p $port2 -a "$pw" --no-auth-warning ZCARD "$last" 2>&1 | grep -q NOAU
 "$segd" cache --snapshot "$tmp/snap" --brokers "$brokers" --changes x --resp 127.0.0.1:0 \
   --resp-password-file "$tmp/nope" --listen 127.0.0.1:0 2> "$tmp/bad.log" && fail "a missing password file was accepted"
 grep -q -- "--resp-password-file $tmp/nope: No such file" "$tmp/bad.log" || fail "bad file: $(cat "$tmp/bad.log")"
+# a variable set but empty is no secret given by mistake, not "no password"
+for var in SEGD_CACHE_RESP_PASSWORD SEGD_CACHE_HTTP_TOKEN; do
+  rc=0
+  env "$var=" "$segd" cache --snapshot "$tmp/snap" --brokers "$brokers" --changes x \
+    --resp 127.0.0.1:0 --listen 127.0.0.1:0 2> "$tmp/empty.log" || rc=$?
+  [ "$rc" = 2 ] || fail "an empty $var was accepted (exit $rc): $(tail -3 "$tmp/empty.log")"
+  grep -q "$var" "$tmp/empty.log" || fail "an empty $var not named: $(cat "$tmp/empty.log")"
+done
 for f in "$tmp"/*.log; do
   grep -qF -- "$pw" "$f" && fail "the RESP password is in $f"
   grep -qF -- "$token" "$f" && fail "the HTTP token is in $f"
