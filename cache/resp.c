@@ -124,9 +124,9 @@ static int conn_process(worker_t *w, conn_t *c)
     char err[128];
     while (!c->closing && pending_out(c) <= OUT_HIGH) {
         size_t used = 0;
-        segd_resp_parse_rc_t rc = segd_resp_parse((const char *)c->in.data + c->in_pos,
-                                                  c->in.len - c->in_pos, &w->cmd, &used, err,
-                                                  sizeof(err));
+        segd_resp_parse_rc_t rc = segd_resp_parse(
+            (const char *)c->in.data + c->in_pos, c->in.len - c->in_pos,
+            !segd_resp_authenticated(&w->exec, &c->client), &w->cmd, &used, err, sizeof(err));
         if (rc == SEGD_RESP_MORE)
             break;
         if (rc == SEGD_RESP_PROTO) {

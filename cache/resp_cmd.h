@@ -82,6 +82,15 @@ typedef struct segd_resp_client {
     int authenticated; /* AUTH or HELLO AUTH succeeded (with a password set) */
 } segd_resp_client_t;
 
+/* Without a password every connection is authenticated, as with Redis's
+ * nopass default user. The front parses an unauthenticated connection's
+ * requests with the tighter limits (resp_parse.h). */
+static inline int segd_resp_authenticated(const segd_resp_worker_t *w,
+                                          const segd_resp_client_t *c)
+{
+    return !w->shared->password || c->authenticated;
+}
+
 /* Appends cmd's reply to out. Returns 0, 1 when the connection is to be
  * closed once the reply is sent (QUIT), or SEGD_ERR_NOMEM (out may hold a
  * partial reply then: close the connection). An empty command (argc 0)

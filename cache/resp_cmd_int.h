@@ -136,15 +136,6 @@ __attribute__((format(printf, 2, 3))) static inline int add_err(segd_buf_t *out,
     return resp_add_err_raw(out, text);
 }
 
-/* ---- authentication ------------------------------------------------------ */
-
-/* Without a password every connection is authenticated, as with Redis's
- * nopass default user. */
-static inline int segd_resp_authenticated(const segd_resp_worker_t *w,
-                                          const segd_resp_client_t *c)
-{
-    return !w->shared->password || c->authenticated;
-}
 
 /* ---- arguments ----------------------------------------------------------- */
 

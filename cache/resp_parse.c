@@ -78,7 +78,7 @@ static segd_resp_parse_rc_t parse_inline(const char *buf, size_t len, segd_resp_
 }
 
 /* One "$L\r\n<L bytes>\r\n" at *pos. */
-static segd_resp_parse_rc_t parse_bulk(const char *buf, size_t len, size_t *pos,
+static segd_resp_parse_rc_t parse_bulk(const char *buf, size_t len, size_t *pos, int unauth,
                                        segd_resp_cmd_t *cmd, char *err, size_t err_size)
 {
     if (*pos == len)
@@ -95,6 +95,8 @@ static segd_resp_parse_rc_t parse_bulk(const char *buf, size_t len, size_t *pos,
     long long l;
     if (parse_ll(buf + *pos + 1, eol - *pos - 1, &l) || l < 0 || l > SEGD_RESP_MAX_ARG)
         return proto(err, err_size, "invalid bulk length");
+    if (unauth && l > SEGD_RESP_UNAUTH_MAX_ARG)
+        return proto(err, err_size, "unauthenticated bulk length");
     size_t start = eol + 2;
     if (start + (size_t)l + 2 > SEGD_RESP_MAX_REQUEST)
         return proto(err, err_size, "request too big");
@@ -106,8 +108,9 @@ static segd_resp_parse_rc_t parse_bulk(const char *buf, size_t len, size_t *pos,
     return SEGD_RESP_PARSED;
 }
 
-static segd_resp_parse_rc_t parse_multibulk(const char *buf, size_t len, segd_resp_cmd_t *cmd,
-                                            size_t *used, char *err, size_t err_size)
+static segd_resp_parse_rc_t parse_multibulk(const char *buf, size_t len, int unauth,
+                                            segd_resp_cmd_t *cmd, size_t *used, char *err,
+                                            size_t err_size)
 {
     size_t eol;
     int r = find_line(buf, len, 0, COUNT_LINE_MAX, &eol);
@@ -116,10 +119,12 @@ static segd_resp_parse_rc_t parse_multibulk(const char *buf, size_t len, segd_re
     long long n;
     if (parse_ll(buf + 1, eol - 1, &n) || n > SEGD_RESP_MAX_ARGS)
         return proto(err, err_size, "invalid multibulk length");
+    if (unauth && n > SEGD_RESP_UNAUTH_MAX_ARGS)
+        return proto(err, err_size, "unauthenticated multibulk length");
     size_t pos = eol + 2;
     cmd->argc = 0;
     for (long long i = 0; i < n; i++) {
-        segd_resp_parse_rc_t rc = parse_bulk(buf, len, &pos, cmd, err, err_size);
+        segd_resp_parse_rc_t rc = parse_bulk(buf, len, &pos, unauth, cmd, err, err_size);
         if (rc != SEGD_RESP_PARSED)
             return rc;
     }
@@ -127,13 +132,14 @@ static segd_resp_parse_rc_t parse_multibulk(const char *buf, size_t len, segd_re
     return SEGD_RESP_PARSED;
 }
 
-segd_resp_parse_rc_t segd_resp_parse(const char *buf, size_t len, segd_resp_cmd_t *cmd,
-                                     size_t *used, char *err, size_t err_size)
+segd_resp_parse_rc_t segd_resp_parse(const char *buf, size_t len, int unauth,
+                                     segd_resp_cmd_t *cmd, size_t *used, char *err,
+                                     size_t err_size)
 {
     cmd->argc = 0;
     if (len == 0)
         return SEGD_RESP_MORE;
     if (buf[0] == '*')
-        return parse_multibulk(buf, len, cmd, used, err, err_size);
+        return parse_multibulk(buf, len, unauth, cmd, used, err, err_size);
     return parse_inline(buf, len, cmd, used, err, err_size);
 }

@@ -17,6 +17,12 @@
 #define SEGD_RESP_MAX_ARG (64 * 1024)     /* bytes of one argument (bulk string) */
 #define SEGD_RESP_MAX_INLINE (64 * 1024)  /* bytes of one inline command line */
 #define SEGD_RESP_MAX_REQUEST (1024 * 1024) /* bytes of one command, framing included */
+/* Redis 7.0's tighter limits for a connection that must authenticate and
+ * has not yet: what AUTH and HELLO need, so that anyone who can connect but
+ * knows no password makes the connection hold at most ~160 KiB of input,
+ * not SEGD_RESP_MAX_REQUEST. */
+#define SEGD_RESP_UNAUTH_MAX_ARGS 10
+#define SEGD_RESP_UNAUTH_MAX_ARG 16384
 
 typedef enum segd_resp_parse_rc {
     SEGD_RESP_PARSED = 0, /* *cmd holds a command of *used bytes (argc may be 0:
@@ -33,10 +39,14 @@ typedef struct segd_resp_cmd {
     size_t argl[SEGD_RESP_MAX_ARGS];
 } segd_resp_cmd_t;
 
-/* Parses the first command of buf[0..len). On SEGD_RESP_PROTO, err holds
- * the message to send after "-ERR " (Redis's own, e.g. "Protocol error:
- * invalid bulk length"). */
-segd_resp_parse_rc_t segd_resp_parse(const char *buf, size_t len, segd_resp_cmd_t *cmd,
-                                     size_t *used, char *err, size_t err_size);
+/* Parses the first command of buf[0..len), with the unauthenticated limits
+ * above when unauth is set (a multibulk request only, as in Redis: an inline
+ * line is bounded by SEGD_RESP_MAX_INLINE anyway). On SEGD_RESP_PROTO, err
+ * holds the message to send after "-ERR " (Redis's own, e.g. "Protocol
+ * error: invalid bulk length", "Protocol error: unauthenticated multibulk
+ * length"). */
+segd_resp_parse_rc_t segd_resp_parse(const char *buf, size_t len, int unauth,
+                                     segd_resp_cmd_t *cmd, size_t *used, char *err,
+                                     size_t err_size);
 
 #endif

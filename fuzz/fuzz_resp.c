@@ -63,8 +63,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     for (int quit = 0; !quit && cmd;) {
         size_t used = 0;
         char err[128];
-        segd_resp_parse_rc_t rc = segd_resp_parse(buf + pos, len - pos, cmd, &used, err,
-                                                  sizeof(err));
+        segd_resp_parse_rc_t rc =
+            segd_resp_parse(buf + pos, len - pos, !segd_resp_authenticated(&w, &client), cmd,
+                            &used, err, sizeof(err));
         if (rc == SEGD_RESP_MORE)
             break;
         if (rc == SEGD_RESP_PROTO) {

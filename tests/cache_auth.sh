@@ -123,6 +123,32 @@ check raw $rport < "$tmp/queries.txt" > "$tmp/redis.raw"
 cmp -s "$tmp/segd.raw" "$tmp/redis.raw" ||
   fail "auth replies differ from redis-server: $(diff <(tr '\r' ' ' < "$tmp/segd.raw") <(tr '\r' ' ' < "$tmp/redis.raw") | head -8)"
 grep -c WRONGPASS "$tmp/segd.raw" | grep -qx 6 || fail "WRONGPASS count: $(tr '\r' ' ' < "$tmp/segd.raw")"
+# before AUTH a request is held to Redis's unauthenticated limits (10
+# arguments, 16384 bytes each: what anyone who can connect may make a
+# connection hold), after it to the usual ones; the same bytes as
+# redis-server. Each request is sent whole or stops at the length a server
+# refuses, so neither closes on unread input (a reset would lose the reply).
+x16384=$(head -c 16384 /dev/zero | tr '\0' x)
+limit_req() {
+  case $1 in
+    args) printf '*11\r\n' ;;
+    bulk) printf '*2\r\n$4\r\nAUTH\r\n$16385\r\n' ;;
+    bulk-max) printf '*2\r\n$4\r\nAUTH\r\n$16384\r\n%s\r\n*1\r\n$4\r\nQUIT\r\n' "$x16384" ;;
+    authed) printf '*2\r\n$4\r\nAUTH\r\n$%d\r\n%s\r\n*11\r\n$6\r\nEXISTS\r\n' "${#pw}" "$pw"
+            for k in a b c d e f g h i j; do printf '$1\r\n%s\r\n' $k; done
+            printf '*1\r\n$4\r\nQUIT\r\n' ;;
+  esac
+}
+n_limits=0
+for q in args bulk bulk-max authed; do
+  limit_req $q | check rawbytes $port > "$tmp/segd.raw"
+  limit_req $q | check rawbytes $rport > "$tmp/redis.raw"
+  [ -s "$tmp/segd.raw" ] || fail "no answer to the $q request"
+  cmp -s "$tmp/segd.raw" "$tmp/redis.raw" ||
+    fail "the $q request is answered unlike redis-server: $(tr '\r' ' ' < "$tmp/segd.raw") vs $(tr '\r' ' ' < "$tmp/redis.raw")"
+  grep -q "unauthenticated" "$tmp/segd.raw" && n_limits=$((n_limits + 1))
+done
+[ "$n_limits" = 2 ] || fail "unauthenticated limits hit $n_limits times, not 2"
 
 # ---- HTTP: bearer token ------------------------------------------------
 status() { curl -s -o "$tmp/body" -D "$tmp/headers" -w '%{http_code}' "$@"; }

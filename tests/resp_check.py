@@ -145,6 +145,20 @@ def raw(port, form="multibulk"):
     sys.stdout.buffer.write(data)
 
 
+def rawbytes(port):
+    """stdin's bytes as they are; the answer until the server closes."""
+    s = socket.create_connection(("127.0.0.1", int(port)), timeout=10)
+    s.sendall(sys.stdin.buffer.read())
+    data = b""
+    while True:
+        chunk = s.recv(65536)
+        if not chunk:
+            break
+        data += chunk
+    sys.stdout.buffer.write(data)
+
+
 if __name__ == "__main__":
     cmd, args = sys.argv[1], sys.argv[2:]
-    {"store-equal": store_equal, "zadds": zadds, "queries": queries, "raw": raw}[cmd](*args)
+    {"store-equal": store_equal, "zadds": zadds, "queries": queries, "raw": raw,
+     "rawbytes": rawbytes}[cmd](*args)

@@ -39,13 +39,46 @@ static segd_resp_cmd_t cmd; /* 24 KiB: not on the test's stack */
 
 static segd_resp_parse_rc_t parse(const char *s, size_t n, size_t *used, char *err)
 {
-    return segd_resp_parse(s, n, &cmd, used, err, 128);
+    return segd_resp_parse(s, n, 0, &cmd, used, err, 128);
 }
 
 static void assert_arg(size_t i, const char *want)
 {
     assert_int_equal(cmd.argl[i], strlen(want));
     assert_memory_equal(cmd.argv[i], want, strlen(want));
+}
+
+/* Before AUTH, Redis 7.0's tighter limits: more than 10 arguments or a
+ * bulk string over 16384 bytes is a protocol error in Redis's words; the same
+ * request of an authenticated connection (or one that needs none) parses. */
+static void test_parse_unauthenticated_limits(void **state)
+{
+    (void)state;
+    char err[128];
+    size_t used = 0;
+    const char *eleven = "*11\r\n";
+    assert_int_equal(segd_resp_parse(eleven, strlen(eleven), 1, &cmd, &used, err, sizeof(err)),
+                     SEGD_RESP_PROTO);
+    assert_string_equal(err, "Protocol error: unauthenticated multibulk length");
+    assert_int_equal(segd_resp_parse(eleven, strlen(eleven), 0, &cmd, &used, err, sizeof(err)),
+                     SEGD_RESP_MORE);
+    const char *ten = "*10\r\n";
+    assert_int_equal(segd_resp_parse(ten, strlen(ten), 1, &cmd, &used, err, sizeof(err)),
+                     SEGD_RESP_MORE);
+    static char big[16500];
+    for (int l = 16384; l <= 16385; l++) {
+        int n = snprintf(big, sizeof(big), "*2\r\n$4\r\nAUTH\r\n$%d\r\n", l);
+        memset(big + n, 'x', (size_t)l);
+        memcpy(big + n + l, "\r\n", 2);
+        size_t len = (size_t)n + (size_t)l + 2;
+        assert_int_equal(segd_resp_parse(big, len, 1, &cmd, &used, err, sizeof(err)),
+                         l == 16384 ? SEGD_RESP_PARSED : SEGD_RESP_PROTO);
+        if (l > 16384)
+            assert_string_equal(err, "Protocol error: unauthenticated bulk length");
+        assert_int_equal(segd_resp_parse(big, len, 0, &cmd, &used, err, sizeof(err)),
+                         SEGD_RESP_PARSED);
+        assert_int_equal(used, len);
+    }
 }
 
 static void test_parse_multibulk(void **state)
@@ -208,7 +241,7 @@ static const char *run_rc(fixture_t *f, const char *line, int *rc)
 {
     size_t used;
     char err[128];
-    assert_int_equal(segd_resp_parse(line, strlen(line), &cmd, &used, err, sizeof(err)),
+    assert_int_equal(segd_resp_parse(line, strlen(line), 0, &cmd, &used, err, sizeof(err)),
                      SEGD_RESP_PARSED);
     f->out.len = 0;
     *rc = segd_resp_exec(&f->w, &f->client, &cmd, &f->out);
@@ -470,7 +503,7 @@ static void test_large_user(void **state)
     size_t used;
     char err[128];
     const char *line = "ZRANGEBYSCORE big -inf +inf WITHSCORES\r\n";
-    segd_resp_parse(line, strlen(line), &cmd, &used, err, sizeof(err));
+    segd_resp_parse(line, strlen(line), 0, &cmd, &used, err, sizeof(err));
     f->out.len = 0;
     assert_int_equal(segd_resp_exec(&f->w, &f->client, &cmd, &f->out), 0);
     char *s = (char *)f->out.data;
@@ -979,6 +1012,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse_multibulk),
+        cmocka_unit_test(test_parse_unauthenticated_limits),
         cmocka_unit_test(test_parse_inline),
         cmocka_unit_test(test_parse_errors),
         cmocka_unit_test_setup_teardown(test_zrangebyscore, setup, teardown),
