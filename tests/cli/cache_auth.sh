@@ -15,9 +15,9 @@
 set -euo pipefail
 segd=$1
 src=$2
-. "$src/tests/lib.bash"
+. "$src/tests/support/lib.bash"
 lib_init cache_auth
-check() { /usr/bin/python3 "$src/tests/resp_check.py" "$@"; }
+check() { /usr/bin/python3 "$src/tests/support/resp_check.py" "$@"; }
 hiredis=$(dirname "$segd")/resp_hiredis
 for tool in redis-server redis-cli curl; do
   command -v $tool > /dev/null || fail "no $tool (scripts/install-deps.sh)"

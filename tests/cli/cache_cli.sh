@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The edge cache as a process: a broker (tests/lib.bash), `segd produce`, `segd run`
+# The edge cache as a process: a broker (tests/support/lib.bash), `segd produce`, `segd run`
 # (publishing the change stream), `segd snapshot export` beside it (native
 # records_format; segd run's periodic ones too, snapshot.format), then
 # `segd cache` loads the snapshot's units (one per input partition), tails
@@ -9,7 +9,7 @@
 # usage: cache_cli.sh SEGD_BIN SOURCE_DIR
 set -euo pipefail
 segd=$1
-source "$(dirname "$0")/lib.bash"
+source "$(dirname "$0")/../support/lib.bash"
 lib_init cache
 now=$(date +%s)
 users=200

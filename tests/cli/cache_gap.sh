@@ -13,7 +13,7 @@
 # usage: cache_gap.sh SEGD_BIN SOURCE_DIR
 set -euo pipefail
 segd=$1
-source "$(dirname "$0")/lib.bash"
+source "$(dirname "$0")/../support/lib.bash"
 lib_init cachegap
 now=$(date +%s)
 free_port() { /usr/bin/python3 -c "import socket;s=socket.socket();s.bind(('127.0.0.1',0));print(s.getsockname()[1])"; }

@@ -8,7 +8,7 @@
 # usage: cli_erase.sh SEGD_BIN SOURCE_DIR
 set -euo pipefail
 segd=$1
-source "$(dirname "$0")/lib.bash"
+source "$(dirname "$0")/../support/lib.bash"
 lib_init erase
 # the broker (and so $tp, the topic prefix) first: the snapshot below names
 # the input topic segd run consumes later

@@ -10,7 +10,7 @@ set -euo pipefail
 export SEGD_LIMITS_MAX_CLOCK_SKEW_MS=3000000000000
 segd=$1
 src=$(cd "$2" && pwd)
-source "$(dirname "$0")/lib.bash"
+source "$(dirname "$0")/../support/lib.bash"
 lib_init noschema
 unshare -rm true 2> "$tmp/unshare.err" ||
   fail "no unprivileged mount namespace here (unshare -rm): $(cat "$tmp/unshare.err")"

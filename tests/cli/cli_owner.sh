@@ -11,7 +11,7 @@
 set -euo pipefail
 segd=$1
 src=$2
-source "$(dirname "$0")/lib.bash"
+source "$(dirname "$0")/../support/lib.bash"
 lib_init owner
 command -v kcat >/dev/null || fail "kcat is not installed"
 

@@ -9,7 +9,7 @@
 # usage: cli_produce.sh SEGD_BIN SOURCE_DIR
 set -euo pipefail
 segd=$1
-. "$2/tests/lib.bash"
+. "$2/tests/support/lib.bash"
 lib_init cli_produce
 
 # a loopback port that was free a moment ago: nothing answers there

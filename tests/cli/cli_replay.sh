@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# segd replay and segd offsets against a broker (tests/lib.bash): a replayed range
+# segd replay and segd offsets against a broker (tests/support/lib.bash): a replayed range
 # equals what `segd run` makes of it; a replay into a store that holds the
 # range changes neither data nor stored offsets; offset and time ranges pick
 # exactly their messages; bad messages go to --dlq-file or the DLQ topic
@@ -7,7 +7,7 @@
 # usage: cli_replay.sh SEGD_BIN SOURCE_DIR
 set -euo pipefail
 segd=$1
-source "$(dirname "$0")/lib.bash"
+source "$(dirname "$0")/../support/lib.bash"
 lib_init replay
 command -v kcat >/dev/null || fail "kcat is not installed"
 export SEGD_STORE_MIN_FREE_MB=${SEGD_STORE_MIN_FREE_MB:-8}

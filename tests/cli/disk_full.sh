@@ -15,7 +15,7 @@ set -euo pipefail
 # keeps the wall clock: allow them past the from_future bound
 export SEGD_LIMITS_MAX_CLOCK_SKEW_MS=3000000000000
 segd=$1
-source "$(dirname "$0")/lib.bash"
+source "$(dirname "$0")/../support/lib.bash"
 lib_init full
 fs=$tmp/fs
 mkdir "$fs"

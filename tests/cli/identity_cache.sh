@@ -16,7 +16,7 @@
 # usage: identity_cache.sh SEGD_BIN SOURCE_DIR
 set -euo pipefail
 segd=$1
-. "$2/tests/lib.bash"
+. "$2/tests/support/lib.bash"
 lib_init identcache
 start_broker 3 segments.events,segments.events.dlq,segments.changes,segments.links
 export SEGD_CHANGES_TOPIC="${tp}segments.changes" SEGD_IDENTITY_LINKS_TOPIC="${tp}segments.links"

@@ -12,7 +12,7 @@
 # usage: identity_run.sh SEGD_BIN SOURCE_DIR
 set -euo pipefail
 segd=$1
-. "$2/tests/lib.bash"
+. "$2/tests/support/lib.bash"
 lib_init identity
 start_broker 2 segments.events,segments.events.dlq,segments.changes,segments.links
 export SEGD_IDENTITY_LINKS_TOPIC="${tp}segments.links"

@@ -1,13 +1,13 @@
 #!/usr/bin/env bash
 # A real third-party client against segd's broker: kcat produces raw Avro
 # SegmentEvents (encoded by python3-avro, an independent encoder) to the
-# test's broker (tests/lib.bash: the real cluster or `segd dev-broker`);
+# test's broker (tests/support/lib.bash: the real cluster or `segd dev-broker`);
 # `segd run` ingests them; `segd get` reads them back.
 # usage: kcat_ingest.sh SEGD_BIN SOURCE_DIR
 set -euo pipefail
 segd=$1
 src=$2
-source "$(dirname "$0")/lib.bash"
+source "$(dirname "$0")/../support/lib.bash"
 lib_init kcat
 command -v kcat >/dev/null || fail "kcat is not installed"
 

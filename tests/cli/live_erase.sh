@@ -14,7 +14,7 @@
 # usage: live_erase.sh SEGD_BIN SOURCE_DIR
 set -euo pipefail
 segd=$1
-. "$2/tests/lib.bash"
+. "$2/tests/support/lib.bash"
 lib_init live_erase
 # no change topic here (auto-creation is off on a real cluster): nothing published
 export SEGD_CHANGES_ENABLE=0

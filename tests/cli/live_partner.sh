@@ -14,7 +14,7 @@
 set -euo pipefail
 segd=$1
 src=$2
-. "$2/tests/lib.bash"
+. "$2/tests/support/lib.bash"
 lib_init live_partner
 command -v kcat >/dev/null || fail "kcat is not installed"
 start_broker 2 events,events.dlq,segments.changes

@@ -8,7 +8,7 @@
 # usage: live_read.sh SEGD_BIN SOURCE_DIR
 set -euo pipefail
 segd=$1
-. "$2/tests/lib.bash"
+. "$2/tests/support/lib.bash"
 lib_init live_read
 start_broker 2 events,events.dlq,links
 now=$(date +%s)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # segd run's metrics scraped by a real Prometheus (Debian's `prometheus`,
-# started here on loopback, stopped by pid): a broker (tests/lib.bash),
+# started here on loopback, stopped by pid): a broker (tests/support/lib.bash),
 # `segd produce`, `segd run` with metrics.listen on a free port; /readyz answers
 # 503 before the group has assigned the partitions and caught up, then 200
 # with every partition's lag 0; Prometheus's /api/v1/query sees the key
@@ -17,7 +17,7 @@ if [ -z "$prom" ]; then
   echo "FAIL: metrics_prom needs a prometheus binary (apt-get install prometheus; scripts/install-deps.sh does)" >&2
   exit 1
 fi
-source "$(dirname "$0")/lib.bash"
+source "$(dirname "$0")/../support/lib.bash"
 lib_init prom
 free_port() { /usr/bin/python3 -c "import socket;s=socket.socket();s.bind(('127.0.0.1',0));print(s.getsockname()[1])"; }
 now=$(date +%s)

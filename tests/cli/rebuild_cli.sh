@@ -16,7 +16,7 @@
 # usage: rebuild_cli.sh SEGD_BIN SOURCE_DIR
 set -euo pipefail
 segd=$1
-. "$2/tests/lib.bash"
+. "$2/tests/support/lib.bash"
 lib_init rebuild_cli
 # no change topic here (auto-creation is off on a real cluster): nothing published
 export SEGD_CHANGES_ENABLE=0

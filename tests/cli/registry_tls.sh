@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The schema registry over HTTPS with credentials, as operators run it: the
-# Apicurio registry of tests/schema_registry.sh (scripts/registry.sh) behind
+# Apicurio registry of tests/cli/schema_registry.sh (scripts/registry.sh) behind
 # nginx terminating TLS (a CA made here with openssl, trusted by segd through
 # input.schema.registry.ca) and asking for basic auth (auth_basic, an
 # htpasswd of openssl passwd). An independent producer registers
@@ -14,7 +14,7 @@
 set -euo pipefail
 segd=$1
 src=$2
-. "$src/tests/lib.bash"
+. "$src/tests/support/lib.bash"
 lib_init registry_tls
 export REGISTRY_DIR="$tmp/registry"
 nginx_pid=

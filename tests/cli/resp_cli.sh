@@ -6,14 +6,14 @@
 # store at the same clock; the same live entries loaded into a real
 # redis-server (ZADD user expires_at segment) give byte-identical replies
 # to ~650 pipelined reads (raw socket), to redis-cli and to hiredis
-# (tests/resp_hiredis.c); writes are refused; /metrics counts commands.
+# (tests/support/resp_hiredis.c); writes are refused; /metrics counts commands.
 # usage: resp_cli.sh SEGD_BIN SOURCE_DIR
 set -euo pipefail
 segd=$1
 src=$2
-. "$src/tests/lib.bash"
+. "$src/tests/support/lib.bash"
 lib_init resp
-check() { /usr/bin/python3 "$src/tests/resp_check.py" "$@"; }
+check() { /usr/bin/python3 "$src/tests/support/resp_check.py" "$@"; }
 hiredis=$(dirname "$segd")/resp_hiredis
 for tool in redis-server redis-cli; do
   command -v $tool > /dev/null || fail "no $tool: scripts/install-deps.sh installs redis-server and redis-tools"

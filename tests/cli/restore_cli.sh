@@ -13,7 +13,7 @@
 # usage: restore_cli.sh SEGD_BIN SOURCE_DIR
 set -euo pipefail
 segd=$1
-source "$(dirname "$0")/lib.bash"
+source "$(dirname "$0")/../support/lib.bash"
 lib_init restore
 now=1800000000
 users=200
@@ -89,7 +89,7 @@ for p in 0 3; do grep -q "restored p=$p " "$tmp/c.log" || fail "c: no restore of
 # a partition it is still restoring (restore.fallback = wait keeps unit 1
 # failing): its exports carry the units it holds offsets for, and unit 1
 # stays the corrupt one rather than becoming an empty unit without its
-# offset, which the retry would then "restore" (tests/fleet.py found this)
+# offset, which the retry would then "restore" (tests/trials/fleet.py found this)
 m1=$(cat "$tmp/dest/${tp}events/p-00001/manifest.json")
 # (which other units an export carries depends on how far partition 2's
 # replay got: not asserted)

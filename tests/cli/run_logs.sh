@@ -10,7 +10,7 @@
 # usage: run_logs.sh SEGD_BIN SOURCE_DIR
 set -euo pipefail
 segd=$1
-source "$(dirname "$0")/lib.bash"
+source "$(dirname "$0")/../support/lib.bash"
 lib_init logs
 start_broker 2 ev,ev.dlq,segments.changes
 export SEGD_CHANGES_TOPIC="${tp}segments.changes"

@@ -8,7 +8,7 @@
 # usage: run_no_broker.sh SEGD_BIN SOURCE_DIR
 set -euo pipefail
 segd=$1
-source "$(dirname "$0")/lib.bash"
+source "$(dirname "$0")/../support/lib.bash"
 lib_init nobroker
 free_port() { /usr/bin/python3 -c "import socket;s=socket.socket();s.bind(('127.0.0.1',0));print(s.getsockname()[1])"; }
 ready() { curl -s -m 2 -o "$tmp/ready.json" -w '%{http_code}' "http://127.0.0.1:$mport/readyz" || true; }

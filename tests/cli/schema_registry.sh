@@ -20,7 +20,7 @@
 set -euo pipefail
 segd=$1
 src=$2
-. "$src/tests/lib.bash"
+. "$src/tests/support/lib.bash"
 lib_init schema_registry
 export REGISTRY_DIR="$tmp/registry"
 trap 'bash "$src/scripts/registry.sh" stop >/dev/null 2>&1 || true; lib_cleanup' EXIT

@@ -248,7 +248,7 @@ PY
 
 # the native format: verified by segd (every unit says records_format=native),
 # its containers read by python3-avro, and every record decoded by
-# tests/record_format_ref.py (written from docs/record-format.md alone) equal
+# tests/support/record_format_ref.py (written from docs/record-format.md alone) equal
 # to the avro unit's record, each in the unit of its partition
 "$segd" snapshot export --db "$tmp/db" --to "$tmp/snapn" --topic events --buckets 8 \
   --now $now --format native >/dev/null || fail "native export"
@@ -261,7 +261,7 @@ if "$segd" snapshot export --db "$tmp/db" --to "$tmp/snapx" --topic events --for
   2>/dev/null; then
   fail "an unknown --format was taken"
 fi
-PYTHONPATH="$tmp:$2/tests" pycheck - "$tmp/snap/events" "$tmp/snapn/events" <<'PY'
+PYTHONPATH="$tmp:$2/tests/support" pycheck - "$tmp/snap/events" "$tmp/snapn/events" <<'PY'
 import json, os, sys
 from avro.datafile import DataFileReader
 from avro.io import DatumReader

@@ -8,7 +8,7 @@
 # as it was before the sweep.
 set -euo pipefail
 segd=$1
-source "$(dirname "$0")/lib.bash"
+source "$(dirname "$0")/../support/lib.bash"
 lib_init sweep
 now=1800000000
 users=200

@@ -18,8 +18,8 @@
 # usage: container.sh SEGD_BIN SOURCE_DIR
 set -euo pipefail
 segd=$1
-src=$(cd "${2:-$(dirname "$0")/..}" && pwd)
-source "$(dirname "$0")/lib.bash"
+src=$(cd "${2:-$(dirname "$0")/../..}" && pwd)
+source "$(dirname "$0")/../support/lib.bash"
 lib_init container
 t0=$(date +%s)
 base=localhost/debian:12
@@ -107,7 +107,7 @@ start_broker 4 events,events.dlq,segments.changes
 changes="${tp}segments.changes"
 now=$(date +%s)
 users=200
-horizon=$((40 * 86400))   # the seed workload is up to 30 days old (tests/cache_cli.sh)
+horizon=$((40 * 86400))   # the seed workload is up to 30 days old (tests/cli/cache_cli.sh)
 free_port() { /usr/bin/python3 -c "import socket;s=socket.socket();s.bind(('127.0.0.1',0));print(s.getsockname()[1])"; }
 
 "$segd" produce --brokers "$brokers" --topic "${tp}events" --users $users --now $now \

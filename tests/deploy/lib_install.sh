@@ -19,7 +19,7 @@ set -euo pipefail
 segd=$1
 src=$2
 build=$(dirname "$segd")
-source "$src/tests/lib.bash"
+source "$src/tests/support/lib.bash"
 lib_init lib
 now=1800000000
 prefix=$tmp/prefix

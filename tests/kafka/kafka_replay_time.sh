@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `segd replay --from-time/--to-time` on Apache Kafka, where the brokers
 # look times up (ListOffsets by timestamp; the dev broker cannot, and
-# tests/cli_replay.sh covers it there): three waves of events produced a
+# tests/cli/cli_replay.sh covers it there): three waves of events produced a
 # second apart (CreateTime timestamps set by the producer), and the bounds
 # taken in the gaps between them. Replaying [gap 1, gap 2) applies exactly
 # the second wave, [gap 2, end) the third (the time given in RFC 3339), and
@@ -12,8 +12,8 @@
 # (lib.bash require_kafka). usage: kafka_replay_time.sh SEGD_BIN SOURCE_DIR
 set -euo pipefail
 segd=$1
-# shellcheck source=tests/lib.bash
-source "$(dirname "$0")/lib.bash"
+# shellcheck source=tests/support/lib.bash
+source "$(dirname "$0")/../support/lib.bash"
 lib_init kafka_replay_time
 require_kafka
 command -v kcat >/dev/null || fail "kcat is not installed"

@@ -21,8 +21,8 @@
 # usage: kafka_secured.sh SEGD_BIN SOURCE_DIR
 set -euo pipefail
 segd=$1
-# shellcheck source=tests/lib.bash
-source "$(dirname "$0")/lib.bash"
+# shellcheck source=tests/support/lib.bash
+source "$(dirname "$0")/../support/lib.bash"
 lib_init kafka_secured
 py=/usr/bin/python3
 t0=$(date +%s)

@@ -23,8 +23,8 @@
 # (KAFKA_STATIC_ON_MOCK=1, for bench/RESULTS.md's comparison).
 set -euo pipefail
 segd=$1
-# shellcheck source=tests/lib.bash
-source "$(dirname "$0")/lib.bash"
+# shellcheck source=tests/support/lib.bash
+source "$(dirname "$0")/../support/lib.bash"
 lib_init kafka_static
 if [ "${KAFKA_STATIC_ON_MOCK:-}" = 1 ]; then
   [ -z "${KAFKA_CLUSTER_DIR:-}" ] || fail "KAFKA_STATIC_ON_MOCK=1 with KAFKA_CLUSTER_DIR set: choose one"

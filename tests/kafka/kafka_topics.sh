@@ -13,8 +13,8 @@
 # usage: kafka_topics.sh SEGD_BIN SOURCE_DIR
 set -euo pipefail
 segd=$1
-# shellcheck source=tests/lib.bash
-source "$(dirname "$0")/lib.bash"
+# shellcheck source=tests/support/lib.bash
+source "$(dirname "$0")/../support/lib.bash"
 lib_init kafka_topics
 require_kafka
 # the topics that exist: input "${tp}events" (4 partitions), its DLQ, a

@@ -18,8 +18,8 @@
 # (lib.bash require_kafka). usage: kafka_topics_change.sh SEGD_BIN SOURCE_DIR
 set -euo pipefail
 segd=$1
-# shellcheck source=tests/lib.bash
-source "$(dirname "$0")/lib.bash"
+# shellcheck source=tests/support/lib.bash
+source "$(dirname "$0")/../support/lib.bash"
 lib_init kafka_topics_change
 require_kafka
 start_broker 4 a,b,events.dlq

@@ -18,7 +18,7 @@
 # usage: rebuild_cache_follow.sh SEGD_BIN SOURCE_DIR
 set -euo pipefail
 segd=$1
-. "$2/tests/lib.bash"
+. "$2/tests/support/lib.bash"
 lib_init rebuild_cache_follow
 require_kafka
 command -v kcat >/dev/null || fail "kcat is not installed (scripts/install-deps.sh)"
@@ -26,7 +26,7 @@ start_broker 4 events,events.dlq,segments.changes
 now=$(date +%s)
 users=200
 # The seed workload's events are up to 30 days old: a 40-day horizon keeps
-# them above the floor (as tests/cache_cli.sh); the late produce is 45 days
+# them above the floor (as tests/cli/cache_cli.sh); the late produce is 45 days
 # older than now, below it.
 horizon=$((40 * 86400))
 free_port() { /usr/bin/python3 -c "import socket;s=socket.socket();s.bind(('127.0.0.1',0));print(s.getsockname()[1])"; }

@@ -11,7 +11,7 @@
 # usage: rebuild_history.sh SEGD_BIN SOURCE_DIR
 set -euo pipefail
 segd=$1
-. "$2/tests/lib.bash"
+. "$2/tests/support/lib.bash"
 lib_init rebuild_history
 require_kafka
 export SEGD_CHANGES_ENABLE=0 SEGD_METRICS_LISTEN=${SEGD_METRICS_LISTEN:-off}

@@ -2,11 +2,11 @@
 # cache_log_start.sh): each kills or stops brokers, so each starts a 3-node
 # Apache Kafka cluster of its own (scripts/kafka.sh) in a fresh folder,
 # never the suite's shared one, and stops it by pid when it exits however
-# it exits. own_cluster creates the topics tests/kafka_faults.py uses, with
+# it exits. own_cluster creates the topics tests/trials/kafka_faults.py uses, with
 # replication factor 3 and min.insync.replicas 2 as in production;
 # run_faults SCENARIO runs that driver against it. Source after
 # `set -euo pipefail` with segd=$1 set.
-own_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+own_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 own_cleanup() {
   bash "$own_root/scripts/kafka.sh" stop > /dev/null 2>&1 || true
   [ -n "${KEEP:-}" ] || rm -rf "$KAFKA_CLUSTER_DIR"
@@ -28,5 +28,5 @@ own_cluster() {
   done
 }
 run_faults() {
-  /usr/bin/python3 "$own_root/tests/kafka_faults.py" "$1" "$segd"
+  /usr/bin/python3 "$own_root/tests/trials/kafka_faults.py" "$1" "$segd"
 }

@@ -8,11 +8,11 @@
 # cluster (scripts/kafka.sh; scripts/test.sh starts one for the whole run),
 # start_broker creates the topics there (replication factor 3,
 # min.insync.replicas 2, as in production); otherwise, or for a test named
-# in tests/mock_only.txt, it starts `segd dev-broker` (librdkafka's mock).
+# in tests/support/mock_only.txt, it starts `segd dev-broker` (librdkafka's mock).
 # The tests share that one cluster and run side by side, so on real Kafka
 # every topic and group name of a test carries $tp, a prefix of its own
 # (empty on the mock): write "${tp}events", "${tp}g".
-lib_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+lib_root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 tp=""
 lib_topics=()
 lib_init() {
@@ -45,9 +45,12 @@ lib_cleanup_own_cluster() {
 # true when this test runs against the real cluster
 kafka_real() {
   [ -n "${KAFKA_CLUSTER_DIR:-}" ] || return 1
-  ! grep -q "^${lib_name:-?} " "$lib_root/tests/mock_only.txt" 2>/dev/null
+  # a list that cannot be read must not put its tests on the cluster unseen
+  [ -r "$lib_root/tests/support/mock_only.txt" ] ||
+    fail "cannot read $lib_root/tests/support/mock_only.txt"
+  ! grep -q "^${lib_name:-?} " "$lib_root/tests/support/mock_only.txt"
 }
-# For a test that needs Apache Kafka (tests/kafka_*.sh that check what the
+# For a test that needs Apache Kafka (tests/kafka/*.sh that check what the
 # mock cannot show): without KAFKA_CLUSTER_DIR it starts a cluster of its
 # own in $tmp (scripts/kafka.sh, 3 nodes), stopped when the test exits.
 require_kafka() {
@@ -58,7 +61,7 @@ require_kafka() {
     bash "$lib_root/scripts/kafka.sh" start 3 > "$tmp/kafka.out" 2>&1 ||
       fail "cannot start a Kafka cluster: $(tail -5 "$tmp/kafka.out")"
   fi
-  kafka_real || fail "${lib_name:-?} needs Apache Kafka (is it in tests/mock_only.txt?)"
+  kafka_real || fail "${lib_name:-?} needs Apache Kafka (is it in tests/support/mock_only.txt?)"
 }
 # For a test that must run on the suite's Apache Kafka cluster and has no
 # mock form that checks the same: fails, saying so, without one (never a
@@ -70,7 +73,7 @@ require_kafka_cluster() {
       "for the suite) and export KAFKA_CLUSTER_DIR"
   [ -f "$KAFKA_CLUSTER_DIR/bootstrap" ] ||
     fail "${lib_name:-?} needs a real Apache Kafka cluster: none in KAFKA_CLUSTER_DIR=$KAFKA_CLUSTER_DIR (no bootstrap file)"
-  kafka_real || fail "${lib_name:-?} needs Apache Kafka but tests/mock_only.txt keeps it on the mock"
+  kafka_real || fail "${lib_name:-?} needs Apache Kafka but tests/support/mock_only.txt keeps it on the mock"
 }
 fail() {
   echo "FAIL: $*" >&2

@@ -1,5 +1,5 @@
 """An independent decoder of segd's profile record, written from
-docs/record-format.md alone (not from core/record.c): tests/snapshot_cli.sh
+docs/record-format.md alone (not from core/record.c): tests/cli/snapshot_cli.sh
 decodes every record of a native snapshot with it and compares them with the
 avro snapshot of the same store, so the document is enough to write a
 decoder. decode(bytes) -> (erased_before_ms, [(segment_id, ts_ms, expiry_s,

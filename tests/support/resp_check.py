@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Helpers of tests/resp_cli.sh: speak RESP2 over a raw socket so that the
+"""Helpers of tests/cli/resp_cli.sh: speak RESP2 over a raw socket so that the
 bytes of two servers' answers can be compared exactly.
   store-equal SEGD DB NOW USERS PORT   segd cache --resp answers each user's
       ZRANGEBYSCORE -inf +inf WITHSCORES as `segd get --json` of the store at

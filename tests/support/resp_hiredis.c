@@ -1,4 +1,4 @@
-/* A hiredis client for tests/resp_cli.sh: reads commands from stdin, one a
+/* A hiredis client for tests/cli/resp_cli.sh: reads commands from stdin, one a
  * line, words split on blanks; sends them all pipelined (redisAppendCommandArgv)
  * and prints every reply in order, one line each, in a canonical form, so
  * that the answers of segd cache --resp and of a redis-server can be

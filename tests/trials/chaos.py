@@ -48,7 +48,7 @@ FAULT beside its data verdict (the member applied and published everything
 but the group's committed offsets stayed below the end for 30 s: commits
 lost in a rebalance and not re-sent). Only EXACT passes.
 
---self-test breaks each check on purpose (CHAOS_BREAK, tests/chaoslib.py) in
+--self-test breaks each check on purpose (CHAOS_BREAK, tests/trials/chaoslib.py) in
 short trials and fails unless every broken trial is reported as the failure
 it must be: a store and cache answer altered (MISMATCH of one user in each
 of the three columns), the cache check pointed at a closed port, the wait

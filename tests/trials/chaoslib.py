@@ -1,4 +1,4 @@
-"""Shared pieces of the chaos trials (tests/chaos.py, tests/fleet.py): the
+"""Shared pieces of the chaos trials (tests/trials/chaos.py, tests/trials/fleet.py): the
 deterministic workload, an independent model of docs/design.md §3, the
 broker a trial runs on (a dev broker per trial, or uniquely named topics on a
 real Apache Kafka cluster from scripts/kafka.sh), and the processes of one
@@ -12,7 +12,7 @@ each raises HarnessError, which a trial reports as a failure of the trial
 under its own name, never as "exact" and never as a data mismatch. Data
 mismatches are the lists of users a complete read found different.
 
-CHAOS_BREAK (a comma-separated list, for the self-test of tests/chaos.py)
+CHAOS_BREAK (a comma-separated list, for the self-test of tests/trials/chaos.py)
 breaks a check on purpose so that its failure can be seen:
   store-answer   one user of the store's answer is altered
   cache-answer   one user of every cache's answer is altered
@@ -32,7 +32,7 @@ NOW_S = int(time.time()) // 3600 * 3600  # segd run keeps the wall clock (from_f
 GRANULARITY = 3600
 HORIZON_S = 40 * 86400
 HERE = os.path.dirname(os.path.abspath(__file__))
-KAFKA_SH = os.path.join(HERE, "..", "scripts", "kafka.sh")
+KAFKA_SH = os.path.join(HERE, "..", "..", "scripts", "kafka.sh")
 SCHEMA = """{"type":"record","name":"SegmentEvent","namespace":"segd","fields":[
  {"name":"user_id","type":"string"},{"name":"ts_ms","type":"long"},
  {"name":"op","type":{"type":"enum","name":"Op","symbols":["UPSERT","REMOVE","ERASE_USER"]}},

@@ -2,7 +2,7 @@
 """The fleet proof of issue 11: three `segd run` instances in one group on a
 12-partition dev broker, each with its own store, exporting per-partition
 snapshot units to one destination DEST and restoring from it on assignment
-(docs/design.md §6, §7), while a random workload (tests/chaoslib.py: UPSERTs,
+(docs/design.md §6, §7), while a random workload (tests/trials/chaoslib.py: UPSERTs,
 REMOVEs and ERASE_USERs with colliding ids and equal timestamps, plus exact
 duplicates) is produced keyed by user id with murmur2_random, as segd routes:
 
@@ -46,7 +46,7 @@ different), SEGD FAULT (data EXACT|MISMATCH) (the group's commits stuck below
 the end), FAILED (segd did not take a step it must) or HARNESS FAILURE (a
 check could not be made: an unreachable cache, a store that cannot be read,
 a process that exited); exit 0 iff every trial was exact. Every member has
-its own metrics port (tests/chaoslib.py).
+its own metrics port (tests/trials/chaoslib.py).
 """
 import argparse, glob, json, os, random, re, shutil, signal, subprocess, sys, tempfile
 import threading, time
@@ -375,7 +375,7 @@ def dump_topics(t, users):
     import io
     import avro.io
     import avro.schema
-    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "schemas")
+    src = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "schemas")
     dec = {n: avro.io.DatumReader(avro.schema.parse(open(os.path.join(src, n + ".avsc")).read()))
            for n in ("change_event", "segment_event")}
     c = Consumer({"bootstrap.servers": t.brokers, "group.id": t.prefix + "fleet-dump",

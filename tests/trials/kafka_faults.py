@@ -1,10 +1,10 @@
 #!/usr/bin/python3
 """Broker faults on a real 3-node Apache Kafka cluster (issue 21 item 4),
-driven by tests/kafka_failover.sh, tests/kafka_outage.sh and
-tests/cache_log_start.sh, which start and stop the cluster (its folder in
+driven by tests/kafka/kafka_failover.sh, tests/kafka/kafka_outage.sh and
+tests/kafka/cache_log_start.sh, which start and stop the cluster (its folder in
 KAFKA_CLUSTER_DIR, topics events, segments.changes and events.dlq created
 with replication factor 3 and min.insync.replicas 2). The workload and the
-independent model of docs/design.md §3 are tests/chaoslib.py's.
+independent model of docs/design.md §3 are tests/trials/chaoslib.py's.
 
   failover   while a producer feeds events (250/s, after a warm-up that gives
              `segd run` a periodic snapshot and a `segd cache` tailing its
@@ -45,7 +45,7 @@ from confluent_kafka.admin import AdminClient  # noqa: E402
 
 from chaoslib import HORIZON_S, NOW_S, SCHEMA, Trial, model, workload  # noqa: E402
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BREAK = os.environ.get("KAFKA_FAULTS_BREAK", "")
 GROUP = "chaos"  # chaoslib.Trial.run's group
 

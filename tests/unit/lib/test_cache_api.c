@@ -1,7 +1,7 @@
 /* libsegd-cache's public API (include/segd/cache.h), called through the
  * shared library as a bidder does: change messages in both framings, the
  * filters, known/unknown users, count_range, a too-small array, bad
- * messages and arguments. tests/lib_install.sh covers installing it and
+ * messages and arguments. tests/deploy/lib_install.sh covers installing it and
  * loading a real snapshot. */
 #include <setjmp.h>
 #include <stdarg.h>

@@ -31,7 +31,7 @@
 #include "publisher/publisher.h"
 #include "publisher/publisher_int.h" /* the delivery-report tally */
 #include "store/store.h"
-#include "tests/nginx_util.h"
+#include "tests/support/nginx_util.h"
 
 #define CHANGES "changes"
 #define PARTITIONS 4

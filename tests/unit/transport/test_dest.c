@@ -31,7 +31,7 @@
 #include <cmocka.h>
 
 #include "transport/dest.h"
-#include "tests/nginx_util.h"
+#include "tests/support/nginx_util.h"
 
 #define EMPTY_SHA256 "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855"
 /* AWS's S3 SigV4 example ("GET Object", Signature Version 4 documentation) */

@@ -17,8 +17,8 @@
 
 #include "wire/avro_codec.h"
 #include "transport/registry.h"
-#include "tests/avro_util.h"
-#include "tests/nginx_util.h"
+#include "tests/support/avro_util.h"
+#include "tests/support/nginx_util.h"
 
 /* Registry stand-ins: ids 1-3 the evolved writers, 6 a writer that does not
  * resolve, 7 a non-JSON answer, 500 a failing server, register under

@@ -13,7 +13,7 @@
 
 #include "base/varint.h"
 #include "wire/avro_codec.h"
-#include "tests/avro_util.h"
+#include "tests/support/avro_util.h"
 
 static void sample(segd_event_t *ev, segd_op_t op, const char *source)
 {
