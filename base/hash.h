@@ -3,7 +3,7 @@
  * fnv1a_random partitioner). Inline: the JSON parser hashes every key of
  * every object it reads. The outputs are fixed by what depends on them (a
  * member id a broker remembers, librdkafka's partitioner), so these must
- * stay the textbook FNV-1a; tests/test_hash.c holds the known vectors. */
+ * stay the textbook FNV-1a; tests/unit/base/test_hash.c holds the known vectors. */
 #ifndef SEGD_HASH_H
 #define SEGD_HASH_H
 

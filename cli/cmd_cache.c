@@ -337,7 +337,7 @@ static int load(const cache_args_t *a, cache_state_t *cs)
  * holds outlives the process: the edge table is memory, and the tail's
  * consumer never joins a group nor commits an offset. A teardown that does
  * not finish must then not keep it alive: a `segd cache` that met a gap once
- * logged it and was still up 60 s later (tests/cache_log_start.sh, about 1
+ * logged it and was still up 60 s later (tests/kafka/cache_log_start.sh, about 1
  * run in 12 on a loaded machine). Its teardown joins threads of
  * libmicrohttpd and of librdkafka 2.0.2, whose consumer is closed there while
  * the other partitions' out-of-range fetch answers may still be arriving

@@ -180,7 +180,7 @@ static void report_export(snapshotter_t *sn, const char *topic, const segd_manif
  * first batch: its unit would have neither the partition's users nor its
  * offset, yet it would replace the good unit a restore of it is reading
  * (which then loads nothing and replays from input.offset.reset) and make
- * every cache fold it as "no offset". Found by tests/fleet.py. */
+ * every cache fold it as "no offset". Found by tests/trials/fleet.py. */
 static void keep_stored(snapshotter_t *sn, const char *topic, int32_t *parts, size_t *n)
 {
     size_t k = 0;

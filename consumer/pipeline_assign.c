@@ -43,7 +43,7 @@ static int64_t commit_retry_at(const segd_pipeline_t *p)
  * lookup reply as a reason to query again, and then fetches from the
  * logical offset, not the seek's. With END, a restored partition resumed
  * at its unit's offset skipped what came between that offset and the end
- * (found by tests/fleet.py). Nothing is fetched here before the seek. */
+ * (found by tests/trials/fleet.py). Nothing is fetched here before the seek. */
 #define PAUSED_START 0
 
 /* Receives the result of an asynchronous Kafka commit, which consumer_poll

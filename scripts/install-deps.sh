@@ -9,7 +9,7 @@ pkgs=(build-essential cmake pkg-config
       libjansson-dev libxxhash-dev libzstd-dev liblz4-dev libssl-dev zlib1g-dev libmicrohttpd-dev)
 # tests, demos and benchmarks (wrk: segd bench serve): nginx as WebDAV target,
 # kcat, Python clients; python3-yaml,
-# systemd (systemd-analyze) and man-db for tests/deploy_check.py
+# systemd (systemd-analyze) and man-db for tests/deploy/deploy_check.py
 if [ "${SEGD_DEPS:-all}" != build ]; then
   pkgs+=(nginx-light kcat python3-avro python3-confluent-kafka python3-zstandard
          python3-yaml systemd man-db groff-base prometheus
@@ -18,10 +18,10 @@ if [ "${SEGD_DEPS:-all}" != build ]; then
   # Maven Central's jars: a JRE and Maven, when the machine has none of its own
   command -v java >/dev/null 2>&1 || pkgs+=(default-jre-headless)
   command -v mvn >/dev/null 2>&1 || pkgs+=(maven)
-  # the real schema registry of tests/schema_registry.sh (scripts/registry.sh)
+  # the real schema registry of tests/cli/schema_registry.sh (scripts/registry.sh)
   # runs from Maven Central's jars too; curl asks it whether it is up
   pkgs+=(curl)
-  # tests/container.sh: docker/Dockerfile built and run with podman (runc as
+  # tests/deploy/container.sh: docker/Dockerfile built and run with podman (runc as
   # its runtime: crun cannot use hybrid cgroups), on a base image made with
   # debootstrap where no image registry is reachable
   pkgs+=(podman runc debootstrap)
@@ -31,7 +31,7 @@ for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
 # s3rver (an S3-compatible server from npm) for the s3:// round trip in
-# tests/s3_cli.sh and tests/test_dest.c, which fail without it (fail closed):
+# tests/cli/s3_cli.sh and tests/unit/transport/test_dest.c, which fail without it (fail closed):
 # npm comes from Debian when the machine has none, and a failed install of
 # s3rver fails this script. Installed after the packages, below.
 s3rver_dir=/opt/segd-test-tools

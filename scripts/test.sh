@@ -19,9 +19,9 @@ jobs=$(nproc)
 # TSan snapshot_cli, its tail, 129 s against 83 s at -j2 (run 129 s vs 97 s).
 test_jobs=${SEGD_TEST_JOBS:-$((jobs + 1))}
 # stores in tests are small: do not let a nearly full CI disk stall every write
-# behind the 256 MiB production reserve (tests/disk_full.sh sets its own)
+# behind the 256 MiB production reserve (tests/cli/disk_full.sh sets its own)
 export SEGD_STORE_MIN_FREE_MB=8
-# tests/schema_registry.sh's registry (scripts/registry.sh) is built from
+# tests/cli/schema_registry.sh's registry (scripts/registry.sh) is built from
 # Maven Central's jars on first use (about 5 minutes on a fresh machine, most
 # of it download): in the background while segd builds and the plain stage
 # runs, so that no test's time pays it. Only the ASan stage runs that test.
@@ -32,7 +32,7 @@ cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSEGD_WERROR=ON >/dev/nul
 cmake --build build -j"$jobs"
 # One real Apache Kafka cluster (scripts/kafka.sh: 3 KRaft nodes on loopback,
 # auto topic creation off) for the plain and sanitizer stages: every test that
-# goes through tests/lib.bash's start_broker creates its own topics there
+# goes through tests/support/lib.bash's start_broker creates its own topics there
 # (docs/testing.md says which tests stay on the mock and why). Stopped by pid
 # when this script exits, however it exits.
 export KAFKA_CLUSTER_DIR="$PWD/build/kafka"
@@ -48,7 +48,7 @@ cmake -S . -B build-asan -DCMAKE_BUILD_TYPE=Debug -DSEGD_SANITIZE=ON -DSEGD_WERR
 cmake --build build-asan -j"$jobs"
 # allocator_may_return_null: fuzzed Avro claims huge lengths; avro-c must see NULL, not an abort
 (cd build-asan && ASAN_OPTIONS=detect_leaks=1:allocator_may_return_null=1 \
-   LSAN_OPTIONS=suppressions="$PWD/../tests/lsan.supp" \
+   LSAN_OPTIONS=suppressions="$PWD/../tests/support/lsan.supp" \
    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
    ctest --output-on-failure -j"$test_jobs" -E '^(chaos|fleet|container)$')
 # ThreadSanitizer: the unit tests (edge cache shards, RocksDB's threads in the
@@ -71,5 +71,5 @@ tsan_skip='^(test_ingest|test_ingest_faults)$'
 tsan_targets=$(cd build-tsan && ctest -N -R "$tsan_tests" -E "$tsan_skip" |
                sed -n 's/^ *Test *#[0-9]*: \(test_[a-z0-9_]*\)$/\1/p')
 cmake --build build-tsan -j"$jobs" --target segd $tsan_targets
-(cd build-tsan && UNDER_TSAN=1 TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/../tests/tsan.supp" \
+(cd build-tsan && UNDER_TSAN=1 TSAN_OPTIONS="halt_on_error=1 suppressions=$PWD/../tests/support/tsan.supp" \
    ctest --output-on-failure -j"$jobs" -R "$tsan_tests" -E "$tsan_skip")

@@ -1,7 +1,7 @@
 /* JSON-lines SegmentEvent parsing and writing; see json_event.h. The reference
  * parser and the writer use jansson; segd_json_event_parse (the second half)
  * is a hand-written strict parser for the one SegmentEvent shape, held equal
- * to the reference by tests/test_json_event.c and fuzz/fuzz_json_event.c.
+ * to the reference by tests/unit/wire/test_json_event.c and fuzz/fuzz_json_event.c.
  * This file holds its SegmentEvent fields; the parser under them is
  * json_scan.c (tokens) and json_walk.c (objects and arrays). */
 #include "wire/json_event.h"

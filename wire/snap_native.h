@@ -43,7 +43,7 @@ void segd_snapnat_writer_free(segd_snapnat_writer_t *w);
  * pruning changes nothing (segd_record_head_unpruned), or when pruning the
  * decoded profile changed nothing. That is safe because the reader decodes
  * the same profile and segd_record_encode is deterministic, so the bytes
- * equal a re-encoding (tests/test_snap_native.c). Only a head-proven copy
+ * equal a re-encoding (tests/unit/wire/test_snap_native.c). Only a head-proven copy
  * skips the decode, and its checksum and head are still checked. A value
  * that does not decode is SEGD_ERR_CORRUPT. */
 segd_err_t segd_snapnat_export(segd_snapnat_writer_t *w, const char *user, size_t user_len,
