@@ -17,6 +17,7 @@
  * connection settings (TLS, SASL) from it. */
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <librdkafka/rdkafka.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,7 +29,7 @@
 #include "consumer/member_outbox.h"
 #include "store/identity.h"
 #include "store/identity_components.h"
-#include "transport/kconf.h"
+#include "transport/kproducer.h"
 #include "wire/link_event.h"
 #include "wire/profile_json.h"
 
@@ -77,7 +78,8 @@ static void usage(FILE *f)
             "  produce: JSON lines {\"id_a\",\"id_b\",\"op\",\"ts_ms\",\"weight\"?,\"source\"?}\n"
             "    to the links topic (default segments.links); prints \"produced N link\n"
             "    events (L links, U unlinks) to TOPIC: delivered D of N\" and exits 1\n"
-            "    unless a broker acknowledged every one\n"
+            "    unless a broker acknowledged every one, saying why (\"no broker answered\n"
+            "    at B: ...\"); SIGINT/SIGTERM drops what is queued, counted undelivered\n"
             "  backfill: the same JSON lines applied to the store in file order, as\n"
             "    segd run applies the links topic (guard included); membership changes\n"
             "    go to the outbox for the next segd run to publish (--no-changes: not;\n"
@@ -407,27 +409,19 @@ static int cmd_stats(const id_args_t *a)
 
 /* ---------- produce ---------- */
 
-/* What was queued and what the delivery reports said. Only a broker's
- * acknowledgement counts as delivered (as segd produce reports). dr_cb runs
- * in rd_kafka_poll/flush, on this thread. */
-typedef struct link_produced {
-    unsigned long long links, unlinks, delivered, failed;
-    char first_err[160]; /* the first failed report's error */
-} link_produced_t;
+/* Stops the producing on SIGINT/SIGTERM: what is queued is purged and the
+ * report counts only what a broker acknowledged, as segd produce does. */
+static volatile sig_atomic_t produce_stop;
+static void on_produce_signal(int sig) { (void)sig, produce_stop = 1; }
 
-static void produce_dr(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
-{
-    link_produced_t *p = opaque;
-    (void)rk;
-    if (!m->err)
-        p->delivered++;
-    else if (!p->failed++)
-        snprintf(p->first_err, sizeof(p->first_err), "%s", rd_kafka_err2str(m->err));
-}
+/* The link events of each kind queued, for the summary line. */
+typedef struct link_queued {
+    unsigned long long links, unlinks;
+} link_queued_t;
 
-static int produce_line(rd_kafka_t *rk, const id_args_t *a, segd_link_codec_t *codec,
+static int produce_line(segd_kproducer_t *kp, const id_args_t *a, segd_link_codec_t *codec,
                         const char *line, size_t len, segd_buf_t *out, long line_no,
-                        link_produced_t *p)
+                        link_queued_t *q)
 {
     segd_wire_link_t w;
     char err[512];
@@ -440,36 +434,41 @@ static int produce_line(rd_kafka_t *rk, const id_args_t *a, segd_link_codec_t *c
     int a_first = strcmp(w.id_a, w.id_b) <= 0; /* JSON ids hold no NUL: refused before */
     const char *key = a_first ? w.id_a : w.id_b;
     size_t klen = a_first ? w.id_a_len : w.id_b_len;
-    rd_kafka_resp_err_t kerr;
-    while ((kerr = rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(a->topic),
-                                     RD_KAFKA_V_MSGFLAGS(RD_KAFKA_MSG_F_COPY),
-                                     RD_KAFKA_V_KEY(key, klen), RD_KAFKA_V_VALUE(out->data, out->len),
-                                     RD_KAFKA_V_END)) == RD_KAFKA_RESP_ERR__QUEUE_FULL)
-        rd_kafka_poll(rk, 100);
-    if (kerr) {
-        fprintf(stderr, "segd identity produce: %s\n", rd_kafka_err2str(kerr));
+    segd_err_t e = segd_kproducer_send(kp, a->topic, key, klen, out->data, out->len,
+                                       &produce_stop, err, sizeof(err));
+    if (e == SEGD_ERR_ABORTED)
+        return -1;
+    if (e) {
+        fprintf(stderr, "segd identity produce: %s\n", err);
         return -1;
     }
     if (w.op == SEGD_WIRE_LINK)
-        p->links++;
+        q->links++;
     else
-        p->unlinks++;
-    rd_kafka_poll(rk, 0);
+        q->unlinks++;
+    segd_kproducer_poll(kp);
     return 0;
 }
 
-/* The summary line, and whether every queued event was acknowledged. */
-static int produce_report(const id_args_t *a, const link_produced_t *p)
+/* The summary line, and whether every event was acknowledged. */
+static int produce_report(const id_args_t *a, segd_kproducer_t *kp, const link_queued_t *q)
 {
-    unsigned long long n = p->links + p->unlinks;
+    segd_kproducer_counts_t c;
+    segd_kproducer_counts(kp, &c);
+    unsigned long long n = q->links + q->unlinks;
     printf("produced %llu link events (%llu links, %llu unlinks) to %s: delivered %llu of %llu\n",
-           n, p->links, p->unlinks, a->topic, p->delivered, n);
-    if (p->delivered == n)
+           n, q->links, q->unlinks, a->topic, (unsigned long long)c.delivered, n);
+    char err[1024];
+    if (!segd_kproducer_report(kp, a->topic, "link events", n, err, sizeof(err)))
         return 0;
-    fprintf(stderr, "segd identity produce: delivered %llu of %llu to %s: %s (brokers %s)\n",
-            p->delivered, n, a->topic, p->first_err[0] ? p->first_err : "not acknowledged",
-            a->brokers);
+    fprintf(stderr, "segd identity produce: %s\n", err);
     return -1;
+}
+
+static segd_err_t links_connection(void *ctx, rd_kafka_conf_t *conf, char *errstr, size_t n)
+{
+    const id_args_t *a = ctx;
+    return segd_config_apply_connection(&a->cfg, conf, "links producer", errstr, n);
 }
 
 static int cmd_produce(const id_args_t *a, const char *path)
@@ -480,45 +479,49 @@ static int cmd_produce(const id_args_t *a, const char *path)
     char errbuf[512];
     /* message.timeout.ms bounds the wait for acknowledgements, after which
      * librdkafka fails what is left: every event then has its report. */
-    const char *const defaults[] = {"bootstrap.servers", a->brokers, "enable.idempotence",
-                                    "true", "message.timeout.ms", "30000", NULL};
-    link_produced_t p = {0};
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    rd_kafka_conf_set_dr_msg_cb(conf, produce_dr);
-    rd_kafka_conf_set_opaque(conf, &p);
-    rd_kafka_t *rk = NULL;
-    /* --config's connection settings: a secured cluster's TLS and SASL */
-    if (!segd_kconf_apply(conf, "links producer", defaults, errbuf, sizeof(errbuf)) &&
-        !segd_config_apply_connection(&a->cfg, conf, "links producer", errbuf, sizeof(errbuf)))
-        rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, errbuf, sizeof(errbuf));
+    static const char *const defaults[] = {"enable.idempotence", "true", NULL};
+    segd_kproducer_opts_t ko = {.brokers = a->brokers,
+                                .what = "links producer",
+                                .defaults = defaults,
+                                .delivery_timeout_ms = 30000,
+                                .configure = links_connection, /* a secured cluster's TLS, SASL */
+                                .configure_ctx = (void *)a};
+    segd_kproducer_t *kp = NULL;
     segd_link_codec_t *codec = NULL;
-    if (!rk || segd_link_codec_new(&codec, NULL, errbuf, sizeof(errbuf))) {
+    if (segd_kproducer_new(&kp, &ko, errbuf, sizeof(errbuf)) ||
+        segd_link_codec_new(&codec, NULL, errbuf, sizeof(errbuf))) {
         fprintf(stderr, "segd identity produce: %s\n", errbuf);
-        if (!rk)
-            rd_kafka_conf_destroy(conf);
-        rd_kafka_destroy(rk);
+        segd_kproducer_destroy(kp);
+        if (f != stdin)
+            fclose(f);
         return SEGD_EXIT_FAIL;
     }
+    struct sigaction sa = {0};
+    sa.sa_handler = on_produce_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
     char *line = NULL;
     size_t cap = 0;
     ssize_t len;
     long no = 0, bad = 0;
     int rc = 0;
     segd_buf_t out = {0};
-    while (rc >= 0 && (len = getline(&line, &cap, f)) > 0) {
+    link_queued_t q = {0};
+    while (rc >= 0 && !produce_stop && (len = getline(&line, &cap, f)) > 0) {
         no++;
         while (len && (line[len - 1] == '\n' || line[len - 1] == '\r'))
             len--;
-        if (len && (rc = produce_line(rk, a, codec, line, (size_t)len, &out, no, &p)) > 0)
+        if (len && (rc = produce_line(kp, a, codec, line, (size_t)len, &out, no, &q)) > 0)
             bad++;
     }
-    while (rd_kafka_outq_len(rk) > 0)
-        rd_kafka_flush(rk, 1000);
-    int left = produce_report(a, &p);
+    if (produce_stop)
+        segd_kproducer_interrupted(kp);
+    segd_kproducer_drain(kp, &produce_stop);
+    int left = produce_report(a, kp, &q);
     free(line);
     segd_buf_free(&out);
     segd_link_codec_destroy(codec);
-    rd_kafka_destroy(rk);
+    segd_kproducer_destroy(kp);
     if (f != stdin)
         fclose(f);
     return rc < 0 || left ? SEGD_EXIT_FAIL : bad ? SEGD_EXIT_PARTIAL : SEGD_EXIT_OK;

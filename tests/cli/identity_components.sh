@@ -107,6 +107,21 @@ head -3 "$tmp/links.jsonl" > "$tmp/three.jsonl"
 [ "$rc" = 1 ] || fail "produce to no broker: exit $rc, want 1: $(cat "$tmp/pout" "$tmp/perr")"
 grep -qx "produced 3 link events (3 links, 0 unlinks) to t.links: delivered 0 of 3" "$tmp/pout" ||
   fail "produce's report: $(cat "$tmp/pout")"
-grep -q "delivered 0 of 3 to t.links: .*(brokers 127.0.0.1:1)" "$tmp/perr" ||
+grep -q "delivered 0 of 3 link events to t.links: no broker answered at 127.0.0.1:1: " "$tmp/perr" ||
   fail "produce's error: $(cat "$tmp/perr")"
+# SIGINT while nothing can be delivered: the queue is dropped, the report
+# says so and counts nothing delivered (exit 1, not the signal's 130), at
+# once rather than after the 30 s delivery timeout
+"$segd" identity produce --brokers 127.0.0.1:1 --topic t.links "$tmp/three.jsonl" \
+  > "$tmp/pout" 2> "$tmp/perr" &
+ppid=$!
+sleep 1
+kill -INT $ppid
+rc=0
+start=$(date +%s)
+wait $ppid || rc=$?
+[ "$rc" = 1 ] || fail "produce after SIGINT: exit $rc, want 1: $(cat "$tmp/perr")"
+[ $(( $(date +%s) - start )) -lt 15 ] || fail "produce took $(( $(date +%s) - start )) s to stop"
+grep -q "interrupted (3 of 3 link events queued): delivered 0 of 3 link events to t.links" \
+  "$tmp/perr" || fail "produce's interrupted report: $(cat "$tmp/perr")"
 echo "identity_components: ok"
