@@ -47,6 +47,7 @@ static void went_down(segd_pipeline_t *p, const char *why)
 {
     int was = segd_pipeline_brokers_are_down(p);
     set_down(p, why);
+    p->brokers_down_messages = p->st.messages;
     p->brokers_check_ms = segd_mono_ms() + RECHECK_MS;
     if (!was)
         segd_log(pipeline_log(p), SEGD_LOG_WARN, "pipeline",
@@ -90,12 +91,19 @@ void segd_pipeline_brokers_step(segd_pipeline_t *p)
         !segd_pipeline_brokers_are_down(p))
         return;
     p->brokers_check_ms = segd_mono_ms() + RECHECK_MS;
-    const struct rd_kafka_metadata *md = NULL;
-    if (rd_kafka_metadata(p->consumer, 0, NULL, &md, RECHECK_WAIT_MS))
-        return;
     char brokers[64];
-    snprintf(brokers, sizeof(brokers), "%d", md->broker_cnt);
-    rd_kafka_metadata_destroy(md);
+    const struct rd_kafka_metadata *md = NULL;
+    if (p->st.messages > p->brokers_down_messages) {
+        /* a message consumed is a broker's answer: a metadata request slower
+         * than RECHECK_WAIT_MS (a loaded or distant cluster) must not keep
+         * /readyz saying the brokers are down while the pipeline consumes */
+        snprintf(brokers, sizeof(brokers), "(consuming)");
+    } else if (rd_kafka_metadata(p->consumer, 0, NULL, &md, RECHECK_WAIT_MS)) {
+        return;
+    } else {
+        snprintf(brokers, sizeof(brokers), "%d", md->broker_cnt);
+        rd_kafka_metadata_destroy(md);
+    }
     set_down(p, "");
     p->broker_cause[0] = 0;
     segd_log_kv(pipeline_log(p), SEGD_LOG_INFO, "pipeline", "brokers answer again: consuming",

@@ -114,6 +114,7 @@ struct segd_pipeline {
     char brokers_down[512];     /* why no broker answers; empty while one does */
     char broker_cause[256];     /* librdkafka's last connection failure, in short */
     int64_t brokers_check_ms;   /* monotonic time of the next check while down */
+    uint64_t brokers_down_messages; /* st.messages when they went down */
     pipeline_metrics_t mx;
 };
 

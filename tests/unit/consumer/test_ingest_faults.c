@@ -437,6 +437,48 @@ static void test_offset_read_error_retries(void **state)
     segd_config_free(&cfg);
 }
 
+/* /readyz's "no broker answers" ends when a broker answers, even one whose
+ * metadata requests are slower than the pipeline's 500 ms check (a loaded or
+ * distant cluster): messages consumed are the answer. The broker is down at
+ * the start, then comes back with an 800 ms round trip: the pipeline
+ * consumes everything, and the reason must be gone. */
+static void test_slow_brokers_not_down(void **state)
+{
+    fixture_t *f = *state;
+    const uint64_t users = 20;
+    char db[128], why[512];
+    produce_seed(f, users, 37);
+    segd_store_t *s = open_store(f->dir, "slowmeta");
+    snprintf(db, sizeof(db), "%s/slowmeta", f->dir);
+    segd_config_t cfg;
+    const char *const kv[] = {"changes.enable", "0", NULL};
+    make_config(&cfg, f, "g-slowmeta", db, kv);
+    assert_int_equal(rd_kafka_mock_broker_set_down(f->mcl, 1), 0);
+    member_t m = {0};
+    member_start(&m, &cfg, s, 0);
+    int was_down = 0;
+    for (int i = 0; i < 200 && !was_down; i++) {
+        was_down = segd_pipeline_brokers_down(m.p, why, sizeof(why));
+        sleep_ms(50);
+    }
+    assert_int_equal(rd_kafka_mock_broker_set_rtt(f->mcl, 1, 800), 0);
+    assert_int_equal(rd_kafka_mock_broker_set_up(f->mcl, 1), 0);
+    /* a bound, not a timing: every request takes 800 ms */
+    int down = 1;
+    for (int i = 0; i < 1800 && (down || stored_offsets_sum(s) < users * 50); i++) {
+        down = segd_pipeline_brokers_down(m.p, why, sizeof(why));
+        sleep_ms(100);
+    }
+    member_stop(&m);
+    assert_int_equal(rd_kafka_mock_broker_set_rtt(f->mcl, 1, 0), 0);
+    assert_true(was_down); /* the start saw no broker */
+    assert_int_equal(stored_offsets_sum(s), users * 50);
+    if (down)
+        fail_msg("still 'down' after consuming everything: %s", why);
+    segd_store_close(s);
+    segd_config_free(&cfg);
+}
+
 /* ---------- defect 7: out of memory rewinds ---------- */
 
 static void test_out_of_memory_rewinds(void **state)
@@ -1047,6 +1089,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_rebalance_under_back_pressure, setup, teardown),
         cmocka_unit_test_setup_teardown(test_offset_read_error_retries, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_slow_brokers_not_down, setup, teardown),
         cmocka_unit_test_setup_teardown(test_out_of_memory_rewinds, setup, teardown),
         cmocka_unit_test_setup_teardown(test_back_pressure_bound, setup, teardown),
         cmocka_unit_test_setup_teardown(test_stop_before_first_assignment, setup, teardown),
