@@ -34,7 +34,7 @@ struct segd_health {
     segd_metric_t *cache_usage, *cache_capacity, *delayed_rate, *write_stopped,
         *compactions_running, *compaction_pending, *gc_watermark, *corrupt, *writable, *ready;
     segd_metric_t *pub_events, *pub_bytes, *pub_segments, *pub_entries, *pub_cycles,
-        *pub_retries, *outbox_depth, *outbox_oldest;
+        *pub_retries, *pub_renewals, *outbox_depth, *outbox_oldest;
 };
 
 static void collect_store(segd_health_t *h)
@@ -78,6 +78,7 @@ static void collect_publisher(segd_health_t *h)
     segd_metric_set(h->pub_entries, NULL, (double)st.entries);
     segd_metric_set(h->pub_cycles, NULL, (double)st.cycles);
     segd_metric_set(h->pub_retries, NULL, (double)st.retries);
+    segd_metric_set(h->pub_renewals, NULL, (double)st.producer_renewals);
     segd_metric_set(h->outbox_depth, NULL, (double)st.depth);
     segd_metric_set(h->outbox_oldest, NULL, (double)st.oldest_unacked_ms / 1000.0);
 }
@@ -137,6 +138,9 @@ static void register_publisher(segd_health_t *h)
     h->pub_retries = segd_metrics_counter(m, "segd_publish_retries_total",
                                           "Failed publish cycles (broker, registry or store).",
                                           NULL);
+    h->pub_renewals = segd_metrics_counter(
+        m, "segd_publish_producer_renewals_total",
+        "Change producers replaced after a fatal error (the outbox sent again).", NULL);
     h->outbox_depth = segd_metrics_gauge(m, "segd_outbox_entries",
                                          "Outbox entries not yet acknowledged.", NULL);
     h->outbox_oldest = segd_metrics_gauge(

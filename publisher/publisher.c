@@ -61,8 +61,28 @@ static segd_err_t make_producer(segd_publisher_t *p, char *errstr, size_t n)
         return segd_errf(SEGD_ERR_KAFKA, errstr, n, "changes producer: %s", e);
     }
     p->rkt = rd_kafka_topic_new(p->rk, p->o.topic, NULL);
-    return p->rkt ? SEGD_OK : segd_errf(SEGD_ERR_KAFKA, errstr, n, "topic %s", p->o.topic);
+    if (p->rkt)
+        return SEGD_OK;
+    rd_kafka_destroy(p->rk);
+    p->rk = NULL;
+    return segd_errf(SEGD_ERR_KAFKA, errstr, n, "topic %s", p->o.topic);
 }
+
+/* Nothing of it is waited for: a failed cycle's messages were purged, and
+ * what it still held is in the outbox, which the next cycle sends. */
+static void destroy_producer(segd_publisher_t *p)
+{
+    if (p->rkt)
+        rd_kafka_topic_destroy(p->rkt);
+    if (p->rk) {
+        rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
+        rd_kafka_flush(p->rk, 1000);
+        rd_kafka_destroy(p->rk);
+    }
+    p->rkt = NULL;
+    p->rk = NULL;
+}
+
 
 /* The most a change event's value (framing and body) may take. librdkafka
  * refuses a message over message.max.bytes at once and for good, and a
@@ -80,6 +100,35 @@ static size_t message_budget(segd_publisher_t *p)
         max = atoll(v);
     long long budget = max - 1024 - max / 64;
     return budget > 4096 ? (size_t)budget : 4096;
+}
+
+/* A fatal error of the idempotent producer (librdkafka 2.0.2 makes one of a
+ * lost sequence: "out of order sequence number ... sequence
+ * desynchronization", seen after two of three brokers were SIGKILLed) fails
+ * every later produce, so the publisher retried for ever with the outbox
+ * kept and the change stream stopped until a restart (RELIABILITY.md,
+ * defect C). A new producer gets a new producer id and the next cycle sends
+ * the outbox again; a cache joins a resent delta as it joins a restart's
+ * (DESIGN §5). A producer that could not be made is tried again here. */
+segd_err_t segd_publisher_renew_producer(segd_publisher_t *p, char *errstr, size_t n)
+{
+    char why[512];
+    rd_kafka_resp_err_t fatal = p->rk ? rd_kafka_fatal_error(p->rk, why, sizeof(why)) : 0;
+    if (p->rk && !fatal)
+        return SEGD_OK;
+    if (fatal) {
+        segd_log_kv(p->o.log, SEGD_LOG_WARN, "publisher",
+                    "change producer had a fatal error; replacing it, the outbox is sent again",
+                    "error=%s reason=\"%s\"", rd_kafka_err2name(fatal), why);
+        destroy_producer(p);
+        pthread_mutex_lock(&p->mu);
+        p->st.producer_renewals++;
+        pthread_mutex_unlock(&p->mu);
+    }
+    segd_err_t err = make_producer(p, errstr, n);
+    if (!err)
+        p->max_message = message_budget(p);
+    return err;
 }
 
 int32_t segd_publisher_partitions(const segd_publisher_t *p) { return p->partitions; }
@@ -162,13 +211,7 @@ void segd_publisher_destroy(segd_publisher_t *p)
     if (!p)
         return;
     segd_publisher_stop(p, 0);
-    if (p->rkt)
-        rd_kafka_topic_destroy(p->rkt);
-    if (p->rk) {
-        rd_kafka_purge(p->rk, RD_KAFKA_PURGE_F_QUEUE | RD_KAFKA_PURGE_F_INFLIGHT);
-        rd_kafka_flush(p->rk, 1000);
-        rd_kafka_destroy(p->rk);
-    }
+    destroy_producer(p);
     segd_publisher_clear_cycle(p);
     for (size_t i = 0; i < p->cap_entries; i++)
         segd_buf_free(&p->values[i]);

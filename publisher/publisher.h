@@ -68,6 +68,7 @@ typedef struct segd_publisher_stats {
     uint64_t bytes;           /* change event value bytes acknowledged */
     uint64_t segments;        /* entries carried by those events */
     uint64_t retries;         /* failed cycles (broker, registry or store) */
+    uint64_t producer_renewals; /* change producers replaced after a fatal error */
     uint64_t depth;           /* outbox entries not yet acknowledged (exact) */
     int64_t oldest_unacked_ms;/* age of the oldest unacknowledged entry; 0 = none */
     int64_t latency_p50_ms;   /* input timestamp -> acknowledged, per entry */

@@ -174,7 +174,9 @@ segd_err_t segd_publisher_cycle(segd_publisher_t *p, size_t *acked, char *errstr
     if (acked)
         *acked = 0;
     segd_publisher_clear_cycle(p);
-    segd_err_t err = segd_publisher_ensure_schema(p, errstr, n);
+    segd_err_t err = segd_publisher_renew_producer(p, errstr, n);
+    if (!err)
+        err = segd_publisher_ensure_schema(p, errstr, n);
     if (err)
         return err;
     read_ctx_t rc = {p, SEGD_OK};

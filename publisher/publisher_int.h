@@ -89,6 +89,10 @@ struct segd_publisher {
 void segd_publisher_dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque);
 void segd_publisher_clear_cycle(segd_publisher_t *p);
 
+/* publisher.c: replaces the change producer after a fatal error (or makes
+ * it when it could not be made before); SEGD_OK and nothing done otherwise. */
+segd_err_t segd_publisher_renew_producer(segd_publisher_t *p, char *errstr, size_t n);
+
 /* publisher_route.c: the change partition of each delta, and the registry
  * ids the values are framed with. */
 segd_err_t segd_publisher_ensure_partitions(segd_publisher_t *p, int32_t need, char *errstr,

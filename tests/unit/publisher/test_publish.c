@@ -502,6 +502,37 @@ static void test_outage_keeps_outbox_then_resumes(void **state)
     free(j);
 }
 
+/* A fatal error of the idempotent change producer (librdkafka's "out of
+ * order sequence number ... sequence desynchronization" after two brokers
+ * died) failed every later produce: the publisher retried for ever with the
+ * outbox kept and the change stream stopped (defect C). The producer is
+ * replaced, and everything reaches the topic. */
+static void test_fatal_producer_replaced(void **state)
+{
+    fixture_t *f = *state;
+    write_batch(f->store, 0);
+    segd_publisher_t *p = new_publisher(f, f->store);
+    char err[256];
+    size_t acked = 0;
+    assert_int_equal(segd_publisher_cycle(p, &acked, err, sizeof(err)), SEGD_OK);
+    assert_true(acked > 0); /* a cycle went out before the fault */
+    write_batch(f->store, 1);
+    assert_int_equal(rd_kafka_test_fatal_error(p->rk, RD_KAFKA_RESP_ERR_OUT_OF_ORDER_SEQUENCE_NUMBER,
+                                               "test: sequence desynchronization"),
+                     RD_KAFKA_RESP_ERR_NO_ERROR);
+    assert_int_equal(segd_publisher_drain(p, 30000, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(outbox_size(f->store), 0);
+    segd_publisher_stats_t st;
+    segd_publisher_get_stats(p, &st);
+    assert_int_equal(st.producer_renewals, 1);
+    segd_publisher_destroy(p);
+    joined_t *j = calloc(1, sizeof(*j));
+    consume_all(f, j);
+    assert_joined_equals_store(f->store, j);
+    joined_free(j);
+    free(j);
+}
+
 /* With the brokers down and the producer's queue full, a cycle gives up after
  * ack_timeout_ms (it waited for ever, so a stopping segd run hung until a
  * second signal) and keeps the outbox; once the brokers return, all of it is
@@ -806,6 +837,7 @@ int main(void)
                                         teardown),
         cmocka_unit_test_setup_teardown(test_outage_keeps_outbox_then_resumes, setup, teardown),
         cmocka_unit_test_setup_teardown(test_full_queue_gives_up, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fatal_producer_replaced, setup, teardown),
         cmocka_unit_test(test_report_of_another_cycle_is_stale),
         cmocka_unit_test_setup_teardown(test_crash_leftovers_republished, setup, teardown),
         cmocka_unit_test_setup_teardown(test_retirement_is_a_control_event, setup, teardown),
