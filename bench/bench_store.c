@@ -32,12 +32,6 @@
 #define TARGET_SEGMENTS_PER_S 2e6
 #define TARGET_P99_US 50.0
 
-int bench_store_fail(const char *what, const char *why)
-{
-    fprintf(stderr, "segd bench store: %s: %s\n", what, why);
-    return -1;
-}
-
 static segd_seed_t *seed_gen(const store_args_t *a, int64_t users, int64_t now_ms)
 {
     segd_seed_opts_t so;
@@ -49,20 +43,6 @@ static segd_seed_t *seed_gen(const store_args_t *a, int64_t users, int64_t now_m
     if (segd_seed_new(&g, &so) != SEGD_OK)
         bench_store_fail("seed generator", "out of memory");
     return g;
-}
-
-/* Grows a scratch entry array to hold at least n entries. */
-int bench_store_reserve_entries(segd_entry_t **e, size_t *cap, size_t n)
-{
-    if (n <= *cap)
-        return 0;
-    size_t c = n < 4096 ? 4096 : n;
-    segd_entry_t *p = realloc(*e, c * sizeof(*p));
-    if (!p)
-        return bench_store_fail("read buffer", "out of memory");
-    *e = p;
-    *cap = c;
-    return 0;
 }
 
 /* Sums the regular files of a RocksDB directory (flat) after close: SST
@@ -86,84 +66,7 @@ static int dir_size(const char *path, model_result_t *r)
     return 0;
 }
 
-/* ---------- timed reads, shared by both models ---------- */
-
-/* Reads one user's live segments into the model's scratch; sets *live. */
-typedef int (*read_fn_t)(void *ctx, const char *uid, size_t *live);
-
-static int cmp_double(const void *a, const void *b)
-{
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-/* Reads the same pseudo-random users on every call (so the untimed pass
- * warms exactly what the timed pass reads); lat may be NULL. */
-static int read_pass(const store_args_t *a, int64_t users, read_fn_t fn, void *ctx,
-                     double *lat, uint64_t *live_total)
-{
-    uint64_t rng = (uint64_t)a->seed * 0x9E3779B97F4A7C15ull + 7;
-    for (int64_t i = 0; i < a->reads; i++) {
-        char uid[32];
-        size_t live = 0;
-        rng = rng * 6364136223846793005ull + 1442695040888963407ull;
-        segd_seed_user_id((rng >> 33) % (uint64_t)users, uid, sizeof(uid));
-        double t0 = segd_mono_s();
-        if (fn(ctx, uid, &live))
-            return -1;
-        if (lat)
-            lat[i] = segd_mono_s() - t0;
-        *live_total += live;
-    }
-    return 0;
-}
-
-static int timed_reads(const store_args_t *a, int64_t users, read_fn_t fn, void *ctx,
-                       model_result_t *r)
-{
-    int64_t n = a->reads;
-    uint64_t warm_live = 0, live = 0;
-    double *lat = malloc((size_t)n * sizeof(*lat));
-    if (!lat)
-        return bench_store_fail("latency buffer", "out of memory");
-    int rc = read_pass(a, users, fn, ctx, NULL, &warm_live);
-    double t0 = segd_mono_s();
-    if (!rc)
-        rc = read_pass(a, users, fn, ctx, lat, &live);
-    if (!rc) {
-        r->reads_per_s = (double)n / (segd_mono_s() - t0);
-        qsort(lat, (size_t)n, sizeof(*lat), cmp_double);
-        r->p50_us = lat[n / 2] * 1e6;
-        r->p99_us = lat[n * 99 / 100] * 1e6;
-        r->p999_us = lat[n * 999 / 1000] * 1e6;
-        r->live_per_read = (double)live / (double)n;
-    }
-    free(lat);
-    return rc;
-}
-
 /* ---------- segd's model: one merged profile per user ---------- */
-
-typedef struct segd_reader {
-    segd_store_t *s;
-    segd_profile_t p;
-    segd_entry_t *sel;
-    size_t sel_cap;
-    segd_prune_t rule;
-} segd_reader_t;
-
-/* What a bidder does: one Get, decode, keep the live entries. */
-static int segd_read(void *ctx, const char *uid, size_t *live)
-{
-    segd_reader_t *rd = ctx;
-    char err[256];
-    if (segd_store_get(rd->s, uid, strlen(uid), &rd->p, err, sizeof(err)))
-        return bench_store_fail("get", err);
-    if (bench_store_reserve_entries(&rd->sel, &rd->sel_cap, rd->p.n))
-        return -1;
-    *live = segd_query_select(&rd->p, &rd->rule, NULL, rd->sel);
-    return 0;
-}
 
 /* Seed events through the applier, one writer thread, --batch events per
  * WriteBatch (WAL on): the ingest path without the broker. */
@@ -227,17 +130,6 @@ static int segd_size(segd_store_t *s, model_result_t *r)
     r->stored = st.stored_entries;
     r->disk_bytes = st.sst_bytes;
     return 0;
-}
-
-int bench_store_segd_reads(segd_store_t *s, const store_args_t *a, model_result_t *r)
-{
-    segd_reader_t rd = {.s = s};
-    segd_profile_init(&rd.p);
-    segd_policy_rule(segd_store_policy(s), &rd.rule, 1);
-    int rc = timed_reads(a, a->users, segd_read, &rd, r);
-    free(rd.sel);
-    segd_profile_free(&rd.p);
-    return rc;
 }
 
 static int segd_model(const store_args_t *a, int64_t now_ms, model_result_t *r,
@@ -498,7 +390,7 @@ static int baseline_read(void *ctx, const char *uid, size_t *live)
 static int baseline_reads(rdb_t *d, const store_args_t *a, int64_t now_ms, model_result_t *r)
 {
     baseline_reader_t br = {.d = d, .ro = rocksdb_readoptions_create(), .now_s = now_ms / 1000};
-    int rc = timed_reads(a, a->baseline_users, baseline_read, &br, r);
+    int rc = bench_store_timed_reads(a, a->baseline_users, baseline_read, &br, r);
     rocksdb_readoptions_destroy(br.ro);
     free(br.sel);
     return rc;

@@ -42,14 +42,21 @@ typedef struct retire_phase {
     uint64_t scan_live;
 } retire_phase_t;
 
+/* Reads one user's live segments into the model's scratch; sets *live. */
+typedef int (*read_fn_t)(void *ctx, const char *uid, size_t *live);
+
+/* bench_store_reads.c, below the run and the marker phases. */
 /* Prints "segd bench store: what: why"; returns -1. */
 int bench_store_fail(const char *what, const char *why);
 /* Grows *e to hold n entries; -1 (said) when out of memory. */
 int bench_store_reserve_entries(segd_entry_t **e, size_t *cap, size_t n);
 /* The timed warm reads of segd's store into r (a bidder's Get and select). */
 int bench_store_segd_reads(segd_store_t *s, const store_args_t *a, model_result_t *r);
+/* The warm reads of users [0, users) through fn into r's read figures. */
+int bench_store_timed_reads(const store_args_t *a, int64_t users, read_fn_t fn, void *ctx,
+                            model_result_t *r);
 
-/* Whether --retire asked for marker phases. */
+/* bench_store_retire.c: the marker phases. Whether --retire asked for them. */
 int bench_store_retire_on(const store_args_t *a);
 /* The RETIRE_PHASES phases on s, after its main reads, into ph. */
 int bench_store_retire_phases(segd_store_t *s, const store_args_t *a, int64_t now_ms,

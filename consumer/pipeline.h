@@ -31,12 +31,6 @@
 
 typedef struct segd_pipeline segd_pipeline_t;
 
-/* The store counter (segd_store_counter_get) of misrouted events. */
-#define SEGD_COUNTER_MISROUTED "misrouted"
-/* events applied while their topic's partition count was unknown (not
- * checked for misrouting; the sweep stays off in such a store) */
-#define SEGD_COUNTER_UNCHECKED "unchecked"
-
 typedef struct segd_pipeline_stats {
     uint64_t messages; /* consumed, good and bad */
     uint64_t events;   /* applied */

@@ -3,18 +3,16 @@
  * before partitions leave), the commit of the store's offsets to the group
  * on assignment and again after a refused commit, and pausing partitions
  * (unknown offset, or ingest held while the change stream is behind).
- * Runs on the pipeline's thread; segd_pipeline_assigned and
- * segd_pipeline_assignment are thread-safe reads of the assignment. */
+ * Runs on the pipeline's thread (the reads of the assignment are in
+ * consumer/pipeline_parts.c). */
 #include "consumer/pipeline_int.h"
 
 #include <inttypes.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "base/clock.h"
 #include "consumer/lag.h"
 #include "consumer/sweep.h"
-#include "transport/kmeta.h"
 
 /* A Kafka commit that failed is sent again no sooner than this after the
  * failure: a group rebalancing answers REBALANCE_IN_PROGRESS until it
@@ -310,48 +308,4 @@ void segd_pipeline_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
                  "rebalance: %s", rd_kafka_error_string(e));
         rd_kafka_error_destroy(e);
     }
-}
-
-int segd_pipeline_assigned(segd_pipeline_t *p)
-{
-    rd_kafka_topic_partition_list_t *parts = NULL;
-    if (!p->consumer || rd_kafka_assignment(p->consumer, &parts))
-        return -1;
-    int n = parts->cnt;
-    rd_kafka_topic_partition_list_destroy(parts);
-    return n;
-}
-
-static int cmp_i32(const void *a, const void *b)
-{
-    int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return (x > y) - (x < y);
-}
-
-segd_err_t segd_pipeline_assignment(segd_pipeline_t *p, const char *topic, int32_t **parts,
-                                    size_t *n_parts, int32_t *partition_count,
-                                    char *errstr, size_t n)
-{
-    rd_kafka_topic_partition_list_t *l = NULL;
-    *parts = NULL;
-    *n_parts = 0;
-    if (!p->consumer || rd_kafka_assignment(p->consumer, &l))
-        return segd_errf(SEGD_ERR_KAFKA, errstr, n, "no assignment to read");
-    segd_err_t err = SEGD_OK;
-    *parts = malloc(((size_t)l->cnt + 1) * sizeof(**parts));
-    if (!*parts)
-        err = segd_errf(SEGD_ERR_NOMEM, errstr, n, "out of memory");
-    for (int i = 0; !err && i < l->cnt; i++)
-        if (!strcmp(l->elems[i].topic, topic))
-            (*parts)[(*n_parts)++] = l->elems[i].partition;
-    rd_kafka_topic_partition_list_destroy(l);
-    if (!err)
-        qsort(*parts, *n_parts, sizeof(**parts), cmp_i32);
-    if (!err && *n_parts) /* a broker round trip only when there is something to export */
-        err = segd_kmeta_partitions(p->consumer, topic, 10000, partition_count, errstr, n);
-    if (err || !*n_parts) {
-        free(*parts);
-        *parts = NULL;
-    }
-    return err;
 }

@@ -14,9 +14,6 @@
 #include "base/clock.h"
 #include "consumer/ingest_step.h"
 #include "core/partition.h"
-#include "transport/kmeta.h"
-
-#define METADATA_TIMEOUT_MS 5000
 
 /* The entry of (topic, partition) among n positions, or NULL. */
 static pipeline_position_t *find_position(pipeline_position_t *pos, size_t n, const char *topic,
@@ -47,57 +44,6 @@ static void note_position(segd_pipeline_t *p, const char *topic, int32_t partiti
     q->messages++;
     q->events += events;
     q->segments += segments;
-}
-
-topic_parts_t *segd_pipeline_parts_find(segd_pipeline_t *p, const char *topic)
-{
-    for (size_t i = 0; i < p->nparts; i++)
-        if (!strcmp(p->parts[i].topic, topic))
-            return &p->parts[i];
-    return NULL;
-}
-
-/* Asks the brokers for the topic's partition count. When they cannot say, it
- * returns 0, logs that once, and the event is applied unchecked for misrouting.
- * After a failure the brokers are asked again only 10 s later, because a request
- * per message would stall ingest for the metadata timeout each time. */
-int32_t segd_pipeline_parts_refresh(segd_pipeline_t *p, const char *topic)
-{
-    char err[256];
-    int32_t count = 0;
-    if (segd_mono_ms() < p->metadata_next_ms)
-        return 0;
-    if (segd_kmeta_partitions(p->consumer, topic, METADATA_TIMEOUT_MS, &count, err,
-                              sizeof(err)) != SEGD_OK) {
-        if (!p->metadata_logged++)
-            segd_log(pipeline_log(p), SEGD_LOG_WARN, "pipeline",
-                     "%s (misrouted events not counted meanwhile)", err);
-        p->metadata_next_ms = segd_mono_ms() + 10000;
-        return 0;
-    }
-    topic_parts_t *t = segd_pipeline_parts_find(p, topic);
-    if (!t && p->nparts < SEGD_MAX_TOPICS) {
-        t = &p->parts[p->nparts++];
-        snprintf(t->topic, sizeof(t->topic), "%s", topic);
-    }
-    if (t)
-        t->count = count;
-    return count;
-}
-
-segd_err_t segd_pipeline_partitions(segd_pipeline_t *p, const char *topic, int32_t *count,
-                                    char *errstr, size_t n)
-{
-    segd_err_t err = segd_kmeta_partitions(p->consumer, topic, METADATA_TIMEOUT_MS, count,
-                                           errstr, n);
-    topic_parts_t *t = err ? NULL : segd_pipeline_parts_find(p, topic);
-    if (!err && !t && p->nparts < SEGD_MAX_TOPICS) {
-        t = &p->parts[p->nparts++];
-        snprintf(t->topic, sizeof(t->topic), "%s", topic);
-    }
-    if (t)
-        t->count = *count;
-    return err;
 }
 
 /* Whether the producer put this user where input.partitioner says: a

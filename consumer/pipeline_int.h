@@ -1,7 +1,12 @@
 /* The pipeline's state, shared by the files that make up the pipeline
  * (consumer/pipeline*.c) and by nothing else: callers outside consumer/ use
  * consumer/pipeline.h. Every function declared here runs on the pipeline's
- * one thread, as its rebalance callback does. */
+ * one thread, as its rebalance callback does.
+ *
+ * The files call one way, down: pipeline.c drives the rest; the rebalance
+ * callback (pipeline_assign.c) writes the batch and starts restores; the
+ * batch (pipeline_batch.c) reports into pipeline_metrics.c; and all of them
+ * stand on the per-partition state (pipeline_parts.c), which calls none. */
 #ifndef SEGD_PIPELINE_INT_H
 #define SEGD_PIPELINE_INT_H
 
@@ -132,6 +137,31 @@ static inline void pipeline_fault_cleared(segd_pipeline_t *p)
     segd_backoff_cleared(&p->bo);
 }
 
+/* ---------- per-partition state (consumer/pipeline_parts.c) ---------- */
+
+/* The topic's partition count as last read, NULL when never read. */
+topic_parts_t *segd_pipeline_parts_find(segd_pipeline_t *p, const char *topic);
+/* Reads it from the brokers again; 0 when they cannot say. */
+int32_t segd_pipeline_parts_refresh(segd_pipeline_t *p, const char *topic);
+/* A list of one partition at offset; the caller destroys it. */
+rd_kafka_topic_partition_list_t *segd_pipeline_one_partition(const char *topic,
+                                                             int32_t partition, int64_t offset);
+/* input.offset.reset as a librdkafka logical offset. */
+int64_t segd_pipeline_reset_offset(const segd_pipeline_t *p);
+/* Whether the partition waits paused for its starting offset. */
+int segd_pipeline_unread_has(const segd_pipeline_t *p, const char *topic, int32_t partition);
+/* Adds the partition to the table (or finds it there); NULL when full. */
+unread_t *segd_pipeline_unread_note(segd_pipeline_t *p, const char *topic, int32_t partition,
+                                    int64_t fallback);
+/* Drops revoked partitions, cancelling their restores. */
+void segd_pipeline_unread_forget(segd_pipeline_t *p,
+                                 const rd_kafka_topic_partition_list_t *parts);
+/* Seeks the partition to offset; 0 when librdkafka refused (e.g. the
+ * fetcher is not started yet). */
+int segd_pipeline_seek(segd_pipeline_t *p, const char *topic, int32_t partition, int64_t offset);
+/* Makes m, unapplied, the next message of its partition again. */
+void segd_pipeline_rewind(segd_pipeline_t *p, const rd_kafka_message_t *m);
+
 /* ---------- the batch (consumer/pipeline_batch.c) ---------- */
 
 /* Polls messages into the batch. Returns 0, or -1 when a stop came during a
@@ -150,30 +180,10 @@ segd_err_t segd_pipeline_batch_flush(segd_pipeline_t *p, char *errstr, size_t n)
 void segd_pipeline_batch_forget(segd_pipeline_t *p,
                                 const rd_kafka_topic_partition_list_t *parts);
 
-/* The topic's partition count as last read, NULL when never read. */
-topic_parts_t *segd_pipeline_parts_find(segd_pipeline_t *p, const char *topic);
-/* Reads it from the brokers again; 0 when they cannot say. */
-int32_t segd_pipeline_parts_refresh(segd_pipeline_t *p, const char *topic);
+/* ---------- starting offsets (consumer/pipeline_restore.c) ---------- */
 
-/* ---------- the unread table (consumer/pipeline_restore.c) ---------- */
-
-/* A list of one partition at offset; the caller destroys it. */
-rd_kafka_topic_partition_list_t *segd_pipeline_one_partition(const char *topic,
-                                                             int32_t partition, int64_t offset);
-/* input.offset.reset as a librdkafka logical offset. */
-int64_t segd_pipeline_reset_offset(const segd_pipeline_t *p);
-/* Whether the partition waits paused for its starting offset. */
-int segd_pipeline_unread_has(const segd_pipeline_t *p, const char *topic, int32_t partition);
-/* Adds the partition to the table (or finds it there); NULL when full. */
-unread_t *segd_pipeline_unread_note(segd_pipeline_t *p, const char *topic, int32_t partition,
-                                    int64_t fallback);
-/* Drops revoked partitions, cancelling their restores. */
-void segd_pipeline_unread_forget(segd_pipeline_t *p,
-                                 const rd_kafka_topic_partition_list_t *parts);
 /* Each step: resumes the partitions whose offset can now be read. */
 void segd_pipeline_unread_retry(segd_pipeline_t *p);
-/* Makes m, unapplied, the next message of its partition again. */
-void segd_pipeline_rewind(segd_pipeline_t *p, const rd_kafka_message_t *m);
 /* An assigned partition without a stored offset: 1 when it waits paused
  * for the sweep or the restore hook. */
 int segd_pipeline_restore_start(segd_pipeline_t *p, const rd_kafka_topic_partition_t *tp);

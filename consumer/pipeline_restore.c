@@ -1,112 +1,16 @@
 /* Partitions that wait paused for their starting offset (the unread
- * table): an offset the store could not read, a partition that came back
- * while the sweep deletes its users, one handed to the restore hook, one
- * whose rewind librdkafka refused. Each step retries them and resumes those
- * whose offset is known. Also drives the revocation sweep (consumer/sweep.h)
- * from the pipeline's thread. */
+ * table, kept by consumer/pipeline_parts.c): an offset the store could not
+ * read, a partition that came back while the sweep deletes its users, one
+ * handed to the restore hook, one whose rewind librdkafka refused. Each step
+ * retries them and resumes those whose offset is known. Also drives the
+ * revocation sweep (consumer/sweep.h) from the pipeline's thread. */
 #include "consumer/pipeline_int.h"
 
 #include <inttypes.h>
-#include <stdio.h>
-#include <string.h>
 
 #include "base/clock.h"
 #include "consumer/lag.h"
 #include "consumer/sweep.h"
-
-#define SEEK_TIMEOUT_MS 5000
-
-rd_kafka_topic_partition_list_t *segd_pipeline_one_partition(const char *topic,
-                                                             int32_t partition, int64_t offset)
-{
-    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
-    rd_kafka_topic_partition_list_add(l, topic, partition)->offset = offset;
-    return l;
-}
-
-int64_t segd_pipeline_reset_offset(const segd_pipeline_t *p)
-{
-    return strcmp(p->cfg->offset_reset, "latest") ? RD_KAFKA_OFFSET_BEGINNING
-                                                  : RD_KAFKA_OFFSET_END;
-}
-
-int segd_pipeline_unread_has(const segd_pipeline_t *p, const char *topic, int32_t partition)
-{
-    for (size_t i = 0; i < p->nunread; i++)
-        if (p->unread[i].partition == partition && !strcmp(p->unread[i].topic, topic))
-            return 1;
-    return 0;
-}
-
-/* Returns the entry, or NULL when the table is full (more than
- * MAX_POSITIONS unreadable partitions: unreachable with sane counts). */
-unread_t *segd_pipeline_unread_note(segd_pipeline_t *p, const char *topic, int32_t partition,
-                                    int64_t fallback)
-{
-    for (size_t i = 0; i < p->nunread; i++)
-        if (p->unread[i].partition == partition && !strcmp(p->unread[i].topic, topic))
-            return &p->unread[i];
-    if (p->nunread == MAX_POSITIONS)
-        return NULL;
-    unread_t *u = &p->unread[p->nunread++];
-    snprintf(u->topic, sizeof(u->topic), "%s", topic);
-    u->partition = partition;
-    u->purging = 0;
-    u->restoring = 0;
-    u->logged = 0;
-    u->fallback = fallback;
-    return u;
-}
-
-void segd_pipeline_unread_forget(segd_pipeline_t *p,
-                                 const rd_kafka_topic_partition_list_t *parts)
-{
-    for (size_t i = 0; i < p->nunread;) {
-        unread_t *u = &p->unread[i];
-        if (!rd_kafka_topic_partition_list_find(parts, u->topic, u->partition)) {
-            i++;
-            continue;
-        }
-        if (u->restoring && p->hooks.restore_cancel) /* not ours any more */
-            p->hooks.restore_cancel(p->hooks.restore_ctx, u->topic, u->partition);
-        *u = p->unread[--p->nunread];
-    }
-}
-
-/* Seeks to offset; 0 when librdkafka refused (e.g. the fetcher is not
- * started yet). */
-static int seek_to(segd_pipeline_t *p, const char *topic, int32_t partition, int64_t offset)
-{
-    rd_kafka_topic_partition_list_t *l = segd_pipeline_one_partition(topic, partition, offset);
-    rd_kafka_error_t *e = rd_kafka_seek_partitions(p->consumer, l, SEEK_TIMEOUT_MS);
-    int ok = !e && !l->elems[0].err;
-    if (e)
-        rd_kafka_error_destroy(e);
-    rd_kafka_topic_partition_list_destroy(l);
-    return ok;
-}
-
-/* No polled message is ever dropped without being applied or its partition
- * being put back in front of it: librdkafka's position is already past
- * every message it returned, and the next batch stores offsets past them.
- * Makes m the next message of its partition again. If librdkafka refuses
- * the seek, the partition waits paused and restarts from its stored offset
- * (at worst re-applying part of the batch, which is harmless, DESIGN §3). */
-void segd_pipeline_rewind(segd_pipeline_t *p, const rd_kafka_message_t *m)
-{
-    const char *topic = rd_kafka_topic_name(m->rkt);
-    if (seek_to(p, topic, m->partition, m->offset))
-        return;
-    segd_log(pipeline_log(p), SEGD_LOG_WARN, "pipeline",
-             "cannot rewind %s [%" PRId32 "] to %" PRId64 "; it restarts from its stored offset",
-             topic, m->partition, m->offset);
-    rd_kafka_topic_partition_list_t *l = segd_pipeline_one_partition(topic, m->partition, 0);
-    rd_kafka_pause_partitions(p->consumer, l);
-    rd_kafka_topic_partition_list_destroy(l);
-    /* without a stored offset yet, m is where it must start: a reset to
-     * latest would skip it and everything after it */
-    segd_pipeline_unread_note(p, topic, m->partition, m->offset);
-}
 
 /* Whether a partition handed to the restore hook is still restoring. Once its
  * restore has finished it goes on as any unread partition does. Its offset is
@@ -180,7 +84,7 @@ void segd_pipeline_unread_retry(segd_pipeline_t *p)
             next = u->fallback >= 0 ? u->fallback : segd_pipeline_reset_offset(p);
             e = SEGD_OK;
         }
-        if (e || !seek_to(p, u->topic, u->partition, next)) {
+        if (e || !segd_pipeline_seek(p, u->topic, u->partition, next)) {
             if (e && !u->logged)
                 segd_log(pipeline_log(p), SEGD_LOG_WARN, "pipeline",
                          "waiting: %s [%" PRId32 "]: stored offset unreadable: "

@@ -7,7 +7,6 @@
 #include <string.h>
 
 #include "base/clock.h"
-#include "consumer/pipeline.h" /* SEGD_COUNTER_MISROUTED */
 
 #define SLICE_MAX 4096      /* records examined per store scan */
 #define URGENT_SLICE_MS 50  /* an owned partition waits: full speed, bounded per step */

@@ -35,6 +35,13 @@
 #include "core/partition.h"
 #include "store/store.h"
 
+/* The store counters (segd_store_counter_get) that the pipeline writes with
+ * each batch and that keep a sweep from beginning (consumer/pipeline.h has
+ * them from here): events found misrouted, and events applied while their
+ * topic's partition count was unknown (not checked for misrouting). */
+#define SEGD_COUNTER_MISROUTED "misrouted"
+#define SEGD_COUNTER_UNCHECKED "unchecked"
+
 typedef struct segd_sweep_opts {
     int64_t after_ms;          /* sweep.after.s: revoked this long before a sweep;
                                 * 0 = no new sweeps (marks left are still finished) */

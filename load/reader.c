@@ -3,8 +3,9 @@
  * lines, or whole container blocks of an OCF), and `threads` workers, which
  * turn blocks into chunks of encoded items. The caller's thread hands the
  * chunks to the callback. The formats live in reader_json.c and
- * reader_ocf.c, the decoding threads in reader_worker.c, the slots that
- * carry blocks between threads in reader_slots.c. */
+ * reader_ocf.c, the decoding threads in reader_worker.c, what a decoded
+ * event becomes in reader_chunk.c, the slots that carry blocks between
+ * threads in reader_slots.c. */
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -45,10 +46,7 @@ static void produce_file(loader_t *l, const char *path)
         segd_loader_count_skip(l);
         return;
     }
-    if (ocf)
-        segd_loader_produce_ocf(l, src, path, &accounted);
-    else
-        segd_loader_produce_json(l, src, path, &accounted);
+    (ocf ? &segd_loader_format_ocf : &segd_loader_format_json)->produce(l, src, path, &accounted);
     segd_source_close(src);
 }
 

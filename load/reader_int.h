@@ -98,21 +98,26 @@ void segd_loader_push_done(loader_t *l, slot_t *s);
 void segd_loader_count_skip(loader_t *l);
 int segd_loader_grow_in(slot_t *s, size_t cap);
 
-/* reader_worker.c: the decoding threads and the work done per event. */
-void *segd_loader_worker_main(void *arg);
-void segd_loader_worker_init(worker_t *w, loader_t *l);
-void segd_loader_worker_free(worker_t *w);
+/* reader_chunk.c: the work done per event, by the formats' decoders on the
+ * workers and on the producer's fallback OCF path. */
 void segd_loader_report(worker_t *w, slot_t *s, int64_t no, const char *why);
 int segd_loader_add_event(worker_t *w, slot_t *s, int64_t no);
 void segd_loader_finish_chunk(slot_t *s);
 
-/* reader_json.c and reader_ocf.c: each format cut into blocks on the
- * producer thread, and each block decoded on a worker. */
-int segd_loader_produce_json(loader_t *l, segd_source_t *src, const char *path,
-                             uint64_t *accounted);
-int segd_loader_decode_json(worker_t *w, slot_t *s);
-int segd_loader_produce_ocf(loader_t *l, segd_source_t *src, const char *path,
-                            uint64_t *accounted);
-int segd_loader_decode_ocf(worker_t *w, slot_t *s);
+/* A format of input file (reader_json.c, reader_ocf.c): produce cuts a file
+ * into blocks on the producer thread, decode turns one block into its chunk
+ * on a worker (nonzero: the slot failed and the load stops). The producer
+ * picks the format by the file's first bytes, a worker by the block's kind. */
+typedef struct reader_format {
+    int (*produce)(loader_t *l, segd_source_t *src, const char *path, uint64_t *accounted);
+    int (*decode)(worker_t *w, slot_t *s);
+} reader_format_t;
+extern const reader_format_t segd_loader_format_json; /* UNIT_JSON blocks */
+extern const reader_format_t segd_loader_format_ocf;  /* UNIT_OCF blocks */
+
+/* reader_worker.c: the decoding threads. */
+void *segd_loader_worker_main(void *arg);
+void segd_loader_worker_init(worker_t *w, loader_t *l);
+void segd_loader_worker_free(worker_t *w);
 
 #endif

@@ -56,7 +56,7 @@ static int skip_long_line(loader_t *l, segd_source_t *src, const char *path, slo
 }
 
 /* Cuts the stream into blocks of whole lines. Returns -1 when stopping. */
-int segd_loader_produce_json(loader_t *l, segd_source_t *src, const char *path, uint64_t *accounted)
+static int produce_json(loader_t *l, segd_source_t *src, const char *path, uint64_t *accounted)
 {
     segd_buf_t carry = {0};
     int64_t line = 1;
@@ -135,7 +135,7 @@ int segd_loader_produce_json(loader_t *l, segd_source_t *src, const char *path, 
 /* ---------- workers: parsing a block's lines ---------- */
 
 /* Whole lines, numbered from s->first_line; empty lines are skipped. */
-int segd_loader_decode_json(worker_t *w, slot_t *s)
+static int decode_json(worker_t *w, slot_t *s)
 {
     const segd_load_opts_t *o = w->l->o;
     const char *p = (const char *)s->in, *end = p + s->in_len;
@@ -164,3 +164,5 @@ int segd_loader_decode_json(worker_t *w, slot_t *s)
     }
     return 0;
 }
+
+const reader_format_t segd_loader_format_json = {.produce = produce_json, .decode = decode_json};

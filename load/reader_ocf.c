@@ -261,7 +261,7 @@ static int produce_ocf_blocks(loader_t *l, br_t *b, const char *path, ocf_codec_
     return rc;
 }
 
-int segd_loader_produce_ocf(loader_t *l, segd_source_t *src, const char *path, uint64_t *accounted)
+static int produce_ocf(loader_t *l, segd_source_t *src, const char *path, uint64_t *accounted)
 {
     br_t *b = calloc(1, sizeof(*b));
     char *schema = NULL, codec_name[32] = "null";
@@ -377,7 +377,7 @@ static int inflate_block(worker_t *w, slot_t *s, const ocf_block_t *b, const uin
 
 /* Records of container blocks written with SegmentEvent's own schema. A
  * record that cannot be framed loses the rest of its block (reported). */
-int segd_loader_decode_ocf(worker_t *w, slot_t *s)
+static int decode_ocf(worker_t *w, slot_t *s)
 {
     char why[256];
     for (size_t bi = 0; bi < s->n_blocks; bi++) {
@@ -426,3 +426,5 @@ int segd_loader_decode_ocf(worker_t *w, slot_t *s)
     }
     return 0;
 }
+
+const reader_format_t segd_loader_format_ocf = {.produce = produce_ocf, .decode = decode_ocf};

@@ -13,7 +13,6 @@
 #include <curl/curl.h>
 #include <errno.h>
 #include <fcntl.h>
-#include <stdarg.h>
 #include <openssl/evp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,54 +30,6 @@ void segd_dest_opts_default(segd_dest_opts_t *o)
 }
 
 uint64_t segd_dest_retries(const segd_dest_t *d) { return d->retries; }
-
-/* asprintf returning the string or NULL (asprintf leaves its pointer
- * undefined on failure). Freed by the caller. */
-char *segd_dest_printf(const char *fmt, ...)
-{
-    char *s = NULL;
-    va_list ap;
-    va_start(ap, fmt);
-    if (vasprintf(&s, fmt, ap) < 0)
-        s = NULL;
-    va_end(ap);
-    return s;
-}
-
-/* errno is read first: anything called later may change it. */
-segd_err_t segd_dest_io_errf(char *errstr, size_t n, const char *what, const char *path)
-{
-    int e = errno ? errno : EIO;
-    return segd_errf(SEGD_ERR_IO, errstr, n, "%s %s: %s", what, path, strerror(e));
-}
-
-segd_err_t segd_dest_sink_write(sink_t *s, const void *data, size_t len)
-{
-    if (s->file) {
-        if (fwrite(data, 1, len, s->file) != len)
-            s->err = SEGD_ERR_IO;
-    } else if (s->buf) {
-        if (segd_buf_reserve(s->buf, len)) {
-            s->err = SEGD_ERR_NOMEM;
-        } else {
-            memcpy(s->buf->data + s->buf->len, data, len);
-            s->buf->len += len;
-        }
-    }
-    return s->err;
-}
-
-/* Every attempt starts from empty: a retried GET must not append. */
-segd_err_t segd_dest_sink_reset(sink_t *s)
-{
-    s->errlen = 0;
-    s->errbody[0] = 0;
-    if (s->buf)
-        s->buf->len = 0;
-    if (s->file && (fseek(s->file, 0, SEEK_SET) || ftruncate(fileno(s->file), 0)))
-        s->err = SEGD_ERR_IO;
-    return s->err;
-}
 
 /* ---------- opening ---------- */
 

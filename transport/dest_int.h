@@ -1,7 +1,8 @@
 /* Snapshot destinations' internals, shared by transport/'s dest*.c
- * modules: dest.c (opening, the operations, the sink fetched bytes go to),
- * dest_name.c (object names and URLs), dest_dir.c (the directory kind) and
- * dest_http.c (HTTP and S3 requests). Other folders use dest.h. */
+ * modules: dest.c (opening, the operations), dest_name.c (object names and
+ * URLs), dest_dir.c (the directory kind), dest_http.c (HTTP and S3
+ * requests) and dest_util.c (the sink fetched bytes go to, and the helpers
+ * all of them use). Other folders use dest.h. */
 #ifndef SEGD_DEST_INT_H
 #define SEGD_DEST_INT_H
 
@@ -56,8 +57,8 @@ typedef struct request {
     sink_t *sink;       /* always: GET bodies and error answers go there */
 } request_t;
 
-/* dest.c: asprintf returning the string or NULL (freed by the caller); an
- * IO error from errno; the sink's writes. */
+/* dest_util.c: asprintf returning the string or NULL (freed by the caller);
+ * an IO error from errno; the sink's writes. */
 char *segd_dest_printf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 segd_err_t segd_dest_io_errf(char *errstr, size_t n, const char *what, const char *path);
 segd_err_t segd_dest_sink_write(sink_t *s, const void *data, size_t len);

@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "wire/json_int.h"
+#include "wire/json_scan.h"
 
 static int get_int(json_t *obj, const char *name, int required, long long lo,
                    long long hi, long long dflt, long long *out, char *errstr, size_t n)

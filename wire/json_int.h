@@ -1,9 +1,10 @@
 /* The fast JSON parser's internals, shared by wire/'s json_*.c modules:
  * json_scan.c (tokens: strings, numbers, literals), json_walk.c (objects,
  * arrays and duplicate keys) and json_event.c (the SegmentEvent fields and
- * the entry point). The helpers defined here are static inline because the
- * parser calls them per byte, per key or per value. Other folders use
- * json_event.h. */
+ * the entry point): the parser's state and types, and the walk's entry
+ * points. The scanner's are in json_scan.h. The helpers defined here are
+ * static inline because the parser calls them per byte, per key or per
+ * value. Other folders use json_event.h. */
 #ifndef SEGD_JSON_INT_H
 #define SEGD_JSON_INT_H
 
@@ -75,25 +76,9 @@ typedef int (*jp_field_fn)(jp_t *j, const char *key, size_t len, void *ctx);
 /* element() consumes one element (p on its first byte). */
 typedef int (*jp_elem_fn)(jp_t *j, void *ctx);
 
-/* Scanner (json_scan.c). Each returns 0, or -1 with the first failure's
- * code and message kept in j. */
-int segd_jp_fail(jp_t *j, segd_err_t code, const char *fmt, const char *arg);
-int segd_jp_syntax(jp_t *j, const char *what);
-int segd_jp_string(jp_t *j, jp_out_t *o);
-int segd_jp_number(jp_t *j, int *is_int, long long *v);
-int segd_jp_literal(jp_t *j);
-
 /* Walk (json_walk.c). */
 int segd_jp_object(jp_t *j, jp_field_fn field, void *ctx);
 int segd_jp_array(jp_t *j, jp_elem_fn element, void *ctx);
 int segd_jp_skip_value(jp_t *j);
-
-/* Counts one more nested value against jansson's depth limit. */
-static inline int segd_jp_enter(jp_t *j)
-{
-    if (++j->depth > JP_MAX_DEPTH)
-        return segd_jp_syntax(j, "maximum parsing depth reached");
-    return 0;
-}
 
 #endif

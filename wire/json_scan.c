@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "wire/json_int.h"
+#include "wire/json_scan.h"
 
 int segd_jp_fail(jp_t *j, segd_err_t code, const char *fmt, const char *arg)
 {

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "wire/json_int.h"
+#include "wire/json_scan.h"
 
 static void keyset_init(jp_keyset_t *ks)
 {
