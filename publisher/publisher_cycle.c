@@ -12,29 +12,6 @@
 #include "base/clock.h"
 #include "publisher/publisher_int.h"
 
-/* Tallies one delivery report into the current cycle's acks. A report whose
- * message carries another cycle's id is counted as stale and nothing more,
- * so that a failed cycle's late acknowledgement cannot let this cycle delete
- * outbox entries whose own messages were never acknowledged. */
-void segd_publisher_dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque)
-{
-    (void)rk;
-    acks_t *a = &((segd_publisher_t *)opaque)->acks;
-    if ((uintptr_t)m->_private != (uintptr_t)a->cycle) {
-        a->stale++;
-        return;
-    }
-    if (m->err) {
-        a->failed++;
-        snprintf(a->error, sizeof(a->error), "%s", rd_kafka_err2str(m->err));
-        return;
-    }
-    a->ok++;
-    a->bytes += m->len;
-    if (m->partition >= 0 && m->partition < MAX_PARTITIONS && m->offset + 1 > a->next[m->partition])
-        a->next[m->partition] = m->offset + 1;
-}
-
 static segd_err_t grow_entries(segd_publisher_t *p)
 {
     if (p->n_entries < p->cap_entries)

@@ -86,12 +86,15 @@ struct segd_publisher {
 
 /* publisher_cycle.c: one cycle, from reading the outbox to deleting what
  * the broker acknowledged. */
-void segd_publisher_dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque);
 void segd_publisher_clear_cycle(segd_publisher_t *p);
 
-/* publisher.c: replaces the change producer after a fatal error (or makes
- * it when it could not be made before); SEGD_OK and nothing done otherwise. */
+/* publisher_producer.c: makes the change producer when there is none, and
+ * replaces it after a fatal error; SEGD_OK and nothing done otherwise. */
 segd_err_t segd_publisher_renew_producer(segd_publisher_t *p, char *errstr, size_t n);
+/* Purges what it holds, unwaited for, and destroys it; none is a no-op. */
+void segd_publisher_destroy_producer(segd_publisher_t *p);
+/* Its delivery reports: each counts only for the cycle its message names. */
+void segd_publisher_dr_cb(rd_kafka_t *rk, const rd_kafka_message_t *m, void *opaque);
 
 /* publisher_route.c: the change partition of each delta, and the registry
  * ids the values are framed with. */
