@@ -349,7 +349,8 @@ static int await_first_assignment(segd_pipeline_t *p)
 static void close_fatal(segd_pipeline_t *p)
 {
     char err[256];
-    if (segd_pipeline_batch_flush(p, err, sizeof(err)) != SEGD_OK)
+    if (segd_pipeline_batch_flush(p, err, sizeof(err)) != SEGD_OK ||
+        segd_pipeline_batch_drain(p, err, sizeof(err)) != SEGD_OK)
         segd_log(pipeline_log(p), SEGD_LOG_ERROR, "pipeline", "last batch not written: %s", err);
     segd_log(pipeline_log(p), SEGD_LOG_WARN, "pipeline",
              "closing after a fatal consumer error: the consumer handle is left to "
@@ -377,7 +378,8 @@ void segd_pipeline_close(segd_pipeline_t *p)
         int unassigned = await_first_assignment(p);
         segd_pipeline_commit_written(p, 1); /* the group's lag shows where this member ended */
         rd_kafka_consumer_close(p->consumer); /* revokes: the batch is written */
-        if (segd_pipeline_batch_flush(p, err, sizeof(err)) != SEGD_OK)
+        if (segd_pipeline_batch_flush(p, err, sizeof(err)) != SEGD_OK ||
+            segd_pipeline_batch_drain(p, err, sizeof(err)) != SEGD_OK)
             segd_log(pipeline_log(p), SEGD_LOG_ERROR, "pipeline",
                      "last batch not written: %s", err);
         if (unassigned) { /* the last resort: a leak instead of an abort */

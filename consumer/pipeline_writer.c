@@ -106,16 +106,6 @@ void segd_pwriter_start(segd_pwriter_t *w, segd_applier_t *a)
     pthread_mutex_unlock(&w->mu);
 }
 
-int segd_pwriter_busy(const segd_pwriter_t *w)
-{
-    /* only the caller's thread sets and clears a: no lock needed to read it
-     * there, but the lock keeps the rule visible to TSan */
-    pthread_mutex_lock((pthread_mutex_t *)&w->mu);
-    int busy = w->a != NULL;
-    pthread_mutex_unlock((pthread_mutex_t *)&w->mu);
-    return busy;
-}
-
 segd_err_t segd_pwriter_wait(segd_pwriter_t *w, double *write_s, char *errstr, size_t n)
 {
     pthread_mutex_lock(&w->mu);

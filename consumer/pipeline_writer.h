@@ -26,8 +26,6 @@ void segd_pwriter_destroy(segd_pwriter_t *w);
 /* Hands a over to be written (segd_applier_flush): a must be sealed
  * (segd_applier_seal) and the writer must hold no batch. */
 void segd_pwriter_start(segd_pwriter_t *w, segd_applier_t *a);
-/* Whether a batch was started and not yet waited for. Caller's thread. */
-int segd_pwriter_busy(const segd_pwriter_t *w);
 /* Waits until the started batch is written or its write failed, and gives
  * it back: SEGD_OK (also when none was started) or the write's error, its
  * message in errstr; *write_s the seconds the write took. */
