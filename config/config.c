@@ -121,7 +121,7 @@ void segd_config_init(segd_config_t *c)
     c->framing = SEGD_FRAMING_AUTO;
     c->offset_reset = strdup("earliest");
     c->batch_max_ms = 50;
-    c->writer_thread = 1;
+    c->writer_thread = 0; /* bench/RESULTS.md, issue 31: no gain measured yet */
     c->commit_interval_ms = 1000;
     c->retry_max_ms = 5000;
     segd_limits_default(&c->limits);

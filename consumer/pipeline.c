@@ -101,8 +101,9 @@ static void advance_gc(segd_pipeline_t *p)
     char err[256];
     if (segd_mono_ms() < p->gc_next_ms)
         return;
-    /* the batch the writer has was checked under the W of now */
-    if (segd_pipeline_batch_drain(p, err, sizeof(err)) != SEGD_OK)
+    /* the batch the writer has was checked under the W of now; W stays
+     * while a batch whose write failed is held */
+    if (segd_pipeline_batch_settle(p))
         return;
     p->gc_next_ms = segd_mono_ms() + 10000;
     int history = segd_policy_ts_floor(segd_store_policy(p->store)) == 0;
@@ -199,16 +200,18 @@ segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
     segd_pipeline_brokers_step(p);
     log_unassigned(p);
     advance_gc(p);
-    segd_err_t err = upkeep_needs_drain(p) ? segd_pipeline_batch_drain(p, errstr, n) : SEGD_OK;
-    if (err)
-        return err;
-    segd_pipeline_unread_retry(p);
-    segd_pipeline_sweep_step(p);
+    /* a held batch whose write failed: what reads its effects waits for the
+     * flush below to retry it */
+    int held_failed = upkeep_needs_drain(p) && segd_pipeline_batch_settle(p);
+    if (!held_failed) {
+        segd_pipeline_unread_retry(p);
+        segd_pipeline_sweep_step(p);
+    }
     double t1 = segd_mono_s();
     segd_pipeline_wait_for_publisher(p);
     p->st.upkeep_s += t1 - t0;
     p->st.hold_s += segd_mono_s() - t1;
-    err = p->links ? step_links(p, errstr, n) : SEGD_OK;
+    segd_err_t err = p->links && !held_failed ? step_links(p, errstr, n) : SEGD_OK;
     if (err)
         return err;
     int fatal;

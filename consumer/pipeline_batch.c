@@ -353,29 +353,36 @@ static void batch_reset(segd_pipeline_t *p)
     segd_dlq_clear(p->dlq);
 }
 
-segd_err_t segd_pipeline_batch_drain(segd_pipeline_t *p, char *errstr, size_t n)
+int segd_pipeline_batch_settle(segd_pipeline_t *p)
 {
     if (!p->wheld)
-        return SEGD_OK;
+        return 0;
+    if (!p->winflight)
+        return 1;
+    char errstr[512];
     double tw = segd_mono_s(), write_s = 0;
-    segd_err_t err;
-    int by_writer = p->winflight;
-    if (p->winflight) {
-        err = segd_pwriter_wait(p->writer, &write_s, errstr, n);
-        p->winflight = 0;
-        p->st.writer_wait_s += segd_mono_s() - tw;
-    } else /* its write failed before (a stop came in its fault wait) */
-        err = segd_applier_flush(p->wap, errstr, n);
-    if (err != SEGD_OK) {
-        by_writer = 0;
-        err = write_until(p, p->wap, err, errstr, n);
-        write_s = segd_mono_s() - tw;
-        if (err)
-            return err;
-    }
+    segd_err_t err = segd_pwriter_wait(p->writer, &write_s, errstr, sizeof(errstr));
+    p->winflight = 0;
+    p->st.writer_wait_s += segd_mono_s() - tw;
+    if (err)
+        return 1; /* held: the next drain retries it */
     p->wheld = 0;
-    batch_written(p, p->wpos, p->nwpos, p->wmisrouted, p->wunchecked, p->wflush_s, write_s,
-                  !by_writer);
+    batch_written(p, p->wpos, p->nwpos, p->wmisrouted, p->wunchecked, p->wflush_s, write_s, 0);
+    return 0;
+}
+
+segd_err_t segd_pipeline_batch_drain(segd_pipeline_t *p, char *errstr, size_t n)
+{
+    if (!segd_pipeline_batch_settle(p))
+        return SEGD_OK;
+    /* its write failed (on the writer, or here before a stop): again here */
+    double tw = segd_mono_s();
+    segd_err_t err = write_until(p, p->wap, segd_applier_flush(p->wap, errstr, n), errstr, n);
+    if (err)
+        return err;
+    p->wheld = 0;
+    batch_written(p, p->wpos, p->nwpos, p->wmisrouted, p->wunchecked, p->wflush_s,
+                  segd_mono_s() - tw, 1);
     return SEGD_OK;
 }
 

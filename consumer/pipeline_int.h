@@ -164,6 +164,10 @@ segd_err_t segd_pipeline_batch_flush(segd_pipeline_t *p, char *errstr, size_t n)
  * tries again first). SEGD_OK at once when no batch is held. Everything
  * that reads what a write changes, or lets partitions go, drains first. */
 segd_err_t segd_pipeline_batch_drain(segd_pipeline_t *p, char *errstr, size_t n);
+/* The same without retrying a failed write (upkeep must not block the
+ * step's poll in a fault wait): 1 when a batch whose write failed is still
+ * held, which the step's flush retries. */
+int segd_pipeline_batch_settle(segd_pipeline_t *p);
 /* Drops revoked partitions from the pending batch (after its write, which
  * may have failed): no later commit sends their offsets. */
 void segd_pipeline_batch_forget(segd_pipeline_t *p,

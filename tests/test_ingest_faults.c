@@ -936,7 +936,8 @@ static void test_revoked_partition_not_committed(void **state)
     segd_config_t cfg;
     /* batch.max.ms: the revoke's step polls that long, so it is served there */
     const char *const kv[] = {"changes.enable", "0", "commit.interval.ms", "0",
-                              "batch.max.messages", "100000", "batch.max.ms", "20000", NULL};
+                              "batch.max.messages", "100000", "batch.max.ms", "20000",
+                              "ingest.writer.thread", "1", NULL};
     make_config(&cfg, f, group, db, kv);
     cfg.log = log;
     segd_pipeline_t *p;
