@@ -146,6 +146,8 @@ static int thread_cpu(const char *path, pid_t self, char *kind, size_t n, double
     pid_t tid = (pid_t)atol(line);
     if (tid == self)
         snprintf(kind, n, "main thread (the pipeline)");
+    else if (!strncmp(comm, "segd:writer", 11))
+        snprintf(kind, n, "the pipeline's writer thread");
     else if (!strncmp(comm, "rdk:", 4) || !strncmp(comm, "rocksdb:", 8))
         snprintf(kind, n, "%s", comm);
     else
@@ -286,6 +288,8 @@ static segd_err_t bench_config(segd_config_t *c, const char *brokers, const inge
         segd_config_set(c, "db", db, err, n) ||
         (a->batch && segd_config_set(c, "batch.max.messages", batch, err, n)) ||
         segd_config_set(c, "memory.limit.mb", memory, err, n) ||
+        (a->writer != WRITER_DEFAULT &&
+         segd_config_set(c, "ingest.writer.thread", a->writer ? "1" : "0", err, n)) ||
         segd_config_set(c, "changes.topic", TOPIC ".changes", err, n) ||
         segd_config_set(c, "changes.enable", changes ? "1" : "0", err, n) ||
         /* the seed's events lie in the last 30 days: once the pipeline is
@@ -569,7 +573,8 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: segd bench ingest [--users N] [--partitions P] [--batch N] [--dir DIR]\n"
                "                         [--memory-mb M] [--prefill-users N] [--brokers LIST]\n"
-               "                         [--producer-process] [--compact-during] [--ratio-only]\n");
+               "                         [--producer-process] [--compact-during] [--ratio-only]\n"
+               "                         [--writer on|off|both]\n");
 }
 
 static int parse(int argc, char **argv, ingest_args_t *a)
@@ -584,6 +589,7 @@ static int parse(int argc, char **argv, ingest_args_t *a)
                                          {"producer-process", no_argument, 0, 'x'},
                                          {"compact-during", no_argument, 0, 'c'},
                                          {"ratio-only", no_argument, 0, 'r'},
+                                         {"writer", required_argument, 0, 'w'},
                                          {"help", no_argument, 0, 'h'},
                                          {0, 0, 0, 0}};
     int c;
@@ -591,6 +597,7 @@ static int parse(int argc, char **argv, ingest_args_t *a)
     memset(a, 0, sizeof(*a));
     a->users = 5000;
     a->partitions = 32;
+    a->writer = WRITER_DEFAULT;
     snprintf(a->dir, sizeof(a->dir), "/tmp/segd-bench-ingest-XXXXXX");
     int have_dir = 0;
     while ((c = segd_args_next("bench ingest", argc, argv, "h", opts)) != -1) {
@@ -626,6 +633,15 @@ static int parse(int argc, char **argv, ingest_args_t *a)
             a->ratio_only = 1;
             continue;
         }
+        if (c == 'w' && (!strcmp(optarg, "on") || !strcmp(optarg, "off") ||
+                         !strcmp(optarg, "both"))) {
+            a->writer = !strcmp(optarg, "on") ? 1 : !strcmp(optarg, "off") ? 0 : WRITER_BOTH;
+            continue;
+        }
+        if (c == 'w') {
+            fprintf(stderr, "bench ingest: --writer takes on, off or both\n");
+            return -1;
+        }
         if (c == 'd') {
             snprintf(a->dir, sizeof(a->dir), "%s", optarg);
             have_dir = 1;
@@ -653,7 +669,19 @@ static int run_phases(const ingest_args_t *a, const char *brokers, ingest_run_t 
     }
     if (a->prefill_users && store_write(a, "db", 7, a->prefill_users, &x->prefill))
         return -1;
-    if (pipeline_consume(brokers, a, TOPIC, "db", (int64_t)x->res.events, 1, NULL, &x->e2e) ||
+    if (a->writer == WRITER_BOTH) { /* off first, into a store of its own */
+        ingest_args_t off = *a;
+        off.writer = 0;
+        if (pipeline_consume(brokers, &off, TOPIC, "db-writer-off", (int64_t)x->res.events, 1,
+                             NULL, &x->e2e_off)) {
+            fprintf(stderr, "bench ingest: the run with the writer thread off failed\n");
+            return -1;
+        }
+    }
+    ingest_args_t on = *a;
+    if (on.writer == WRITER_BOTH)
+        on.writer = 1;
+    if (pipeline_consume(brokers, &on, TOPIC, "db", (int64_t)x->res.events, 1, NULL, &x->e2e) ||
         (!a->prefill_users && !a->ratio_only && pipeline_consume(brokers, a, TOPIC, "bare",
                                                (int64_t)x->res.events, 0, NULL, &x->bare))) {
         fprintf(stderr, "bench ingest: not every message was consumed (mock broker keeps "

@@ -25,6 +25,11 @@ typedef struct ingest_args {
     int producer_process;             /* the paced producer as `segd produce` */
     int compact_during;               /* a full compaction inside the half-peak run */
     int ratio_only; /* --ratio-only: end to end and the store pass, nothing else */
+    /* --writer: ingest.writer.thread of the pipelines; WRITER_BOTH runs end to
+     * end twice, off then on, before the one store pass */
+    int writer;
+#define WRITER_DEFAULT (-1)
+#define WRITER_BOTH 2
     char dir[256];
 } ingest_args_t;
 
@@ -69,6 +74,7 @@ typedef struct ingest_run {
     double raw, harness;
     uint64_t sum;
     run_result_t prefill, e2e, bare, store, fresh, fresh4;
+    run_result_t e2e_off; /* --writer both: end to end with the writer thread off */
 } ingest_run_t;
 
 /* Peak RSS of the whole process (getrusage's ru_maxrss), MiB. */

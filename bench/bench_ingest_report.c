@@ -133,16 +133,44 @@ static void print_stages(const char *what, const run_result_t *r)
     double check = s->check_s - z->check_s, build = s->build_s - z->build_s;
     double write = s->write_s - z->write_s, commit = s->commit_s - z->commit_s;
     double upkeep = s->upkeep_s - z->upkeep_s, busy = check + build + write + commit + upkeep;
+    double waited = s->writer_wait_s - z->writer_wait_s;
+    if (waited > 0 || s->writer_wait_s > 0) /* the writer thread wrote: not this thread */
+        busy -= write;
     printf("\n%s, the pipeline thread's time from the first message: poll %.2f s (waiting "
            "on or served by consumer_poll), decode + checks %.2f s, WriteBatch build %.2f s, "
-           "write (outbox entry + RocksDB) %.2f s, commit + kick %.2f s, upkeep %.2f s, held "
-           "for the outbox %.2f s; busy %.2f of %.2f s\n", what, s->poll_s - z->poll_s, check,
-           build, write, commit, upkeep, s->hold_s - z->hold_s, busy, r->seconds);
+           "write (outbox entry + RocksDB) %.2f s%s, commit + kick %.2f s, upkeep %.2f s, held "
+           "for the outbox %.2f s, waiting for the writer thread %.2f s; busy %.2f of %.2f s\n",
+           what, s->poll_s - z->poll_s, check, build, write,
+           waited > 0 ? " (on the writer thread)" : "", commit, upkeep, s->hold_s - z->hold_s,
+           waited, busy, r->seconds);
     uint64_t batches = s->batches - z->batches, short_ = s->batches_short - z->batches_short;
     printf("%s: of the poll time, %.2f s in polls that returned nothing (the local queue "
            "empty); %" PRIu64 " batches, %.0f messages each, %" PRIu64 " of them closed "
            "because nothing more was fetched\n", what, s->poll_idle_s - z->poll_idle_s, batches,
            batches ? (double)(s->messages - z->messages) / (double)batches : 0.0, short_);
+}
+
+static double run_cpu(const run_result_t *r) { return r->cpu1.total - r->cpu0.total; }
+
+/* --writer both: the two end-to-end runs side by side against the one
+ * store pass, each with its own stages and CPU. */
+static void print_writer_both(const ingest_run_t *x)
+{
+    const run_result_t *r[2] = {&x->e2e_off, &x->e2e};
+    double sw = (double)x->store.st.segments / x->store.seconds;
+    double store_cpu = run_cpu(&x->store) / ((double)x->store.st.segments / 1e6);
+    printf("\n| ingest.writer.thread | seconds | segments/s | wall ratio to the store path | "
+           "CPU-s per M segments | store path CPU-s per M | main thread waited for a CPU, s |\n"
+           "|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < 2; i++) {
+        double segs = (double)r[i]->st.segments;
+        printf("| %d | %.2f | %.0f | %.2f | %.3f | %.3f | %.2f |\n", i, r[i]->seconds,
+               segs / r[i]->seconds, segs / r[i]->seconds / sw, run_cpu(r[i]) / (segs / 1e6),
+               store_cpu, r[i]->cpu1.main_waited - r[i]->cpu0.main_waited);
+    }
+    print_stages("end to end, writer thread off", &x->e2e_off);
+    print_cpu("end to end, writer thread off", &x->e2e_off);
+    printf("\n(below: end to end with the writer thread on)\n");
 }
 
 void segd_bench_ingest_report(const ingest_args_t *a, const ingest_run_t *x)
@@ -192,6 +220,8 @@ void segd_bench_ingest_report(const ingest_args_t *a, const ingest_run_t *x)
     printf("\nchange stream: %" PRIu64 " deltas carrying %" PRIu64 " entries, %.2f value bytes "
            "per ingested segment (before lz4), %" PRIu64 " publish cycles\n", x->e2e.pub.events,
            x->e2e.pub.segments, (double)x->e2e.pub.bytes / segs, x->e2e.pub.cycles);
+    if (a->writer == WRITER_BOTH)
+        print_writer_both(x);
     print_stages("end to end", &x->e2e);
     print_cpu("end to end", &x->e2e);
     print_cpu("store write alone", &x->store);

@@ -36,6 +36,7 @@ static const key_def_t keys[] = {
     {"input.partitioner", K_PARTITIONER, 0, 0, 0},
     {"batch.max.messages", K_INT, OFF(batch_max_messages), 1, 1000000},
     {"batch.max.ms", K_INT, OFF(batch_max_ms), 1, 60000},
+    {"ingest.writer.thread", K_INT, OFF(writer_thread), 0, 1},
     {"commit.interval.ms", K_INT, OFF(commit_interval_ms), 0, 600000},
     {"retry.max.ms", K_INT, OFF(retry_max_ms), 10, 600000},
     {"limits.max.segments", K_INT, OFF(limits.max_segments), 1, 1 << 20},
@@ -120,6 +121,7 @@ void segd_config_init(segd_config_t *c)
     c->framing = SEGD_FRAMING_AUTO;
     c->offset_reset = strdup("earliest");
     c->batch_max_ms = 50;
+    c->writer_thread = 0; /* bench/RESULTS.md, issue 31: no gain measured yet */
     c->commit_interval_ms = 1000;
     c->retry_max_ms = 5000;
     segd_limits_default(&c->limits);

@@ -42,6 +42,8 @@ typedef struct segd_config {
                                      * to partitions (default murmur2_random) */
     int64_t batch_max_messages;
     int64_t batch_max_ms;
+    int64_t writer_thread;      /* ingest.writer.thread: batches written on a thread
+                                 * of their own while the next is built */
     int64_t commit_interval_ms; /* group commits of written offsets, at most this often */
     int64_t retry_max_ms;     /* cap of the backoff on store/broker/registry faults */
     segd_limits_t limits;

@@ -152,6 +152,8 @@ static segd_err_t add_outbox_entry(segd_applier_t *a)
     return SEGD_OK;
 }
 
+segd_err_t segd_applier_seal(segd_applier_t *a) { return add_outbox_entry(a); }
+
 segd_err_t segd_applier_flush(segd_applier_t *a, char *errstr, size_t errstr_size)
 {
     if (segd_batch_count(a->batch) == 0)

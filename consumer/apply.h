@@ -60,7 +60,14 @@ segd_err_t segd_applier_add_operand(segd_applier_t *a, const void *user, size_t 
  * input stays in Kafka until its offsets are durable. */
 void segd_applier_set_sync(segd_applier_t *a);
 
-/* Writes the batch (with whatever offsets the caller set) and clears it. */
+/* Makes the pending batch's outbox entry now, on the calling thread, which
+ * must be the store's outbox appender (store.h): after it, segd_applier_flush
+ * appends nothing, so another thread may write the batch (the pipeline's
+ * writer thread, consumer/pipeline_writer.h). Idempotent until the flush. */
+segd_err_t segd_applier_seal(segd_applier_t *a);
+
+/* Writes the batch (with whatever offsets the caller set) and clears it.
+ * On failure the batch stays as it was, for another try. */
 segd_err_t segd_applier_flush(segd_applier_t *a, char *errstr, size_t errstr_size);
 
 #endif

@@ -119,6 +119,10 @@ static void advance_gc(segd_pipeline_t *p)
     char err[256];
     if (segd_mono_ms() < p->gc_next_ms)
         return;
+    /* the batch the writer has was checked under the W of now; W stays
+     * while a batch whose write failed is held */
+    if (segd_pipeline_batch_settle(p))
+        return;
     p->gc_next_ms = segd_mono_ms() + 10000;
     int history = segd_policy_ts_floor(segd_store_policy(p->store)) == 0;
     p->caught_up_streak = history && caught_up(p) ? p->caught_up_streak + 1 : 0;
@@ -192,24 +196,50 @@ static segd_err_t step_links(segd_pipeline_t *p, char *errstr, size_t n)
     return SEGD_OK;
 }
 
+/* Whether the upkeep about to run reads what the write of the batch the
+ * writer thread has changes, so that it must be drained first: stored
+ * offsets of partitions waiting for theirs, users the sweep deletes, the
+ * identity graph the links step changes, and the outbox depth when one
+ * more entry could put it over changes.max.outbox (the hold is then exact
+ * to the batch, as without the writer). W is advance_gc's own. */
+static int upkeep_needs_drain(segd_pipeline_t *p)
+{
+    if (!p->wheld)
+        return 0;
+    if (p->nunread || p->links || (p->sweep && segd_sweep_active(p->sweep)))
+        return 1;
+    return p->hooks.backlog && p->cfg->changes_max_outbox > 0 &&
+           p->hooks.backlog(p->hooks.ctx) + 1 > (uint64_t)p->cfg->changes_max_outbox;
+}
+
 segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
 {
     double t0 = segd_mono_s();
     segd_pipeline_brokers_step(p);
     log_unassigned(p);
     advance_gc(p);
-    segd_pipeline_unread_retry(p);
-    segd_pipeline_sweep_step(p);
+    /* a held batch whose write failed: what reads its effects waits for the
+     * flush below to retry it */
+    int held_failed = upkeep_needs_drain(p) && segd_pipeline_batch_settle(p);
+    if (!held_failed) {
+        segd_pipeline_unread_retry(p);
+        segd_pipeline_sweep_step(p);
+    }
     double t1 = segd_mono_s();
     segd_pipeline_wait_for_publisher(p);
     p->st.upkeep_s += t1 - t0;
     p->st.hold_s += segd_mono_s() - t1;
-    segd_err_t err = p->links ? step_links(p, errstr, n) : SEGD_OK;
+    segd_err_t err = p->links && !held_failed ? step_links(p, errstr, n) : SEGD_OK;
     if (err)
         return err;
     int fatal;
     int rc = segd_pipeline_batch_take(p, &fatal);
     err = segd_pipeline_batch_flush(p, errstr, n);
+    int failing = fatal || rd_kafka_fatal_error(p->consumer, NULL, 0) || p->refused[0];
+    /* the step is about to fail and segd run to stop: nothing stays in
+     * the writer's hands */
+    if (!err && failing)
+        err = segd_pipeline_batch_drain(p, errstr, n);
     /* This is checked even after a failed flush, because the fatal error event
      * came only once while the consumer's fatal state stays. */
     if (!err && (fatal || rd_kafka_fatal_error(p->consumer, NULL, 0)))
@@ -236,6 +266,32 @@ void segd_pipeline_set_hooks(segd_pipeline_t *p, const segd_pipeline_hooks_t *h)
     p->hooks = *h;
 }
 
+/* The writer thread's word that a batch is stored (hooks set before the
+ * first step, so before the first batch reaches the writer). */
+static void writer_written(void *ctx)
+{
+    segd_pipeline_t *p = ctx;
+    if (p->hooks.committed)
+        p->hooks.committed(p->hooks.ctx);
+}
+
+/* The two batches: one built while the writer thread writes the other. */
+static segd_err_t appliers_init(segd_pipeline_t *p, char *errstr, size_t n)
+{
+    p->ap = &p->apv[0];
+    p->wap = &p->apv[1];
+    segd_err_t err = segd_applier_init(p->ap, p->store);
+    if (!err)
+        err = segd_applier_init(p->wap, p->store);
+    if (!err && p->cfg->changes_enable) { /* every batch records its changes (DESIGN §5) */
+        segd_applier_enable_outbox(p->ap);
+        segd_applier_enable_outbox(p->wap);
+    }
+    if (!err && p->cfg->writer_thread)
+        return segd_pwriter_new(&p->writer, writer_written, p, errstr, n);
+    return err;
+}
+
 segd_err_t segd_pipeline_new(segd_pipeline_t **out, const segd_config_t *cfg,
                              segd_store_t *store, volatile sig_atomic_t *stop, char *errstr,
                              size_t n)
@@ -250,7 +306,7 @@ segd_err_t segd_pipeline_new(segd_pipeline_t **out, const segd_config_t *cfg,
     p->bo.log = cfg->log;
     p->st.created_s = segd_mono_s();
     p->lag = segd_lag_new();
-    segd_err_t err = p->lag ? segd_applier_init(&p->ap, store) : SEGD_ERR_NOMEM;
+    segd_err_t err = p->lag ? appliers_init(p, errstr, n) : SEGD_ERR_NOMEM;
     if (!err)
         err = segd_ingest_new(&p->ingest, cfg, store, stop, &p->bo, errstr, n);
     if (!err)
@@ -262,8 +318,6 @@ segd_err_t segd_pipeline_new(segd_pipeline_t **out, const segd_config_t *cfg,
                                      n);
     if (!err)
         err = segd_pipeline_sweep_new(p, errstr, n);
-    if (!err && cfg->changes_enable) /* every batch records its changes (DESIGN §5) */
-        segd_applier_enable_outbox(&p->ap);
     if (!err)
         err = segd_pipeline_check_topics(p, errstr, n);
     if (!err)
@@ -316,7 +370,8 @@ static int await_first_assignment(segd_pipeline_t *p)
 static void close_fatal(segd_pipeline_t *p)
 {
     char err[256];
-    if (segd_pipeline_batch_flush(p, err, sizeof(err)) != SEGD_OK)
+    if (segd_pipeline_batch_flush(p, err, sizeof(err)) != SEGD_OK ||
+        segd_pipeline_batch_drain(p, err, sizeof(err)) != SEGD_OK)
         segd_log(pipeline_log(p), SEGD_LOG_ERROR, "pipeline", "last batch not written: %s", err);
     segd_log(pipeline_log(p), SEGD_LOG_WARN, "pipeline",
              "closing after a fatal consumer error: the consumer handle is left to "
@@ -332,6 +387,9 @@ static void close_fatal(segd_pipeline_t *p)
 void segd_pipeline_close(segd_pipeline_t *p)
 {
     char err[256];
+    /* the batch the writer has is written before partitions leave */
+    if (segd_pipeline_batch_drain(p, err, sizeof(err)) != SEGD_OK)
+        segd_log(pipeline_log(p), SEGD_LOG_ERROR, "pipeline", "batch not written: %s", err);
     if (p->consumer) {
         /* After a fatal error (a fenced static member) librdkafka 2.0.2's close
          * and destroy never return, because its main thread spins. The group has
@@ -341,7 +399,8 @@ void segd_pipeline_close(segd_pipeline_t *p)
         int unassigned = await_first_assignment(p);
         segd_pipeline_commit_written(p, 1); /* the group's lag shows where this member ended */
         rd_kafka_consumer_close(p->consumer); /* revokes: the batch is written */
-        if (segd_pipeline_batch_flush(p, err, sizeof(err)) != SEGD_OK)
+        if (segd_pipeline_batch_flush(p, err, sizeof(err)) != SEGD_OK ||
+            segd_pipeline_batch_drain(p, err, sizeof(err)) != SEGD_OK)
             segd_log(pipeline_log(p), SEGD_LOG_ERROR, "pipeline",
                      "last batch not written: %s", err);
         if (unassigned) { /* the last resort: a leak instead of an abort */
@@ -370,7 +429,9 @@ void segd_pipeline_destroy(segd_pipeline_t *p)
     segd_dlq_destroy(p->dlq);
     segd_sweep_destroy(p->sweep);
     segd_ingest_destroy(p->ingest);
-    segd_applier_free(&p->ap);
+    segd_pwriter_destroy(p->writer); /* before the batch in its hands is freed */
+    segd_applier_free(&p->apv[0]);
+    segd_applier_free(&p->apv[1]);
     segd_lag_destroy(p->lag);
     pthread_mutex_destroy(&p->brokers_mu);
     free(p);

@@ -54,6 +54,9 @@ typedef struct segd_pipeline_stats {
      * while the outbox is over changes.max.outbox, and upkeep (GC
      * watermark, sweep, unread partitions, dead letters, lag table) */
     double poll_s, check_s, build_s, write_s, commit_s, hold_s, upkeep_s;
+    /* with ingest.writer.thread, write_s is the writer thread's time, and
+     * this thread's wait for it (a drain) is writer_wait_s */
+    double writer_wait_s;
     /* of poll_s, the polls that waited and returned nothing (the local
      * queue empty: the thread waited for a fetch), and the batches closed
      * because nothing more was fetched before batch.max.messages */
@@ -80,7 +83,9 @@ void segd_pipeline_get_stats(const segd_pipeline_t *p, segd_pipeline_stats_t *st
  * program that owns both (app/daemon.c) fills these; any may be NULL. They
  * run on the pipeline's thread and must not block for long. */
 typedef struct segd_pipeline_hooks {
-    void (*committed)(void *ctx);   /* a batch was written: publish its outbox entry */
+    void (*committed)(void *ctx);   /* a batch was written: publish its outbox entry;
+                                       with ingest.writer.thread it runs on the
+                                       pipeline's writer thread (thread-safe) */
     uint64_t (*backlog)(void *ctx); /* unpublished outbox entries; ingest pauses
                                        while this exceeds changes.max.outbox */
     void *ctx;                      /* borrowed; must outlive the pipeline */

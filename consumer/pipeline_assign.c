@@ -281,7 +281,8 @@ void segd_pipeline_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
         segd_log_kv(pipeline_log(p), SEGD_LOG_INFO, "pipeline", "partitions revoked", "count=%d",
                     parts->cnt);
         /* write what was read from these partitions while they are ours */
-        if (segd_pipeline_batch_flush(p, msg, sizeof(msg)) != SEGD_OK)
+        if (segd_pipeline_batch_flush(p, msg, sizeof(msg)) != SEGD_OK ||
+            segd_pipeline_batch_drain(p, msg, sizeof(msg)) != SEGD_OK) /* the writer's too */
             segd_log(pipeline_log(p), SEGD_LOG_ERROR, "pipeline",
                      "batch not written before revoke: %s", msg);
         /* while the partitions are ours: later, a commit of theirs could

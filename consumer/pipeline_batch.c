@@ -3,7 +3,9 @@
  * counting misrouted events against the input's partition counts, and
  * writing it (dead letters first, then data and offsets in one WriteBatch,
  * then the Kafka commit). Ingest's speed is decided here. Runs on the
- * pipeline's thread; a batch is also written before partitions are revoked
+ * pipeline's thread; with ingest.writer.thread the write itself is handed
+ * to consumer/pipeline_writer.c and taken back (drained) before the next
+ * one. A batch is also written before partitions are revoked
  * (consumer/pipeline_assign.c) and at close. */
 #include "consumer/pipeline_int.h"
 
@@ -74,7 +76,7 @@ static int handle_message(segd_pipeline_t *p, const rd_kafka_message_t *m)
     if (!p->st.messages++)
         p->st.first_message_s = segd_mono_s();
     segd_ingest_step_times_t t = {0};
-    int ok = segd_ingest_step(p->ingest, &p->ap, p->dlq, 0, m, &ev, &reason, why, sizeof(why),
+    int ok = segd_ingest_step(p->ingest, p->ap, p->dlq, 0, m, &ev, &reason, why, sizeof(why),
                               &t);
     p->st.check_s += t.check_s;
     p->st.build_s += t.build_s;
@@ -160,21 +162,21 @@ int segd_pipeline_batch_take(segd_pipeline_t *p, int *fatal)
 static void record_counts(segd_pipeline_t *p)
 {
     if (p->misrouted_pending)
-        segd_batch_set_counter(p->ap.batch, SEGD_COUNTER_MISROUTED,
+        segd_batch_set_counter(p->ap->batch, SEGD_COUNTER_MISROUTED,
                                p->misrouted_stored + p->misrouted_pending);
     if (p->unchecked_pending)
-        segd_batch_set_counter(p->ap.batch, SEGD_COUNTER_UNCHECKED,
+        segd_batch_set_counter(p->ap->batch, SEGD_COUNTER_UNCHECKED,
                                p->unchecked_stored + p->unchecked_pending);
     for (size_t i = 0; i < p->nparts; i++)
         if (p->parts[i].count > 0)
-            segd_batch_set_partition_count(p->ap.batch, p->parts[i].topic, p->parts[i].count);
+            segd_batch_set_partition_count(p->ap->batch, p->parts[i].topic, p->parts[i].count);
 }
 
-/* Keeps the batch's offsets, now written, for the next commit to the group. */
-static void note_written(segd_pipeline_t *p)
+/* Keeps a batch's offsets, now written, for the next commit to the group. */
+static void note_written(segd_pipeline_t *p, const pipeline_position_t *pos, size_t npos)
 {
-    for (size_t i = 0; i < p->npos; i++) {
-        const pipeline_position_t *b = &p->pos[i];
+    for (size_t i = 0; i < npos; i++) {
+        const pipeline_position_t *b = &pos[i];
         pipeline_position_t *w = find_position(p->written, p->nwritten, b->topic, b->partition);
         if (!w && p->nwritten == MAX_POSITIONS)
             segd_pipeline_commit_written(p, 1); /* no room: what is kept goes now (and
@@ -196,14 +198,23 @@ static void note_written(segd_pipeline_t *p)
  * member's store with its next write, data and offset together as always;
  * without the offset they are applied again should the partition come
  * back, which changes nothing (DESIGN §3). */
-void segd_pipeline_batch_forget(segd_pipeline_t *p, const rd_kafka_topic_partition_list_t *parts)
+static void forget_positions(pipeline_position_t *pos, size_t *npos,
+                             const rd_kafka_topic_partition_list_t *parts)
 {
-    for (size_t i = 0; i < p->npos;) {
-        if (rd_kafka_topic_partition_list_find(parts, p->pos[i].topic, p->pos[i].partition))
-            p->pos[i] = p->pos[--p->npos];
+    for (size_t i = 0; i < *npos;) {
+        if (rd_kafka_topic_partition_list_find(parts, pos[i].topic, pos[i].partition))
+            pos[i] = pos[--*npos];
         else
             i++;
     }
+}
+
+/* The same holds for the batch the writer thread could not write. */
+void segd_pipeline_batch_forget(segd_pipeline_t *p, const rd_kafka_topic_partition_list_t *parts)
+{
+    forget_positions(p->pos, &p->npos, parts);
+    if (p->wheld)
+        forget_positions(p->wpos, &p->nwpos, parts);
 }
 
 /* Commits the offsets written since the last commit to the group: at once
@@ -236,48 +247,141 @@ void segd_pipeline_commit_written(segd_pipeline_t *p, int force)
     p->commit_next_ms = segd_mono_ms() + p->cfg->commit_interval_ms;
 }
 
-/* Dead letters first, then data + offsets in one WriteBatch, then the Kafka
- * commit. A failure leaves the batch intact for the next attempt. */
-segd_err_t segd_pipeline_batch_flush(segd_pipeline_t *p, char *errstr, size_t n)
+/* Writes a after a first try that ended in err: with backoff until it is
+ * written, a stop comes, or the store has stopped (SEGD_ERR_ABORTED, which
+ * needs a restart). On error a stays as it was, for the next try. */
+static segd_err_t write_until(segd_pipeline_t *p, segd_applier_t *a, segd_err_t err,
+                              char *errstr, size_t n)
 {
-    if (!p->npos)
-        return SEGD_OK;
-    double t0 = segd_mono_s();
-    segd_err_t err = segd_dlq_deliver(p->dlq, errstr, n);
-    p->st.upkeep_s += segd_mono_s() - t0; /* the dead letters, acknowledged */
-    if (err)
-        return err;
-    for (size_t i = 0; i < p->npos; i++)
-        segd_batch_set_offset(p->ap.batch, p->pos[i].topic, p->pos[i].partition,
-                              p->pos[i].next);
-    record_counts(p);
     int64_t wait = 100;
-    double tw = segd_mono_s();
-    while ((err = segd_applier_flush(&p->ap, errstr, n)) != SEGD_OK) {
-        if (*p->stop || err == SEGD_ERR_ABORTED) /* a stopped store needs a restart */
+    while (err != SEGD_OK) {
+        if (*p->stop || err == SEGD_ERR_ABORTED)
             return err;
         wait = pipeline_backoff(p, wait, errstr);
+        err = segd_applier_flush(a, errstr, n);
     }
+    return SEGD_OK;
+}
+
+/* What follows a batch's write, on this thread: its offsets kept for the
+ * commit to the group, its counts now the store's, the publisher told
+ * (kick: the writer thread has not told it), the metrics. flush_s is the
+ * batch's flush time besides the write's write_s. */
+static void batch_written(segd_pipeline_t *p, const pipeline_position_t *pos, size_t npos,
+                          int64_t misrouted, int64_t unchecked, double flush_s, double write_s,
+                          int kick)
+{
     double tc = segd_mono_s();
-    p->st.write_s += tc - tw;
-    note_written(p);
+    p->st.write_s += write_s;
+    note_written(p, pos, npos);
     segd_pipeline_commit_written(p, 0);
-    if (p->hooks.committed)
+    if (kick && p->hooks.committed)
         p->hooks.committed(p->hooks.ctx);
     p->st.commit_s += segd_mono_s() - tc;
     if (p->mx.consumed)
-        segd_pipeline_metrics_batch(p, segd_mono_s() - t0);
-    p->npos = 0;
-    p->misrouted_stored += p->misrouted_pending;
-    p->misrouted_pending = 0;
-    p->unchecked_stored += p->unchecked_pending;
-    p->unchecked_pending = 0;
-    segd_dlq_clear(p->dlq);
+        segd_pipeline_metrics_batch(p, pos, npos, flush_s + write_s);
+    p->misrouted_stored += misrouted;
+    p->unchecked_stored += unchecked;
     p->st.batches++;
     /* per batch, never per message; at debug only (tests wait on it) */
     segd_log_kv(pipeline_log(p), SEGD_LOG_DEBUG, "pipeline", "batch written",
                 "batch=%" PRIu64 " consumed=%" PRIu64 " events=%" PRIu64 " segments=%" PRIu64,
                 p->st.batches, p->st.messages, p->st.events, p->st.segments);
     pipeline_fault_cleared(p);
+}
+
+/* The batch being built starts empty (its dead letters were delivered). */
+static void batch_reset(segd_pipeline_t *p)
+{
+    p->npos = 0;
+    p->misrouted_pending = 0;
+    p->unchecked_pending = 0;
+    segd_dlq_clear(p->dlq);
+}
+
+int segd_pipeline_batch_settle(segd_pipeline_t *p)
+{
+    if (!p->wheld)
+        return 0;
+    if (!p->winflight)
+        return 1;
+    char errstr[512];
+    double tw = segd_mono_s(), write_s = 0;
+    segd_err_t err = segd_pwriter_wait(p->writer, &write_s, errstr, sizeof(errstr));
+    p->winflight = 0;
+    p->st.writer_wait_s += segd_mono_s() - tw;
+    if (err)
+        return 1; /* held: the next drain retries it */
+    p->wheld = 0;
+    batch_written(p, p->wpos, p->nwpos, p->wmisrouted, p->wunchecked, p->wflush_s, write_s, 0);
+    return 0;
+}
+
+segd_err_t segd_pipeline_batch_drain(segd_pipeline_t *p, char *errstr, size_t n)
+{
+    if (!segd_pipeline_batch_settle(p))
+        return SEGD_OK;
+    /* its write failed (on the writer, or here before a stop): again here */
+    double tw = segd_mono_s();
+    segd_err_t err = write_until(p, p->wap, segd_applier_flush(p->wap, errstr, n), errstr, n);
+    if (err)
+        return err;
+    p->wheld = 0;
+    batch_written(p, p->wpos, p->nwpos, p->wmisrouted, p->wunchecked, p->wflush_s,
+                  segd_mono_s() - tw, 1);
+    return SEGD_OK;
+}
+
+/* Hands the sealed batch to the writer thread, and an empty one takes its
+ * place. Its dead letters are delivered, so they are dropped now: a failed
+ * write of the batch does not need them again. */
+static segd_err_t hand_over(segd_pipeline_t *p, double t0, char *errstr, size_t n)
+{
+    segd_err_t err = segd_applier_seal(p->ap);
+    if (err)
+        return segd_errf(err, errstr, n, "outbox entry: %s", segd_err_str(err));
+    segd_applier_t *empty = p->wap;
+    p->wap = p->ap;
+    p->ap = empty;
+    memcpy(p->wpos, p->pos, p->npos * sizeof(p->pos[0]));
+    p->nwpos = p->npos;
+    p->wmisrouted = p->misrouted_pending;
+    p->wunchecked = p->unchecked_pending;
+    p->wflush_s = segd_mono_s() - t0;
+    p->wheld = p->winflight = 1;
+    batch_reset(p);
+    segd_pwriter_start(p->writer, p->wap);
+    return SEGD_OK;
+}
+
+/* The batch the writer has is written first (drained). Then the dead
+ * letters, then data + offsets in one WriteBatch, then the Kafka commit.
+ * With the writer thread the write and what follows it happen on the
+ * writer and at the next drain; a batch holding a retirement is written
+ * here all the same, because the next batch's checks read the policy its
+ * write changes. A failure leaves the batch intact for the next attempt. */
+segd_err_t segd_pipeline_batch_flush(segd_pipeline_t *p, char *errstr, size_t n)
+{
+    segd_err_t err = segd_pipeline_batch_drain(p, errstr, n);
+    if (err || !p->npos)
+        return err;
+    double t0 = segd_mono_s();
+    err = segd_dlq_deliver(p->dlq, errstr, n);
+    p->st.upkeep_s += segd_mono_s() - t0; /* the dead letters, acknowledged */
+    if (err)
+        return err;
+    for (size_t i = 0; i < p->npos; i++)
+        segd_batch_set_offset(p->ap->batch, p->pos[i].topic, p->pos[i].partition,
+                              p->pos[i].next);
+    record_counts(p);
+    if (p->writer && !p->ap->n_retired)
+        return hand_over(p, t0, errstr, n);
+    double tw = segd_mono_s();
+    err = write_until(p, p->ap, segd_applier_flush(p->ap, errstr, n), errstr, n);
+    if (err)
+        return err;
+    batch_written(p, p->pos, p->npos, p->misrouted_pending, p->unchecked_pending, tw - t0,
+                  segd_mono_s() - tw, 1);
+    batch_reset(p);
     return SEGD_OK;
 }

@@ -19,6 +19,7 @@
 #include "consumer/dlq.h"
 #include "consumer/links.h"
 #include "consumer/pipeline.h"
+#include "consumer/pipeline_writer.h"
 #include "transport/kconf.h"
 
 /* The most partitions the batch and the unread table track. */
@@ -80,7 +81,19 @@ struct segd_pipeline {
     segd_sweep_t *sweep;         /* NULL when sweep.after.s = 0 */
     int64_t sweep_logged_ms;     /* a failed sweep step was reported then */
     segd_ingest_t *ingest;
-    segd_applier_t ap;
+    segd_applier_t apv[2]; /* the two batches ap and wap point at */
+    segd_applier_t *ap;    /* the batch being built */
+    /* ingest.writer.thread (consumer/pipeline_writer.h): wap is the batch
+     * handed to the writer, or whose write there failed and is retried on
+     * this thread before any other write (segd_pipeline_batch_drain) */
+    segd_pwriter_t *writer; /* NULL: every batch is written on this thread */
+    segd_applier_t *wap;
+    int wheld;              /* wap holds a batch not yet written */
+    int winflight;          /* ... which the writer has */
+    pipeline_position_t wpos[MAX_POSITIONS]; /* its positions */
+    size_t nwpos;
+    int64_t wmisrouted, wunchecked; /* its pending counts */
+    double wflush_s;        /* its flush's time before the hand-over (metrics) */
     pipeline_position_t pos[MAX_POSITIONS];
     size_t npos;
     /* offsets written to the store and not yet committed to the group */
@@ -175,6 +188,17 @@ int segd_pipeline_batch_take(segd_pipeline_t *p, int *fatal);
 void segd_pipeline_commit_written(segd_pipeline_t *p, int force);
 
 segd_err_t segd_pipeline_batch_flush(segd_pipeline_t *p, char *errstr, size_t n);
+/* Waits for the batch the writer thread has (ingest.writer.thread) and
+ * finishes it (offsets noted for the commit, counts, metrics); a failed
+ * write is retried here with backoff until it succeeds, a stop comes or
+ * the store is stopped (the error: the batch stays, and the next drain
+ * tries again first). SEGD_OK at once when no batch is held. Everything
+ * that reads what a write changes, or lets partitions go, drains first. */
+segd_err_t segd_pipeline_batch_drain(segd_pipeline_t *p, char *errstr, size_t n);
+/* The same without retrying a failed write (upkeep must not block the
+ * step's poll in a fault wait): 1 when a batch whose write failed is still
+ * held, which the step's flush retries. */
+int segd_pipeline_batch_settle(segd_pipeline_t *p);
 /* Drops revoked partitions from the pending batch (after its write, which
  * may have failed): no later commit sends their offsets. */
 void segd_pipeline_batch_forget(segd_pipeline_t *p,
@@ -228,8 +252,10 @@ int segd_pipeline_brokers_are_down(segd_pipeline_t *p);
 
 /* ---------- metrics (consumer/pipeline_metrics.c) ---------- */
 
-/* A written batch's figures into the registry; apply_s is its write time. */
-void segd_pipeline_metrics_batch(segd_pipeline_t *p, double apply_s);
+/* A written batch's figures into the registry: its positions, its write
+ * time apply_s. */
+void segd_pipeline_metrics_batch(segd_pipeline_t *p, const pipeline_position_t *pos,
+                                 size_t npos, double apply_s);
 /* The lag table and gauges, at most every LAG_REFRESH_MS. */
 void segd_pipeline_metrics_lag(segd_pipeline_t *p);
 /* The links step's counts: b and a are its stats before and after. */

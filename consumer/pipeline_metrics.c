@@ -62,13 +62,14 @@ void segd_pipeline_set_metrics(segd_pipeline_t *p, segd_metrics_t *m)
 
 /* A written batch's figures into the registry: per partition what it
  * consumed and applied, its size and write time, and the running totals. */
-void segd_pipeline_metrics_batch(segd_pipeline_t *p, double apply_s)
+void segd_pipeline_metrics_batch(segd_pipeline_t *p, const pipeline_position_t *pos,
+                                 size_t npos, double apply_s)
 {
     char part[16];
     const char *v[2] = {NULL, part};
     uint64_t messages = 0;
-    for (size_t i = 0; i < p->npos; i++) {
-        const pipeline_position_t *q = &p->pos[i];
+    for (size_t i = 0; i < npos; i++) {
+        const pipeline_position_t *q = &pos[i];
         snprintf(part, sizeof(part), "%" PRId32, q->partition);
         v[0] = q->topic;
         segd_metric_add(p->mx.consumed, v, (double)q->messages);

@@ -8,7 +8,9 @@
  * group.instance.id kept in the store is stable across reopen; a Kafka
  * offset commit the group refused during a rebalance is sent again; a
  * partition revoked while its batch could not be written is never committed
- * by the member it left. */
+ * by the member it left; a write that fails while the writer thread has the
+ * batch stores and commits nothing past the batches before it, and ingest
+ * resumes exact (issue 31). */
 #define _GNU_SOURCE /* fopencookie */
 #include <inttypes.h>
 #include <librdkafka/rdkafka.h>
@@ -23,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -975,7 +978,8 @@ static void test_revoked_partition_not_committed(void **state)
     segd_config_t cfg;
     /* batch.max.ms: the revoke's step polls that long, so it is served there */
     const char *const kv[] = {"changes.enable", "0", "commit.interval.ms", "0",
-                              "batch.max.messages", "100000", "batch.max.ms", "20000", NULL};
+                              "batch.max.messages", "100000", "batch.max.ms", "20000",
+                              "ingest.writer.thread", "1", NULL};
     make_config(&cfg, f, group, db, kv);
     cfg.log = log;
     segd_pipeline_t *p;
@@ -994,7 +998,13 @@ static void test_revoked_partition_not_committed(void **state)
     segd_pipeline_get_stats(p, &st0);
     segd_store_fault_set(s, SEGD_FAULT_WRITE, 1, 1000000);
     atomic_store(&w.stop_on_wait, 1);
-    assert_int_not_equal(segd_pipeline_step(p, err, sizeof(err)), SEGD_OK);
+    /* the step whose write fails: the one that takes the batch, or with
+     * ingest.writer.thread the next, which takes the batch back from the
+     * writer thread (its drain) */
+    segd_err_t e = SEGD_OK;
+    for (int i = 0; i < 20 && e == SEGD_OK; i++)
+        e = segd_pipeline_step(p, err, sizeof(err));
+    assert_int_not_equal(e, SEGD_OK);
     segd_pipeline_get_stats(p, &st1);
     assert_int_equal(st1.messages, 2 * users * 50); /* all of them pending */
     assert_int_equal(st1.batches, st0.batches);     /* none written */
@@ -1041,6 +1051,131 @@ static void test_revoked_partition_not_committed(void **state)
     segd_config_free(&cfg);
     segd_log_destroy(log);
     fclose(out);
+}
+
+/* ---------- issue 31: a write error while the writer thread has the batch ---------- */
+
+/* The messages of the first `batches` non-empty takes: each step takes one
+ * batch, written in that step (writer off) or handed to the writer and
+ * written at the next step's drain (writer on); either way the written
+ * batches are the first st.batches taken. */
+typedef struct takes {
+    uint64_t cum[4096]; /* messages taken up to and including the i-th batch */
+    size_t n;
+    uint64_t last;
+} takes_t;
+
+static void takes_note(takes_t *t, const segd_pipeline_t *p)
+{
+    segd_pipeline_stats_t st;
+    segd_pipeline_get_stats(p, &st);
+    if (st.messages > t->last && t->n < sizeof(t->cum) / sizeof(t->cum[0]))
+        t->cum[t->n++] = st.messages;
+    t->last = st.messages;
+}
+
+/* Nothing past the written batches is stored or committed: the store's
+ * offsets are those of the first st.batches batches, it holds one outbox
+ * entry per written batch, and no partition's group offset is past the
+ * store's. */
+static void assert_only_written(const fixture_t *f, const char *group, segd_store_t *s,
+                                const segd_pipeline_t *p, const takes_t *t)
+{
+    char err[256];
+    segd_pipeline_stats_t st;
+    segd_pipeline_get_stats(p, &st);
+    fprintf(stderr, "test: %" PRIu64 " batches written, %" PRIu64 " messages taken, %" PRIu64
+                    " stored\n", st.batches, st.messages, stored_offsets_sum(s));
+    assert_true(st.batches >= 1 && st.batches <= t->n);
+    assert_true(st.messages > t->cum[st.batches - 1]); /* taken, not written */
+    assert_int_equal(stored_offsets_sum(s), t->cum[st.batches - 1]);
+    assert_int_equal(outbox_entries(s), st.batches);
+    int64_t committed[PARTITIONS];
+    assert_int_equal(committed_each(f, group, committed), 0);
+    for (int i = 0; i < PARTITIONS; i++) {
+        int64_t stored = 0;
+        if (segd_store_offset_get(s, TOPIC, i, &stored, err, sizeof(err)) != SEGD_OK)
+            stored = 0;
+        assert_true(committed[i] <= stored);
+    }
+}
+
+/* The third store write fails while the writer thread has that batch and
+ * the pipeline's thread builds the next, and keeps failing through the
+ * retries until a stop comes: the step fails, and nothing past the
+ * batches written before is stored (data, outbox entry or offsets) or
+ * committed to the group, also a while later. Then the store takes writes
+ * again and a single write fails once more (retried by the pipeline's
+ * thread with no stop): ingest goes on and ends exact, every user as the
+ * reference has it, every offset at the end, stored and committed. The
+ * same with ingest.writer.thread = 0 (the fault then hits the pipeline's
+ * own write). */
+static void write_error_in_flight(fixture_t *f, const char *writer, const char *group)
+{
+    const uint64_t users = 40;
+    char db[128], err[256];
+    volatile sig_atomic_t stop = 0;
+    revoke_watch_t w = {.stop = &stop};
+    cookie_io_functions_t io = {.write = watch_write};
+    FILE *out = fopencookie(&w, "w", io);
+    assert_non_null(out);
+    segd_log_t *log = NULL;
+    assert_int_equal(segd_log_new(&log, out, SEGD_LOG_INFO, SEGD_LOG_LOGFMT), SEGD_OK);
+    snprintf(db, sizeof(db), "%s/%s", f->dir, group);
+    segd_store_t *s = open_store(f->dir, group);
+    segd_config_t cfg;
+    const char *const kv[] = {"commit.interval.ms", "0", "batch.max.messages", "100",
+                              "ingest.writer.thread", writer, NULL};
+    make_config(&cfg, f, group, db, kv);
+    cfg.log = log;
+    produce_seed(f, users, 71);
+    segd_pipeline_t *p;
+    assert_int_equal(segd_pipeline_new(&p, &cfg, s, &stop, err, sizeof(err)), SEGD_OK);
+    static takes_t t;
+    memset(&t, 0, sizeof(t));
+    segd_store_fault_set(s, SEGD_FAULT_WRITE, 3, 1000000);
+    atomic_store(&w.stop_on_wait, 1);
+    segd_err_t e = SEGD_OK;
+    int64_t t0 = now_ms();
+    while (e == SEGD_OK && now_ms() - t0 < 60000) {
+        e = segd_pipeline_step(p, err, sizeof(err));
+        takes_note(&t, p);
+    }
+    assert_int_not_equal(e, SEGD_OK);
+    assert_only_written(f, group, s, p, &t);
+    sleep_ms(500); /* nothing is written behind the failed step's back */
+    assert_only_written(f, group, s, p, &t);
+
+    segd_store_fault_set(s, SEGD_FAULT_WRITE, 2, 1); /* one more write fails, once */
+    stop = 0;
+    step_until_stored(p, s, users * 50);
+    segd_pipeline_close(p); /* the last batch finished, its offsets committed */
+    segd_pipeline_stats_t st;
+    segd_pipeline_get_stats(p, &st);
+    assert_int_equal(outbox_entries(s), st.batches);
+    commit_state_t c = {f, group, s, users * 50};
+    assert_true(wait_for(commit_caught_up, &c, 20000));
+    segd_pipeline_destroy(p);
+    char refdir[160];
+    snprintf(refdir, sizeof(refdir), "%s/ref-%s", f->dir, group);
+    assert_int_equal(mkdir(refdir, 0755), 0);
+    segd_store_t *ref = reference_store(refdir, users, 71);
+    assert_int_equal(users_missing(ref, &s, 1, users), 0);
+    segd_store_close(ref);
+    segd_store_close(s);
+    segd_config_free(&cfg);
+    segd_log_destroy(log);
+    fclose(out);
+}
+
+static void test_write_error_in_flight(void **state)
+{
+    write_error_in_flight(*state, "1", "g-inflight");
+}
+
+static void test_write_error_no_writer(void **state)
+{
+    write_error_in_flight(*state, "0", "g-nowriter");
 }
 
 /* A static member fenced by another with its group.instance.id gets a fatal
@@ -1100,6 +1235,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_assignment_commits_stored, setup, teardown),
         cmocka_unit_test_setup_teardown(test_commits_held_to_interval, setup, teardown),
         cmocka_unit_test_setup_teardown(test_revoked_partition_not_committed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_write_error_in_flight, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_write_error_no_writer, setup, teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
