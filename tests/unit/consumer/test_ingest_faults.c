@@ -960,11 +960,9 @@ static void step_until_stored(segd_pipeline_t *p, segd_store_t *s, uint64_t tota
  * must still be E1 (what A had written while they were its), those of A's
  * own partitions the new end. Before the fix, the batch's offsets of B's
  * partitions went to the group with A's commit at close. */
-static void test_revoked_partition_not_committed(void **state)
+static void revoked_partition_not_committed(fixture_t *f, const char *writer, const char *group)
 {
-    fixture_t *f = *state;
     const uint64_t users = 40;
-    const char *group = "g-revoked";
     char db[128], err[256];
     volatile sig_atomic_t stop = 0;
     revoke_watch_t w = {.stop = &stop};
@@ -979,7 +977,7 @@ static void test_revoked_partition_not_committed(void **state)
     /* batch.max.ms: the revoke's step polls that long, so it is served there */
     const char *const kv[] = {"changes.enable", "0", "commit.interval.ms", "0",
                               "batch.max.messages", "100000", "batch.max.ms", "20000",
-                              "ingest.writer.thread", "1", NULL};
+                              "ingest.writer.thread", writer, NULL};
     make_config(&cfg, f, group, db, kv);
     cfg.log = log;
     segd_pipeline_t *p;
@@ -1051,6 +1049,18 @@ static void test_revoked_partition_not_committed(void **state)
     segd_config_free(&cfg);
     segd_log_destroy(log);
     fclose(out);
+}
+
+/* Both ways a batch is written: on the pipeline's thread (the default) and
+ * handed to the writer thread (ingest.writer.thread). */
+static void test_revoked_partition_not_committed(void **state)
+{
+    revoked_partition_not_committed(*state, "0", "g-revoked");
+}
+
+static void test_revoked_partition_not_committed_writer(void **state)
+{
+    revoked_partition_not_committed(*state, "1", "g-revoked-w");
 }
 
 /* ---------- issue 31: a write error while the writer thread has the batch ---------- */
@@ -1235,6 +1245,8 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_assignment_commits_stored, setup, teardown),
         cmocka_unit_test_setup_teardown(test_commits_held_to_interval, setup, teardown),
         cmocka_unit_test_setup_teardown(test_revoked_partition_not_committed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_revoked_partition_not_committed_writer, setup,
+                                        teardown),
         cmocka_unit_test_setup_teardown(test_write_error_in_flight, setup, teardown),
         cmocka_unit_test_setup_teardown(test_write_error_no_writer, setup, teardown),
     };
