@@ -94,7 +94,7 @@ void segd_pipeline_commit_resend(segd_pipeline_t *p)
     /* a lost assignment is listed until its revoke is served: those
      * partitions are not ours, and a commit of theirs can be refused as
      * FENCED_INSTANCE_ID, which librdkafka makes fatal (review) */
-    if (rd_kafka_assignment_lost(p->consumer))
+    if (rd_kafka_assignment_lost(p->consumer) || rd_kafka_fatal_error(p->consumer, NULL, 0))
         return;
     rd_kafka_topic_partition_list_t *parts = NULL;
     if (rd_kafka_assignment(p->consumer, &parts))
@@ -312,10 +312,13 @@ void segd_pipeline_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     }
 }
 
+/* Other threads use the consumer as they found it: one retired meanwhile
+ * (pipeline_rebuild.c) is never freed, and answers with an empty assignment. */
 int segd_pipeline_assigned(segd_pipeline_t *p)
 {
     rd_kafka_topic_partition_list_t *parts = NULL;
-    if (!p->consumer || rd_kafka_assignment(p->consumer, &parts))
+    rd_kafka_t *rk = segd_pipeline_consumer_get(p);
+    if (!rk || rd_kafka_assignment(rk, &parts))
         return -1;
     int n = parts->cnt;
     rd_kafka_topic_partition_list_destroy(parts);
@@ -335,7 +338,8 @@ segd_err_t segd_pipeline_assignment(segd_pipeline_t *p, const char *topic, int32
     rd_kafka_topic_partition_list_t *l = NULL;
     *parts = NULL;
     *n_parts = 0;
-    if (!p->consumer || rd_kafka_assignment(p->consumer, &l))
+    rd_kafka_t *rk = segd_pipeline_consumer_get(p);
+    if (!rk || rd_kafka_assignment(rk, &l))
         return segd_errf(SEGD_ERR_KAFKA, errstr, n, "no assignment to read");
     segd_err_t err = SEGD_OK;
     *parts = malloc(((size_t)l->cnt + 1) * sizeof(**parts));
@@ -348,7 +352,7 @@ segd_err_t segd_pipeline_assignment(segd_pipeline_t *p, const char *topic, int32
     if (!err)
         qsort(*parts, *n_parts, sizeof(**parts), cmp_i32);
     if (!err && *n_parts) /* a broker round trip only when there is something to export */
-        err = segd_kmeta_partitions(p->consumer, topic, 10000, partition_count, errstr, n);
+        err = segd_kmeta_partitions(rk, topic, 10000, partition_count, errstr, n);
     if (err || !*n_parts) {
         free(*parts);
         *parts = NULL;

@@ -18,6 +18,9 @@
 
 /* The most partitions the batch and the unread table track. */
 #define MAX_POSITIONS 1024
+/* The most consumer rebuilds after fatal errors within the window of
+ * consumer/pipeline_rebuild.c; the next fatal error stops segd run. */
+#define REBUILDS_MAX 5
 
 /* A partition in the pending batch: the offset after its last message, and
  * what the batch took from it. */
@@ -36,6 +39,7 @@ typedef struct pipeline_metrics {
     segd_metric_t *batch_messages, *apply_seconds, *lag, *assigned;
     segd_metric_t *swept_users, *swept_examined, *swept_partitions, *sweep_off;
     segd_metric_t *link_events, *member_changes; /* identity.enable (DESIGN §10) */
+    segd_metric_t *rebuilds; /* the consumer rebuilt after a fatal error */
 } pipeline_metrics_t;
 
 /* An input topic's partition count from the brokers' metadata: the P of
@@ -63,7 +67,13 @@ struct segd_pipeline {
     const segd_config_t *cfg;
     segd_store_t *store;
     volatile sig_atomic_t *stop;
+    /* written only by the pipeline's thread, under consumer_mu (other
+     * threads read it under that lock: segd_pipeline_assigned); a consumer
+     * rebuilt after a fatal error replaces it (pipeline_rebuild.c) */
     rd_kafka_t *consumer;
+    pthread_mutex_t consumer_mu;
+    uint64_t rebuilds;                  /* consumers rebuilt so far */
+    int64_t rebuild_ms[REBUILDS_MAX];   /* monotonic times of the last rebuilds */
     /* the consumer's opaque and log route: a handle left to process exit
      * keeps it, cut, after p is freed (segd_klog_cut) */
     segd_klog_t *klog;
@@ -200,6 +210,17 @@ void segd_pipeline_wait_for_publisher(segd_pipeline_t *p);
 segd_err_t segd_pipeline_check_topics(segd_pipeline_t *p, char *errstr, size_t n);
 /* Makes p->consumer and subscribes it to the input topics. */
 segd_err_t segd_pipeline_subscribe(segd_pipeline_t *p, char *errstr, size_t n);
+/* Replaces p->consumer (the old one is destroyed or retired by the caller). */
+void segd_pipeline_consumer_set(segd_pipeline_t *p, rd_kafka_t *rk);
+/* The consumer as another thread may read it. */
+rd_kafka_t *segd_pipeline_consumer_get(segd_pipeline_t *p);
+
+/* ---------- rebuild after a fatal error (consumer/pipeline_rebuild.c) ---------- */
+
+/* After a fatal consumer error (the step's batch written): retires the
+ * consumer and makes a new one with the same settings, or, beyond the
+ * bound, returns the fatal error in librdkafka's words. */
+segd_err_t segd_pipeline_rebuild(segd_pipeline_t *p, char *errstr, size_t n);
 
 /* ---------- broker reachability (consumer/pipeline_brokers.c) ---------- */
 
