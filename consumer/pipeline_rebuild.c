@@ -7,8 +7,9 @@
  * broker fault, not a second member, and a daemon should ride it out. The
  * old handle is retired as a lost assignment would leave it (nothing it
  * holds is committed; what it fetched and the pipeline did not take is
- * dropped with it), and a new one with the same settings and
- * group.instance.id joins; partitions restart from the store's offsets
+ * dropped with it) and destroyed, and a new one with the same settings and
+ * group.instance.id joins once the old one is destroyed; partitions
+ * restart from the store's offsets
  * through the ordinary assignment. A real second member with the same
  * group.instance.id fences this one again and again: more than
  * REBUILDS_MAX rebuilds within REBUILD_WINDOW_MS end the step with the
@@ -16,6 +17,8 @@
 #include "consumer/pipeline_int.h"
 
 #include <inttypes.h>
+#include <pthread.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "base/clock.h"
@@ -46,35 +49,109 @@ static int over_bound(const segd_pipeline_t *p, int64_t now)
     return now - oldest < REBUILD_WINDOW_MS;
 }
 
-/* Retires the fatal handle: it stops fetching and drops what it queued
- * (librdkafka treats an unassign after a fatal error as total), nothing of
- * it is committed, and its log route is cut. librdkafka 2.0.2 does not
- * finish destroying a consumer after a fatal error, so the handle itself
- * is left to process exit, as close_fatal leaves it; its group is
- * untouched (it neither joins, heartbeats nor commits any more). */
+/* How long a rebuild waits for the old consumer's teardown before the new
+ * one joins. */
+#define RETIRE_WAIT_MS 10000
+
+/* The teardown of a retired consumer, on a thread of its own. */
+typedef struct retire_job {
+    rd_kafka_t *rk;
+    segd_klog_t *klog; /* its log route, freed with it */
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int done, abandoned;
+} retire_job_t;
+
+static void free_job(retire_job_t *j)
+{
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    free(j);
+}
+
+static void *retire_main(void *arg)
+{
+    retire_job_t *j = arg;
+    /* no consumer close: it would wait for a rebalance a fenced member
+     * never gets, and an unassign or commit of its is pointless */
+    rd_kafka_destroy_flags(j->rk, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+    pthread_mutex_lock(&j->mu);
+    j->done = 1;
+    int abandoned = j->abandoned;
+    pthread_cond_signal(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    if (abandoned) { /* nobody waits any more: the job is this thread's */
+        segd_klog_free(j->klog);
+        free_job(j);
+    }
+    return NULL;
+}
+
+/* Destroys the fatal consumer, waiting up to RETIRE_WAIT_MS. It must go
+ * before the new one joins: left alive, librdkafka 2.0.2 rejoins the group
+ * after a fatal fence (rd_kafka_cgrp_revoke_all_rejoin_maybe), syncs and
+ * heartbeats, holding partitions it never fetches (seen on the mock), and
+ * with the same group.instance.id it would fence the new member in turn.
+ * A teardown not done in time is left to finish on its thread (its log
+ * route cut: nothing of it reaches the log any more). */
+static void destroy_bounded(segd_pipeline_t *p, rd_kafka_t *rk, segd_klog_t *klog)
+{
+    retire_job_t *j = calloc(1, sizeof(*j));
+    pthread_t th;
+    if (j) {
+        j->rk = rk;
+        j->klog = klog;
+        pthread_mutex_init(&j->mu, NULL);
+        pthread_cond_init(&j->cv, NULL);
+    }
+    if (!j || pthread_create(&th, NULL, retire_main, j)) { /* no thread: wait here */
+        if (j)
+            free_job(j);
+        rd_kafka_destroy_flags(rk, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
+        segd_klog_free(klog);
+        return;
+    }
+    struct timespec until;
+    segd_realtime_after(&until, RETIRE_WAIT_MS);
+    pthread_mutex_lock(&j->mu);
+    while (!j->done && pthread_cond_timedwait(&j->cv, &j->mu, &until) == 0)
+        ;
+    int done = j->done;
+    if (!done) {
+        j->abandoned = 1;
+        segd_klog_cut(klog);
+    }
+    pthread_mutex_unlock(&j->mu);
+    if (!done) {
+        segd_log(pipeline_log(p), SEGD_LOG_WARN, "pipeline",
+                 "the fatal consumer's teardown is still running after %d ms: left to "
+                 "finish on its own thread (librdkafka 2.0.2)", RETIRE_WAIT_MS);
+        pthread_detach(th);
+        return;
+    }
+    pthread_join(th, NULL);
+    segd_klog_free(klog);
+    free_job(j);
+}
+
+/* Retires the fatal consumer: its partitions are revoked for the sweep, as
+ * a lost assignment's are (the new member's assignment takes back what is
+ * still ours), nothing of it is committed, what it fetched and the
+ * pipeline did not take goes with it, and it is destroyed. */
 static void retire(segd_pipeline_t *p)
 {
     rd_kafka_t *old = p->consumer;
+    segd_klog_t *klog = p->klog;
     rd_kafka_topic_partition_list_t *parts = NULL;
-    if (!rd_kafka_assignment(old, &parts) && parts->cnt) {
-        rd_kafka_error_t *e = NULL;
-        if (!strcmp(rd_kafka_rebalance_protocol(old), "COOPERATIVE"))
-            e = rd_kafka_incremental_unassign(old, parts);
-        else
-            rd_kafka_assign(old, NULL);
-        if (e)
-            rd_kafka_error_destroy(e); /* it fetches on into its bounded queue */
-        /* revoked for the sweep, as a lost assignment's are: the new
-         * member's assignment takes back what is still ours */
+    if (!rd_kafka_assignment(old, &parts))
         for (int i = 0; i < parts->cnt; i++)
             segd_sweep_owned(p->sweep, parts->elems[i].topic, parts->elems[i].partition, 0,
                              segd_mono_ms());
-    }
     if (parts)
         rd_kafka_topic_partition_list_destroy(parts);
-    segd_klog_cut(p->klog); /* its threads live on and log: the route is leaked with it */
+    segd_pipeline_consumer_set(p, NULL); /* other threads let go of it first */
     p->klog = NULL;
-    segd_pipeline_consumer_set(p, NULL);
+    destroy_bounded(p, old, klog);
 }
 
 /* What the pipeline kept of the old member's assignment goes with it, as
