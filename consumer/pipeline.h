@@ -160,7 +160,8 @@ typedef struct segd_links segd_links_t;
 segd_links_t *segd_pipeline_links(segd_pipeline_t *p);
 
 /* The group consumer (librdkafka's rd_kafka_t) as it is now, for tests
- * that inject its faults; replaced after a fatal error. Any thread. */
+ * that inject its faults; replaced (and the old one destroyed) after a
+ * fatal error. The pipeline's thread only. */
 struct rd_kafka_s;
 struct rd_kafka_s *segd_pipeline_consumer(segd_pipeline_t *p);
 

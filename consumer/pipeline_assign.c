@@ -312,16 +312,23 @@ void segd_pipeline_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     }
 }
 
-/* Other threads use the consumer as they found it: one retired meanwhile
- * (pipeline_rebuild.c) is never freed, and answers with an empty assignment. */
-int segd_pipeline_assigned(segd_pipeline_t *p)
+int segd_pipeline_assigned_own(segd_pipeline_t *p)
 {
     rd_kafka_topic_partition_list_t *parts = NULL;
-    rd_kafka_t *rk = segd_pipeline_consumer_get(p);
-    if (!rk || rd_kafka_assignment(rk, &parts))
+    if (!p->consumer || rd_kafka_assignment(p->consumer, &parts))
         return -1;
     int n = parts->cnt;
     rd_kafka_topic_partition_list_destroy(parts);
+    return n;
+}
+
+/* Other threads hold consumer_mu while they use the consumer: a rebuild
+ * (pipeline_rebuild.c) destroys the old one once it has replaced it. */
+int segd_pipeline_assigned(segd_pipeline_t *p)
+{
+    pthread_mutex_lock(&p->consumer_mu);
+    int n = segd_pipeline_assigned_own(p);
+    pthread_mutex_unlock(&p->consumer_mu);
     return n;
 }
 
@@ -331,14 +338,14 @@ static int cmp_i32(const void *a, const void *b)
     return (x > y) - (x < y);
 }
 
-segd_err_t segd_pipeline_assignment(segd_pipeline_t *p, const char *topic, int32_t **parts,
-                                    size_t *n_parts, int32_t *partition_count,
-                                    char *errstr, size_t n)
+/* segd_pipeline_assignment with consumer_mu held. */
+static segd_err_t assignment_of(rd_kafka_t *rk, const char *topic, int32_t **parts,
+                                size_t *n_parts, int32_t *partition_count, char *errstr,
+                                size_t n)
 {
     rd_kafka_topic_partition_list_t *l = NULL;
     *parts = NULL;
     *n_parts = 0;
-    rd_kafka_t *rk = segd_pipeline_consumer_get(p);
     if (!rk || rd_kafka_assignment(rk, &l))
         return segd_errf(SEGD_ERR_KAFKA, errstr, n, "no assignment to read");
     segd_err_t err = SEGD_OK;
@@ -357,5 +364,19 @@ segd_err_t segd_pipeline_assignment(segd_pipeline_t *p, const char *topic, int32
         free(*parts);
         *parts = NULL;
     }
+    return err;
+}
+
+/* The lock is held across the metadata round trip (up to 10 s when no
+ * broker answers): a rebuild or close waits for it rather than destroy the
+ * consumer under this thread. The pipeline's own steps never take it. */
+segd_err_t segd_pipeline_assignment(segd_pipeline_t *p, const char *topic, int32_t **parts,
+                                    size_t *n_parts, int32_t *partition_count,
+                                    char *errstr, size_t n)
+{
+    pthread_mutex_lock(&p->consumer_mu);
+    segd_err_t err = assignment_of(p->consumer, topic, parts, n_parts, partition_count,
+                                   errstr, n);
+    pthread_mutex_unlock(&p->consumer_mu);
     return err;
 }

@@ -191,17 +191,9 @@ void segd_pipeline_consumer_set(segd_pipeline_t *p, rd_kafka_t *rk)
     pthread_mutex_unlock(&p->consumer_mu);
 }
 
-rd_kafka_t *segd_pipeline_consumer_get(segd_pipeline_t *p)
-{
-    pthread_mutex_lock(&p->consumer_mu);
-    rd_kafka_t *rk = p->consumer;
-    pthread_mutex_unlock(&p->consumer_mu);
-    return rk;
-}
-
 struct rd_kafka_s *segd_pipeline_consumer(segd_pipeline_t *p)
 {
-    return segd_pipeline_consumer_get(p);
+    return p->consumer;
 }
 
 /* Whether the brokers are librdkafka's mock cluster (`segd dev-broker` and the

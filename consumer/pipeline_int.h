@@ -67,9 +67,10 @@ struct segd_pipeline {
     const segd_config_t *cfg;
     segd_store_t *store;
     volatile sig_atomic_t *stop;
-    /* written only by the pipeline's thread, under consumer_mu (other
-     * threads read it under that lock: segd_pipeline_assigned); a consumer
-     * rebuilt after a fatal error replaces it (pipeline_rebuild.c) */
+    /* written only by the pipeline's thread, under consumer_mu; other
+     * threads hold that lock while they use it (segd_pipeline_assigned,
+     * segd_pipeline_assignment): a consumer rebuilt after a fatal error
+     * replaces it and the old one is destroyed (pipeline_rebuild.c) */
     rd_kafka_t *consumer;
     pthread_mutex_t consumer_mu;
     uint64_t rebuilds;                  /* consumers rebuilt so far */
@@ -201,6 +202,9 @@ void segd_pipeline_commit_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 /* After a refused commit: sends the store's offsets again, at most every
  * COMMIT_RETRY_MS. */
 void segd_pipeline_commit_resend(segd_pipeline_t *p);
+/* segd_pipeline_assigned on the pipeline's own thread, without consumer_mu
+ * (that thread is the consumer's only writer). */
+int segd_pipeline_assigned_own(segd_pipeline_t *p);
 /* Holds ingest (every partition paused) while the change stream is behind. */
 void segd_pipeline_wait_for_publisher(segd_pipeline_t *p);
 
@@ -212,8 +216,6 @@ segd_err_t segd_pipeline_check_topics(segd_pipeline_t *p, char *errstr, size_t n
 segd_err_t segd_pipeline_subscribe(segd_pipeline_t *p, char *errstr, size_t n);
 /* Replaces p->consumer (the old one is destroyed or retired by the caller). */
 void segd_pipeline_consumer_set(segd_pipeline_t *p, rd_kafka_t *rk);
-/* The consumer as another thread may read it. */
-rd_kafka_t *segd_pipeline_consumer_get(segd_pipeline_t *p);
 
 /* ---------- rebuild after a fatal error (consumer/pipeline_rebuild.c) ---------- */
 

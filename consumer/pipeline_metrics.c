@@ -103,7 +103,7 @@ void segd_pipeline_metrics_lag(segd_pipeline_t *p)
     p->lag_next_ms = segd_mono_ms() + LAG_REFRESH_MS;
     segd_lag_refresh(p->lag, p->consumer, paused_for_offset, p, p->mx.lag);
     segd_metric_set(p->mx.fault_waits, NULL, (double)p->bo.retries);
-    segd_metric_set(p->mx.assigned, NULL, (double)segd_pipeline_assigned(p));
+    segd_metric_set(p->mx.assigned, NULL, (double)segd_pipeline_assigned_own(p));
     if (p->sweep && p->mx.swept_users) {
         segd_sweep_stats_t st;
         segd_sweep_get_stats(p->sweep, &st);

@@ -149,7 +149,7 @@ static void retire(segd_pipeline_t *p)
                              segd_mono_ms());
     if (parts)
         rd_kafka_topic_partition_list_destroy(parts);
-    segd_pipeline_consumer_set(p, NULL); /* other threads let go of it first */
+    segd_pipeline_consumer_set(p, NULL); /* waits for other threads using it */
     p->klog = NULL;
     destroy_bounded(p, old, klog);
 }
