@@ -1031,13 +1031,34 @@ static void step_until_exact(segd_pipeline_t *p, const fixture_t *f, const char 
     assert_int_equal(committed, (int64_t)total);
 }
 
+/* Another thread reads the assignment all along (as /readyz and the snapshot
+ * thread do), while the rebuild replaces and destroys the consumer. */
+typedef struct assignment_reader {
+    segd_pipeline_t *p;
+    atomic_int done;
+    uint64_t reads;
+} assignment_reader_t;
+
+static void *assignment_reader_main(void *arg)
+{
+    assignment_reader_t *r = arg;
+    while (!atomic_load(&r->done)) {
+        segd_pipeline_assigned(r->p);
+        r->reads++;
+        usleep(200);
+    }
+    return NULL;
+}
+
 /* A fatal error (FENCED_INSTANCE_ID, as librdkafka 2.0.2 raised it for its
  * own late retry of an OffsetCommit after two brokers were SIGKILLed) in
  * the middle of the topic: the pipeline rebuilds its consumer and goes
  * on, and ends exact: every event in the store, its offsets and the
  * group's at the end, and no message taken twice (the batch taken before
  * the error was written, and the new member starts from the store's
- * offsets). Before the fix the step failed and segd run exited. */
+ * offsets). Before the fix the step failed and segd run exited. A reader
+ * thread asks for the assignment meanwhile (ASan, TSan: never the
+ * destroyed consumer). */
 static void test_fatal_error_rebuilds(void **state)
 {
     fixture_t *f = *state;
@@ -1058,10 +1079,16 @@ static void test_fatal_error_rebuilds(void **state)
         assert_int_equal(segd_pipeline_step(p, err, sizeof(err)), SEGD_OK);
     uint64_t before = stored_offsets_sum(s);
     assert_true(before >= total / 4 && before < total); /* mid-ingest */
-    struct rd_kafka_s *old = segd_pipeline_consumer(p);
-    assert_int_equal(rd_kafka_test_fatal_error(old, RD_KAFKA_RESP_ERR_FENCED_INSTANCE_ID,
+    assignment_reader_t r = {.p = p};
+    pthread_t reader;
+    assert_int_equal(pthread_create(&reader, NULL, assignment_reader_main, &r), 0);
+    assert_int_equal(rd_kafka_test_fatal_error(segd_pipeline_consumer(p),
+                                               RD_KAFKA_RESP_ERR_FENCED_INSTANCE_ID,
                                                "fenced mid-ingest"), RD_KAFKA_RESP_ERR_NO_ERROR);
     step_until_exact(p, f, group, s, total);
+    atomic_store(&r.done, 1);
+    pthread_join(reader, NULL);
+    assert_true(r.reads > 0);
     segd_pipeline_stats_t st;
     segd_pipeline_get_stats(p, &st);
     fprintf(stderr, "test: fatal at %" PRIu64 " of %" PRIu64 "; rebuilds %" PRIu64
