@@ -7,10 +7,9 @@
  * broker fault, not a second member, and a daemon should ride it out. The
  * old handle is retired as a lost assignment would leave it (nothing it
  * holds is committed; what it fetched and the pipeline did not take is
- * dropped with it) and destroyed, and a new one with the same settings and
- * group.instance.id joins once the old one is destroyed; partitions
- * restart from the store's offsets
- * through the ordinary assignment. A real second member with the same
+ * dropped with it) and destroyed; then a new one with the same settings
+ * and group.instance.id joins, and partitions restart from the store's
+ * offsets through the ordinary assignment. A real second member with the same
  * group.instance.id fences this one again and again: more than
  * REBUILDS_MAX rebuilds within REBUILD_WINDOW_MS end the step with the
  * error, and segd run stops. Runs on the pipeline's thread. */
