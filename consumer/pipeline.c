@@ -170,17 +170,6 @@ static void log_unassigned(segd_pipeline_t *p)
              p->session_timeout_ms);
 }
 
-/* The consumer's fatal error as the step's error, in librdkafka's words. */
-static segd_err_t fatal_error(segd_pipeline_t *p, char *errstr, size_t n)
-{
-    char why[512] = "";
-    rd_kafka_resp_err_t e = rd_kafka_fatal_error(p->consumer, why, sizeof(why));
-    return segd_errf(SEGD_ERR_KAFKA, errstr, n,
-                     "consumer: fatal error (%s): %s; the consumer cannot go on, so segd "
-                     "stops here; a restart joins the group anew from the store's offsets",
-                     rd_kafka_err2name(e), why[0] ? why : "no reason given");
-}
-
 /* The links topic's share of this step (identity.enable, DESIGN §10). */
 static segd_err_t step_links(segd_pipeline_t *p, char *errstr, size_t n)
 {
@@ -236,14 +225,16 @@ segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
     int rc = segd_pipeline_batch_take(p, &fatal);
     err = segd_pipeline_batch_flush(p, errstr, n);
     int failing = fatal || rd_kafka_fatal_error(p->consumer, NULL, 0) || p->refused[0];
-    /* the step is about to fail and segd run to stop: nothing stays in
-     * the writer's hands */
+    /* the step is about to fail, or the consumer to be rebuilt: nothing
+     * stays in the writer's hands */
     if (!err && failing)
         err = segd_pipeline_batch_drain(p, errstr, n);
     /* This is checked even after a failed flush, because the fatal error event
-     * came only once while the consumer's fatal state stays. */
+     * came only once while the consumer's fatal state stays. The batch is
+     * written first: its data and offsets are exact whoever owns the
+     * partitions next, as on a lost assignment. */
     if (!err && (fatal || rd_kafka_fatal_error(p->consumer, NULL, 0)))
-        return fatal_error(p, errstr, n);
+        return segd_pipeline_rebuild(p, errstr, n);
     if (!err && p->refused[0]) /* error_cb: credentials or certificate refused */
         return segd_errf(SEGD_ERR_KAFKA, errstr, n, "%s", p->refused);
     if (!err) {
@@ -300,6 +291,7 @@ segd_err_t segd_pipeline_new(segd_pipeline_t **out, const segd_config_t *cfg,
     if (!p)
         return SEGD_ERR_NOMEM;
     pthread_mutex_init(&p->brokers_mu, NULL);
+    pthread_mutex_init(&p->consumer_mu, NULL);
     p->cfg = cfg;
     p->store = store;
     p->stop = stop;
@@ -365,8 +357,10 @@ static int await_first_assignment(segd_pipeline_t *p)
     return !p->rebalanced && joined(p);
 }
 
-/* Closing a consumer that had a fatal error: the taken batch is written,
- * and the handle is left to process exit like a never-assigned one. */
+/* Closing a consumer that had a fatal error (a stop came before the step
+ * that would rebuild it, or the rebuilds' bound was passed): the taken
+ * batch is written, and the handle is left to process exit like a
+ * never-assigned one. */
 static void close_fatal(segd_pipeline_t *p)
 {
     char err[256];
@@ -379,7 +373,7 @@ static void close_fatal(segd_pipeline_t *p)
     /* its threads live on and log: the route it keeps outlives p, cut here */
     segd_klog_cut(p->klog);
     p->klog = NULL;
-    p->consumer = NULL;
+    segd_pipeline_consumer_set(p, NULL);
     if (p->dlq)
         segd_dlq_close(p->dlq);
 }
@@ -411,9 +405,11 @@ void segd_pipeline_close(segd_pipeline_t *p)
              * logger are gone: the route it keeps is cut, and leaked with it. */
             segd_klog_cut(p->klog);
             p->klog = NULL;
-        } else
-            rd_kafka_destroy(p->consumer);
-        p->consumer = NULL;
+        }
+        rd_kafka_t *rk = p->consumer;
+        segd_pipeline_consumer_set(p, NULL);
+        if (!unassigned)
+            rd_kafka_destroy(rk);
     }
     if (p->dlq)
         segd_dlq_close(p->dlq);
@@ -434,6 +430,7 @@ void segd_pipeline_destroy(segd_pipeline_t *p)
     segd_applier_free(&p->apv[1]);
     segd_lag_destroy(p->lag);
     pthread_mutex_destroy(&p->brokers_mu);
+    pthread_mutex_destroy(&p->consumer_mu);
     free(p);
 }
 

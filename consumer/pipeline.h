@@ -62,6 +62,7 @@ typedef struct segd_pipeline_stats {
      * because nothing more was fetched before batch.max.messages */
     double poll_idle_s;
     uint64_t batches_short;
+    uint64_t rebuilds; /* consumers rebuilt after a fatal error (DESIGN §7.2) */
 } segd_pipeline_stats_t;
 
 /* store and stop are borrowed and must outlive the pipeline. stop is polled
@@ -156,5 +157,11 @@ void segd_pipeline_destroy(segd_pipeline_t *p);
  * first step. */
 typedef struct segd_links segd_links_t;
 segd_links_t *segd_pipeline_links(segd_pipeline_t *p);
+
+/* The group consumer (librdkafka's rd_kafka_t) as it is now, for tests
+ * that inject its faults; replaced (and the old one destroyed) after a
+ * fatal error. The pipeline's thread only. */
+struct rd_kafka_s;
+struct rd_kafka_s *segd_pipeline_consumer(segd_pipeline_t *p);
 
 #endif

@@ -92,7 +92,7 @@ void segd_pipeline_commit_resend(segd_pipeline_t *p)
     /* a lost assignment is listed until its revoke is served: those
      * partitions are not ours, and a commit of theirs can be refused as
      * FENCED_INSTANCE_ID, which librdkafka makes fatal (review) */
-    if (rd_kafka_assignment_lost(p->consumer))
+    if (rd_kafka_assignment_lost(p->consumer) || rd_kafka_fatal_error(p->consumer, NULL, 0))
         return;
     rd_kafka_topic_partition_list_t *parts = NULL;
     if (rd_kafka_assignment(p->consumer, &parts))

@@ -129,10 +129,11 @@ int segd_pipeline_batch_take(segd_pipeline_t *p, int *fatal)
             continue;
         if (m->err) {
             /* A fatal error (a static member fenced by another with the same
-             * group.instance.id) leaves a consumer that never fetches again:
-             * polling on would hang the daemon at its last offset. What was
-             * taken so far is applied below; then the step fails, so that
-             * segd run exits and a restart joins the group anew. */
+             * group.instance.id, or by librdkafka's own late commit retry)
+             * leaves a consumer that never fetches again: polling on would
+             * hang the daemon at its last offset. What was taken so far is
+             * applied below; then the step rebuilds the consumer
+             * (pipeline_rebuild.c). */
             *fatal = m->err == RD_KAFKA_RESP_ERR__FATAL;
             if (m->err != RD_KAFKA_RESP_ERR__PARTITION_EOF && !*fatal)
                 segd_log(pipeline_log(p), SEGD_LOG_WARN, "pipeline", "consumer: %s",
@@ -226,9 +227,11 @@ void segd_pipeline_batch_forget(segd_pipeline_t *p, const rd_kafka_topic_partiti
 void segd_pipeline_commit_written(segd_pipeline_t *p, int force)
 {
     /* closed after a fatal error: nothing can be sent; a lost assignment (a
-     * refused generation, a session timed out): its partitions are no longer
-     * ours, and the next assignment commits the store's offsets anyway */
-    if (!p->consumer || rd_kafka_assignment_lost(p->consumer))
+     * refused generation, a session timed out) or a fatal error (the consumer
+     * is rebuilt, pipeline_rebuild.c): its partitions are no longer ours, and
+     * the next assignment commits the store's offsets anyway */
+    if (!p->consumer || rd_kafka_assignment_lost(p->consumer) ||
+        rd_kafka_fatal_error(p->consumer, NULL, 0))
         p->nwritten = 0;
     if (!p->nwritten)
         return;

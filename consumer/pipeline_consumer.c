@@ -2,7 +2,8 @@
  * joins, the librdkafka settings it is made with (memory.limit.mb's fetch
  * share, static membership with the store's instance id, the operator's
  * kafka.* settings last), the detection of librdkafka's mock cluster, and
- * the subscription. Called once, from segd_pipeline_new. */
+ * the subscription. Called from segd_pipeline_new, and again by
+ * segd_pipeline_rebuild after a fatal error. */
 #include "consumer/pipeline_int.h"
 
 #include <inttypes.h>
@@ -173,13 +174,26 @@ static segd_err_t new_consumer(segd_pipeline_t *p, const char *client_id,
         return segd_errf(SEGD_ERR_NOMEM, errstr, n, "consumer: out of memory");
     }
     segd_klog_attach(p->klog, conf);
-    p->consumer = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errbuf, sizeof(errbuf));
-    if (!p->consumer) {
+    rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, errbuf, sizeof(errbuf));
+    if (!rk) {
         rd_kafka_conf_destroy(conf);
         return segd_errf(SEGD_ERR_KAFKA, errstr, n, "consumer: %s", errbuf);
     }
-    rd_kafka_poll_set_consumer(p->consumer);
+    rd_kafka_poll_set_consumer(rk);
+    segd_pipeline_consumer_set(p, rk);
     return SEGD_OK;
+}
+
+void segd_pipeline_consumer_set(segd_pipeline_t *p, rd_kafka_t *rk)
+{
+    pthread_mutex_lock(&p->consumer_mu);
+    p->consumer = rk;
+    pthread_mutex_unlock(&p->consumer_mu);
+}
+
+struct rd_kafka_s *segd_pipeline_consumer(segd_pipeline_t *p)
+{
+    return p->consumer;
 }
 
 /* Whether the brokers are librdkafka's mock cluster (`segd dev-broker` and the
@@ -213,8 +227,9 @@ segd_err_t segd_pipeline_subscribe(segd_pipeline_t *p, char *errstr, size_t n)
     if (!err)
         err = new_consumer(p, client_id, member, 0, errstr, n);
     if (!err && !segd_pipeline_brokers_are_down(p) && mock_brokers(p->consumer)) {
-        rd_kafka_destroy(p->consumer); /* never subscribed: nothing to leave */
-        p->consumer = NULL;
+        rd_kafka_t *probe = p->consumer;
+        segd_pipeline_consumer_set(p, NULL);
+        rd_kafka_destroy(probe); /* never subscribed: nothing to leave */
         member[0] = 0;
         err = new_consumer(p, client_id, member, 1, errstr, n);
         if (!err)

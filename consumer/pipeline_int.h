@@ -24,6 +24,9 @@
 
 /* The most partitions the batch and the unread table track. */
 #define MAX_POSITIONS 1024
+/* The most consumer rebuilds after fatal errors within the window of
+ * consumer/pipeline_rebuild.c; the next fatal error stops segd run. */
+#define REBUILDS_MAX 5
 
 /* A partition in the pending batch: the offset after its last message, and
  * what the batch took from it. */
@@ -42,6 +45,7 @@ typedef struct pipeline_metrics {
     segd_metric_t *batch_messages, *apply_seconds, *lag, *assigned;
     segd_metric_t *swept_users, *swept_examined, *swept_partitions, *sweep_off;
     segd_metric_t *link_events, *member_changes; /* identity.enable (DESIGN §10) */
+    segd_metric_t *rebuilds; /* the consumer rebuilt after a fatal error */
 } pipeline_metrics_t;
 
 /* An input topic's partition count from the brokers' metadata: the P of
@@ -69,7 +73,14 @@ struct segd_pipeline {
     const segd_config_t *cfg;
     segd_store_t *store;
     volatile sig_atomic_t *stop;
+    /* written only by the pipeline's thread, under consumer_mu; other
+     * threads hold that lock while they use it (segd_pipeline_assigned,
+     * segd_pipeline_assignment): a consumer rebuilt after a fatal error
+     * replaces it and the old one is destroyed (pipeline_rebuild.c) */
     rd_kafka_t *consumer;
+    pthread_mutex_t consumer_mu;
+    uint64_t rebuilds;                  /* consumers rebuilt so far */
+    int64_t rebuild_ms[REBUILDS_MAX];   /* monotonic times of the last rebuilds */
     /* the consumer's opaque and log route: a handle left to process exit
      * keeps it, cut, after p is freed (segd_klog_cut) */
     segd_klog_t *klog;
@@ -226,6 +237,9 @@ void segd_pipeline_commit_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
 /* After a refused commit: sends the store's offsets again, at most every
  * COMMIT_RETRY_MS. */
 void segd_pipeline_commit_resend(segd_pipeline_t *p);
+/* segd_pipeline_assigned on the pipeline's own thread, without consumer_mu
+ * (that thread is the consumer's only writer). */
+int segd_pipeline_assigned_own(segd_pipeline_t *p);
 /* Holds ingest (every partition paused) while the change stream is behind. */
 void segd_pipeline_wait_for_publisher(segd_pipeline_t *p);
 
@@ -235,6 +249,15 @@ void segd_pipeline_wait_for_publisher(segd_pipeline_t *p);
 segd_err_t segd_pipeline_check_topics(segd_pipeline_t *p, char *errstr, size_t n);
 /* Makes p->consumer and subscribes it to the input topics. */
 segd_err_t segd_pipeline_subscribe(segd_pipeline_t *p, char *errstr, size_t n);
+/* Replaces p->consumer (the old one is destroyed or retired by the caller). */
+void segd_pipeline_consumer_set(segd_pipeline_t *p, rd_kafka_t *rk);
+
+/* ---------- rebuild after a fatal error (consumer/pipeline_rebuild.c) ---------- */
+
+/* After a fatal consumer error (the step's batch written): retires the
+ * consumer and makes a new one with the same settings, or, beyond the
+ * bound, returns the fatal error in librdkafka's words. */
+segd_err_t segd_pipeline_rebuild(segd_pipeline_t *p, char *errstr, size_t n);
 
 /* ---------- broker reachability (consumer/pipeline_brokers.c) ---------- */
 

@@ -55,6 +55,9 @@ void segd_pipeline_set_metrics(segd_pipeline_t *p, segd_metrics_t *m)
         "the guard) or dead_lettered (malformed or invalid).", "result");
     x->member_changes = segd_metrics_counter(m, "segd_identity_member_changes_total",
         "Identity membership changes written to the outbox (MemberEvents to publish).", NULL);
+    x->rebuilds = segd_metrics_counter(m, "segd_consumer_rebuilds_total",
+        "Group consumers rebuilt in-process after a fatal librdkafka error (a static member "
+        "fenced, FENCED_INSTANCE_ID).", NULL);
     x->sweep_off = segd_metrics_gauge(m, "segd_sweep_disabled",
         "1 when this store refuses to sweep (misrouted or unchecked events, or a partition "
         "it could not track).", NULL);
@@ -101,7 +104,7 @@ void segd_pipeline_metrics_lag(segd_pipeline_t *p)
     p->lag_next_ms = segd_mono_ms() + LAG_REFRESH_MS;
     segd_lag_refresh(p->lag, p->consumer, paused_for_offset, p, p->mx.lag);
     segd_metric_set(p->mx.fault_waits, NULL, (double)p->bo.retries);
-    segd_metric_set(p->mx.assigned, NULL, (double)segd_pipeline_assigned(p));
+    segd_metric_set(p->mx.assigned, NULL, (double)segd_pipeline_assigned_own(p));
     if (p->sweep && p->mx.swept_users) {
         segd_sweep_stats_t st;
         segd_sweep_get_stats(p->sweep, &st);

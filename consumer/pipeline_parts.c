@@ -162,7 +162,7 @@ void segd_pipeline_rewind(segd_pipeline_t *p, const rd_kafka_message_t *m)
     segd_pipeline_unread_note(p, topic, m->partition, m->offset);
 }
 
-int segd_pipeline_assigned(segd_pipeline_t *p)
+int segd_pipeline_assigned_own(segd_pipeline_t *p)
 {
     rd_kafka_topic_partition_list_t *parts = NULL;
     if (!p->consumer || rd_kafka_assignment(p->consumer, &parts))
@@ -172,20 +172,31 @@ int segd_pipeline_assigned(segd_pipeline_t *p)
     return n;
 }
 
+/* Other threads hold consumer_mu while they use the consumer: a rebuild
+ * (pipeline_rebuild.c) destroys the old one once it has replaced it. */
+int segd_pipeline_assigned(segd_pipeline_t *p)
+{
+    pthread_mutex_lock(&p->consumer_mu);
+    int n = segd_pipeline_assigned_own(p);
+    pthread_mutex_unlock(&p->consumer_mu);
+    return n;
+}
+
 static int cmp_i32(const void *a, const void *b)
 {
     int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
     return (x > y) - (x < y);
 }
 
-segd_err_t segd_pipeline_assignment(segd_pipeline_t *p, const char *topic, int32_t **parts,
-                                    size_t *n_parts, int32_t *partition_count,
-                                    char *errstr, size_t n)
+/* segd_pipeline_assignment with consumer_mu held. */
+static segd_err_t assignment_of(rd_kafka_t *rk, const char *topic, int32_t **parts,
+                                size_t *n_parts, int32_t *partition_count, char *errstr,
+                                size_t n)
 {
     rd_kafka_topic_partition_list_t *l = NULL;
     *parts = NULL;
     *n_parts = 0;
-    if (!p->consumer || rd_kafka_assignment(p->consumer, &l))
+    if (!rk || rd_kafka_assignment(rk, &l))
         return segd_errf(SEGD_ERR_KAFKA, errstr, n, "no assignment to read");
     segd_err_t err = SEGD_OK;
     *parts = malloc(((size_t)l->cnt + 1) * sizeof(**parts));
@@ -198,10 +209,24 @@ segd_err_t segd_pipeline_assignment(segd_pipeline_t *p, const char *topic, int32
     if (!err)
         qsort(*parts, *n_parts, sizeof(**parts), cmp_i32);
     if (!err && *n_parts) /* a broker round trip only when there is something to export */
-        err = segd_kmeta_partitions(p->consumer, topic, 10000, partition_count, errstr, n);
+        err = segd_kmeta_partitions(rk, topic, 10000, partition_count, errstr, n);
     if (err || !*n_parts) {
         free(*parts);
         *parts = NULL;
     }
+    return err;
+}
+
+/* The lock is held across the metadata round trip (up to 10 s when no
+ * broker answers): a rebuild or close waits for it rather than destroy the
+ * consumer under this thread. The pipeline's own steps never take it. */
+segd_err_t segd_pipeline_assignment(segd_pipeline_t *p, const char *topic, int32_t **parts,
+                                    size_t *n_parts, int32_t *partition_count,
+                                    char *errstr, size_t n)
+{
+    pthread_mutex_lock(&p->consumer_mu);
+    segd_err_t err = assignment_of(p->consumer, topic, parts, n_parts, partition_count,
+                                   errstr, n);
+    pthread_mutex_unlock(&p->consumer_mu);
     return err;
 }

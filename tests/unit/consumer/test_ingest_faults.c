@@ -10,7 +10,9 @@
  * partition revoked while its batch could not be written is never committed
  * by the member it left; a write that fails while the writer thread has the
  * batch stores and commits nothing past the batches before it, and ingest
- * resumes exact (issue 31). */
+ * resumes exact (issue 31); a fatal consumer error (a fenced static member)
+ * rebuilds the consumer and ingest ends exact, and too many of them in a
+ * row stop the pipeline with the error. */
 #define _GNU_SOURCE /* fopencookie */
 #include <inttypes.h>
 #include <librdkafka/rdkafka.h>
@@ -1188,14 +1190,158 @@ static void test_write_error_no_writer(void **state)
     write_error_in_flight(*state, "0", "g-nowriter");
 }
 
-/* A static member fenced by another with its group.instance.id gets a fatal
- * error, after which its consumer never fetches again. The step must fail
- * with that error (segd run exits and a restart rejoins) instead of polling
- * on at its last offset for ever; what it had applied stays applied. The
- * mock has no static membership, so the fence is its injected Heartbeat
- * answer, as a broker gives it. */
+/* ---------- defect B (issue 28): a fatal consumer error rebuilds the consumer ---------- */
+
+/* The pipeline's steps until its store holds offsets summing to total and
+ * the group's committed offsets equal them, or 90 s; each step must go on
+ * (a fatal error rebuilds the consumer instead of failing the step). */
+static void step_until_exact(segd_pipeline_t *p, const fixture_t *f, const char *group,
+                             segd_store_t *s, uint64_t total)
+{
+    char err[512];
+    int64_t t0 = now_ms(), asked = 0;
+    int64_t committed = -1;
+    while (now_ms() - t0 < 90000) {
+        segd_err_t e = segd_pipeline_step(p, err, sizeof(err));
+        if (e)
+            fprintf(stderr, "test: step: %s\n", err);
+        assert_int_equal(e, SEGD_OK);
+        if (stored_offsets_sum(s) < total || now_ms() - asked < 1000)
+            continue;
+        asked = now_ms(); /* a client of its own per ask: not every step */
+        if ((committed = committed_sum(f, group)) == (int64_t)total)
+            break;
+    }
+    fprintf(stderr, "test: stored %" PRIu64 ", committed %" PRId64 " of %" PRIu64 "\n",
+            stored_offsets_sum(s), committed, total);
+    assert_int_equal(stored_offsets_sum(s), total);
+    assert_int_equal(committed, (int64_t)total);
+}
+
+/* Another thread reads the assignment all along (as /readyz and the snapshot
+ * thread do), while the rebuild replaces and destroys the consumer. */
+typedef struct assignment_reader {
+    segd_pipeline_t *p;
+    atomic_int done;
+    uint64_t reads;
+} assignment_reader_t;
+
+static void *assignment_reader_main(void *arg)
+{
+    assignment_reader_t *r = arg;
+    while (!atomic_load(&r->done)) {
+        segd_pipeline_assigned(r->p);
+        r->reads++;
+        usleep(200);
+    }
+    return NULL;
+}
+
+/* A fatal error (FENCED_INSTANCE_ID, as librdkafka 2.0.2 raised it for its
+ * own late retry of an OffsetCommit after two brokers were SIGKILLed) in
+ * the middle of the topic: the pipeline rebuilds its consumer and goes
+ * on, and ends exact: every event in the store, its offsets and the
+ * group's at the end, and no message taken twice (the batch taken before
+ * the error was written, and the new member starts from the store's
+ * offsets). Before the fix the step failed and segd run exited. A reader
+ * thread asks for the assignment meanwhile (ASan, TSan: never the
+ * destroyed consumer). */
+static void test_fatal_error_rebuilds(void **state)
+{
+    fixture_t *f = *state;
+    const uint64_t users = 40, total = users * 50;
+    const char *group = "g-rebuild";
+    char db[128], err[512];
+    volatile sig_atomic_t stop = 0;
+    produce_seed(f, users, 71);
+    segd_store_t *s = open_store(f->dir, "rebuild");
+    snprintf(db, sizeof(db), "%s/rebuild", f->dir);
+    segd_config_t cfg;
+    const char *const kv[] = {"batch.max.messages", "100", "changes.enable", "0", NULL};
+    make_config(&cfg, f, group, db, kv);
+    segd_pipeline_t *p;
+    assert_int_equal(segd_pipeline_new(&p, &cfg, s, &stop, err, sizeof(err)), SEGD_OK);
+    int64_t t0 = now_ms();
+    while (stored_offsets_sum(s) < total / 4 && now_ms() - t0 < 60000)
+        assert_int_equal(segd_pipeline_step(p, err, sizeof(err)), SEGD_OK);
+    uint64_t before = stored_offsets_sum(s);
+    assert_true(before >= total / 4 && before < total); /* mid-ingest */
+    assignment_reader_t r = {.p = p};
+    pthread_t reader;
+    assert_int_equal(pthread_create(&reader, NULL, assignment_reader_main, &r), 0);
+    assert_int_equal(rd_kafka_test_fatal_error(segd_pipeline_consumer(p),
+                                               RD_KAFKA_RESP_ERR_FENCED_INSTANCE_ID,
+                                               "fenced mid-ingest"), RD_KAFKA_RESP_ERR_NO_ERROR);
+    step_until_exact(p, f, group, s, total);
+    atomic_store(&r.done, 1);
+    pthread_join(reader, NULL);
+    assert_true(r.reads > 0);
+    segd_pipeline_stats_t st;
+    segd_pipeline_get_stats(p, &st);
+    fprintf(stderr, "test: fatal at %" PRIu64 " of %" PRIu64 "; rebuilds %" PRIu64
+                    ", messages taken %" PRIu64 "\n", before, total, st.rebuilds, st.messages);
+    assert_int_equal(st.rebuilds, 1);
+    assert_int_equal(st.messages, total); /* nothing taken twice */
+    segd_pipeline_destroy(p);
+    segd_store_t *ref = reference_store(f->dir, users, 71);
+    assert_int_equal(users_missing(ref, &s, 1, users), 0);
+    segd_store_close(ref);
+    segd_store_close(s);
+    segd_config_free(&cfg);
+}
+
+/* Two members with one group.instance.id fence each other for ever: more
+ * than 5 rebuilds within the window (consumer/pipeline_int.h REBUILDS_MAX)
+ * end the step with the error, in librdkafka's words, so that segd run
+ * stops instead of rebuilding for ever. */
+#define REBUILDS_MAX_TESTED 5
+static void test_fatal_errors_beyond_bound_stop(void **state)
+{
+    fixture_t *f = *state;
+    char db[128], err[512] = "";
+    volatile sig_atomic_t stop = 0;
+    produce_seed(f, 20, 73);
+    segd_store_t *s = open_store(f->dir, "rebuilds");
+    snprintf(db, sizeof(db), "%s/rebuilds", f->dir);
+    segd_config_t cfg;
+    const char *const kv[] = {"changes.enable", "0", NULL};
+    make_config(&cfg, f, "g-rebuilds", db, kv);
+    segd_pipeline_t *p;
+    assert_int_equal(segd_pipeline_new(&p, &cfg, s, &stop, err, sizeof(err)), SEGD_OK);
+    segd_pipeline_stats_t st;
+    segd_err_t e = SEGD_OK;
+    for (int i = 0; i <= REBUILDS_MAX_TESTED && e == SEGD_OK; i++) {
+        rd_kafka_test_fatal_error(segd_pipeline_consumer(p), RD_KAFKA_RESP_ERR_FENCED_INSTANCE_ID,
+                                  "another member with this id");
+        int64_t t0 = now_ms();
+        do {
+            e = segd_pipeline_step(p, err, sizeof(err));
+            segd_pipeline_get_stats(p, &st);
+        } while (e == SEGD_OK && st.rebuilds == (uint64_t)i && now_ms() - t0 < 30000);
+        fprintf(stderr, "test: fatal error %d: %s, rebuilds %" PRIu64 "\n", i + 1,
+                e ? err : "went on", st.rebuilds);
+        if (i < REBUILDS_MAX_TESTED) {
+            assert_int_equal(e, SEGD_OK);
+            assert_int_equal(st.rebuilds, (uint64_t)i + 1);
+        }
+    }
+    assert_int_equal(e, SEGD_ERR_KAFKA);
+    assert_int_equal(st.rebuilds, REBUILDS_MAX_TESTED);
+    assert_non_null(strstr(err, "fatal error (FENCED_INSTANCE_ID)"));
+    assert_non_null(strstr(err, "another member with this id"));
+    assert_non_null(strstr(err, "rebuilt 5 times"));
+    segd_pipeline_destroy(p); /* the fatal consumer is left to process exit */
+    segd_store_close(s);
+    segd_config_free(&cfg);
+}
+
+/* A static member fenced by the group (the mock has no static membership,
+ * so the fence is its injected Heartbeat answer, as a broker gives it) gets
+ * a fatal error, after which its consumer never fetches again. The step
+ * must neither poll on at its last offset for ever nor end segd run: the
+ * consumer is rebuilt, rejoins, and what comes afterwards is applied. */
 #define HEARTBEAT_API 12
-static void test_fenced_member_fails(void **state)
+static void test_fenced_member_rejoins(void **state)
 {
     fixture_t *f = *state;
     char db[128], err[512] = "";
@@ -1216,12 +1362,22 @@ static void test_fenced_member_fails(void **state)
     assert_true(segd_pipeline_assigned(p) > 0);
     rd_kafka_mock_push_request_errors(f->mcl, HEARTBEAT_API, 1,
                                       RD_KAFKA_RESP_ERR_FENCED_INSTANCE_ID);
+    segd_pipeline_stats_t st = {0};
     t0 = now_ms();
-    while (e == SEGD_OK && now_ms() - t0 < 30000)
+    while (e == SEGD_OK && st.rebuilds == 0 && now_ms() - t0 < 30000) {
         e = segd_pipeline_step(p, err, sizeof(err));
-    fprintf(stderr, "test: step after the fence: %s\n", e ? err : "no error in 30 s");
-    assert_int_equal(e, SEGD_ERR_KAFKA);
-    assert_non_null(strstr(err, "fatal error"));
+        segd_pipeline_get_stats(p, &st);
+    }
+    fprintf(stderr, "test: step after the fence: %s, rebuilds %" PRIu64 "\n",
+            e ? err : "went on", st.rebuilds);
+    assert_int_equal(e, SEGD_OK);
+    assert_int_equal(st.rebuilds, 1);
+    produce_seed(f, 20, 42); /* after the fence: only the new member can apply them */
+    t0 = now_ms();
+    while (e == SEGD_OK && stored_offsets_sum(s) < 2 * 20 * 50 && now_ms() - t0 < 90000)
+        e = segd_pipeline_step(p, err, sizeof(err));
+    assert_int_equal(e, SEGD_OK);
+    assert_int_equal(stored_offsets_sum(s), 2 * 20 * 50);
     segd_daemon_destroy(d);
     segd_store_close(s);
     segd_config_free(&cfg);
@@ -1241,7 +1397,9 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_instance_id_stable, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refused_commit_resent, setup, teardown),
         cmocka_unit_test_setup_teardown(test_refusals_leave_room_to_consume, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_fenced_member_fails, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fenced_member_rejoins, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fatal_error_rebuilds, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_fatal_errors_beyond_bound_stop, setup, teardown),
         cmocka_unit_test_setup_teardown(test_assignment_commits_stored, setup, teardown),
         cmocka_unit_test_setup_teardown(test_commits_held_to_interval, setup, teardown),
         cmocka_unit_test_setup_teardown(test_revoked_partition_not_committed, setup, teardown),
