@@ -205,93 +205,28 @@ static void free_tail(segd_tail_t *t)
 /* librdkafka 2.0.2 can take minutes to destroy a consumer whose fetches were
  * just answered OFFSET_OUT_OF_RANGE (a gap; upstream #4514, #4724; seen in
  * test_tail under ASan), and a bidder shutting down must not hang on it. The
- * destroy runs on a thread of its own; one not done in destroy_wait_ms
- * (default DESTROY_WAIT_MS) is left to finish there, and that thread frees
- * the tail when it does. */
+ * destroy runs on a thread of its own (segd_kdestroy_bounded); one not done
+ * in destroy_wait_ms (default DESTROY_WAIT_MS) is left to finish there, and
+ * that thread frees the tail when it does. */
 #define DESTROY_WAIT_MS 10000
 
-typedef struct destroy_job {
-    segd_tail_t *t;
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int done, abandoned;
-} destroy_job_t;
-
-static void free_job(destroy_job_t *j)
-{
-    pthread_mutex_destroy(&j->mu);
-    pthread_cond_destroy(&j->cv);
-    free(j);
-}
-
-static void *destroy_main(void *arg)
-{
-    destroy_job_t *j = arg;
-    rd_kafka_destroy(j->t->rk);
-    pthread_mutex_lock(&j->mu);
-    j->done = 1;
-    int abandoned = j->abandoned;
-    pthread_cond_signal(&j->cv);
-    pthread_mutex_unlock(&j->mu);
-    if (abandoned) { /* nobody waits any more: the tail is this thread's */
-        free_tail(j->t);
-        free_job(j);
-    }
-    return NULL;
-}
-
-/* 1 when the consumer was destroyed in time, 0 when its destroy was left
- * running (it then frees t). */
-static int destroy_bounded(segd_tail_t *t)
-{
-    destroy_job_t *j = calloc(1, sizeof(*j));
-    pthread_t th;
-    if (!j)
-        return rd_kafka_destroy(t->rk), 1;
-    j->t = t;
-    pthread_mutex_init(&j->mu, NULL);
-    pthread_cond_init(&j->cv, NULL);
-    if (pthread_create(&th, NULL, destroy_main, j)) {
-        free_job(j);
-        return rd_kafka_destroy(t->rk), 1;
-    }
-    const segd_log_t *log = t->o.log; /* t may be freed once abandoned */
-    struct timespec until;
-    int64_t wait_ms = t->o.destroy_wait_ms ? t->o.destroy_wait_ms : DESTROY_WAIT_MS;
-    segd_realtime_after(&until, wait_ms > 0 ? wait_ms : 0);
-    pthread_mutex_lock(&j->mu);
-    while (wait_ms > 0 && !j->done && pthread_cond_timedwait(&j->cv, &j->mu, &until) == 0)
-        ;
-    int done = j->done;
-    if (!done) {
-        j->abandoned = 1;
-        /* its log callback would reach the caller's logger, which may be
-         * gone by the time the destroy ends */
-        segd_klog_cut(t->klog);
-    }
-    pthread_mutex_unlock(&j->mu);
-    if (!done) {
-        segd_log(log, SEGD_LOG_WARN, "tail",
-                 "the consumer's teardown is still running after %" PRId64 " ms: left to "
-                 "finish on its own thread (librdkafka 2.0.2)", wait_ms);
-        pthread_detach(th);
-        return 0;
-    }
-    pthread_join(th, NULL);
-    free_job(j);
-    return 1;
-}
+static void free_tail_cb(void *t) { free_tail(t); }
 
 void segd_tail_destroy(segd_tail_t *t)
 {
     if (!t)
         return;
-    if (t->rk) {
-        rd_kafka_assign(t->rk, NULL);
-        if (!destroy_bounded(t))
-            return;
+    if (!t->rk) {
+        free_tail(t);
+        return;
     }
-    free_tail(t);
+    rd_kafka_assign(t->rk, NULL);
+    const segd_log_t *log = t->o.log; /* t may be freed once abandoned */
+    int64_t wait_ms = t->o.destroy_wait_ms ? t->o.destroy_wait_ms : DESTROY_WAIT_MS;
+    if (!segd_kdestroy_bounded(t->rk, 0, t->klog, wait_ms, free_tail_cb, t))
+        segd_log(log, SEGD_LOG_WARN, "tail",
+                 "the consumer's teardown is still running after %" PRId64 " ms: left to "
+                 "finish on its own thread (librdkafka 2.0.2)", wait_ms);
 }
 
 /* Applies one message of the change topic, which carries ChangeEvents and

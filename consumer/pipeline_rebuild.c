@@ -16,7 +16,6 @@
 #include "consumer/pipeline_int.h"
 
 #include <inttypes.h>
-#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -52,39 +51,7 @@ static int over_bound(const segd_pipeline_t *p, int64_t now)
  * one joins. */
 #define RETIRE_WAIT_MS 10000
 
-/* The teardown of a retired consumer, on a thread of its own. */
-typedef struct retire_job {
-    rd_kafka_t *rk;
-    segd_klog_t *klog; /* its log route, freed with it */
-    pthread_mutex_t mu;
-    pthread_cond_t cv;
-    int done, abandoned;
-} retire_job_t;
-
-static void free_job(retire_job_t *j)
-{
-    pthread_mutex_destroy(&j->mu);
-    pthread_cond_destroy(&j->cv);
-    free(j);
-}
-
-static void *retire_main(void *arg)
-{
-    retire_job_t *j = arg;
-    /* no consumer close: it would wait for a rebalance a fenced member
-     * never gets, and an unassign or commit of its is pointless */
-    rd_kafka_destroy_flags(j->rk, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
-    pthread_mutex_lock(&j->mu);
-    j->done = 1;
-    int abandoned = j->abandoned;
-    pthread_cond_signal(&j->cv);
-    pthread_mutex_unlock(&j->mu);
-    if (abandoned) { /* nobody waits any more: the job is this thread's */
-        segd_klog_free(j->klog);
-        free_job(j);
-    }
-    return NULL;
-}
+static void klog_free_cb(void *klog) { segd_klog_free(klog); }
 
 /* Destroys the fatal consumer, waiting up to RETIRE_WAIT_MS. It must go
  * before the new one joins: left alive, librdkafka 2.0.2 rejoins the group
@@ -95,42 +62,13 @@ static void *retire_main(void *arg)
  * route cut: nothing of it reaches the log any more). */
 static void destroy_bounded(segd_pipeline_t *p, rd_kafka_t *rk, segd_klog_t *klog)
 {
-    retire_job_t *j = calloc(1, sizeof(*j));
-    pthread_t th;
-    if (j) {
-        j->rk = rk;
-        j->klog = klog;
-        pthread_mutex_init(&j->mu, NULL);
-        pthread_cond_init(&j->cv, NULL);
-    }
-    if (!j || pthread_create(&th, NULL, retire_main, j)) { /* no thread: wait here */
-        if (j)
-            free_job(j);
-        rd_kafka_destroy_flags(rk, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE);
-        segd_klog_free(klog);
-        return;
-    }
-    struct timespec until;
-    segd_realtime_after(&until, RETIRE_WAIT_MS);
-    pthread_mutex_lock(&j->mu);
-    while (!j->done && pthread_cond_timedwait(&j->cv, &j->mu, &until) == 0)
-        ;
-    int done = j->done;
-    if (!done) {
-        j->abandoned = 1;
-        segd_klog_cut(klog);
-    }
-    pthread_mutex_unlock(&j->mu);
-    if (!done) {
+    /* no consumer close: it would wait for a rebalance a fenced member
+     * never gets, and an unassign or commit of its is pointless */
+    if (!segd_kdestroy_bounded(rk, RD_KAFKA_DESTROY_F_NO_CONSUMER_CLOSE, klog, RETIRE_WAIT_MS,
+                               klog_free_cb, klog))
         segd_log(pipeline_log(p), SEGD_LOG_WARN, "pipeline",
                  "the fatal consumer's teardown is still running after %d ms: left to "
                  "finish on its own thread (librdkafka 2.0.2)", RETIRE_WAIT_MS);
-        pthread_detach(th);
-        return;
-    }
-    pthread_join(th, NULL);
-    segd_klog_free(klog);
-    free_job(j);
 }
 
 /* Retires the fatal consumer: its partitions are revoked for the sweep, as

@@ -4,6 +4,8 @@
 #include <pthread.h>
 #include <stdlib.h>
 
+#include "base/clock.h"
+
 segd_err_t segd_kconf_set(rd_kafka_conf_t *c, const char *who, const char *key,
                           const char *value, char *errstr, size_t n)
 {
@@ -101,4 +103,80 @@ void segd_klog_free(segd_klog_t *k)
         return;
     pthread_mutex_destroy(&k->mu);
     free(k);
+}
+
+/* One bounded destroy: whoever of the waiter and the destroy's thread is
+ * last frees it. */
+typedef struct kdestroy_job {
+    rd_kafka_t *rk;
+    int flags;
+    void (*done)(void *ctx);
+    void *ctx;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int finished, abandoned;
+} kdestroy_job_t;
+
+static void job_free(kdestroy_job_t *j)
+{
+    pthread_mutex_destroy(&j->mu);
+    pthread_cond_destroy(&j->cv);
+    free(j);
+}
+
+static void *kdestroy_main(void *arg)
+{
+    kdestroy_job_t *j = arg;
+    rd_kafka_destroy_flags(j->rk, j->flags);
+    pthread_mutex_lock(&j->mu);
+    j->finished = 1;
+    int abandoned = j->abandoned;
+    pthread_cond_signal(&j->cv);
+    pthread_mutex_unlock(&j->mu);
+    if (abandoned) { /* nobody waits any more: what follows is this thread's */
+        if (j->done)
+            j->done(j->ctx);
+        job_free(j);
+    }
+    return NULL;
+}
+
+int segd_kdestroy_bounded(rd_kafka_t *rk, int flags, segd_klog_t *klog, int64_t wait_ms,
+                          void (*done)(void *ctx), void *ctx)
+{
+    kdestroy_job_t *j = calloc(1, sizeof(*j));
+    pthread_t th;
+    if (j) {
+        *j = (kdestroy_job_t){.rk = rk, .flags = flags, .done = done, .ctx = ctx};
+        pthread_mutex_init(&j->mu, NULL);
+        pthread_cond_init(&j->cv, NULL);
+    }
+    if (!j || pthread_create(&th, NULL, kdestroy_main, j)) { /* no thread: here */
+        if (j)
+            job_free(j);
+        rd_kafka_destroy_flags(rk, flags);
+        if (done)
+            done(ctx);
+        return 1;
+    }
+    struct timespec until;
+    segd_realtime_after(&until, wait_ms > 0 ? wait_ms : 0);
+    pthread_mutex_lock(&j->mu);
+    while (wait_ms > 0 && !j->finished && pthread_cond_timedwait(&j->cv, &j->mu, &until) == 0)
+        ;
+    int finished = j->finished;
+    if (!finished) {
+        j->abandoned = 1;
+        segd_klog_cut(klog);
+    }
+    pthread_mutex_unlock(&j->mu);
+    if (!finished) {
+        pthread_detach(th);
+        return 0;
+    }
+    pthread_join(th, NULL);
+    job_free(j);
+    if (done)
+        done(ctx);
+    return 1;
 }

@@ -48,4 +48,17 @@ void segd_klog_cut(segd_klog_t *k);
 /* Only once the client is destroyed; a leaked client keeps its route. */
 void segd_klog_free(segd_klog_t *k);
 
+/* Destroys rk (rd_kafka_destroy_flags with flags) on a thread of its own,
+ * waiting up to wait_ms: librdkafka 2.0.2 can take minutes to destroy a
+ * consumer (a fenced one, or one whose fetches were just answered
+ * OFFSET_OUT_OF_RANGE: upstream #4514, #4724), and neither a bidder shutting
+ * down nor a pipeline rebuilding its consumer may hang on it. done(ctx) (may
+ * be NULL) runs exactly once, after the destroy returned: on the caller's
+ * thread before this returns 1, or, once the wait ran out, on the destroy's
+ * thread, and this returns 0 at once after cutting klog (may be NULL), so
+ * that no line of the client reaches a logger its owner may free. Without
+ * memory or a thread the destroy runs here. */
+int segd_kdestroy_bounded(rd_kafka_t *rk, int flags, segd_klog_t *klog, int64_t wait_ms,
+                          void (*done)(void *ctx), void *ctx);
+
 #endif
