@@ -51,7 +51,8 @@ static void usage(FILE *f)
             "    kafka.<librdkafka property> (as -X)\n"
             "  and the rest of input.*, limits.*, retry.*, store.* (store.log.level:\n"
             "  RocksDB's own log), compaction.*, changes.*, snapshot.* (snapshot.upload.*:\n"
-            "  retries to http(s) and s3), restore.*, sweep.*, identity.*.\n");
+            "  retries to http(s) and s3), restore.*, sweep.*, identity.*, ingest.*\n"
+            "  (ingest.writer.thread: the store write on a thread of its own).\n");
 }
 
 static int apply_flag(void *ctx, segd_config_t *cfg, int c, char *arg, char *err, size_t n)
