@@ -55,12 +55,21 @@ segd_err_t segd_kmeta_topic_written(rd_kafka_t *rk, const char *topic, int timeo
                                     int *written, char *errstr, size_t n)
 {
     *written = 0;
+    int64_t deadline = segd_mono_ms() + timeout_ms;
     int32_t count;
     segd_err_t err = segd_kmeta_partitions(rk, topic, timeout_ms, &count, errstr, n);
+    /* one deadline for the whole walk, not one per partition: a topic of 64
+     * partitions must not hold the caller 64 timeouts */
     for (int32_t p = 0; !err && !*written && p < count; p++) {
-        int64_t lo, hi;
+        int64_t lo, hi, left = deadline - segd_mono_ms();
+        if (left <= 0) {
+            err = segd_errf(SEGD_ERR_KAFKA, errstr, n, "watermarks of %s: no answer in %d ms "
+                            "(%d of %d partitions asked)", topic, timeout_ms, (int)p,
+                            (int)count);
+            break;
+        }
         rd_kafka_resp_err_t kerr =
-            rd_kafka_query_watermark_offsets(rk, topic, p, &lo, &hi, timeout_ms);
+            rd_kafka_query_watermark_offsets(rk, topic, p, &lo, &hi, (int)left);
         if (kerr)
             err = segd_errf(SEGD_ERR_KAFKA, errstr, n, "watermarks of %s [%d]: %s", topic,
                             (int)p, rd_kafka_err2str(kerr));

@@ -31,8 +31,9 @@ segd_err_t segd_kmeta_partitions_wait(rd_kafka_t *rk, const char *topic, int wai
  * holds only empty partitions, or which retention emptied, has been written
  * all the same. Asks the brokers for the partition count, then each
  * partition's watermarks, and stops at the first partition written or the
- * first failure (SEGD_ERR_KAFKA or SEGD_ERR_NOTFOUND, *written 0). Each
- * request blocks for at most timeout_ms. */
+ * first failure (SEGD_ERR_KAFKA or SEGD_ERR_NOTFOUND, *written 0). The
+ * watermarks share one deadline, timeout_ms after the call began: a topic's
+ * many partitions do not each get their own. */
 segd_err_t segd_kmeta_topic_written(rd_kafka_t *rk, const char *topic, int timeout_ms,
                                     int *written, char *errstr, size_t errstr_size);
 
