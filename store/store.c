@@ -379,8 +379,11 @@ static int open_read_only_once(segd_store_t *s, const char *path,
 
 /* The tries are bounded by time (RO_OPEN_WAIT_MS, at least 3 tries): a
  * store whose file is really gone is still refused with RocksDB's message,
- * and one whose logs keep changing under every open is refused by name. */
-#define RO_OPEN_WAIT_MS 10000
+ * and one whose logs keep changing under every open is refused by name.
+ * 30 s: under TSan beside a writer flushing and compacting without pause,
+ * every open of 10 s hit a file the writer had just deleted (1 of 300 opens
+ * in test_reader_beside_compacting_writer, session 14's final CI). */
+#define RO_OPEN_WAIT_MS 30000
 
 static void open_read_only_retrying(segd_store_t *s, const char *path,
                                     const rocksdb_options_t **cfo, char **rerr)
