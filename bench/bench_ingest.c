@@ -420,7 +420,10 @@ static int consume_steps(consume_run_t *c)
         segd_publisher_get_stats(c->pub, &r->pub);
         if (r->pub.entries >= r->st.batches || segd_mono_s() > c->end)
             break;
-        segd_pipeline_step(c->p, err, sizeof(err));
+        if (segd_pipeline_step(c->p, err, sizeof(err))) { /* the count below says it */
+            fprintf(stderr, "bench ingest: %s: %s\n", c->name, err);
+            break;
+        }
     }
     r->seconds = segd_mono_s() - c->t0;
     close_window(c->store, c->pub, &r->st, r->seconds, r); /* the last, partial one */

@@ -52,6 +52,13 @@ void segd_lag_assigned(segd_lag_t *l)
     l->pending = 1;
 }
 
+void segd_lag_unassigned(segd_lag_t *l)
+{
+    pthread_mutex_lock(&l->mu);
+    l->assigned = l->pending = 0; /* the table goes at the next refresh, with its gauge series */
+    pthread_mutex_unlock(&l->mu);
+}
+
 static start_t *find_start(segd_lag_t *l, const char *topic, int32_t partition)
 {
     for (size_t i = 0; i < l->n_starts; i++)

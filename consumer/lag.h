@@ -36,6 +36,12 @@ void segd_lag_destroy(segd_lag_t *l);
  * assigned = 1. Pipeline thread. */
 void segd_lag_assigned(segd_lag_t *l);
 
+/* The member that held the assignment is gone (its consumer was rebuilt):
+ * segd_lag_get reports assigned = 0 until the new member's assignment is
+ * read, so /readyz says "unassigned" instead of ready over a table that
+ * the next refresh empties. Pipeline thread. */
+void segd_lag_unassigned(segd_lag_t *l);
+
 /* Where the pipeline (re)started a partition: an offset, or librdkafka's
  * logical RD_KAFKA_OFFSET_BEGINNING / _END (anything else: unknown). Used
  * until the consumer has a position for it. Pipeline thread. */

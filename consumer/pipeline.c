@@ -203,6 +203,9 @@ static int upkeep_needs_drain(segd_pipeline_t *p)
 
 segd_err_t segd_pipeline_step(segd_pipeline_t *p, char *errstr, size_t n)
 {
+    if (!p->consumer) /* a rebuild that could not subscribe already said why */
+        return segd_errf(SEGD_ERR_KAFKA, errstr, n,
+                         "consumer: none (it was not rebuilt after a fatal error)");
     double t0 = segd_mono_s();
     segd_pipeline_brokers_step(p);
     log_unassigned(p);

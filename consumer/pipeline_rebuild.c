@@ -20,6 +20,7 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "consumer/lag.h"
 #include "consumer/sweep.h"
 
 /* A broker fault fences a member at most once per outage (5 of 25
@@ -112,6 +113,7 @@ static void forget_member(segd_pipeline_t *p)
     p->commit_refusals = 0;
     p->rebalanced = 0;
     p->unassigned_logged = 0;
+    segd_lag_unassigned(p->lag);
 }
 
 segd_err_t segd_pipeline_rebuild(segd_pipeline_t *p, char *errstr, size_t n)

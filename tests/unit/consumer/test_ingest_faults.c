@@ -1295,6 +1295,19 @@ static void test_fatal_error_rebuilds(void **state)
  * end the step with the error, in librdkafka's words, so that segd run
  * stops instead of rebuilding for ever. */
 #define REBUILDS_MAX_TESTED 5
+
+/* Whether /readyz's table reflects an assignment of the group. */
+static int assigned_now(segd_pipeline_t *p)
+{
+    segd_partition_lag_t *lags = NULL;
+    size_t n = 0;
+    int assigned = -1;
+    int64_t age_ms;
+    assert_int_equal(segd_pipeline_lags(p, &lags, &n, &assigned, &age_ms), SEGD_OK);
+    free(lags);
+    return assigned;
+}
+
 static void test_fatal_errors_beyond_bound_stop(void **state)
 {
     fixture_t *f = *state;
@@ -1323,6 +1336,12 @@ static void test_fatal_errors_beyond_bound_stop(void **state)
         if (i < REBUILDS_MAX_TESTED) {
             assert_int_equal(e, SEGD_OK);
             assert_int_equal(st.rebuilds, (uint64_t)i + 1);
+            /* the new member holds nothing yet: /readyz must not call it ready */
+            assert_int_equal(assigned_now(p), 0);
+            int64_t t1 = now_ms();
+            while (!assigned_now(p) && now_ms() - t1 < 30000)
+                assert_int_equal(segd_pipeline_step(p, err, sizeof(err)), SEGD_OK);
+            assert_int_equal(assigned_now(p), 1); /* and then it is given its partitions */
         }
     }
     assert_int_equal(e, SEGD_ERR_KAFKA);
