@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
-# Runs of `segd bench ingest` with and without --compact-during, in the order
-# given, on one running Kafka cluster (scripts/kafka.sh start), each on
-# freshly made topics: the bench needs its seven topics to exist and be
-# empty. Each run's report goes to OUTDIR/NN-MODE.md, its stderr beside it;
-# its stores (in OUTDIR/NN-MODE.db) are removed after it.
+# Runs of `segd bench ingest` in the order given, each with its own
+# variation of the same arguments, on one running Kafka cluster
+# (scripts/kafka.sh start), each on freshly made topics: the bench needs its
+# seven topics to exist and be empty. Alternating the variations in one
+# session is how two of them are compared on a shared machine. Each run's
+# report goes to OUTDIR/NN-MODE.md, its stderr beside it; its stores (in
+# OUTDIR/NN-MODE.db) are removed after it.
 #
-#   bench/ingest_compact.sh SEGD OUTDIR MODE... -- BENCH_ARGS...
-#   MODE: with | without    (with = --compact-during)
+#   bench/ingest_runs.sh SEGD OUTDIR MODE... -- BENCH_ARGS...
+#   MODE: one or more of these joined by '+':
+#     without      BENCH_ARGS as given
+#     with         plus --compact-during
+#     writer-on    plus --writer on       writer-off  plus --writer off
+#     fresh        without --prefill-users: into an empty store
 #
-# Example (session 12): KAFKA_CLUSTER_DIR=/tmp/kafka-bench bench/ingest_compact.sh \
+# Example (session 12): KAFKA_CLUSTER_DIR=/tmp/kafka-bench bench/ingest_runs.sh \
 #   build/segd /tmp/ic with without with -- --users 40000 --partitions 32 \
 #   --prefill-users 60000 --producer-process --memory-mb 256
 # The topics get the partition count of --partitions and replication 1
@@ -51,11 +57,22 @@ fresh_topics() {
 n=0
 for m in "${modes[@]}"; do
   n=$((n + 1))
-  case $m in
-    with) extra=(--compact-during) ;;
-    without) extra=() ;;
-    *) echo "mode must be with or without: $m" >&2; exit 2 ;;
-  esac
+  extra=() run_args=("${args[@]}")
+  IFS=+ read -r -a parts_of_mode <<<"$m"
+  for v in "${parts_of_mode[@]}"; do
+    case $v in
+      with) extra+=(--compact-during) ;;
+      without) ;;
+      writer-on) extra+=(--writer on) ;;
+      writer-off) extra+=(--writer off) ;;
+      fresh)
+        run_args=()
+        for ((i = 0; i < ${#args[@]}; i++)); do
+          if [ "${args[$i]}" = --prefill-users ]; then i=$((i + 1)); else run_args+=("${args[$i]}"); fi
+        done ;;
+      *) echo "unknown mode $v in $m (with, without, writer-on, writer-off, fresh)" >&2; exit 2 ;;
+    esac
+  done
   if [ "${INGEST_FRESH_BROKER:-0}" = 1 ]; then
     nodes=$(cat "${KAFKA_CLUSTER_DIR:-/tmp/segd-kafka}/nodes")
     bash "$kafka" stop >/dev/null 2>&1
@@ -66,7 +83,7 @@ for m in "${modes[@]}"; do
   f=$(printf '%s/%02d-%s' "$out" "$n" "$m")
   echo "run $n ($m) -> $f.md ($(date -u +%T))" >&2
   mkdir "$f.db"
-  "$segd" bench ingest "${args[@]}" "${extra[@]}" --brokers "$brokers" --dir "$f.db" \
+  "$segd" bench ingest "${run_args[@]}" "${extra[@]}" --brokers "$brokers" --dir "$f.db" \
     >"$f.md" 2>"$f.err"
   rm -rf "$f.db"  # the bench leaves its stores behind
 done
