@@ -1237,6 +1237,18 @@ static void *assignment_reader_main(void *arg)
     return NULL;
 }
 
+/* Whether /readyz's table reflects an assignment of the group. */
+static int assigned_now(segd_pipeline_t *p)
+{
+    segd_partition_lag_t *lags = NULL;
+    size_t n = 0;
+    int assigned = -1;
+    int64_t age_ms;
+    assert_int_equal(segd_pipeline_lags(p, &lags, &n, &assigned, &age_ms), SEGD_OK);
+    free(lags);
+    return assigned;
+}
+
 /* A fatal error (FENCED_INSTANCE_ID, as librdkafka 2.0.2 raised it for its
  * own late retry of an OffsetCommit after two brokers were SIGKILLed) in
  * the middle of the topic: the pipeline rebuilds its consumer and goes
@@ -1269,14 +1281,24 @@ static void test_fatal_error_rebuilds(void **state)
     assignment_reader_t r = {.p = p};
     pthread_t reader;
     assert_int_equal(pthread_create(&reader, NULL, assignment_reader_main, &r), 0);
+    assert_int_equal(assigned_now(p), 1);
     assert_int_equal(rd_kafka_test_fatal_error(segd_pipeline_consumer(p),
                                                RD_KAFKA_RESP_ERR_FENCED_INSTANCE_ID,
                                                "fenced mid-ingest"), RD_KAFKA_RESP_ERR_NO_ERROR);
+    segd_pipeline_stats_t st;
+    t0 = now_ms();
+    do {
+        assert_int_equal(segd_pipeline_step(p, err, sizeof(err)), SEGD_OK);
+        segd_pipeline_get_stats(p, &st);
+    } while (st.rebuilds == 0 && now_ms() - t0 < 30000);
+    assert_int_equal(st.rebuilds, 1);
+    /* the new member holds nothing yet: /readyz must not call it ready */
+    assert_int_equal(assigned_now(p), 0);
     step_until_exact(p, f, group, s, total);
+    assert_int_equal(assigned_now(p), 1); /* and then the group gave it its partitions */
     atomic_store(&r.done, 1);
     pthread_join(reader, NULL);
     assert_true(r.reads > 0);
-    segd_pipeline_stats_t st;
     segd_pipeline_get_stats(p, &st);
     fprintf(stderr, "test: fatal at %" PRIu64 " of %" PRIu64 "; rebuilds %" PRIu64
                     ", messages taken %" PRIu64 "\n", before, total, st.rebuilds, st.messages);
@@ -1295,19 +1317,6 @@ static void test_fatal_error_rebuilds(void **state)
  * end the step with the error, in librdkafka's words, so that segd run
  * stops instead of rebuilding for ever. */
 #define REBUILDS_MAX_TESTED 5
-
-/* Whether /readyz's table reflects an assignment of the group. */
-static int assigned_now(segd_pipeline_t *p)
-{
-    segd_partition_lag_t *lags = NULL;
-    size_t n = 0;
-    int assigned = -1;
-    int64_t age_ms;
-    assert_int_equal(segd_pipeline_lags(p, &lags, &n, &assigned, &age_ms), SEGD_OK);
-    free(lags);
-    return assigned;
-}
-
 static void test_fatal_errors_beyond_bound_stop(void **state)
 {
     fixture_t *f = *state;
@@ -1336,12 +1345,6 @@ static void test_fatal_errors_beyond_bound_stop(void **state)
         if (i < REBUILDS_MAX_TESTED) {
             assert_int_equal(e, SEGD_OK);
             assert_int_equal(st.rebuilds, (uint64_t)i + 1);
-            /* the new member holds nothing yet: /readyz must not call it ready */
-            assert_int_equal(assigned_now(p), 0);
-            int64_t t1 = now_ms();
-            while (!assigned_now(p) && now_ms() - t1 < 30000)
-                assert_int_equal(segd_pipeline_step(p, err, sizeof(err)), SEGD_OK);
-            assert_int_equal(assigned_now(p), 1); /* and then it is given its partitions */
         }
     }
     assert_int_equal(e, SEGD_ERR_KAFKA);
