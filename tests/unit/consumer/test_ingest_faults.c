@@ -842,6 +842,7 @@ typedef struct revoke_watch {
     volatile sig_atomic_t *stop;   /* A's */
     atomic_int stop_on_wait;       /* the next "waiting:" line sets *stop */
     atomic_int stop_on_revoke;     /* the next "partitions revoked" line does */
+    atomic_int last_revoke_lost;   /* the last revoke was of a lost assignment */
     atomic_int revokes, not_written;
 } revoke_watch_t;
 
@@ -857,6 +858,7 @@ static ssize_t watch_write(void *ctx, const char *buf, size_t size)
         *w->stop = 1; /* a stop came during the write's fault wait */
     if (strstr(line, "partitions revoked")) {
         atomic_fetch_add(&w->revokes, 1);
+        atomic_store(&w->last_revoke_lost, strstr(line, "lost=1") != NULL);
         if (atomic_exchange(&w->stop_on_revoke, 0))
             *w->stop = 1;
     }
@@ -950,6 +952,20 @@ static void step_until_stored(segd_pipeline_t *p, segd_store_t *s, uint64_t tota
     assert_int_equal(stored_offsets_sum(s), total);
 }
 
+/* Each step of A until the group's committed offsets are the store's. With
+ * ingest.writer.thread the writer may store the last batch after the step
+ * that handed it over has returned: its offsets go to the group when the
+ * next step settles it (seen once on a quiet machine, session 15). A step
+ * with nothing to take polls for batch.max.ms. */
+static int step_until_committed(segd_pipeline_t *p, commit_state_t *c, int timeout_ms)
+{
+    char err[256];
+    int64_t t0 = now_ms();
+    while (!wait_for(commit_caught_up, c, 2000) && now_ms() - t0 < timeout_ms)
+        assert_int_equal(segd_pipeline_step(p, err, sizeof(err)), SEGD_OK);
+    return commit_caught_up(c);
+}
+
 /* Member A has every partition and its group commits at their ends (E1).
  * More messages come to every partition, and A takes them all into a batch
  * whose store write fails: the batch stays pending, as it does when a
@@ -960,7 +976,11 @@ static void step_until_stored(segd_pipeline_t *p, segd_store_t *s, uint64_t tota
  * again and A closes: the close's revoke of A's other two partitions writes
  * the batch and commits. The group's offsets of the partitions B now owns
  * must still be E1 (what A had written while they were its), those of A's
- * own partitions the new end. Before the fix, the batch's offsets of B's
+ * own partitions the new end; unless the group took them from A before its
+ * close's revoke (A is not polled while B joins: on a loaded machine the
+ * group can move on without it, and librdkafka revokes them as lost), when
+ * nothing of them may be committed either and they stay at E1 (seen once
+ * under ASan on a loaded machine, session 15). Before the fix, the batch's offsets of B's
  * partitions went to the group with A's commit at close. */
 static void revoked_partition_not_committed(fixture_t *f, const char *writer, const char *group)
 {
@@ -988,7 +1008,7 @@ static void revoked_partition_not_committed(fixture_t *f, const char *writer, co
     produce_seed(f, users, 61);
     step_until_stored(p, s, users * 50);
     commit_state_t c = {f, group, s, users * 50};
-    assert_true(wait_for(commit_caught_up, &c, 20000));
+    assert_true(step_until_committed(p, &c, 60000));
     int64_t e1[PARTITIONS], end[PARTITIONS];
     assert_int_equal(committed_each(f, group, e1), 0);
 
@@ -1025,6 +1045,7 @@ static void revoked_partition_not_committed(fixture_t *f, const char *writer, co
     segd_store_fault_set(s, SEGD_FAULT_WRITE, 0, 0);
     segd_pipeline_destroy(p); /* its revoke writes the batch and commits */
     assert_int_equal(atomic_load(&w.revokes), 2);
+    int close_lost = atomic_load(&w.last_revoke_lost);
     int64_t hi[PARTITIONS];
     int theirs[PARTITIONS];
     int read = committed_each(f, group, end);
@@ -1039,11 +1060,11 @@ static void revoked_partition_not_committed(fixture_t *f, const char *writer, co
     rd_kafka_destroy(b.rk);
     assert_int_equal(read, 0);
     for (int i = 0; i < PARTITIONS; i++) {
-        fprintf(stderr, "test: partition %d (%s): committed %" PRId64 " before, %" PRId64
-                        " now, end %" PRId64 "\n", i, theirs[i] ? "B's" : "A's", e1[i], end[i],
-                hi[i]);
+        fprintf(stderr, "test: partition %d (%s%s): committed %" PRId64 " before, %" PRId64
+                        " now, end %" PRId64 "\n", i, theirs[i] ? "B's" : "A's",
+                theirs[i] || !close_lost ? "" : ", lost before A's close", e1[i], end[i], hi[i]);
         assert_true(hi[i] > e1[i]); /* it had messages in the pending batch */
-        assert_int_equal(end[i], theirs[i] ? e1[i] : hi[i]);
+        assert_int_equal(end[i], theirs[i] || close_lost ? e1[i] : hi[i]);
     }
     /* A's store took the whole batch at close, data and offsets together */
     assert_int_equal(stored_offsets_sum(s), 2 * users * 50);
