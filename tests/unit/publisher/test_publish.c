@@ -32,60 +32,33 @@
 #include "publisher/publisher_int.h" /* the delivery-report tally */
 #include "store/store.h"
 #include "tests/support/nginx_util.h"
+#include "pipeline_fixture.h"
 
 #define CHANGES "changes"
 #define PARTITIONS 4
-#define NOW_S 1800000000LL
+#define NOW_S FX_NOW_S
 #define USERS 60
 #define API_PRODUCE 0 /* Kafka's ApiKey of Produce (rdkafka_protocol.h is not installed) */
 
-typedef struct fixture {
-    segd_dev_broker_t *broker;
-    char dir[64];
-    segd_store_t *store;
-} fixture_t;
-
-static segd_store_t *open_store(const fixture_t *f)
+/* One store per test, at DIR/db, kept open in the fixture across the
+ * publishers of a test. */
+static segd_store_t *open_store(const fx_t *f)
 {
-    char path[128], err[256];
-    snprintf(path, sizeof(path), "%s/db", f->dir);
-    segd_store_opts_t o;
-    segd_app_store_opts(&o);
-    o.path = path;
-    o.now_ms = NOW_S * 1000;
-    o.block_cache_mb = 8;
-    segd_store_t *s = NULL;
-    assert_int_equal(segd_store_open(&s, &o, err, sizeof(err)), SEGD_OK);
-    return s;
+    return fx_open_store(f, "db");
 }
 
 static int setup(void **state)
 {
-    fixture_t *f = calloc(1, sizeof(*f));
-    const char *topics[] = {CHANGES};
-    char err[256];
-    snprintf(f->dir, sizeof(f->dir), "/tmp/segd-test-publish-XXXXXX");
-    if (!mkdtemp(f->dir) ||
-        segd_dev_broker_new(&f->broker, 1, PARTITIONS, topics, 1, err, sizeof(err)))
+    static const char *const topics[] = {CHANGES, NULL};
+    const fx_opts_t o = {"publish", PARTITIONS, topics, 0};
+    if (fx_setup(state, &o))
         return -1;
+    fx_t *f = *state;
     f->store = open_store(f);
-    *state = f;
     return 0;
 }
 
-static int teardown(void **state)
-{
-    fixture_t *f = *state;
-    char cmd[128];
-    segd_store_close(f->store);
-    segd_dev_broker_destroy(f->broker);
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", f->dir);
-    int rc = system(cmd);
-    free(f);
-    return rc;
-}
-
-static segd_publisher_t *new_publisher(const fixture_t *f, segd_store_t *s)
+static segd_publisher_t *new_publisher(const fx_t *f, segd_store_t *s)
 {
     segd_publisher_opts_t o;
     segd_publisher_opts_default(&o);
@@ -205,7 +178,7 @@ static void query_ends(rd_kafka_t *rk, int64_t *end)
     }
 }
 
-static void consume_framed(const fixture_t *f, joined_t *j, int32_t expected_id)
+static void consume_framed(const fx_t *f, joined_t *j, int32_t expected_id)
 {
     char err[256];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
@@ -277,7 +250,7 @@ static void consume_framed(const fixture_t *f, joined_t *j, int32_t expected_id)
     rd_kafka_destroy(rk);
 }
 
-static void consume_all(const fixture_t *f, joined_t *j) { consume_framed(f, j, -1); }
+static void consume_all(const fx_t *f, joined_t *j) { consume_framed(f, j, -1); }
 
 static void joined_free(joined_t *j)
 {
@@ -328,7 +301,7 @@ static int64_t recorded_positions(segd_store_t *s)
 
 static void test_deltas_join_to_the_store(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     for (int b = 0; b < 5; b++)
         write_batch(f->store, b);
     assert_int_equal(outbox_size(f->store), 5);
@@ -365,7 +338,7 @@ static void test_deltas_join_to_the_store(void **state)
  * fits, the outbox drains, and the parts join to the store's state. */
 static void test_oversized_delta_is_split_by_bytes(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     segd_applier_t ap;
     segd_event_t ev;
     char err[256];
@@ -424,7 +397,7 @@ static void test_oversized_delta_is_split_by_bytes(void **state)
  * most 64 KiB less the headroom (1 KiB + 1/64), joining to the store. */
 static void test_delta_parts_follow_message_max_bytes(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     segd_applier_t ap;
     segd_event_t ev;
     char err[256];
@@ -472,7 +445,7 @@ static void test_delta_parts_follow_message_max_bytes(void **state)
 
 static void test_outage_keeps_outbox_then_resumes(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     write_batch(f->store, 0);
     write_batch(f->store, 1);
     segd_publisher_t *p = new_publisher(f, f->store);
@@ -509,7 +482,7 @@ static void test_outage_keeps_outbox_then_resumes(void **state)
  * replaced, and everything reaches the topic. */
 static void test_fatal_producer_replaced(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     write_batch(f->store, 0);
     segd_publisher_t *p = new_publisher(f, f->store);
     char err[256];
@@ -542,7 +515,7 @@ static void test_fatal_producer_replaced(void **state)
  * counted as acknowledged. */
 static void test_full_queue_gives_up(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     write_batch(f->store, 0);
     segd_publisher_opts_t o;
     segd_publisher_opts_default(&o);
@@ -609,7 +582,7 @@ static void test_report_of_another_cycle_is_stale(void **state)
 
 static void test_crash_leftovers_republished(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     write_batch(f->store, 0);
     write_batch(f->store, 1);
     /* "crash": the process ends with its outbox unpublished */
@@ -635,7 +608,7 @@ static void test_crash_leftovers_republished(void **state)
 
 static void test_retirement_is_a_control_event(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     write_batch(f->store, 0);
     segd_batch_t *b;
     segd_buf_t v = {0};
@@ -665,7 +638,7 @@ static void test_retirement_is_a_control_event(void **state)
  * saying why and the outbox entry stays until partitions are added. */
 static void test_input_partition_past_change_topic_kept(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     segd_applier_t ap;
     segd_event_t ev;
     char err[256];
@@ -722,7 +695,7 @@ static void write_users_from(segd_store_t *s, const int32_t *parts, int n)
  * retry sent that delta again (and kept it queued in librdkafka). */
 static void test_refused_route_sends_nothing(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     const int32_t parts[] = {0, PARTITIONS + 2}; /* user-000 routes, user-001 cannot */
     write_users_from(f->store, parts, 2);
     segd_publisher_t *p = new_publisher(f, f->store);
@@ -749,7 +722,7 @@ static void test_refused_route_sends_nothing(void **state)
  * it let cycle 2 delete the outbox entry without its own acknowledgement. */
 static void test_late_report_not_credited_to_next_cycle(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     const char *topics[] = {"late"};
     segd_dev_broker_t *b = NULL;
     char err[256];
@@ -790,7 +763,7 @@ static void test_late_report_not_credited_to_next_cycle(void **state)
 
 static void test_confluent_framing_registers(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     nginx_t reg;
     assert_int_equal(nginx_start(&reg,
                                  "location = /subjects/" CHANGES "-value/versions {\n"
@@ -831,22 +804,22 @@ static void test_confluent_framing_registers(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_deltas_join_to_the_store, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_oversized_delta_is_split_by_bytes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_deltas_join_to_the_store, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_oversized_delta_is_split_by_bytes, setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_delta_parts_follow_message_max_bytes, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_outage_keeps_outbox_then_resumes, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_full_queue_gives_up, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_fatal_producer_replaced, setup, teardown),
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(test_outage_keeps_outbox_then_resumes, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_full_queue_gives_up, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_fatal_producer_replaced, setup, fx_teardown),
         cmocka_unit_test(test_report_of_another_cycle_is_stale),
-        cmocka_unit_test_setup_teardown(test_crash_leftovers_republished, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_retirement_is_a_control_event, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_crash_leftovers_republished, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_retirement_is_a_control_event, setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_input_partition_past_change_topic_kept, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_refused_route_sends_nothing, setup, teardown),
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(test_refused_route_sends_nothing, setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_late_report_not_credited_to_next_cycle, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_confluent_framing_registers, setup, teardown),
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(test_confluent_framing_registers, setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
