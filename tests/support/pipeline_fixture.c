@@ -210,3 +210,19 @@ void fx_assert_stores_equal(segd_store_t *ref, segd_store_t **got, size_t n, uin
 {
     assert_int_equal(fx_users_missing(ref, got, n, users), 0);
 }
+
+static int count_entry(void *ctx, uint64_t seq, const uint8_t *v, size_t vlen)
+{
+    (void)seq, (void)v, (void)vlen;
+    ++*(uint64_t *)ctx;
+    return 0;
+}
+
+uint64_t fx_outbox_entries(segd_store_t *s)
+{
+    uint64_t n = 0;
+    char err[256];
+    assert_int_equal(segd_store_outbox_scan(s, 0, SIZE_MAX, count_entry, &n, err, sizeof(err)),
+                     SEGD_OK);
+    return n;
+}

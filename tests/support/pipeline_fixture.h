@@ -4,7 +4,8 @@
  * cluster with the test's topics, removed after each test; stores opened at
  * the fixture's clock; a pipeline configuration with the tests' defaults;
  * the seed produced to the input topic and applied straight to a reference
- * store, and the comparison of stores against that reference.
+ * store, the comparison of stores against that reference, and a count of
+ * a store's outbox.
  *
  * What differs between the tests is a field of fx_opts_t (the directory's
  * name, the partition count, the topics, the horizon), never a choice made
@@ -96,5 +97,9 @@ uint64_t fx_users_missing(segd_store_t *ref, segd_store_t **got, size_t n, uint6
 /* Fails the test unless every user of the reference reads the same from the
  * union of the n stores. */
 void fx_assert_stores_equal(segd_store_t *ref, segd_store_t **got, size_t n, uint64_t users);
+
+/* The outbox entries of s, counted by scanning: independent of the store's
+ * own depth counter, which the tests check against it. */
+uint64_t fx_outbox_entries(segd_store_t *s);
 
 #endif

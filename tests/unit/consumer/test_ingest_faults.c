@@ -85,23 +85,6 @@ static uint64_t stored_offsets_sum(segd_store_t *s)
     return sum;
 }
 
-static int count_entry(void *ctx, uint64_t seq, const uint8_t *v, size_t vlen)
-{
-    (void)seq, (void)v, (void)vlen;
-    ++*(uint64_t *)ctx;
-    return 0;
-}
-
-/* Counted by scanning, independently of the store's own counter. */
-static uint64_t outbox_entries(segd_store_t *s)
-{
-    uint64_t n = 0;
-    char err[256];
-    assert_int_equal(segd_store_outbox_scan(s, 0, SIZE_MAX, count_entry, &n, err, sizeof(err)),
-                     SEGD_OK);
-    return n;
-}
-
 static void sleep_ms(int ms) { usleep((useconds_t)ms * 1000); }
 static int64_t now_ms(void)
 {
@@ -181,7 +164,7 @@ static int split(void *ctx)
 static int both_held(void *ctx)
 {
     bp_state_t *c = ctx;
-    return outbox_entries(c->sa) >= 2 && outbox_entries(c->sb) >= 2;
+    return fx_outbox_entries(c->sa) >= 2 && fx_outbox_entries(c->sb) >= 2;
 }
 
 static int a_has_all(void *ctx)
@@ -378,13 +361,13 @@ static void test_back_pressure_bound(void **state)
     member_start(&m, &cfg, s, 0);
     uint64_t max = 0, n = 0;
     for (int i = 0; i < 100; i++) { /* 5 s */
-        n = outbox_entries(s);
+        n = fx_outbox_entries(s);
         max = n > max ? n : max;
         sleep_ms(50);
     }
     segd_publisher_stats_t st;
     segd_publisher_get_stats(segd_daemon_publisher(m.d), &st);
-    n = outbox_entries(s);
+    n = fx_outbox_entries(s);
     m.stop = 1;
     pthread_join(m.thread, NULL);
     segd_pipeline_stats_t ps;
@@ -395,7 +378,7 @@ static void test_back_pressure_bound(void **state)
     assert_true(n >= 1);
     assert_true(max <= 2);
     assert_int_equal(st.depth, n);
-    assert_int_equal(segd_store_outbox_depth(s), outbox_entries(s));
+    assert_int_equal(segd_store_outbox_depth(s), fx_outbox_entries(s));
     segd_store_close(s);
     segd_config_free(&cfg);
 }
@@ -938,7 +921,7 @@ static void assert_only_written(const fx_t *f, const char *group, segd_store_t *
     assert_true(st.batches >= 1 && st.batches <= t->n);
     assert_true(st.messages > t->cum[st.batches - 1]); /* taken, not written */
     assert_int_equal(stored_offsets_sum(s), t->cum[st.batches - 1]);
-    assert_int_equal(outbox_entries(s), st.batches);
+    assert_int_equal(fx_outbox_entries(s), st.batches);
     int64_t committed[PARTITIONS];
     assert_int_equal(committed_each(f, group, committed), 0);
     for (int i = 0; i < PARTITIONS; i++) {
@@ -1001,7 +984,7 @@ static void write_error_in_flight(fx_t *f, const char *writer, const char *group
     segd_pipeline_close(p); /* the last batch finished, its offsets committed */
     segd_pipeline_stats_t st;
     segd_pipeline_get_stats(p, &st);
-    assert_int_equal(outbox_entries(s), st.batches);
+    assert_int_equal(fx_outbox_entries(s), st.batches);
     commit_state_t c = {f, group, s, users * 50};
     assert_true(wait_for(commit_caught_up, &c, 20000));
     segd_pipeline_destroy(p);

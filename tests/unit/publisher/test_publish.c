@@ -119,22 +119,6 @@ static void write_batch(segd_store_t *s, int b)
     segd_event_free(&ev);
 }
 
-static int count_outbox(void *ctx, uint64_t seq, const uint8_t *v, size_t n)
-{
-    (void)seq, (void)v, (void)n;
-    (*(size_t *)ctx)++;
-    return 0;
-}
-
-static size_t outbox_size(segd_store_t *s)
-{
-    size_t n = 0;
-    char err[256];
-    assert_int_equal(segd_store_outbox_scan(s, 0, SIZE_MAX, count_outbox, &n, err, sizeof(err)),
-                     SEGD_OK);
-    return n;
-}
-
 /* What a cache would hold: every delta of the topic joined per user. */
 typedef struct joined {
     char users[USERS + 1][32];
@@ -304,13 +288,13 @@ static void test_deltas_join_to_the_store(void **state)
     fx_t *f = *state;
     for (int b = 0; b < 5; b++)
         write_batch(f->store, b);
-    assert_int_equal(outbox_size(f->store), 5);
+    assert_int_equal(fx_outbox_entries(f->store), 5);
     segd_publisher_t *p = new_publisher(f, f->store);
     char err[256];
     assert_int_equal(segd_publisher_drain(p, 20000, err, sizeof(err)), SEGD_OK);
     segd_publisher_stats_t st;
     segd_publisher_get_stats(p, &st);
-    assert_int_equal(outbox_size(f->store), 0);
+    assert_int_equal(fx_outbox_entries(f->store), 0);
     assert_int_equal(st.entries, 5);
     assert_int_equal(st.depth, 0);
     /* max_entries 3: two cycles; per changed user one delta, in parts of at
@@ -378,7 +362,7 @@ static void test_oversized_delta_is_split_by_bytes(void **state)
     segd_publisher_stats_t st;
     segd_publisher_get_stats(p, &st);
     segd_publisher_destroy(p);
-    assert_int_equal(outbox_size(f->store), 0);
+    assert_int_equal(fx_outbox_entries(f->store), 0);
     assert_int_equal(st.segments, 9 * 4096);
     joined_t *j = calloc(1, sizeof(*j));
     consume_all(f, j);
@@ -431,7 +415,7 @@ static void test_delta_parts_follow_message_max_bytes(void **state)
     if (segd_publisher_drain(p, 20000, err, sizeof(err)) != SEGD_OK)
         fail_msg("drain: %s", err);
     segd_publisher_destroy(p);
-    assert_int_equal(outbox_size(f->store), 0);
+    assert_int_equal(fx_outbox_entries(f->store), 0);
     joined_t *j = calloc(1, sizeof(*j));
     consume_all(f, j);
     print_message("%llu parts, largest %zu bytes\n", (unsigned long long)j->events, j->max_len);
@@ -454,7 +438,7 @@ static void test_outage_keeps_outbox_then_resumes(void **state)
     size_t acked = 99;
     assert_int_not_equal(segd_publisher_cycle(p, &acked, err, sizeof(err)), SEGD_OK);
     assert_int_equal(acked, 0);
-    assert_int_equal(outbox_size(f->store), 2);
+    assert_int_equal(fx_outbox_entries(f->store), 2);
     assert_int_equal(recorded_positions(f->store), 0);
     /* the oldest entry's age goes on growing while nothing is acknowledged
      * (it was taken once per cycle and stood still through an outage) */
@@ -466,7 +450,7 @@ static void test_outage_keeps_outbox_then_resumes(void **state)
     assert_true(s2.oldest_unacked_ms >= s1.oldest_unacked_ms + 250);
     segd_dev_broker_set_down(f->broker, 1, 0);
     assert_int_equal(segd_publisher_drain(p, 30000, err, sizeof(err)), SEGD_OK);
-    assert_int_equal(outbox_size(f->store), 0);
+    assert_int_equal(fx_outbox_entries(f->store), 0);
     segd_publisher_destroy(p);
     joined_t *j = calloc(1, sizeof(*j));
     consume_all(f, j);
@@ -494,7 +478,7 @@ static void test_fatal_producer_replaced(void **state)
                                                "test: sequence desynchronization"),
                      RD_KAFKA_RESP_ERR_NO_ERROR);
     assert_int_equal(segd_publisher_drain(p, 30000, err, sizeof(err)), SEGD_OK);
-    assert_int_equal(outbox_size(f->store), 0);
+    assert_int_equal(fx_outbox_entries(f->store), 0);
     segd_publisher_stats_t st;
     segd_publisher_get_stats(p, &st);
     assert_int_equal(st.producer_renewals, 1);
@@ -534,10 +518,10 @@ static void test_full_queue_gives_up(void **state)
     assert_int_not_equal(segd_publisher_cycle(p, &acked, err, sizeof(err)), SEGD_OK);
     assert_true(time(NULL) - t0 < 30); /* bounded, not a hang: the old loop never returned */
     assert_int_equal(acked, 0);
-    assert_int_equal(outbox_size(f->store), 1);
+    assert_int_equal(fx_outbox_entries(f->store), 1);
     segd_dev_broker_set_down(f->broker, 1, 0);
     assert_int_equal(segd_publisher_drain(p, 60000, err, sizeof(err)), SEGD_OK);
-    assert_int_equal(outbox_size(f->store), 0);
+    assert_int_equal(fx_outbox_entries(f->store), 0);
     segd_publisher_stats_t st;
     segd_publisher_get_stats(p, &st);
     segd_publisher_destroy(p);
@@ -588,16 +572,16 @@ static void test_crash_leftovers_republished(void **state)
     /* "crash": the process ends with its outbox unpublished */
     segd_store_close(f->store);
     f->store = open_store(f);
-    assert_int_equal(outbox_size(f->store), 2);
+    assert_int_equal(fx_outbox_entries(f->store), 2);
     write_batch(f->store, 2); /* continues after the leftovers, overwrites nothing */
-    assert_int_equal(outbox_size(f->store), 3);
+    assert_int_equal(fx_outbox_entries(f->store), 3);
     segd_publisher_t *p = new_publisher(f, f->store);
     char err[256];
     assert_int_equal(segd_publisher_start(p, err, sizeof(err)), SEGD_OK);
-    for (int i = 0; i < 200 && outbox_size(f->store); i++)
+    for (int i = 0; i < 200 && fx_outbox_entries(f->store); i++)
         usleep(50000);
     segd_publisher_stop(p, 1000);
-    assert_int_equal(outbox_size(f->store), 0);
+    assert_int_equal(fx_outbox_entries(f->store), 0);
     segd_publisher_destroy(p);
     joined_t *j = calloc(1, sizeof(*j));
     consume_all(f, j);
@@ -620,7 +604,7 @@ static void test_retirement_is_a_control_event(void **state)
     assert_int_equal(segd_store_retire(f->store, 42, NOW_S * 1000, b, err, sizeof(err)), SEGD_OK);
     segd_batch_destroy(b);
     segd_buf_free(&v);
-    assert_int_equal(outbox_size(f->store), 2);
+    assert_int_equal(fx_outbox_entries(f->store), 2);
     segd_publisher_t *p = new_publisher(f, f->store);
     assert_int_equal(segd_publisher_drain(p, 20000, err, sizeof(err)), SEGD_OK);
     segd_publisher_destroy(p);
@@ -660,7 +644,7 @@ static void test_input_partition_past_change_topic_kept(void **state)
     assert_int_equal(segd_publisher_cycle(p, &acked, err, sizeof(err)), SEGD_ERR_CONFIG);
     assert_non_null(strstr(err, "has 4 partitions, fewer than input partition 6 needs"));
     assert_int_equal(acked, 0);
-    assert_int_equal(outbox_size(f->store), 1);
+    assert_int_equal(fx_outbox_entries(f->store), 1);
     assert_int_equal(recorded_positions(f->store), 0);
     segd_publisher_destroy(p);
 }
@@ -703,7 +687,7 @@ static void test_refused_route_sends_nothing(void **state)
     size_t acked = 9;
     for (int i = 0; i < 3; i++)
         assert_int_equal(segd_publisher_cycle(p, &acked, err, sizeof(err)), SEGD_ERR_CONFIG);
-    assert_int_equal(outbox_size(f->store), 1);
+    assert_int_equal(fx_outbox_entries(f->store), 1);
     usleep(1000 * 1000); /* what was left queued would be delivered by now */
     joined_t *j = calloc(1, sizeof(*j));
     consume_all(f, j);
@@ -749,14 +733,14 @@ static void test_late_report_not_credited_to_next_cycle(void **state)
     assert_int_equal(segd_publisher_new(&p, f->store, &o, err, sizeof(err)), SEGD_OK);
     size_t acked = 9;
     assert_int_not_equal(segd_publisher_cycle(p, &acked, err, sizeof(err)), SEGD_OK);
-    assert_int_equal(outbox_size(f->store), 1);
+    assert_int_equal(fx_outbox_entries(f->store), 1);
     segd_err_t second = segd_publisher_cycle(p, &acked, err, sizeof(err));
     assert_int_not_equal(second, SEGD_OK);
     assert_int_equal(acked, 0);
-    assert_int_equal(outbox_size(f->store), 1);
+    assert_int_equal(fx_outbox_entries(f->store), 1);
     /* the faults spent, the entry goes out and is deleted on its own acks */
     assert_int_equal(segd_publisher_drain(p, 60000, err, sizeof(err)), SEGD_OK);
-    assert_int_equal(outbox_size(f->store), 0);
+    assert_int_equal(fx_outbox_entries(f->store), 0);
     segd_publisher_destroy(p);
     segd_dev_broker_destroy(b);
 }
@@ -797,7 +781,7 @@ static void test_confluent_framing_registers(void **state)
     size_t acked = 9;
     assert_int_equal(segd_publisher_cycle(p, &acked, err, sizeof(err)), SEGD_ERR_HTTP);
     assert_int_equal(acked, 0);
-    assert_int_equal(outbox_size(f->store), 1);
+    assert_int_equal(fx_outbox_entries(f->store), 1);
     segd_publisher_destroy(p);
 }
 
