@@ -26,148 +26,17 @@
 #include "consumer/pipeline.h"
 #include "workload/seed_producer.h"
 #include "store/store.h"
+#include "pipeline_fixture.h"
 
 #define TOPIC "events"
 #define PARTITIONS 4
-#define NOW_S 1800000000LL
-
-typedef struct fixture {
-    segd_dev_broker_t *broker;
-    char dir[64];
-} fixture_t;
+#define NOW_S FX_NOW_S
 
 static int setup(void **state)
 {
-    fixture_t *f = calloc(1, sizeof(*f));
-    const char *topics[] = {TOPIC, TOPIC ".dlq"};
-    char err[256];
-    snprintf(f->dir, sizeof(f->dir), "/tmp/segd-test-ingest-XXXXXX");
-    if (!mkdtemp(f->dir) ||
-        segd_dev_broker_new(&f->broker, 1, PARTITIONS, topics, 2, err, sizeof(err)))
-        return -1;
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    fixture_t *f = *state;
-    char cmd[128];
-    segd_dev_broker_destroy(f->broker);
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", f->dir);
-    int rc = system(cmd);
-    free(f);
-    return rc;
-}
-
-/* horizon_ms 0: the default (7 days) */
-static segd_store_t *open_store_horizon(const char *dir, const char *name, int64_t horizon_ms)
-{
-    char path[256], err[256];
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-    segd_store_opts_t o;
-    segd_app_store_opts(&o);
-    o.path = path;
-    o.now_ms = NOW_S * 1000;
-    o.block_cache_mb = 8;
-    if (horizon_ms)
-        o.horizon_ms = horizon_ms;
-    segd_store_t *s = NULL;
-    assert_int_equal(segd_store_open(&s, &o, err, sizeof(err)), SEGD_OK);
-    return s;
-}
-
-static segd_store_t *open_store(const char *dir, const char *name)
-{
-    return open_store_horizon(dir, name, 0);
-}
-
-static void base_config(segd_config_t *cfg, const fixture_t *f, const char *group,
-                        const char *db)
-{
-    char err[256];
-    segd_config_init(cfg);
-    assert_int_equal(segd_config_set(cfg, "brokers", segd_dev_broker_bootstraps(f->broker),
-                                     err, sizeof(err)), SEGD_OK);
-    assert_int_equal(segd_config_set(cfg, "topics", TOPIC, err, sizeof(err)), SEGD_OK);
-    assert_int_equal(segd_config_set(cfg, "group", group, err, sizeof(err)), SEGD_OK);
-    assert_int_equal(segd_config_set(cfg, "db", db, err, sizeof(err)), SEGD_OK);
-    assert_int_equal(segd_config_set(cfg, "retry.max.ms", "200", err, sizeof(err)), SEGD_OK);
-    assert_int_equal(segd_config_set_x(cfg, "session.timeout.ms=6000", err, sizeof(err)),
-                     SEGD_OK);
-    assert_int_equal(segd_config_finish(cfg, err, sizeof(err)), SEGD_OK);
-}
-
-static void produce_seed(const fixture_t *f, uint64_t users, uint64_t seed)
-{
-    segd_seed_produce_opts_t o = {0};
-    segd_seed_produce_result_t res;
-    char err[256];
-    o.brokers = segd_dev_broker_bootstraps(f->broker);
-    o.topic = TOPIC;
-    segd_seed_opts_default(&o.seed);
-    o.seed.users = users;
-    o.seed.seed = seed;
-    o.seed.now_ms = NOW_S * 1000;
-    o.framing = SEGD_FRAMING_SINGLE_OBJECT;
-    assert_int_equal(segd_seed_produce(&o, NULL, &res, err, sizeof(err)), SEGD_OK);
-    assert_int_equal(res.events, users * 50);
-}
-
-/* The reference: the same seed events applied straight to a store. */
-static segd_store_t *reference_store(const char *dir, uint64_t users, uint64_t seed)
-{
-    segd_store_t *s = open_store(dir, "reference");
-    segd_seed_opts_t so;
-    segd_seed_opts_default(&so);
-    so.users = users;
-    so.seed = seed;
-    so.now_ms = NOW_S * 1000;
-    segd_seed_t *g;
-    segd_event_t ev;
-    segd_applier_t ap;
-    char err[256];
-    segd_event_init(&ev);
-    assert_int_equal(segd_seed_new(&g, &so), SEGD_OK);
-    assert_int_equal(segd_applier_init(&ap, s), SEGD_OK);
-    while (segd_seed_next(g, &ev))
-        assert_int_equal(segd_applier_add(&ap, &ev), SEGD_OK);
-    assert_int_equal(segd_applier_flush(&ap, err, sizeof(err)), SEGD_OK);
-    segd_applier_free(&ap);
-    segd_seed_destroy(g);
-    segd_event_free(&ev);
-    return s;
-}
-
-/* Every user of the reference reads the same from the union of stores. */
-static void assert_stores_equal(segd_store_t *ref, segd_store_t **got, size_t n, uint64_t users)
-{
-    segd_profile_t a, b, part, *parts;
-    segd_profile_init(&a);
-    segd_profile_init(&b);
-    segd_profile_init(&part);
-    parts = calloc(n, sizeof(*parts));
-    char err[256], uid[32];
-    for (uint64_t u = 0; u < users; u++) {
-        segd_seed_user_id(u, uid, sizeof(uid));
-        assert_int_equal(segd_store_get(ref, uid, strlen(uid), &a, err, sizeof(err)), SEGD_OK);
-        const segd_profile_t *in[8];
-        for (size_t i = 0; i < n; i++) {
-            assert_int_equal(segd_store_get(got[i], uid, strlen(uid), &parts[i], err,
-                                            sizeof(err)), SEGD_OK);
-            in[i] = &parts[i];
-        }
-        assert_int_equal(segd_profile_join(&b, in, n, NULL), SEGD_OK);
-        assert_true(a.n > 0);
-        assert_int_equal(a.n, b.n);
-        assert_memory_equal(a.entries, b.entries, a.n * sizeof(a.entries[0]));
-    }
-    for (size_t i = 0; i < n; i++)
-        segd_profile_free(&parts[i]);
-    free(parts);
-    segd_profile_free(&a);
-    segd_profile_free(&b);
-    segd_profile_free(&part);
+    static const char *const topics[] = {TOPIC, TOPIC ".dlq", NULL};
+    const fx_opts_t o = {"ingest", PARTITIONS, topics, 0};
+    return fx_setup(state, &o);
 }
 
 static uint64_t stored_offsets_sum(segd_store_t *s)
@@ -196,16 +65,16 @@ static void run_until(segd_pipeline_t *p, uint64_t want, int timeout_s)
 
 static void test_ingest_equals_reference(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     const uint64_t users = 300;
     volatile sig_atomic_t stop = 0;
     char db[128], err[256];
-    produce_seed(f, users, 7);
-    segd_store_t *ref = reference_store(f->dir, users, 7);
-    segd_store_t *s = open_store(f->dir, "ingest");
+    fx_produce_seed(f, users, 7);
+    segd_store_t *ref = fx_reference_store(f, f->dir, users, 7);
+    segd_store_t *s = fx_open_store(f, "ingest");
     snprintf(db, sizeof(db), "%s/ingest", f->dir);
     segd_config_t cfg;
-    base_config(&cfg, f, "g-ingest", db);
+    fx_config(&cfg, f, "g-ingest", db, NULL);
     segd_pipeline_t *p;
     assert_int_equal(segd_pipeline_new(&p, &cfg, s, &stop, err, sizeof(err)), SEGD_OK);
     run_until(p, users * 50, 60);
@@ -215,7 +84,7 @@ static void test_ingest_equals_reference(void **state)
     assert_int_equal(st.segments, users * 50 * 20);
     segd_pipeline_destroy(p);
     assert_int_equal(stored_offsets_sum(s), users * 50);
-    assert_stores_equal(ref, &s, 1, users);
+    fx_assert_stores_equal(ref, &s, 1, users);
     segd_store_close(s);
     segd_store_close(ref);
     segd_config_free(&cfg);
@@ -226,14 +95,14 @@ static void test_ingest_equals_reference(void **state)
  * before one window has passed (they would wait it out otherwise). */
 static void test_batch_closes_when_nothing_fetched(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     volatile sig_atomic_t stop = 0;
     char db[128], err[256];
-    produce_seed(f, 2, 5);
-    segd_store_t *s = open_store(f->dir, "early");
+    fx_produce_seed(f, 2, 5);
+    segd_store_t *s = fx_open_store(f, "early");
     snprintf(db, sizeof(db), "%s/early", f->dir);
     segd_config_t cfg;
-    base_config(&cfg, f, "g-early", db);
+    fx_config(&cfg, f, "g-early", db, NULL);
     assert_int_equal(segd_config_set(&cfg, "batch.max.ms", "60000", err, sizeof(err)), SEGD_OK);
     assert_int_equal(cfg.batch_max_ms, 60000);
     segd_pipeline_t *p;
@@ -270,7 +139,7 @@ static void *member_main(void *arg)
 
 static void test_two_consumers_split(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     const uint64_t users = 200;
     volatile sig_atomic_t stop = 0;
     char db[2][128], err[256];
@@ -284,8 +153,8 @@ static void test_two_consumers_split(void **state)
          * horizon, a member caught up on its empty partitions for one upkeep
          * (10 s: a slow join) starts W's phase and refuses the older ones as
          * too late (DESIGN §3.1), and the stores lacked them. */
-        s[i] = open_store_horizon(f->dir, i ? "member1" : "member0", 40LL * 86400 * 1000);
-        base_config(&cfg[i], f, "g-split", db[i]);
+        s[i] = fx_open_store_in(f->dir, i ? "member1" : "member0", 40LL * 86400 * 1000);
+        fx_config(&cfg[i], f, "g-split", db[i], NULL);
         assert_int_equal(segd_pipeline_new(&m[i].p, &cfg[i], s[i], &stop, err, sizeof(err)),
                          SEGD_OK);
         m[i].stop = &stop;
@@ -299,7 +168,7 @@ static void test_two_consumers_split(void **state)
         usleep(100000);
     }
     assert_true(segd_pipeline_assigned(m[0].p) > 0 && segd_pipeline_assigned(m[1].p) > 0);
-    produce_seed(f, users, 11);
+    fx_produce_seed(f, users, 11);
     time_t end = time(NULL) + 240; /* a bound, not a timing: ASan under load is slow */
     uint64_t total = 0;
     while (time(NULL) < end) {
@@ -320,8 +189,8 @@ static void test_two_consumers_split(void **state)
     (void)a, (void)b;
     assert_int_equal(total, users * 50); /* each event applied by exactly one member */
     assert_int_equal(stored_offsets_sum(s[0]) + stored_offsets_sum(s[1]), users * 50);
-    segd_store_t *ref = reference_store(f->dir, users, 11);
-    assert_stores_equal(ref, s, 2, users);
+    segd_store_t *ref = fx_reference_store(f, f->dir, users, 11);
+    fx_assert_stores_equal(ref, s, 2, users);
     segd_store_close(ref);
     for (int i = 0; i < 2; i++) {
         assert_true(stored_offsets_sum(s[i]) > 0); /* both had partitions */
@@ -361,7 +230,7 @@ static void make_event(segd_event_t *ev, const char *user, int nseg, int32_t ttl
     }
 }
 
-static rd_kafka_t *plain_producer(const fixture_t *f)
+static rd_kafka_t *plain_producer(const fx_t *f)
 {
     char err[256];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
@@ -377,7 +246,7 @@ static rd_kafka_t *plain_producer(const fixture_t *f)
  * was acknowledged (and it is destroyed before this runs), so the end of
  * every partition (a partition EOF event) is the whole DLQ: waiting for more
  * would only wait out the bound. */
-static int read_dlq(const fixture_t *f, char reasons[][128], int max)
+static int read_dlq(const fx_t *f, char reasons[][128], int max)
 {
     char err[256];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
@@ -423,7 +292,7 @@ static int read_dlq(const fixture_t *f, char reasons[][128], int max)
 
 static void test_dead_letters(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     volatile sig_atomic_t stop = 0;
     char db[128], err[256];
     segd_avro_codec_t *codec;
@@ -468,10 +337,10 @@ static void test_dead_letters(void **state)
     rd_kafka_flush(rk, 10000);
     rd_kafka_destroy(rk);
 
-    segd_store_t *s = open_store(f->dir, "dlq");
+    segd_store_t *s = fx_open_store(f, "dlq");
     snprintf(db, sizeof(db), "%s/dlq", f->dir);
     segd_config_t cfg;
-    base_config(&cfg, f, "g-dlq", db);
+    fx_config(&cfg, f, "g-dlq", db, NULL);
     assert_int_equal(segd_config_set(&cfg, "limits.max.message.bytes", "1500", err,
                                      sizeof(err)), SEGD_OK);
     assert_int_equal(segd_config_set(&cfg, "limits.max.segments", "100", err, sizeof(err)),
@@ -520,7 +389,7 @@ static void test_dead_letters(void **state)
  * dead-lettered as bad_utf8 and the events around it apply. */
 static void test_bad_utf8_dead_letter(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     volatile sig_atomic_t stop = 0;
     char db[128], err[256];
     segd_avro_codec_t *codec;
@@ -539,10 +408,10 @@ static void test_bad_utf8_dead_letter(void **state)
     rd_kafka_flush(rk, 10000);
     rd_kafka_destroy(rk);
 
-    segd_store_t *s = open_store(f->dir, "utf8");
+    segd_store_t *s = fx_open_store(f, "utf8");
     snprintf(db, sizeof(db), "%s/utf8", f->dir);
     segd_config_t cfg;
-    base_config(&cfg, f, "g-utf8", db);
+    fx_config(&cfg, f, "g-utf8", db, NULL);
     segd_pipeline_t *p;
     assert_int_equal(segd_pipeline_new(&p, &cfg, s, &stop, err, sizeof(err)), SEGD_OK);
     run_until(p, 3, 60);
@@ -575,7 +444,7 @@ static void test_bad_utf8_dead_letter(void **state)
  * goes as from_future. Both are counted; good events around them apply. */
 static void test_time_refusals(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     volatile sig_atomic_t stop = 0;
     char db[128], err[256];
     const int64_t now = NOW_S * 1000, hour = 3600 * 1000LL;
@@ -598,14 +467,14 @@ static void test_time_refusals(void **state)
     rd_kafka_flush(rk, 10000);
     rd_kafka_destroy(rk);
 
-    segd_store_t *s = open_store(f->dir, "time");
+    segd_store_t *s = fx_open_store(f, "time");
     snprintf(db, sizeof(db), "%s/time", f->dir);
     /* a full compaction starts W at now - horizon - grace (7 + 2 days by
      * default): floor now - 7 days */
     assert_int_equal(segd_store_compact(s, err, sizeof(err)), SEGD_OK);
     assert_int_equal(segd_store_gc_watermark(s), now - 216 * hour);
     segd_config_t cfg;
-    base_config(&cfg, f, "g-time", db);
+    fx_config(&cfg, f, "g-time", db, NULL);
     segd_pipeline_t *p;
     assert_int_equal(segd_pipeline_new(&p, &cfg, s, &stop, err, sizeof(err)), SEGD_OK);
     run_until(p, 6, 60);
@@ -640,7 +509,7 @@ static void test_time_refusals(void **state)
     segd_profile_free(&prof);
     segd_store_close(s);
     /* W is persisted: a reopened store refuses the same */
-    s = open_store(f->dir, "time");
+    s = fx_open_store(f, "time");
     assert_int_equal(segd_store_gc_watermark(s), now - 216 * hour);
     assert_int_equal(segd_policy_check_ts(segd_store_policy(s), now - 174 * hour, 600000),
                      SEGD_TS_TOO_LATE);
@@ -653,7 +522,7 @@ static void test_time_refusals(void **state)
 
 /* Produces n events of users PREFIX00.., 10 to 10 + n - 1 days old, to
  * partition part (RD_KAFKA_PARTITION_UA: by key). */
-static void produce_history_to(const fixture_t *f, const char *prefix, int n, int32_t part)
+static void produce_history_to(const fx_t *f, const char *prefix, int n, int32_t part)
 {
     const int64_t now = NOW_S * 1000, day = 86400 * 1000LL;
     char err[256];
@@ -679,7 +548,7 @@ static void produce_history_to(const fixture_t *f, const char *prefix, int n, in
     segd_event_free(&ev);
 }
 
-static void produce_history(const fixture_t *f, const char *prefix, int n)
+static void produce_history(const fx_t *f, const char *prefix, int n)
 {
     produce_history_to(f, prefix, n, RD_KAFKA_PARTITION_UA);
 }
@@ -710,13 +579,13 @@ static void step_until_floor(segd_pipeline_t *p, const segd_policy_t *pol, int s
  * the store has no floor and takes the history. */
 static void test_idle_topic_keeps_history(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     volatile sig_atomic_t stop = 0;
     char db[128], err[256];
-    segd_store_t *s = open_store(f->dir, "idle");
+    segd_store_t *s = fx_open_store(f, "idle");
     snprintf(db, sizeof(db), "%s/idle", f->dir);
     segd_config_t cfg;
-    base_config(&cfg, f, "g-idle", db);
+    fx_config(&cfg, f, "g-idle", db, NULL);
     segd_pipeline_t *p;
     assert_int_equal(segd_pipeline_new(&p, &cfg, s, &stop, err, sizeof(err)), SEGD_OK);
     step_for(p, 32);
@@ -738,14 +607,14 @@ static void test_idle_topic_keeps_history(void **state)
  * history either (review of issue 29 #8): after 32 s the store has no floor. */
 static void test_empty_topic_keeps_history(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     volatile sig_atomic_t stop = 0;
     char db[128], err[256];
     produce_history(f, "live", 20);
-    segd_store_t *s = open_store(f->dir, "twotopics");
+    segd_store_t *s = fx_open_store(f, "twotopics");
     snprintf(db, sizeof(db), "%s/twotopics", f->dir);
     segd_config_t cfg;
-    base_config(&cfg, f, "g-twotopics", db);
+    fx_config(&cfg, f, "g-twotopics", db, NULL);
     assert_int_equal(segd_config_set(&cfg, "topics", TOPIC "," TOPIC ".dlq", err, sizeof(err)),
                      SEGD_OK);
     segd_pipeline_t *p;
@@ -768,14 +637,14 @@ static void test_empty_topic_keeps_history(void **state)
  * must not wait for it (review: W never began). */
 static void test_latest_start_ends_history(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     volatile sig_atomic_t stop = 0;
     char db[128], err[256];
     produce_history(f, "before", 20);
-    segd_store_t *s = open_store(f->dir, "latest");
+    segd_store_t *s = fx_open_store(f, "latest");
     snprintf(db, sizeof(db), "%s/latest", f->dir);
     segd_config_t cfg;
-    base_config(&cfg, f, "g-latest", db);
+    fx_config(&cfg, f, "g-latest", db, NULL);
     assert_int_equal(segd_config_set(&cfg, "input.offset.reset", "latest", err, sizeof(err)),
                      SEGD_OK);
     segd_pipeline_t *p;
@@ -797,14 +666,14 @@ static void test_latest_start_ends_history(void **state)
  * W never began. The store's own offsets say where it is. */
 static void test_idle_partitions_start_history_end(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     volatile sig_atomic_t stop = 0;
     char db[128], err[256];
     produce_history(f, "done", 20);
-    segd_store_t *s = open_store(f->dir, "restart");
+    segd_store_t *s = fx_open_store(f, "restart");
     snprintf(db, sizeof(db), "%s/restart", f->dir);
     segd_config_t cfg;
-    base_config(&cfg, f, "g-restart", db);
+    fx_config(&cfg, f, "g-restart", db, NULL);
     segd_pipeline_t *p;
     assert_int_equal(segd_pipeline_new(&p, &cfg, s, &stop, err, sizeof(err)), SEGD_OK);
     run_until(p, 20, 60); /* the first process reads everything and stops */
@@ -831,7 +700,7 @@ static void test_idle_partitions_start_history_end(void **state)
  * holds nothing but empty partitions of a written topic. Both begin W. */
 static void test_sparse_topic_starts_history_end(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     volatile sig_atomic_t stop = 0;
     char db[2][128], err[256];
     segd_store_t *s[2];
@@ -841,8 +710,8 @@ static void test_sparse_topic_starts_history_end(void **state)
     produce_history_to(f, "sparse", 20, 0);
     for (int i = 0; i < 2; i++) {
         snprintf(db[i], sizeof(db[i]), "%s/sparse%d", f->dir, i);
-        s[i] = open_store(f->dir, i ? "sparse1" : "sparse0");
-        base_config(&cfg[i], f, "g-sparse", db[i]);
+        s[i] = fx_open_store(f, i ? "sparse1" : "sparse0");
+        fx_config(&cfg[i], f, "g-sparse", db[i], NULL);
         assert_int_equal(segd_pipeline_new(&m[i].p, &cfg[i], s[i], &stop, err, sizeof(err)),
                          SEGD_OK);
         m[i].stop = &stop;
@@ -878,7 +747,7 @@ static void test_sparse_topic_starts_history_end(void **state)
  * from then on events older than now - horizon are too_late. */
 static void test_history_then_floor(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     volatile sig_atomic_t stop = 0;
     char db[128], err[256];
     const int64_t now = NOW_S * 1000, day = 86400 * 1000LL;
@@ -898,10 +767,10 @@ static void test_history_then_floor(void **state)
         produce_raw(rk, user, buf.data, buf.len);
     }
     rd_kafka_flush(rk, 10000);
-    segd_store_t *s = open_store(f->dir, "history");
+    segd_store_t *s = fx_open_store(f, "history");
     snprintf(db, sizeof(db), "%s/history", f->dir);
     segd_config_t cfg;
-    base_config(&cfg, f, "g-history", db);
+    fx_config(&cfg, f, "g-history", db, NULL);
     segd_pipeline_t *p;
     assert_int_equal(segd_pipeline_new(&p, &cfg, s, &stop, err, sizeof(err)), SEGD_OK);
     run_until(p, 20, 60);
@@ -936,15 +805,15 @@ static void test_history_then_floor(void **state)
 
 static void test_broker_outage_stalls_then_resumes(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     const uint64_t users = 100;
     volatile sig_atomic_t stop = 0;
     char db[128], err[256];
-    produce_seed(f, users, 3);
-    segd_store_t *s = open_store(f->dir, "outage");
+    fx_produce_seed(f, users, 3);
+    segd_store_t *s = fx_open_store(f, "outage");
     snprintf(db, sizeof(db), "%s/outage", f->dir);
     segd_config_t cfg;
-    base_config(&cfg, f, "g-outage", db);
+    fx_config(&cfg, f, "g-outage", db, NULL);
     assert_int_equal(segd_config_set(&cfg, "batch.max.messages", "200", err, sizeof(err)),
                      SEGD_OK);
     segd_pipeline_t *p;
@@ -964,14 +833,14 @@ static void test_broker_outage_stalls_then_resumes(void **state)
     assert_true(before.messages >= 1000);
     assert_true(st.events >= users * 50);
     assert_int_equal(stored_offsets_sum(s), users * 50);
-    segd_store_t *ref = reference_store(f->dir, users, 3);
-    assert_stores_equal(ref, &s, 1, users);
+    segd_store_t *ref = fx_reference_store(f, f->dir, users, 3);
+    fx_assert_stores_equal(ref, &s, 1, users);
     segd_store_close(ref);
     segd_store_close(s);
     segd_config_free(&cfg);
 }
 
-static pid_t spawn_run(const fixture_t *f, const char *db, const char *log)
+static pid_t spawn_run(const fx_t *f, const char *db, const char *log)
 {
     pid_t pid = fork();
     assert_true(pid >= 0);
@@ -1006,12 +875,12 @@ static uint64_t offsets_of(const char *db)
 
 static void test_sigkill_and_restart(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     const uint64_t users = 400;
     char db[128], log[160];
     snprintf(db, sizeof(db), "%s/killed", f->dir);
     snprintf(log, sizeof(log), "%s/run.log", f->dir);
-    produce_seed(f, users, 5);
+    fx_produce_seed(f, users, 5);
     pid_t pid = spawn_run(f, db, log);
     uint64_t seen = 0;
     for (int i = 0; i < 300 && seen == 0; i++) { /* kill it once it has written */
@@ -1028,10 +897,10 @@ static void test_sigkill_and_restart(void **state)
     int status;
     waitpid(pid, &status, 0);
     assert_true(WIFEXITED(status) && WEXITSTATUS(status) == 0);
-    segd_store_t *s = open_store(f->dir, "killed");
+    segd_store_t *s = fx_open_store(f, "killed");
     assert_int_equal(stored_offsets_sum(s), users * 50);
-    segd_store_t *ref = reference_store(f->dir, users, 5);
-    assert_stores_equal(ref, &s, 1, users);
+    segd_store_t *ref = fx_reference_store(f, f->dir, users, 5);
+    fx_assert_stores_equal(ref, &s, 1, users);
     segd_store_close(ref);
     segd_store_close(s);
 }
@@ -1039,20 +908,20 @@ static void test_sigkill_and_restart(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_ingest_equals_reference, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_two_consumers_split, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_batch_closes_when_nothing_fetched, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_dead_letters, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_bad_utf8_dead_letter, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_time_refusals, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_history_then_floor, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_idle_topic_keeps_history, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_idle_partitions_start_history_end, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_sparse_topic_starts_history_end, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_empty_topic_keeps_history, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_latest_start_ends_history, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_broker_outage_stalls_then_resumes, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_sigkill_and_restart, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_ingest_equals_reference, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_two_consumers_split, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_batch_closes_when_nothing_fetched, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_dead_letters, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_bad_utf8_dead_letter, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_time_refusals, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_history_then_floor, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_idle_topic_keeps_history, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_idle_partitions_start_history_end, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_sparse_topic_starts_history_end, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_empty_topic_keeps_history, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_latest_start_ends_history, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_broker_outage_stalls_then_resumes, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_sigkill_and_restart, setup, fx_teardown),
     };
     if (getenv("TEST_FILTER")) /* e.g. "test_idle*" */
         cmocka_set_test_filter(getenv("TEST_FILTER"));

@@ -41,189 +41,26 @@
 #include "workload/seed_producer.h"
 #include "publisher/publisher.h"
 #include "store/store.h"
+#include "pipeline_fixture.h"
 
 #define TOPIC "events"
 #define PARTITIONS 4
-#define NOW_S 1800000000LL
 #define SYNC_GROUP_API 14 /* RD_KAFKAP_SyncGroup */
 #define OFFSET_COMMIT_API 8 /* RD_KAFKAP_OffsetCommit */
-
-typedef struct fixture {
-    rd_kafka_t *rk; /* the mock cluster lives in it */
-    rd_kafka_mock_cluster_t *mcl;
-    char dir[64];
-} fixture_t;
-
-static int setup(void **state)
-{
-    fixture_t *f = calloc(1, sizeof(*f));
-    char err[256];
-    snprintf(f->dir, sizeof(f->dir), "/tmp/segd-test-faults-XXXXXX");
-    if (!mkdtemp(f->dir))
-        return -1;
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    rd_kafka_conf_set(conf, "log_level", "3", err, sizeof(err));
-    f->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
-    f->mcl = f->rk ? rd_kafka_mock_cluster_new(f->rk, 1) : NULL;
-    if (!f->mcl)
-        return -1;
-    const char *topics[] = {TOPIC, TOPIC ".dlq", "segments.changes"};
-    for (int i = 0; i < 3; i++)
-        if (rd_kafka_mock_topic_create(f->mcl, topics[i], PARTITIONS, 1))
-            return -1;
-    *state = f;
-    return 0;
-}
-
-static int teardown(void **state)
-{
-    fixture_t *f = *state;
-    char cmd[128];
-    rd_kafka_mock_cluster_destroy(f->mcl);
-    rd_kafka_destroy(f->rk);
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", f->dir);
-    int rc = system(cmd);
-    free(f);
-    return rc;
-}
 
 /* The seed's events are up to 30 days old. With the default 7-day horizon,
  * a member that sat caught up on empty partitions for one upkeep (10 s: a
  * slow group join under ASan) starts W's phase and refuses the older ones
  * as too late (DESIGN §3.1): the stores then lacked them against the
  * reference whenever the join was slow. The stores the tests open and the
- * members' configuration both take 40 days. */
+ * members' configuration both take 40 days (the fixture's horizon). */
 #define HORIZON_S (40 * 86400)
-#define HORIZON_S_TEXT "3456000"
 
-static const char *bootstraps(const fixture_t *f)
+static int setup(void **state)
 {
-    return rd_kafka_mock_cluster_bootstraps(f->mcl);
-}
-
-static segd_store_t *open_store(const char *dir, const char *name)
-{
-    char path[256], err[256];
-    snprintf(path, sizeof(path), "%s/%s", dir, name);
-    segd_store_opts_t o;
-    segd_app_store_opts(&o);
-    o.path = path;
-    o.now_ms = NOW_S * 1000;
-    o.horizon_ms = HORIZON_S * 1000LL; /* as the members' store.horizon.s */
-    o.block_cache_mb = 8;
-    segd_store_t *s = NULL;
-    assert_int_equal(segd_store_open(&s, &o, err, sizeof(err)), SEGD_OK);
-    return s;
-}
-
-/* kv: key, value, ..., NULL: extra settings over the test defaults. */
-static void make_config(segd_config_t *cfg, const fixture_t *f, const char *group,
-                        const char *db, const char *const *kv)
-{
-    char err[256];
-    segd_config_init(cfg);
-    const char *const base[] = {"brokers", bootstraps(f), "topics", TOPIC, "group", group,
-                                "db", db, "retry.max.ms", "200", "store.horizon.s",
-                                HORIZON_S_TEXT, NULL};
-    for (size_t i = 0; base[i]; i += 2)
-        assert_int_equal(segd_config_set(cfg, base[i], base[i + 1], err, sizeof(err)), SEGD_OK);
-    for (size_t i = 0; kv && kv[i]; i += 2)
-        assert_int_equal(segd_config_set(cfg, kv[i], kv[i + 1], err, sizeof(err)), SEGD_OK);
-    assert_int_equal(segd_config_set_x(cfg, "session.timeout.ms=6000", err, sizeof(err)),
-                     SEGD_OK);
-    assert_int_equal(segd_config_finish(cfg, err, sizeof(err)), SEGD_OK);
-}
-
-static void produce_seed(const fixture_t *f, uint64_t users, uint64_t seed)
-{
-    segd_seed_produce_opts_t o = {0};
-    segd_seed_produce_result_t res;
-    char err[256];
-    o.brokers = bootstraps(f);
-    o.topic = TOPIC;
-    segd_seed_opts_default(&o.seed);
-    o.seed.users = users;
-    o.seed.seed = seed;
-    o.seed.now_ms = NOW_S * 1000;
-    o.framing = SEGD_FRAMING_SINGLE_OBJECT;
-    assert_int_equal(segd_seed_produce(&o, NULL, &res, err, sizeof(err)), SEGD_OK);
-    assert_int_equal(res.events, users * 50);
-}
-
-/* The same seed events applied straight to a store. */
-static segd_store_t *reference_store(const char *dir, uint64_t users, uint64_t seed)
-{
-    segd_store_t *s = open_store(dir, "reference");
-    segd_seed_opts_t so;
-    segd_seed_opts_default(&so);
-    so.users = users;
-    so.seed = seed;
-    so.now_ms = NOW_S * 1000;
-    segd_seed_t *g;
-    segd_event_t ev;
-    segd_applier_t ap;
-    char err[256];
-    segd_event_init(&ev);
-    assert_int_equal(segd_seed_new(&g, &so), SEGD_OK);
-    assert_int_equal(segd_applier_init(&ap, s), SEGD_OK);
-    while (segd_seed_next(g, &ev))
-        assert_int_equal(segd_applier_add(&ap, &ev), SEGD_OK);
-    assert_int_equal(segd_applier_flush(&ap, err, sizeof(err)), SEGD_OK);
-    segd_applier_free(&ap);
-    segd_seed_destroy(g);
-    segd_event_free(&ev);
-    return s;
-}
-
-static void print_entries(const char *what, const segd_profile_t *p)
-{
-    print_message("  %s: %zu entries:", what, p->n);
-    for (size_t i = 0; i < p->n && i < 8; i++)
-        print_message(" %" PRId64 "@%" PRId64 "/%" PRId64, p->entries[i].segment_id,
-                      p->entries[i].ts_ms, p->entries[i].expiry_s);
-    print_message("\n");
-}
-
-static void print_differing(const char *uid, const segd_profile_t *ref,
-                            const segd_profile_t *parts, size_t n)
-{
-    print_message("user %s differs from the reference\n", uid);
-    print_entries("reference", ref);
-    for (size_t i = 0; i < n; i++)
-        print_entries(i ? "store 1" : "store 0", &parts[i]);
-}
-
-/* Users of the reference whose state the union of stores lacks. */
-static uint64_t users_missing(segd_store_t *ref, segd_store_t **got, size_t n, uint64_t users)
-{
-    segd_profile_t a, b, parts[4];
-    const segd_profile_t *in[4];
-    char err[256], uid[32];
-    uint64_t missing = 0;
-    segd_profile_init(&a);
-    segd_profile_init(&b);
-    for (size_t i = 0; i < n; i++)
-        segd_profile_init(&parts[i]);
-    for (uint64_t u = 0; u < users; u++) {
-        segd_seed_user_id(u, uid, sizeof(uid));
-        assert_int_equal(segd_store_get(ref, uid, strlen(uid), &a, err, sizeof(err)), SEGD_OK);
-        for (size_t i = 0; i < n; i++) {
-            assert_int_equal(segd_store_get(got[i], uid, strlen(uid), &parts[i], err,
-                                            sizeof(err)), SEGD_OK);
-            in[i] = &parts[i];
-        }
-        assert_int_equal(segd_profile_join(&b, in, n, NULL), SEGD_OK);
-        assert_true(a.n > 0);
-        int differs = a.n != b.n || memcmp(a.entries, b.entries, a.n * sizeof(a.entries[0]));
-        if (differs && missing < 2) /* what a failure looked like, for the log */
-            print_differing(uid, &a, parts, n);
-        missing += differs;
-    }
-    for (size_t i = 0; i < n; i++)
-        segd_profile_free(&parts[i]);
-    segd_profile_free(&a);
-    segd_profile_free(&b);
-    return missing;
+    static const char *const topics[] = {TOPIC, TOPIC ".dlq", "segments.changes", NULL};
+    const fx_opts_t o = {"faults", PARTITIONS, topics, HORIZON_S};
+    return fx_setup(state, &o);
 }
 
 static int add_offset(void *ctx, const char *topic, int32_t partition, int64_t next)
@@ -246,23 +83,6 @@ static uint64_t stored_offsets_sum(segd_store_t *s)
                      SEGD_OK);
     segd_store_view_close(v);
     return sum;
-}
-
-static int count_entry(void *ctx, uint64_t seq, const uint8_t *v, size_t vlen)
-{
-    (void)seq, (void)v, (void)vlen;
-    ++*(uint64_t *)ctx;
-    return 0;
-}
-
-/* Counted by scanning, independently of the store's own counter. */
-static uint64_t outbox_entries(segd_store_t *s)
-{
-    uint64_t n = 0;
-    char err[256];
-    assert_int_equal(segd_store_outbox_scan(s, 0, SIZE_MAX, count_entry, &n, err, sizeof(err)),
-                     SEGD_OK);
-    return n;
 }
 
 static void sleep_ms(int ms) { usleep((useconds_t)ms * 1000); }
@@ -344,7 +164,7 @@ static int split(void *ctx)
 static int both_held(void *ctx)
 {
     bp_state_t *c = ctx;
-    return outbox_entries(c->sa) >= 2 && outbox_entries(c->sb) >= 2;
+    return fx_outbox_entries(c->sa) >= 2 && fx_outbox_entries(c->sb) >= 2;
 }
 
 static int a_has_all(void *ctx)
@@ -365,7 +185,7 @@ static int a_at_end(void *ctx)
  * held, and A must not poll messages from them that it then throws away. */
 static void test_rebalance_under_back_pressure(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     const uint64_t users = 100;
     char db[2][128], err[256];
     segd_config_t cfg[2];
@@ -373,18 +193,18 @@ static void test_rebalance_under_back_pressure(void **state)
     segd_store_t *s[2];
     for (int i = 0; i < 2; i++) {
         snprintf(db[i], sizeof(db[i]), "%s/bp%d", f->dir, i);
-        s[i] = open_store(f->dir, i ? "bp1" : "bp0");
+        s[i] = fx_open_store(f, i ? "bp1" : "bp0");
     }
     const char *const kva[] = {"changes.max.outbox", "1", "batch.max.messages", "200", NULL};
     const char *const kvb[] = {"changes.max.outbox", "1", "batch.max.messages", "1", NULL};
-    make_config(&cfg[0], f, "g-bp", db[0], kva);
-    make_config(&cfg[1], f, "g-bp", db[1], kvb);
+    fx_config(&cfg[0], f, "g-bp", db[0], kva);
+    fx_config(&cfg[1], f, "g-bp", db[1], kvb);
     bp_state_t c = {&a, &b, s[0], s[1], users * 50};
 
     member_start(&a, &cfg[0], s[0], 1);
     member_start(&b, &cfg[1], s[1], 1);
     assert_true(wait_for(split, &c, 30000));
-    produce_seed(f, users, 21);
+    fx_produce_seed(f, users, 21);
     assert_true(wait_for(both_held, &c, 30000));
     member_stop(&b); /* B's partitions go to A, held */
     assert_true(wait_for(a_has_all, &c, 30000));
@@ -395,8 +215,8 @@ static void test_rebalance_under_back_pressure(void **state)
     assert_true(wait_for(a_at_end, &c, 60000));
     member_stop(&a);
     assert_int_equal(stored_offsets_sum(s[0]), users * 50);
-    segd_store_t *ref = reference_store(f->dir, users, 21);
-    assert_int_equal(users_missing(ref, s, 2, users), 0);
+    segd_store_t *ref = fx_reference_store(f, f->dir, users, 21);
+    assert_int_equal(fx_users_missing(ref, s, 2, users), 0);
     segd_store_close(ref);
     for (int i = 0; i < 2; i++) {
         segd_store_close(s[i]);
@@ -410,11 +230,11 @@ static void test_rebalance_under_back_pressure(void **state)
  * times. With input.offset.reset = latest, a reset would skip everything. */
 static void test_offset_read_error_retries(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     const uint64_t users = 40;
     char db[128], err[256];
-    produce_seed(f, users, 31);
-    segd_store_t *s = open_store(f->dir, "offerr");
+    fx_produce_seed(f, users, 31);
+    segd_store_t *s = fx_open_store(f, "offerr");
     segd_batch_t *b;
     assert_int_equal(segd_batch_new(s, &b), SEGD_OK);
     for (int p = 0; p < PARTITIONS; p++)
@@ -424,7 +244,7 @@ static void test_offset_read_error_retries(void **state)
     snprintf(db, sizeof(db), "%s/offerr", f->dir);
     segd_config_t cfg;
     const char *const kv[] = {"input.offset.reset", "latest", "changes.enable", "0", NULL};
-    make_config(&cfg, f, "g-offerr", db, kv);
+    fx_config(&cfg, f, "g-offerr", db, kv);
     segd_store_fault_set(s, SEGD_FAULT_OFFSET_GET, 1, PARTITIONS + 2);
     member_t m = {0};
     member_start(&m, &cfg, s, 0);
@@ -435,8 +255,8 @@ static void test_offset_read_error_retries(void **state)
     member_stop(&m);
     segd_store_fault_set(s, SEGD_FAULT_OFFSET_GET, 0, 0);
     assert_int_equal(stored_offsets_sum(s), users * 50);
-    segd_store_t *ref = reference_store(f->dir, users, 31);
-    assert_int_equal(users_missing(ref, &s, 1, users), 0);
+    segd_store_t *ref = fx_reference_store(f, f->dir, users, 31);
+    assert_int_equal(fx_users_missing(ref, &s, 1, users), 0);
     segd_store_close(ref);
     segd_store_close(s);
     segd_config_free(&cfg);
@@ -449,15 +269,15 @@ static void test_offset_read_error_retries(void **state)
  * consumes everything, and the reason must be gone. */
 static void test_slow_brokers_not_down(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     const uint64_t users = 20;
     char db[128], why[512];
-    produce_seed(f, users, 37);
-    segd_store_t *s = open_store(f->dir, "slowmeta");
+    fx_produce_seed(f, users, 37);
+    segd_store_t *s = fx_open_store(f, "slowmeta");
     snprintf(db, sizeof(db), "%s/slowmeta", f->dir);
     segd_config_t cfg;
     const char *const kv[] = {"changes.enable", "0", NULL};
-    make_config(&cfg, f, "g-slowmeta", db, kv);
+    fx_config(&cfg, f, "g-slowmeta", db, kv);
     assert_int_equal(rd_kafka_mock_broker_set_down(f->mcl, 1), 0);
     member_t m = {0};
     member_start(&m, &cfg, s, 0);
@@ -488,16 +308,16 @@ static void test_slow_brokers_not_down(void **state)
 
 static void test_out_of_memory_rewinds(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     const uint64_t users = 40;
     volatile sig_atomic_t stop = 0;
     char db[128], err[256];
-    produce_seed(f, users, 41);
-    segd_store_t *s = open_store(f->dir, "oom");
+    fx_produce_seed(f, users, 41);
+    segd_store_t *s = fx_open_store(f, "oom");
     snprintf(db, sizeof(db), "%s/oom", f->dir);
     segd_config_t cfg;
     const char *const kv[] = {"batch.max.messages", "300", "changes.enable", "0", NULL};
-    make_config(&cfg, f, "g-oom", db, kv);
+    fx_config(&cfg, f, "g-oom", db, kv);
     segd_pipeline_t *p;
     assert_int_equal(segd_pipeline_new(&p, &cfg, s, &stop, err, sizeof(err)), SEGD_OK);
     /* the 1500th event fails (past the group's first rebalance, which would
@@ -513,8 +333,8 @@ static void test_out_of_memory_rewinds(void **state)
     segd_pipeline_destroy(p);
     assert_int_equal(nomem, 3);
     assert_int_equal(stored_offsets_sum(s), users * 50);
-    segd_store_t *ref = reference_store(f->dir, users, 41);
-    assert_int_equal(users_missing(ref, &s, 1, users), 0);
+    segd_store_t *ref = fx_reference_store(f, f->dir, users, 41);
+    assert_int_equal(fx_users_missing(ref, &s, 1, users), 0);
     segd_store_close(ref);
     segd_store_close(s);
     segd_config_free(&cfg);
@@ -527,27 +347,27 @@ static void test_out_of_memory_rewinds(void **state)
  * reports must be the outbox's. */
 static void test_back_pressure_bound(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     char db[128];
-    produce_seed(f, 40, 51);
-    segd_store_t *s = open_store(f->dir, "bound");
+    fx_produce_seed(f, 40, 51);
+    segd_store_t *s = fx_open_store(f, "bound");
     snprintf(db, sizeof(db), "%s/bound", f->dir);
     segd_config_t cfg;
     const char *const kv[] = {"changes.max.outbox", "1", "batch.max.messages", "100",
                               "changes.format", "confluent", "changes.schema.registry.url",
                               "http://127.0.0.1:1", NULL};
-    make_config(&cfg, f, "g-bound", db, kv);
+    fx_config(&cfg, f, "g-bound", db, kv);
     member_t m = {0};
     member_start(&m, &cfg, s, 0);
     uint64_t max = 0, n = 0;
     for (int i = 0; i < 100; i++) { /* 5 s */
-        n = outbox_entries(s);
+        n = fx_outbox_entries(s);
         max = n > max ? n : max;
         sleep_ms(50);
     }
     segd_publisher_stats_t st;
     segd_publisher_get_stats(segd_daemon_publisher(m.d), &st);
-    n = outbox_entries(s);
+    n = fx_outbox_entries(s);
     m.stop = 1;
     pthread_join(m.thread, NULL);
     segd_pipeline_stats_t ps;
@@ -558,7 +378,7 @@ static void test_back_pressure_bound(void **state)
     assert_true(n >= 1);
     assert_true(max <= 2);
     assert_int_equal(st.depth, n);
-    assert_int_equal(segd_store_outbox_depth(s), outbox_entries(s));
+    assert_int_equal(segd_store_outbox_depth(s), fx_outbox_entries(s));
     segd_store_close(s);
     segd_config_free(&cfg);
 }
@@ -574,7 +394,7 @@ static void test_back_pressure_bound(void **state)
  * no state yet (upstream #4312). */
 static void test_stop_before_first_assignment(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     pid_t pids[STOPS];
     int crashed = 0, failed = 0;
     char log[128];
@@ -593,7 +413,7 @@ static void test_stop_before_first_assignment(void **state)
             (void)out;
             /* the default metrics port may be taken by anything else running */
             setenv("SEGD_METRICS_LISTEN", "off", 1);
-            execl(SEGD_BIN, "segd", "run", "--brokers", bootstraps(f), "--topic", TOPIC,
+            execl(SEGD_BIN, "segd", "run", "--brokers", fx_bootstraps(f), "--topic", TOPIC,
                   "--group", group, "--db", db, "-X", "session.timeout.ms=6000", (char *)NULL);
             _exit(127);
         }
@@ -624,18 +444,18 @@ static void test_stop_before_first_assignment(void **state)
 
 static void test_instance_id_stable(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     char a[64], b[64], c[64], err[256];
-    segd_store_t *s = open_store(f->dir, "inst0");
+    segd_store_t *s = fx_open_store(f, "inst0");
     assert_int_equal(segd_store_instance_id(s, a, sizeof(a), err, sizeof(err)), SEGD_OK);
     assert_int_equal(segd_store_instance_id(s, b, sizeof(b), err, sizeof(err)), SEGD_OK);
     assert_string_equal(a, b);
     segd_store_close(s);
-    s = open_store(f->dir, "inst0");
+    s = fx_open_store(f, "inst0");
     assert_int_equal(segd_store_instance_id(s, b, sizeof(b), err, sizeof(err)), SEGD_OK);
     assert_string_equal(a, b); /* kept across reopen */
     segd_store_close(s);
-    s = open_store(f->dir, "inst1");
+    s = fx_open_store(f, "inst1");
     assert_int_equal(segd_store_instance_id(s, c, sizeof(c), err, sizeof(err)), SEGD_OK);
     assert_string_not_equal(a, c); /* one per store */
     assert_int_equal(strlen(a), strlen("segd-") + 16);
@@ -645,7 +465,7 @@ static void test_instance_id_stable(void **state)
 /* ---------- issue 21: a refused offset commit is sent again ---------- */
 
 typedef struct commit_state {
-    const fixture_t *f;
+    const fx_t *f;
     const char *group;
     segd_store_t *s;
     uint64_t total;
@@ -654,11 +474,11 @@ typedef struct commit_state {
 /* The group's committed offset of each partition (0 for none), as a lag
  * monitor reads them (OffsetFetch by a client that is not a member); 0 when
  * they could be read. */
-static int committed_each(const fixture_t *f, const char *group, int64_t out[PARTITIONS])
+static int committed_each(const fx_t *f, const char *group, int64_t out[PARTITIONS])
 {
     char err[256];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    rd_kafka_conf_set(conf, "bootstrap.servers", bootstraps(f), err, sizeof(err));
+    rd_kafka_conf_set(conf, "bootstrap.servers", fx_bootstraps(f), err, sizeof(err));
     rd_kafka_conf_set(conf, "group.id", group, err, sizeof(err));
     rd_kafka_conf_set(conf, "log_level", "3", err, sizeof(err));
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof(err));
@@ -675,7 +495,7 @@ static int committed_each(const fixture_t *f, const char *group, int64_t out[PAR
 }
 
 /* The same summed over the topic's partitions; -1 when unreadable. */
-static int64_t committed_sum(const fixture_t *f, const char *group)
+static int64_t committed_sum(const fx_t *f, const char *group)
 {
     int64_t each[PARTITIONS], sum = 0;
     if (committed_each(f, group, each))
@@ -704,20 +524,20 @@ static int commit_caught_up(void *ctx)
  * must reach them too, by a resend, not wait for a next message. */
 static void test_refused_commit_resent(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     const uint64_t users = 40;
     char db[128];
     segd_config_t cfg;
     member_t m = {0};
     snprintf(db, sizeof(db), "%s/commit", f->dir);
-    segd_store_t *s = open_store(f->dir, "commit");
-    make_config(&cfg, f, "g-commit", db, NULL);
+    segd_store_t *s = fx_open_store(f, "commit");
+    fx_config(&cfg, f, "g-commit", db, NULL);
     commit_state_t c = {f, "g-commit", s, users * 50};
     for (int i = 0; i < 100; i++)
         rd_kafka_mock_push_request_errors(f->mcl, OFFSET_COMMIT_API, 1,
                                           i % 2 ? RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS
                                                 : RD_KAFKA_RESP_ERR_ILLEGAL_GENERATION);
-    produce_seed(f, users, 31);
+    fx_produce_seed(f, users, 31);
     member_start(&m, &cfg, s, 0);
     assert_true(wait_for(commit_stored, &c, 60000));
     sleep_ms(1500); /* the last batch's commit has reached the broker, refused */
@@ -741,20 +561,20 @@ static void test_refused_commit_resent(void **state)
  * windows between rejoins grow and the member gets through. */
 static void test_refusals_leave_room_to_consume(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     const uint64_t users = 40;
     char db[128];
     segd_config_t cfg;
     member_t m = {0};
     snprintf(db, sizeof(db), "%s/refusals", f->dir);
-    segd_store_t *s = open_store(f->dir, "refusals");
+    segd_store_t *s = fx_open_store(f, "refusals");
     const char *const kv[] = {"batch.max.messages", "20", NULL};
-    make_config(&cfg, f, "g-refusals", db, kv);
+    fx_config(&cfg, f, "g-refusals", db, kv);
     commit_state_t c = {f, "g-refusals", s, users * 50};
     for (int i = 0; i < 200; i++)
         rd_kafka_mock_push_request_errors(f->mcl, OFFSET_COMMIT_API, 1,
                                           RD_KAFKA_RESP_ERR_ILLEGAL_GENERATION);
-    produce_seed(f, users, 53);
+    fx_produce_seed(f, users, 53);
     m.step_sleep_ms = 25;
     member_start(&m, &cfg, s, 0);
     int stored = wait_for(commit_stored, &c, 90000);
@@ -774,19 +594,19 @@ static void test_refusals_leave_room_to_consume(void **state)
  * assignment itself must send the store's offsets to the group. */
 static void test_assignment_commits_stored(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     const uint64_t users = 40;
     char db[128];
     segd_config_t cfg;
     member_t m = {0};
     snprintf(db, sizeof(db), "%s/assigncommit", f->dir);
-    segd_store_t *s = open_store(f->dir, "assigncommit");
-    make_config(&cfg, f, "g-assigncommit", db, NULL);
+    segd_store_t *s = fx_open_store(f, "assigncommit");
+    fx_config(&cfg, f, "g-assigncommit", db, NULL);
     commit_state_t c = {f, "g-assigncommit", s, users * 50};
     for (int i = 0; i < 1000; i++)
         rd_kafka_mock_push_request_errors(f->mcl, OFFSET_COMMIT_API, 1,
                                           RD_KAFKA_RESP_ERR_REBALANCE_IN_PROGRESS);
-    produce_seed(f, users, 43);
+    fx_produce_seed(f, users, 43);
     member_start(&m, &cfg, s, 0);
     assert_true(wait_for(commit_stored, &c, 60000));
     member_stop(&m);
@@ -807,17 +627,17 @@ static void test_assignment_commits_stored(void **state)
  * batch (interval 0) fails the first check. */
 static void test_commits_held_to_interval(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     const uint64_t users = 10;
     char db[128];
     segd_config_t cfg;
     member_t m = {0};
     snprintf(db, sizeof(db), "%s/interval", f->dir);
-    segd_store_t *s = open_store(f->dir, "interval");
+    segd_store_t *s = fx_open_store(f, "interval");
     const char *const kv[] = {"batch.max.messages", "1", "commit.interval.ms", "600000", NULL};
-    make_config(&cfg, f, "g-interval", db, kv);
+    fx_config(&cfg, f, "g-interval", db, kv);
     commit_state_t c = {f, "g-interval", s, users * 50};
-    produce_seed(f, users, 47);
+    fx_produce_seed(f, users, 47);
     member_start(&m, &cfg, s, 0);
     assert_true(wait_for(commit_stored, &c, 60000));
     m.stop = 1;
@@ -886,11 +706,11 @@ static void *plain_main(void *arg)
     return NULL;
 }
 
-static void plain_start(plain_member_t *b, const fixture_t *f, const char *group)
+static void plain_start(plain_member_t *b, const fx_t *f, const char *group)
 {
     char err[256];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    const char *const kv[] = {"bootstrap.servers", bootstraps(f), "group.id", group,
+    const char *const kv[] = {"bootstrap.servers", fx_bootstraps(f), "group.id", group,
                               "partition.assignment.strategy", "cooperative-sticky",
                               "enable.auto.commit", "false", "session.timeout.ms", "6000",
                               "log_level", "3", NULL};
@@ -928,12 +748,12 @@ static int plain_has_two(void *ctx)
 }
 
 /* The partition's end offset (high watermark). */
-static int64_t high_watermark(const fixture_t *f, int32_t partition)
+static int64_t high_watermark(const fx_t *f, int32_t partition)
 {
     char err[256];
     int64_t lo = -1, hi = -1;
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    rd_kafka_conf_set(conf, "bootstrap.servers", bootstraps(f), err, sizeof(err));
+    rd_kafka_conf_set(conf, "bootstrap.servers", fx_bootstraps(f), err, sizeof(err));
     rd_kafka_conf_set(conf, "log_level", "3", err, sizeof(err));
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
     assert_non_null(rk);
@@ -982,7 +802,7 @@ static int step_until_committed(segd_pipeline_t *p, commit_state_t *c, int timeo
  * nothing of them may be committed either and they stay at E1 (seen once
  * under ASan on a loaded machine, session 15). Before the fix, the batch's offsets of B's
  * partitions went to the group with A's commit at close. */
-static void revoked_partition_not_committed(fixture_t *f, const char *writer, const char *group)
+static void revoked_partition_not_committed(fx_t *f, const char *writer, const char *group)
 {
     const uint64_t users = 40;
     char db[128], err[256];
@@ -994,25 +814,25 @@ static void revoked_partition_not_committed(fixture_t *f, const char *writer, co
     segd_log_t *log = NULL;
     assert_int_equal(segd_log_new(&log, out, SEGD_LOG_INFO, SEGD_LOG_LOGFMT), SEGD_OK);
     snprintf(db, sizeof(db), "%s/revoked", f->dir);
-    segd_store_t *s = open_store(f->dir, "revoked");
+    segd_store_t *s = fx_open_store(f, "revoked");
     segd_config_t cfg;
     /* batch.max.ms: the revoke's step polls that long, so it is served there */
     const char *const kv[] = {"changes.enable", "0", "commit.interval.ms", "0",
                               "batch.max.messages", "100000", "batch.max.ms", "20000",
                               "ingest.writer.thread", writer, NULL};
-    make_config(&cfg, f, group, db, kv);
+    fx_config(&cfg, f, group, db, kv);
     cfg.log = log;
     segd_pipeline_t *p;
     assert_int_equal(segd_pipeline_new(&p, &cfg, s, &stop, err, sizeof(err)), SEGD_OK);
 
-    produce_seed(f, users, 61);
+    fx_produce_seed(f, users, 61);
     step_until_stored(p, s, users * 50);
     commit_state_t c = {f, group, s, users * 50};
     assert_true(step_until_committed(p, &c, 60000));
     int64_t e1[PARTITIONS], end[PARTITIONS];
     assert_int_equal(committed_each(f, group, e1), 0);
 
-    produce_seed(f, users, 62);
+    fx_produce_seed(f, users, 62);
     sleep_ms(3000); /* A's fetcher queues them all */
     segd_pipeline_stats_t st0, st1;
     segd_pipeline_get_stats(p, &st0);
@@ -1111,7 +931,7 @@ static void takes_note(takes_t *t, const segd_pipeline_t *p)
  * offsets are those of the first st.batches batches, it holds one outbox
  * entry per written batch, and no partition's group offset is past the
  * store's. */
-static void assert_only_written(const fixture_t *f, const char *group, segd_store_t *s,
+static void assert_only_written(const fx_t *f, const char *group, segd_store_t *s,
                                 const segd_pipeline_t *p, const takes_t *t)
 {
     char err[256];
@@ -1122,7 +942,7 @@ static void assert_only_written(const fixture_t *f, const char *group, segd_stor
     assert_true(st.batches >= 1 && st.batches <= t->n);
     assert_true(st.messages > t->cum[st.batches - 1]); /* taken, not written */
     assert_int_equal(stored_offsets_sum(s), t->cum[st.batches - 1]);
-    assert_int_equal(outbox_entries(s), st.batches);
+    assert_int_equal(fx_outbox_entries(s), st.batches);
     int64_t committed[PARTITIONS];
     assert_int_equal(committed_each(f, group, committed), 0);
     for (int i = 0; i < PARTITIONS; i++) {
@@ -1143,7 +963,7 @@ static void assert_only_written(const fixture_t *f, const char *group, segd_stor
  * reference has it, every offset at the end, stored and committed. The
  * same with ingest.writer.thread = 0 (the fault then hits the pipeline's
  * own write). */
-static void write_error_in_flight(fixture_t *f, const char *writer, const char *group)
+static void write_error_in_flight(fx_t *f, const char *writer, const char *group)
 {
     const uint64_t users = 40;
     char db[128], err[256];
@@ -1155,13 +975,13 @@ static void write_error_in_flight(fixture_t *f, const char *writer, const char *
     segd_log_t *log = NULL;
     assert_int_equal(segd_log_new(&log, out, SEGD_LOG_INFO, SEGD_LOG_LOGFMT), SEGD_OK);
     snprintf(db, sizeof(db), "%s/%s", f->dir, group);
-    segd_store_t *s = open_store(f->dir, group);
+    segd_store_t *s = fx_open_store(f, group);
     segd_config_t cfg;
     const char *const kv[] = {"commit.interval.ms", "0", "batch.max.messages", "100",
                               "ingest.writer.thread", writer, NULL};
-    make_config(&cfg, f, group, db, kv);
+    fx_config(&cfg, f, group, db, kv);
     cfg.log = log;
-    produce_seed(f, users, 71);
+    fx_produce_seed(f, users, 71);
     segd_pipeline_t *p;
     assert_int_equal(segd_pipeline_new(&p, &cfg, s, &stop, err, sizeof(err)), SEGD_OK);
     static takes_t t;
@@ -1185,15 +1005,15 @@ static void write_error_in_flight(fixture_t *f, const char *writer, const char *
     segd_pipeline_close(p); /* the last batch finished, its offsets committed */
     segd_pipeline_stats_t st;
     segd_pipeline_get_stats(p, &st);
-    assert_int_equal(outbox_entries(s), st.batches);
+    assert_int_equal(fx_outbox_entries(s), st.batches);
     commit_state_t c = {f, group, s, users * 50};
     assert_true(wait_for(commit_caught_up, &c, 20000));
     segd_pipeline_destroy(p);
     char refdir[160];
     snprintf(refdir, sizeof(refdir), "%s/ref-%s", f->dir, group);
     assert_int_equal(mkdir(refdir, 0755), 0);
-    segd_store_t *ref = reference_store(refdir, users, 71);
-    assert_int_equal(users_missing(ref, &s, 1, users), 0);
+    segd_store_t *ref = fx_reference_store(f, refdir, users, 71);
+    assert_int_equal(fx_users_missing(ref, &s, 1, users), 0);
     segd_store_close(ref);
     segd_store_close(s);
     segd_config_free(&cfg);
@@ -1216,7 +1036,7 @@ static void test_write_error_no_writer(void **state)
 /* The pipeline's steps until its store holds offsets summing to total and
  * the group's committed offsets equal them, or 90 s; each step must go on
  * (a fatal error rebuilds the consumer instead of failing the step). */
-static void step_until_exact(segd_pipeline_t *p, const fixture_t *f, const char *group,
+static void step_until_exact(segd_pipeline_t *p, const fx_t *f, const char *group,
                              segd_store_t *s, uint64_t total)
 {
     char err[512];
@@ -1281,17 +1101,17 @@ static int assigned_now(segd_pipeline_t *p)
  * destroyed consumer). */
 static void test_fatal_error_rebuilds(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     const uint64_t users = 40, total = users * 50;
     const char *group = "g-rebuild";
     char db[128], err[512];
     volatile sig_atomic_t stop = 0;
-    produce_seed(f, users, 71);
-    segd_store_t *s = open_store(f->dir, "rebuild");
+    fx_produce_seed(f, users, 71);
+    segd_store_t *s = fx_open_store(f, "rebuild");
     snprintf(db, sizeof(db), "%s/rebuild", f->dir);
     segd_config_t cfg;
     const char *const kv[] = {"batch.max.messages", "100", "changes.enable", "0", NULL};
-    make_config(&cfg, f, group, db, kv);
+    fx_config(&cfg, f, group, db, kv);
     segd_pipeline_t *p;
     assert_int_equal(segd_pipeline_new(&p, &cfg, s, &stop, err, sizeof(err)), SEGD_OK);
     int64_t t0 = now_ms();
@@ -1326,8 +1146,8 @@ static void test_fatal_error_rebuilds(void **state)
     assert_int_equal(st.rebuilds, 1);
     assert_int_equal(st.messages, total); /* nothing taken twice */
     segd_pipeline_destroy(p);
-    segd_store_t *ref = reference_store(f->dir, users, 71);
-    assert_int_equal(users_missing(ref, &s, 1, users), 0);
+    segd_store_t *ref = fx_reference_store(f, f->dir, users, 71);
+    assert_int_equal(fx_users_missing(ref, &s, 1, users), 0);
     segd_store_close(ref);
     segd_store_close(s);
     segd_config_free(&cfg);
@@ -1340,15 +1160,15 @@ static void test_fatal_error_rebuilds(void **state)
 #define REBUILDS_MAX_TESTED 5
 static void test_fatal_errors_beyond_bound_stop(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     char db[128], err[512] = "";
     volatile sig_atomic_t stop = 0;
-    produce_seed(f, 20, 73);
-    segd_store_t *s = open_store(f->dir, "rebuilds");
+    fx_produce_seed(f, 20, 73);
+    segd_store_t *s = fx_open_store(f, "rebuilds");
     snprintf(db, sizeof(db), "%s/rebuilds", f->dir);
     segd_config_t cfg;
     const char *const kv[] = {"changes.enable", "0", NULL};
-    make_config(&cfg, f, "g-rebuilds", db, kv);
+    fx_config(&cfg, f, "g-rebuilds", db, kv);
     segd_pipeline_t *p;
     assert_int_equal(segd_pipeline_new(&p, &cfg, s, &stop, err, sizeof(err)), SEGD_OK);
     segd_pipeline_stats_t st;
@@ -1386,17 +1206,17 @@ static void test_fatal_errors_beyond_bound_stop(void **state)
 #define HEARTBEAT_API 12
 static void test_fenced_member_rejoins(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     char db[128], err[512] = "";
     segd_config_t cfg;
     snprintf(db, sizeof(db), "%s/fenced", f->dir);
-    segd_store_t *s = open_store(f->dir, "fenced");
-    make_config(&cfg, f, "g-fenced", db, NULL);
+    segd_store_t *s = fx_open_store(f, "fenced");
+    fx_config(&cfg, f, "g-fenced", db, NULL);
     segd_daemon_t *d = NULL;
     volatile sig_atomic_t stop = 0;
     assert_int_equal(segd_daemon_new(&d, &cfg, s, &stop, err, sizeof(err)), SEGD_OK);
     segd_pipeline_t *p = segd_daemon_pipeline(d);
-    produce_seed(f, 20, 41);
+    fx_produce_seed(f, 20, 41);
     segd_err_t e = SEGD_OK;
     int64_t t0 = now_ms();
     while (segd_pipeline_assigned(p) <= 0 && now_ms() - t0 < 60000)
@@ -1415,7 +1235,7 @@ static void test_fenced_member_rejoins(void **state)
             e ? err : "went on", st.rebuilds);
     assert_int_equal(e, SEGD_OK);
     assert_int_equal(st.rebuilds, 1);
-    produce_seed(f, 20, 42); /* after the fence: only the new member can apply them */
+    fx_produce_seed(f, 20, 42); /* after the fence: only the new member can apply them */
     t0 = now_ms();
     while (e == SEGD_OK && stored_offsets_sum(s) < 2 * 20 * 50 && now_ms() - t0 < 90000)
         e = segd_pipeline_step(p, err, sizeof(err));
@@ -1431,25 +1251,25 @@ int main(void)
     if (getenv("TEST_FILTER")) /* e.g. "test_out_of*" */
         cmocka_set_test_filter(getenv("TEST_FILTER"));
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_rebalance_under_back_pressure, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_offset_read_error_retries, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_slow_brokers_not_down, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_out_of_memory_rewinds, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_back_pressure_bound, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_stop_before_first_assignment, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_instance_id_stable, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_refused_commit_resent, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_refusals_leave_room_to_consume, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_fenced_member_rejoins, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_fatal_error_rebuilds, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_fatal_errors_beyond_bound_stop, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_assignment_commits_stored, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_commits_held_to_interval, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_revoked_partition_not_committed, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_rebalance_under_back_pressure, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_offset_read_error_retries, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_slow_brokers_not_down, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_out_of_memory_rewinds, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_back_pressure_bound, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_stop_before_first_assignment, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_instance_id_stable, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_refused_commit_resent, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_refusals_leave_room_to_consume, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_fenced_member_rejoins, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_fatal_error_rebuilds, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_fatal_errors_beyond_bound_stop, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_assignment_commits_stored, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_commits_held_to_interval, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_revoked_partition_not_committed, setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_revoked_partition_not_committed_writer, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_write_error_in_flight, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_write_error_no_writer, setup, teardown),
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(test_write_error_in_flight, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_write_error_no_writer, setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

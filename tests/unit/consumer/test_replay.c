@@ -24,87 +24,47 @@
 #include "consumer/replay.h"
 #include "store/store.h"
 #include "workload/seed_producer.h"
+#include "pipeline_fixture.h"
 
 #define TOPIC "events"
 #define PARTITIONS 2
 #define USERS 20
-#define NOW_S 1800000000LL
 #define FETCH 1 /* Kafka's ApiKey of Fetch */
-
-typedef struct fixture {
-    rd_kafka_t *rk; /* the mock cluster lives in it */
-    rd_kafka_mock_cluster_t *mcl;
-    char dir[64];
-} fixture_t;
 
 static int setup(void **state)
 {
-    fixture_t *f = calloc(1, sizeof(*f));
-    char err[256];
-    snprintf(f->dir, sizeof(f->dir), "/tmp/segd-test-replay-XXXXXX");
-    if (!mkdtemp(f->dir))
+    static const char *const topics[] = {TOPIC, TOPIC ".dlq", NULL};
+    const fx_opts_t o = {"replay", PARTITIONS, topics, 0};
+    uint64_t events = 0;
+    if (fx_setup(state, &o))
         return -1;
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    rd_kafka_conf_set(conf, "log_level", "3", err, sizeof(err));
-    f->rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
-    f->mcl = f->rk ? rd_kafka_mock_cluster_new(f->rk, 1) : NULL;
-    if (!f->mcl)
+    if (fx_seed_produce(*state, USERS, 7, &events) || events != USERS * 50) {
+        fx_teardown(state);
         return -1;
-    const char *topics[] = {TOPIC, TOPIC ".dlq"};
-    for (int i = 0; i < 2; i++)
-        if (rd_kafka_mock_topic_create(f->mcl, topics[i], PARTITIONS, 1))
-            return -1;
-    segd_seed_produce_opts_t o = {0};
-    segd_seed_produce_result_t res;
-    o.brokers = rd_kafka_mock_cluster_bootstraps(f->mcl);
-    o.topic = TOPIC;
-    segd_seed_opts_default(&o.seed);
-    o.seed.users = USERS;
-    o.seed.seed = 7;
-    o.seed.now_ms = NOW_S * 1000;
-    o.framing = SEGD_FRAMING_SINGLE_OBJECT;
-    if (segd_seed_produce(&o, NULL, &res, err, sizeof(err)) || res.events != USERS * 50)
-        return -1;
-    *state = f;
+    }
     return 0;
-}
-
-static int teardown(void **state)
-{
-    fixture_t *f = *state;
-    char cmd[128];
-    rd_kafka_mock_cluster_destroy(f->mcl);
-    rd_kafka_destroy(f->rk);
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", f->dir);
-    int rc = system(cmd);
-    free(f);
-    return rc;
 }
 
 /* A replay of the whole topic with the operator's reset policy `policy`
  * while the broker answers the first `faults` fetches "out of range". */
-static void replay_through_faults(fixture_t *f, const char *policy, int faults)
+static void replay_through_faults(fx_t *f, const char *policy, int faults)
 {
     char err[512], db[128], x[64];
     snprintf(db, sizeof(db), "%s/%s", f->dir, policy);
+    /* not fx_config: a replay assigns its partitions itself (no group
+     * session to time out) and this one retries at its own pace */
     segd_config_t cfg;
     segd_config_init(&cfg);
-    const char *const kv[] = {"brokers", rd_kafka_mock_cluster_bootstraps(f->mcl), "topics",
-                              TOPIC, "group", "g", "db", db, "batch.max.messages", "50",
-                              "retry.max.ms", "400", NULL};
+    const char *const kv[] = {"brokers", fx_bootstraps(f), "topics", TOPIC, "group", "g",
+                              "db", db, "batch.max.messages", "50", "retry.max.ms", "400",
+                              NULL};
     for (size_t i = 0; kv[i]; i += 2)
         assert_int_equal(segd_config_set(&cfg, kv[i], kv[i + 1], err, sizeof(err)), SEGD_OK);
     snprintf(x, sizeof(x), "auto.offset.reset=%s", policy);
     assert_int_equal(segd_config_set_x(&cfg, x, err, sizeof(err)), SEGD_OK);
     assert_int_equal(segd_config_finish(&cfg, err, sizeof(err)), SEGD_OK);
 
-    segd_store_opts_t so;
-    segd_app_store_opts(&so);
-    so.path = db;
-    so.now_ms = NOW_S * 1000;
-    so.block_cache_mb = 8;
-    segd_store_t *s = NULL;
-    assert_int_equal(segd_store_open(&s, &so, err, sizeof(err)), SEGD_OK);
+    segd_store_t *s = fx_open_store(f, policy); /* at db */
 
     rd_kafka_resp_err_t errs[16];
     assert_true(faults <= 16);
@@ -158,10 +118,10 @@ static void test_out_of_range_error(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_out_of_range_latest, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_out_of_range_earliest, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_out_of_range_error, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_out_of_range_many, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_out_of_range_latest, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_out_of_range_earliest, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_out_of_range_error, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_out_of_range_many, setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

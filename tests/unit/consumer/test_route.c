@@ -30,85 +30,43 @@
 #include "store/store.h"
 #include "wire/avro_codec.h"
 #include "wire/outbox.h"
+#include "pipeline_fixture.h"
 
 #define TOPIC "events"
 #define CHANGES "changes"
 #define NARROW "narrow" /* a change topic with fewer partitions */
 #define PARTITIONS 4
-#define NOW_S 1800000000LL
+#define NOW_S FX_NOW_S
 #define USERS 24
 
-typedef struct fixture {
-    rd_kafka_t *mock_rk;
-    rd_kafka_mock_cluster_t *mcl;
-    char brokers[256];
-    char dir[64];
-} fixture_t;
-
+/* The fixture's topics, and NARROW beside them. */
 static int setup(void **state)
 {
-    fixture_t *f = calloc(1, sizeof(*f));
-    char err[256];
-    snprintf(f->dir, sizeof(f->dir), "/tmp/segd-test-route-XXXXXX");
-    if (!mkdtemp(f->dir))
+    static const char *const topics[] = {TOPIC, TOPIC ".dlq", CHANGES, NULL};
+    const fx_opts_t o = {"route", PARTITIONS, topics, 0};
+    if (fx_setup(state, &o))
         return -1;
-    rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    rd_kafka_conf_set(conf, "log_level", "3", err, sizeof(err));
-    f->mock_rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
-    if (!f->mock_rk || !(f->mcl = rd_kafka_mock_cluster_new(f->mock_rk, 1)))
+    fx_t *f = *state;
+    if (rd_kafka_mock_topic_create(f->mcl, NARROW, 2, 1)) {
+        fx_teardown(state);
         return -1;
-    if (rd_kafka_mock_topic_create(f->mcl, TOPIC, PARTITIONS, 1) ||
-        rd_kafka_mock_topic_create(f->mcl, TOPIC ".dlq", PARTITIONS, 1) ||
-        rd_kafka_mock_topic_create(f->mcl, CHANGES, PARTITIONS, 1) ||
-        rd_kafka_mock_topic_create(f->mcl, NARROW, 2, 1))
-        return -1;
-    snprintf(f->brokers, sizeof(f->brokers), "%s", rd_kafka_mock_cluster_bootstraps(f->mcl));
-    *state = f;
+    }
     return 0;
 }
 
-static int teardown(void **state)
+/* One store per test, at DIR/db. */
+static segd_store_t *open_store(const fx_t *f)
 {
-    fixture_t *f = *state;
-    char cmd[128];
-    rd_kafka_mock_cluster_destroy(f->mcl);
-    rd_kafka_destroy(f->mock_rk);
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", f->dir);
-    int rc = system(cmd);
-    free(f);
-    return rc;
+    return fx_open_store(f, "db");
 }
 
-static segd_store_t *open_store(const fixture_t *f)
+static void config(segd_config_t *cfg, const fx_t *f, int changes, const char *topic)
 {
-    char path[128], err[256];
-    snprintf(path, sizeof(path), "%s/db", f->dir);
-    segd_store_opts_t o;
-    segd_app_store_opts(&o);
-    o.path = path;
-    o.now_ms = NOW_S * 1000;
-    o.block_cache_mb = 8;
-    segd_store_t *s = NULL;
-    assert_int_equal(segd_store_open(&s, &o, err, sizeof(err)), SEGD_OK);
-    return s;
-}
-
-static void config(segd_config_t *cfg, const fixture_t *f, int changes, const char *topic)
-{
-    char err[256], db[128];
+    char db[128];
     snprintf(db, sizeof(db), "%s/db", f->dir);
-    segd_config_init(cfg);
-    assert_int_equal(segd_config_set(cfg, "brokers", f->brokers, err, sizeof(err)), SEGD_OK);
-    assert_int_equal(segd_config_set(cfg, "topics", TOPIC, err, sizeof(err)), SEGD_OK);
-    assert_int_equal(segd_config_set(cfg, "group", "g-route", err, sizeof(err)), SEGD_OK);
-    assert_int_equal(segd_config_set(cfg, "db", db, err, sizeof(err)), SEGD_OK);
-    assert_int_equal(segd_config_set(cfg, "retry.max.ms", "200", err, sizeof(err)), SEGD_OK);
-    assert_int_equal(segd_config_set(cfg, "changes.enable", changes ? "1" : "0", err,
-                                     sizeof(err)), SEGD_OK);
-    assert_int_equal(segd_config_set(cfg, "changes.topic", topic, err, sizeof(err)), SEGD_OK);
-    assert_int_equal(segd_config_set_x(cfg, "session.timeout.ms=6000", err, sizeof(err)),
-                     SEGD_OK);
-    assert_int_equal(segd_config_finish(cfg, err, sizeof(err)), SEGD_OK);
+    const char *const kv[] = {"changes.enable", changes ? "1" : "0", "changes.topic", topic,
+                              NULL};
+    fx_config(cfg, f, "g-route", db, kv);
 }
 
 static int32_t home(const char *user)
@@ -118,7 +76,7 @@ static int32_t home(const char *user)
 
 /* Produces one UPSERT of user to an explicit partition, as a producer with
  * another partitioner (or none) would. */
-static void produce_to(const fixture_t *f, const char *user, int32_t partition, int k)
+static void produce_to(const fx_t *f, const char *user, int32_t partition, int k)
 {
     char err[256];
     segd_avro_codec_t *codec;
@@ -133,7 +91,7 @@ static void produce_to(const fixture_t *f, const char *user, int32_t partition, 
     segd_event_add_segment(&ev, &u);
     assert_int_equal(segd_avro_encode(codec, SEGD_FRAMING_SINGLE_OBJECT, 0, &ev, &buf), SEGD_OK);
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    rd_kafka_conf_set(conf, "bootstrap.servers", f->brokers, err, sizeof(err));
+    rd_kafka_conf_set(conf, "bootstrap.servers", fx_bootstraps(f), err, sizeof(err));
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_PRODUCER, conf, err, sizeof(err));
     assert_non_null(rk);
     assert_int_equal(rd_kafka_producev(rk, RD_KAFKA_V_TOPIC(TOPIC), RD_KAFKA_V_PARTITION(partition),
@@ -150,7 +108,7 @@ static void produce_to(const fixture_t *f, const char *user, int32_t partition, 
 
 /* Users 0..n-1 from `first`: the odd ones produced one partition past their
  * home partition. Returns how many are misrouted. */
-static int produce_users(const fixture_t *f, int first, int n)
+static int produce_users(const fx_t *f, int first, int n)
 {
     int misrouted = 0;
     char user[32];
@@ -186,7 +144,7 @@ static int64_t stored_misrouted(segd_store_t *s)
 
 static void test_misrouted_applied_counted_kept(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     volatile sig_atomic_t stop = 0;
     char err[256], user[32];
     int want = produce_users(f, 0, 10);
@@ -263,11 +221,11 @@ static void check_event(seen_t *sn, const rd_kafka_message_t *m, const segd_chan
     sn->sourced++;
 }
 
-static void consume_changes(const fixture_t *f, seen_t *sn)
+static void consume_changes(const fx_t *f, seen_t *sn)
 {
     char err[256];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    rd_kafka_conf_set(conf, "bootstrap.servers", f->brokers, err, sizeof(err));
+    rd_kafka_conf_set(conf, "bootstrap.servers", fx_bootstraps(f), err, sizeof(err));
     rd_kafka_conf_set(conf, "group.id", "reader", err, sizeof(err));
     rd_kafka_t *rk = rd_kafka_new(RD_KAFKA_CONSUMER, conf, err, sizeof(err));
     assert_non_null(rk);
@@ -353,7 +311,7 @@ static void wait_drained(segd_store_t *s)
 
 static void test_deltas_on_their_source_partition(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     volatile sig_atomic_t stop = 0;
     char err[256];
     produce_users(f, 0, USERS);
@@ -382,7 +340,7 @@ static void test_deltas_on_their_source_partition(void **state)
 
 static void test_narrow_change_topic_refused(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     volatile sig_atomic_t stop = 0;
     char err[512] = "";
     segd_store_t *s = open_store(f);
@@ -406,9 +364,9 @@ static void test_narrow_change_topic_refused(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_misrouted_applied_counted_kept, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_deltas_on_their_source_partition, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_narrow_change_topic_refused, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_misrouted_applied_counted_kept, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_deltas_on_their_source_partition, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_narrow_change_topic_refused, setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -32,60 +32,33 @@
 #include "publisher/publisher_int.h" /* the delivery-report tally */
 #include "store/store.h"
 #include "tests/support/nginx_util.h"
+#include "pipeline_fixture.h"
 
 #define CHANGES "changes"
 #define PARTITIONS 4
-#define NOW_S 1800000000LL
+#define NOW_S FX_NOW_S
 #define USERS 60
 #define API_PRODUCE 0 /* Kafka's ApiKey of Produce (rdkafka_protocol.h is not installed) */
 
-typedef struct fixture {
-    segd_dev_broker_t *broker;
-    char dir[64];
-    segd_store_t *store;
-} fixture_t;
-
-static segd_store_t *open_store(const fixture_t *f)
+/* One store per test, at DIR/db, kept open in the fixture across the
+ * publishers of a test. */
+static segd_store_t *open_store(const fx_t *f)
 {
-    char path[128], err[256];
-    snprintf(path, sizeof(path), "%s/db", f->dir);
-    segd_store_opts_t o;
-    segd_app_store_opts(&o);
-    o.path = path;
-    o.now_ms = NOW_S * 1000;
-    o.block_cache_mb = 8;
-    segd_store_t *s = NULL;
-    assert_int_equal(segd_store_open(&s, &o, err, sizeof(err)), SEGD_OK);
-    return s;
+    return fx_open_store(f, "db");
 }
 
 static int setup(void **state)
 {
-    fixture_t *f = calloc(1, sizeof(*f));
-    const char *topics[] = {CHANGES};
-    char err[256];
-    snprintf(f->dir, sizeof(f->dir), "/tmp/segd-test-publish-XXXXXX");
-    if (!mkdtemp(f->dir) ||
-        segd_dev_broker_new(&f->broker, 1, PARTITIONS, topics, 1, err, sizeof(err)))
+    static const char *const topics[] = {CHANGES, NULL};
+    const fx_opts_t o = {"publish", PARTITIONS, topics, 0};
+    if (fx_setup(state, &o))
         return -1;
+    fx_t *f = *state;
     f->store = open_store(f);
-    *state = f;
     return 0;
 }
 
-static int teardown(void **state)
-{
-    fixture_t *f = *state;
-    char cmd[128];
-    segd_store_close(f->store);
-    segd_dev_broker_destroy(f->broker);
-    snprintf(cmd, sizeof(cmd), "rm -rf %s", f->dir);
-    int rc = system(cmd);
-    free(f);
-    return rc;
-}
-
-static segd_publisher_t *new_publisher(const fixture_t *f, segd_store_t *s)
+static segd_publisher_t *new_publisher(const fx_t *f, segd_store_t *s)
 {
     segd_publisher_opts_t o;
     segd_publisher_opts_default(&o);
@@ -146,22 +119,6 @@ static void write_batch(segd_store_t *s, int b)
     segd_event_free(&ev);
 }
 
-static int count_outbox(void *ctx, uint64_t seq, const uint8_t *v, size_t n)
-{
-    (void)seq, (void)v, (void)n;
-    (*(size_t *)ctx)++;
-    return 0;
-}
-
-static size_t outbox_size(segd_store_t *s)
-{
-    size_t n = 0;
-    char err[256];
-    assert_int_equal(segd_store_outbox_scan(s, 0, SIZE_MAX, count_outbox, &n, err, sizeof(err)),
-                     SEGD_OK);
-    return n;
-}
-
 /* What a cache would hold: every delta of the topic joined per user. */
 typedef struct joined {
     char users[USERS + 1][32];
@@ -205,7 +162,7 @@ static void query_ends(rd_kafka_t *rk, int64_t *end)
     }
 }
 
-static void consume_framed(const fixture_t *f, joined_t *j, int32_t expected_id)
+static void consume_framed(const fx_t *f, joined_t *j, int32_t expected_id)
 {
     char err[256];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
@@ -277,7 +234,7 @@ static void consume_framed(const fixture_t *f, joined_t *j, int32_t expected_id)
     rd_kafka_destroy(rk);
 }
 
-static void consume_all(const fixture_t *f, joined_t *j) { consume_framed(f, j, -1); }
+static void consume_all(const fx_t *f, joined_t *j) { consume_framed(f, j, -1); }
 
 static void joined_free(joined_t *j)
 {
@@ -328,16 +285,16 @@ static int64_t recorded_positions(segd_store_t *s)
 
 static void test_deltas_join_to_the_store(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     for (int b = 0; b < 5; b++)
         write_batch(f->store, b);
-    assert_int_equal(outbox_size(f->store), 5);
+    assert_int_equal(fx_outbox_entries(f->store), 5);
     segd_publisher_t *p = new_publisher(f, f->store);
     char err[256];
     assert_int_equal(segd_publisher_drain(p, 20000, err, sizeof(err)), SEGD_OK);
     segd_publisher_stats_t st;
     segd_publisher_get_stats(p, &st);
-    assert_int_equal(outbox_size(f->store), 0);
+    assert_int_equal(fx_outbox_entries(f->store), 0);
     assert_int_equal(st.entries, 5);
     assert_int_equal(st.depth, 0);
     /* max_entries 3: two cycles; per changed user one delta, in parts of at
@@ -365,7 +322,7 @@ static void test_deltas_join_to_the_store(void **state)
  * fits, the outbox drains, and the parts join to the store's state. */
 static void test_oversized_delta_is_split_by_bytes(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     segd_applier_t ap;
     segd_event_t ev;
     char err[256];
@@ -405,7 +362,7 @@ static void test_oversized_delta_is_split_by_bytes(void **state)
     segd_publisher_stats_t st;
     segd_publisher_get_stats(p, &st);
     segd_publisher_destroy(p);
-    assert_int_equal(outbox_size(f->store), 0);
+    assert_int_equal(fx_outbox_entries(f->store), 0);
     assert_int_equal(st.segments, 9 * 4096);
     joined_t *j = calloc(1, sizeof(*j));
     consume_all(f, j);
@@ -424,7 +381,7 @@ static void test_oversized_delta_is_split_by_bytes(void **state)
  * most 64 KiB less the headroom (1 KiB + 1/64), joining to the store. */
 static void test_delta_parts_follow_message_max_bytes(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     segd_applier_t ap;
     segd_event_t ev;
     char err[256];
@@ -458,7 +415,7 @@ static void test_delta_parts_follow_message_max_bytes(void **state)
     if (segd_publisher_drain(p, 20000, err, sizeof(err)) != SEGD_OK)
         fail_msg("drain: %s", err);
     segd_publisher_destroy(p);
-    assert_int_equal(outbox_size(f->store), 0);
+    assert_int_equal(fx_outbox_entries(f->store), 0);
     joined_t *j = calloc(1, sizeof(*j));
     consume_all(f, j);
     print_message("%llu parts, largest %zu bytes\n", (unsigned long long)j->events, j->max_len);
@@ -472,7 +429,7 @@ static void test_delta_parts_follow_message_max_bytes(void **state)
 
 static void test_outage_keeps_outbox_then_resumes(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     write_batch(f->store, 0);
     write_batch(f->store, 1);
     segd_publisher_t *p = new_publisher(f, f->store);
@@ -481,7 +438,7 @@ static void test_outage_keeps_outbox_then_resumes(void **state)
     size_t acked = 99;
     assert_int_not_equal(segd_publisher_cycle(p, &acked, err, sizeof(err)), SEGD_OK);
     assert_int_equal(acked, 0);
-    assert_int_equal(outbox_size(f->store), 2);
+    assert_int_equal(fx_outbox_entries(f->store), 2);
     assert_int_equal(recorded_positions(f->store), 0);
     /* the oldest entry's age goes on growing while nothing is acknowledged
      * (it was taken once per cycle and stood still through an outage) */
@@ -493,7 +450,7 @@ static void test_outage_keeps_outbox_then_resumes(void **state)
     assert_true(s2.oldest_unacked_ms >= s1.oldest_unacked_ms + 250);
     segd_dev_broker_set_down(f->broker, 1, 0);
     assert_int_equal(segd_publisher_drain(p, 30000, err, sizeof(err)), SEGD_OK);
-    assert_int_equal(outbox_size(f->store), 0);
+    assert_int_equal(fx_outbox_entries(f->store), 0);
     segd_publisher_destroy(p);
     joined_t *j = calloc(1, sizeof(*j));
     consume_all(f, j);
@@ -509,7 +466,7 @@ static void test_outage_keeps_outbox_then_resumes(void **state)
  * replaced, and everything reaches the topic. */
 static void test_fatal_producer_replaced(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     write_batch(f->store, 0);
     segd_publisher_t *p = new_publisher(f, f->store);
     char err[256];
@@ -521,7 +478,7 @@ static void test_fatal_producer_replaced(void **state)
                                                "test: sequence desynchronization"),
                      RD_KAFKA_RESP_ERR_NO_ERROR);
     assert_int_equal(segd_publisher_drain(p, 30000, err, sizeof(err)), SEGD_OK);
-    assert_int_equal(outbox_size(f->store), 0);
+    assert_int_equal(fx_outbox_entries(f->store), 0);
     segd_publisher_stats_t st;
     segd_publisher_get_stats(p, &st);
     assert_int_equal(st.producer_renewals, 1);
@@ -542,7 +499,7 @@ static void test_fatal_producer_replaced(void **state)
  * counted as acknowledged. */
 static void test_full_queue_gives_up(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     write_batch(f->store, 0);
     segd_publisher_opts_t o;
     segd_publisher_opts_default(&o);
@@ -561,10 +518,10 @@ static void test_full_queue_gives_up(void **state)
     assert_int_not_equal(segd_publisher_cycle(p, &acked, err, sizeof(err)), SEGD_OK);
     assert_true(time(NULL) - t0 < 30); /* bounded, not a hang: the old loop never returned */
     assert_int_equal(acked, 0);
-    assert_int_equal(outbox_size(f->store), 1);
+    assert_int_equal(fx_outbox_entries(f->store), 1);
     segd_dev_broker_set_down(f->broker, 1, 0);
     assert_int_equal(segd_publisher_drain(p, 60000, err, sizeof(err)), SEGD_OK);
-    assert_int_equal(outbox_size(f->store), 0);
+    assert_int_equal(fx_outbox_entries(f->store), 0);
     segd_publisher_stats_t st;
     segd_publisher_get_stats(p, &st);
     segd_publisher_destroy(p);
@@ -609,22 +566,22 @@ static void test_report_of_another_cycle_is_stale(void **state)
 
 static void test_crash_leftovers_republished(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     write_batch(f->store, 0);
     write_batch(f->store, 1);
     /* "crash": the process ends with its outbox unpublished */
     segd_store_close(f->store);
     f->store = open_store(f);
-    assert_int_equal(outbox_size(f->store), 2);
+    assert_int_equal(fx_outbox_entries(f->store), 2);
     write_batch(f->store, 2); /* continues after the leftovers, overwrites nothing */
-    assert_int_equal(outbox_size(f->store), 3);
+    assert_int_equal(fx_outbox_entries(f->store), 3);
     segd_publisher_t *p = new_publisher(f, f->store);
     char err[256];
     assert_int_equal(segd_publisher_start(p, err, sizeof(err)), SEGD_OK);
-    for (int i = 0; i < 200 && outbox_size(f->store); i++)
+    for (int i = 0; i < 200 && fx_outbox_entries(f->store); i++)
         usleep(50000);
     segd_publisher_stop(p, 1000);
-    assert_int_equal(outbox_size(f->store), 0);
+    assert_int_equal(fx_outbox_entries(f->store), 0);
     segd_publisher_destroy(p);
     joined_t *j = calloc(1, sizeof(*j));
     consume_all(f, j);
@@ -635,7 +592,7 @@ static void test_crash_leftovers_republished(void **state)
 
 static void test_retirement_is_a_control_event(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     write_batch(f->store, 0);
     segd_batch_t *b;
     segd_buf_t v = {0};
@@ -647,7 +604,7 @@ static void test_retirement_is_a_control_event(void **state)
     assert_int_equal(segd_store_retire(f->store, 42, NOW_S * 1000, b, err, sizeof(err)), SEGD_OK);
     segd_batch_destroy(b);
     segd_buf_free(&v);
-    assert_int_equal(outbox_size(f->store), 2);
+    assert_int_equal(fx_outbox_entries(f->store), 2);
     segd_publisher_t *p = new_publisher(f, f->store);
     assert_int_equal(segd_publisher_drain(p, 20000, err, sizeof(err)), SEGD_OK);
     segd_publisher_destroy(p);
@@ -665,7 +622,7 @@ static void test_retirement_is_a_control_event(void **state)
  * saying why and the outbox entry stays until partitions are added. */
 static void test_input_partition_past_change_topic_kept(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     segd_applier_t ap;
     segd_event_t ev;
     char err[256];
@@ -687,7 +644,7 @@ static void test_input_partition_past_change_topic_kept(void **state)
     assert_int_equal(segd_publisher_cycle(p, &acked, err, sizeof(err)), SEGD_ERR_CONFIG);
     assert_non_null(strstr(err, "has 4 partitions, fewer than input partition 6 needs"));
     assert_int_equal(acked, 0);
-    assert_int_equal(outbox_size(f->store), 1);
+    assert_int_equal(fx_outbox_entries(f->store), 1);
     assert_int_equal(recorded_positions(f->store), 0);
     segd_publisher_destroy(p);
 }
@@ -722,7 +679,7 @@ static void write_users_from(segd_store_t *s, const int32_t *parts, int n)
  * retry sent that delta again (and kept it queued in librdkafka). */
 static void test_refused_route_sends_nothing(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     const int32_t parts[] = {0, PARTITIONS + 2}; /* user-000 routes, user-001 cannot */
     write_users_from(f->store, parts, 2);
     segd_publisher_t *p = new_publisher(f, f->store);
@@ -730,7 +687,7 @@ static void test_refused_route_sends_nothing(void **state)
     size_t acked = 9;
     for (int i = 0; i < 3; i++)
         assert_int_equal(segd_publisher_cycle(p, &acked, err, sizeof(err)), SEGD_ERR_CONFIG);
-    assert_int_equal(outbox_size(f->store), 1);
+    assert_int_equal(fx_outbox_entries(f->store), 1);
     usleep(1000 * 1000); /* what was left queued would be delivered by now */
     joined_t *j = calloc(1, sizeof(*j));
     consume_all(f, j);
@@ -749,7 +706,7 @@ static void test_refused_route_sends_nothing(void **state)
  * it let cycle 2 delete the outbox entry without its own acknowledgement. */
 static void test_late_report_not_credited_to_next_cycle(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     const char *topics[] = {"late"};
     segd_dev_broker_t *b = NULL;
     char err[256];
@@ -776,21 +733,21 @@ static void test_late_report_not_credited_to_next_cycle(void **state)
     assert_int_equal(segd_publisher_new(&p, f->store, &o, err, sizeof(err)), SEGD_OK);
     size_t acked = 9;
     assert_int_not_equal(segd_publisher_cycle(p, &acked, err, sizeof(err)), SEGD_OK);
-    assert_int_equal(outbox_size(f->store), 1);
+    assert_int_equal(fx_outbox_entries(f->store), 1);
     segd_err_t second = segd_publisher_cycle(p, &acked, err, sizeof(err));
     assert_int_not_equal(second, SEGD_OK);
     assert_int_equal(acked, 0);
-    assert_int_equal(outbox_size(f->store), 1);
+    assert_int_equal(fx_outbox_entries(f->store), 1);
     /* the faults spent, the entry goes out and is deleted on its own acks */
     assert_int_equal(segd_publisher_drain(p, 60000, err, sizeof(err)), SEGD_OK);
-    assert_int_equal(outbox_size(f->store), 0);
+    assert_int_equal(fx_outbox_entries(f->store), 0);
     segd_publisher_destroy(p);
     segd_dev_broker_destroy(b);
 }
 
 static void test_confluent_framing_registers(void **state)
 {
-    fixture_t *f = *state;
+    fx_t *f = *state;
     nginx_t reg;
     assert_int_equal(nginx_start(&reg,
                                  "location = /subjects/" CHANGES "-value/versions {\n"
@@ -824,29 +781,29 @@ static void test_confluent_framing_registers(void **state)
     size_t acked = 9;
     assert_int_equal(segd_publisher_cycle(p, &acked, err, sizeof(err)), SEGD_ERR_HTTP);
     assert_int_equal(acked, 0);
-    assert_int_equal(outbox_size(f->store), 1);
+    assert_int_equal(fx_outbox_entries(f->store), 1);
     segd_publisher_destroy(p);
 }
 
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test_setup_teardown(test_deltas_join_to_the_store, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_oversized_delta_is_split_by_bytes, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_deltas_join_to_the_store, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_oversized_delta_is_split_by_bytes, setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_delta_parts_follow_message_max_bytes, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_outage_keeps_outbox_then_resumes, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_full_queue_gives_up, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_fatal_producer_replaced, setup, teardown),
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(test_outage_keeps_outbox_then_resumes, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_full_queue_gives_up, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_fatal_producer_replaced, setup, fx_teardown),
         cmocka_unit_test(test_report_of_another_cycle_is_stale),
-        cmocka_unit_test_setup_teardown(test_crash_leftovers_republished, setup, teardown),
-        cmocka_unit_test_setup_teardown(test_retirement_is_a_control_event, setup, teardown),
+        cmocka_unit_test_setup_teardown(test_crash_leftovers_republished, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_retirement_is_a_control_event, setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_input_partition_past_change_topic_kept, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_refused_route_sends_nothing, setup, teardown),
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(test_refused_route_sends_nothing, setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_late_report_not_credited_to_next_cycle, setup,
-                                        teardown),
-        cmocka_unit_test_setup_teardown(test_confluent_framing_registers, setup, teardown),
+                                        fx_teardown),
+        cmocka_unit_test_setup_teardown(test_confluent_framing_registers, setup, fx_teardown),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }
