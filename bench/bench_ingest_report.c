@@ -193,8 +193,8 @@ void segd_bench_ingest_report(const ingest_args_t *a, const ingest_run_t *x)
         printf(" --compact-during");
     if (a->ratio_only)
         printf(" --ratio-only");
-    if (a->writer) /* off is the default */
-        printf(" --writer %s", a->writer == WRITER_BOTH ? "both" : "on");
+    if (a->writer != WRITER_DEFAULT)
+        printf(" --writer %s", a->writer == WRITER_BOTH ? "both" : a->writer ? "on" : "off");
     printf("\n\n%" PRIu64 " events, %" PRIu64 " segments, %.1f MB Avro (single-object), %s, "
            "lz4\n\n", x->res.events, x->res.segments, (double)x->res.bytes / 1e6,
            a->brokers ? "a running Kafka cluster" : "in-process mock broker");

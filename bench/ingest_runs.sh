@@ -68,7 +68,11 @@ for m in "${modes[@]}"; do
       fresh)
         run_args=()
         for ((i = 0; i < ${#args[@]}; i++)); do
-          if [ "${args[$i]}" = --prefill-users ]; then i=$((i + 1)); else run_args+=("${args[$i]}"); fi
+          case ${args[$i]} in
+            --prefill-users) i=$((i + 1)) ;;
+            --prefill-users=*) ;;
+            *) run_args+=("${args[$i]}") ;;
+          esac
         done ;;
       *) echo "unknown mode $v in $m (with, without, writer-on, writer-off, fresh)" >&2; exit 2 ;;
     esac

@@ -158,7 +158,7 @@ static int joined(segd_pipeline_t *p)
 static void log_unassigned(segd_pipeline_t *p)
 {
     if (p->rebalanced || p->unassigned_logged || segd_pipeline_brokers_are_down(p) ||
-        segd_mono_s() - p->st.created_s < UNASSIGNED_NOTE_MS / 1000.0)
+        segd_mono_s() - p->subscribed_s < UNASSIGNED_NOTE_MS / 1000.0)
         return;
     p->unassigned_logged = 1;
     segd_log(pipeline_log(p), SEGD_LOG_INFO, "pipeline",
@@ -166,7 +166,7 @@ static void log_unassigned(segd_pipeline_t *p)
              "assigns once every member it knows has rejoined or timed out, and a member "
              "that stopped without leaving the group (killed) is waited for up to its "
              "session timeout (this member's session.timeout.ms is %" PRId64 " ms)",
-             segd_mono_s() - p->st.created_s, joined(p) ? "joined" : "not joined yet",
+             segd_mono_s() - p->subscribed_s, joined(p) ? "joined" : "not joined yet",
              p->session_timeout_ms);
 }
 

@@ -278,11 +278,8 @@ void segd_pipeline_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
             rd_kafka_assign(rk, parts);
         pause_or_resume(p, parts);
     } else {
-        /* lost: the group already gave them away (a session timed out, a
-         * generation refused), so none of their offsets is committed below;
-         * said here because the group's committed lag then stays behind */
-        segd_log_kv(pipeline_log(p), SEGD_LOG_INFO, "pipeline", "partitions revoked",
-                    "count=%d lost=%d", parts->cnt, rd_kafka_assignment_lost(rk));
+        segd_log_kv(pipeline_log(p), SEGD_LOG_INFO, "pipeline", "partitions revoked", "count=%d",
+                    parts->cnt);
         /* write what was read from these partitions while they are ours */
         if (segd_pipeline_batch_flush(p, msg, sizeof(msg)) != SEGD_OK ||
             segd_pipeline_batch_drain(p, msg, sizeof(msg)) != SEGD_OK) /* the writer's too */

@@ -230,8 +230,12 @@ void segd_pipeline_commit_written(segd_pipeline_t *p, int force)
      * refused generation, a session timed out) or a fatal error (the consumer
      * is rebuilt, pipeline_rebuild.c): its partitions are no longer ours, and
      * the next assignment commits the store's offsets anyway */
-    if (!p->consumer || rd_kafka_assignment_lost(p->consumer) ||
-        rd_kafka_fatal_error(p->consumer, NULL, 0))
+    int lost = p->consumer && rd_kafka_assignment_lost(p->consumer);
+    if (p->nwritten && lost) /* the group's committed lag stays behind: say why */
+        segd_log_kv(pipeline_log(p), SEGD_LOG_INFO, "pipeline",
+                    "written offsets not committed: the assignment was lost", "partitions=%zu",
+                    p->nwritten);
+    if (!p->consumer || lost || rd_kafka_fatal_error(p->consumer, NULL, 0))
         p->nwritten = 0;
     if (!p->nwritten)
         return;

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/clock.h"
 #include "consumer/static_member.h"
 #include "transport/kconf.h"
 #include "transport/kmeta.h"
@@ -218,6 +219,7 @@ segd_err_t segd_pipeline_subscribe(segd_pipeline_t *p, char *errstr, size_t n)
 {
     const segd_config_t *cfg = p->cfg;
     char member[256], client_id[256];
+    p->subscribed_s = segd_mono_s(); /* "waiting for the group's assignment" counts from here */
     segd_err_t err = instance_id(p, member, sizeof(member), errstr, n);
     /* the name `segd owner` gives the member: its store's instance id (DESIGN
      * §7), static membership or not */

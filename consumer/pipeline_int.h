@@ -138,6 +138,7 @@ struct segd_pipeline {
     uint64_t commits_resent;
     int64_t session_timeout_ms; /* the consumer's, for the log of a long wait */
     int unassigned_logged;      /* that wait was explained */
+    double subscribed_s; /* segd_mono_s of the last subscribe (a rebuild subscribes again) */
     /* reachability of the brokers (consumer/pipeline_brokers.c) */
     pthread_mutex_t brokers_mu; /* guards brokers_down: /readyz reads it */
     char brokers_down[512];     /* why no broker answers; empty while one does */
