@@ -690,6 +690,17 @@ static ssize_t watch_write(void *ctx, const char *buf, size_t size)
     return (ssize_t)size;
 }
 
+/* A's log, through watch_write (the caller closes out after the log). */
+static segd_log_t *watched_log(revoke_watch_t *w, FILE **out)
+{
+    cookie_io_functions_t io = {.write = watch_write};
+    *out = fopencookie(w, "w", io);
+    assert_non_null(*out);
+    segd_log_t *log = NULL;
+    assert_int_equal(segd_log_new(&log, *out, SEGD_LOG_INFO, SEGD_LOG_LOGFMT), SEGD_OK);
+    return log;
+}
+
 /* Member B: a plain group member on the cooperative protocol that polls
  * and never commits, so that every committed offset is A's. */
 typedef struct plain_member {
@@ -814,11 +825,8 @@ static void revoked_partition_not_committed(fx_t *f, const char *writer, const c
     char db[128], err[256];
     volatile sig_atomic_t stop = 0;
     revoke_watch_t w = {.stop = &stop};
-    cookie_io_functions_t io = {.write = watch_write};
-    FILE *out = fopencookie(&w, "w", io);
-    assert_non_null(out);
-    segd_log_t *log = NULL;
-    assert_int_equal(segd_log_new(&log, out, SEGD_LOG_INFO, SEGD_LOG_LOGFMT), SEGD_OK);
+    FILE *out;
+    segd_log_t *log = watched_log(&w, &out);
     snprintf(db, sizeof(db), "%s/revoked", f->dir);
     segd_store_t *s = fx_open_store(f, "revoked");
     segd_config_t cfg;
@@ -932,11 +940,8 @@ static void test_lost_assignment_not_committed(void **state)
     char db[128], err[256];
     volatile sig_atomic_t stop = 0;
     revoke_watch_t w = {.stop = &stop};
-    cookie_io_functions_t io = {.write = watch_write};
-    FILE *out = fopencookie(&w, "w", io);
-    assert_non_null(out);
-    segd_log_t *log = NULL;
-    assert_int_equal(segd_log_new(&log, out, SEGD_LOG_INFO, SEGD_LOG_LOGFMT), SEGD_OK);
+    FILE *out;
+    segd_log_t *log = watched_log(&w, &out);
     snprintf(db, sizeof(db), "%s/lost", f->dir);
     segd_store_t *s = fx_open_store(f, "lost");
     segd_config_t cfg;
@@ -1039,11 +1044,8 @@ static void write_error_in_flight(fx_t *f, const char *writer, const char *group
     char db[128], err[256];
     volatile sig_atomic_t stop = 0;
     revoke_watch_t w = {.stop = &stop};
-    cookie_io_functions_t io = {.write = watch_write};
-    FILE *out = fopencookie(&w, "w", io);
-    assert_non_null(out);
-    segd_log_t *log = NULL;
-    assert_int_equal(segd_log_new(&log, out, SEGD_LOG_INFO, SEGD_LOG_LOGFMT), SEGD_OK);
+    FILE *out;
+    segd_log_t *log = watched_log(&w, &out);
     snprintf(db, sizeof(db), "%s/%s", f->dir, group);
     segd_store_t *s = fx_open_store(f, group);
     segd_config_t cfg;
