@@ -6,6 +6,7 @@
  * with per-10 s windows of throughput, freshness and RocksDB's compaction
  * state so a stall shows; prints a markdown report. */
 #include <dirent.h>
+#include <errno.h>
 #include <getopt.h>
 #include <spawn.h>
 #include <unistd.h>
@@ -18,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "bench/bench.h"
@@ -305,6 +307,9 @@ static segd_err_t bench_config(segd_config_t *c, const char *brokers, const inge
          * answers when data arrives): 500 ms would dominate the latency */
         segd_config_set_x(c, "fetch.wait.max.ms=5", err, n))
         return SEGD_ERR_CONFIG;
+    for (int i = 0; i < a->n_x; i++)
+        if (segd_config_set_x(c, a->x[i], err, n))
+            return SEGD_ERR_CONFIG;
     return segd_config_finish(c, err, n);
 }
 
@@ -577,7 +582,35 @@ static void usage(FILE *f)
     fprintf(f, "usage: segd bench ingest [--users N] [--partitions P] [--batch N] [--dir DIR]\n"
                "                         [--memory-mb M] [--prefill-users N] [--brokers LIST]\n"
                "                         [--producer-process] [--compact-during] [--ratio-only]\n"
-               "                         [--writer on|off|both]\n");
+               "                         [--writer on|off|both] [-X key=value ...]\n"
+               "  --dir DIR: made if missing, and it must hold no stores of an earlier run\n"
+               "  -X key=value: a librdkafka setting of the pipelines (as segd run -X), after\n"
+               "                the bench's own and the budget's: the way to compare settings\n");
+}
+
+/* An explicit --dir is made if missing and must be empty: a store left by
+ * an earlier run already holds the events' offsets, and its pipeline would
+ * wait forever for messages it will never be given. */
+static int usable_dir(const char *dir)
+{
+    if (mkdir(dir, 0755) && errno != EEXIST) {
+        fprintf(stderr, "bench ingest: --dir %s: %s\n", dir, strerror(errno));
+        return -1;
+    }
+    DIR *d = opendir(dir);
+    if (!d) {
+        fprintf(stderr, "bench ingest: --dir %s: %s\n", dir, strerror(errno));
+        return -1;
+    }
+    struct dirent *e;
+    int empty = 1;
+    while (empty && (e = readdir(d)))
+        empty = !strcmp(e->d_name, ".") || !strcmp(e->d_name, "..");
+    closedir(d);
+    if (!empty)
+        fprintf(stderr, "bench ingest: --dir %s is not empty: an earlier run's stores would "
+                        "already hold the events; give a new or empty directory\n", dir);
+    return empty ? 0 : -1;
 }
 
 static int parse(int argc, char **argv, ingest_args_t *a)
@@ -603,10 +636,18 @@ static int parse(int argc, char **argv, ingest_args_t *a)
     a->writer = WRITER_DEFAULT;
     snprintf(a->dir, sizeof(a->dir), "/tmp/segd-bench-ingest-XXXXXX");
     int have_dir = 0;
-    while ((c = segd_args_next("bench ingest", argc, argv, "h", opts)) != -1) {
+    while ((c = segd_args_next("bench ingest", argc, argv, "hX:", opts)) != -1) {
         if (c == 'h') {
             usage(stdout);
             return 1;
+        }
+        if (c == 'X' && a->n_x < BENCH_X_MAX) {
+            a->x[a->n_x++] = optarg;
+            continue;
+        }
+        if (c == 'X') {
+            fprintf(stderr, "bench ingest: at most %d -X settings\n", BENCH_X_MAX);
+            return -1;
         }
         if (c == 'u' && !segd_arg_int("bench ingest", "--users", optarg, 1, 10000000, &a->users))
             continue;
@@ -652,7 +693,7 @@ static int parse(int argc, char **argv, ingest_args_t *a)
         }
         return -1; /* said by segd_args_next or segd_arg_int */
     }
-    return have_dir || mkdtemp(a->dir) ? 0 : -1;
+    return have_dir ? usable_dir(a->dir) : mkdtemp(a->dir) ? 0 : -1;
 }
 
 static const char *const topics[] = {TOPIC,          TOPIC ".dlq",         TOPIC ".changes",

@@ -30,6 +30,11 @@ typedef struct ingest_args {
     int writer;
 #define WRITER_DEFAULT (-1)
 #define WRITER_BOTH 2
+    /* -X key=value: librdkafka settings of the pipelines' clients, after
+     * the bench's own (the operator's -X of segd run) */
+#define BENCH_X_MAX 16
+    const char *x[BENCH_X_MAX];
+    int n_x;
     char dir[256];
 } ingest_args_t;
 

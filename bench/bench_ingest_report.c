@@ -36,12 +36,14 @@ static void print_memory(const ingest_args_t *a, double harness, double during)
     segd_memory_split(limit, a->batch, &m);
     double peak = segd_bench_ingest_peak_rss_mib();
     printf("\nmemory: memory.limit.mb = %" PRId64 " (block cache %" PRId64 " MiB, memtables %"
-           PRId64 " MiB in %" PRId64 " MiB buffers, fetch queue %" PRId64 " KiB, fetch.max.bytes %"
+           PRId64 " MiB in %" PRId64 " MiB buffers, fetch queue %" PRId64 " KiB and %" PRId64
+           " messages (queued.min.messages), fetch.max.bytes %"
            PRId64 ", batch %" PRId64 " messages, publisher %" PRId64 " entries/cycle and %" PRId64
            " KiB queue); peak RSS %.0f MiB (getrusage ru_maxrss, the whole process: broker and "
            "producer included; %.0f MiB before the first pipeline started), %s the budget + 10 %% "
            "(%.0f MiB)\n",
            m.limit_mb, m.block_cache_mb, m.memtable_mb, m.write_buffer_mb, m.fetch_queue_kb,
+           m.fetch_queue_messages,
            m.fetch_max_bytes, a->batch ? a->batch : m.batch_max_messages, m.publisher_entries,
            m.producer_queue_kb, peak, harness, peak <= (double)limit * 1.1 ? "within" : "OVER",
            (double)limit * 1.1);
@@ -195,6 +197,8 @@ void segd_bench_ingest_report(const ingest_args_t *a, const ingest_run_t *x)
         printf(" --ratio-only");
     if (a->writer != WRITER_DEFAULT)
         printf(" --writer %s", a->writer == WRITER_BOTH ? "both" : a->writer ? "on" : "off");
+    for (int i = 0; i < a->n_x; i++)
+        printf(" -X %s", a->x[i]);
     printf("\n\n%" PRIu64 " events, %" PRIu64 " segments, %.1f MB Avro (single-object), %s, "
            "lz4\n\n", x->res.events, x->res.segments, (double)x->res.bytes / 1e6,
            a->brokers ? "a running Kafka cluster" : "in-process mock broker");

@@ -16,6 +16,15 @@
 #define PARTITION_FETCH_CAP (1LL << 20)
 #define PRODUCER_QUEUE_KB_CAP 1048576LL
 #define QUEUED_KB_CAP 2097151LL  /* librdkafka's upper bound */
+/* the message the queue's length is sized for: an event of ~20 segments
+ * is ~200 bytes */
+#define QUEUED_TYPICAL_MESSAGE 256LL
+/* librdkafka 2.0.2 looks at a full queue again only after a second (its
+ * fetch.queue.backoff.ms came in 2.1), so the queue has to hold over a
+ * second of what the pipeline drains, ~300 000 messages/s on 2 cores; three
+ * seconds' worth does not fetch faster */
+#define QUEUED_MESSAGES_CAP 1000000LL
+#define QUEUED_MESSAGES_MIN 1000LL
 #define FETCH_MAX_BYTES_MIN 1000000LL /* librdkafka: >= message.max.bytes' default */
 #define MEMTABLE_CAP_MB 512LL    /* 4 memtables of 128 MiB: more only slows flushes */
 #define BATCH_CAP 1000LL         /* bench ingest: 1000 > 5000 > 20000 on 2 cores */
@@ -33,9 +42,16 @@ static void split_kafka(int64_t bytes, segd_memory_split_t *m)
 {
     /* the queue may be overshot by one fetch response per broker: that
      * response comes out of the same share */
-    int64_t fetch = share(bytes, 12);
+    int64_t fetch = share(bytes, 22);
     m->fetch_max_bytes = clamp(fetch / 4, FETCH_MAX_BYTES_MIN, FETCH_MAX_BYTES_CAP);
-    m->fetch_queue_kb = clamp((fetch - m->fetch_max_bytes) >> 10, 1024, QUEUED_KB_CAP);
+    /* the queue's length and payload: a full queue of typical messages
+     * costs what is left, its per-message structures included */
+    int64_t queue = fetch - m->fetch_max_bytes;
+    m->fetch_queue_messages =
+        clamp(queue / (SEGD_MEMORY_QUEUED_MESSAGE_BYTES + QUEUED_TYPICAL_MESSAGE),
+              QUEUED_MESSAGES_MIN, QUEUED_MESSAGES_CAP);
+    int64_t payload = queue - m->fetch_queue_messages * SEGD_MEMORY_QUEUED_MESSAGE_BYTES;
+    m->fetch_queue_kb = clamp(payload >> 10, 1024, QUEUED_KB_CAP);
     m->partition_fetch_bytes = clamp(fetch / 32, 64 << 10, PARTITION_FETCH_CAP);
 }
 
@@ -57,12 +73,12 @@ void segd_memory_split(int64_t limit_mb, int64_t batch_max_messages, segd_memory
         m->memtable_mb = MEMTABLE_CAP_MB;
     }
     m->write_buffer_mb = clamp(m->memtable_mb / SEGD_MEMORY_WRITE_BUFFERS, 1, 128);
-    m->block_cache_mb = share(bytes, 30) / MIB + surplus;
+    m->block_cache_mb = share(bytes, 27) / MIB + surplus;
     m->batch_max_messages = clamp(share(bytes, 5) / BATCH_BYTES_PER_MESSAGE, BATCH_MIN,
                                   BATCH_CAP);
     split_kafka(bytes, m);
     split_publisher(bytes, batch_max_messages > 0 ? batch_max_messages : m->batch_max_messages,
                     m);
-    m->restore_mb = share(bytes, 10) / MIB;
-    /* the remaining 10 %: snapshot exports, the DLQ producer, heap slack */
+    m->restore_mb = share(bytes, 6) / MIB;
+    /* the remaining 7 %: snapshot exports, the DLQ producer, heap slack */
 }

@@ -23,7 +23,12 @@ typedef struct segd_memory_split {
                                     * (RocksDB's db_write_buffer_size) */
     int64_t write_buffer_mb;       /* one memtable (write_buffer_size); up to
                                     * SEGD_MEMORY_WRITE_BUFFERS of them per family */
-    int64_t fetch_queue_kb;        /* librdkafka queued.max.messages.kbytes */
+    int64_t fetch_queue_kb;        /* librdkafka queued.max.messages.kbytes: the
+                                    * queue's payload */
+    int64_t fetch_queue_messages;  /* librdkafka queued.min.messages: the queue's
+                                    * length, each message costing
+                                    * SEGD_MEMORY_QUEUED_MESSAGE_BYTES beyond its
+                                    * payload */
     int64_t fetch_max_bytes;       /* fetch.max.bytes (one response in flight per
                                     * broker, on top of the queue) */
     int64_t partition_fetch_bytes; /* max.partition.fetch.bytes */
@@ -34,6 +39,12 @@ typedef struct segd_memory_split {
 } segd_memory_split_t;
 
 #define SEGD_MEMORY_WRITE_BUFFERS 4
+
+/* What librdkafka 2.0.2 (Debian 12) keeps per queued message beyond its
+ * payload, which queued.max.messages.kbytes does not count: measured 368,
+ * 520, 824 and 2348 bytes per message of 50, 200, 500 and 2000 bytes
+ * (bench/RESULTS.md, issue 31) */
+#define SEGD_MEMORY_QUEUED_MESSAGE_BYTES 320
 
 /* Splits limit_mb (clamped to [SEGD_MEMORY_MIN_MB, SEGD_MEMORY_MAX_MB]).
  * batch_max_messages > 0 is an operator's explicit batch size: the

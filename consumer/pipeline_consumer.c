@@ -79,8 +79,8 @@ static segd_err_t instance_id(segd_pipeline_t *p, char *out, size_t size, char *
  * kafka.* settings are applied after these and win. librdkafka refuses a
  * fetch.max.bytes below message.max.bytes, so an operator's larger
  * message.max.bytes raises it. */
-static void fetch_sizes(const segd_config_t *cfg, char queued[24], char fetch[24],
-                        char partition[24])
+static void fetch_sizes(const segd_config_t *cfg, char queued[24], char messages[24],
+                        char fetch[24], char partition[24])
 {
     int64_t fetch_max = cfg->memory.fetch_max_bytes;
     for (size_t i = 0; i < cfg->n_kafka; i++)
@@ -90,6 +90,7 @@ static void fetch_sizes(const segd_config_t *cfg, char queued[24], char fetch[24
                 fetch_max = v;
         }
     snprintf(queued, 24, "%" PRId64, cfg->memory.fetch_queue_kb);
+    snprintf(messages, 24, "%" PRId64, cfg->memory.fetch_queue_messages);
     snprintf(fetch, 24, "%" PRId64, fetch_max);
     snprintf(partition, 24, "%" PRId64, cfg->memory.partition_fetch_bytes);
 }
@@ -141,13 +142,14 @@ static segd_err_t new_consumer(segd_pipeline_t *p, const char *client_id,
                                const char *static_id, int mock, char *errstr, size_t n)
 {
     const segd_config_t *cfg = p->cfg;
-    char queued[24], fetch[24], partition[24], timeout[24];
-    fetch_sizes(cfg, queued, fetch, partition);
+    char queued[24], messages[24], fetch[24], partition[24], timeout[24];
+    fetch_sizes(cfg, queued, messages, fetch, partition);
     const char *const defaults[] = {
         "bootstrap.servers", cfg->brokers, "enable.auto.commit", "false",
         "enable.auto.offset.store", "false", "partition.assignment.strategy",
         "cooperative-sticky", "enable.partition.eof", "false", "group.id", cfg->group,
         "auto.offset.reset", cfg->offset_reset, "queued.max.messages.kbytes", queued,
+        "queued.min.messages", messages,
         "fetch.max.bytes", fetch, "max.partition.fetch.bytes", partition,
         "client.id", client_id,
         /* the mock holds every rebalance for session.timeout.ms less 1 s */

@@ -23,7 +23,9 @@
 static int64_t planned_bytes(const segd_memory_split_t *m)
 {
     return SEGD_MEMORY_FIXED_MB * MIB + m->block_cache_mb * MIB + m->memtable_mb * MIB +
-           m->fetch_queue_kb * 1024 + m->fetch_max_bytes + m->producer_queue_kb * 1024 +
+           m->fetch_queue_kb * 1024 +
+           m->fetch_queue_messages * SEGD_MEMORY_QUEUED_MESSAGE_BYTES + m->fetch_max_bytes +
+           m->producer_queue_kb * 1024 +
            m->publisher_entries * m->batch_max_messages * 1024 +
            m->batch_max_messages * (16 << 10) + m->restore_mb * MIB;
 }
@@ -47,6 +49,11 @@ static void test_shares_fit_the_budget(void **state)
         assert_true(m.batch_max_messages >= 100 && m.batch_max_messages <= 1000);
         assert_true(m.publisher_entries >= 4 && m.publisher_entries <= 64);
         assert_true(m.fetch_max_bytes >= 1000000);
+        /* librdkafka's range; a full queue of 256-byte messages hits the
+         * length, not the payload, so the length is what bounds it */
+        assert_true(m.fetch_queue_messages >= 1000 && m.fetch_queue_messages <= 10000000);
+        assert_true(m.fetch_queue_kb * 1024 + 1024 >= m.fetch_queue_messages * 256 ||
+                    m.fetch_queue_kb == 2097151);
         assert_true(m.restore_mb >= 1);
     }
 }
@@ -62,11 +69,19 @@ static void test_scales_and_clamps(void **state)
     assert_true(mid.block_cache_mb < big.block_cache_mb);
     assert_true(small.memtable_mb < mid.memtable_mb);
     assert_true(small.fetch_queue_kb < mid.fetch_queue_kb);
+    assert_true(small.fetch_queue_messages < mid.fetch_queue_messages);
+    /* the default budget queues over a second of the pipeline's drain
+     * (~300 000 messages/s on 2 cores): librdkafka 2.0.2 refills a full
+     * queue only after a second */
+    segd_memory_split_t def;
+    segd_memory_split(SEGD_MEMORY_DEFAULT_MB, 0, &def);
+    assert_true(def.fetch_queue_messages >= 250000);
+    assert_int_equal(big.fetch_queue_messages, 1000000);
     assert_true(small.batch_max_messages < mid.batch_max_messages);
     assert_true(small.restore_mb < mid.restore_mb);
     /* memtables stop at 512 MiB; what they cannot use goes to the cache */
     assert_int_equal(big.memtable_mb, 512);
-    assert_true(big.block_cache_mb > (8192 - SEGD_MEMORY_FIXED_MB) * 30 / 100);
+    assert_true(big.block_cache_mb > (8192 - SEGD_MEMORY_FIXED_MB) * 27 / 100);
     segd_memory_split(1, 0, &below);
     segd_memory_split(INT64_MAX / MIB, 0, &above);
     assert_int_equal(below.limit_mb, SEGD_MEMORY_MIN_MB);
@@ -151,8 +166,9 @@ static void test_librdkafka_accepts_the_shares(void **state)
     for (size_t i = 0; i < 2; i++) {
         segd_memory_split_t m;
         segd_memory_split(limits[i], 0, &m);
-        char q[24], f[24], p[24], pq[24], err[512];
+        char q[24], qm[24], f[24], p[24], pq[24], err[512];
         snprintf(q, sizeof(q), "%lld", (long long)m.fetch_queue_kb);
+        snprintf(qm, sizeof(qm), "%lld", (long long)m.fetch_queue_messages);
         snprintf(f, sizeof(f), "%lld", (long long)m.fetch_max_bytes);
         snprintf(p, sizeof(p), "%lld", (long long)m.partition_fetch_bytes);
         snprintf(pq, sizeof(pq), "%lld", (long long)m.producer_queue_kb);
@@ -160,6 +176,8 @@ static void test_librdkafka_accepts_the_shares(void **state)
         assert_int_equal(rd_kafka_conf_set(conf, "group.id", "g", err, sizeof(err)), 0);
         assert_int_equal(rd_kafka_conf_set(conf, "queued.max.messages.kbytes", q, err,
                                            sizeof(err)), 0);
+        assert_int_equal(rd_kafka_conf_set(conf, "queued.min.messages", qm, err, sizeof(err)),
+                         0);
         assert_int_equal(rd_kafka_conf_set(conf, "fetch.max.bytes", f, err, sizeof(err)), 0);
         assert_int_equal(rd_kafka_conf_set(conf, "max.partition.fetch.bytes", p, err,
                                            sizeof(err)), 0);

@@ -122,6 +122,45 @@ static void test_batch_closes_when_nothing_fetched(void **state)
     segd_config_free(&cfg);
 }
 
+/* The group consumer's name for one of its settings, as a number. */
+static long long consumer_setting(segd_pipeline_t *p, const char *key)
+{
+    char v[64];
+    size_t len = sizeof(v);
+    assert_int_equal(rd_kafka_conf_get(rd_kafka_conf(segd_pipeline_consumer(p)), key, v, &len),
+                     RD_KAFKA_CONF_OK);
+    return strtoll(v, NULL, 10);
+}
+
+/* The consumer's queue is sized from memory.limit.mb, its length included:
+ * librdkafka's default of 100 000 messages, refilled only a second after
+ * the queue was full (2.0.2), capped ingest near 100 000 events/s whatever
+ * the cores (bench/RESULTS.md, issue 31). An operator's -X still wins. */
+static void test_fetch_queue_from_the_budget(void **state)
+{
+    fx_t *f = *state;
+    volatile sig_atomic_t stop = 0;
+    char db[128], err[256];
+    segd_store_t *s = fx_open_store(f, "budget");
+    snprintf(db, sizeof(db), "%s/budget", f->dir);
+    static const char *const kv[] = {"memory.limit.mb", "1024", NULL};
+    segd_config_t cfg;
+    fx_config(&cfg, f, "g-budget", db, kv);
+    segd_pipeline_t *p;
+    assert_int_equal(segd_pipeline_new(&p, &cfg, s, &stop, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(consumer_setting(p, "queued.min.messages"), cfg.memory.fetch_queue_messages);
+    assert_true(cfg.memory.fetch_queue_messages > 200000);
+    assert_int_equal(consumer_setting(p, "queued.max.messages.kbytes"), cfg.memory.fetch_queue_kb);
+    segd_pipeline_destroy(p);
+    assert_int_equal(segd_config_set_x(&cfg, "queued.min.messages=5000", err, sizeof(err)),
+                     SEGD_OK);
+    assert_int_equal(segd_pipeline_new(&p, &cfg, s, &stop, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(consumer_setting(p, "queued.min.messages"), 5000);
+    segd_pipeline_destroy(p);
+    segd_store_close(s);
+    segd_config_free(&cfg);
+}
+
 typedef struct member {
     segd_pipeline_t *p;
     volatile sig_atomic_t *stop;
@@ -910,6 +949,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_ingest_equals_reference, setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_two_consumers_split, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_fetch_queue_from_the_budget, setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_batch_closes_when_nothing_fetched, setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_dead_letters, setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_bad_utf8_dead_letter, setup, fx_teardown),
