@@ -39,13 +39,13 @@ static void print_memory(const ingest_args_t *a, double harness, double during)
            PRId64 " MiB in %" PRId64 " MiB buffers, fetch queue %" PRId64 " KiB and %" PRId64
            " messages (queued.min.messages), fetch.max.bytes %"
            PRId64 ", batch %" PRId64 " messages, publisher %" PRId64 " entries/cycle and %" PRId64
-           " KiB queue); peak RSS %.0f MiB (getrusage ru_maxrss, the whole process: broker and "
+           " KiB queue%s); peak RSS %.0f MiB (getrusage ru_maxrss, the whole process: broker and "
            "producer included; %.0f MiB before the first pipeline started), %s the budget + 10 %% "
            "(%.0f MiB)\n",
            m.limit_mb, m.block_cache_mb, m.memtable_mb, m.write_buffer_mb, m.fetch_queue_kb,
            m.fetch_queue_messages,
            m.fetch_max_bytes, a->batch ? a->batch : m.batch_max_messages, m.publisher_entries,
-           m.producer_queue_kb, peak, harness, peak <= (double)limit * 1.1 ? "within" : "OVER",
+           m.producer_queue_kb, a->n_x ? "; the run's -X settings win over these" : "", peak, harness, peak <= (double)limit * 1.1 ? "within" : "OVER",
            (double)limit * 1.1);
     printf("\nmemory while the pipelines ran (VmRSS at each window's end, the harness's "
            "freed memory trimmed before each run; the in-process broker's data included when "

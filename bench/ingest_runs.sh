@@ -13,6 +13,10 @@
 #     with         plus --compact-during
 #     writer-on    plus --writer on       writer-off  plus --writer off
 #     fresh        without --prefill-users: into an empty store
+#     queue-100k   plus -X queued.min.messages=100000 -X
+#                  queued.max.messages.kbytes=89948: the consumer's queue as
+#                  memory.limit.mb = 1024 sized it before session 16
+#                  (librdkafka's default length), to compare with the budget's
 #
 # Example (session 12): KAFKA_CLUSTER_DIR=/tmp/kafka-bench bench/ingest_runs.sh \
 #   build/segd /tmp/ic with without with -- --users 40000 --partitions 32 \
@@ -65,6 +69,7 @@ for m in "${modes[@]}"; do
       without) ;;
       writer-on) extra+=(--writer on) ;;
       writer-off) extra+=(--writer off) ;;
+      queue-100k) extra+=(-X queued.min.messages=100000 -X queued.max.messages.kbytes=89948) ;;
       fresh)
         run_args=()
         for ((i = 0; i < ${#args[@]}; i++)); do
@@ -74,7 +79,7 @@ for m in "${modes[@]}"; do
             *) run_args+=("${args[$i]}") ;;
           esac
         done ;;
-      *) echo "unknown mode $v in $m (with, without, writer-on, writer-off, fresh)" >&2; exit 2 ;;
+      *) echo "unknown mode $v in $m (with, without, writer-on, writer-off, fresh, queue-100k)" >&2; exit 2 ;;
     esac
   done
   if [ "${INGEST_FRESH_BROKER:-0}" = 1 ]; then
