@@ -14,9 +14,10 @@
 #     writer-on    plus --writer on       writer-off  plus --writer off
 #     fresh        without --prefill-users: into an empty store
 #     queue-100k   plus -X queued.min.messages=100000 -X
-#                  queued.max.messages.kbytes=89948: the consumer's queue as
-#                  memory.limit.mb = 1024 sized it before session 16
-#                  (librdkafka's default length), to compare with the budget's
+#                  queued.max.messages.kbytes=K: the consumer's queue as
+#                  --memory-mb (1024 if not given) sized it before session 16
+#                  (librdkafka's default length, K from the 12 % share), to
+#                  compare with what the budget sizes now
 #
 # Example (session 12): KAFKA_CLUSTER_DIR=/tmp/kafka-bench bench/ingest_runs.sh \
 #   build/segd /tmp/ic with without with -- --users 40000 --partitions 32 \
@@ -37,10 +38,17 @@ while [ $# -gt 0 ] && [ "$1" != "--" ]; do modes+=("$1"); shift; done
 [ $# -gt 0 ] || { echo "usage: $0 SEGD OUTDIR MODE... -- BENCH_ARGS..." >&2; exit 2; }
 shift
 args=("$@")
-parts=32
+parts=32 memory_mb=1024
 for ((i = 0; i < ${#args[@]}; i++)); do
   [ "${args[$i]}" = --partitions ] && parts=${args[$((i + 1))]}
+  [ "${args[$i]}" = --memory-mb ] && memory_mb=${args[$((i + 1))]}
 done
+# config/memory.c's fetch share before session 16: 12 % of the budget less
+# 48 MiB, a quarter of it (1 MB - 50 MiB) for fetch.max.bytes, the rest the
+# queue's payload; its length was librdkafka's default
+old_share=$(( (memory_mb - 48) * 1048576 / 100 * 12 ))
+old_fetch_max=$(( old_share / 4 < 1000000 ? 1000000 : old_share / 4 > 52428800 ? 52428800 : old_share / 4 ))
+old_queue_kb=$(( (old_share - old_fetch_max) >> 10 ))
 topics=(bench.events bench.events.dlq bench.events.changes bench.events.half
         bench.events.half.dlq bench.events.quarter bench.events.quarter.dlq)
 mkdir -p "$out"
@@ -69,7 +77,7 @@ for m in "${modes[@]}"; do
       without) ;;
       writer-on) extra+=(--writer on) ;;
       writer-off) extra+=(--writer off) ;;
-      queue-100k) extra+=(-X queued.min.messages=100000 -X queued.max.messages.kbytes=89948) ;;
+      queue-100k) extra+=(-X queued.min.messages=100000 -X queued.max.messages.kbytes=$old_queue_kb) ;;
       fresh)
         run_args=()
         for ((i = 0; i < ${#args[@]}; i++)); do

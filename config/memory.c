@@ -18,7 +18,7 @@
 #define QUEUED_KB_CAP 2097151LL  /* librdkafka's upper bound */
 /* the message the queue's length is sized for: an event of ~20 segments
  * is ~200 bytes */
-#define QUEUED_TYPICAL_MESSAGE 256LL
+#define QUEUED_TYPICAL_MESSAGE 200LL
 /* librdkafka 2.0.2 looks at a full queue again only after a second (its
  * fetch.queue.backoff.ms came in 2.1), so the queue has to hold over a
  * second of what the pipeline drains, ~300 000 messages/s on 2 cores; three
@@ -42,7 +42,7 @@ static void split_kafka(int64_t bytes, segd_memory_split_t *m)
 {
     /* the queue may be overshot by one fetch response per broker: that
      * response comes out of the same share */
-    int64_t fetch = share(bytes, 22);
+    int64_t fetch = share(bytes, 28);
     m->fetch_max_bytes = clamp(fetch / 4, FETCH_MAX_BYTES_MIN, FETCH_MAX_BYTES_CAP);
     /* the queue's length and payload: a full queue of typical messages
      * costs what is left, its per-message structures included */
@@ -73,12 +73,12 @@ void segd_memory_split(int64_t limit_mb, int64_t batch_max_messages, segd_memory
         m->memtable_mb = MEMTABLE_CAP_MB;
     }
     m->write_buffer_mb = clamp(m->memtable_mb / SEGD_MEMORY_WRITE_BUFFERS, 1, 128);
-    m->block_cache_mb = share(bytes, 27) / MIB + surplus;
+    m->block_cache_mb = share(bytes, 22) / MIB + surplus;
     m->batch_max_messages = clamp(share(bytes, 5) / BATCH_BYTES_PER_MESSAGE, BATCH_MIN,
                                   BATCH_CAP);
     split_kafka(bytes, m);
     split_publisher(bytes, batch_max_messages > 0 ? batch_max_messages : m->batch_max_messages,
                     m);
-    m->restore_mb = share(bytes, 6) / MIB;
+    m->restore_mb = share(bytes, 5) / MIB;
     /* the remaining 7 %: snapshot exports, the DLQ producer, heap slack */
 }
