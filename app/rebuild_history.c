@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "base/clock.h"
+#include "consumer/fetch_conf.h"
 #include "load/restore.h"
 #include "transport/dest.h"
 #include "transport/kconf.h"
@@ -28,6 +29,8 @@ static segd_err_t make_consumer(const segd_config_t *cfg, rd_kafka_t **rk, char 
     char errbuf[512];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     segd_err_t err = segd_kconf_apply(conf, "rebuild history", defaults, errstr, n);
+    if (!err) /* it reads one message per partition: a side consumer's queue */
+        err = segd_fetch_conf_apply(conf, "rebuild history", cfg, SEGD_FETCH_SIDE, errstr, n);
     for (size_t i = 0; !err && i < cfg->n_kafka; i++)
         err = segd_kconf_set(conf, "rebuild history", cfg->kafka[i].key, cfg->kafka[i].value,
                              errstr, n);

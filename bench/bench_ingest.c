@@ -23,6 +23,8 @@
 #include <time.h>
 
 #include "bench/bench.h"
+#include "consumer/fetch_conf.h"
+#include "transport/kconf.h"
 #include "app/app.h"
 #include "base/args.h"
 #include "workload/dev_broker.h"
@@ -36,11 +38,32 @@
 #include "bench/bench_ingest_int.h"
 
 
-/* Consumes `want` messages in a fresh group, touching each payload byte. */
-static double raw_consume(const char *brokers, int64_t want, uint64_t *checksum)
+static segd_err_t bench_config(segd_config_t *c, const char *brokers, const ingest_args_t *a,
+                               const char *topic, const char *name, int changes, char *err,
+                               size_t n);
+
+/* Consumes `want` messages in a fresh group, touching each payload byte,
+ * with the pipelines' fetch and queue settings (the budget's, then -X), so
+ * that the ratio to it compares the pipeline, not two queue sizes. */
+static double raw_consume(const ingest_args_t *a, const char *brokers, int64_t want,
+                          uint64_t *checksum)
 {
     char err[256];
+    segd_config_t cfg;
+    segd_config_init(&cfg);
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    segd_err_t e = bench_config(&cfg, brokers, a, TOPIC, "raw", 0, err, sizeof(err));
+    if (!e)
+        e = segd_fetch_conf_apply(conf, "raw consumer", &cfg, SEGD_FETCH_MAIN, err, sizeof(err));
+    for (size_t i = 0; !e && i < cfg.n_kafka; i++)
+        e = segd_kconf_set(conf, "raw consumer", cfg.kafka[i].key, cfg.kafka[i].value, err,
+                           sizeof(err));
+    segd_config_free(&cfg);
+    if (e) {
+        fprintf(stderr, "bench ingest: raw consumer: %s\n", err);
+        rd_kafka_conf_destroy(conf);
+        return -1;
+    }
     rd_kafka_conf_set(conf, "bootstrap.servers", brokers, err, sizeof(err));
     rd_kafka_conf_set(conf, "group.id", "bench-raw", err, sizeof(err));
     rd_kafka_conf_set(conf, "auto.offset.reset", "earliest", err, sizeof(err));
@@ -613,6 +636,32 @@ static int usable_dir(const char *dir)
     return empty ? 0 : -1;
 }
 
+/* -X is checked before anything is produced: a key librdkafka refuses
+ * would otherwise stop the bench only when its first pipeline starts,
+ * after the pre-fill */
+static int check_x(const ingest_args_t *a)
+{
+    char err[256], key[128];
+    rd_kafka_conf_t *conf = rd_kafka_conf_new();
+    int bad = 0;
+    for (int i = 0; !bad && i < a->n_x; i++) {
+        const char *eq = strchr(a->x[i], '=');
+        size_t len = eq ? (size_t)(eq - a->x[i]) : 0;
+        bad = !len || len >= sizeof(key);
+        if (bad) {
+            fprintf(stderr, "bench ingest: -X %s: want key=value\n", a->x[i]);
+            break;
+        }
+        memcpy(key, a->x[i], len);
+        key[len] = '\0';
+        bad = rd_kafka_conf_set(conf, key, eq + 1, err, sizeof(err)) != RD_KAFKA_CONF_OK;
+        if (bad)
+            fprintf(stderr, "bench ingest: -X %s: %s\n", a->x[i], err);
+    }
+    rd_kafka_conf_destroy(conf);
+    return bad ? -1 : 0;
+}
+
 static int parse(int argc, char **argv, ingest_args_t *a)
 {
     static const struct option opts[] = {{"users", required_argument, 0, 'u'},
@@ -693,6 +742,8 @@ static int parse(int argc, char **argv, ingest_args_t *a)
         }
         return -1; /* said by segd_args_next or segd_arg_int */
     }
+    if (check_x(a))
+        return -1;
     return have_dir ? usable_dir(a->dir) : mkdtemp(a->dir) ? 0 : -1;
 }
 
@@ -705,7 +756,7 @@ static const char *const topics[] = {TOPIC,          TOPIC ".dlq",         TOPIC
 static int run_phases(const ingest_args_t *a, const char *brokers, ingest_run_t *x)
 {
     const char *name = a->prefill_users ? "db" : NULL;
-    x->raw = raw_consume(brokers, (int64_t)x->res.events, &x->sum);
+    x->raw = raw_consume(a, brokers, (int64_t)x->res.events, &x->sum);
     x->harness = segd_bench_ingest_peak_rss_mib(); /* broker, producer, raw consumer: not segd run's */
     if (x->raw <= 0) {
         fprintf(stderr, "bench ingest: the raw consume did not read every message\n");

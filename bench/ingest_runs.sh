@@ -42,6 +42,7 @@ parts=32 memory_mb=1024
 for ((i = 0; i < ${#args[@]}; i++)); do
   [ "${args[$i]}" = --partitions ] && parts=${args[$((i + 1))]}
   [ "${args[$i]}" = --memory-mb ] && memory_mb=${args[$((i + 1))]}
+  case "${args[$i]}" in --memory-mb=*) memory_mb=${args[$i]#--memory-mb=} ;; esac
 done
 # config/memory.c's fetch share before session 16: 12 % of the budget less
 # 48 MiB, a quarter of it (1 MB - 50 MiB) for fetch.max.bytes, the rest the
@@ -49,6 +50,7 @@ done
 old_share=$(( (memory_mb - 48) * 1048576 / 100 * 12 ))
 old_fetch_max=$(( old_share / 4 < 1000000 ? 1000000 : old_share / 4 > 52428800 ? 52428800 : old_share / 4 ))
 old_queue_kb=$(( (old_share - old_fetch_max) >> 10 ))
+old_queue_kb=$(( old_queue_kb > 2097151 ? 2097151 : old_queue_kb ))
 topics=(bench.events bench.events.dlq bench.events.changes bench.events.half
         bench.events.half.dlq bench.events.quarter bench.events.quarter.dlq)
 mkdir -p "$out"

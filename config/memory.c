@@ -16,9 +16,6 @@
 #define PARTITION_FETCH_CAP (1LL << 20)
 #define PRODUCER_QUEUE_KB_CAP 1048576LL
 #define QUEUED_KB_CAP 2097151LL  /* librdkafka's upper bound */
-/* the message the queue's length is sized for: an event of ~20 segments
- * is ~200 bytes */
-#define QUEUED_TYPICAL_MESSAGE 200LL
 /* librdkafka 2.0.2 looks at a full queue again only after a second (its
  * fetch.queue.backoff.ms came in 2.1), so the queue has to hold over a
  * second of what the pipeline drains, ~300 000 messages/s on 2 cores; three
@@ -40,15 +37,18 @@ static int64_t share(int64_t bytes, int percent) { return bytes / 100 * percent;
 
 static void split_kafka(int64_t bytes, segd_memory_split_t *m)
 {
-    /* the queue may be overshot by one fetch response per broker: that
-     * response comes out of the same share */
     int64_t fetch = share(bytes, 28);
-    m->fetch_max_bytes = clamp(fetch / 4, FETCH_MAX_BYTES_MIN, FETCH_MAX_BYTES_CAP);
+    /* the queue may be overshot by a fetch response in flight, whose
+     * messages cost their per-message structures as the queue's do: a tenth
+     * of the share as its payload, charged at a typical message's full cost */
+    m->fetch_max_bytes = clamp(fetch / 10, FETCH_MAX_BYTES_MIN, FETCH_MAX_BYTES_CAP);
+    int64_t overshoot = m->fetch_max_bytes / SEGD_MEMORY_QUEUED_TYPICAL_MESSAGE *
+                        (SEGD_MEMORY_QUEUED_MESSAGE_BYTES + SEGD_MEMORY_QUEUED_TYPICAL_MESSAGE);
     /* the queue's length and payload: a full queue of typical messages
      * costs what is left, its per-message structures included */
-    int64_t queue = fetch - m->fetch_max_bytes;
+    int64_t queue = fetch - overshoot;
     m->fetch_queue_messages =
-        clamp(queue / (SEGD_MEMORY_QUEUED_MESSAGE_BYTES + QUEUED_TYPICAL_MESSAGE),
+        clamp(queue / (SEGD_MEMORY_QUEUED_MESSAGE_BYTES + SEGD_MEMORY_QUEUED_TYPICAL_MESSAGE),
               QUEUED_MESSAGES_MIN, QUEUED_MESSAGES_CAP);
     int64_t payload = queue - m->fetch_queue_messages * SEGD_MEMORY_QUEUED_MESSAGE_BYTES;
     m->fetch_queue_kb = clamp(payload >> 10, 1024, QUEUED_KB_CAP);

@@ -45,6 +45,9 @@ typedef struct segd_memory_split {
  * 520, 824 and 2348 bytes per message of 50, 200, 500 and 2000 bytes
  * (bench/RESULTS.md, issue 31) */
 #define SEGD_MEMORY_QUEUED_MESSAGE_BYTES 320
+/* the message the queue's length and a fetch response's cost are sized
+ * for: an event of ~20 segments is ~200 bytes */
+#define SEGD_MEMORY_QUEUED_TYPICAL_MESSAGE 200
 
 /* Splits limit_mb (clamped to [SEGD_MEMORY_MIN_MB, SEGD_MEMORY_MAX_MB]).
  * batch_max_messages > 0 is an operator's explicit batch size: the

@@ -10,6 +10,7 @@
 
 #include "base/utf8.h"
 #include "consumer/dlq.h"
+#include "consumer/fetch_conf.h"
 #include "consumer/ingest.h"
 #include "consumer/member_outbox.h"
 #include "transport/kconf.h"
@@ -54,6 +55,8 @@ static segd_err_t make_consumer(segd_links_t *l, char *errstr, size_t n)
     char errbuf[512];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     segd_err_t err = segd_kconf_apply(conf, "links", defaults, errstr, n);
+    if (!err) /* beside the ingest consumer, within the budget's headroom */
+        err = segd_fetch_conf_apply(conf, "links", cfg, SEGD_FETCH_SIDE, errstr, n);
     for (size_t i = 0; !err && i < cfg->n_kafka; i++)
         if (strcmp(cfg->kafka[i].key, "group.id") && strcmp(cfg->kafka[i].key, "group.instance.id"))
             err = segd_kconf_set(conf, "links", cfg->kafka[i].key, cfg->kafka[i].value, errstr, n);

@@ -12,6 +12,7 @@
 #include <string.h>
 
 #include "base/clock.h"
+#include "consumer/fetch_conf.h"
 #include "consumer/static_member.h"
 #include "transport/kconf.h"
 #include "transport/kmeta.h"
@@ -75,26 +76,6 @@ static segd_err_t instance_id(segd_pipeline_t *p, char *out, size_t size, char *
                                        errstr, n);
 }
 
-/* Turns memory.limit.mb's fetch share into librdkafka settings. The operator's
- * kafka.* settings are applied after these and win. librdkafka refuses a
- * fetch.max.bytes below message.max.bytes, so an operator's larger
- * message.max.bytes raises it. */
-static void fetch_sizes(const segd_config_t *cfg, char queued[24], char messages[24],
-                        char fetch[24], char partition[24])
-{
-    int64_t fetch_max = cfg->memory.fetch_max_bytes;
-    for (size_t i = 0; i < cfg->n_kafka; i++)
-        if (!strcmp(cfg->kafka[i].key, "message.max.bytes")) {
-            long long v = strtoll(cfg->kafka[i].value, NULL, 10);
-            if (v > fetch_max)
-                fetch_max = v;
-        }
-    snprintf(queued, 24, "%" PRId64, cfg->memory.fetch_queue_kb);
-    snprintf(messages, 24, "%" PRId64, cfg->memory.fetch_queue_messages);
-    snprintf(fetch, 24, "%" PRId64, fetch_max);
-    snprintf(partition, 24, "%" PRId64, cfg->memory.partition_fetch_bytes);
-}
-
 /* librdkafka's errors for the group consumer, on the polling thread (its
  * opaque is the klog route, whose owner is p). A refused login (wrong
  * sasl.username/password or mechanism) or a failed TLS handshake (a broker
@@ -142,22 +123,20 @@ static segd_err_t new_consumer(segd_pipeline_t *p, const char *client_id,
                                const char *static_id, int mock, char *errstr, size_t n)
 {
     const segd_config_t *cfg = p->cfg;
-    char queued[24], messages[24], fetch[24], partition[24], timeout[24];
-    fetch_sizes(cfg, queued, messages, fetch, partition);
+    char timeout[24];
     const char *const defaults[] = {
         "bootstrap.servers", cfg->brokers, "enable.auto.commit", "false",
         "enable.auto.offset.store", "false", "partition.assignment.strategy",
         "cooperative-sticky", "enable.partition.eof", "false", "group.id", cfg->group,
-        "auto.offset.reset", cfg->offset_reset, "queued.max.messages.kbytes", queued,
-        "queued.min.messages", messages,
-        "fetch.max.bytes", fetch, "max.partition.fetch.bytes", partition,
-        "client.id", client_id,
+        "auto.offset.reset", cfg->offset_reset, "client.id", client_id,
         /* the mock holds every rebalance for session.timeout.ms less 1 s */
         "session.timeout.ms", mock ? MOCK_SESSION_TIMEOUT_MS : "45000",
         static_id[0] ? "group.instance.id" : NULL, static_id, NULL};
     char errbuf[512];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     segd_err_t err = segd_kconf_apply(conf, "consumer", defaults, errstr, n);
+    if (!err)
+        err = segd_fetch_conf_apply(conf, "consumer", cfg, SEGD_FETCH_MAIN, errstr, n);
     for (size_t i = 0; !err && i < cfg->n_kafka; i++) /* the operator's settings win */
         err = segd_kconf_set(conf, "consumer", cfg->kafka[i].key, cfg->kafka[i].value, errstr, n);
     if (err) {

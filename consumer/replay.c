@@ -17,6 +17,7 @@
 #include "core/partition.h"
 #include "consumer/backoff.h"
 #include "consumer/dlq.h"
+#include "consumer/fetch_conf.h"
 #include "consumer/ingest_step.h"
 #include "transport/kconf.h"
 
@@ -81,6 +82,8 @@ static segd_err_t make_consumer(replay_t *r, char *errstr, size_t n)
     char errbuf[512];
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
     segd_err_t err = segd_kconf_apply(conf, "replay consumer", defaults, errstr, n);
+    if (!err) /* replay and rebuild are a catch-up: the whole fetch share */
+        err = segd_fetch_conf_apply(conf, "replay consumer", cfg, SEGD_FETCH_MAIN, errstr, n);
     for (size_t i = 0; !err && i < cfg->n_kafka; i++)
         err = segd_kconf_set(conf, "replay consumer", cfg->kafka[i].key, cfg->kafka[i].value,
                              errstr, n);

@@ -134,7 +134,7 @@ static long long consumer_setting(segd_pipeline_t *p, const char *key)
 
 /* The consumer's queue is sized from memory.limit.mb, its length included:
  * librdkafka's default of 100 000 messages, refilled only a second after
- * the queue was full (2.0.2), capped ingest near 100 000 events/s whatever
+ * the queue was full (2.0.2), capped ingest near 120 000 events/s whatever
  * the cores (bench/RESULTS.md, issue 31). An operator's -X still wins. */
 static void test_fetch_queue_from_the_budget(void **state)
 {
