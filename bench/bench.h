@@ -33,6 +33,9 @@ int segd_bench_serve(int argc, char **argv);
 /* argv[0] = "identity": linked reads of 1-, 5- and 20-id components of 1000
  * segments per id (p50/p99), and link events applied per second. */
 int segd_bench_identity(int argc, char **argv);
+/* argv[0] = "queue": the bytes a message costs in librdkafka's consumer
+ * queue beyond its payload, for payloads of 50, 200, 500 and 2000 bytes. */
+int segd_bench_queue(int argc, char **argv);
 
 /* For the benchmarks (bench_ingest.c): segd run's pipeline over `want`
  * messages of topic into the store dir/name, with or without the change

@@ -148,8 +148,10 @@ static void print_stages(const char *what, const run_result_t *r)
     uint64_t batches = s->batches - z->batches, short_ = s->batches_short - z->batches_short;
     printf("%s: of the poll time, %.2f s in polls that returned nothing (the local queue "
            "empty); %" PRIu64 " batches, %.0f messages each, %" PRIu64 " of them closed "
-           "because nothing more was fetched\n", what, s->poll_idle_s - z->poll_idle_s, batches,
-           batches ? (double)(s->messages - z->messages) / (double)batches : 0.0, short_);
+           "because nothing more was fetched; the fetcher woken %" PRIu64 " times after "
+           "the queue had been full\n", what, s->poll_idle_s - z->poll_idle_s, batches,
+           batches ? (double)(s->messages - z->messages) / (double)batches : 0.0, short_,
+           s->fetch_nudges - z->fetch_nudges);
 }
 
 static double run_cpu(const run_result_t *r) { return r->cpu1.total - r->cpu0.total; }

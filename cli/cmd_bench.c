@@ -16,6 +16,7 @@ static const segd_cmd_t benches[] = {
     {"resp", segd_bench_resp, "segd cache --resp beside redis-server, under redis-benchmark"},
     {"serve", segd_bench_serve, "the cache's HTTP API under wrk vs the in-process lookup"},
     {"identity", segd_bench_identity, "linked reads of 1-, 5-, 20-id components; links applied/s"},
+    {"queue", segd_bench_queue, "bytes a message costs in librdkafka's consumer queue, per payload size"},
 };
 
 static void usage(FILE *f)

@@ -62,6 +62,8 @@ typedef struct segd_pipeline_stats {
      * because nothing more was fetched before batch.max.messages */
     double poll_idle_s;
     uint64_t batches_short;
+    /* the fetcher woken after a full queue drained (consumer/fetch_nudge.h) */
+    uint64_t fetch_nudges;
     uint64_t rebuilds; /* consumers rebuilt after a fatal error (DESIGN §7.2) */
 } segd_pipeline_stats_t;
 

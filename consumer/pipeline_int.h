@@ -17,6 +17,7 @@
 #include "consumer/apply.h"
 #include "consumer/backoff.h"
 #include "consumer/dlq.h"
+#include "consumer/fetch_nudge.h"
 #include "consumer/links.h"
 #include "consumer/pipeline.h"
 #include "consumer/pipeline_writer.h"
@@ -98,6 +99,7 @@ struct segd_pipeline {
      * handed to the writer, or whose write there failed and is retried on
      * this thread before any other write (segd_pipeline_batch_drain) */
     segd_pwriter_t *writer; /* NULL: every batch is written on this thread */
+    segd_fetch_nudge_t nudge; /* wakes the fetcher after a full queue drained */
     segd_applier_t *wap;
     int wheld;              /* wap holds a batch not yet written */
     int winflight;          /* ... which the writer has */

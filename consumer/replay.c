@@ -18,6 +18,7 @@
 #include "consumer/backoff.h"
 #include "consumer/dlq.h"
 #include "consumer/fetch_conf.h"
+#include "consumer/fetch_nudge.h"
 #include "consumer/ingest_step.h"
 #include "transport/kconf.h"
 
@@ -61,6 +62,7 @@ typedef struct replay {
     pending_t pend;
     segd_replay_stats_t *st;
     int outbox; /* batches carry outbox entries */
+    segd_fetch_nudge_t nudge; /* a catch-up: wake the fetcher after a full queue */
 } replay_t;
 
 /* ---------- set-up ---------- */
@@ -543,6 +545,7 @@ static int read_batch(replay_t *r, char *errstr, size_t n)
     const segd_config_t *cfg = r->o->cfg;
     int64_t deadline = segd_mono_ms() + cfg->batch_max_ms;
     int64_t taken = 0;
+    segd_fetch_nudge_check(&r->nudge, r->rk);
     while (taken < cfg->batch_max_messages && r->active && !*r->stop) {
         int64_t left = deadline - segd_mono_ms();
         if (left <= 0)
@@ -550,6 +553,9 @@ static int read_batch(replay_t *r, char *errstr, size_t n)
         rd_kafka_message_t *m = rd_kafka_consumer_poll(r->rk, (int)left);
         if (!m)
             continue;
+        segd_fetch_nudge_note(&r->nudge, m->len);
+        if (taken % SEGD_FETCH_NUDGE_EVERY == SEGD_FETCH_NUDGE_EVERY - 1)
+            segd_fetch_nudge_check(&r->nudge, r->rk);
         int rc = 0;
         part_t *pt = m->err ? NULL : find_part(r, m);
         if (m->err)
@@ -693,6 +699,7 @@ segd_err_t segd_replay_run(const segd_replay_opts_t *o, segd_store_t *store,
         err = replay_loop(r, errstr, n);
     rd_kafka_consumer_close(r->rk); /* no group was joined: nothing to commit or revoke */
     rd_kafka_destroy(r->rk);
+    segd_fetch_nudge_free(&r->nudge);
 out_dlq:
     segd_dlq_destroy(r->dlq);
 out_ingest:

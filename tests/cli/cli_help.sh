@@ -25,7 +25,7 @@ declare -A subs=(
   [offsets]="set show"
   [segments]="list-retired retire"
   [snapshot]="export verify"
-  [bench]="backfill cache identity ingest resp restore serve snapshot store"
+  [bench]="backfill cache identity ingest queue resp restore serve snapshot store"
   [identity]="backfill check components members produce rebuild stats"
 )
 

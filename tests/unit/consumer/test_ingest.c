@@ -161,6 +161,47 @@ static void test_fetch_queue_from_the_budget(void **state)
     segd_config_free(&cfg);
 }
 
+/* A queue that fills faster than the pipeline drains it makes librdkafka
+ * 2.0.2 stop fetching and look again only a second later; the pipeline
+ * wakes the fetcher once such a queue is down to a quarter
+ * (consumer/fetch_nudge.h), never when the queue did not fill (a consumer
+ * at the end of its topics). Exact either way: every event applied, the
+ * store equal to the reference. */
+static void test_full_queue_wakes_the_fetcher(void **state)
+{
+    fx_t *f = *state;
+    const uint64_t users = 300;
+    volatile sig_atomic_t stop = 0;
+    char db[128], err[256];
+    fx_produce_seed(f, users, 13);
+    segd_store_t *ref = fx_reference_store(f, f->dir, users, 13);
+    segd_store_t *s = fx_open_store(f, "nudge");
+    snprintf(db, sizeof(db), "%s/nudge", f->dir);
+    segd_config_t cfg;
+    fx_config(&cfg, f, "g-nudge", db, NULL);
+    assert_int_equal(segd_config_set_x(&cfg, "queued.min.messages=1000", err, sizeof(err)),
+                     SEGD_OK);
+    segd_pipeline_t *p;
+    assert_int_equal(segd_pipeline_new(&p, &cfg, s, &stop, err, sizeof(err)), SEGD_OK);
+    run_until(p, users * 50, 90);
+    segd_pipeline_stats_t st;
+    segd_pipeline_get_stats(p, &st);
+    assert_int_equal(st.events, users * 50);
+    assert_true(st.fetch_nudges > 0);
+    /* caught up: the queue no longer fills, and nothing is sent */
+    uint64_t nudged = st.fetch_nudges;
+    for (int i = 0; i < 20; i++)
+        assert_int_equal(segd_pipeline_step(p, err, sizeof(err)), SEGD_OK);
+    segd_pipeline_get_stats(p, &st);
+    assert_int_equal(st.fetch_nudges, nudged);
+    segd_pipeline_destroy(p);
+    assert_int_equal(stored_offsets_sum(s), users * 50);
+    fx_assert_stores_equal(ref, &s, 1, users);
+    segd_store_close(s);
+    segd_store_close(ref);
+    segd_config_free(&cfg);
+}
+
 typedef struct member {
     segd_pipeline_t *p;
     volatile sig_atomic_t *stop;
@@ -949,6 +990,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test_setup_teardown(test_ingest_equals_reference, setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_two_consumers_split, setup, fx_teardown),
+        cmocka_unit_test_setup_teardown(test_full_queue_wakes_the_fetcher, setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_fetch_queue_from_the_budget, setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_batch_closes_when_nothing_fetched, setup, fx_teardown),
         cmocka_unit_test_setup_teardown(test_dead_letters, setup, fx_teardown),

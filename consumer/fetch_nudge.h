@@ -1,0 +1,62 @@
+/* Wakes librdkafka's fetcher when the consumer queue it stopped filling has
+ * drained, so that a catch-up does not wait out librdkafka's one-second
+ * re-check (DESIGN §4.1, bench/RESULTS.md "Session 16").
+ *
+ * librdkafka 2.0.2 (Debian 12) stops fetching a partition while the queue
+ * holds queued.min.messages or queued.max.messages.kbytes, and its broker
+ * thread then sleeps until an operation or a socket event wakes it, at most
+ * a second (fetch.queue.backoff.ms, which shortens that, came in 2.1). A
+ * consumer that drains the queue faster than that polls an empty queue for
+ * the rest of the second. Any request the broker thread sends wakes it, and
+ * on waking it decides again which partitions to fetch: so once the queue
+ * has been full and is down to a quarter, one ListOffsets request
+ * (rd_kafka_query_watermark_offsets) goes to each broker leading an
+ * assigned partition. It reads nothing the pipeline uses; a failed one is
+ * only a missed wake-up. A queue that never fills (a consumer at the end of
+ * its topics) is never nudged.
+ *
+ * State of one consumer, used on the thread that polls it. */
+#ifndef SEGD_FETCH_NUDGE_H
+#define SEGD_FETCH_NUDGE_H
+
+#include <librdkafka/rdkafka.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#define SEGD_FETCH_NUDGE_LEADERS_MAX 64
+
+typedef struct segd_fetch_nudge {
+    rd_kafka_t *rk;          /* the consumer the state below is for */
+    int64_t min_messages;    /* its queued.min.messages */
+    int64_t max_bytes;       /* its queued.max.messages.kbytes, in bytes */
+    double mean_bytes;       /* the messages' mean payload, running */
+    int64_t peak;            /* the queue's longest since the last nudge */
+    int64_t leaders_at_ms;   /* when the leaders below were looked up */
+    size_t n_leaders;        /* one assigned partition per leading broker */
+    char *topic[SEGD_FETCH_NUDGE_LEADERS_MAX];
+    int32_t partition[SEGD_FETCH_NUDGE_LEADERS_MAX];
+    uint64_t nudges;         /* wake-ups sent, for the stats */
+} segd_fetch_nudge_t;
+
+/* A zeroed struct is ready; free releases what it holds. */
+void segd_fetch_nudge_free(segd_fetch_nudge_t *n);
+
+/* Notes one message's payload size (the mean tells when the byte limit,
+ * not the length, is what filled the queue). */
+void segd_fetch_nudge_note(segd_fetch_nudge_t *n, size_t payload_bytes);
+
+/* Looks at rk's consumer queue; when it was full since the last nudge and
+ * is down to a quarter, sends the wake-ups (each waits at most
+ * SEGD_FETCH_NUDGE_TIMEOUT_MS) and returns 1; else 0. A new rk (a rebuilt
+ * consumer) starts a new state. */
+#define SEGD_FETCH_NUDGE_TIMEOUT_MS 200
+/* how often a poller looks: at each batch's start and every this many
+ * messages, so that a full queue is seen before it drains */
+#define SEGD_FETCH_NUDGE_EVERY 64
+int segd_fetch_nudge_check(segd_fetch_nudge_t *n, rd_kafka_t *rk);
+
+/* The leaders are looked up again at the next nudge: the assignment
+ * changed. */
+void segd_fetch_nudge_forget_leaders(segd_fetch_nudge_t *n);
+
+#endif
