@@ -17,9 +17,9 @@
 #define PRODUCER_QUEUE_KB_CAP 1048576LL
 #define QUEUED_KB_CAP 2097151LL  /* librdkafka's upper bound */
 /* librdkafka 2.0.2 looks at a full queue again only after a second (its
- * fetch.queue.backoff.ms came in 2.1), so the queue has to hold over a
- * second of what the pipeline drains, ~300 000 messages/s on 2 cores; three
- * seconds' worth does not fetch faster */
+ * fetch.queue.backoff.ms came in 2.1) unless consumer/fetch_nudge.c wakes
+ * it; the queue holds the budget's share, and three seconds of what the
+ * pipeline drains on 2 cores (~300 000 messages/s) is more than enough */
 #define QUEUED_MESSAGES_CAP 1000000LL
 #define QUEUED_MESSAGES_MIN 1000LL
 #define FETCH_MAX_BYTES_MIN 1000000LL /* librdkafka: >= message.max.bytes' default */
