@@ -63,31 +63,55 @@ static void run_until(segd_pipeline_t *p, uint64_t want, int timeout_s)
     } while (st.messages < want && time(NULL) < end);
 }
 
+/* A pipeline over `users` seed users' events (seed), its store beside
+ * the reference store the same events make; x is an extra librdkafka
+ * setting or NULL. */
+typedef struct seeded {
+    uint64_t users;
+    segd_store_t *ref, *s;
+    segd_config_t cfg;
+    segd_pipeline_t *p;
+} seeded_t;
+
+static void seeded_start(fx_t *f, seeded_t *r, const char *name, uint64_t users, uint64_t seed,
+                         const char *x, volatile sig_atomic_t *stop)
+{
+    char db[128], group[64], err[256];
+    r->users = users;
+    fx_produce_seed(f, users, seed);
+    r->ref = fx_reference_store(f, f->dir, users, seed);
+    r->s = fx_open_store(f, name);
+    snprintf(db, sizeof(db), "%s/%s", f->dir, name);
+    snprintf(group, sizeof(group), "g-%s", name);
+    fx_config(&r->cfg, f, group, db, NULL);
+    if (x)
+        assert_int_equal(segd_config_set_x(&r->cfg, x, err, sizeof(err)), SEGD_OK);
+    assert_int_equal(segd_pipeline_new(&r->p, &r->cfg, r->s, stop, err, sizeof(err)), SEGD_OK);
+}
+
+/* Every event applied once, its offset stored, the store equal to the
+ * reference. */
+static void seeded_finish(seeded_t *r)
+{
+    segd_pipeline_destroy(r->p);
+    assert_int_equal(stored_offsets_sum(r->s), r->users * 50);
+    fx_assert_stores_equal(r->ref, &r->s, 1, r->users);
+    segd_store_close(r->s);
+    segd_store_close(r->ref);
+    segd_config_free(&r->cfg);
+}
+
 static void test_ingest_equals_reference(void **state)
 {
-    fx_t *f = *state;
-    const uint64_t users = 300;
     volatile sig_atomic_t stop = 0;
-    char db[128], err[256];
-    fx_produce_seed(f, users, 7);
-    segd_store_t *ref = fx_reference_store(f, f->dir, users, 7);
-    segd_store_t *s = fx_open_store(f, "ingest");
-    snprintf(db, sizeof(db), "%s/ingest", f->dir);
-    segd_config_t cfg;
-    fx_config(&cfg, f, "g-ingest", db, NULL);
-    segd_pipeline_t *p;
-    assert_int_equal(segd_pipeline_new(&p, &cfg, s, &stop, err, sizeof(err)), SEGD_OK);
-    run_until(p, users * 50, 60);
+    seeded_t r;
+    seeded_start(*state, &r, "ingest", 300, 7, NULL, &stop);
+    run_until(r.p, r.users * 50, 60);
     segd_pipeline_stats_t st;
-    segd_pipeline_get_stats(p, &st);
-    assert_int_equal(st.events, users * 50);
-    assert_int_equal(st.segments, users * 50 * 20);
-    segd_pipeline_destroy(p);
-    assert_int_equal(stored_offsets_sum(s), users * 50);
-    fx_assert_stores_equal(ref, &s, 1, users);
-    segd_store_close(s);
-    segd_store_close(ref);
-    segd_config_free(&cfg);
+    segd_pipeline_get_stats(r.p, &st);
+    assert_int_equal(st.events, r.users * 50);
+    assert_int_equal(st.segments, r.users * 50 * 20);
+    seeded_finish(&r);
 }
 
 /* A batch that holds messages closes once nothing more is fetched, not at
@@ -169,37 +193,22 @@ static void test_fetch_queue_from_the_budget(void **state)
  * store equal to the reference. */
 static void test_full_queue_wakes_the_fetcher(void **state)
 {
-    fx_t *f = *state;
-    const uint64_t users = 300;
     volatile sig_atomic_t stop = 0;
-    char db[128], err[256];
-    fx_produce_seed(f, users, 13);
-    segd_store_t *ref = fx_reference_store(f, f->dir, users, 13);
-    segd_store_t *s = fx_open_store(f, "nudge");
-    snprintf(db, sizeof(db), "%s/nudge", f->dir);
-    segd_config_t cfg;
-    fx_config(&cfg, f, "g-nudge", db, NULL);
-    assert_int_equal(segd_config_set_x(&cfg, "queued.min.messages=1000", err, sizeof(err)),
-                     SEGD_OK);
-    segd_pipeline_t *p;
-    assert_int_equal(segd_pipeline_new(&p, &cfg, s, &stop, err, sizeof(err)), SEGD_OK);
-    run_until(p, users * 50, 90);
+    char err[256];
+    seeded_t r;
+    seeded_start(*state, &r, "nudge", 300, 13, "queued.min.messages=1000", &stop);
+    run_until(r.p, r.users * 50, 90);
     segd_pipeline_stats_t st;
-    segd_pipeline_get_stats(p, &st);
-    assert_int_equal(st.events, users * 50);
+    segd_pipeline_get_stats(r.p, &st);
+    assert_int_equal(st.events, r.users * 50);
     assert_true(st.fetch_nudges > 0);
     /* caught up: the queue no longer fills, and nothing is sent */
     uint64_t nudged = st.fetch_nudges;
     for (int i = 0; i < 20; i++)
-        assert_int_equal(segd_pipeline_step(p, err, sizeof(err)), SEGD_OK);
-    segd_pipeline_get_stats(p, &st);
+        assert_int_equal(segd_pipeline_step(r.p, err, sizeof(err)), SEGD_OK);
+    segd_pipeline_get_stats(r.p, &st);
     assert_int_equal(st.fetch_nudges, nudged);
-    segd_pipeline_destroy(p);
-    assert_int_equal(stored_offsets_sum(s), users * 50);
-    fx_assert_stores_equal(ref, &s, 1, users);
-    segd_store_close(s);
-    segd_store_close(ref);
-    segd_config_free(&cfg);
+    seeded_finish(&r);
 }
 
 typedef struct member {
