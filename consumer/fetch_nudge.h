@@ -10,10 +10,13 @@
  * the rest of the second. Any request the broker thread sends wakes it, and
  * on waking it decides again which partitions to fetch: so once the queue
  * has been full and is down to a quarter, one ListOffsets request
- * (rd_kafka_query_watermark_offsets) goes to each broker leading an
- * assigned partition. It reads nothing the pipeline uses; a failed one is
- * only a missed wake-up. A queue that never fills (a consumer at the end of
- * its topics) is never nudged.
+ * (rd_kafka_offsets_for_times of every assigned partition, which librdkafka
+ * sends as one request per leading broker) wakes each broker. Its answer is
+ * not used; one not answered within SEGD_FETCH_NUDGE_TIMEOUT_MS (a broker
+ * down) is only a missed wake-up. A queue that never fills (a consumer at
+ * the end of its topics) is never nudged. With client.rack set, a partition
+ * fetched from a follower is not woken this way (ListOffsets goes to the
+ * leader).
  *
  * State of one consumer, used on the thread that polls it. */
 #ifndef SEGD_FETCH_NUDGE_H
@@ -23,40 +26,32 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define SEGD_FETCH_NUDGE_LEADERS_MAX 64
-
 typedef struct segd_fetch_nudge {
     rd_kafka_t *rk;          /* the consumer the state below is for */
     int64_t min_messages;    /* its queued.min.messages */
     int64_t max_bytes;       /* its queued.max.messages.kbytes, in bytes */
     double mean_bytes;       /* the messages' mean payload, running */
     int64_t peak;            /* the queue's longest since the last nudge */
-    int64_t leaders_at_ms;   /* when the leaders below were looked up */
-    size_t n_leaders;        /* one assigned partition per leading broker */
-    char *topic[SEGD_FETCH_NUDGE_LEADERS_MAX];
-    int32_t partition[SEGD_FETCH_NUDGE_LEADERS_MAX];
     uint64_t nudges;         /* wake-ups sent, for the stats */
 } segd_fetch_nudge_t;
 
-/* A zeroed struct is ready; free releases what it holds. */
-void segd_fetch_nudge_free(segd_fetch_nudge_t *n);
+/* A zeroed struct is ready and holds nothing to free. reset forgets what
+ * it saw (the consumer's partitions changed, or it was rebuilt), its count
+ * of nudges kept. */
+void segd_fetch_nudge_reset(segd_fetch_nudge_t *n);
 
 /* Notes one message's payload size (the mean tells when the byte limit,
  * not the length, is what filled the queue). */
 void segd_fetch_nudge_note(segd_fetch_nudge_t *n, size_t payload_bytes);
 
 /* Looks at rk's consumer queue; when it was full since the last nudge and
- * is down to a quarter, sends the wake-ups (each waits at most
- * SEGD_FETCH_NUDGE_TIMEOUT_MS) and returns 1; else 0. A new rk (a rebuilt
- * consumer) starts a new state. */
-#define SEGD_FETCH_NUDGE_TIMEOUT_MS 200
+ * is down to a quarter, sends the wake-ups and returns 1; else 0. The
+ * leader lookup and the wait for answers are each bounded by
+ * SEGD_FETCH_NUDGE_TIMEOUT_MS. A new rk starts a new state. */
+#define SEGD_FETCH_NUDGE_TIMEOUT_MS 50
 /* how often a poller looks: at each batch's start and every this many
  * messages, so that a full queue is seen before it drains */
 #define SEGD_FETCH_NUDGE_EVERY 64
 int segd_fetch_nudge_check(segd_fetch_nudge_t *n, rd_kafka_t *rk);
-
-/* The leaders are looked up again at the next nudge: the assignment
- * changed. */
-void segd_fetch_nudge_forget_leaders(segd_fetch_nudge_t *n);
 
 #endif

@@ -429,7 +429,6 @@ void segd_pipeline_destroy(segd_pipeline_t *p)
     segd_sweep_destroy(p->sweep);
     segd_ingest_destroy(p->ingest);
     segd_pwriter_destroy(p->writer); /* before the batch in its hands is freed */
-    segd_fetch_nudge_free(&p->nudge);
     segd_applier_free(&p->apv[0]);
     segd_applier_free(&p->apv[1]);
     segd_lag_destroy(p->lag);

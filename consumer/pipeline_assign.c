@@ -249,7 +249,7 @@ void segd_pipeline_rebalance_cb(rd_kafka_t *rk, rd_kafka_resp_err_t err,
     rd_kafka_error_t *e = NULL;
     char msg[256];
     p->rebalanced = 1;
-    segd_fetch_nudge_forget_leaders(&p->nudge); /* the partitions to wake change */
+    segd_fetch_nudge_reset(&p->nudge); /* what the queue held was of other partitions */
     if (err == RD_KAFKA_RESP_ERR__ASSIGN_PARTITIONS) {
         const char *proto = coop ? "cooperative" : "eager";
         if (!p->st.assigned_s) { /* the group join, timed once */

@@ -88,6 +88,7 @@ static void retire(segd_pipeline_t *p)
     if (parts)
         rd_kafka_topic_partition_list_destroy(parts);
     segd_pipeline_consumer_set(p, NULL); /* waits for other threads using it */
+    segd_fetch_nudge_reset(&p->nudge); /* the next consumer may get old's address */
     p->klog = NULL;
     destroy_bounded(p, old, klog);
 }

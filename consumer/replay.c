@@ -699,7 +699,6 @@ segd_err_t segd_replay_run(const segd_replay_opts_t *o, segd_store_t *store,
         err = replay_loop(r, errstr, n);
     rd_kafka_consumer_close(r->rk); /* no group was joined: nothing to commit or revoke */
     rd_kafka_destroy(r->rk);
-    segd_fetch_nudge_free(&r->nudge);
 out_dlq:
     segd_dlq_destroy(r->dlq);
 out_ingest:
