@@ -8,6 +8,9 @@
                                 * may have stopped it just short) */
 #define NUDGE_AT_DIVISOR 4     /* nudge once down to a quarter of full */
 #define MEAN_WEIGHT 0.01
+/* how often the queue is looked at: often enough that a full queue is seen
+ * before it drains, seldom enough to cost nothing per message */
+#define LOOK_EVERY 64
 
 static int64_t conf_int(rd_kafka_t *rk, const char *key, int64_t dflt)
 {
@@ -18,28 +21,14 @@ static int64_t conf_int(rd_kafka_t *rk, const char *key, int64_t dflt)
     return strtoll(v, NULL, 10);
 }
 
+void segd_fetch_nudge_reset(segd_fetch_nudge_t *n) { memset(n, 0, sizeof(*n)); }
+
 static void start(segd_fetch_nudge_t *n, rd_kafka_t *rk)
 {
-    uint64_t nudges = n->nudges;
-    memset(n, 0, sizeof(*n));
-    n->nudges = nudges;
+    segd_fetch_nudge_reset(n);
     n->rk = rk;
     n->min_messages = conf_int(rk, "queued.min.messages", 100000);
     n->max_bytes = conf_int(rk, "queued.max.messages.kbytes", 65536) * 1024;
-}
-
-void segd_fetch_nudge_reset(segd_fetch_nudge_t *n)
-{
-    uint64_t nudges = n->nudges;
-    memset(n, 0, sizeof(*n));
-    n->nudges = nudges;
-}
-
-void segd_fetch_nudge_note(segd_fetch_nudge_t *n, size_t payload_bytes)
-{
-    n->mean_bytes = n->mean_bytes > 0
-                        ? n->mean_bytes + MEAN_WEIGHT * ((double)payload_bytes - n->mean_bytes)
-                        : (double)payload_bytes;
 }
 
 /* the queue's length at which one of librdkafka's two limits stops the fetch */
@@ -71,10 +60,15 @@ static int wake(rd_kafka_t *rk)
     return sent;
 }
 
-int segd_fetch_nudge_check(segd_fetch_nudge_t *n, rd_kafka_t *rk)
+int segd_fetch_nudge_seen(segd_fetch_nudge_t *n, rd_kafka_t *rk, size_t payload_bytes)
 {
     if (n->rk != rk)
         start(n, rk);
+    n->mean_bytes = n->mean_bytes > 0
+                        ? n->mean_bytes + MEAN_WEIGHT * ((double)payload_bytes - n->mean_bytes)
+                        : (double)payload_bytes;
+    if (n->seen++ % LOOK_EVERY)
+        return 0;
     rd_kafka_queue_t *q = rd_kafka_queue_get_consumer(rk);
     if (!q)
         return 0;
@@ -86,8 +80,5 @@ int segd_fetch_nudge_check(segd_fetch_nudge_t *n, rd_kafka_t *rk)
     if ((double)n->peak < FULL_FRACTION * (double)full || len > full / NUDGE_AT_DIVISOR)
         return 0;
     n->peak = len; /* the next nudge waits for the queue to fill again */
-    if (!wake(rk))
-        return 0;
-    n->nudges++;
-    return 1;
+    return wake(rk);
 }

@@ -32,26 +32,21 @@ typedef struct segd_fetch_nudge {
     int64_t max_bytes;       /* its queued.max.messages.kbytes, in bytes */
     double mean_bytes;       /* the messages' mean payload, running */
     int64_t peak;            /* the queue's longest since the last nudge */
-    uint64_t nudges;         /* wake-ups sent, for the stats */
+    uint64_t seen;           /* messages noted */
 } segd_fetch_nudge_t;
 
 /* A zeroed struct is ready and holds nothing to free. reset forgets what
- * it saw (the consumer's partitions changed, or it was rebuilt), its count
- * of nudges kept. */
+ * it saw (the consumer's partitions changed, or it was rebuilt). */
 void segd_fetch_nudge_reset(segd_fetch_nudge_t *n);
 
-/* Notes one message's payload size (the mean tells when the byte limit,
- * not the length, is what filled the queue). */
-void segd_fetch_nudge_note(segd_fetch_nudge_t *n, size_t payload_bytes);
-
-/* Looks at rk's consumer queue; when it was full since the last nudge and
- * is down to a quarter, sends the wake-ups and returns 1; else 0. The
- * leader lookup and the wait for answers are each bounded by
- * SEGD_FETCH_NUDGE_TIMEOUT_MS. A new rk starts a new state. */
+/* Notes one message rk's poll returned, its payload_bytes (the mean tells
+ * when the byte limit, not the length, is what filled the queue); every
+ * 64 messages looks at rk's consumer queue, and when it
+ * was full since the last nudge and is down to a quarter, sends the
+ * wake-ups and returns 1; else 0. The leader lookup and the wait for
+ * answers are each bounded by SEGD_FETCH_NUDGE_TIMEOUT_MS. A new rk starts
+ * a new state. */
 #define SEGD_FETCH_NUDGE_TIMEOUT_MS 50
-/* how often a poller looks: at each batch's start and every this many
- * messages, so that a full queue is seen before it drains */
-#define SEGD_FETCH_NUDGE_EVERY 64
-int segd_fetch_nudge_check(segd_fetch_nudge_t *n, rd_kafka_t *rk);
+int segd_fetch_nudge_seen(segd_fetch_nudge_t *n, rd_kafka_t *rk, size_t payload_bytes);
 
 #endif

@@ -341,12 +341,11 @@ static segd_err_t write_batch(segd_links_t *l, char *errstr, size_t n)
 segd_err_t segd_links_step(segd_links_t *l, int wait_ms, char *errstr, size_t n)
 {
     for (int64_t taken = 0; taken < l->cfg->batch_max_messages && !*l->stop; taken++) {
-        if (taken % SEGD_FETCH_NUDGE_EVERY == 0)
-            segd_fetch_nudge_check(&l->nudge, l->rk);
         rd_kafka_message_t *m = rd_kafka_consumer_poll(l->rk, taken ? 0 : wait_ms);
         if (!m)
             break;
-        segd_fetch_nudge_note(&l->nudge, m->len);
+        if (!m->err)
+            segd_fetch_nudge_seen(&l->nudge, l->rk, m->len);
         if (m->err || m->partition < 0 || m->partition >= l->n_parts) {
             if (m->err == RD_KAFKA_RESP_ERR__PARTITION_EOF && m->partition >= 0 &&
                 m->partition < l->n_parts)

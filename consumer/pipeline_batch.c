@@ -111,7 +111,6 @@ int segd_pipeline_batch_take(segd_pipeline_t *p, int *fatal)
     int64_t taken = 0;
     int rc = 0;
     *fatal = 0;
-    p->st.fetch_nudges += (uint64_t)segd_fetch_nudge_check(&p->nudge, p->consumer);
     while (taken < p->cfg->batch_max_messages && !*p->stop) {
         int64_t left = deadline - segd_mono_ms();
         if (left <= 0)
@@ -148,9 +147,7 @@ int segd_pipeline_batch_take(segd_pipeline_t *p, int *fatal)
             rd_kafka_message_destroy(m); /* it restarts from its stored offset */
             continue;
         }
-        segd_fetch_nudge_note(&p->nudge, m->len);
-        if (taken % SEGD_FETCH_NUDGE_EVERY == SEGD_FETCH_NUDGE_EVERY - 1)
-            p->st.fetch_nudges += (uint64_t)segd_fetch_nudge_check(&p->nudge, p->consumer);
+        p->st.fetch_nudges += (uint64_t)segd_fetch_nudge_seen(&p->nudge, p->consumer, m->len);
         rc = handle_message(p, m);
         if (rc < 0) /* unapplied: the next poll must return it again */
             segd_pipeline_rewind(p, m);

@@ -545,7 +545,6 @@ static int read_batch(replay_t *r, char *errstr, size_t n)
     const segd_config_t *cfg = r->o->cfg;
     int64_t deadline = segd_mono_ms() + cfg->batch_max_ms;
     int64_t taken = 0;
-    segd_fetch_nudge_check(&r->nudge, r->rk);
     while (taken < cfg->batch_max_messages && r->active && !*r->stop) {
         int64_t left = deadline - segd_mono_ms();
         if (left <= 0)
@@ -553,9 +552,8 @@ static int read_batch(replay_t *r, char *errstr, size_t n)
         rd_kafka_message_t *m = rd_kafka_consumer_poll(r->rk, (int)left);
         if (!m)
             continue;
-        segd_fetch_nudge_note(&r->nudge, m->len);
-        if (taken % SEGD_FETCH_NUDGE_EVERY == SEGD_FETCH_NUDGE_EVERY - 1)
-            segd_fetch_nudge_check(&r->nudge, r->rk);
+        if (!m->err)
+            segd_fetch_nudge_seen(&r->nudge, r->rk, m->len);
         int rc = 0;
         part_t *pt = m->err ? NULL : find_part(r, m);
         if (m->err)
