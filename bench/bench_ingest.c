@@ -641,25 +641,22 @@ static int usable_dir(const char *dir)
  * after the pre-fill */
 static int check_x(const ingest_args_t *a)
 {
-    char err[256], key[128];
+    char err[256];
+    segd_config_t cfg;
+    segd_config_init(&cfg);
     rd_kafka_conf_t *conf = rd_kafka_conf_new();
-    int bad = 0;
-    for (int i = 0; !bad && i < a->n_x; i++) {
-        const char *eq = strchr(a->x[i], '=');
-        size_t len = eq ? (size_t)(eq - a->x[i]) : 0;
-        bad = !len || len >= sizeof(key);
-        if (bad) {
-            fprintf(stderr, "bench ingest: -X %s: want key=value\n", a->x[i]);
-            break;
-        }
-        memcpy(key, a->x[i], len);
-        key[len] = '\0';
-        bad = rd_kafka_conf_set(conf, key, eq + 1, err, sizeof(err)) != RD_KAFKA_CONF_OK;
-        if (bad)
-            fprintf(stderr, "bench ingest: -X %s: %s\n", a->x[i], err);
-    }
+    segd_err_t e = SEGD_OK;
+    for (int i = 0; !e && i < a->n_x; i++)
+        e = segd_config_set_x(&cfg, a->x[i], err, sizeof(err));
+    if (e)
+        fprintf(stderr, "bench ingest: %s\n", err);
+    for (size_t i = 0; !e && i < cfg.n_kafka; i++)
+        if ((e = segd_kconf_set(conf, "bench ingest -X", cfg.kafka[i].key, cfg.kafka[i].value,
+                                err, sizeof(err))))
+            fprintf(stderr, "%s\n", err); /* it names the bench */
     rd_kafka_conf_destroy(conf);
-    return bad ? -1 : 0;
+    segd_config_free(&cfg);
+    return e ? -1 : 0;
 }
 
 static int parse(int argc, char **argv, ingest_args_t *a)
